@@ -1,0 +1,159 @@
+/* Internals shared by the host plugin's kernel files. Not part of the ABI. */
+#ifndef FL_HOST_H
+#define FL_HOST_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fl_plugin.h"
+
+/* ---- errors: a thread-local message read back through last_error ---- */
+void fl_host_set_error(const char *fmt, ...);
+const char *fl_host_last_error(void);
+#define FL_FAIL(status, ...) do { fl_host_set_error(__VA_ARGS__); return (status); } while (0)
+
+/* ---- dtypes ---- */
+static inline size_t fl_itemsize(int dtype) {
+    switch (dtype) {
+    case FL_FLOAT32: case FL_INT32: return 4;
+    case FL_FLOAT64: case FL_INT64: return 8;
+    case FL_FLOAT16: case FL_BFLOAT16: case FL_INT16: return 2;
+    default: return 1;
+    }
+}
+static inline int fl_is_floating(int dtype) {
+    return dtype == FL_FLOAT32 || dtype == FL_FLOAT64 || dtype == FL_FLOAT16 || dtype == FL_BFLOAT16;
+}
+
+static inline float fl_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t fl_f32_to_bf16(float f) { /* round to nearest even, NaN kept */
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float fl_f16_to_f32(uint16_t h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
+static inline uint16_t fl_f32_to_f16(float f) { _Float16 x = (_Float16)f; uint16_t h; memcpy(&h, &x, 2); return h; }
+
+/* Element address of a strided tensor at element offset `off` (already
+ * including t->offset). */
+static inline char *fl_elem(const fl_tensor_t *t, int64_t off) {
+    return (char *)t->data + off * (int64_t)fl_itemsize(t->dtype);
+}
+
+/* Load/store any dtype through double (exact for every integer up to 2^53). */
+static inline double fl_load_f64(int dtype, const void *p) {
+    switch (dtype) {
+    case FL_FLOAT32: return *(const float *)p;
+    case FL_FLOAT64: return *(const double *)p;
+    case FL_FLOAT16: return fl_f16_to_f32(*(const uint16_t *)p);
+    case FL_BFLOAT16: return fl_bf16_to_f32(*(const uint16_t *)p);
+    case FL_INT64: return (double)*(const int64_t *)p;
+    case FL_INT32: return *(const int32_t *)p;
+    case FL_INT16: return *(const int16_t *)p;
+    case FL_INT8: return *(const int8_t *)p;
+    case FL_UINT8: return *(const uint8_t *)p;
+    case FL_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
+    }
+    return 0.0;
+}
+static inline void fl_store_f64(int dtype, void *p, double v) {
+    switch (dtype) {
+    case FL_FLOAT32: *(float *)p = (float)v; break;
+    case FL_FLOAT64: *(double *)p = v; break;
+    case FL_FLOAT16: *(uint16_t *)p = fl_f32_to_f16((float)v); break;
+    case FL_BFLOAT16: *(uint16_t *)p = fl_f32_to_bf16((float)v); break;
+    case FL_INT64: *(int64_t *)p = (int64_t)v; break;
+    case FL_INT32: *(int32_t *)p = (int32_t)v; break;
+    case FL_INT16: *(int16_t *)p = (int16_t)v; break;
+    case FL_INT8: *(int8_t *)p = (int8_t)v; break;
+    case FL_UINT8: *(uint8_t *)p = (uint8_t)v; break;
+    case FL_BOOL: *(uint8_t *)p = v != 0.0; break;
+    }
+}
+
+static inline int64_t fl_numel(const fl_tensor_t *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+    return n;
+}
+static inline int fl_is_contiguous(const fl_tensor_t *t) {
+    int64_t expected = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->sizes[d] != 1 && t->strides[d] != expected) return 0;
+        expected *= t->sizes[d];
+    }
+    return 1;
+}
+
+/* ---- a strided iterator over up to FL_ITER_MAX tensors of one shape ----
+ * Dimensions are coalesced where every tensor allows it, so contiguous
+ * tensors become one long row. Usage:
+ *   fl_iter_t it; fl_iter_init(&it, 2, (const fl_tensor_t*[]){out, in});
+ *   for (int64_t o = 0; o < it.outer; o++) {
+ *       int64_t base[FL_ITER_MAX]; fl_iter_row(&it, o, base);
+ *       for (int64_t i = 0; i < it.inner; i++) ... base[k] + i * it.inner_stride[k]
+ *   }
+ * base[] and strides are element offsets that already include t->offset. */
+#define FL_ITER_MAX 6
+typedef struct {
+    int ntensor;
+    int ndim;                               /* coalesced rank of the outer dims */
+    int64_t sizes[FL_MAX_DIMS];             /* outer dims (without the inner one) */
+    int64_t strides[FL_ITER_MAX][FL_MAX_DIMS];
+    int64_t offset[FL_ITER_MAX];
+    int64_t inner;                          /* length of a row */
+    int64_t inner_stride[FL_ITER_MAX];
+    int64_t outer;                          /* number of rows (0 when numel is 0) */
+} fl_iter_t;
+
+void fl_iter_init(fl_iter_t *it, int ntensor, const fl_tensor_t *const *ts);
+static inline void fl_iter_row(const fl_iter_t *it, int64_t row, int64_t *base) {
+    for (int k = 0; k < it->ntensor; k++) base[k] = it->offset[k];
+    for (int d = it->ndim - 1; d >= 0 && row; d--) {
+        int64_t idx = row % it->sizes[d];
+        row /= it->sizes[d];
+        for (int k = 0; k < it->ntensor; k++) base[k] += idx * it->strides[k][d];
+    }
+}
+
+/* ---- random numbers: counter-based (Philox-like via splitmix64) ---- */
+uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed);
+static inline uint64_t fl_splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+/* uniform in [0,1) from (seed, counter) */
+static inline double fl_rand_uniform(uint64_t seed, uint64_t counter) {
+    return (double)(fl_splitmix64(seed ^ fl_splitmix64(counter)) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ---- kernel tables: each kernel file exports one ---- */
+typedef struct { const fl_kernel_entry_t *entries; int count; } fl_kernel_group_t;
+extern const fl_kernel_group_t fl_host_group_elementwise;
+extern const fl_kernel_group_t fl_host_group_reduce;
+extern const fl_kernel_group_t fl_host_group_linalg;
+
+/* Mask helpers for the table */
+#define FL_F32 FL_DTYPE_BIT(FL_FLOAT32)
+#define FL_F64 FL_DTYPE_BIT(FL_FLOAT64)
+#define FL_F16 FL_DTYPE_BIT(FL_FLOAT16)
+#define FL_BF16 FL_DTYPE_BIT(FL_BFLOAT16)
+#define FL_FLOATS (FL_F32 | FL_F64 | FL_F16 | FL_BF16)
+#define FL_INTS (FL_DTYPE_BIT(FL_INT64) | FL_DTYPE_BIT(FL_INT32) | FL_DTYPE_BIT(FL_INT16) | \
+                 FL_DTYPE_BIT(FL_INT8) | FL_DTYPE_BIT(FL_UINT8))
+#define FL_ALL_DTYPES (FL_FLOATS | FL_INTS | FL_DTYPE_BIT(FL_BOOL))
+
+#define FL_KERNEL_ARGS fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, \
+                       const fl_tensor_t *out, int n_out, const fl_arg_t *args, int n_args
+#define FL_UNUSED_KERNEL_ARGS (void)stream; (void)device; (void)in; (void)n_in; (void)out; \
+                              (void)n_out; (void)args; (void)n_args
+
+#endif

@@ -1,0 +1,208 @@
+/*
+ * fl_plugin.h — the torch_fl plugin ABI.
+ *
+ * A vendor implements this one header in plain C and ships a shared library.
+ * torch_fl loads it with cffi (ABI mode, dlopen), checks the ABI version, and
+ * maps every PyTorch aten operator onto the plugin's kernel table; ops the
+ * plugin lacks are served by decomposition, JIT or a CPU fallback.
+ *
+ * Rules that hold for every entry point:
+ *   - Every function returns an fl_status_t. FL_OK is 0. On any other status
+ *     the plugin must leave a human-readable message for fl_last_error().
+ *   - No entry point may abort, exit, or longjmp: a plugin error must never
+ *     take down the Python process.
+ *   - Memory returned by malloc belongs to the runtime until it calls free.
+ *   - Kernels never allocate their outputs: the runtime allocates every
+ *     output (and every in-place target) before the call and passes it in.
+ *
+ * The exported symbols (looked up by name, reported by name when missing):
+ *   int fl_plugin_abi_version(void);            must return FL_ABI_VERSION
+ *   int fl_plugin_init(fl_plugin_t *out);       fills the table below
+ */
+#ifndef FL_PLUGIN_H
+#define FL_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FL_ABI_VERSION 1
+#define FL_MAX_DIMS 8
+
+typedef enum {
+    FL_OK = 0,
+    FL_ERR_OOM = 1,          /* allocation beyond device memory */
+    FL_ERR_INVALID = 2,      /* bad argument (shape, pointer, device index) */
+    FL_ERR_UNSUPPORTED = 3,  /* this kernel declines this call (dtype mix, layout, rank):
+                                the runtime then tries the next tier; not an error */
+    FL_ERR_INTERNAL = 4      /* anything else; the message says what */
+} fl_status_t;
+
+/* Element types. The numbering is part of the ABI. */
+typedef enum {
+    FL_FLOAT32 = 0,
+    FL_FLOAT64 = 1,
+    FL_FLOAT16 = 2,
+    FL_BFLOAT16 = 3,
+    FL_INT64 = 4,
+    FL_INT32 = 5,
+    FL_INT16 = 6,
+    FL_INT8 = 7,
+    FL_UINT8 = 8,
+    FL_BOOL = 9,
+    FL_DTYPE_COUNT = 10
+} fl_dtype_t;
+
+#define FL_DTYPE_BIT(d) (1u << (d))
+
+/* A strided view of device memory. `data` is the base of the allocation the
+ * runtime got from malloc; the first element lives at data + offset*itemsize.
+ * Strides are in elements and may be 0 (broadcast) or describe any
+ * non-contiguous layout. ndim may be 0 (a scalar) and sizes may be 0. */
+typedef struct {
+    void *data;
+    int64_t offset;
+    int32_t dtype;
+    int32_t ndim;
+    int64_t sizes[FL_MAX_DIMS];
+    int64_t strides[FL_MAX_DIMS];
+} fl_tensor_t;
+
+/* Non-tensor arguments. Every kernel receives one fl_arg_t per argument of
+ * the aten schema, in schema order (defaults filled in), so a kernel for
+ * "aten::add.Tensor" sees args[0]=self, args[1]=other, args[2]=alpha. */
+typedef enum {
+    FL_ARG_NONE = 0,        /* an optional argument given as None */
+    FL_ARG_TENSOR = 1,      /* i = index into the inputs array */
+    FL_ARG_TENSOR_LIST = 2, /* i = first index into inputs, len = count */
+    FL_ARG_INT = 3,         /* i */
+    FL_ARG_FLOAT = 4,       /* f */
+    FL_ARG_BOOL = 5,        /* i (0 or 1) */
+    FL_ARG_INT_LIST = 6,    /* list[0..len) ; len <= FL_MAX_DIMS */
+    FL_ARG_DTYPE = 7,       /* i = fl_dtype_t */
+    FL_ARG_OTHER = 8        /* something the ABI does not describe (string, layout...) */
+} fl_arg_kind_t;
+
+typedef struct {
+    int32_t kind;
+    int32_t len;
+    int64_t i;
+    double f;
+    int64_t list[FL_MAX_DIMS];
+} fl_arg_t;
+
+typedef void *fl_stream_t; /* NULL = the device's default stream */
+typedef void *fl_event_t;
+
+/* The kernel calling convention.
+ *   inputs:  every tensor argument, in schema order (tensor lists flattened).
+ *            A 0-dim CPU tensor holding a Python number is passed as a scalar
+ *            argument (FL_ARG_INT/FLOAT/BOOL), not as a tensor.
+ *   outputs: every tensor the op returns, allocated by the runtime with the
+ *            shape, strides and dtype PyTorch's own shape rules give. For an
+ *            in-place or out= op the output aliases the mutated argument.
+ *   For ops tagged pointwise, every tensor input is already broadcast to the
+ *   output's shape (stride 0 in broadcast dims).
+ * A kernel may return FL_ERR_UNSUPPORTED for a call it does not handle
+ * (e.g. a mix of dtypes); the runtime then uses another tier for that call. */
+typedef int (*fl_kernel_fn)(fl_stream_t stream, int device,
+                            const fl_tensor_t *inputs, int n_inputs,
+                            const fl_tensor_t *outputs, int n_outputs,
+                            const fl_arg_t *args, int n_args);
+
+/* One entry of the kernel table: aten overload name ("aten::mm",
+ * "aten::add.Tensor", "aten::native_layer_norm_backward") and the dtypes it
+ * serves (a mask of FL_DTYPE_BIT). The lookup dtype is that of the op's first
+ * tensor argument (or first output when there is no tensor argument). */
+typedef struct {
+    const char *op;
+    uint32_t dtypes;
+    uint32_t flags; /* FL_KERNEL_FUSED for fused kernels (e.g. "fl::conv_bn_relu") */
+    fl_kernel_fn fn;
+} fl_kernel_entry_t;
+
+#define FL_KERNEL_FUSED 1u
+
+/* Device feature flags. */
+#define FL_FEATURE_HOST_ACCESSIBLE 1u   /* device pointers may be read by the host CPU */
+#define FL_FEATURE_ASYNC_COPY 2u        /* copies on non-default streams overlap */
+#define FL_FEATURE_FP16_STABLE 4u       /* fp16 autocast is numerically safe */
+#define FL_FEATURE_COLLECTIVES 8u
+
+typedef struct {
+    char name[64];
+    uint64_t total_memory;     /* bytes; allocations beyond it fail with FL_ERR_OOM */
+    uint32_t dtypes;           /* mask of FL_DTYPE_BIT the device computes in */
+    uint32_t features;         /* FL_FEATURE_* */
+    int32_t compute_units;
+    int32_t reserved;
+} fl_device_props_t;
+
+typedef enum { FL_REDUCE_SUM = 0, FL_REDUCE_PROD = 1, FL_REDUCE_MIN = 2, FL_REDUCE_MAX = 3, FL_REDUCE_AVG = 4 } fl_reduce_op_t;
+
+typedef struct fl_plugin {
+    uint32_t abi_version;   /* FL_ABI_VERSION */
+    uint32_t struct_size;   /* sizeof(fl_plugin_t) as the plugin was compiled */
+    const char *name;       /* backend name users type: "cpu", "rocm", ... */
+    const char *vendor;
+    const char *version;
+    const char *description; /* one line; emulators say what device class they emulate */
+    int32_t emulated;        /* 1 for an emulator of a device class */
+    int32_t reserved;
+
+    /* devices */
+    int (*device_count)(int *count);
+    int (*device_props)(int device, fl_device_props_t *props);
+
+    /* memory: malloc of 0 bytes returns a valid unique pointer or NULL with FL_OK */
+    int (*malloc)(int device, size_t nbytes, void **ptr);
+    int (*free)(int device, void *ptr);
+    int (*memory_used)(int device, uint64_t *bytes);
+
+    /* copies (byte counts; pointers are base+byte offset already) */
+    int (*copy_h2d)(int device, void *dst, const void *src, size_t nbytes, fl_stream_t stream);
+    int (*copy_d2h)(int device, void *dst, const void *src, size_t nbytes, fl_stream_t stream);
+    int (*copy_d2d)(int device, void *dst, const void *src, size_t nbytes, fl_stream_t stream);
+
+    /* streams and events (may be NULL: the runtime then treats work as synchronous) */
+    int (*stream_create)(int device, fl_stream_t *stream);
+    int (*stream_destroy)(int device, fl_stream_t stream);
+    int (*stream_synchronize)(int device, fl_stream_t stream);
+    int (*event_create)(int device, fl_event_t *event);
+    int (*event_destroy)(int device, fl_event_t event);
+    int (*event_record)(int device, fl_event_t event, fl_stream_t stream);
+    int (*event_synchronize)(int device, fl_event_t event);
+    int (*event_query)(int device, fl_event_t event, int *done);
+    int (*synchronize)(int device);
+
+    /* random numbers: a counter-based generator per device (seed, offset) */
+    int (*rng_set_state)(int device, uint64_t seed, uint64_t offset);
+    int (*rng_get_state)(int device, uint64_t *seed, uint64_t *offset);
+
+    /* kernel table */
+    int (*kernel_count)(int *count);
+    int (*kernel_get)(int index, fl_kernel_entry_t *entry);
+
+    /* collectives (may be NULL: the runtime relays through the host) */
+    int (*comm_all_reduce)(int device, const fl_tensor_t *t, int op, void *comm);
+    int (*comm_broadcast)(int device, const fl_tensor_t *t, int root, void *comm);
+    int (*comm_all_gather)(int device, const fl_tensor_t *in, const fl_tensor_t *out, void *comm);
+    int (*comm_reduce_scatter)(int device, const fl_tensor_t *in, const fl_tensor_t *out, int op, void *comm);
+    int (*comm_send)(int device, const fl_tensor_t *t, int peer, void *comm);
+    int (*comm_recv)(int device, const fl_tensor_t *t, int peer, void *comm);
+
+    /* optional JIT: compile C source and return the named kernel (may be NULL) */
+    int (*jit_compile)(const char *source, const char *symbol, fl_kernel_fn *fn);
+
+    /* the message of the last failed call on this thread */
+    const char *(*last_error)(void);
+} fl_plugin_t;
+
+#if defined(_WIN32)
+#define FL_EXPORT __declspec(dllexport)
+#else
+#define FL_EXPORT __attribute__((visibility("default")))
+#endif
+FL_EXPORT int fl_plugin_abi_version(void);
+FL_EXPORT int fl_plugin_init(fl_plugin_t *out);
+
+#endif /* FL_PLUGIN_H */
