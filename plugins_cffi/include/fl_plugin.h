@@ -100,8 +100,12 @@ typedef void *fl_event_t;
  *   outputs: every tensor the op returns, allocated by the runtime with the
  *            shape, strides and dtype PyTorch's own shape rules give. For an
  *            in-place or out= op the output aliases the mutated argument.
- *   For ops tagged pointwise, every tensor input is already broadcast to the
- *   output's shape (stride 0 in broadcast dims).
+ *            An output the op leaves undefined (convolution_backward with
+ *            output_mask false, say) has data == NULL and ndim == -1.
+ *   args:    one per schema argument; an optional tensor given as None is
+ *            FL_ARG_NONE and has no entry in inputs.
+ *   For ops tagged pointwise (torch.Tag.pointwise), every tensor input is
+ *   already broadcast to the output's shape (stride 0 in broadcast dims).
  * A kernel may return FL_ERR_UNSUPPORTED for a call it does not handle
  * (e.g. a mix of dtypes); the runtime then uses another tier for that call. */
 typedef int (*fl_kernel_fn)(fl_stream_t stream, int device,
