@@ -1,1 +1,55 @@
-"""torch_fl"""
+"""torch_fl: run unchanged PyTorch models on any vendor's chip.
+
+A vendor implements one C plugin (plugins_cffi/include/fl_plugin.h); torch_fl
+loads it through cffi, exposes its devices as `fl:N`, and maps every aten op
+onto it: native kernel, else a decomposition, else a JIT kernel, else a CPU
+fallback, recording which path each op took."""
+
+from __future__ import annotations
+
+from . import _device, _dispatch  # noqa: F401  (registers the device and the dispatcher)
+from ._api import (
+    BackendReport,
+    Explanation,
+    available_backends,
+    capabilities,
+    cpu_fallback_enabled,
+    current_device,
+    device,
+    explain,
+    get_current_backend_name,
+    initialize,
+    list_backends,
+    set_backend,
+    set_cpu_fallback,
+)
+from ._capability import CapabilityTable
+from ._tensor import FlTensor
+from .errors import BackendNotFoundError, FlError, KernelError, PluginLoadError, PrivateUse1TakenError
+
+__version__ = "0.1.0"
+
+_device.register()
+
+__all__ = [
+    "BackendNotFoundError",
+    "BackendReport",
+    "CapabilityTable",
+    "Explanation",
+    "FlError",
+    "FlTensor",
+    "KernelError",
+    "PluginLoadError",
+    "PrivateUse1TakenError",
+    "available_backends",
+    "capabilities",
+    "cpu_fallback_enabled",
+    "current_device",
+    "device",
+    "explain",
+    "get_current_backend_name",
+    "initialize",
+    "list_backends",
+    "set_backend",
+    "set_cpu_fallback",
+]

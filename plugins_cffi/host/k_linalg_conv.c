@@ -1,0 +1,434 @@
+/* Host kernels: 1-D and 2-D convolution (plain and transposed, groups,
+ * stride, padding, dilation) and its backward, as im2col / col2im + BLAS GEMM.
+ *
+ * Two spaces: the "conv input" space (C, H, W) and the "conv output" space
+ * (O, OH, OW) of an ordinary convolution with weight (O, C/G, KH, KW).
+ *   forward:          Y = W * im2col(X)
+ *   backward data:    dX = col2im(W^T * dY)
+ *   backward weight:  dW = dY * im2col(X)^T
+ * A transposed convolution is the same three with the roles swapped: its
+ * forward is "backward data", its grad_input is "forward", its grad_weight is
+ * "backward weight" with X = grad_output and dY = input.
+ *
+ * Samples are processed in chunks: a chunk's columns sit side by side in one
+ * (C*KH*KW) x (nb*P) matrix so that small images still give GEMMs with a long
+ * N dimension; a 1x1 / stride 1 / no padding convolution of a single sample
+ * uses the input directly, with no im2col at all.
+ *
+ * This file includes itself once per element type (float, double) for the
+ * typed section below. */
+#ifndef LIN_T
+
+#include <limits.h>
+#include <stdlib.h>
+
+#include "fl_host.h"
+
+/* shared helpers from k_linalg.c */
+void fl_lin_gemm(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                 const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+void *fl_lin_pack(const fl_tensor_t *t, void **owned);
+void *fl_lin_out_buf(const fl_tensor_t *t, void **owned);
+void fl_lin_unpack(const fl_tensor_t *t, void *owned);
+const fl_tensor_t *fl_lin_tensor(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int n_args, int k);
+const fl_tensor_t *fl_lin_out(const fl_tensor_t *out, int n_out, int k);
+
+typedef struct {
+    int64_t N, C, H, W;   /* conv-input space */
+    int64_t O, OH, OW;    /* conv-output space */
+    int64_t KH, KW, sh, sw, ph, pw, dh, dw, G;
+} geom_t;
+
+/* Samples per chunk: enough columns for an efficient GEMM, bounded scratch. */
+static int64_t chunk_of(const geom_t *g, size_t es) {
+    int64_t P = g->OH * g->OW;
+    if (P <= 0 || g->N <= 1) return 1;
+    int64_t nb = P >= 1024 ? 1 : (2048 + P - 1) / P;
+    if (nb > g->N) nb = g->N;
+    int64_t rows = g->C * g->KH * g->KW;
+    int64_t big = rows > g->O ? rows : g->O;
+    while (nb > 1 && (double)big * (double)(nb * P) * (double)es > 64.0 * 1024 * 1024) nb--;
+    return nb;
+}
+static int trivial_1x1(const geom_t *g) {
+    return g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+           g->OH == g->H && g->OW == g->W;
+}
+
+#define LIN_CAT_(a, b) a##b
+#define LIN_CAT(a, b) LIN_CAT_(a, b)
+
+#define LIN_T float
+#define LIN_S f32
+#define LIN_DT FL_FLOAT32
+#include "k_linalg_conv.c"
+#undef LIN_T
+#undef LIN_S
+#undef LIN_DT
+#define LIN_T double
+#define LIN_S f64
+#define LIN_DT FL_FLOAT64
+#include "k_linalg_conv.c"
+#undef LIN_T
+#undef LIN_S
+#undef LIN_DT
+
+/* ---- argument parsing ---- */
+
+static int list2(const fl_arg_t *a, int spatial, int64_t dflt, int64_t v[2]) {
+    if (a->kind != FL_ARG_INT_LIST && a->kind != FL_ARG_INT) return 0;
+    if (a->kind == FL_ARG_INT) { v[0] = v[1] = a->i; return 1; }
+    if (a->len == 0) { v[0] = v[1] = dflt; return 1; }
+    if (a->len == 1) { v[0] = v[1] = a->list[0]; return 1; }
+    if (a->len == spatial) { v[0] = a->list[0]; v[1] = a->list[1]; return 1; }
+    return 0;
+}
+
+/* Fills the geometry from the tensors in conv-input space (xin: N,C,...),
+ * conv-output space (yout: N,O,...) and the weight. */
+static int make_geom(geom_t *g, const fl_tensor_t *xin, const fl_tensor_t *yout, const fl_tensor_t *w,
+                     const fl_arg_t *args, int a_stride, int64_t groups) {
+    int nd = xin->ndim;
+    if (nd != 3 && nd != 4) return FL_ERR_UNSUPPORTED;
+    if (yout->ndim != nd || w->ndim != nd) return FL_ERR_UNSUPPORTED;
+    int spatial = nd - 2;
+    int64_t st[2], pd[2], dl[2];
+    if (!list2(&args[a_stride], spatial, 1, st) || !list2(&args[a_stride + 1], spatial, 0, pd) ||
+        !list2(&args[a_stride + 2], spatial, 1, dl))
+        return FL_ERR_UNSUPPORTED;
+    g->N = xin->sizes[0]; g->C = xin->sizes[1];
+    g->O = yout->sizes[1];
+    g->G = groups;
+    if (spatial == 1) {
+        g->H = 1; g->W = xin->sizes[2]; g->OH = 1; g->OW = yout->sizes[2];
+        g->KH = 1; g->KW = w->sizes[2];
+        g->sh = 1; g->ph = 0; g->dh = 1;
+        g->sw = st[0]; g->pw = pd[0]; g->dw = dl[0];
+    } else {
+        g->H = xin->sizes[2]; g->W = xin->sizes[3]; g->OH = yout->sizes[2]; g->OW = yout->sizes[3];
+        g->KH = w->sizes[2]; g->KW = w->sizes[3];
+        g->sh = st[0]; g->sw = st[1]; g->ph = pd[0]; g->pw = pd[1]; g->dh = dl[0]; g->dw = dl[1];
+    }
+    if (yout->sizes[0] != g->N) FL_FAIL(FL_ERR_INVALID, "convolution: batch sizes differ");
+    if (g->G < 1 || g->C % g->G || g->O % g->G) FL_FAIL(FL_ERR_INVALID, "convolution: bad groups %lld", (long long)g->G);
+    if (g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->ph < 0 || g->pw < 0)
+        FL_FAIL(FL_ERR_INVALID, "convolution: bad stride/padding/dilation");
+    if (w->sizes[0] != g->O || w->sizes[1] * g->G != g->C)
+        FL_FAIL(FL_ERR_INVALID, "convolution: weight shape does not match the channels");
+    /* the output extent an ordinary convolution would give */
+    int64_t eh = (g->H + 2 * g->ph - g->dh * (g->KH - 1) - 1), ew = (g->W + 2 * g->pw - g->dw * (g->KW - 1) - 1);
+    int64_t oh = eh < 0 ? 0 : eh / g->sh + 1, ow = ew < 0 ? 0 : ew / g->sw + 1;
+    if (g->N > 0 && (oh != g->OH || ow != g->OW))
+        FL_FAIL(FL_ERR_INVALID, "convolution: output extent %lldx%lld, expected %lldx%lld", (long long)g->OH,
+                (long long)g->OW, (long long)oh, (long long)ow);
+    /* BLAS dimensions are 32-bit */
+    if ((g->C / g->G) * g->KH * g->KW > INT_MAX / 4 || g->OH * g->OW * g->N > INT_MAX / 4 || g->O > INT_MAX / 4)
+        return FL_ERR_UNSUPPORTED;
+    return FL_OK;
+}
+
+static int float_dt(int dt) { return dt == FL_FLOAT32 || dt == FL_FLOAT64; }
+
+/* aten::convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups) */
+int fl_lin_convolution(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 9 || n_out < 1) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *x = fl_lin_tensor(in, n_in, args, n_args, 0), *w = fl_lin_tensor(in, n_in, args, n_args, 1);
+    const fl_tensor_t *b = fl_lin_tensor(in, n_in, args, n_args, 2), *y = &out[0];
+    if (!x || !w) return FL_ERR_UNSUPPORTED;
+    int dt = x->dtype;
+    if (!float_dt(dt) || w->dtype != dt || y->dtype != dt || (b && (b->dtype != dt || b->ndim != 1)))
+        return FL_ERR_UNSUPPORTED;
+    int transposed = (int)args[6].i;
+    geom_t g;
+    int st = transposed ? make_geom(&g, y, x, w, args, 3, args[8].i) : make_geom(&g, x, y, w, args, 3, args[8].i);
+    if (st) return st;
+    /* a transposed weight is (Cin, Cout/G, ...) = conv weight layout (O, C/G) with O = Cin */
+    void *xo, *wo, *bo = NULL, *yo;
+    const void *xp = fl_lin_pack(x, &xo), *wp = fl_lin_pack(w, &wo), *bp = NULL;
+    void *yp = fl_lin_out_buf(y, &yo);
+    if (b) bp = fl_lin_pack(b, &bo);
+    if (!xp || !wp || !yp || (b && !bp)) {
+        st = FL_ERR_OOM;
+        fl_host_set_error("convolution: cannot allocate scratch");
+    } else if (dt == FL_FLOAT32) {
+        st = transposed ? conv_bwd_data_f32(&g, xp, wp, yp) : conv_fwd_f32(&g, xp, wp, yp);
+        if (!st && bp) add_bias_f32(yp, bp, g.N, transposed ? g.C : g.O, transposed ? g.H * g.W : g.OH * g.OW);
+    } else {
+        st = transposed ? conv_bwd_data_f64(&g, xp, wp, yp) : conv_fwd_f64(&g, xp, wp, yp);
+        if (!st && bp) add_bias_f64(yp, bp, g.N, transposed ? g.C : g.O, transposed ? g.H * g.W : g.OH * g.OW);
+    }
+    free(xo); free(wo); free(bo);
+    if (st) { free(yo); return st; }
+    fl_lin_unpack(y, yo);
+    return FL_OK;
+}
+
+/* aten::convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding, dilation,
+ *                            transposed, output_padding, groups, output_mask) */
+int fl_lin_convolution_backward(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 11 || n_out < 3) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *go = fl_lin_tensor(in, n_in, args, n_args, 0), *x = fl_lin_tensor(in, n_in, args, n_args, 1),
+                      *w = fl_lin_tensor(in, n_in, args, n_args, 2);
+    if (!go || !x || !w) return FL_ERR_UNSUPPORTED;
+    int dt = go->dtype;
+    if (!float_dt(dt) || x->dtype != dt || w->dtype != dt) return FL_ERR_UNSUPPORTED;
+    const fl_arg_t *mask = &args[10];
+    int m[3] = {1, 1, 1};
+    if (mask->kind == FL_ARG_INT_LIST && mask->len == 3)
+        for (int k = 0; k < 3; k++) m[k] = mask->list[k] != 0;
+    const fl_tensor_t *gi = m[0] ? fl_lin_out(out, n_out, 0) : NULL, *gw = m[1] ? fl_lin_out(out, n_out, 1) : NULL,
+                      *gb = m[2] ? fl_lin_out(out, n_out, 2) : NULL;
+    if ((gi && gi->dtype != dt) || (gw && gw->dtype != dt) || (gb && gb->dtype != dt)) return FL_ERR_UNSUPPORTED;
+    int transposed = (int)args[7].i;
+    geom_t g;
+    int st = transposed ? make_geom(&g, go, x, w, args, 4, args[9].i) : make_geom(&g, x, go, w, args, 4, args[9].i);
+    if (st) return st;
+    if (gi && (gi->ndim != x->ndim || fl_numel(gi) != fl_numel(x))) FL_FAIL(FL_ERR_INVALID, "convolution_backward: grad_input shape");
+    if (gw && fl_numel(gw) != fl_numel(w)) FL_FAIL(FL_ERR_INVALID, "convolution_backward: grad_weight shape");
+    if (gb && fl_numel(gb) != go->sizes[1]) FL_FAIL(FL_ERR_INVALID, "convolution_backward: grad_bias shape");
+
+    void *goo, *xo = NULL, *wo = NULL, *gio = NULL, *gwo = NULL, *gbo = NULL;
+    const void *gop = fl_lin_pack(go, &goo), *xp = NULL, *wp = NULL;
+    void *gip = NULL, *gwp = NULL, *gbp = NULL;
+    int oom = !gop;
+    if (gi || gw) { xp = transposed || gw ? fl_lin_pack(x, &xo) : NULL; }
+    if (gw && !xp) oom = 1;
+    if (gi) { wp = fl_lin_pack(w, &wo); gip = fl_lin_out_buf(gi, &gio); oom |= !wp || !gip; }
+    if (gw) { gwp = fl_lin_out_buf(gw, &gwo); oom |= !gwp; }
+    if (gb) { gbp = fl_lin_out_buf(gb, &gbo); oom |= !gbp; }
+    if (oom) {
+        st = FL_ERR_OOM;
+        fl_host_set_error("convolution_backward: cannot allocate scratch");
+        goto done;
+    }
+    /* ordinary: X = input, dY = grad_output; transposed: X = grad_output, dY = input */
+    const void *X = transposed ? gop : xp, *dY = transposed ? xp : gop;
+    if (dt == FL_FLOAT32) {
+        if (gi) st = transposed ? conv_fwd_f32(&g, gop, wp, gip) : conv_bwd_data_f32(&g, gop, wp, gip);
+        if (!st && gw) st = conv_bwd_weight_f32(&g, X, dY, gwp);
+        if (!st && gb) bias_grad_f32(gop, gbp, g.N, go->sizes[1], fl_numel(go) / (g.N * go->sizes[1] ? g.N * go->sizes[1] : 1));
+    } else {
+        if (gi) st = transposed ? conv_fwd_f64(&g, gop, wp, gip) : conv_bwd_data_f64(&g, gop, wp, gip);
+        if (!st && gw) st = conv_bwd_weight_f64(&g, X, dY, gwp);
+        if (!st && gb) bias_grad_f64(gop, gbp, g.N, go->sizes[1], fl_numel(go) / (g.N * go->sizes[1] ? g.N * go->sizes[1] : 1));
+    }
+done:
+    free(goo); free(xo); free(wo);
+    if (st) { free(gio); free(gwo); free(gbo); return st; }
+    if (gi) fl_lin_unpack(gi, gio);
+    if (gw) fl_lin_unpack(gw, gwo);
+    if (gb) fl_lin_unpack(gb, gbo);
+    return FL_OK;
+}
+
+#else /* ======================= typed section (LIN_T) ======================= */
+
+#define T LIN_T
+#define F(name) LIN_CAT(name, LIN_CAT(_, LIN_S))
+
+/* One row of im2col: col[oh*OW + ow] = x[ih][iw] or 0, for kernel tap (ki, kj). */
+static inline void F(im2col_row)(const geom_t *g, const T *xc, int64_t ki, int64_t kj, T *dst) {
+    const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW;
+    const int64_t sw = g->sw, off_w = kj * g->dw - g->pw;
+    /* valid ow range: 0 <= ow*sw + off_w < W */
+    int64_t lo = off_w >= 0 ? 0 : (-off_w + sw - 1) / sw;
+    int64_t hi = W - off_w <= 0 ? 0 : (W - off_w - 1) / sw + 1;
+    if (hi > OW) hi = OW;
+    if (lo > hi) lo = hi;
+    for (int64_t oh = 0; oh < OH; oh++, dst += OW) {
+        int64_t ih = oh * g->sh - g->ph + ki * g->dh;
+        if (ih < 0 || ih >= H) { memset(dst, 0, (size_t)OW * sizeof(T)); continue; }
+        const T *src = xc + ih * W + off_w;
+        for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0;
+        if (sw == 1) memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(T));
+        else
+            for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * sw];
+        for (int64_t ow = hi; ow < OW; ow++) dst[ow] = 0;
+    }
+}
+
+/* im2col for samples [n0, n0+nb): col is (C*KH*KW) x (nb*P), row stride nb*P. */
+static void F(im2col)(const geom_t *g, const T *x, int64_t n0, int64_t nb, T *col) {
+    const int64_t KK = g->KH * g->KW, rows = g->C * KK, P = g->OH * g->OW, ld = nb * P, HW = g->H * g->W;
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int64_t s = 0; s < nb; s++)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t c = r / KK, k = r % KK;
+            F(im2col_row)(g, x + ((n0 + s) * g->C + c) * HW, k / g->KW, k % g->KW, col + r * ld + s * P);
+        }
+}
+
+/* dx[n0+s] = col2im(col) for the chunk; col is (C*KH*KW) x (nb*P). */
+static void F(col2im)(const geom_t *g, const T *col, int64_t n0, int64_t nb, T *dx) {
+    const int64_t KK = g->KH * g->KW, P = g->OH * g->OW, ld = nb * P, HW = g->H * g->W;
+    const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW, sw = g->sw;
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int64_t s = 0; s < nb; s++)
+        for (int64_t c = 0; c < g->C; c++) {
+            T *xc = dx + ((n0 + s) * g->C + c) * HW;
+            memset(xc, 0, (size_t)HW * sizeof(T));
+            for (int64_t k = 0; k < KK; k++) {
+                int64_t ki = k / g->KW, kj = k % g->KW;
+                const T *src = col + (c * KK + k) * ld + s * P;
+                int64_t off_w = kj * g->dw - g->pw;
+                int64_t lo = off_w >= 0 ? 0 : (-off_w + sw - 1) / sw;
+                int64_t hi = W - off_w <= 0 ? 0 : (W - off_w - 1) / sw + 1;
+                if (hi > OW) hi = OW;
+                for (int64_t oh = 0; oh < OH; oh++) {
+                    int64_t ih = oh * g->sh - g->ph + ki * g->dh;
+                    if (ih < 0 || ih >= H) continue;
+                    T *d = xc + ih * W + off_w;
+                    const T *sr = src + oh * OW;
+                    if (sw == 1) {
+#pragma omp simd
+                        for (int64_t ow = lo; ow < hi; ow++) d[ow] += sr[ow];
+                    } else {
+                        for (int64_t ow = lo; ow < hi; ow++) d[ow * sw] += sr[ow];
+                    }
+                }
+            }
+        }
+}
+
+static void F(add_bias)(T *y, const T *b, int64_t N, int64_t C, int64_t P) {
+#pragma omp parallel for schedule(static) collapse(2) if (N * C * P > 32768)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++) {
+            T *p = y + (n * C + c) * P, v = b[c];
+#pragma omp simd
+            for (int64_t i = 0; i < P; i++) p[i] += v;
+        }
+}
+
+static void F(bias_grad)(const T *go, T *gb, int64_t N, int64_t C, int64_t P) {
+#pragma omp parallel for schedule(static) if (N * C * P > 32768)
+    for (int64_t c = 0; c < C; c++) {
+        double acc = 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            const T *p = go + (n * C + c) * P;
+            double a = 0.0;
+#pragma omp simd reduction(+ : a)
+            for (int64_t i = 0; i < P; i++) a += p[i];
+            acc += a;
+        }
+        gb[c] = (T)acc;
+    }
+}
+
+/* (O x nb*P) chunk matrix <-> rows of y (N, O, P) for samples [n0, n0+nb). */
+static void F(scatter)(const T *tmp, T *y, int64_t n0, int64_t nb, int64_t O, int64_t P) {
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int64_t s = 0; s < nb; s++)
+        for (int64_t o = 0; o < O; o++)
+            memcpy(y + ((n0 + s) * O + o) * P, tmp + o * nb * P + s * P, (size_t)P * sizeof(T));
+}
+static void F(gather)(const T *y, T *tmp, int64_t n0, int64_t nb, int64_t O, int64_t P) {
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int64_t s = 0; s < nb; s++)
+        for (int64_t o = 0; o < O; o++)
+            memcpy(tmp + o * nb * P + s * P, y + ((n0 + s) * O + o) * P, (size_t)P * sizeof(T));
+}
+
+#define OOM_RET FL_FAIL(FL_ERR_OOM, "convolution: cannot allocate scratch")
+
+/* y (N, O, OH, OW) = conv(x (N, C, H, W), w (O, C/G, KH, KW)) */
+static int F(conv_fwd)(const geom_t *g, const T *x, const T *w, T *y) {
+    const int64_t P = g->OH * g->OW, HW = g->H * g->W, Og = g->O / g->G, Cg = g->C / g->G;
+    const int64_t K = Cg * g->KH * g->KW;
+    if (g->N == 0 || P == 0 || g->O == 0) return FL_OK;
+    const int triv = trivial_1x1(g);
+    const int64_t nb_max = chunk_of(g, sizeof(T));
+    T *col = NULL, *tmp = NULL;
+    if (!(triv && nb_max == 1)) {
+        col = malloc((size_t)(g->C * g->KH * g->KW * nb_max * P) * sizeof(T) + sizeof(T));
+        if (!col) OOM_RET;
+    }
+    if (nb_max > 1) {
+        tmp = malloc((size_t)(g->O * nb_max * P) * sizeof(T));
+        if (!tmp) { free(col); OOM_RET; }
+    }
+    for (int64_t n0 = 0; n0 < g->N; n0 += nb_max) {
+        int64_t nb = g->N - n0 < nb_max ? g->N - n0 : nb_max, ld = nb * P;
+        const T *cp;
+        if (triv && nb == 1) cp = x + n0 * g->C * HW;
+        else { F(im2col)(g, x, n0, nb, col); cp = col; }
+        T *dst = nb == 1 ? y + n0 * g->O * P : tmp;
+        for (int64_t gr = 0; gr < g->G; gr++)
+            fl_lin_gemm(LIN_DT, 0, 0, Og, ld, K, 1.0, w + gr * Og * K, K, cp + gr * K * ld, ld, 0.0,
+                        dst + gr * Og * ld, ld);
+        if (nb > 1) F(scatter)(tmp, y, n0, nb, g->O, P);
+    }
+    free(col); free(tmp);
+    return FL_OK;
+}
+
+/* dx (N, C, H, W) = conv^T(dy (N, O, OH, OW), w) */
+static int F(conv_bwd_data)(const geom_t *g, const T *dy, const T *w, T *dx) {
+    const int64_t P = g->OH * g->OW, HW = g->H * g->W, Og = g->O / g->G, Cg = g->C / g->G;
+    const int64_t K = Cg * g->KH * g->KW;
+    if (g->N == 0 || HW == 0 || g->C == 0) return FL_OK;
+    if (P == 0 || g->O == 0) { memset(dx, 0, (size_t)(g->N * g->C * HW) * sizeof(T)); return FL_OK; }
+    const int triv = trivial_1x1(g);
+    const int64_t nb_max = chunk_of(g, sizeof(T));
+    T *col = NULL, *tmp = NULL;
+    if (!(triv && nb_max == 1)) {
+        col = malloc((size_t)(g->C * g->KH * g->KW * nb_max * P) * sizeof(T) + sizeof(T));
+        if (!col) OOM_RET;
+    }
+    if (nb_max > 1) {
+        tmp = malloc((size_t)(g->O * nb_max * P) * sizeof(T));
+        if (!tmp) { free(col); OOM_RET; }
+    }
+    for (int64_t n0 = 0; n0 < g->N; n0 += nb_max) {
+        int64_t nb = g->N - n0 < nb_max ? g->N - n0 : nb_max, ld = nb * P;
+        const T *dyp;
+        if (nb == 1) dyp = dy + n0 * g->O * P;
+        else { F(gather)(dy, tmp, n0, nb, g->O, P); dyp = tmp; }
+        T *cdst = (triv && nb == 1) ? dx + n0 * g->C * HW : col;
+        for (int64_t gr = 0; gr < g->G; gr++)
+            fl_lin_gemm(LIN_DT, 1, 0, K, ld, Og, 1.0, w + gr * Og * K, K, dyp + gr * Og * ld, ld, 0.0,
+                        cdst + gr * K * ld, ld);
+        if (!(triv && nb == 1)) F(col2im)(g, col, n0, nb, dx);
+    }
+    free(col); free(tmp);
+    return FL_OK;
+}
+
+/* dw (O, C/G, KH, KW) = sum_n dy[n] im2col(x[n])^T */
+static int F(conv_bwd_weight)(const geom_t *g, const T *x, const T *dy, T *dw) {
+    const int64_t P = g->OH * g->OW, HW = g->H * g->W, Og = g->O / g->G, Cg = g->C / g->G;
+    const int64_t K = Cg * g->KH * g->KW;
+    memset(dw, 0, (size_t)(g->O * K) * sizeof(T));
+    if (g->N == 0 || P == 0 || g->O == 0 || K == 0) return FL_OK;
+    const int triv = trivial_1x1(g);
+    const int64_t nb_max = chunk_of(g, sizeof(T));
+    T *col = NULL, *tmp = NULL;
+    if (!(triv && nb_max == 1)) {
+        col = malloc((size_t)(g->C * g->KH * g->KW * nb_max * P) * sizeof(T) + sizeof(T));
+        if (!col) OOM_RET;
+    }
+    if (nb_max > 1) {
+        tmp = malloc((size_t)(g->O * nb_max * P) * sizeof(T));
+        if (!tmp) { free(col); OOM_RET; }
+    }
+    for (int64_t n0 = 0; n0 < g->N; n0 += nb_max) {
+        int64_t nb = g->N - n0 < nb_max ? g->N - n0 : nb_max, ld = nb * P;
+        const T *dyp, *cp;
+        if (nb == 1) dyp = dy + n0 * g->O * P;
+        else { F(gather)(dy, tmp, n0, nb, g->O, P); dyp = tmp; }
+        if (triv && nb == 1) cp = x + n0 * g->C * HW;
+        else { F(im2col)(g, x, n0, nb, col); cp = col; }
+        for (int64_t gr = 0; gr < g->G; gr++)
+            fl_lin_gemm(LIN_DT, 0, 1, Og, K, ld, 1.0, dyp + gr * Og * ld, ld, cp + gr * K * ld, ld, 1.0,
+                        dw + gr * Og * K, K);
+    }
+    free(col); free(tmp);
+    return FL_OK;
+}
+
+#undef OOM_RET
+#undef T
+#undef F
+#endif

@@ -1,0 +1,254 @@
+"""Registers the `fl` device with PyTorch and provides `torch.fl`.
+
+Uses PyTorch's Python backend route (torch >= 2.9):
+`_setup_privateuseone_for_python_backend` renames PrivateUse1 to `fl` and
+installs hooks and a device guard; factories reach torch_fl through
+`torch.library` impls of `aten::empty.memory_format` / `aten::empty_strided`,
+and any other op dispatched to the device with no fl tensor argument (iota,
+scalar_tensor, ...) is computed on the host and moved."""
+
+from __future__ import annotations
+
+import torch
+
+from ._registry import REGISTRY
+from .errors import PrivateUse1TakenError
+
+_registered = False
+_lib: torch.library.Library | None = None
+
+
+class FlDeviceModule:
+    """`torch.fl`: what torch.cuda offers, for fl devices."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return bool(REGISTRY.available())
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return REGISTRY.current is not None
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def _lazy_init() -> None:
+        REGISTRY.ensure()
+
+    @staticmethod
+    def device_count() -> int:
+        REGISTRY.discover()
+        return len(REGISTRY.devices)
+
+    @staticmethod
+    def current_device() -> int:
+        return REGISTRY.device(None).index
+
+    @staticmethod
+    def set_device(device) -> None:
+        index = _index(device)
+        dev = REGISTRY.device(index)
+        REGISTRY.current = dev.backend
+        REGISTRY.current_device = dev
+
+    @staticmethod
+    def synchronize(device=None) -> None:
+        dev = REGISTRY.device(_index(device))
+        dev.plugin.synchronize(dev.local)
+
+    @staticmethod
+    def get_device_name(device=None) -> str:
+        dev = REGISTRY.device(_index(device))
+        return f"{dev.backend.name}: {dev.props.name}"
+
+    @staticmethod
+    def get_device_properties(device=None):
+        return REGISTRY.device(_index(device)).props
+
+    # memory
+    @staticmethod
+    def memory_allocated(device=None) -> int:
+        return REGISTRY.device(_index(device)).allocated
+
+    @staticmethod
+    def max_memory_allocated(device=None) -> int:
+        return REGISTRY.device(_index(device)).peak
+
+    @staticmethod
+    def memory_reserved(device=None) -> int:
+        dev = REGISTRY.device(_index(device))
+        used = dev.plugin.memory_used(dev.local)
+        return dev.allocated if used is None else used
+
+    @staticmethod
+    def reset_peak_memory_stats(device=None) -> None:
+        dev = REGISTRY.device(_index(device))
+        dev.peak = dev.allocated
+
+    @staticmethod
+    def empty_cache() -> None:
+        return None
+
+    # random numbers
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        dev = REGISTRY.device(None)
+        dev.plugin.rng_set_state(dev.local, int(seed), 0)
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        REGISTRY.discover()
+        for dev in REGISTRY.devices:
+            dev.plugin.rng_set_state(dev.local, int(seed), 0)
+
+    @staticmethod
+    def seed() -> None:
+        import random
+
+        FlDeviceModule.manual_seed(random.getrandbits(63))
+
+    @staticmethod
+    def seed_all() -> None:
+        import random
+
+        FlDeviceModule.manual_seed_all(random.getrandbits(63))
+
+    @staticmethod
+    def initial_seed() -> int:
+        dev = REGISTRY.device(None)
+        return dev.plugin.rng_get_state(dev.local)[0]
+
+    @staticmethod
+    def get_rng_state(device="fl") -> torch.Tensor:
+        dev = REGISTRY.device(_index(device))
+        seed, offset = dev.plugin.rng_get_state(dev.local)
+        return torch.tensor([seed & 0x7FFFFFFFFFFFFFFF, seed >> 63, offset], dtype=torch.int64).view(torch.uint8)
+
+    @staticmethod
+    def set_rng_state(new_state: torch.Tensor, device="fl") -> None:
+        dev = REGISTRY.device(_index(device))
+        if new_state.dtype != torch.uint8 or new_state.numel() != 24:
+            raise ValueError("fl RNG state must be the 24-byte uint8 tensor get_rng_state() returns")
+        lo, hi, offset = new_state.view(torch.int64).tolist()
+        dev.plugin.rng_set_state(dev.local, lo | (hi << 63), offset)
+
+    @staticmethod
+    def get_rng_state_all() -> list[torch.Tensor]:
+        return [FlDeviceModule.get_rng_state(i) for i in range(FlDeviceModule.device_count())]
+
+    @staticmethod
+    def set_rng_state_all(states) -> None:
+        for i, s in enumerate(states):
+            FlDeviceModule.set_rng_state(s, i)
+
+    # autocast
+    @staticmethod
+    def get_amp_supported_dtype() -> list[torch.dtype]:
+        from ._capability import amp_dtypes
+
+        return amp_dtypes(REGISTRY.device(None).backend)
+
+
+def _index(device) -> int | None:
+    if device is None:
+        return None
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "fl":
+        raise ValueError(f"expected an fl device, got {device}")
+    return device.index
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _target(device) -> object:
+    index = None
+    if device is not None:
+        index = torch.device(device).index
+    return REGISTRY.device(index)
+
+
+def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    from ._dispatch import new_tensor
+
+    dev = _target(device)
+    dtype = dtype or torch.get_default_dtype()
+    out = new_tensor(dev, size, dtype)
+    if memory_format is not None and memory_format not in (torch.contiguous_format, torch.preserve_format):
+        meta = torch.empty(size, dtype=dtype, device="meta", memory_format=memory_format)
+        out = new_tensor(dev, size, dtype, list(meta.stride()))
+    return out
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    from ._dispatch import new_tensor
+
+    return new_tensor(_target(device), size, dtype or torch.get_default_dtype(), list(stride))
+
+
+def _factory_fallback(op, keys, *args, **kwargs):
+    """An op dispatched to the fl device without an fl tensor argument, such as
+    a factory a decomposition calls: compute on the host, move to the device."""
+    from . import _record
+    from ._dispatch import cpu_to_new_fl, facts
+
+    device = kwargs.get("device")
+    dev = _target(device if device is not None and torch.device(device).type == "fl" else None)
+    if "device" in kwargs:
+        kwargs = dict(kwargs, device="cpu")
+    out = op(*args, **kwargs)
+    from ._dispatch import _count
+
+    _count(dev.backend, facts(op).name, _record.FALLBACK)
+    if isinstance(out, torch.Tensor) and out.device.type == "cpu":
+        return cpu_to_new_fl(dev, out)
+    return out
+
+
+def register() -> None:
+    global _registered, _lib
+    if _registered:
+        return
+    name = torch._C._get_privateuse1_backend_name()
+    if name not in ("privateuseone", "fl"):
+        raise PrivateUse1TakenError(
+            f"PyTorch's PrivateUse1 device slot is already owned by '{name}' (another package such as "
+            f"torch_npu or torch_mlu registered it in this process). torch_fl needs that slot for the 'fl' "
+            f"device: import torch_fl in a process that does not import the '{name}' package."
+        )
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    if name == "privateuseone":
+        _setup_privateuseone_for_python_backend("fl", backend_module=FlDeviceModule(), hook=_Hooks(),
+                                                device_guard=_Guard())
+    _lib = torch.library.Library("aten", "IMPL")
+    _lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
+    _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    _fallback_lib = torch.library.Library("_", "IMPL")
+    _fallback_lib.fallback(_factory_fallback, dispatch_key="PrivateUse1", with_keyset=True)
+    globals()["_fallback_lib"] = _fallback_lib
+    torch.serialization.add_safe_globals([_rebuild()])
+    _registered = True
+
+
+def _rebuild():
+    from ._tensor import _rebuild_fl_tensor
+
+    return _rebuild_fl_tensor

@@ -1,0 +1,808 @@
+"""The dispatcher: every aten op on an fl tensor arrives here.
+
+For each op the path is resolved once per (op, dtypes, backend) and cached:
+native plugin kernel -> decomposition (torch._decomp plus ours) -> JIT ->
+CPU fallback. Metadata-only ops (views) never touch the plugin; copies
+between devices are explicit and counted."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch._decomp import decomposition_table
+
+from . import _abi, _record
+from ._abi import ffi
+from ._dtypes import TO_CODE, dtype_name
+from ._record import COPY, DECOMPOSITION, FALLBACK, JIT, NATIVE, VIEW
+from ._registry import REGISTRY
+from ._tensor import Buffer, FlTensor, set_dispatch
+
+aten = torch.ops.aten
+
+# -- settings -------------------------------------------------------------------
+
+
+class _Settings:
+    def __init__(self) -> None:
+        self._cpu_fallback: bool | None = None
+
+    @property
+    def cpu_fallback(self) -> bool:
+        if self._cpu_fallback is None:
+            from . import _config
+
+            env = os.environ.get("FL_CPU_FALLBACK")
+            if env is not None and env != "":
+                self._cpu_fallback = _config.parse_bool(env, "FL_CPU_FALLBACK")
+            else:
+                self._cpu_fallback = _config.parse_bool(_config.load_config().get("cpu_fallback", True),
+                                                        "cpu_fallback")
+        return self._cpu_fallback
+
+    @cpu_fallback.setter
+    def cpu_fallback(self, value: bool) -> None:
+        self._cpu_fallback = bool(value)
+        for backend in REGISTRY.backends.values():
+            backend.plans.clear()
+
+
+SETTINGS = _Settings()
+
+# Strings the ABI passes as FL_ARG_OTHER with a known code in `i`.
+STRING_CODES = {"none": 0, "tanh": 1, "trunc": 2, "floor": 3, "mean": 4, "sum": 5}
+
+# -- per-op static facts ---------------------------------------------------------
+
+
+class OpFacts:
+    """What the schema says about an op, computed once per OpOverload."""
+
+    __slots__ = ("func", "name", "arg_names", "kwarg_only", "defaults", "has_default", "mutable", "is_out",
+                 "is_view", "pointwise", "ret_alias", "n_returns", "handler")
+
+    def __init__(self, func):
+        schema = func._schema
+        self.func = func
+        self.name = schema.name + ("" if func._overloadname == "default" else "." + func._overloadname)
+        args = schema.arguments
+        self.arg_names = [a.name for a in args]
+        self.kwarg_only = [a.kwarg_only for a in args]
+        self.has_default = [a.has_default_value() for a in args]
+        self.defaults = [a.default_value if a.has_default_value() else None for a in args]
+        self.mutable = [i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write]
+        self.is_out = any(args[i].kwarg_only for i in self.mutable)
+        # which argument (if any) each return aliases
+        sets = {}
+        for i, a in enumerate(args):
+            if a.alias_info is not None:
+                for s in a.alias_info.before_set:
+                    sets[s] = i
+        self.ret_alias = []
+        view = False
+        for r in schema.returns:
+            idx = None
+            if r.alias_info is not None:
+                for s in r.alias_info.before_set:
+                    idx = sets.get(s, idx)
+                if not r.alias_info.is_write:
+                    view = True
+            self.ret_alias.append(idx)
+        self.n_returns = len(schema.returns)
+        self.is_view = view and not self.mutable
+        self.pointwise = torch.Tag.pointwise in func.tags
+        self.handler = None
+
+    def normalize(self, args, kwargs) -> list:
+        n = len(args)
+        total = len(self.arg_names)
+        if n == total and not kwargs:
+            return list(args)
+        vals = list(args) + [None] * (total - n)
+        for i in range(n, total):
+            name = self.arg_names[i]
+            if name in kwargs:
+                vals[i] = kwargs[name]
+            elif self.has_default[i]:
+                vals[i] = self.defaults[i]
+        return vals
+
+    def call(self, vals):
+        """Call the op with normalized values (keyword-only ones by name)."""
+        pos, kw = [], {}
+        for i, v in enumerate(vals):
+            if self.kwarg_only[i]:
+                kw[self.arg_names[i]] = v
+            else:
+                pos.append(v)
+        return self.func(*pos, **kw)
+
+
+_FACTS: dict = {}
+
+
+def facts(func) -> OpFacts:
+    f = _FACTS.get(func)
+    if f is None:
+        f = _FACTS[func] = OpFacts(func)
+        f.handler = _SPECIAL.get(func) or (_view_op if f.is_view else _compute)
+    return f
+
+
+def op_name(func) -> str:
+    return facts(func).name
+
+
+# -- helpers -----------------------------------------------------------------
+
+
+def _iter_tensors(vals):
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                if isinstance(x, torch.Tensor):
+                    yield x
+
+
+def _device_of(name: str, vals):
+    """The single fl device of an op's tensors; PyTorch's own error otherwise."""
+    dev = None
+    for t in _iter_tensors(vals):
+        if type(t) is FlTensor or isinstance(t, FlTensor):
+            d = t._buf.device
+            if dev is None:
+                dev = d
+            elif d is not dev:
+                raise RuntimeError(
+                    f"Expected all tensors to be on the same device, but found at least two devices, "
+                    f"{dev.torch_device} ({dev.backend.name}) and {d.torch_device} ({d.backend.name})! "
+                    f"(when checking arguments for {name}). Move one with .to() first."
+                )
+        elif t.dim() != 0 and t.device.type != "meta":
+            other = t
+            first = next((x for x in _iter_tensors(vals) if isinstance(x, FlTensor)), None)
+            where = first.device if first is not None else "fl"
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, "
+                f"{where} and {other.device}! (when checking arguments for {name}). Move the {other.device} "
+                f"tensor with .to('{where}') first."
+            )
+    return dev
+
+
+def storage_elems(t: FlTensor) -> int:
+    return t._buf.nbytes // t.element_size() if t.element_size() else 0
+
+
+def to_meta(t: torch.Tensor) -> torch.Tensor:
+    if isinstance(t, FlTensor):
+        base = torch.empty((storage_elems(t),), dtype=t.dtype, device="meta")
+        return base.as_strided(t.shape, t.stride(), t.storage_offset())
+    return t
+
+
+def _map(fn, vals):
+    out = []
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            out.append(fn(v))
+        elif isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
+            out.append(type(v)(fn(x) if isinstance(x, torch.Tensor) else x for x in v))
+        else:
+            out.append(v)
+    return out
+
+
+def span(t: torch.Tensor) -> tuple[int, int]:
+    """[lo, hi) in elements of the storage a strided tensor touches."""
+    if t.numel() == 0:
+        return t.storage_offset(), t.storage_offset()
+    hi = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride(), strict=True))
+    return t.storage_offset(), hi + 1
+
+
+def new_tensor(dev, size, dtype, stride=None) -> FlTensor:
+    size = list(size)
+    if stride is None:
+        stride, acc = [0] * len(size), 1
+        for i in range(len(size) - 1, -1, -1):
+            stride[i] = acc
+            acc *= max(size[i], 1)
+    numel = 1
+    for s in size:
+        numel *= s
+    item = torch.empty((), dtype=dtype).element_size() if dtype not in _ITEMSIZE else _ITEMSIZE[dtype]
+    nbytes = 0 if numel == 0 else (1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))) * item
+    return FlTensor(Buffer(dev, nbytes), size, stride, 0, dtype)
+
+
+_ITEMSIZE = {dt: torch.empty((), dtype=dt).element_size() for dt in TO_CODE}
+
+
+def like_layout(dev, t: torch.Tensor, dtype=None) -> FlTensor:
+    """A new fl tensor shaped like t, keeping t's strides when they are dense."""
+    dtype = dtype or t.dtype
+    if _dense(t):
+        return new_tensor(dev, t.shape, dtype, list(t.stride()))
+    return new_tensor(dev, t.shape, dtype)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: the strides are a permutation of a contiguous layout."""
+    if t.numel() <= 1:
+        return True
+    dims = sorted((st, s) for s, st in zip(t.shape, t.stride(), strict=True) if s != 1)
+    expected = 1
+    for st, s in dims:
+        if st != expected:
+            return False
+        expected *= s
+    return True
+
+
+# -- host <-> device transfers -------------------------------------------------
+
+
+def fl_to_cpu(t: FlTensor, *, writable_view: bool = False) -> torch.Tensor:
+    """The values of t on the host, with t's exact strides. For host-accessible
+    devices this is a zero-copy view of device memory (clone before handing it
+    to a user); otherwise the storage span is copied."""
+    dev = t._buf.device
+    if dev.host_accessible:
+        return t._host_view()
+    lo, hi = span(t)
+    item = t.element_size()
+    host = torch.empty(max(hi - lo, 0) * item, dtype=torch.uint8)
+    if hi > lo:
+        dev.plugin.copy_d2h(dev.local, host.data_ptr(), t._buf.ptr + lo * item, (hi - lo) * item)
+        _record.BYTES[0] += (hi - lo) * item
+    return host.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset() - lo)
+
+
+def cpu_into_fl(dst: FlTensor, src: torch.Tensor) -> None:
+    """Write CPU values into an fl tensor, any strides, any dtype, broadcast."""
+    dev = dst._buf.device
+    if dst.numel() == 0:
+        return
+    if dev.host_accessible:
+        dst._host_view().copy_(src)
+        return
+    lo, hi = span(dst)
+    item = dst.element_size()
+    if dst.is_contiguous():
+        data = src.to(dst.dtype).expand(dst.shape).contiguous()
+        dev.plugin.copy_h2d(dev.local, dst._buf.ptr + lo * item, data.data_ptr(), (hi - lo) * item)
+    else:
+        mirror = fl_to_cpu(dst)  # read-modify-write keeps bytes between strided elements
+        mirror.copy_(src)
+        base = mirror.as_strided((hi - lo,), (1,), 0)
+        dev.plugin.copy_h2d(dev.local, dst._buf.ptr + lo * item, base.data_ptr(), (hi - lo) * item)
+    _record.BYTES[0] += (hi - lo) * item
+
+
+def cpu_to_new_fl(dev, src: torch.Tensor) -> FlTensor:
+    out = like_layout(dev, src)
+    cpu_into_fl(out, src)
+    return out
+
+
+# -- plans ---------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """The ordered paths to try for one (op, dtypes) on one backend, and why."""
+
+    op: str
+    backend: str
+    dtypes: tuple
+    paths: list = field(default_factory=list)
+    kernel: object = None
+    decomposition: object = None
+    jit: object = None
+    reasons: list = field(default_factory=list)
+
+    @property
+    def first(self) -> str | None:
+        return self.paths[0] if self.paths else None
+
+
+DECOMPOSITIONS: dict = dict(decomposition_table)
+_tls = threading.local()
+
+
+def _decomposing() -> set:
+    s = getattr(_tls, "active", None)
+    if s is None:
+        s = _tls.active = set()
+    return s
+
+
+def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
+    plan = Plan(f.name, backend.name, tuple(dtype_name(d) for d in dtypes))
+    dev_mask = backend.devices[0].props.dtypes if backend.devices else 0
+    entry = backend.plugin.kernels.get(f.name)
+    lookup = dtypes[0] if dtypes else None
+    code = TO_CODE.get(lookup, -1) if lookup is not None else -1
+    if f.is_out:
+        plan.reasons.append("out= overloads are not sent to plugin kernels")
+    elif entry is None:
+        plan.reasons.append(f"no native kernel for {f.name} in plugin '{backend.name}'")
+    elif code < 0 or not (entry.dtypes >> code) & 1:
+        from ._dtypes import mask_to_names
+
+        plan.reasons.append(f"native kernel {f.name} does not serve {dtype_name(lookup) if lookup else '?'} "
+                            f"(serves {', '.join(mask_to_names(entry.dtypes))})")
+    elif not (dev_mask >> code) & 1:
+        plan.reasons.append(f"device does not compute in {dtype_name(lookup)}")
+    else:
+        plan.paths.append(NATIVE)
+        plan.kernel = entry
+        plan.reasons.append(f"native kernel {f.name} [{dtype_name(lookup)}] in plugin '{backend.name}'")
+    decomp = DECOMPOSITIONS.get(f.func)
+    if decomp is not None:
+        plan.paths.append(DECOMPOSITION)
+        plan.decomposition = decomp
+        plan.reasons.append(f"decomposition of {f.name} into other aten ops")
+    else:
+        plan.reasons.append(f"no decomposition for {f.name}")
+    from . import _jit
+
+    jit = _jit.lookup(backend, f, dtypes)
+    if jit is not None:
+        plan.paths.append(JIT)
+        plan.jit = jit
+        plan.reasons.append(f"JIT-compiled kernel for {f.name}")
+    else:
+        plan.reasons.append("no JIT kernel")
+    if SETTINGS.cpu_fallback:
+        plan.paths.append(FALLBACK)
+        plan.reasons.append("CPU fallback (copy to host, run PyTorch's CPU kernel, copy back)")
+    else:
+        plan.reasons.append("CPU fallback is switched off (FL_CPU_FALLBACK=0)")
+    return plan
+
+
+_NOT_HANDLED = object()
+
+
+def _compute(f: OpFacts, args, kwargs):
+    vals = f.normalize(args, kwargs)
+    dev = _device_of(f.name, vals)
+    if dev is None:  # no fl tensor among the arguments: nothing of ours to do
+        return f.call(vals)
+    backend = dev.backend
+    dtypes = tuple(t.dtype for t in _iter_tensors(vals) if isinstance(t, FlTensor))
+    key = (f.func, dtypes)
+    plan = backend.plans.get(key)
+    if plan is None:
+        plan = backend.plans[key] = resolve(f, backend, dtypes)
+    listening = bool(_record.LISTENERS)
+    if listening:
+        t0 = time.perf_counter()
+        k0, b0 = _record.KERNELS[0], _record.BYTES[0]
+        _record.DEPTH[0] += 1
+    try:
+        for path in plan.paths:
+            if path == NATIVE:
+                result = _run_native(f, plan.kernel, dev, vals)
+            elif path == DECOMPOSITION:
+                active = _decomposing()
+                if f.func in active:
+                    continue
+                active.add(f.func)
+                try:
+                    result = plan.decomposition(*args, **kwargs)
+                finally:
+                    active.discard(f.func)
+            elif path == JIT:
+                result = plan.jit(f, dev, vals)
+            else:
+                result = _run_fallback(f, dev, vals)
+            if result is _NOT_HANDLED:
+                continue
+            _count(backend, f.name, path)
+            if listening:
+                _emit(f.name, backend.name, path, t0, k0, b0)
+            return result
+    finally:
+        if listening:
+            _record.DEPTH[0] -= 1
+    raise NotImplementedError(_no_path_message(f, backend, plan))
+
+
+def _no_path_message(f: OpFacts, backend, plan: Plan) -> str:
+    tried = "; ".join(plan.reasons)
+    return (f"{f.name} ({', '.join(plan.dtypes) or 'no tensors'}) cannot run on fl backend '{backend.name}': "
+            f"{tried}. Enable the CPU fallback (FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)) "
+            f"or use a backend that implements it.")
+
+
+def _count(backend, name: str, path: str) -> None:
+    key = (name, path)
+    counts = backend.counts
+    counts[key] = counts.get(key, 0) + 1
+
+
+def _emit(name, backend, path, t0, k0, b0) -> None:
+    _record.emit(_record.OpEvent(name, backend, path, time.perf_counter() - t0, _record.KERNELS[0] - k0,
+                                 _record.BYTES[0] - b0, _record.DEPTH[0] - 1))
+
+
+# -- native path ---------------------------------------------------------------
+
+
+def _desc_for(t: FlTensor, shape=None) -> dict:
+    """Descriptor of t, broadcast to `shape` when given (pointwise ops)."""
+    d = t._desc()
+    if shape is None or d["sizes"] == shape:
+        return d
+    nd, td = len(shape), t.dim()
+    sizes, strides = list(shape), [0] * nd
+    for i in range(td):
+        j = nd - td + i
+        strides[j] = d["strides"][i] if d["sizes"][i] == shape[j] else 0
+    return {"data": d["data"], "offset": d["offset"], "dtype": d["dtype"], "ndim": nd, "sizes": sizes,
+            "strides": strides}
+
+
+_UNDEFINED = {"data": ffi.NULL, "offset": 0, "dtype": 0, "ndim": -1}
+
+
+def _run_native(f: OpFacts, kernel, dev, vals):
+    # outputs: aliases of mutated arguments, or fresh tensors shaped by PyTorch's meta functions
+    fresh = [i for i, a in enumerate(f.ret_alias) if a is None]
+    meta_out = None
+    if fresh:
+        try:
+            meta_out = f.call(_map(to_meta, vals))
+        except Exception:  # no meta function or data-dependent shape: not for this tier
+            return _NOT_HANDLED
+        if f.n_returns == 1:
+            meta_out = (meta_out,)
+    outs: list = []
+    for r, a in enumerate(f.ret_alias):
+        if a is not None:
+            outs.append(vals[a])
+        else:
+            m = meta_out[r]
+            if m is None:
+                outs.append(None)
+            elif isinstance(m, torch.Tensor):
+                outs.append(new_tensor(dev, m.shape, m.dtype, list(m.stride())))
+            else:
+                return _NOT_HANDLED  # scalar / list returns are not a kernel's business
+    for t in _iter_tensors(outs):
+        if t.dim() > _abi.MAX_DIMS:
+            return _NOT_HANDLED
+    shape = list(outs[0].shape) if f.pointwise and outs and isinstance(outs[0], torch.Tensor) else None
+    inputs: list = []
+    cargs: list = []
+    for v in vals:
+        if isinstance(v, FlTensor):
+            if v.dim() > _abi.MAX_DIMS:
+                return _NOT_HANDLED
+            cargs.append((_abi.ARG_TENSOR, 0, len(inputs)))
+            inputs.append(_desc_for(v, shape))
+        elif v is None:
+            cargs.append((_abi.ARG_NONE,))
+        elif isinstance(v, bool):
+            cargs.append((_abi.ARG_BOOL, 0, int(v)))
+        elif isinstance(v, int):
+            cargs.append((_abi.ARG_INT, 0, v))
+        elif isinstance(v, float):
+            cargs.append((_abi.ARG_FLOAT, 0, 0, v))
+        elif isinstance(v, torch.Tensor):  # a 0-dim CPU tensor: a wrapped number
+            x = v.item()
+            if isinstance(x, bool):
+                cargs.append((_abi.ARG_BOOL, 0, int(x)))
+            elif isinstance(x, int):
+                cargs.append((_abi.ARG_INT, 0, x))
+            elif isinstance(x, float):
+                cargs.append((_abi.ARG_FLOAT, 0, 0, x))
+            else:
+                return _NOT_HANDLED
+        elif isinstance(v, (list, tuple)):
+            if v and all(isinstance(x, FlTensor) for x in v):
+                cargs.append((_abi.ARG_TENSOR_LIST, len(v), len(inputs)))
+                for x in v:
+                    if x.dim() > _abi.MAX_DIMS:
+                        return _NOT_HANDLED
+                    inputs.append(x._desc())
+            elif len(v) <= _abi.MAX_DIMS and all(isinstance(x, (int, bool)) for x in v):
+                cargs.append({"kind": _abi.ARG_INT_LIST, "len": len(v), "list": [int(x) for x in v]})
+            elif not v:
+                cargs.append({"kind": _abi.ARG_INT_LIST, "len": 0})
+            else:
+                cargs.append((_abi.ARG_OTHER, 0, -1))
+        elif isinstance(v, torch.dtype):
+            cargs.append((_abi.ARG_DTYPE, 0, TO_CODE.get(v, -1)))
+        elif isinstance(v, str):
+            cargs.append((_abi.ARG_OTHER, 0, STRING_CODES.get(v, -1)))
+        else:
+            cargs.append((_abi.ARG_OTHER, 0, -1))
+    out_descs = [(_UNDEFINED if t is None else t._desc()) for t in outs]
+    n_in, n_out, n_args = len(inputs), len(out_descs), len(cargs)
+    c_in = ffi.new("fl_tensor_t[]", inputs or 1)
+    c_out = ffi.new("fl_tensor_t[]", out_descs or 1)
+    c_args = ffi.new("fl_arg_t[]", cargs or 1)
+    status = kernel.fn(ffi.NULL, dev.local, c_in, n_in, c_out, n_out, c_args, n_args)
+    if status == _abi.FL_ERR_UNSUPPORTED:
+        return _NOT_HANDLED
+    _record.KERNELS[0] += 1
+    dev.plugin.check(status, f"kernel {f.name}")
+    if f.n_returns == 0:
+        return None
+    if f.n_returns == 1:
+        return outs[0]
+    return tuple(outs)
+
+
+# -- CPU fallback --------------------------------------------------------------
+
+
+def _run_fallback(f: OpFacts, dev, vals):
+    mirrors: dict[int, torch.Tensor] = {}
+
+    def host(t):
+        if isinstance(t, FlTensor):
+            if t._buf.device is not dev:
+                raise RuntimeError(f"{f.name}: tensor on {t.device} mixed with {dev.torch_device}")
+            c = fl_to_cpu(t)
+            mirrors[id(t)] = c
+            return c
+        return t
+
+    cpu_vals = _map(host, vals)
+    out = f.call(cpu_vals)
+    # write back what the op mutated (zero-copy views on host-accessible devices need nothing)
+    for i in f.mutable:
+        fl_t, cpu_t = vals[i], cpu_vals[i]
+        if not isinstance(fl_t, FlTensor):
+            continue
+        if tuple(cpu_t.shape) != tuple(fl_t.shape) or cpu_t.stride() != fl_t.stride():
+            _replace_impl(fl_t, cpu_to_new_fl(dev, cpu_t))  # an out= tensor the op resized
+        elif not dev.host_accessible:
+            cpu_into_fl(fl_t, cpu_t)
+    if f.n_returns == 0:
+        return None
+    outs = (out,) if f.n_returns == 1 else tuple(out)
+    results = []
+    for r, o in enumerate(outs):
+        a = f.ret_alias[r]
+        if a is not None and isinstance(vals[a], FlTensor):
+            results.append(vals[a])
+        elif isinstance(o, torch.Tensor):
+            results.append(cpu_to_new_fl(dev, o))
+        elif isinstance(o, (list, tuple)):
+            results.append(type(o)(cpu_to_new_fl(dev, x) if isinstance(x, torch.Tensor) else x for x in o))
+        else:
+            results.append(o)
+    return results[0] if f.n_returns == 1 else tuple(results)
+
+
+def _replace_impl(t: FlTensor, new: FlTensor) -> None:
+    """Give t new storage and metadata in place (resize_, set_, out= resizes)."""
+    torch.Tensor.data.__set__(t, new)
+    t._buf = new._buf
+    t._d = None
+
+
+# -- metadata ops -------------------------------------------------------------
+
+
+def _wrap_view(base: FlTensor, m):
+    if isinstance(m, torch.Tensor):
+        return FlTensor(base._buf, m.shape, m.stride(), m.storage_offset(), m.dtype)
+    if isinstance(m, (list, tuple)):
+        return type(m)(_wrap_view(base, x) for x in m)
+    return m
+
+
+def _view_op(f: OpFacts, args, kwargs):
+    base = args[0]
+    if not isinstance(base, FlTensor):
+        return _compute(f, args, kwargs)
+    m = f.func(*_map(to_meta, args), **kwargs)
+    _count(base._buf.device.backend, f.name, VIEW)
+    return _wrap_view(base, m)
+
+
+def _alias(f: OpFacts, args, kwargs):
+    t = args[0]
+    _count(t._buf.device.backend, f.name, VIEW)
+    return FlTensor(t._buf, t.shape, t.stride(), t.storage_offset(), t.dtype)
+
+
+def _inplace_meta(f: OpFacts, args, kwargs):
+    """as_strided_, squeeze_, t_, resize_ ... : new metadata for the same tensor."""
+    t = args[0]
+    m = f.func(*_map(to_meta, args), **kwargs)
+    need = span(m)[1] * m.element_size()
+    if need > t._buf.nbytes:  # resize_ grew the tensor: new buffer, old contents kept
+        new = new_tensor(t._buf.device, m.shape, m.dtype, list(m.stride()))
+        old = t._buf
+        n = old.nbytes
+        if n:
+            dev = old.device
+            dev.plugin.copy_d2d(dev.local, new._buf.ptr, old.ptr, n)
+    else:
+        new = FlTensor(t._buf, m.shape, m.stride(), m.storage_offset(), m.dtype)
+    _replace_impl(t, new)
+    _count(t._buf.device.backend, f.name, VIEW)
+    return t
+
+
+def _set_source(f: OpFacts, args, kwargs):
+    t, src = args[0], args[1]
+    if not isinstance(src, FlTensor):
+        raise RuntimeError(f"{f.name}: can only set an fl tensor from another fl tensor")
+    _replace_impl(t, FlTensor(src._buf, src.shape, src.stride(), src.storage_offset(), src.dtype))
+    return t
+
+
+# -- copies and transfers -------------------------------------------------------
+
+
+def _copy_(f: OpFacts, args, kwargs):
+    vals = f.normalize(args, kwargs)
+    dst, src = vals[0], vals[1]
+    if isinstance(dst, FlTensor) and isinstance(src, FlTensor) and dst._buf.device is src._buf.device:
+        return _compute(f, args, kwargs)
+    listening = bool(_record.LISTENERS)
+    t0, b0 = time.perf_counter(), _record.BYTES[0]
+    if isinstance(dst, FlTensor):
+        host_src = fl_to_cpu(src) if isinstance(src, FlTensor) else src
+        cpu_into_fl(dst, host_src)
+        backend = dst._buf.device.backend.name
+    else:  # fl -> cpu
+        dst.copy_(fl_to_cpu(src))
+        backend = src._buf.device.backend.name
+    for t in (dst, src):
+        if isinstance(t, FlTensor):
+            _count(t._buf.device.backend, f.name, COPY)
+    if listening:
+        _record.emit(_record.OpEvent(f.name, backend, COPY, time.perf_counter() - t0, 0,
+                                     _record.BYTES[0] - b0, _record.DEPTH[0]))
+    return dst
+
+
+def _to_copy(f: OpFacts, args, kwargs):
+    self = args[0]
+    dtype = kwargs.get("dtype") or self.dtype
+    device = kwargs.get("device") or self.device
+    device = torch.device(device)
+    if device.type == "fl":
+        target = REGISTRY.device(device.index if device.index is not None else self._buf.device.index)
+        if target is self._buf.device:
+            out = like_layout(target, self, dtype)
+            return aten.copy_.default(out, self)
+        out = like_layout(target, self, dtype)
+        cpu_into_fl(out, fl_to_cpu(self))
+        _count(target.backend, f.name, COPY)
+        return out
+    if device.type != "cpu":
+        raise RuntimeError(f"cannot copy an fl tensor to {device} directly; go through .cpu() first")
+    host = fl_to_cpu(self)
+    out = torch.empty_strided(self.shape, self.stride(), dtype=dtype) if _dense(self) else \
+        torch.empty(self.shape, dtype=dtype)
+    out.copy_(host)
+    if kwargs.get("pin_memory"):
+        out = out.pin_memory()
+    mf = kwargs.get("memory_format")
+    if mf is not None and mf is not torch.preserve_format:
+        out = out.contiguous(memory_format=mf)
+    _count(self._buf.device.backend, f.name, COPY)
+    return out
+
+
+def _local_scalar_dense(f: OpFacts, args, kwargs):
+    t = args[0]
+    _count(t._buf.device.backend, f.name, COPY)
+    return fl_to_cpu(t).item()
+
+
+def _empty_like_op(f: OpFacts, args, kwargs):
+    self = args[0]
+    m = f.func(*_map(to_meta, args), **{k: v for k, v in kwargs.items() if k != "device"})
+    device = kwargs.get("device")
+    dev = REGISTRY.device(torch.device(device).index) if device is not None and torch.device(device).type == "fl" \
+        else self._buf.device
+    if device is not None and torch.device(device).type == "cpu":
+        return torch.empty_strided(m.shape, m.stride(), dtype=m.dtype)
+    out = new_tensor(dev, m.shape, m.dtype, list(m.stride()))
+    _count(dev.backend, f.name, VIEW)
+    return out
+
+
+def _is_pinned(f: OpFacts, args, kwargs):
+    return False
+
+
+def _sdp_choice(f: OpFacts, args, kwargs):
+    """SDPA on fl runs the math path here; fused attention comes from the fusion pass."""
+    from torch.nn.attention import SDPBackend
+
+    return int(SDPBackend.MATH)
+
+
+def _noop(f: OpFacts, args, kwargs):
+    return None
+
+
+# -- foreach: one call per tensor (optimizers use these on accelerators) ---------
+
+
+def _foreach(f: OpFacts, args, kwargs):
+    base = f.func._schema.name.split("::")[1][len("_foreach_"):]
+    overload = f.func._overloadname
+    packet = getattr(aten, base)
+    lists = [i for i, a in enumerate(args) if isinstance(a, (list, tuple))]
+    n = len(args[lists[0]])
+    results = []
+    for k in range(n):
+        call_args = [a[k] if i in lists else a for i, a in enumerate(args)]
+        op = _pick_overload(packet, overload, call_args)
+        results.append(op(*call_args, **kwargs))
+    inplace = base.endswith("_")
+    return None if inplace else results
+
+
+def _pick_overload(packet, overload: str, call_args):
+    names = packet.overloads()
+    if overload in ("List", "Tensor"):
+        prefs = ["Tensor", "default", "Scalar"]
+    elif overload in ("Scalar", "ScalarList"):
+        prefs = ["Scalar", "default", "Tensor"]
+    else:
+        prefs = [overload, "default", "Tensor", "Scalar"]
+    for p in prefs:
+        if p in names:
+            return getattr(packet, p)
+    return getattr(packet, names[0])
+
+
+_SPECIAL: dict = {
+    aten.copy_.default: _copy_,
+    aten._to_copy.default: _to_copy,
+    aten._local_scalar_dense.default: _local_scalar_dense,
+    aten.detach.default: _alias,
+    aten.alias.default: _alias,
+    aten.lift_fresh.default: _alias,
+    aten._unsafe_view.default: _view_op,
+    aten.empty_like.default: _empty_like_op,
+    aten.new_empty.default: _empty_like_op,
+    aten.new_empty_strided.default: _empty_like_op,
+    aten.is_pinned.default: _is_pinned,
+    aten._fused_sdp_choice.default: _sdp_choice,
+    aten.record_stream.default: _noop,
+    aten.set_.source_Tensor: _set_source,
+}
+for _name in ("as_strided_", "resize_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapdims_", "swapaxes_",
+              "resize_as_"):
+    _packet = getattr(aten, _name, None)
+    if _packet is not None:
+        for _ov in _packet.overloads():
+            _SPECIAL[getattr(_packet, _ov)] = _inplace_meta
+
+
+def _is_foreach(func) -> bool:
+    return func._schema.name.startswith("aten::_foreach_")
+
+
+def dispatch(func, args, kwargs):
+    f = _FACTS.get(func)
+    if f is None:
+        f = facts(func)
+        if _is_foreach(func) and func not in _SPECIAL and DECOMPOSITIONS.get(func) is None:
+            f.handler = _foreach
+    return f.handler(f, args, kwargs)
+
+
+set_dispatch(dispatch)

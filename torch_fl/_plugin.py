@@ -1,0 +1,211 @@
+"""One loaded plugin: the cffi handle, its entry-point table, devices and kernels.
+
+Everything that calls into C goes through `Plugin.check`, which turns a status
+code into a Python exception carrying the plugin's own message, so a plugin
+error never takes the process down."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from . import _abi
+from ._abi import ffi
+from ._dtypes import mask_to_names
+from .errors import KernelError, PluginLoadError
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    op: str
+    dtypes: int
+    flags: int
+    fn: object = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class DeviceProps:
+    index: int
+    name: str
+    total_memory: int
+    dtypes: int
+    features: int
+    compute_units: int
+
+    @property
+    def host_accessible(self) -> bool:
+        return bool(self.features & _abi.FEATURE_HOST_ACCESSIBLE)
+
+    @property
+    def dtype_names(self) -> list[str]:
+        return mask_to_names(self.dtypes)
+
+
+_preloaded_blas = False
+
+
+def _preload_blas() -> None:
+    """Bundled plugins link scipy-openblas32; load it globally first so they
+    resolve it in editable installs too, where their rpath does not reach."""
+    global _preloaded_blas
+    if _preloaded_blas:
+        return
+    _preloaded_blas = True
+    try:
+        import ctypes
+
+        import scipy_openblas32
+
+        path = os.path.join(scipy_openblas32.get_lib_dir(), f"lib{scipy_openblas32.get_library()}.so")
+        if os.path.exists(path):
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except (ImportError, OSError):
+        pass
+
+
+class Plugin:
+    """A plugin library that passed the loader's checks."""
+
+    def __init__(self, path: str, origin: str):
+        self.path = path
+        self.origin = origin
+        _preload_blas()
+        try:
+            self.lib = ffi.dlopen(path)
+        except OSError as e:
+            raise PluginLoadError(f"{path} is not a loadable shared library: {e}") from None
+        missing = []
+        for sym in ("fl_plugin_abi_version", "fl_plugin_init"):
+            try:
+                getattr(self.lib, sym)
+            except AttributeError:
+                missing.append(sym)
+        if missing:
+            raise PluginLoadError(
+                f"{path} is not a torch_fl plugin: missing exported symbol(s) {', '.join(missing)} "
+                f"(a plugin must export fl_plugin_abi_version and fl_plugin_init; see fl_plugin.h)"
+            )
+        version = self.lib.fl_plugin_abi_version()
+        if version != _abi.ABI_VERSION:
+            raise PluginLoadError(
+                f"{path} was built for plugin ABI version {version}, this torch_fl speaks version "
+                f"{_abi.ABI_VERSION}: rebuild the plugin against torch_fl's fl_plugin.h"
+            )
+        self.table = ffi.new("fl_plugin_t*")
+        status = self.lib.fl_plugin_init(self.table)
+        if status != _abi.FL_OK:
+            raise PluginLoadError(f"{path}: fl_plugin_init returned {_abi.STATUS_NAMES.get(status, status)}")
+        t = self.table
+        if t.abi_version != _abi.ABI_VERSION:
+            raise PluginLoadError(
+                f"{path}: fl_plugin_init filled ABI version {t.abi_version}, expected {_abi.ABI_VERSION}"
+            )
+        if t.struct_size != ffi.sizeof("fl_plugin_t"):
+            raise PluginLoadError(
+                f"{path}: fl_plugin_t is {t.struct_size} bytes in the plugin, {ffi.sizeof('fl_plugin_t')} "
+                f"in torch_fl: rebuild the plugin against torch_fl's fl_plugin.h"
+            )
+        missing = [name for name in _abi.REQUIRED_ENTRIES if getattr(t, name) == ffi.NULL]
+        if t.name == ffi.NULL:
+            missing.insert(0, "name")
+        if missing:
+            raise PluginLoadError(f"{path}: required entry point(s) left NULL: {', '.join(missing)}")
+        self.name = ffi.string(t.name).decode()
+        self.vendor = ffi.string(t.vendor).decode() if t.vendor != ffi.NULL else ""
+        self.version = ffi.string(t.version).decode() if t.version != ffi.NULL else ""
+        self.description = ffi.string(t.description).decode() if t.description != ffi.NULL else ""
+        self.emulated = bool(t.emulated)
+        self.optional = {name: getattr(t, name) != ffi.NULL for name in _abi.OPTIONAL_ENTRIES}
+        self.devices = self._probe_devices()
+        self.kernels = self._probe_kernels()
+
+    # -- errors -------------------------------------------------------------
+    def last_error(self) -> str:
+        try:
+            msg = self.table.last_error()
+            return ffi.string(msg).decode(errors="replace") if msg != ffi.NULL else ""
+        except Exception:  # a broken last_error must not hide the original failure
+            return ""
+
+    def check(self, status: int, what: str) -> None:
+        if status == _abi.FL_OK:
+            return
+        msg = self.last_error() or "(the plugin gave no message)"
+        if status == _abi.FL_ERR_OOM:
+            raise torch.OutOfMemoryError(f"fl backend '{self.name}': out of memory in {what}: {msg}")
+        raise KernelError(
+            f"fl backend '{self.name}': {what} failed with {_abi.STATUS_NAMES.get(status, status)}: {msg}"
+        )
+
+    # -- probing ------------------------------------------------------------
+    def _probe_devices(self) -> list[DeviceProps]:
+        n = ffi.new("int*")
+        self.check(self.table.device_count(n), "device_count")
+        out = []
+        props = ffi.new("fl_device_props_t*")
+        for i in range(n[0]):
+            self.check(self.table.device_props(i, props), f"device_props({i})")
+            out.append(DeviceProps(i, ffi.string(props.name).decode(errors="replace"), int(props.total_memory),
+                                   int(props.dtypes), int(props.features), int(props.compute_units)))
+        return out
+
+    def _probe_kernels(self) -> dict[str, KernelEntry]:
+        n = ffi.new("int*")
+        self.check(self.table.kernel_count(n), "kernel_count")
+        entry = ffi.new("fl_kernel_entry_t*")
+        kernels: dict[str, KernelEntry] = {}
+        for i in range(n[0]):
+            self.check(self.table.kernel_get(i, entry), f"kernel_get({i})")
+            if entry.op == ffi.NULL or entry.fn == ffi.NULL:
+                raise PluginLoadError(f"{self.path}: kernel table entry {i} has a NULL name or function")
+            op = ffi.string(entry.op).decode()
+            kernels[op] = KernelEntry(op, int(entry.dtypes), int(entry.flags), entry.fn)
+        return kernels
+
+    # -- memory and copies ----------------------------------------------------
+    def malloc(self, device: int, nbytes: int) -> int:
+        ptr = ffi.new("void**")
+        self.check(self.table.malloc(device, nbytes, ptr), f"malloc({nbytes} bytes)")
+        return int(ffi.cast("uintptr_t", ptr[0]))
+
+    def free(self, device: int, ptr: int) -> None:
+        self.check(self.table.free(device, ffi.cast("void*", ptr)), "free")
+
+    def memory_used(self, device: int) -> int | None:
+        if not self.optional["memory_used"]:
+            return None
+        out = ffi.new("uint64_t*")
+        self.check(self.table.memory_used(device, out), "memory_used")
+        return int(out[0])
+
+    def copy_h2d(self, device: int, dst: int, src: int, nbytes: int) -> None:
+        self.check(self.table.copy_h2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, ffi.NULL),
+                   "copy_h2d")
+
+    def copy_d2h(self, device: int, dst: int, src: int, nbytes: int) -> None:
+        self.check(self.table.copy_d2h(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, ffi.NULL),
+                   "copy_d2h")
+
+    def copy_d2d(self, device: int, dst: int, src: int, nbytes: int) -> None:
+        self.check(self.table.copy_d2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, ffi.NULL),
+                   "copy_d2d")
+
+    def synchronize(self, device: int) -> None:
+        if self.optional["synchronize"]:
+            self.check(self.table.synchronize(device), "synchronize")
+
+    def rng_set_state(self, device: int, seed: int, offset: int) -> None:
+        if self.optional["rng_set_state"]:
+            self.check(self.table.rng_set_state(device, seed & 0xFFFFFFFFFFFFFFFF, offset), "rng_set_state")
+
+    def rng_get_state(self, device: int) -> tuple[int, int]:
+        if not self.optional["rng_get_state"]:
+            return (0, 0)
+        seed, offset = ffi.new("uint64_t*"), ffi.new("uint64_t*")
+        self.check(self.table.rng_get_state(device, seed, offset), "rng_get_state")
+        return int(seed[0]), int(offset[0])
+
+    def __repr__(self) -> str:
+        return f"<Plugin {self.name!r} {self.path} ({len(self.kernels)} kernels)>"

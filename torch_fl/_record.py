@@ -1,0 +1,44 @@
+"""What the dispatcher tells observers about each op call.
+
+Counters per (op, path) are always kept (one dict update per call). Timings
+and per-call events are produced only while a listener is attached, so with
+no profiler the cost stays at the counter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NATIVE, DECOMPOSITION, JIT, FALLBACK, VIEW, COPY = "native", "decomposition", "jit", "fallback", "view", "copy"
+PATHS = (NATIVE, DECOMPOSITION, JIT, FALLBACK, VIEW, COPY)
+
+
+@dataclass
+class OpEvent:
+    op: str
+    backend: str
+    path: str
+    seconds: float
+    kernels: int
+    bytes_copied: int
+    depth: int
+
+
+# Global tallies the dispatcher bumps; listeners read deltas across a call.
+KERNELS = [0]
+BYTES = [0]
+LISTENERS: list = []
+DEPTH = [0]
+
+
+def add_listener(fn) -> None:
+    LISTENERS.append(fn)
+
+
+def remove_listener(fn) -> None:
+    if fn in LISTENERS:
+        LISTENERS.remove(fn)
+
+
+def emit(event: OpEvent) -> None:
+    for fn in list(LISTENERS):
+        fn(event)

@@ -1,0 +1,153 @@
+"""The fl tensor: a wrapper subclass that owns a view of a plugin buffer.
+
+Why a wrapper subclass (route B in DESIGN.md): autograd, nn.Parameter,
+optimizers and state_dict work unchanged, no C++ allocator is needed, and a
+plugin buffer is freed by Python's refcount when the last view of it dies.
+The PyTorch dispatcher sends every aten op on an FlTensor to
+`__torch_dispatch__`, which hands it to torch_fl's dispatcher."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ._abi import ffi
+from ._dtypes import TO_CODE
+
+
+class Buffer:
+    """One plugin allocation. Views share it; it is freed when the last dies."""
+
+    __slots__ = ("device", "ptr", "nbytes", "cptr", "_host", "__weakref__")
+
+    def __init__(self, device, nbytes: int):
+        from . import _memory
+
+        self.device = device
+        self.nbytes = nbytes
+        self.ptr = 0
+        self.ptr = _memory.allocate(device, nbytes)
+        self.cptr = ffi.cast("void*", self.ptr)
+        self._host: torch.Tensor | None = None
+
+    def host_bytes(self) -> torch.Tensor:
+        """The buffer as a CPU uint8 tensor (zero-copy); only for host-accessible devices."""
+        if self._host is None:
+            if self.nbytes == 0:
+                self._host = torch.empty(0, dtype=torch.uint8)
+            else:
+                self._host = torch.frombuffer(ffi.buffer(ffi.cast("char*", self.ptr), self.nbytes),
+                                              dtype=torch.uint8)
+        return self._host
+
+    def __del__(self) -> None:
+        if self.ptr:
+            try:
+                from . import _memory
+
+                _memory.release(self.device, self.ptr, self.nbytes)
+            except Exception:  # interpreter shutdown: the plugin may be gone already
+                pass
+            self.ptr = 0
+
+    def __deepcopy__(self, memo):
+        raise TypeError("a plugin Buffer cannot be deep-copied; copy the tensor that owns it")
+
+    def __reduce__(self):
+        raise TypeError("a plugin Buffer cannot be pickled; save tensor.cpu() instead")
+
+
+_disabled = torch._C._disabled_torch_function_impl
+
+
+class FlTensor(torch.Tensor):
+    """A tensor on an fl device. Users never construct it directly."""
+
+    _buf: Buffer
+    _d: dict | None
+
+    @staticmethod
+    def __new__(cls, buf: Buffer, size, stride, offset: int, dtype: torch.dtype, requires_grad: bool = False):
+        t = torch.Tensor._make_wrapper_subclass(
+            cls, size, strides=stride, storage_offset=offset, dtype=dtype,
+            device=buf.device.torch_device, requires_grad=requires_grad,
+        )
+        t._buf = buf
+        t._d = None
+        return t
+
+    __torch_function__ = _disabled
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _DISPATCH(func, args, kwargs or {})
+
+    # -- ABI descriptor, cached: an FlTensor's metadata never changes in place
+    #    (in-place metadata ops swap in a new impl and reset the cache) --------
+    def _desc(self) -> dict:
+        d = self._d
+        if d is None:
+            d = self._d = {
+                "data": self._buf.cptr, "offset": self.storage_offset(), "dtype": TO_CODE.get(self.dtype, -1),
+                "ndim": self.dim(), "sizes": list(self.shape), "strides": list(self.stride()),
+            }
+        return d
+
+    def _host_view(self) -> torch.Tensor:
+        """Zero-copy CPU view of this tensor (host-accessible devices only)."""
+        raw = self._buf.host_bytes()
+        item = self.element_size()
+        usable = (raw.numel() // item) * item
+        return raw[:usable].view(self.dtype).as_strided(self.shape, self.stride(), self.storage_offset())
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        body = repr(self.detach().cpu())
+        extra = f", device='{self.device}'"
+        if self.grad_fn is not None:
+            extra += f", grad_fn=<{type(self.grad_fn).__name__}>"
+        elif self.requires_grad:
+            extra += ", requires_grad=True"
+        return body[:-1] + extra + ")" if body.endswith(")") else body
+
+    def __reduce_ex__(self, protocol):
+        # plugin memory cannot be pickled: save the values and the device
+        return (_rebuild_fl_tensor, (self.detach().cpu(), str(self.device), self.requires_grad))
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone()
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        return new
+
+    def tolist(self) -> Any:
+        return self.detach().cpu().tolist()
+
+    def numpy(self, *, force: bool = False):
+        raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
+                        "Use Tensor.cpu() to copy the tensor to host memory first.")
+
+
+def _rebuild_fl_tensor(cpu: torch.Tensor, device: str, requires_grad: bool) -> torch.Tensor:
+    """Unpickling target: loads onto the fl device when torch_fl can, as
+    torch.load does for cuda tensors; use map_location='cpu' to stay on the host."""
+    t = cpu.to(device)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _DISPATCH(func, args, kwargs):  # replaced by the dispatcher at import
+    raise RuntimeError("torch_fl dispatcher not initialised")
+
+
+def set_dispatch(fn) -> None:
+    global _DISPATCH
+    _DISPATCH = fn
+
+
+def is_fl(t: Any) -> bool:
+    return type(t) is FlTensor or isinstance(t, FlTensor)
