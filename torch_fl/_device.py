@@ -209,8 +209,14 @@ def _factory_fallback(op, keys, *args, **kwargs):
     from . import _record
     from ._dispatch import cpu_to_new_fl, facts
 
+    from ._dispatch import SETTINGS
+
     device = kwargs.get("device")
     dev = _target(device if device is not None and torch.device(device).type == "fl" else None)
+    if not SETTINGS.cpu_fallback:
+        raise NotImplementedError(
+            f"{facts(op).name} has no kernel on fl backend '{dev.backend.name}' and the CPU fallback is "
+            f"switched off (FL_CPU_FALLBACK=0); enable it with FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)")
     if "device" in kwargs:
         kwargs = dict(kwargs, device="cpu")
     out = op(*args, **kwargs)

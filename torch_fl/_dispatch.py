@@ -7,6 +7,7 @@ between devices are explicit and counted."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -30,6 +31,7 @@ aten = torch.ops.aten
 class _Settings:
     def __init__(self) -> None:
         self._cpu_fallback: bool | None = None
+        self.disabled: frozenset = frozenset()  # paths switched off (tests, bring-up of a new chip)
 
     @property
     def cpu_fallback(self) -> bool:
@@ -47,8 +49,7 @@ class _Settings:
     @cpu_fallback.setter
     def cpu_fallback(self, value: bool) -> None:
         self._cpu_fallback = bool(value)
-        for backend in REGISTRY.backends.values():
-            backend.plans.clear()
+        _clear_plans()
 
 
 SETTINGS = _Settings()
@@ -129,8 +130,22 @@ def facts(func) -> OpFacts:
     f = _FACTS.get(func)
     if f is None:
         f = _FACTS[func] = OpFacts(func)
-        f.handler = _SPECIAL.get(func) or (_view_op if f.is_view else _compute)
+        f.handler = _SPECIAL.get(func)
+        if f.handler is None:
+            if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+                f.handler = _composite
+            else:
+                f.handler = _view_op if f.is_view else _compute
     return f
+
+
+def _composite(f: OpFacts, args, kwargs):
+    """An op PyTorch defines in terms of other ops (aten::to, reshape, ...)
+    reached us below autograd: run PyTorch's own definition."""
+    out = f.func.decompose(*args, **kwargs)
+    if out is NotImplemented:
+        return _compute(f, args, kwargs)
+    return out
 
 
 def op_name(func) -> str:
@@ -324,13 +339,38 @@ def _decomposing() -> set:
     return s
 
 
+@contextlib.contextmanager
+def disabled_paths(*paths: str):
+    """Switch dispatch paths off inside the block, e.g. disabled_paths("native")
+    runs every op through decomposition or fallback, to check those paths."""
+    unknown = set(paths) - {NATIVE, DECOMPOSITION, JIT}
+    if unknown:
+        raise ValueError(f"can only disable native, decomposition or jit (the CPU fallback has its own switch), "
+                         f"not {', '.join(sorted(unknown))}")
+    before = SETTINGS.disabled
+    SETTINGS.disabled = frozenset(paths) | before
+    _clear_plans()
+    try:
+        yield
+    finally:
+        SETTINGS.disabled = before
+        _clear_plans()
+
+
+def _clear_plans() -> None:
+    for backend in REGISTRY.backends.values():
+        backend.plans.clear()
+
+
 def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     plan = Plan(f.name, backend.name, tuple(dtype_name(d) for d in dtypes))
     dev_mask = backend.devices[0].props.dtypes if backend.devices else 0
     entry = backend.plugin.kernels.get(f.name)
     lookup = dtypes[0] if dtypes else None
     code = TO_CODE.get(lookup, -1) if lookup is not None else -1
-    if f.is_out:
+    if NATIVE in SETTINGS.disabled:
+        plan.reasons.append("native kernels switched off")
+    elif f.is_out:
         plan.reasons.append("out= overloads are not sent to plugin kernels")
     elif entry is None:
         plan.reasons.append(f"no native kernel for {f.name} in plugin '{backend.name}'")
@@ -345,7 +385,7 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
         plan.paths.append(NATIVE)
         plan.kernel = entry
         plan.reasons.append(f"native kernel {f.name} [{dtype_name(lookup)}] in plugin '{backend.name}'")
-    decomp = DECOMPOSITIONS.get(f.func)
+    decomp = DECOMPOSITIONS.get(f.func) if DECOMPOSITION not in SETTINGS.disabled else None
     if decomp is not None:
         plan.paths.append(DECOMPOSITION)
         plan.decomposition = decomp
@@ -354,7 +394,7 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
         plan.reasons.append(f"no decomposition for {f.name}")
     from . import _jit
 
-    jit = _jit.lookup(backend, f, dtypes)
+    jit = _jit.lookup(backend, f, dtypes) if JIT not in SETTINGS.disabled else None
     if jit is not None:
         plan.paths.append(JIT)
         plan.jit = jit
@@ -388,6 +428,7 @@ def _compute(f: OpFacts, args, kwargs):
         t0 = time.perf_counter()
         k0, b0 = _record.KERNELS[0], _record.BYTES[0]
         _record.DEPTH[0] += 1
+    failures: list = []
     try:
         for path in plan.paths:
             if path == NATIVE:
@@ -399,6 +440,9 @@ def _compute(f: OpFacts, args, kwargs):
                 active.add(f.func)
                 try:
                     result = plan.decomposition(*args, **kwargs)
+                except NotImplementedError as e:  # a sub-op had no path: say so for this op
+                    failures.append(f"its decomposition needs {e}")
+                    continue
                 finally:
                     active.discard(f.func)
             elif path == JIT:
@@ -414,11 +458,11 @@ def _compute(f: OpFacts, args, kwargs):
     finally:
         if listening:
             _record.DEPTH[0] -= 1
-    raise NotImplementedError(_no_path_message(f, backend, plan))
+    raise NotImplementedError(_no_path_message(f, backend, plan, failures))
 
 
-def _no_path_message(f: OpFacts, backend, plan: Plan) -> str:
-    tried = "; ".join(plan.reasons)
+def _no_path_message(f: OpFacts, backend, plan: Plan, failures=()) -> str:
+    tried = "; ".join(list(plan.reasons) + list(failures))
     return (f"{f.name} ({', '.join(plan.dtypes) or 'no tensors'}) cannot run on fl backend '{backend.name}': "
             f"{tried}. Enable the CPU fallback (FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)) "
             f"or use a backend that implements it.")

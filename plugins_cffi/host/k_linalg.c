@@ -511,7 +511,7 @@ static void convert_copy(const fl_tensor_t *dst, const fl_tensor_t *src) {
  * runs on those; outputs (and, with write_inputs, the inputs) are converted
  * back. Other dtypes (int64 indices, float32 statistics) pass through. */
 int fl_lin_via_f32(fl_kernel_fn fn, int write_inputs, FL_KERNEL_ARGS) {
-    fl_tensor_t ci[16], co[8];
+    fl_tensor_t ci[16] = {0}, co[8] = {0};
     void *bufs[24] = {0};
     if (n_in > 16 || n_out > 8) return FL_ERR_UNSUPPORTED;
     int st = FL_OK;

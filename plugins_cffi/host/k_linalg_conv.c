@@ -193,8 +193,7 @@ int fl_lin_convolution_backward(FL_KERNEL_ARGS) {
     const void *gop = fl_lin_pack(go, &goo), *xp = NULL, *wp = NULL;
     void *gip = NULL, *gwp = NULL, *gbp = NULL;
     int oom = !gop;
-    if (gi || gw) { xp = transposed || gw ? fl_lin_pack(x, &xo) : NULL; }
-    if (gw && !xp) oom = 1;
+    if (gw) { xp = fl_lin_pack(x, &xo); oom |= !xp; }
     if (gi) { wp = fl_lin_pack(w, &wo); gip = fl_lin_out_buf(gi, &gio); oom |= !wp || !gip; }
     if (gw) { gwp = fl_lin_out_buf(gw, &gwo); oom |= !gwp; }
     if (gb) { gbp = fl_lin_out_buf(gb, &gbo); oom |= !gbp; }
@@ -203,16 +202,17 @@ int fl_lin_convolution_backward(FL_KERNEL_ARGS) {
         fl_host_set_error("convolution_backward: cannot allocate scratch");
         goto done;
     }
+    int64_t gnc = g.N * go->sizes[1], gP = gnc > 0 ? fl_numel(go) / gnc : 0;
     /* ordinary: X = input, dY = grad_output; transposed: X = grad_output, dY = input */
     const void *X = transposed ? gop : xp, *dY = transposed ? xp : gop;
     if (dt == FL_FLOAT32) {
         if (gi) st = transposed ? conv_fwd_f32(&g, gop, wp, gip) : conv_bwd_data_f32(&g, gop, wp, gip);
         if (!st && gw) st = conv_bwd_weight_f32(&g, X, dY, gwp);
-        if (!st && gb) bias_grad_f32(gop, gbp, g.N, go->sizes[1], fl_numel(go) / (g.N * go->sizes[1] ? g.N * go->sizes[1] : 1));
+        if (!st && gb) bias_grad_f32(gop, gbp, g.N, go->sizes[1], gP);
     } else {
         if (gi) st = transposed ? conv_fwd_f64(&g, gop, wp, gip) : conv_bwd_data_f64(&g, gop, wp, gip);
         if (!st && gw) st = conv_bwd_weight_f64(&g, X, dY, gwp);
-        if (!st && gb) bias_grad_f64(gop, gbp, g.N, go->sizes[1], fl_numel(go) / (g.N * go->sizes[1] ? g.N * go->sizes[1] : 1));
+        if (!st && gb) bias_grad_f64(gop, gbp, g.N, go->sizes[1], gP);
     }
 done:
     free(goo); free(xo); free(wo);

@@ -1,0 +1,629 @@
+/* Host kernels: batch norm (every aten entry point), layer norm, group norm,
+ * forward and backward. Statistics accumulate in double; channels / rows are
+ * spread over OpenMP threads. Inputs that are not contiguous are packed first
+ * and non-contiguous outputs are written through a scratch buffer.
+ *
+ * This file includes itself once per element type for the typed section. */
+#ifndef LIN_T
+
+#include <stdlib.h>
+
+#include "fl_host.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+void *fl_lin_pack(const fl_tensor_t *t, void **owned);
+void *fl_lin_out_buf(const fl_tensor_t *t, void **owned);
+void fl_lin_unpack(const fl_tensor_t *t, void *owned);
+const fl_tensor_t *fl_lin_tensor(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int n_args, int k);
+const fl_tensor_t *fl_lin_out(const fl_tensor_t *out, int n_out, int k);
+double fl_lin_num(const fl_arg_t *a, double dflt);
+
+/* A 1-D parameter (weight, bias, running stats, saved stats): base + stride. */
+typedef struct { char *p; int64_t s; } vec_t;
+static vec_t vec_of(const fl_tensor_t *t) {
+    vec_t v = {NULL, 0};
+    if (!t) return v;
+    v.p = fl_elem(t, t->offset);
+    v.s = t->ndim >= 1 ? t->strides[t->ndim - 1] : 0;
+    return v;
+}
+/* Is t a vector of n elements we can walk with one stride (any rank, one
+ * non-1 dim)? */
+static int vec_ok(const fl_tensor_t *t, int64_t n, int dt) {
+    if (!t) return 1;
+    if (t->dtype != dt || fl_numel(t) != n) return 0;
+    int non1 = 0;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->sizes[d] != 1) { non1++; if (d != t->ndim - 1) return 0; }
+    return non1 <= 1;
+}
+
+static int nthreads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+static int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static int mask_bit(const fl_arg_t *a, int k) {
+    if (a->kind != FL_ARG_INT_LIST || a->len <= k) return 1;
+    return a->list[k] != 0;
+}
+
+#define LIN_CAT_(a, b) a##b
+#define LIN_CAT(a, b) LIN_CAT_(a, b)
+
+#define LIN_T float
+#define LIN_S f32
+#include "k_linalg_norm.c"
+#undef LIN_T
+#undef LIN_S
+#define LIN_T double
+#define LIN_S f64
+#include "k_linalg_norm.c"
+#undef LIN_T
+#undef LIN_S
+
+static int float_dt(int dt) { return dt == FL_FLOAT32 || dt == FL_FLOAT64; }
+
+/* ======================================================================
+ * batch norm
+ * ====================================================================== */
+
+/* Forward core shared by every entry point. x: (N, C, *). */
+static int bn_forward(const fl_tensor_t *x, const fl_tensor_t *w, const fl_tensor_t *b, const fl_tensor_t *rm,
+                      const fl_tensor_t *rv, int training, double momentum, double eps, const fl_tensor_t *y,
+                      const fl_tensor_t *smean, const fl_tensor_t *sinv) {
+    int dt = x->dtype;
+    if (!float_dt(dt) || x->ndim < 2 || x->ndim > FL_MAX_DIMS || !y || y->dtype != dt) return FL_ERR_UNSUPPORTED;
+    int64_t N = x->sizes[0], C = x->sizes[1], S = 1;
+    for (int d = 2; d < x->ndim; d++) S *= x->sizes[d];
+    if (!vec_ok(w, C, dt) || !vec_ok(b, C, dt) || !vec_ok(rm, C, dt) || !vec_ok(rv, C, dt)) return FL_ERR_UNSUPPORTED;
+    if (smean && fl_numel(smean) == 0) smean = NULL;
+    if (sinv && fl_numel(sinv) == 0) sinv = NULL;
+    if (!vec_ok(smean, C, dt) || !vec_ok(sinv, C, dt)) return FL_ERR_UNSUPPORTED;
+    if (!training && (!rm || !rv)) FL_FAIL(FL_ERR_INVALID, "batch_norm: running_mean and running_var are required in eval mode");
+    if (training && N * S == 0) FL_FAIL(FL_ERR_INVALID, "batch_norm: input tensor must have at least one element");
+    void *xo, *yo;
+    const void *xp = fl_lin_pack(x, &xo);
+    void *yp = fl_lin_out_buf(y, &yo);
+    if (!xp || !yp) { free(xo); free(yo); FL_FAIL(FL_ERR_OOM, "batch_norm: cannot allocate scratch"); }
+    if (dt == FL_FLOAT32)
+        bn_fwd_f32(xp, yp, N, C, S, vec_of(w), vec_of(b), vec_of(rm), vec_of(rv), training, momentum, eps,
+                   vec_of(smean), vec_of(sinv));
+    else
+        bn_fwd_f64(xp, yp, N, C, S, vec_of(w), vec_of(b), vec_of(rm), vec_of(rv), training, momentum, eps,
+                   vec_of(smean), vec_of(sinv));
+    free(xo);
+    fl_lin_unpack(y, yo);
+    return FL_OK;
+}
+
+static int bn_backward(const fl_tensor_t *go, const fl_tensor_t *x, const fl_tensor_t *w, const fl_tensor_t *rm,
+                       const fl_tensor_t *rv, const fl_tensor_t *smean, const fl_tensor_t *sinv, int train, double eps,
+                       const fl_tensor_t *gi, const fl_tensor_t *gw, const fl_tensor_t *gb) {
+    int dt = x->dtype;
+    if (!float_dt(dt) || go->dtype != dt || x->ndim < 2 || x->ndim > FL_MAX_DIMS || go->ndim != x->ndim)
+        return FL_ERR_UNSUPPORTED;
+    int64_t N = x->sizes[0], C = x->sizes[1], S = 1;
+    for (int d = 2; d < x->ndim; d++) S *= x->sizes[d];
+    if (!vec_ok(w, C, dt)) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *mean = train ? smean : rm, *var = train ? sinv : rv;
+    if (!mean || !var || !vec_ok(mean, C, dt) || !vec_ok(var, C, dt)) return FL_ERR_UNSUPPORTED;
+    if ((gi && gi->dtype != dt) || (gw && (gw->dtype != dt || !vec_ok(gw, C, dt))) ||
+        (gb && (gb->dtype != dt || !vec_ok(gb, C, dt))))
+        return FL_ERR_UNSUPPORTED;
+    void *xo, *goo, *gio = NULL;
+    const void *xp = fl_lin_pack(x, &xo), *gop = fl_lin_pack(go, &goo);
+    void *gip = gi ? fl_lin_out_buf(gi, &gio) : NULL;
+    if (!xp || !gop || (gi && !gip)) {
+        free(xo); free(goo); free(gio);
+        FL_FAIL(FL_ERR_OOM, "batch_norm_backward: cannot allocate scratch");
+    }
+    if (dt == FL_FLOAT32)
+        bn_bwd_f32(gop, xp, gip, N, C, S, vec_of(w), vec_of(mean), vec_of(var), train, eps, vec_of(gw), vec_of(gb));
+    else
+        bn_bwd_f64(gop, xp, gip, N, C, S, vec_of(w), vec_of(mean), vec_of(var), train, eps, vec_of(gw), vec_of(gb));
+    free(xo); free(goo);
+    if (gi) fl_lin_unpack(gi, gio);
+    return FL_OK;
+}
+
+#define T_(k) fl_lin_tensor(in, n_in, args, n_args, (k))
+#define O_(k) fl_lin_out(out, n_out, (k))
+
+/* native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum, eps) */
+int fl_lin_native_batch_norm(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 8 || n_out < 3 || !T_(0)) return FL_ERR_UNSUPPORTED;
+    return bn_forward(T_(0), T_(1), T_(2), T_(3), T_(4), (int)args[5].i, fl_lin_num(&args[6], 0.1),
+                      fl_lin_num(&args[7], 1e-5), O_(0), O_(1), O_(2));
+}
+/* _native_batch_norm_legit(input, weight?, bias?, running_mean!, running_var!, training, momentum, eps) */
+int fl_lin_bn_legit(FL_KERNEL_ARGS) { return fl_lin_native_batch_norm(stream, device, in, n_in, out, n_out, args, n_args); }
+/* _native_batch_norm_legit.no_stats(input, weight?, bias?, training, momentum, eps) */
+int fl_lin_bn_legit_no_stats(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 6 || n_out < 3 || !T_(0)) return FL_ERR_UNSUPPORTED;
+    return bn_forward(T_(0), T_(1), T_(2), NULL, NULL, 1, fl_lin_num(&args[4], 0.1), fl_lin_num(&args[5], 1e-5),
+                      O_(0), O_(1), O_(2));
+}
+/* _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean, running_var, momentum, eps) */
+int fl_lin_bn_legit_no_training(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 7 || n_out < 3 || !T_(0)) return FL_ERR_UNSUPPORTED;
+    return bn_forward(T_(0), T_(1), T_(2), T_(3), T_(4), 0, fl_lin_num(&args[5], 0.1), fl_lin_num(&args[6], 1e-5),
+                      O_(0), O_(1), O_(2));
+}
+/* _batch_norm_with_update(input, weight?, bias?, running_mean!, running_var!, momentum, eps)
+ *   -> (out, save_mean, save_invstd, reserve) */
+int fl_lin_bn_with_update(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 7 || n_out < 3 || !T_(0)) return FL_ERR_UNSUPPORTED;
+    return bn_forward(T_(0), T_(1), T_(2), T_(3), T_(4), 1, fl_lin_num(&args[5], 0.1), fl_lin_num(&args[6], 1e-5),
+                      O_(0), O_(1), O_(2));
+}
+/* _batch_norm_no_update(input, weight?, bias?, running_mean?, running_var?, momentum, eps):
+ * eval with the running statistics; batch statistics when they are None */
+int fl_lin_bn_no_update(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 7 || n_out < 3 || !T_(0)) return FL_ERR_UNSUPPORTED;
+    int training = !T_(3) || !T_(4);
+    return bn_forward(T_(0), T_(1), T_(2), training ? NULL : T_(3), training ? NULL : T_(4), training,
+                      fl_lin_num(&args[5], 0.1), fl_lin_num(&args[6], 1e-5), O_(0), O_(1), O_(2));
+}
+/* native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?,
+ *                            save_invstd?, train, eps, output_mask) */
+int fl_lin_native_batch_norm_backward(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 10 || n_out < 3 || !T_(0) || !T_(1)) return FL_ERR_UNSUPPORTED;
+    const fl_arg_t *m = &args[9];
+    return bn_backward(T_(0), T_(1), T_(2), T_(3), T_(4), T_(5), T_(6), (int)args[7].i, fl_lin_num(&args[8], 1e-5),
+                       mask_bit(m, 0) ? O_(0) : NULL, mask_bit(m, 1) ? O_(1) : NULL, mask_bit(m, 2) ? O_(2) : NULL);
+}
+/* batch_norm_backward(grad_out, input, weight, running_mean?, running_var?, save_mean?, save_var?,
+ *                     update, eps, output_mask, reserve); save_var holds the saved invstd */
+int fl_lin_batch_norm_backward(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 11 || n_out < 3 || !T_(0) || !T_(1)) return FL_ERR_UNSUPPORTED;
+    const fl_arg_t *m = &args[9];
+    return bn_backward(T_(0), T_(1), T_(2), T_(3), T_(4), T_(5), T_(6), (int)args[7].i, fl_lin_num(&args[8], 1e-5),
+                       mask_bit(m, 0) ? O_(0) : NULL, mask_bit(m, 1) ? O_(1) : NULL, mask_bit(m, 2) ? O_(2) : NULL);
+}
+
+/* ======================================================================
+ * layer norm
+ * ====================================================================== */
+
+/* native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd) */
+int fl_lin_native_layer_norm(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 5 || n_out < 3) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *x = T_(0), *w = T_(2), *b = T_(3), *y = O_(0), *mo = O_(1), *ro = O_(2);
+    if (!x || !y || args[1].kind != FL_ARG_INT_LIST) return FL_ERR_UNSUPPORTED;
+    int dt = x->dtype, nd = args[1].len;
+    if (!float_dt(dt) || y->dtype != dt || x->ndim > FL_MAX_DIMS || nd > x->ndim) return FL_ERR_UNSUPPORTED;
+    int64_t M = 1, Nn = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < x->ndim - nd) M *= x->sizes[d];
+        else {
+            if (x->sizes[d] != args[1].list[d - (x->ndim - nd)]) FL_FAIL(FL_ERR_INVALID, "layer_norm: normalized_shape does not match the input");
+            Nn *= x->sizes[d];
+        }
+    }
+    if ((w && (w->dtype != dt || fl_numel(w) != Nn)) || (b && (b->dtype != dt || fl_numel(b) != Nn)) ||
+        (mo && (mo->dtype != dt || fl_numel(mo) != M)) || (ro && (ro->dtype != dt || fl_numel(ro) != M)))
+        return FL_ERR_UNSUPPORTED;
+    void *xo = NULL, *wo = NULL, *bo = NULL, *yo = NULL, *moo = NULL, *roo = NULL;
+    const void *xp = fl_lin_pack(x, &xo), *wp = w ? fl_lin_pack(w, &wo) : NULL, *bp = b ? fl_lin_pack(b, &bo) : NULL;
+    void *yp = fl_lin_out_buf(y, &yo), *mp = mo ? fl_lin_out_buf(mo, &moo) : NULL, *rp = ro ? fl_lin_out_buf(ro, &roo) : NULL;
+    if (!xp || (w && !wp) || (b && !bp) || !yp || (mo && !mp) || (ro && !rp)) {
+        free(xo); free(wo); free(bo); free(yo); free(moo); free(roo);
+        FL_FAIL(FL_ERR_OOM, "layer_norm: cannot allocate scratch");
+    }
+    double eps = fl_lin_num(&args[4], 1e-5);
+    if (dt == FL_FLOAT32) ln_fwd_f32(xp, wp, bp, yp, mp, rp, M, Nn, eps);
+    else ln_fwd_f64(xp, wp, bp, yp, mp, rp, M, Nn, eps);
+    free(xo); free(wo); free(bo);
+    fl_lin_unpack(y, yo);
+    if (mo) fl_lin_unpack(mo, moo);
+    if (ro) fl_lin_unpack(ro, roo);
+    return FL_OK;
+}
+
+/* native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask) */
+int fl_lin_native_layer_norm_backward(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 8 || n_out < 3) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *go = T_(0), *x = T_(1), *mean = T_(3), *rstd = T_(4), *w = T_(5);
+    if (!go || !x || !mean || !rstd || args[2].kind != FL_ARG_INT_LIST) return FL_ERR_UNSUPPORTED;
+    const fl_arg_t *m = &args[7];
+    const fl_tensor_t *gi = mask_bit(m, 0) ? O_(0) : NULL, *gw = mask_bit(m, 1) ? O_(1) : NULL,
+                      *gb = mask_bit(m, 2) ? O_(2) : NULL;
+    int dt = x->dtype, nd = args[2].len;
+    if (!float_dt(dt) || go->dtype != dt || x->ndim > FL_MAX_DIMS || nd > x->ndim) return FL_ERR_UNSUPPORTED;
+    int64_t M = 1, Nn = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < x->ndim - nd) M *= x->sizes[d];
+        else Nn *= x->sizes[d];
+    }
+    if (fl_numel(go) != M * Nn || mean->dtype != dt || rstd->dtype != dt || fl_numel(mean) != M || fl_numel(rstd) != M ||
+        (w && (w->dtype != dt || fl_numel(w) != Nn)) || (gi && gi->dtype != dt) ||
+        (gw && (gw->dtype != dt || fl_numel(gw) != Nn)) || (gb && (gb->dtype != dt || fl_numel(gb) != Nn)))
+        return FL_ERR_UNSUPPORTED;
+    void *goo = NULL, *xo = NULL, *mo = NULL, *ro = NULL, *wo = NULL, *gio = NULL, *gwo = NULL, *gbo = NULL;
+    const void *gop = fl_lin_pack(go, &goo), *xp = fl_lin_pack(x, &xo), *mp = fl_lin_pack(mean, &mo),
+               *rp = fl_lin_pack(rstd, &ro), *wp = w ? fl_lin_pack(w, &wo) : NULL;
+    void *gip = gi ? fl_lin_out_buf(gi, &gio) : NULL, *gwp = gw ? fl_lin_out_buf(gw, &gwo) : NULL,
+         *gbp = gb ? fl_lin_out_buf(gb, &gbo) : NULL;
+    int st = FL_OK;
+    if (!gop || !xp || !mp || !rp || (w && !wp) || (gi && !gip) || (gw && !gwp) || (gb && !gbp)) {
+        st = FL_ERR_OOM;
+        fl_host_set_error("layer_norm_backward: cannot allocate scratch");
+    } else if (dt == FL_FLOAT32) {
+        st = ln_bwd_f32(gop, xp, mp, rp, wp, gip, gwp, gbp, M, Nn);
+    } else {
+        st = ln_bwd_f64(gop, xp, mp, rp, wp, gip, gwp, gbp, M, Nn);
+    }
+    free(goo); free(xo); free(mo); free(ro); free(wo);
+    if (st) { free(gio); free(gwo); free(gbo); return st; }
+    if (gi) fl_lin_unpack(gi, gio);
+    if (gw) fl_lin_unpack(gw, gwo);
+    if (gb) fl_lin_unpack(gb, gbo);
+    return FL_OK;
+}
+
+/* ======================================================================
+ * group norm
+ * ====================================================================== */
+
+/* native_group_norm(input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean (N,G), rstd (N,G)) */
+int fl_lin_native_group_norm(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 8 || n_out < 3) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *x = T_(0), *w = T_(1), *b = T_(2), *y = O_(0), *mo = O_(1), *ro = O_(2);
+    if (!x || !y) return FL_ERR_UNSUPPORTED;
+    int dt = x->dtype;
+    int64_t N = args[3].i, C = args[4].i, HW = args[5].i, G = args[6].i;
+    if (!float_dt(dt) || y->dtype != dt || x->ndim > FL_MAX_DIMS) return FL_ERR_UNSUPPORTED;
+    if (G <= 0 || C % G || fl_numel(x) != N * C * HW) FL_FAIL(FL_ERR_INVALID, "group_norm: bad N/C/HxW/group");
+    if ((w && (w->dtype != dt || fl_numel(w) != C)) || (b && (b->dtype != dt || fl_numel(b) != C)) ||
+        (mo && (mo->dtype != dt || fl_numel(mo) != N * G)) || (ro && (ro->dtype != dt || fl_numel(ro) != N * G)))
+        return FL_ERR_UNSUPPORTED;
+    void *xo = NULL, *wo = NULL, *bo = NULL, *yo = NULL, *moo = NULL, *roo = NULL;
+    const void *xp = fl_lin_pack(x, &xo), *wp = w ? fl_lin_pack(w, &wo) : NULL, *bp = b ? fl_lin_pack(b, &bo) : NULL;
+    void *yp = fl_lin_out_buf(y, &yo), *mp = mo ? fl_lin_out_buf(mo, &moo) : NULL, *rp = ro ? fl_lin_out_buf(ro, &roo) : NULL;
+    if (!xp || (w && !wp) || (b && !bp) || !yp || (mo && !mp) || (ro && !rp)) {
+        free(xo); free(wo); free(bo); free(yo); free(moo); free(roo);
+        FL_FAIL(FL_ERR_OOM, "group_norm: cannot allocate scratch");
+    }
+    double eps = fl_lin_num(&args[7], 1e-5);
+    if (dt == FL_FLOAT32) gn_fwd_f32(xp, wp, bp, yp, mp, rp, N, C, HW, G, eps);
+    else gn_fwd_f64(xp, wp, bp, yp, mp, rp, N, C, HW, G, eps);
+    free(xo); free(wo); free(bo);
+    fl_lin_unpack(y, yo);
+    if (mo) fl_lin_unpack(mo, moo);
+    if (ro) fl_lin_unpack(ro, roo);
+    return FL_OK;
+}
+
+/* native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, group, output_mask) */
+int fl_lin_native_group_norm_backward(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 10 || n_out < 3) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *go = T_(0), *x = T_(1), *mean = T_(2), *rstd = T_(3), *w = T_(4);
+    if (!go || !x || !mean || !rstd) return FL_ERR_UNSUPPORTED;
+    const fl_arg_t *m = &args[9];
+    const fl_tensor_t *gi = mask_bit(m, 0) ? O_(0) : NULL, *gw = mask_bit(m, 1) ? O_(1) : NULL,
+                      *gb = mask_bit(m, 2) ? O_(2) : NULL;
+    int dt = x->dtype;
+    int64_t N = args[5].i, C = args[6].i, HW = args[7].i, G = args[8].i;
+    if (!float_dt(dt) || go->dtype != dt || x->ndim > FL_MAX_DIMS) return FL_ERR_UNSUPPORTED;
+    if (G <= 0 || C % G || fl_numel(x) != N * C * HW || fl_numel(go) != N * C * HW)
+        FL_FAIL(FL_ERR_INVALID, "group_norm_backward: bad N/C/HxW/group");
+    if (mean->dtype != dt || rstd->dtype != dt || fl_numel(mean) != N * G || fl_numel(rstd) != N * G ||
+        (w && (w->dtype != dt || fl_numel(w) != C)) || (gi && gi->dtype != dt) ||
+        (gw && (gw->dtype != dt || fl_numel(gw) != C)) || (gb && (gb->dtype != dt || fl_numel(gb) != C)))
+        return FL_ERR_UNSUPPORTED;
+    void *goo = NULL, *xo = NULL, *mo = NULL, *ro = NULL, *wo = NULL, *gio = NULL, *gwo = NULL, *gbo = NULL;
+    const void *gop = fl_lin_pack(go, &goo), *xp = fl_lin_pack(x, &xo), *mp = fl_lin_pack(mean, &mo),
+               *rp = fl_lin_pack(rstd, &ro), *wp = w ? fl_lin_pack(w, &wo) : NULL;
+    void *gip = gi ? fl_lin_out_buf(gi, &gio) : NULL, *gwp = gw ? fl_lin_out_buf(gw, &gwo) : NULL,
+         *gbp = gb ? fl_lin_out_buf(gb, &gbo) : NULL;
+    int st = FL_OK;
+    if (!gop || !xp || !mp || !rp || (w && !wp) || (gi && !gip) || (gw && !gwp) || (gb && !gbp)) {
+        st = FL_ERR_OOM;
+        fl_host_set_error("group_norm_backward: cannot allocate scratch");
+    } else if (dt == FL_FLOAT32) {
+        st = gn_bwd_f32(gop, xp, mp, rp, wp, gip, gwp, gbp, N, C, HW, G);
+    } else {
+        st = gn_bwd_f64(gop, xp, mp, rp, wp, gip, gwp, gbp, N, C, HW, G);
+    }
+    free(goo); free(xo); free(mo); free(ro); free(wo);
+    if (st) { free(gio); free(gwo); free(gbo); return st; }
+    if (gi) fl_lin_unpack(gi, gio);
+    if (gw) fl_lin_unpack(gw, gwo);
+    if (gb) fl_lin_unpack(gb, gbo);
+    return FL_OK;
+}
+
+#else /* ======================= typed section (LIN_T) ======================= */
+
+#define T LIN_T
+#define F(name) LIN_CAT(name, LIN_CAT(_, LIN_S))
+#define V(v, c) (((T *)(v).p)[(c) * (v).s])
+
+static inline double F(sum)(const T *p, int64_t n) {
+    double a = 0.0;
+#pragma omp simd reduction(+ : a)
+    for (int64_t i = 0; i < n; i++) a += p[i];
+    return a;
+}
+static inline double F(sqdev)(const T *p, int64_t n, double mean) {
+    double a = 0.0;
+#pragma omp simd reduction(+ : a)
+    for (int64_t i = 0; i < n; i++) { double d = p[i] - mean; a += d * d; }
+    return a;
+}
+/* sum of g and sum of g * (x - mean) */
+static inline void F(dots)(const T *g, const T *x, int64_t n, double mean, double *sg, double *sgx) {
+    double a = 0.0, b = 0.0;
+#pragma omp simd reduction(+ : a, b)
+    for (int64_t i = 0; i < n; i++) { a += g[i]; b += g[i] * (x[i] - mean); }
+    *sg += a; *sgx += b;
+}
+
+static void F(bn_fwd)(const T *x, T *y, int64_t N, int64_t C, int64_t S, vec_t w, vec_t b, vec_t rm, vec_t rv,
+                      int training, double momentum, double eps, vec_t smean, vec_t sinv) {
+#pragma omp parallel for schedule(dynamic, 1) if (N * C * S > 16384)
+    for (int64_t c = 0; c < C; c++) {
+        double mean, invstd;
+        if (training) {
+            int64_t cnt = N * S;
+            double s = 0.0;
+            for (int64_t n = 0; n < N; n++) s += F(sum)(x + (n * C + c) * S, S);
+            mean = s / (double)cnt;
+            double v = 0.0;
+            for (int64_t n = 0; n < N; n++) v += F(sqdev)(x + (n * C + c) * S, S, mean);
+            invstd = 1.0 / sqrt(v / (double)cnt + eps);
+            if (rm.p) V(rm, c) = (T)((1.0 - momentum) * V(rm, c) + momentum * mean);
+            if (rv.p) V(rv, c) = (T)((1.0 - momentum) * V(rv, c) + momentum * (v / (double)(cnt - 1)));
+        } else {
+            mean = V(rm, c);
+            invstd = 1.0 / sqrt((double)V(rv, c) + eps);
+        }
+        if (smean.p) V(smean, c) = (T)mean;
+        if (sinv.p) V(sinv, c) = (T)invstd;
+        double wc = w.p ? (double)V(w, c) : 1.0, bc = b.p ? (double)V(b, c) : 0.0;
+        T alpha = (T)(invstd * wc), beta = (T)(bc - mean * invstd * wc);
+        for (int64_t n = 0; n < N; n++) {
+            const T *xp = x + (n * C + c) * S;
+            T *yp = y + (n * C + c) * S;
+#pragma omp simd
+            for (int64_t i = 0; i < S; i++) yp[i] = xp[i] * alpha + beta;
+        }
+    }
+}
+
+static void F(bn_bwd)(const T *go, const T *x, T *gi, int64_t N, int64_t C, int64_t S, vec_t w, vec_t mean_v,
+                      vec_t var_v, int train, double eps, vec_t gw, vec_t gb) {
+#pragma omp parallel for schedule(dynamic, 1) if (N * C * S > 16384)
+    for (int64_t c = 0; c < C; c++) {
+        double mean = V(mean_v, c);
+        double invstd = train ? (double)V(var_v, c) : 1.0 / sqrt((double)V(var_v, c) + eps);
+        double wc = w.p ? (double)V(w, c) : 1.0;
+        double sg = 0.0, sgx = 0.0;
+        int need_dots = train || gw.p || gb.p;
+        if (need_dots)
+            for (int64_t n = 0; n < N; n++) F(dots)(go + (n * C + c) * S, x + (n * C + c) * S, S, mean, &sg, &sgx);
+        if (gi) {
+            if (train) {
+                double cnt = (double)(N * S);
+                T k = (T)(sgx * invstd * invstd / cnt), gm = (T)(sg / cnt), m = (T)mean, sc = (T)(invstd * wc);
+                for (int64_t n = 0; n < N; n++) {
+                    const T *g = go + (n * C + c) * S, *xp = x + (n * C + c) * S;
+                    T *d = gi + (n * C + c) * S;
+#pragma omp simd
+                    for (int64_t i = 0; i < S; i++) d[i] = (g[i] - gm - (xp[i] - m) * k) * sc;
+                }
+            } else {
+                T sc = (T)(invstd * wc);
+                for (int64_t n = 0; n < N; n++) {
+                    const T *g = go + (n * C + c) * S;
+                    T *d = gi + (n * C + c) * S;
+#pragma omp simd
+                    for (int64_t i = 0; i < S; i++) d[i] = g[i] * sc;
+                }
+            }
+        }
+        if (gw.p) V(gw, c) = (T)(sgx * invstd);
+        if (gb.p) V(gb, c) = (T)sg;
+    }
+}
+
+static void F(ln_fwd)(const T *x, const T *w, const T *b, T *y, T *mo, T *ro, int64_t M, int64_t Nn, double eps) {
+#pragma omp parallel for schedule(static) if (M * Nn > 16384)
+    for (int64_t r = 0; r < M; r++) {
+        const T *xp = x + r * Nn;
+        T *yp = y + r * Nn;
+        double mean, rstd;
+        if (Nn == 0) { mean = 0.0; rstd = NAN; }
+        else {
+            mean = F(sum)(xp, Nn) / (double)Nn;
+            double var = F(sqdev)(xp, Nn, mean) / (double)Nn;
+            rstd = 1.0 / sqrt(var + eps);
+        }
+        if (mo) mo[r] = (T)mean;
+        if (ro) ro[r] = (T)rstd;
+        T a = (T)rstd, c = (T)(-mean * rstd);
+        if (w && b) {
+#pragma omp simd
+            for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) * w[i] + b[i];
+        } else if (w) {
+#pragma omp simd
+            for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) * w[i];
+        } else if (b) {
+#pragma omp simd
+            for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) + b[i];
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < Nn; i++) yp[i] = xp[i] * a + c;
+        }
+    }
+}
+
+static int F(ln_bwd)(const T *go, const T *x, const T *mean, const T *rstd, const T *w, T *gi, T *gw, T *gb,
+                     int64_t M, int64_t Nn) {
+    int nt = nthreads();
+    double *acc = NULL;
+    if (gw || gb) {
+        acc = calloc((size_t)(2 * nt * (Nn > 0 ? Nn : 1)), sizeof(double));
+        if (!acc) FL_FAIL(FL_ERR_OOM, "layer_norm_backward: cannot allocate scratch");
+    }
+#pragma omp parallel if (M * Nn > 16384)
+    {
+        int tid = thread_id();
+        double *aw = acc ? acc + (size_t)(2 * tid) * (size_t)Nn : NULL, *ab = acc ? aw + Nn : NULL;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < M; r++) {
+            const T *g = go + r * Nn, *xp = x + r * Nn;
+            double mu = mean[r], rs = rstd[r];
+            if (gi) {
+                double ds = 0.0, db = 0.0;
+                if (w) {
+#pragma omp simd reduction(+ : ds, db)
+                    for (int64_t i = 0; i < Nn; i++) { double gw_ = (double)g[i] * w[i]; ds += gw_ * xp[i]; db += gw_; }
+                } else {
+#pragma omp simd reduction(+ : ds, db)
+                    for (int64_t i = 0; i < Nn; i++) { ds += (double)g[i] * xp[i]; db += g[i]; }
+                }
+                double s = 1.0 / (double)Nn;
+                double bb = (db * mu - ds) * rs * rs * rs * s;
+                double cc = -bb * mu - db * rs * s;
+                T a = (T)rs, bt = (T)bb, ct = (T)cc;
+                T *d = gi + r * Nn;
+                if (w) {
+#pragma omp simd
+                    for (int64_t i = 0; i < Nn; i++) d[i] = a * g[i] * w[i] + bt * xp[i] + ct;
+                } else {
+#pragma omp simd
+                    for (int64_t i = 0; i < Nn; i++) d[i] = a * g[i] + bt * xp[i] + ct;
+                }
+            }
+            if (aw) {
+#pragma omp simd
+                for (int64_t i = 0; i < Nn; i++) {
+                    aw[i] += (double)g[i] * ((double)xp[i] - mu) * rs;
+                    ab[i] += g[i];
+                }
+            }
+        }
+    }
+    if (acc) {
+#pragma omp parallel for schedule(static) if (Nn * nt > 16384)
+        for (int64_t i = 0; i < Nn; i++) {
+            double sw = 0.0, sb = 0.0;
+            for (int t = 0; t < nt; t++) { sw += acc[(size_t)(2 * t) * (size_t)Nn + i]; sb += acc[(size_t)(2 * t + 1) * (size_t)Nn + i]; }
+            if (gw) gw[i] = (T)sw;
+            if (gb) gb[i] = (T)sb;
+        }
+        free(acc);
+    }
+    return FL_OK;
+}
+
+static void F(gn_fwd)(const T *x, const T *w, const T *b, T *y, T *mo, T *ro, int64_t N, int64_t C, int64_t HW,
+                      int64_t G, double eps) {
+    const int64_t D = C / G, L = D * HW;
+#pragma omp parallel for schedule(dynamic, 1) if (N * C * HW > 16384)
+    for (int64_t ng = 0; ng < N * G; ng++) {
+        const T *xp = x + ng * L;
+        T *yp = y + ng * L;
+        double mean = 0.0, rstd = NAN;
+        if (L > 0) {
+            mean = F(sum)(xp, L) / (double)L;
+            rstd = 1.0 / sqrt(F(sqdev)(xp, L, mean) / (double)L + eps);
+        }
+        if (mo) mo[ng] = (T)mean;
+        if (ro) ro[ng] = (T)rstd;
+        int64_t g = ng % G;
+        for (int64_t d = 0; d < D; d++) {
+            int64_t c = g * D + d;
+            double wc = w ? (double)w[c] : 1.0, bc = b ? (double)b[c] : 0.0;
+            T a = (T)(rstd * wc), bt = (T)(bc - mean * rstd * wc);
+            const T *xs = xp + d * HW;
+            T *ys = yp + d * HW;
+#pragma omp simd
+            for (int64_t i = 0; i < HW; i++) ys[i] = xs[i] * a + bt;
+        }
+    }
+}
+
+static int F(gn_bwd)(const T *go, const T *x, const T *mean, const T *rstd, const T *w, T *gi, T *gw, T *gb,
+                     int64_t N, int64_t C, int64_t HW, int64_t G) {
+    const int64_t D = C / G;
+    /* per (n, c): ds = sum g*x, db = sum g */
+    double *ds = malloc((size_t)(2 * (N * C > 0 ? N * C : 1)) * sizeof(double));
+    if (!ds) FL_FAIL(FL_ERR_OOM, "group_norm_backward: cannot allocate scratch");
+    double *db = ds + N * C;
+#pragma omp parallel for schedule(static) if (N * C * HW > 16384)
+    for (int64_t nc = 0; nc < N * C; nc++) {
+        const T *g = go + nc * HW, *xp = x + nc * HW;
+        double a = 0.0, b = 0.0;
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t i = 0; i < HW; i++) { a += (double)g[i] * xp[i]; b += g[i]; }
+        ds[nc] = a; db[nc] = b;
+    }
+    if (gi) {
+        const double s = 1.0 / (double)(D * HW);
+#pragma omp parallel for schedule(static) if (N * C * HW > 16384)
+        for (int64_t ng = 0; ng < N * G; ng++) {
+            int64_t n = ng / G, g = ng % G;
+            double mu = mean[ng], rs = rstd[ng], s1 = 0.0, s2 = 0.0;
+            for (int64_t d = 0; d < D; d++) {
+                int64_t c = g * D + d;
+                double wc = w ? (double)w[c] : 1.0;
+                s1 += ds[n * C + c] * wc;
+                s2 += db[n * C + c] * wc;
+            }
+            double bb = (s2 * mu - s1) * rs * rs * rs * s;
+            double cc = -bb * mu - s2 * rs * s;
+            for (int64_t d = 0; d < D; d++) {
+                int64_t c = g * D + d;
+                T a = (T)(rs * (w ? (double)w[c] : 1.0)), bt = (T)bb, ct = (T)cc;
+                const T *gp = go + (n * C + c) * HW, *xp = x + (n * C + c) * HW;
+                T *dp = gi + (n * C + c) * HW;
+#pragma omp simd
+                for (int64_t i = 0; i < HW; i++) dp[i] = a * gp[i] + bt * xp[i] + ct;
+            }
+        }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        double sw = 0.0, sb = 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            int64_t ng = n * G + c / D;
+            sw += (ds[n * C + c] - db[n * C + c] * (double)mean[ng]) * (double)rstd[ng];
+            sb += db[n * C + c];
+        }
+        if (gw) gw[c] = (T)sw;
+        if (gb) gb[c] = (T)sb;
+    }
+    free(ds);
+    return FL_OK;
+}
+
+#undef V
+#undef T
+#undef F
+#endif

@@ -1,0 +1,52 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_fl as fl
+from torch_fl._abi import header_path
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="session")
+def test_plugins(tmp_path_factory):
+    """Compiles the deliberately odd plugins in tests/plugins into a folder."""
+    out = tmp_path_factory.mktemp("plugins")
+    include = os.path.dirname(header_path())
+    for src in sorted(os.listdir(os.path.join(HERE, "plugins"))):
+        if src.endswith(".c"):
+            lib = out / f"lib{src[:-2]}.so"
+            subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", include, os.path.join(HERE, "plugins", src),
+                            "-o", str(lib)], check=True)
+    (out / "libnot_a_plugin.so").write_text("this is not an ELF file\n")
+    return out
+
+
+def run_py(code: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Runs a snippet in a fresh interpreter (plugin discovery happens once per process)."""
+    full_env = dict(os.environ)
+    for k in ("FL_BACKEND", "FL_PLUGIN_PATH", "FL_CPU_FALLBACK", "FL_CONFIG", "FL_CPU_MEMORY_LIMIT"):
+        full_env.pop(k, None)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=HERE)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_backend():
+    fl.initialize("cpu")
+    yield
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, rel: float = 1e-4, what: str = "") -> None:
+    """fp32 agreement the way the project states it: max abs diff <= rel * scale of the expected values."""
+    actual = actual.detach().cpu().double()
+    expected = expected.detach().cpu().double()
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    scale = max(expected.abs().max().item(), 1e-6) if expected.numel() else 1.0
+    diff = (actual - expected).abs().max().item() if expected.numel() else 0.0
+    assert diff <= rel * scale, f"{what}: max abs diff {diff:.3g} > {rel} x scale {scale:.3g}"

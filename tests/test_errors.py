@@ -1,0 +1,182 @@
+"""Bad input gets a clear error and the process stays usable."""
+
+import pytest
+import torch
+from conftest import run_py
+
+import torch_fl as fl
+
+
+def test_unknown_backend_lists_choices():
+    with pytest.raises(fl.BackendNotFoundError, match=r"unknown fl backend 'nosuch'; available backends: .*cpu"):
+        fl.initialize("nosuch")
+    assert fl.initialize("cpu") == "cpu"  # still usable
+
+
+def test_unknown_fl_backend_env():
+    r = run_py("""
+        import torch_fl as fl
+        try:
+            fl.initialize()
+        except fl.BackendNotFoundError as e:
+            print("ERR", e)
+    """, env={"FL_BACKEND": "warp9"})
+    assert "ERR unknown fl backend 'warp9'; available backends: cpu" in r.stdout, r.stderr
+
+
+def test_config_file_selects_backend(tmp_path):
+    cfg = tmp_path / "torch_fl.toml"
+    cfg.write_text('backend = "nope"\n')
+    r = run_py("""
+        import torch_fl as fl
+        try:
+            fl.initialize()
+        except fl.BackendNotFoundError as e:
+            print("ERR", str(e).splitlines()[0])
+    """, env={"FL_CONFIG": str(cfg)})
+    assert "ERR unknown fl backend 'nope'" in r.stdout, r.stderr
+    cfg.write_text('backend = "cpu"\ncpu_fallback = false\n')
+    r = run_py("import torch_fl as fl; print(fl.initialize(), fl.cpu_fallback_enabled())", env={"FL_CONFIG": str(cfg)})
+    assert r.stdout.split() == ["cpu", "False"], r.stderr
+
+
+def test_rejected_plugins_are_listed_with_reasons(test_plugins):
+    r = run_py("""
+        import torch_fl as fl
+        for e in fl.list_backends():
+            print(e["status"], e["path"].rsplit("/", 1)[-1], "|", e["reason"])
+    """, env={"FL_PLUGIN_PATH": str(test_plugins)})
+    out = r.stdout
+    assert r.returncode == 0, r.stderr
+    lines = {line.split()[1]: line for line in out.splitlines()}
+    assert lines["libfl_cpu.so"].startswith("loaded")
+    assert lines["liberrplugin.so"].startswith("loaded")
+    assert "ABI version 99" in lines["libbad_abi.so"] and lines["libbad_abi.so"].startswith("rejected")
+    assert "missing exported symbol(s) fl_plugin_init" in lines["libmissing_symbol.so"]
+    assert "required entry point(s) left NULL: device_count" in lines["libmissing_entry.so"]
+    assert "not a loadable shared library" in lines["libnot_a_plugin.so"]
+
+
+def test_kernel_error_names_op_and_message(test_plugins):
+    r = run_py("""
+        import torch, torch_fl as fl
+        fl.initialize("errdev")
+        a = torch.ones(3, device="fl")
+        try:
+            a * a
+        except fl.KernelError as e:
+            print("ERR", e)
+        print("ADD", (a + a).cpu().tolist())     # the add kernel declines: another path serves it
+        print("EXPLAIN", fl.explain("add.Tensor").path)
+    """, env={"FL_PLUGIN_PATH": str(test_plugins)})
+    assert "ERR fl backend 'errdev': kernel aten::mul.Tensor failed with FL_ERR_INTERNAL: " \
+           "errdev: the multiplier unit is on fire" in r.stdout, r.stderr
+    assert "ADD [2.0, 2.0, 2.0]" in r.stdout
+    assert "EXPLAIN native" in r.stdout
+
+
+def test_out_of_memory_leaves_process_usable(test_plugins):
+    r = run_py("""
+        import torch, torch_fl as fl
+        fl.initialize("errdev")
+        try:
+            torch.empty(1 << 20, device="fl")
+        except torch.OutOfMemoryError as e:
+            print("OOM", e)
+        x = torch.ones(10, device="fl")
+        print("OK", x.cpu().sum().item(), torch.fl.memory_allocated(x.device))
+    """, env={"FL_PLUGIN_PATH": str(test_plugins)})
+    assert "OOM fl:1 (errdev) out of memory: tried to allocate 4.0 MiB" in r.stdout, r.stdout + r.stderr
+    assert "errdev holds 1 MiB" in r.stdout
+    assert "OK 10.0 48" in r.stdout
+
+
+def test_host_plugin_memory_limit():
+    r = run_py("""
+        import torch, torch_fl as fl
+        fl.initialize("cpu")
+        try:
+            torch.empty(64 << 20, device="fl")
+        except torch.OutOfMemoryError as e:
+            print("OOM", e)
+        print("OK", torch.ones(4, device="fl").sum().item())
+    """, env={"FL_CPU_MEMORY_LIMIT": "64M"})
+    assert "OOM fl:0 (cpu) out of memory: tried to allocate 256.0 MiB" in r.stdout, r.stdout + r.stderr
+    assert "OK 4.0" in r.stdout
+
+
+def test_mixing_backends_is_an_error(test_plugins):
+    r = run_py("""
+        import torch, torch_fl as fl
+        a = torch.ones(3, device=fl.device("cpu"))
+        b = torch.ones(3, device=fl.device("errdev"))
+        try:
+            a - b
+        except RuntimeError as e:
+            print("ERR", e)
+        print("MOVED", (a - b.to(a.device)).cpu().tolist())
+    """, env={"FL_PLUGIN_PATH": str(test_plugins)})
+    assert "ERR Expected all tensors to be on the same device, but found at least two devices, fl:0 (cpu) " \
+           "and fl:1 (errdev)!" in r.stdout, r.stdout + r.stderr
+    assert "MOVED [0.0, 0.0, 0.0]" in r.stdout
+
+
+def test_mixing_cpu_and_fl_is_an_error():
+    a = torch.ones(3, device="fl")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*fl:0 and cpu"):
+        a + torch.ones(3)
+    assert (a + torch.tensor(2.0)).cpu().tolist() == [3.0, 3.0, 3.0]  # 0-dim CPU scalars are allowed
+
+
+def test_privateuse1_taken_by_another_package():
+    r = run_py("""
+        import torch
+        torch.utils.rename_privateuse1_backend("npu")
+        try:
+            import torch_fl
+        except Exception as e:
+            print(type(e).__name__, e)
+    """)
+    assert "PrivateUse1TakenError PyTorch's PrivateUse1 device slot is already owned by 'npu'" in r.stdout, r.stderr
+
+
+def test_cpu_fallback_off_raises_clearly():
+    x = torch.randn(5, device="fl")
+    fl.set_cpu_fallback(False)
+    try:
+        with pytest.raises(NotImplementedError, match=r"aten::cumprod \(float32\) cannot run on fl backend .cpu.*"):
+            torch.cumprod(x, 0)
+    finally:
+        fl.set_cpu_fallback(True)
+    assert torch.cumprod(x, 0).device.type == "fl"
+
+
+def test_cpu_fallback_env_switch():
+    r = run_py("""
+        import torch, torch_fl as fl
+        print(fl.cpu_fallback_enabled())
+        try:
+            torch.cumprod(torch.ones(3, device="fl"), 0)
+        except NotImplementedError as e:
+            print("NIE", e)
+    """, env={"FL_CPU_FALLBACK": "0"})
+    assert r.stdout.startswith("False"), r.stderr
+    assert "NIE aten::cumprod" in r.stdout and "FL_CPU_FALLBACK=0" in r.stdout
+
+
+def test_bad_env_value():
+    r = run_py("""
+        import torch, torch_fl as fl
+        try:
+            torch.ones(2, device="fl") + 1
+        except fl.FlError as e:
+            print("ERR", e)
+    """, env={"FL_CPU_FALLBACK": "maybe"})
+    assert "ERR FL_CPU_FALLBACK='maybe' is not a boolean: use 1 or 0" in r.stdout, r.stdout + r.stderr
+
+
+def test_explain_rejects_unknown_ops():
+    with pytest.raises(ValueError, match="unknown aten op"):
+        fl.explain("not_an_op")
+    with pytest.raises(ValueError, match="has no overload"):
+        fl.explain("add.Nope")
