@@ -52,7 +52,8 @@ static int bcast(const fl_tensor_t *t, const fl_tensor_t *o, fl_tensor_t *r) {
 }
 
 static int out_ok(const fl_tensor_t *out, int n_out) {
-    return n_out >= 1 && out[0].data != NULL && out[0].ndim >= 0 && out[0].ndim <= FL_MAX_DIMS;
+    if (n_out < 1 || out[0].ndim < 0 || out[0].ndim > FL_MAX_DIMS) return 0;
+    return out[0].data != NULL || fl_numel(&out[0]) == 0; /* an empty tensor may have no storage */
 }
 
 /* ------------------------------------------------------------------ */
@@ -1202,7 +1203,7 @@ static int k_random_(FL_KERNEL_ARGS) {
 /* native_dropout(input, p, train?) -> (output, mask) */
 static int k_native_dropout(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (n_out < 2 || !out_ok(out, n_out) || out[1].data == NULL || out[1].ndim != out[0].ndim) return UNSUP;
+    if (n_out < 2 || !out_ok(out, n_out) || out_ok(out + 1, 1) == 0 || out[1].ndim != out[0].ndim) return UNSUP;
     if (n_args < 3 || args[0].kind != FL_ARG_TENSOR || args[0].i >= n_in || !is_scalar_arg(&args[1])) return UNSUP;
     if (!fl_is_floating(out[0].dtype)) return UNSUP;
     double p = arg_d(&args[1]);

@@ -82,8 +82,11 @@ void fl_lin_contig_desc(fl_tensor_t *d, const fl_tensor_t *t, void *p) {
 /* Pointer to the first element of a contiguous copy of t: t itself when it is
  * contiguous (*owned = NULL), else a malloc'ed packed copy (*owned = it, the
  * caller frees). Returns NULL only when the allocation fails. */
+static double empty_dummy[8];
+
 void *fl_lin_pack(const fl_tensor_t *t, void **owned) {
     *owned = NULL;
+    if (fl_numel(t) == 0) return empty_dummy; /* never dereferenced */
     if (fl_is_contiguous(t)) return fl_elem(t, t->offset);
     int64_t n = fl_numel(t);
     void *p = malloc((size_t)(n > 0 ? n : 1) * fl_itemsize(t->dtype));
@@ -99,6 +102,7 @@ void *fl_lin_pack(const fl_tensor_t *t, void **owned) {
  * a scratch buffer (*owned) that fl_lin_unpack copies back and frees. */
 void *fl_lin_out_buf(const fl_tensor_t *t, void **owned) {
     *owned = NULL;
+    if (fl_numel(t) == 0) return empty_dummy; /* never dereferenced */
     if (fl_is_contiguous(t)) return fl_elem(t, t->offset);
     int64_t n = fl_numel(t);
     void *p = malloc((size_t)(n > 0 ? n : 1) * fl_itemsize(t->dtype));

@@ -1,0 +1,123 @@
+"""The four-tier dispatcher: paths, caching, explanations, and gradients on every path."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_close
+
+import torch_fl as fl
+from torch_fl._dispatch import disabled_paths
+from torch_fl._registry import REGISTRY
+
+
+def _counts(op: str) -> dict:
+    return {p: n for (name, p), n in REGISTRY.get("cpu").counts.items() if name == op}
+
+
+def test_explain_reports_each_tier():
+    cpu = fl.capabilities("cpu")
+    # a native kernel where the plugin has one
+    native = next(op for op in ("aten::mm", "aten::add.Tensor") if cpu.supports(op))
+    assert fl.explain(native).path == "native"
+    # cumprod: no host kernel, PyTorch has a decomposition
+    e = fl.explain("cumprod")
+    assert e.path in ("decomposition", "fallback") and any("decomposition" in r for r in e.reasons)
+    assert fl.explain("view").path == "view"
+    with disabled_paths("native", "decomposition"):
+        assert fl.explain(native).path == "fallback"
+    text = str(fl.explain(native))
+    assert native in text and "backend 'cpu'" in text
+
+
+def test_plan_is_cached_per_signature():
+    b = REGISTRY.get("cpu")
+    x = torch.randn(4, device="fl")
+    y = x.exp()
+    key = (torch.ops.aten.exp.default, (torch.float32,))
+    assert key in b.plans
+    plan = b.plans[key]
+    x.exp()
+    assert b.plans[key] is plan
+    assert_close(y, x.cpu().exp())
+
+
+def test_every_call_is_counted():
+    x = torch.randn(8, 8, device="fl")
+    before = dict(_counts("aten::exp"))
+    x.exp()
+    x.exp()
+    after = _counts("aten::exp")
+    assert sum(after.values()) - sum(before.values()) == 2
+
+
+OPS = [
+    ("matmul", lambda a, b: a @ b, [(5, 7), (7, 3)]),
+    ("linear", lambda a, w, b: F.linear(a, w, b), [(4, 6), (5, 6), (5,)]),
+    ("softmax", lambda a: F.softmax(a, -1), [(3, 9)]),
+    ("log_softmax_nll", lambda a: F.cross_entropy(a, torch.tensor([1, 0, 3]).to(a.device)), [(3, 5)]),
+    ("layer_norm", lambda a, w, b: F.layer_norm(a, (6,), w, b), [(4, 6), (6,), (6,)]),
+    ("gelu_tanh", lambda a: F.gelu(a) * torch.tanh(a), [(4, 6)]),
+    ("conv_bn_relu", lambda x, w, g, b: F.relu(F.batch_norm(F.conv2d(x, w, padding=1), None, None, g, b,
+                                                              training=True)), [(2, 3, 6, 6), (4, 3, 3, 3), (4,), (4,)]),
+    ("maxpool_avgpool", lambda x: F.avg_pool2d(F.max_pool2d(x, 3, 2, 1), 2), [(2, 3, 8, 8)]),
+    ("reductions", lambda a: a.sum(0).mean() + a.amax(1).sum() + a.var(1).sum(), [(5, 6)]),
+    ("pointwise_broadcast", lambda a, b: (a * b - a / (b.abs() + 1)).sigmoid().sqrt(), [(4, 1, 3), (2, 3)]),
+    ("embedding", lambda w: F.embedding(torch.tensor([[0, 2], [3, 3]]).to(w.device), w).sum(-1), [(5, 4)]),
+    ("cumprod_cummax", lambda a: torch.cumprod(a, 1) + torch.cummax(a, 1).values, [(3, 4)]),
+]
+
+
+@pytest.mark.parametrize("disabled", [(), ("native",), ("native", "decomposition")],
+                         ids=["all-paths", "no-native", "fallback-only"])
+@pytest.mark.parametrize("name,fn,shapes", OPS, ids=[o[0] for o in OPS])
+def test_values_and_gradients_match_cpu_on_every_path(name, fn, shapes, disabled):
+    torch.manual_seed(0)
+    cpu_inputs = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes]
+    fl_inputs = [t.detach().to("fl").requires_grad_() for t in cpu_inputs]
+    expected = fn(*cpu_inputs)
+    expected.sum().backward()
+    with disabled_paths(*disabled):
+        out = fn(*fl_inputs)
+        out.sum().backward()
+    assert out.device.type == "fl"
+    assert_close(out, expected, 1e-9, what=f"{name} output")
+    for i, (c, f) in enumerate(zip(cpu_inputs, fl_inputs, strict=True)):
+        assert f.grad is not None, f"{name}: gradient of input {i} is None"
+        assert f.grad.device.type == "fl"
+        assert_close(f.grad, c.grad, 1e-9, what=f"{name} grad {i}")
+
+
+def test_disabled_paths_validation():
+    with pytest.raises(ValueError, match="can only disable"):
+        with disabled_paths("fallback"):
+            pass
+
+
+def test_foreach_ops_for_optimizers():
+    ts = [torch.randn(3, device="fl") for _ in range(3)]
+    cpu = [t.cpu() for t in ts]
+    torch._foreach_mul_(ts, 2.0)
+    torch._foreach_add_(ts, [torch.ones(3, device="fl")] * 3, alpha=0.5)
+    for t, c in zip(ts, cpu, strict=True):
+        assert_close(t, c * 2 + 0.5)
+    norms = torch._foreach_norm(ts)
+    assert_close(torch.stack([n.cpu() for n in norms]), torch.stack([(c * 2 + 0.5).norm() for c in cpu]))
+
+
+def test_non_contiguous_and_zero_size():
+    a = torch.randn(6, 8)
+    f = a.to("fl")
+    assert_close(f.t() @ f, a.t() @ a)
+    assert_close(f[:, ::2].exp(), a[:, ::2].exp())
+    z = torch.empty(0, 5, device="fl")
+    assert (z + 1).shape == (0, 5)
+    assert z.sum().item() == 0.0
+
+
+def test_type_promotion_and_scalars():
+    i = torch.arange(6, device="fl")
+    r = i * 1.5
+    assert r.dtype == torch.float32
+    assert_close(r, torch.arange(6) * 1.5)
+    assert (i + 2).dtype == torch.int64 and (i + 2).cpu().tolist() == [2, 3, 4, 5, 6, 7]
+    assert (i > 2).dtype == torch.bool and (i > 2).cpu().tolist() == [False] * 3 + [True] * 3
