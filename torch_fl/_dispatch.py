@@ -496,32 +496,80 @@ def _desc_for(t: FlTensor, shape=None) -> dict:
             "strides": strides}
 
 
+_LAYOUT_CACHE: dict = {}
+_LAYOUT_CACHE_MAX = 8192
+
+
+def _key_of(v):
+    if isinstance(v, torch.Tensor):
+        if isinstance(v, FlTensor):
+            return (tuple(v.shape), v.stride(), v.dtype, v.storage_offset())
+        return (v.dtype, v.dim())  # a wrapped number: its value never changes a shape
+    if isinstance(v, list):
+        return tuple(_key_of(x) for x in v)
+    if isinstance(v, float):
+        return (float, v != v)  # NaN-safe; the value of a float never changes a shape
+    return v
+
+
+def _output_layouts(f: OpFacts, vals):
+    """(shape, strides, dtype) of each fresh return, from PyTorch's meta
+    functions, cached per signature: the meta call costs far more than a kernel
+    on a small tensor."""
+    try:
+        key = (f.func, tuple(_key_of(v) for v in vals))
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None:
+        hit = _LAYOUT_CACHE.get(key)
+        if hit is not None:
+            return hit
+    try:
+        meta_out = f.call(_map(to_meta, vals))
+    except Exception:  # no meta function or data-dependent shape: not for this tier
+        return None
+    if f.n_returns == 1:
+        meta_out = (meta_out,)
+    layouts = []
+    for m in meta_out:
+        if m is None:
+            layouts.append(None)
+        elif isinstance(m, torch.Tensor):
+            layouts.append((list(m.shape), list(m.stride()), m.dtype))
+        else:
+            layouts.append(_NOT_HANDLED)
+    layouts = tuple(layouts)
+    if key is not None:
+        if len(_LAYOUT_CACHE) >= _LAYOUT_CACHE_MAX:
+            _LAYOUT_CACHE.clear()
+        _LAYOUT_CACHE[key] = layouts
+    return layouts
+
+
 _UNDEFINED = {"data": ffi.NULL, "offset": 0, "dtype": 0, "ndim": -1}
 
 
 def _run_native(f: OpFacts, kernel, dev, vals):
     # outputs: aliases of mutated arguments, or fresh tensors shaped by PyTorch's meta functions
     fresh = [i for i, a in enumerate(f.ret_alias) if a is None]
-    meta_out = None
+    layouts = None
     if fresh:
-        try:
-            meta_out = f.call(_map(to_meta, vals))
-        except Exception:  # no meta function or data-dependent shape: not for this tier
+        layouts = _output_layouts(f, vals)
+        if layouts is None:
             return _NOT_HANDLED
-        if f.n_returns == 1:
-            meta_out = (meta_out,)
     outs: list = []
     for r, a in enumerate(f.ret_alias):
         if a is not None:
             outs.append(vals[a])
         else:
-            m = meta_out[r]
-            if m is None:
+            lay = layouts[r]
+            if lay is None:
                 outs.append(None)
-            elif isinstance(m, torch.Tensor):
-                outs.append(new_tensor(dev, m.shape, m.dtype, list(m.stride())))
-            else:
+            elif lay is _NOT_HANDLED:
                 return _NOT_HANDLED  # scalar / list returns are not a kernel's business
+            else:
+                outs.append(new_tensor(dev, lay[0], lay[2], lay[1]))
     for t in _iter_tensors(outs):
         if t.dim() > _abi.MAX_DIMS:
             return _NOT_HANDLED
