@@ -146,6 +146,43 @@ static void tensor_range(const fl_tensor_t *t, int64_t *lo, int64_t *hi) {
     *lo = a; *hi = b;
 }
 
+/* Transposing copy: dst rows are contiguous, src is contiguous along dst's
+ * next-outer dim. Moves 32x32 tiles so both sides stream through cache. */
+#define TILE 32
+#define TILE_LOOP(T)                                                                          \
+    {                                                                                         \
+        T *d_ = (T *)dst->data;                                                               \
+        const T *s_ = (const T *)src->data;                                                   \
+        for (int64_t a = a0; a < a1; a++)                                                     \
+            for (int64_t b = b0; b < b1; b++) d_[db + a * das + b] = s_[sb + a + b * sbs];    \
+    }                                                                                         \
+    break;
+static int copy_tiled(const fl_tensor_t *dst, const fl_tensor_t *src, const fl_iter_t *it, int64_t numel) {
+    size_t isz = fl_itemsize(dst->dtype);
+    if (it->ndim < 1 || it->inner_stride[0] != 1 || it->strides[1][it->ndim - 1] != 1 || it->inner < 8 ||
+        it->sizes[it->ndim - 1] < 8 || (isz != 2 && isz != 4 && isz != 8) || dst->dtype == FL_BOOL)
+        return -1;
+    int64_t A = it->sizes[it->ndim - 1], B = it->inner;
+    int64_t das = it->strides[0][it->ndim - 1], sbs = it->inner_stride[1];
+    int64_t planes = it->outer / A;
+    int64_t ta = (A + TILE - 1) / TILE, tb = (B + TILE - 1) / TILE, units = planes * ta * tb;
+#pragma omp parallel for schedule(static) if (numel >= PAR_MIN)
+    for (int64_t u = 0; u < units; u++) {
+        int64_t pl = u / (ta * tb), rem = u % (ta * tb);
+        int64_t a0 = (rem / tb) * TILE, b0 = (rem % tb) * TILE;
+        int64_t a1 = a0 + TILE < A ? a0 + TILE : A, b1 = b0 + TILE < B ? b0 + TILE : B;
+        int64_t base[FL_ITER_MAX];
+        fl_iter_row(it, pl * A, base);
+        int64_t db = base[0], sb = base[1];
+        switch (isz) {
+        case 2: TILE_LOOP(uint16_t)
+        case 4: TILE_LOOP(uint32_t)
+        default: TILE_LOOP(uint64_t)
+        }
+    }
+    return 0;
+}
+
 /* dst = convert(src), src already broadcast to dst's shape. */
 static void copy_strided(const fl_tensor_t *dst, const fl_tensor_t *src) {
     int64_t numel = fl_numel(dst);
@@ -168,6 +205,7 @@ static void copy_strided(const fl_tensor_t *dst, const fl_tensor_t *src) {
     }
     fl_iter_t it;
     fl_iter_init(&it, 2, (const fl_tensor_t *[]){dst, src});
+    if (dst->dtype == src->dtype && copy_tiled(dst, src, &it, numel) == 0) return;
     int64_t nchunk = (it.inner + 4 * CH - 1) / (4 * CH);
     int64_t units = it.outer * nchunk;
 #pragma omp parallel for schedule(static) if (numel >= PAR_MIN)
@@ -407,7 +445,37 @@ static int ew_run(const fl_tensor_t *out, const opnds_t *ops, int ct, ewfn fn, c
     static const ewfn name##_t[3] = {name##_f, name##_d, NULL};
 
 /* ---- scalar helpers ---- */
-static inline float sigm_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Vectorizable float exp (Cephes polynomial, ~1 ulp): branch-free so that
+ * GCC vectorizes the loops that call it (libm's expf is a scalar call).
+ * Overflow to inf, underflow through denormals to 0, NaN propagates. */
+static inline float vexpf(float x) {
+    x = x < -104.0f ? -104.0f : x;
+    x = x > 89.0f ? 89.0f : x;
+    float t = x * 1.44269504088896341f + 12582912.0f;
+    float k = t - 12582912.0f;
+    float r = x - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    float r2 = r * r;
+    float p = ((((1.9875691500E-4f * r + 1.3981999507E-3f) * r + 8.3334519073E-3f) * r + 4.1665795894E-2f) * r +
+               1.6666665459E-1f) * r + 5.0000001201E-1f;
+    p = p * r2 + r + 1.0f;
+    int32_t n = (int32_t)k, n1 = n / 2, n2 = n - n1;
+    union { uint32_t u; float f; } s1, s2;
+    s1.u = (uint32_t)(n1 + 127) << 23;
+    s2.u = (uint32_t)(n2 + 127) << 23;
+    return p * s1.f * s2.f;
+}
+static inline float vtanhf(float x) {
+    float ax = fabsf(x);
+    float z = x * x;
+    float small = ((((-5.70498872745E-3f * z + 2.06390887954E-2f) * z - 5.37397155531E-2f) * z + 1.33314422036E-1f) * z -
+                   3.33332819422E-1f) * z * x + x;
+    float big = 1.0f - 2.0f / (vexpf(2.0f * ax) + 1.0f);
+    big = x < 0 ? -big : big;
+    return ax < 0.625f ? small : big;
+}
+static inline float sigm_f(float x) { return 1.0f / (1.0f + vexpf(-x)); }
 static inline double sigm_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline int64_t ipow(int64_t b, int64_t e) {
     if (e < 0) return b == 1 ? 1 : (b == -1 ? ((e & 1) ? -1 : 1) : 0);
@@ -427,11 +495,11 @@ static inline float gelu_sf(float x) { return 0.5f * x * (1.0f + erff(x * (float
 static inline double gelu_sd(double x) { return 0.5 * x * (1.0 + erf(x * M_SQRT1_2)); }
 #define KBETA 0.7978845608028654 /* sqrt(2/pi) */
 #define KKAPPA 0.044715
-static inline float gelut_sf(float x) { return 0.5f * x * (1.0f + tanhf((float)KBETA * (x + (float)KKAPPA * x * x * x))); }
+static inline float gelut_sf(float x) { return 0.5f * x * (1.0f + vtanhf((float)KBETA * (x + (float)KKAPPA * x * x * x))); }
 static inline double gelut_sd(double x) { return 0.5 * x * (1.0 + tanh(KBETA * (x + KKAPPA * x * x * x))); }
 static inline float gelu_bw_sf(float g, float x) {
     float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
-    float pdf = expf(-0.5f * x * x) * (float)(0.3989422804014327);
+    float pdf = vexpf(-0.5f * x * x) * (float)(0.3989422804014327);
     return g * (cdf + x * pdf);
 }
 static inline double gelu_bw_sd(double g, double x) {
@@ -440,7 +508,7 @@ static inline double gelu_bw_sd(double g, double x) {
     return g * (cdf + x * pdf);
 }
 static inline float gelut_bw_sf(float g, float x) {
-    float xsq = x * x, inner = (float)KBETA * (x + (float)KKAPPA * xsq * x), t = tanhf(inner);
+    float xsq = x * x, inner = (float)KBETA * (x + (float)KKAPPA * xsq * x), t = vtanhf(inner);
     float left = 0.5f * x, right = 1.0f + t;
     float ld = 0.5f * right, rd = left * (1.0f - t * t) * (float)KBETA * (1.0f + 3.0f * (float)KKAPPA * xsq);
     return g * (ld + rd);
@@ -457,7 +525,7 @@ static inline double gelut_bw_sd(double g, double x) {
 /* ---- unary ---- */
 OP1(neg, -a, -a, (int64_t)(0ull - (uint64_t)a))
 OP1(abs, fabsf(a), fabs(a), a < 0 ? (int64_t)(0ull - (uint64_t)a) : a)
-OP1F(exp, expf(a), exp(a))
+OP1F(exp, vexpf(a), exp(a))
 OP1F(exp2, exp2f(a), exp2(a))
 OP1F(log, logf(a), log(a))
 OP1F(log2, log2f(a), log2(a))
@@ -470,7 +538,7 @@ OP1F(recip, 1.0f / a, 1.0 / a)
 OP1F(sin, sinf(a), sin(a))
 OP1F(cos, cosf(a), cos(a))
 OP1F(tan, tanf(a), tan(a))
-OP1F(tanh, tanhf(a), tanh(a))
+OP1F(tanh, vtanhf(a), tanh(a))
 OP1F(sigmoid, sigm_f(a), sigm_d(a))
 OP1F(erf, erff(a), erf(a))
 OP1(sign, (float)SGN(a), (double)SGN(a), SGN(a))
@@ -486,7 +554,7 @@ OP1(clamp, CLAMP(a, s0, s1), CLAMP(a, s0, s1), CLAMP(a, s0, s1))
 OP1(clampmin, a < s0 ? s0 : a, a < s0 ? s0 : a, a < s0 ? s0 : a)
 OP1(clampmax, a > s0 ? s0 : a, a > s0 ? s0 : a, a > s0 ? s0 : a)
 OP1F(leaky, a > 0 ? a : a * s0, a > 0 ? a : a * s0)
-OP1F(elu, a > 0 ? a * s1 : s0 * s1 * (expf(a * s2) - 1.0f), a > 0 ? a * s1 : s0 * s1 * (exp(a * s2) - 1.0))
+OP1F(elu, a > 0 ? a * s1 : s0 * s1 * (vexpf(a * s2) - 1.0f), a > 0 ? a * s1 : s0 * s1 * (exp(a * s2) - 1.0))
 OP1(threshold, a <= s0 ? s1 : a, a <= s0 ? s1 : a, a <= s0 ? s1 : a)
 OP1(isnan, (float)(a != a), (double)(a != a), 0)
 OP1(isinf, (float)(isinf(a) != 0), (double)(isinf(a) != 0), 0)

@@ -6,7 +6,10 @@
  * Helpers with external linkage carry the fl_lin_ prefix; the library is built
  * with -fvisibility=hidden, so none of them leaves the shared object. */
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+
+#include <omp.h>
 
 #include <cblas.h>
 
@@ -117,10 +120,32 @@ void fl_lin_unpack(const fl_tensor_t *t, void *owned) {
     free(owned);
 }
 
-/* Row-major C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, with the
- * k = 0 and beta = 0 edge cases done here (beta = 0 never reads C). */
-void fl_lin_gemm(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
-                 const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
+/* Threading: every parallel loop of this plugin runs on its OpenMP pool, and
+ * OpenBLAS is switched to one thread (once, on first use): a GEMM big enough
+ * to share is split into per-thread blocks here, and the convolution kernels
+ * give each thread whole samples (im2col + GEMM + col2im together). With a
+ * single pool there is no hand-off between two sets of spinning workers,
+ * which on a small machine costs whole scheduler quanta per call. */
+static atomic_int blas_single;
+
+void fl_lin_blas_init(void) {
+    if (!atomic_load_explicit(&blas_single, memory_order_acquire)) {
+        scipy_openblas_set_num_threads(1);
+        atomic_store_explicit(&blas_single, 1, memory_order_release);
+    }
+}
+
+int fl_lin_threads(void) {
+#ifdef _OPENMP
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* One BLAS call in the calling thread. */
+void fl_lin_gemm1(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                  const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0 || alpha == 0.0) {
         for (int64_t i = 0; i < M; i++) {
@@ -136,6 +161,7 @@ void fl_lin_gemm(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, dou
         }
         return;
     }
+    fl_lin_blas_init();
     enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
     if (dtype == FL_FLOAT32)
         scipy_cblas_sgemm(CblasRowMajor, TA, TB, (blasint)M, (blasint)N, (blasint)K, (float)alpha, (const float *)A,
@@ -143,6 +169,43 @@ void fl_lin_gemm(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, dou
     else
         scipy_cblas_dgemm(CblasRowMajor, TA, TB, (blasint)M, (blasint)N, (blasint)K, alpha, (const double *)A,
                           (blasint)lda, (const double *)B, (blasint)ldb, beta, (double *)C, (blasint)ldc);
+}
+
+/* Row-major C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C (beta = 0
+ * never reads C; k = 0 scales C), split over the OpenMP threads when it is
+ * big enough and we are not inside a parallel region already. */
+void fl_lin_gemm(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
+                 const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
+    int nt = fl_lin_threads();
+    double work = (double)M * (double)N * (double)K;
+    if (nt <= 1 || K <= 0 || work < 262144.0 || (M < 16 && N < 64)) {
+        fl_lin_gemm1(dtype, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    fl_lin_blas_init();
+    size_t es = fl_itemsize(dtype);
+    int split_m = M >= N;
+    int64_t len = split_m ? M : N, align = split_m ? 8 : 16;
+    int64_t parts = nt;
+    if (len / align < parts) parts = len / align > 0 ? len / align : 1;
+#pragma omp parallel num_threads((int)parts)
+    {
+        int t = omp_get_thread_num(), n = omp_get_num_threads();
+        int64_t blocks = (len + align - 1) / align;
+        int64_t b0 = blocks * t / n, b1 = blocks * (t + 1) / n;
+        int64_t i0 = b0 * align, i1 = b1 * align < len ? b1 * align : len;
+        if (i1 > i0) {
+            if (split_m) {
+                const char *a = (const char *)A + (ta ? i0 : i0 * lda) * (int64_t)es;
+                fl_lin_gemm1(dtype, ta, tb, i1 - i0, N, K, alpha, a, lda, B, ldb, beta,
+                             (char *)C + i0 * ldc * (int64_t)es, ldc);
+            } else {
+                const char *b = (const char *)B + (tb ? i0 * ldb : i0) * (int64_t)es;
+                fl_lin_gemm1(dtype, ta, tb, M, i1 - i0, K, alpha, A, lda, b, ldb, beta,
+                             (char *)C + i0 * (int64_t)es, ldc);
+            }
+        }
+    }
 }
 
 /* ======================================================================
@@ -328,35 +391,21 @@ static int batched_product(const fl_tensor_t *out, const fl_tensor_t *self, cons
     }
     if (nb == 0) return FL_OK;
     int64_t M = out->sizes[d0], N = out->sizes[d0 + 1], K = A->sizes[d0 + 1];
-    /* many small products: OpenBLAS's batch interface runs them in parallel */
-    if (batched && nb > 1 && M > 0 && N > 0 && K > 0 && M * N * K < (int64_t)1 << 22 && nb <= INT_MAX) {
-        mat_t a0 = mat_of(A, 0, 1), b0 = mat_of(B, 0, 1), c0 = mat_of(out, 0, 1);
-        int ta, tb, tc;
-        int64_t lda, ldb, ldc;
-        if (mat_blas(a0, &ta, &lda) && mat_blas(b0, &tb, &ldb) && mat_blas(c0, &tc, &ldc) && !tc) {
-            size_t es = fl_itemsize(dtype);
-            void **ptrs = malloc((size_t)nb * 3 * sizeof(void *));
-            if (!ptrs) FL_FAIL(FL_ERR_OOM, "linalg: cannot allocate scratch");
-            for (int64_t i = 0; i < nb; i++) {
-                ptrs[i] = (char *)a0.base + i * A->strides[0] * (int64_t)es;
-                ptrs[nb + i] = (char *)b0.base + i * B->strides[0] * (int64_t)es;
-                ptrs[2 * nb + i] = (char *)c0.base + i * out->strides[0] * (int64_t)es;
+    /* several products: one per thread at a time (BLAS single-threaded inside) */
+    int nt = fl_lin_threads();
+    if (batched && nt > 1 && nb >= nt && M * N * K < ((int64_t)1 << 27)) {
+        int err = FL_OK;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int64_t i = 0; i < nb; i++) {
+            int st = gemm_strided(dtype, mat_of(out, i * out->strides[0], 1), mat_of(A, i * A->strides[0], 1),
+                                  mat_of(B, i * B->strides[0], 1), alpha, b);
+            if (st) {
+#pragma omp atomic write
+                err = st;
             }
-            enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-            blasint m = (blasint)M, n = (blasint)N, k = (blasint)K, la = (blasint)lda, lb = (blasint)ldb,
-                    lc = (blasint)ldc, gs = (blasint)nb;
-            if (dtype == FL_FLOAT32) {
-                float al = (float)alpha, be = (float)b;
-                scipy_cblas_sgemm_batch(CblasRowMajor, &TA, &TB, &m, &n, &k, &al, (const float **)ptrs, &la,
-                                        (const float **)(ptrs + nb), &lb, &be, (float **)(ptrs + 2 * nb), &lc, 1, &gs);
-            } else {
-                double al = alpha, be = b;
-                scipy_cblas_dgemm_batch(CblasRowMajor, &TA, &TB, &m, &n, &k, &al, (const double **)ptrs, &la,
-                                        (const double **)(ptrs + nb), &lb, &be, (double **)(ptrs + 2 * nb), &lc, 1, &gs);
-            }
-            free(ptrs);
-            return FL_OK;
         }
+        if (err) fl_host_set_error("linalg: cannot allocate scratch");
+        return err;
     }
     for (int64_t i = 0; i < nb; i++) {
         int64_t oa = batched ? i * A->strides[0] : 0, ob = batched ? i * B->strides[0] : 0,

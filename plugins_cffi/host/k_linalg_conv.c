@@ -22,9 +22,12 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include <omp.h>
+
 #include "fl_host.h"
 
 /* shared helpers from k_linalg.c */
+int fl_lin_threads(void);
 void fl_lin_gemm(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                  const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
 void *fl_lin_pack(const fl_tensor_t *t, void **owned);
@@ -40,11 +43,12 @@ typedef struct {
 } geom_t;
 
 /* Samples per chunk: enough columns for an efficient GEMM, bounded scratch. */
-static int64_t chunk_of(const geom_t *g, size_t es) {
+static int64_t chunk_of(const geom_t *g, size_t es, int nt) {
     int64_t P = g->OH * g->OW;
     if (P <= 0 || g->N <= 1) return 1;
     int64_t nb = P >= 1024 ? 1 : (2048 + P - 1) / P;
     if (nb > g->N) nb = g->N;
+    if (nt > 1 && g->N >= nt && nb > (g->N + nt - 1) / nt) nb = (g->N + nt - 1) / nt; /* a chunk per thread at least */
     int64_t rows = g->C * g->KH * g->KW;
     int64_t big = rows > g->O ? rows : g->O;
     while (nb > 1 && (double)big * (double)(nb * P) * (double)es > 64.0 * 1024 * 1024) nb--;
@@ -152,10 +156,10 @@ int fl_lin_convolution(FL_KERNEL_ARGS) {
         st = FL_ERR_OOM;
         fl_host_set_error("convolution: cannot allocate scratch");
     } else if (dt == FL_FLOAT32) {
-        st = transposed ? conv_bwd_data_f32(&g, xp, wp, yp) : conv_fwd_f32(&g, xp, wp, yp);
+        st = transposed ? conv_bwd_f32(&g, xp, wp, yp, NULL, NULL) : conv_fwd_f32(&g, xp, wp, yp);
         if (!st && bp) add_bias_f32(yp, bp, g.N, transposed ? g.C : g.O, transposed ? g.H * g.W : g.OH * g.OW);
     } else {
-        st = transposed ? conv_bwd_data_f64(&g, xp, wp, yp) : conv_fwd_f64(&g, xp, wp, yp);
+        st = transposed ? conv_bwd_f64(&g, xp, wp, yp, NULL, NULL) : conv_fwd_f64(&g, xp, wp, yp);
         if (!st && bp) add_bias_f64(yp, bp, g.N, transposed ? g.C : g.O, transposed ? g.H * g.W : g.OH * g.OW);
     }
     free(xo); free(wo); free(bo);
@@ -206,12 +210,20 @@ int fl_lin_convolution_backward(FL_KERNEL_ARGS) {
     /* ordinary: X = input, dY = grad_output; transposed: X = grad_output, dY = input */
     const void *X = transposed ? gop : xp, *dY = transposed ? xp : gop;
     if (dt == FL_FLOAT32) {
-        if (gi) st = transposed ? conv_fwd_f32(&g, gop, wp, gip) : conv_bwd_data_f32(&g, gop, wp, gip);
-        if (!st && gw) st = conv_bwd_weight_f32(&g, X, dY, gwp);
+        if (transposed) {
+            if (gi) st = conv_fwd_f32(&g, gop, wp, gip);
+            if (!st && gw) st = conv_bwd_f32(&g, dY, NULL, NULL, X, gwp);
+        } else {
+            st = conv_bwd_f32(&g, dY, wp, gip, X, gwp);
+        }
         if (!st && gb) bias_grad_f32(gop, gbp, g.N, go->sizes[1], gP);
     } else {
-        if (gi) st = transposed ? conv_fwd_f64(&g, gop, wp, gip) : conv_bwd_data_f64(&g, gop, wp, gip);
-        if (!st && gw) st = conv_bwd_weight_f64(&g, X, dY, gwp);
+        if (transposed) {
+            if (gi) st = conv_fwd_f64(&g, gop, wp, gip);
+            if (!st && gw) st = conv_bwd_f64(&g, dY, NULL, NULL, X, gwp);
+        } else {
+            st = conv_bwd_f64(&g, dY, wp, gip, X, gwp);
+        }
         if (!st && gb) bias_grad_f64(gop, gbp, g.N, go->sizes[1], gP);
     }
 done:
@@ -240,19 +252,19 @@ static inline void F(im2col_row)(const geom_t *g, const T *xc, int64_t ki, int64
     for (int64_t oh = 0; oh < OH; oh++, dst += OW) {
         int64_t ih = oh * g->sh - g->ph + ki * g->dh;
         if (ih < 0 || ih >= H) { memset(dst, 0, (size_t)OW * sizeof(T)); continue; }
-        const T *src = xc + ih * W + off_w;
+        const T *src = xc + ih * W;
         for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0;
-        if (sw == 1) memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(T));
+        if (sw == 1) memcpy(dst + lo, src + lo + off_w, (size_t)(hi - lo) * sizeof(T));
         else
-            for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * sw];
+            for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * sw + off_w];
         for (int64_t ow = hi; ow < OW; ow++) dst[ow] = 0;
     }
 }
 
 /* im2col for samples [n0, n0+nb): col is (C*KH*KW) x (nb*P), row stride nb*P. */
-static void F(im2col)(const geom_t *g, const T *x, int64_t n0, int64_t nb, T *col) {
+static void F(im2col)(const geom_t *g, const T *x, int64_t n0, int64_t nb, T *col, int par) {
     const int64_t KK = g->KH * g->KW, rows = g->C * KK, P = g->OH * g->OW, ld = nb * P, HW = g->H * g->W;
-#pragma omp parallel for schedule(static) collapse(2)
+#pragma omp parallel for schedule(static) collapse(2) if (par)
     for (int64_t s = 0; s < nb; s++)
         for (int64_t r = 0; r < rows; r++) {
             int64_t c = r / KK, k = r % KK;
@@ -261,10 +273,10 @@ static void F(im2col)(const geom_t *g, const T *x, int64_t n0, int64_t nb, T *co
 }
 
 /* dx[n0+s] = col2im(col) for the chunk; col is (C*KH*KW) x (nb*P). */
-static void F(col2im)(const geom_t *g, const T *col, int64_t n0, int64_t nb, T *dx) {
+static void F(col2im)(const geom_t *g, const T *col, int64_t n0, int64_t nb, T *dx, int par) {
     const int64_t KK = g->KH * g->KW, P = g->OH * g->OW, ld = nb * P, HW = g->H * g->W;
     const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW, sw = g->sw;
-#pragma omp parallel for schedule(static) collapse(2)
+#pragma omp parallel for schedule(static) collapse(2) if (par)
     for (int64_t s = 0; s < nb; s++)
         for (int64_t c = 0; c < g->C; c++) {
             T *xc = dx + ((n0 + s) * g->C + c) * HW;
@@ -279,13 +291,14 @@ static void F(col2im)(const geom_t *g, const T *col, int64_t n0, int64_t nb, T *
                 for (int64_t oh = 0; oh < OH; oh++) {
                     int64_t ih = oh * g->sh - g->ph + ki * g->dh;
                     if (ih < 0 || ih >= H) continue;
-                    T *d = xc + ih * W + off_w;
+                    T *d = xc + ih * W;
                     const T *sr = src + oh * OW;
                     if (sw == 1) {
+                        T *dd = d + off_w;
 #pragma omp simd
-                        for (int64_t ow = lo; ow < hi; ow++) d[ow] += sr[ow];
+                        for (int64_t ow = lo; ow < hi; ow++) dd[ow] += sr[ow];
                     } else {
-                        for (int64_t ow = lo; ow < hi; ow++) d[ow * sw] += sr[ow];
+                        for (int64_t ow = lo; ow < hi; ow++) d[ow * sw + off_w] += sr[ow];
                     }
                 }
             }
@@ -318,112 +331,169 @@ static void F(bias_grad)(const T *go, T *gb, int64_t N, int64_t C, int64_t P) {
 }
 
 /* (O x nb*P) chunk matrix <-> rows of y (N, O, P) for samples [n0, n0+nb). */
-static void F(scatter)(const T *tmp, T *y, int64_t n0, int64_t nb, int64_t O, int64_t P) {
-#pragma omp parallel for schedule(static) collapse(2)
+static void F(scatter)(const T *tmp, T *y, int64_t n0, int64_t nb, int64_t O, int64_t P, int par) {
+#pragma omp parallel for schedule(static) collapse(2) if (par)
     for (int64_t s = 0; s < nb; s++)
         for (int64_t o = 0; o < O; o++)
             memcpy(y + ((n0 + s) * O + o) * P, tmp + o * nb * P + s * P, (size_t)P * sizeof(T));
 }
-static void F(gather)(const T *y, T *tmp, int64_t n0, int64_t nb, int64_t O, int64_t P) {
-#pragma omp parallel for schedule(static) collapse(2)
+static void F(gather)(const T *y, T *tmp, int64_t n0, int64_t nb, int64_t O, int64_t P, int par) {
+#pragma omp parallel for schedule(static) collapse(2) if (par)
     for (int64_t s = 0; s < nb; s++)
         for (int64_t o = 0; o < O; o++)
             memcpy(tmp + o * nb * P + s * P, y + ((n0 + s) * O + o) * P, (size_t)P * sizeof(T));
+}
+
+/* Scratch for one chunk of nb samples. */
+static int F(ws_alloc)(const geom_t *g, int64_t nb, int need_col, T **col, T **tmp) {
+    const int64_t P = g->OH * g->OW;
+    *col = NULL; *tmp = NULL;
+    if (need_col) {
+        *col = malloc((size_t)(g->C * g->KH * g->KW * nb * P) * sizeof(T) + sizeof(T));
+        if (!*col) return 0;
+    }
+    if (nb > 1) {
+        *tmp = malloc((size_t)(g->O * nb * P) * sizeof(T) + sizeof(T));
+        if (!*tmp) { free(*col); *col = NULL; return 0; }
+    }
+    return 1;
+}
+
+/* forward of one chunk: y = W * im2col(x) */
+static void F(fwd_chunk)(const geom_t *g, const T *x, const T *w, T *y, int64_t n0, int64_t nb, T *col, T *tmp,
+                         int par) {
+    const int64_t P = g->OH * g->OW, HW = g->H * g->W, Og = g->O / g->G, K = (g->C / g->G) * g->KH * g->KW;
+    const int64_t ld = nb * P;
+    const T *cp;
+    if (trivial_1x1(g) && nb == 1) cp = x + n0 * g->C * HW;
+    else { F(im2col)(g, x, n0, nb, col, par); cp = col; }
+    T *dst = nb == 1 ? y + n0 * g->O * P : tmp;
+    for (int64_t gr = 0; gr < g->G; gr++)
+        fl_lin_gemm(LIN_DT, 0, 0, Og, ld, K, 1.0, w + gr * Og * K, K, cp + gr * K * ld, ld, 0.0, dst + gr * Og * ld, ld);
+    if (nb > 1) F(scatter)(tmp, y, n0, nb, g->O, P, par);
+}
+
+/* backward of one chunk: dx = col2im(W^T dy) and/or dw_acc += dy im2col(x)^T */
+static void F(bwd_chunk)(const geom_t *g, const T *dy, const T *w, T *dx, const T *x, T *dw, int64_t n0, int64_t nb,
+                         T *col, T *tmp, int par) {
+    const int64_t P = g->OH * g->OW, HW = g->H * g->W, Og = g->O / g->G, K = (g->C / g->G) * g->KH * g->KW;
+    const int64_t ld = nb * P;
+    const int direct = trivial_1x1(g) && nb == 1;
+    const T *dyp;
+    if (nb == 1) dyp = dy + n0 * g->O * P;
+    else { F(gather)(dy, tmp, n0, nb, g->O, P, par); dyp = tmp; }
+    if (dx) {
+        T *cdst = direct ? dx + n0 * g->C * HW : col;
+        for (int64_t gr = 0; gr < g->G; gr++)
+            fl_lin_gemm(LIN_DT, 1, 0, K, ld, Og, 1.0, w + gr * Og * K, K, dyp + gr * Og * ld, ld, 0.0,
+                        cdst + gr * K * ld, ld);
+        if (!direct) F(col2im)(g, col, n0, nb, dx, par);
+    }
+    if (dw) {
+        const T *cp;
+        if (direct) cp = x + n0 * g->C * HW;
+        else { F(im2col)(g, x, n0, nb, col, par); cp = col; }
+        for (int64_t gr = 0; gr < g->G; gr++)
+            fl_lin_gemm(LIN_DT, 0, 1, Og, K, ld, 1.0, dyp + gr * Og * ld, ld, cp + gr * K * ld, ld, 1.0,
+                        dw + gr * Og * K, K);
+    }
 }
 
 #define OOM_RET FL_FAIL(FL_ERR_OOM, "convolution: cannot allocate scratch")
 
 /* y (N, O, OH, OW) = conv(x (N, C, H, W), w (O, C/G, KH, KW)) */
 static int F(conv_fwd)(const geom_t *g, const T *x, const T *w, T *y) {
-    const int64_t P = g->OH * g->OW, HW = g->H * g->W, Og = g->O / g->G, Cg = g->C / g->G;
-    const int64_t K = Cg * g->KH * g->KW;
+    const int64_t P = g->OH * g->OW;
     if (g->N == 0 || P == 0 || g->O == 0) return FL_OK;
-    const int triv = trivial_1x1(g);
-    const int64_t nb_max = chunk_of(g, sizeof(T));
-    T *col = NULL, *tmp = NULL;
-    if (!(triv && nb_max == 1)) {
-        col = malloc((size_t)(g->C * g->KH * g->KW * nb_max * P) * sizeof(T) + sizeof(T));
-        if (!col) OOM_RET;
+    int nt = fl_lin_threads();
+    const int64_t nb_max = chunk_of(g, sizeof(T), nt), nchunks = (g->N + nb_max - 1) / nb_max;
+    const int need_col = !(trivial_1x1(g) && nb_max == 1);
+    if (nt > 1 && nchunks >= nt) { /* whole chunks per thread */
+        int fail = 0;
+#pragma omp parallel
+        {
+            T *col, *tmp;
+            int ok = F(ws_alloc)(g, nb_max, need_col, &col, &tmp);
+            if (!ok) {
+#pragma omp atomic write
+                fail = 1;
+            }
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t ch = 0; ch < nchunks; ch++) {
+                int64_t n0 = ch * nb_max, nb = g->N - n0 < nb_max ? g->N - n0 : nb_max;
+                if (ok) F(fwd_chunk)(g, x, w, y, n0, nb, col, tmp, 0);
+            }
+            free(col); free(tmp);
+        }
+        if (fail) OOM_RET;
+        return FL_OK;
     }
-    if (nb_max > 1) {
-        tmp = malloc((size_t)(g->O * nb_max * P) * sizeof(T));
-        if (!tmp) { free(col); OOM_RET; }
-    }
-    for (int64_t n0 = 0; n0 < g->N; n0 += nb_max) {
-        int64_t nb = g->N - n0 < nb_max ? g->N - n0 : nb_max, ld = nb * P;
-        const T *cp;
-        if (triv && nb == 1) cp = x + n0 * g->C * HW;
-        else { F(im2col)(g, x, n0, nb, col); cp = col; }
-        T *dst = nb == 1 ? y + n0 * g->O * P : tmp;
-        for (int64_t gr = 0; gr < g->G; gr++)
-            fl_lin_gemm(LIN_DT, 0, 0, Og, ld, K, 1.0, w + gr * Og * K, K, cp + gr * K * ld, ld, 0.0,
-                        dst + gr * Og * ld, ld);
-        if (nb > 1) F(scatter)(tmp, y, n0, nb, g->O, P);
-    }
+    T *col, *tmp;
+    if (!F(ws_alloc)(g, nb_max, need_col, &col, &tmp)) OOM_RET;
+    for (int64_t n0 = 0; n0 < g->N; n0 += nb_max)
+        F(fwd_chunk)(g, x, w, y, n0, g->N - n0 < nb_max ? g->N - n0 : nb_max, col, tmp, 1);
     free(col); free(tmp);
     return FL_OK;
 }
 
-/* dx (N, C, H, W) = conv^T(dy (N, O, OH, OW), w) */
-static int F(conv_bwd_data)(const geom_t *g, const T *dy, const T *w, T *dx) {
-    const int64_t P = g->OH * g->OW, HW = g->H * g->W, Og = g->O / g->G, Cg = g->C / g->G;
-    const int64_t K = Cg * g->KH * g->KW;
-    if (g->N == 0 || HW == 0 || g->C == 0) return FL_OK;
-    if (P == 0 || g->O == 0) { memset(dx, 0, (size_t)(g->N * g->C * HW) * sizeof(T)); return FL_OK; }
-    const int triv = trivial_1x1(g);
-    const int64_t nb_max = chunk_of(g, sizeof(T));
-    T *col = NULL, *tmp = NULL;
-    if (!(triv && nb_max == 1)) {
-        col = malloc((size_t)(g->C * g->KH * g->KW * nb_max * P) * sizeof(T) + sizeof(T));
-        if (!col) OOM_RET;
+/* dx (N, C, H, W) = conv^T(dy (N, O, OH, OW), w) and/or dw = sum_n dy[n] im2col(x[n])^T */
+static int F(conv_bwd)(const geom_t *g, const T *dy, const T *w, T *dx, const T *x, T *dw) {
+    const int64_t P = g->OH * g->OW, HW = g->H * g->W, K = (g->C / g->G) * g->KH * g->KW, WN = g->O * K;
+    if (dw) memset(dw, 0, (size_t)WN * sizeof(T));
+    if (g->N == 0) return FL_OK;
+    if (P == 0 || g->O == 0) {
+        if (dx) memset(dx, 0, (size_t)(g->N * g->C * HW) * sizeof(T));
+        return FL_OK;
     }
-    if (nb_max > 1) {
-        tmp = malloc((size_t)(g->O * nb_max * P) * sizeof(T));
-        if (!tmp) { free(col); OOM_RET; }
+    if (dx && HW == 0) dx = NULL;
+    if (!dx && !dw) return FL_OK;
+    int nt = fl_lin_threads();
+    const int64_t nb_max = chunk_of(g, sizeof(T), nt), nchunks = (g->N + nb_max - 1) / nb_max;
+    const int need_col = !(trivial_1x1(g) && nb_max == 1);
+    if (nt > 1 && nchunks >= nt) {
+        int fail = 0;
+        T **acc = calloc((size_t)nt, sizeof(T *));
+        if (!acc) OOM_RET;
+#pragma omp parallel num_threads(nt)
+        {
+            int t = omp_get_thread_num(), n = omp_get_num_threads();
+            T *col, *tmp;
+            int ok = F(ws_alloc)(g, nb_max, need_col, &col, &tmp);
+            T *mine = NULL;
+            if (ok && dw) {
+                mine = t == 0 ? dw : calloc((size_t)WN + 1, sizeof(T));
+                if (!mine) { free(col); free(tmp); col = tmp = NULL; ok = 0; }
+                acc[t] = mine;
+            }
+            if (!ok) {
+#pragma omp atomic write
+                fail = 1;
+            }
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t ch = 0; ch < nchunks; ch++) {
+                int64_t n0 = ch * nb_max, nb = g->N - n0 < nb_max ? g->N - n0 : nb_max;
+                if (ok) F(bwd_chunk)(g, dy, w, dx, x, mine, n0, nb, col, tmp, 0);
+            }
+            /* implicit barrier: every partial dw is complete */
+            if (dw && !fail) {
+#pragma omp for schedule(static)
+                for (int64_t i = 0; i < WN; i++) {
+                    T s = dw[i];
+                    for (int k = 1; k < n; k++) s += acc[k][i];
+                    dw[i] = s;
+                }
+            }
+            free(col); free(tmp);
+        }
+        for (int k = 1; k < nt; k++) free(acc[k]);
+        free(acc);
+        if (fail) OOM_RET;
+        return FL_OK;
     }
-    for (int64_t n0 = 0; n0 < g->N; n0 += nb_max) {
-        int64_t nb = g->N - n0 < nb_max ? g->N - n0 : nb_max, ld = nb * P;
-        const T *dyp;
-        if (nb == 1) dyp = dy + n0 * g->O * P;
-        else { F(gather)(dy, tmp, n0, nb, g->O, P); dyp = tmp; }
-        T *cdst = (triv && nb == 1) ? dx + n0 * g->C * HW : col;
-        for (int64_t gr = 0; gr < g->G; gr++)
-            fl_lin_gemm(LIN_DT, 1, 0, K, ld, Og, 1.0, w + gr * Og * K, K, dyp + gr * Og * ld, ld, 0.0,
-                        cdst + gr * K * ld, ld);
-        if (!(triv && nb == 1)) F(col2im)(g, col, n0, nb, dx);
-    }
-    free(col); free(tmp);
-    return FL_OK;
-}
-
-/* dw (O, C/G, KH, KW) = sum_n dy[n] im2col(x[n])^T */
-static int F(conv_bwd_weight)(const geom_t *g, const T *x, const T *dy, T *dw) {
-    const int64_t P = g->OH * g->OW, HW = g->H * g->W, Og = g->O / g->G, Cg = g->C / g->G;
-    const int64_t K = Cg * g->KH * g->KW;
-    memset(dw, 0, (size_t)(g->O * K) * sizeof(T));
-    if (g->N == 0 || P == 0 || g->O == 0 || K == 0) return FL_OK;
-    const int triv = trivial_1x1(g);
-    const int64_t nb_max = chunk_of(g, sizeof(T));
-    T *col = NULL, *tmp = NULL;
-    if (!(triv && nb_max == 1)) {
-        col = malloc((size_t)(g->C * g->KH * g->KW * nb_max * P) * sizeof(T) + sizeof(T));
-        if (!col) OOM_RET;
-    }
-    if (nb_max > 1) {
-        tmp = malloc((size_t)(g->O * nb_max * P) * sizeof(T));
-        if (!tmp) { free(col); OOM_RET; }
-    }
-    for (int64_t n0 = 0; n0 < g->N; n0 += nb_max) {
-        int64_t nb = g->N - n0 < nb_max ? g->N - n0 : nb_max, ld = nb * P;
-        const T *dyp, *cp;
-        if (nb == 1) dyp = dy + n0 * g->O * P;
-        else { F(gather)(dy, tmp, n0, nb, g->O, P); dyp = tmp; }
-        if (triv && nb == 1) cp = x + n0 * g->C * HW;
-        else { F(im2col)(g, x, n0, nb, col); cp = col; }
-        for (int64_t gr = 0; gr < g->G; gr++)
-            fl_lin_gemm(LIN_DT, 0, 1, Og, K, ld, 1.0, dyp + gr * Og * ld, ld, cp + gr * K * ld, ld, 1.0,
-                        dw + gr * Og * K, K);
-    }
+    T *col, *tmp;
+    if (!F(ws_alloc)(g, nb_max, need_col, &col, &tmp)) OOM_RET;
+    for (int64_t n0 = 0; n0 < g->N; n0 += nb_max)
+        F(bwd_chunk)(g, dy, w, dx, x, dw, n0, g->N - n0 < nb_max ? g->N - n0 : nb_max, col, tmp, 1);
     free(col); free(tmp);
     return FL_OK;
 }

@@ -90,6 +90,37 @@ static void cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int6
 }
 
 
+
+/* Vectorizable float exp (Cephes polynomial, ~1 ulp): branch-free so that
+ * GCC vectorizes the loops that call it (libm's expf is a scalar call).
+ * Overflow to inf, underflow through denormals to 0, NaN propagates. */
+static inline float vexpf(float x) {
+    x = x < -104.0f ? -104.0f : x;
+    x = x > 89.0f ? 89.0f : x;
+    float t = x * 1.44269504088896341f + 12582912.0f;
+    float k = t - 12582912.0f;
+    float r = x - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    float r2 = r * r;
+    float p = ((((1.9875691500E-4f * r + 1.3981999507E-3f) * r + 8.3334519073E-3f) * r + 4.1665795894E-2f) * r +
+               1.6666665459E-1f) * r + 5.0000001201E-1f;
+    p = p * r2 + r + 1.0f;
+    int32_t n = (int32_t)k, n1 = n / 2, n2 = n - n1;
+    union { uint32_t u; float f; } s1, s2;
+    s1.u = (uint32_t)(n1 + 127) << 23;
+    s2.u = (uint32_t)(n2 + 127) << 23;
+    return p * s1.f * s2.f;
+}
+
+static double sum_fd(const float *b, int64_t n) { /* float array summed in double lanes */
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += (double)b[i + j];
+    for (; i < n; i++) acc[0] += b[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 static int is_scalar_arg(const fl_arg_t *a) {
     return a->kind == FL_ARG_INT || a->kind == FL_ARG_FLOAT || a->kind == FL_ARG_BOOL;
 }
@@ -424,6 +455,7 @@ static int reduce_run(const rop_t *r, const rplan_t *p, const fl_tensor_t *x, co
  * and every reduced dim is outside it. Adds blocks of CB outputs at once. */
 #define CB 256
 static int sum_columns(const rplan_t *p, const fl_tensor_t *x, const fl_tensor_t *out, double scale, int intmode) {
+    if (p->nout == 0) return 0;
     if (p->nk == 0 || p->kis[p->nk - 1] != 1 || p->nred == 0) return -1;
     for (int d = 0; d < p->nr; d++)
         if (p->rsz[d] > 1 && p->ris[d] < p->ksz[p->nk - 1]) return -1;
@@ -798,12 +830,14 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
                         for (int64_t i = 0; i < L; i++) y[i] = 0;
                     } else if (kind == 1) {
                         double s = 0;
-                        for (int64_t i = 0; i < L; i++) s += expf(x[i] - mx);
+                        for (int64_t i = 0; i < L; i++) y[i] = vexpf(x[i] - mx);
+                        s = sum_fd(y, L);
                         float ls = (float)log(s);
                         for (int64_t i = 0; i < L; i++) y[i] = x[i] - mx - ls;
                     } else {
                         double s = 0;
-                        for (int64_t i = 0; i < L; i++) { y[i] = expf(x[i] - mx); s += y[i]; }
+                        for (int64_t i = 0; i < L; i++) y[i] = vexpf(x[i] - mx);
+                        s = sum_fd(y, L);
                         float inv = (float)(1.0 / s);
                         for (int64_t i = 0; i < L; i++) y[i] *= inv;
                     }
@@ -817,7 +851,7 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
                     } else {
                         for (int64_t i = 0; i < L; i++) s += x[i];
                         float fs = (float)s;
-                        for (int64_t i = 0; i < L; i++) y[i] = x[i] - expf(y[i]) * fs;
+                        for (int64_t i = 0; i < L; i++) y[i] = x[i] - vexpf(y[i]) * fs;
                     }
                 }
                 cvt_row(o->dtype, fl_elem(o, off[0]), r.st[0], FL_FLOAT32, y, 1, L);
@@ -951,7 +985,8 @@ static int nll_fwd(FL_KERNEL_ARGS, int two_d) { /* (self, target, weight?, reduc
             }
     if (red == 1) store_d(&out[0], 0, total / tw);
     else if (red == 2) store_d(&out[0], 0, total);
-    if (fl_numel(&out[1]) == 1) store_d(&out[1], 0, red == 0 ? 0.0 : tw);
+    /* torch leaves total_weight 0 for an unreduced batch; a single sample reports its weight */
+    if (fl_numel(&out[1]) == 1) store_d(&out[1], 0, (red == 0 && x->ndim != 1) ? 0.0 : tw);
     return FL_OK;
 }
 static int k_nll_fwd(FL_KERNEL_ARGS) { return nll_fwd(stream, device, in, n_in, out, n_out, args, n_args, 0); }
