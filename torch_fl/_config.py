@@ -13,8 +13,9 @@ $FL_CONFIG if set, else ./torch_fl.toml, else ~/.config/torch_fl/config.toml.
 from __future__ import annotations
 
 import os
-import tomllib
 from typing import Any
+
+import tomllib
 
 from .errors import FlError
 
@@ -44,7 +45,9 @@ def load_config() -> dict[str, Any]:
     known = {"backend", "cpu_fallback", "plugin_path"}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise FlError(f"config file {path}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
+        raise FlError(
+            f"config file {path}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
+        )
     data["_path"] = path
     return data
 

@@ -207,9 +207,7 @@ def _factory_fallback(op, keys, *args, **kwargs):
     """An op dispatched to the fl device without an fl tensor argument, such as
     a factory a decomposition calls: compute on the host, move to the device."""
     from . import _record
-    from ._dispatch import cpu_to_new_fl, facts
-
-    from ._dispatch import SETTINGS
+    from ._dispatch import SETTINGS, cpu_to_new_fl, facts
 
     device = kwargs.get("device")
     dev = _target(device if device is not None and torch.device(device).type == "fl" else None)

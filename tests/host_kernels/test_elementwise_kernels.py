@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import zlib
 
+import harness
 import pytest
 import torch
 
-import harness
 from torch_fl._abi import ffi
 
 aten = torch.ops.aten
@@ -119,7 +119,7 @@ def fl_call(overload, *args, out_like=None, **kwargs):
     inputs = []
     specs = []
     shape = outputs[0].shape if outputs and outputs[0] is not None else None
-    for sa, v in zip(schema.arguments, vals):
+    for sa, v in zip(schema.arguments, vals, strict=False):
         if pointwise and isinstance(v, torch.Tensor) and shape is not None and not (v.dim() == 0 and str(sa.type) != "Tensor"):
             v = v.expand(shape)
         specs.append(_arg_spec(sa, v, inputs))
@@ -140,7 +140,7 @@ def tol(dtype):
 def _torch_args(overload, args):
     """Clones tensors; numbers in Tensor slots become 0-dim tensors for torch's own call."""
     res = []
-    for sa, a in zip(overload._schema.arguments, args):
+    for sa, a in zip(overload._schema.arguments, args, strict=False):
         if isinstance(a, torch.Tensor):
             a = a.clone()
         elif isinstance(a, (int, float, bool)) and str(sa.type) in ("Tensor", "Tensor?"):
@@ -162,7 +162,7 @@ def check(overload, *args, tol_scale=1.0, atol=None, **kwargs):
     assert st == 0, f"{op_name(overload)} declined"
     exp = list(expected) if isinstance(expected, (tuple, list)) else [expected]
     got = got if isinstance(got, list) else [got]
-    for g, e in zip(got, exp):
+    for g, e in zip(got, exp, strict=False):
         t = {k: v * tol_scale for k, v in tol(e.dtype).items()}
         if atol is not None and e.dtype.is_floating_point:
             t["atol"] = max(t["atol"], atol)
@@ -545,7 +545,7 @@ def test_random_ints_and_bernoulli_tensor():
     p = torch.rand(100_000, dtype=torch.float64)
     st, out = fl_call(aten.bernoulli.default, p, out_like=torch.empty(100_000, dtype=torch.float64))
     assert st == 0 and set(out.unique().tolist()) <= {0.0, 1.0}
-    assert abs(((out - p).mean())) < 0.01
+    assert abs((out - p).mean()) < 0.01
 
 
 def test_native_dropout():

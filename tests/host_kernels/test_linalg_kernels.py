@@ -3,11 +3,11 @@ GEMM family, convolution (+ backward), batch/layer/group norm, pooling."""
 
 from __future__ import annotations
 
+import harness
 import pytest
 import torch
 
 from torch_fl._abi import ffi
-import harness
 
 A = torch.ops.aten
 
@@ -42,7 +42,7 @@ def run_kernel(op, *args, **kwargs):
         else:
             raise TypeError(f"missing {a.name}")
     inputs, cargs = [], []
-    for a, v in zip(schema.arguments, bound):
+    for a, v in zip(schema.arguments, bound, strict=False):
         if v is None:
             cargs.append(("none",))
         elif isinstance(v, torch.Tensor):
@@ -128,7 +128,7 @@ def check(op, *args, mutated=(), scale=None, skip_outputs=(), **kwargs):
     if not isinstance(ref, (tuple, list)):
         ref = [ref]
     dtype = next(v.dtype for v in args if isinstance(v, torch.Tensor))
-    for k, (g, w) in enumerate(zip(outs, ref)):
+    for k, (g, w) in enumerate(zip(outs, ref, strict=False)):
         if k in skip_outputs or g is None or w is None or w.numel() == 0 and g.numel() != 0:
             continue
         assert g.shape == w.shape, (k, g.shape, w.shape)

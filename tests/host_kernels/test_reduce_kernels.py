@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from test_elementwise_kernels import check, fl_call, make
 
 aten = torch.ops.aten
