@@ -29,6 +29,10 @@ class BuildPlugins(build_ext):
     def get_export_symbols(self, ext):
         return []
 
+    def build_extension(self, ext):
+        os.makedirs(os.path.dirname(self.get_ext_fullpath(ext.name)), exist_ok=True)
+        super().build_extension(ext)
+
 
 def _plugin(name, folder, blas=False):
     sources = sorted(glob.glob(os.path.join("plugins_cffi", folder, "*.c")))
