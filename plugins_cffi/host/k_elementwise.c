@@ -22,6 +22,14 @@
 
 #include "fl_host.h"
 
+/* Hot leaf loops are compiled twice (AVX2+FMA and baseline x86-64) and
+ * picked at load time through an ifunc, so the library runs on any x86-64. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FL_MV __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define FL_MV
+#endif
+
 #define CH 1024
 #define PAR_MIN 32768
 #define UNSUP FL_ERR_UNSUPPORTED
@@ -102,7 +110,7 @@ static int out_ok(const fl_tensor_t *out, int n_out) {
     break;
 
 /* dst[i*ds] = (dd) src[i*ss], i < n; strides in elements */
-static void cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int64_t ss, int64_t n) {
+FL_MV static void cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int64_t ss, int64_t n) {
     if (n <= 0) return;
     if (dd == sd && ds == 1 && ss == 1) { memmove(dst, src, (size_t)n * fl_itemsize(dd)); return; }
     if (dd == sd && dd != FL_BOOL) { /* same dtype, strided: move bits */
@@ -383,7 +391,7 @@ static int ew_run(const fl_tensor_t *out, const opnds_t *ops, int ct, ewfn fn, c
 
 #define U __attribute__((unused))
 #define K1(fname, T, PL, EXPR)                                                              \
-    static void fname(int64_t n, void *o_, const void *const *x, const int64_t *xs, const kp_t *p) { \
+    FL_MV static void fname(int64_t n, void *o_, const void *const *x, const int64_t *xs, const kp_t *p) { \
         T *restrict o = (T *)o_;                                                            \
         const T *restrict A = (const T *)x[0];                                              \
         PL PL_USE                                                                           \
@@ -396,7 +404,7 @@ static int ew_run(const fl_tensor_t *out, const opnds_t *ops, int ct, ewfn fn, c
     }
 
 #define K2(fname, T, PL, EXPR)                                                              \
-    static void fname(int64_t n, void *o_, const void *const *x, const int64_t *xs, const kp_t *p) { \
+    FL_MV static void fname(int64_t n, void *o_, const void *const *x, const int64_t *xs, const kp_t *p) { \
         T *restrict o = (T *)o_;                                                            \
         const T *restrict A = (const T *)x[0], *restrict B = (const T *)x[1];               \
         PL PL_USE                                                                           \
@@ -415,7 +423,7 @@ static int ew_run(const fl_tensor_t *out, const opnds_t *ops, int ct, ewfn fn, c
     }
 
 #define K3(fname, T, PL, EXPR)                                                              \
-    static void fname(int64_t n, void *o_, const void *const *x, const int64_t *xs, const kp_t *p) { \
+    FL_MV static void fname(int64_t n, void *o_, const void *const *x, const int64_t *xs, const kp_t *p) { \
         T *restrict o = (T *)o_;                                                            \
         const T *restrict A = (const T *)x[0], *restrict B = (const T *)x[1], *restrict C = (const T *)x[2]; \
         PL PL_USE                                                                           \

@@ -171,6 +171,28 @@ void fl_lin_gemm1(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, do
                           (blasint)lda, (const double *)B, (blasint)ldb, beta, (double *)C, (blasint)ldc);
 }
 
+/* Per-thread scratch that outlives a call: convolution's im2col buffers are
+ * megabytes, and a fresh malloc of that size is a fresh mmap whose pages fault
+ * in on every call. Each thread keeps a few slots at their high-water size;
+ * slots above 64 MiB are given back by fl_lin_scratch_trim. */
+#define LIN_SLOTS 4
+static _Thread_local struct { void *p; size_t n; } scratch[LIN_SLOTS];
+
+void *fl_lin_scratch(int slot, size_t bytes) {
+    if (slot < 0 || slot >= LIN_SLOTS) return NULL;
+    if (bytes == 0) bytes = 1;
+    if (scratch[slot].n < bytes) {
+        free(scratch[slot].p);
+        scratch[slot].p = malloc(bytes);
+        scratch[slot].n = scratch[slot].p ? bytes : 0;
+    }
+    return scratch[slot].p;
+}
+void fl_lin_scratch_trim(void) {
+    for (int k = 0; k < LIN_SLOTS; k++)
+        if (scratch[k].n > ((size_t)64 << 20)) { free(scratch[k].p); scratch[k].p = NULL; scratch[k].n = 0; }
+}
+
 /* Row-major C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C (beta = 0
  * never reads C; k = 0 scales C), split over the OpenMP threads when it is
  * big enough and we are not inside a parallel region already. */

@@ -28,6 +28,8 @@
 
 /* shared helpers from k_linalg.c */
 int fl_lin_threads(void);
+void *fl_lin_scratch(int slot, size_t bytes);
+void fl_lin_scratch_trim(void);
 void fl_lin_gemm(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                  const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
 void *fl_lin_pack(const fl_tensor_t *t, void **owned);
@@ -58,6 +60,12 @@ static int trivial_1x1(const geom_t *g) {
     return g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
            g->OH == g->H && g->OW == g->W;
 }
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LIN_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define LIN_CLONES
+#endif
 
 #define LIN_CAT_(a, b) a##b
 #define LIN_CAT(a, b) LIN_CAT_(a, b)
@@ -241,7 +249,7 @@ done:
 #define F(name) LIN_CAT(name, LIN_CAT(_, LIN_S))
 
 /* One row of im2col: col[oh*OW + ow] = x[ih][iw] or 0, for kernel tap (ki, kj). */
-static inline void F(im2col_row)(const geom_t *g, const T *xc, int64_t ki, int64_t kj, T *dst) {
+LIN_CLONES static void F(im2col_row)(const geom_t *g, const T *xc, int64_t ki, int64_t kj, T *dst) {
     const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW;
     const int64_t sw = g->sw, off_w = kj * g->dw - g->pw;
     /* valid ow range: 0 <= ow*sw + off_w < W */
@@ -272,37 +280,40 @@ static void F(im2col)(const geom_t *g, const T *x, int64_t n0, int64_t nb, T *co
         }
 }
 
+/* col2im of one channel plane: xc (H, W) = sum over taps of its col rows. */
+LIN_CLONES static void F(col2im_plane)(const geom_t *g, const T *colc, int64_t ld, T *xc) {
+    const int64_t KK = g->KH * g->KW, H = g->H, W = g->W, OH = g->OH, OW = g->OW, sw = g->sw;
+    memset(xc, 0, (size_t)(H * W) * sizeof(T));
+    for (int64_t k = 0; k < KK; k++) {
+        int64_t ki = k / g->KW, kj = k % g->KW;
+        const T *src = colc + k * ld;
+        int64_t off_w = kj * g->dw - g->pw;
+        int64_t lo = off_w >= 0 ? 0 : (-off_w + sw - 1) / sw;
+        int64_t hi = W - off_w <= 0 ? 0 : (W - off_w - 1) / sw + 1;
+        if (hi > OW) hi = OW;
+        for (int64_t oh = 0; oh < OH; oh++) {
+            int64_t ih = oh * g->sh - g->ph + ki * g->dh;
+            if (ih < 0 || ih >= H) continue;
+            T *d = xc + ih * W;
+            const T *sr = src + oh * OW;
+            if (sw == 1) {
+                T *dd = d + off_w;
+#pragma omp simd
+                for (int64_t ow = lo; ow < hi; ow++) dd[ow] += sr[ow];
+            } else {
+                for (int64_t ow = lo; ow < hi; ow++) d[ow * sw + off_w] += sr[ow];
+            }
+        }
+    }
+}
+
 /* dx[n0+s] = col2im(col) for the chunk; col is (C*KH*KW) x (nb*P). */
 static void F(col2im)(const geom_t *g, const T *col, int64_t n0, int64_t nb, T *dx, int par) {
     const int64_t KK = g->KH * g->KW, P = g->OH * g->OW, ld = nb * P, HW = g->H * g->W;
-    const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW, sw = g->sw;
 #pragma omp parallel for schedule(static) collapse(2) if (par)
     for (int64_t s = 0; s < nb; s++)
-        for (int64_t c = 0; c < g->C; c++) {
-            T *xc = dx + ((n0 + s) * g->C + c) * HW;
-            memset(xc, 0, (size_t)HW * sizeof(T));
-            for (int64_t k = 0; k < KK; k++) {
-                int64_t ki = k / g->KW, kj = k % g->KW;
-                const T *src = col + (c * KK + k) * ld + s * P;
-                int64_t off_w = kj * g->dw - g->pw;
-                int64_t lo = off_w >= 0 ? 0 : (-off_w + sw - 1) / sw;
-                int64_t hi = W - off_w <= 0 ? 0 : (W - off_w - 1) / sw + 1;
-                if (hi > OW) hi = OW;
-                for (int64_t oh = 0; oh < OH; oh++) {
-                    int64_t ih = oh * g->sh - g->ph + ki * g->dh;
-                    if (ih < 0 || ih >= H) continue;
-                    T *d = xc + ih * W;
-                    const T *sr = src + oh * OW;
-                    if (sw == 1) {
-                        T *dd = d + off_w;
-#pragma omp simd
-                        for (int64_t ow = lo; ow < hi; ow++) dd[ow] += sr[ow];
-                    } else {
-                        for (int64_t ow = lo; ow < hi; ow++) d[ow * sw + off_w] += sr[ow];
-                    }
-                }
-            }
-        }
+        for (int64_t c = 0; c < g->C; c++)
+            F(col2im_plane)(g, col + c * KK * ld + s * P, ld, dx + ((n0 + s) * g->C + c) * HW);
 }
 
 static void F(add_bias)(T *y, const T *b, int64_t N, int64_t C, int64_t P) {
@@ -344,17 +355,17 @@ static void F(gather)(const T *y, T *tmp, int64_t n0, int64_t nb, int64_t O, int
             memcpy(tmp + o * nb * P + s * P, y + ((n0 + s) * O + o) * P, (size_t)P * sizeof(T));
 }
 
-/* Scratch for one chunk of nb samples. */
+/* Scratch for one chunk of nb samples (this thread's cached slots 0 and 1). */
 static int F(ws_alloc)(const geom_t *g, int64_t nb, int need_col, T **col, T **tmp) {
     const int64_t P = g->OH * g->OW;
     *col = NULL; *tmp = NULL;
     if (need_col) {
-        *col = malloc((size_t)(g->C * g->KH * g->KW * nb * P) * sizeof(T) + sizeof(T));
+        *col = fl_lin_scratch(0, (size_t)(g->C * g->KH * g->KW * nb * P) * sizeof(T));
         if (!*col) return 0;
     }
     if (nb > 1) {
-        *tmp = malloc((size_t)(g->O * nb * P) * sizeof(T) + sizeof(T));
-        if (!*tmp) { free(*col); *col = NULL; return 0; }
+        *tmp = fl_lin_scratch(1, (size_t)(g->O * nb * P) * sizeof(T));
+        if (!*tmp) return 0;
     }
     return 1;
 }
@@ -423,7 +434,7 @@ static int F(conv_fwd)(const geom_t *g, const T *x, const T *w, T *y) {
                 int64_t n0 = ch * nb_max, nb = g->N - n0 < nb_max ? g->N - n0 : nb_max;
                 if (ok) F(fwd_chunk)(g, x, w, y, n0, nb, col, tmp, 0);
             }
-            free(col); free(tmp);
+            fl_lin_scratch_trim();
         }
         if (fail) OOM_RET;
         return FL_OK;
@@ -432,7 +443,7 @@ static int F(conv_fwd)(const geom_t *g, const T *x, const T *w, T *y) {
     if (!F(ws_alloc)(g, nb_max, need_col, &col, &tmp)) OOM_RET;
     for (int64_t n0 = 0; n0 < g->N; n0 += nb_max)
         F(fwd_chunk)(g, x, w, y, n0, g->N - n0 < nb_max ? g->N - n0 : nb_max, col, tmp, 1);
-    free(col); free(tmp);
+    fl_lin_scratch_trim();
     return FL_OK;
 }
 
@@ -461,8 +472,9 @@ static int F(conv_bwd)(const geom_t *g, const T *dy, const T *w, T *dx, const T 
             int ok = F(ws_alloc)(g, nb_max, need_col, &col, &tmp);
             T *mine = NULL;
             if (ok && dw) {
-                mine = t == 0 ? dw : calloc((size_t)WN + 1, sizeof(T));
-                if (!mine) { free(col); free(tmp); col = tmp = NULL; ok = 0; }
+                mine = t == 0 ? dw : fl_lin_scratch(2, (size_t)WN * sizeof(T));
+                if (mine && t != 0) memset(mine, 0, (size_t)WN * sizeof(T));
+                if (!mine) ok = 0;
                 acc[t] = mine;
             }
             if (!ok) {
@@ -483,9 +495,8 @@ static int F(conv_bwd)(const geom_t *g, const T *dy, const T *w, T *dx, const T 
                     dw[i] = s;
                 }
             }
-            free(col); free(tmp);
+            fl_lin_scratch_trim();
         }
-        for (int k = 1; k < nt; k++) free(acc[k]);
         free(acc);
         if (fail) OOM_RET;
         return FL_OK;
@@ -494,7 +505,7 @@ static int F(conv_bwd)(const geom_t *g, const T *dy, const T *w, T *dx, const T 
     if (!F(ws_alloc)(g, nb_max, need_col, &col, &tmp)) OOM_RET;
     for (int64_t n0 = 0; n0 < g->N; n0 += nb_max)
         F(bwd_chunk)(g, dy, w, dx, x, dw, n0, g->N - n0 < nb_max ? g->N - n0 : nb_max, col, tmp, 1);
-    free(col); free(tmp);
+    fl_lin_scratch_trim();
     return FL_OK;
 }
 

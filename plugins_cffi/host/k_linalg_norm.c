@@ -61,6 +61,14 @@ static int mask_bit(const fl_arg_t *a, int k) {
     return a->list[k] != 0;
 }
 
+/* Hot loops are compiled for AVX2 and AVX-512 too and picked at load time
+ * (the build itself targets baseline x86-64). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LIN_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define LIN_CLONES
+#endif
+
 #define LIN_CAT_(a, b) a##b
 #define LIN_CAT(a, b) LIN_CAT_(a, b)
 
@@ -364,26 +372,22 @@ int fl_lin_native_group_norm_backward(FL_KERNEL_ARGS) {
 #define F(name) LIN_CAT(name, LIN_CAT(_, LIN_S))
 #define V(v, c) (((T *)(v).p)[(c) * (v).s])
 
-static inline double F(sum)(const T *p, int64_t n) {
+LIN_CLONES static double F(sum)(const T *p, int64_t n) {
     double a = 0.0;
 #pragma omp simd reduction(+ : a)
     for (int64_t i = 0; i < n; i++) a += p[i];
     return a;
 }
-static inline double F(sqdev)(const T *p, int64_t n, double mean) {
+LIN_CLONES static double F(sqdev)(const T *p, int64_t n, double mean) {
     double a = 0.0;
 #pragma omp simd reduction(+ : a)
     for (int64_t i = 0; i < n; i++) { double d = p[i] - mean; a += d * d; }
     return a;
 }
-/* sum of g and sum of g * (x - mean) */
-static inline void F(dots)(const T *g, const T *x, int64_t n, double mean, double *sg, double *sgx) {
-    double a = 0.0, b = 0.0;
-#pragma omp simd reduction(+ : a, b)
-    for (int64_t i = 0; i < n; i++) { a += g[i]; b += g[i] * (x[i] - mean); }
-    *sg += a; *sgx += b;
+LIN_CLONES static void F(affine)(const T *x, T *y, int64_t n, T alpha, T beta) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * alpha + beta;
 }
-
 static void F(bn_fwd)(const T *x, T *y, int64_t N, int64_t C, int64_t S, vec_t w, vec_t b, vec_t rm, vec_t rv,
                       int training, double momentum, double eps, vec_t smean, vec_t sinv) {
 #pragma omp parallel for schedule(dynamic, 1) if (N * C * S > 16384)
@@ -407,78 +411,132 @@ static void F(bn_fwd)(const T *x, T *y, int64_t N, int64_t C, int64_t S, vec_t w
         if (sinv.p) V(sinv, c) = (T)invstd;
         double wc = w.p ? (double)V(w, c) : 1.0, bc = b.p ? (double)V(b, c) : 0.0;
         T alpha = (T)(invstd * wc), beta = (T)(bc - mean * invstd * wc);
+        for (int64_t n = 0; n < N; n++) F(affine)(x + (n * C + c) * S, y + (n * C + c) * S, S, alpha, beta);
+    }
+}
+
+/* One channel of the batch norm backward: the two sums, then grad_input. */
+LIN_CLONES static void F(bn_bwd_channel)(const T *go, const T *x, T *gi, int64_t N, int64_t C, int64_t S, int64_t c,
+                                         double mean, double invstd, double wc, int train, int need_dots,
+                                         double *sg_out, double *sgx_out) {
+    double sg = 0.0, sgx = 0.0;
+    if (need_dots)
         for (int64_t n = 0; n < N; n++) {
-            const T *xp = x + (n * C + c) * S;
-            T *yp = y + (n * C + c) * S;
+            const T *g = go + (n * C + c) * S, *xp = x + (n * C + c) * S;
+            double a = 0.0, b = 0.0;
+#pragma omp simd reduction(+ : a, b)
+            for (int64_t i = 0; i < S; i++) { a += g[i]; b += g[i] * (xp[i] - mean); }
+            sg += a; sgx += b;
+        }
+    *sg_out = sg; *sgx_out = sgx;
+    if (!gi) return;
+    if (train) {
+        double cnt = (double)(N * S);
+        T k = (T)(sgx * invstd * invstd / cnt), gm = (T)(sg / cnt), m = (T)mean, sc = (T)(invstd * wc);
+        for (int64_t n = 0; n < N; n++) {
+            const T *g = go + (n * C + c) * S, *xp = x + (n * C + c) * S;
+            T *d = gi + (n * C + c) * S;
 #pragma omp simd
-            for (int64_t i = 0; i < S; i++) yp[i] = xp[i] * alpha + beta;
+            for (int64_t i = 0; i < S; i++) d[i] = (g[i] - gm - (xp[i] - m) * k) * sc;
+        }
+    } else {
+        T sc = (T)(invstd * wc);
+        for (int64_t n = 0; n < N; n++) {
+            const T *g = go + (n * C + c) * S;
+            T *d = gi + (n * C + c) * S;
+#pragma omp simd
+            for (int64_t i = 0; i < S; i++) d[i] = g[i] * sc;
         }
     }
 }
 
 static void F(bn_bwd)(const T *go, const T *x, T *gi, int64_t N, int64_t C, int64_t S, vec_t w, vec_t mean_v,
                       vec_t var_v, int train, double eps, vec_t gw, vec_t gb) {
-#pragma omp parallel for schedule(dynamic, 1) if (N * C * S > 16384)
+    const int need_dots = train || gw.p || gb.p;
+#pragma omp parallel for schedule(static) if (N * C * S > 16384)
     for (int64_t c = 0; c < C; c++) {
         double mean = V(mean_v, c);
         double invstd = train ? (double)V(var_v, c) : 1.0 / sqrt((double)V(var_v, c) + eps);
         double wc = w.p ? (double)V(w, c) : 1.0;
-        double sg = 0.0, sgx = 0.0;
-        int need_dots = train || gw.p || gb.p;
-        if (need_dots)
-            for (int64_t n = 0; n < N; n++) F(dots)(go + (n * C + c) * S, x + (n * C + c) * S, S, mean, &sg, &sgx);
-        if (gi) {
-            if (train) {
-                double cnt = (double)(N * S);
-                T k = (T)(sgx * invstd * invstd / cnt), gm = (T)(sg / cnt), m = (T)mean, sc = (T)(invstd * wc);
-                for (int64_t n = 0; n < N; n++) {
-                    const T *g = go + (n * C + c) * S, *xp = x + (n * C + c) * S;
-                    T *d = gi + (n * C + c) * S;
-#pragma omp simd
-                    for (int64_t i = 0; i < S; i++) d[i] = (g[i] - gm - (xp[i] - m) * k) * sc;
-                }
-            } else {
-                T sc = (T)(invstd * wc);
-                for (int64_t n = 0; n < N; n++) {
-                    const T *g = go + (n * C + c) * S;
-                    T *d = gi + (n * C + c) * S;
-#pragma omp simd
-                    for (int64_t i = 0; i < S; i++) d[i] = g[i] * sc;
-                }
-            }
-        }
+        double sg, sgx;
+        F(bn_bwd_channel)(go, x, gi, N, C, S, c, mean, invstd, wc, train, need_dots, &sg, &sgx);
         if (gw.p) V(gw, c) = (T)(sgx * invstd);
         if (gb.p) V(gb, c) = (T)sg;
+    }
+}
+
+LIN_CLONES static void F(ln_row)(const T *xp, const T *w, const T *b, T *yp, int64_t Nn, double eps, double *mo,
+                                 double *ro) {
+    double mean, rstd;
+    if (Nn == 0) { mean = 0.0; rstd = NAN; }
+    else {
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < Nn; i++) s += xp[i];
+        mean = s / (double)Nn;
+        double v = 0.0;
+#pragma omp simd reduction(+ : v)
+        for (int64_t i = 0; i < Nn; i++) { double d = xp[i] - mean; v += d * d; }
+        rstd = 1.0 / sqrt(v / (double)Nn + eps);
+    }
+    *mo = mean; *ro = rstd;
+    T a = (T)rstd, c = (T)(-mean * rstd);
+    if (w && b) {
+#pragma omp simd
+        for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) * w[i] + b[i];
+    } else if (w) {
+#pragma omp simd
+        for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) * w[i];
+    } else if (b) {
+#pragma omp simd
+        for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) + b[i];
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < Nn; i++) yp[i] = xp[i] * a + c;
     }
 }
 
 static void F(ln_fwd)(const T *x, const T *w, const T *b, T *y, T *mo, T *ro, int64_t M, int64_t Nn, double eps) {
 #pragma omp parallel for schedule(static) if (M * Nn > 16384)
     for (int64_t r = 0; r < M; r++) {
-        const T *xp = x + r * Nn;
-        T *yp = y + r * Nn;
         double mean, rstd;
-        if (Nn == 0) { mean = 0.0; rstd = NAN; }
-        else {
-            mean = F(sum)(xp, Nn) / (double)Nn;
-            double var = F(sqdev)(xp, Nn, mean) / (double)Nn;
-            rstd = 1.0 / sqrt(var + eps);
-        }
+        F(ln_row)(x + r * Nn, w, b, y + r * Nn, Nn, eps, &mean, &rstd);
         if (mo) mo[r] = (T)mean;
         if (ro) ro[r] = (T)rstd;
-        T a = (T)rstd, c = (T)(-mean * rstd);
-        if (w && b) {
+    }
+}
+
+/* one row of the layer norm backward; aw/ab (may be NULL) accumulate the
+ * weight/bias gradients */
+LIN_CLONES static void F(ln_bwd_row)(const T *g, const T *xp, const T *w, double mu, double rs, T *d, double *aw,
+                                     double *ab, int64_t Nn) {
+    if (d) {
+        double ds = 0.0, db = 0.0;
+        if (w) {
+#pragma omp simd reduction(+ : ds, db)
+            for (int64_t i = 0; i < Nn; i++) { double gw_ = (double)g[i] * w[i]; ds += gw_ * xp[i]; db += gw_; }
+        } else {
+#pragma omp simd reduction(+ : ds, db)
+            for (int64_t i = 0; i < Nn; i++) { ds += (double)g[i] * xp[i]; db += g[i]; }
+        }
+        double s = 1.0 / (double)Nn;
+        double bb = (db * mu - ds) * rs * rs * rs * s;
+        double cc = -bb * mu - db * rs * s;
+        T a = (T)rs, bt = (T)bb, ct = (T)cc;
+        if (w) {
 #pragma omp simd
-            for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) * w[i] + b[i];
-        } else if (w) {
-#pragma omp simd
-            for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) * w[i];
-        } else if (b) {
-#pragma omp simd
-            for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) + b[i];
+            for (int64_t i = 0; i < Nn; i++) d[i] = a * g[i] * w[i] + bt * xp[i] + ct;
         } else {
 #pragma omp simd
-            for (int64_t i = 0; i < Nn; i++) yp[i] = xp[i] * a + c;
+            for (int64_t i = 0; i < Nn; i++) d[i] = a * g[i] + bt * xp[i] + ct;
+        }
+    }
+    if (aw) {
+        T m = (T)mu, r = (T)rs;
+#pragma omp simd
+        for (int64_t i = 0; i < Nn; i++) {
+            aw[i] += (double)(g[i] * ((xp[i] - m) * r));
+            ab[i] += g[i];
         }
     }
 }
@@ -496,39 +554,8 @@ static int F(ln_bwd)(const T *go, const T *x, const T *mean, const T *rstd, cons
         int tid = thread_id();
         double *aw = acc ? acc + (size_t)(2 * tid) * (size_t)Nn : NULL, *ab = acc ? aw + Nn : NULL;
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < M; r++) {
-            const T *g = go + r * Nn, *xp = x + r * Nn;
-            double mu = mean[r], rs = rstd[r];
-            if (gi) {
-                double ds = 0.0, db = 0.0;
-                if (w) {
-#pragma omp simd reduction(+ : ds, db)
-                    for (int64_t i = 0; i < Nn; i++) { double gw_ = (double)g[i] * w[i]; ds += gw_ * xp[i]; db += gw_; }
-                } else {
-#pragma omp simd reduction(+ : ds, db)
-                    for (int64_t i = 0; i < Nn; i++) { ds += (double)g[i] * xp[i]; db += g[i]; }
-                }
-                double s = 1.0 / (double)Nn;
-                double bb = (db * mu - ds) * rs * rs * rs * s;
-                double cc = -bb * mu - db * rs * s;
-                T a = (T)rs, bt = (T)bb, ct = (T)cc;
-                T *d = gi + r * Nn;
-                if (w) {
-#pragma omp simd
-                    for (int64_t i = 0; i < Nn; i++) d[i] = a * g[i] * w[i] + bt * xp[i] + ct;
-                } else {
-#pragma omp simd
-                    for (int64_t i = 0; i < Nn; i++) d[i] = a * g[i] + bt * xp[i] + ct;
-                }
-            }
-            if (aw) {
-#pragma omp simd
-                for (int64_t i = 0; i < Nn; i++) {
-                    aw[i] += (double)g[i] * ((double)xp[i] - mu) * rs;
-                    ab[i] += g[i];
-                }
-            }
-        }
+        for (int64_t r = 0; r < M; r++)
+            F(ln_bwd_row)(go + r * Nn, x + r * Nn, w, mean[r], rstd[r], gi ? gi + r * Nn : NULL, aw, ab, Nn);
     }
     if (acc) {
 #pragma omp parallel for schedule(static) if (Nn * nt > 16384)

@@ -29,6 +29,12 @@ typedef struct {
 static inline int64_t start_index(int64_t a, int64_t b, int64_t c) { return (a * c) / b; }
 static inline int64_t end_index(int64_t a, int64_t b, int64_t c) { return ((a + 1) * c + b - 1) / b; }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LIN_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define LIN_CLONES
+#endif
+
 #define LIN_CAT_(a, b) a##b
 #define LIN_CAT(a, b) LIN_CAT_(a, b)
 
@@ -220,32 +226,71 @@ int fl_lin_adaptive_avg_pool2d_backward(FL_KERNEL_ARGS) {
 #define T LIN_T
 #define F(name) LIN_CAT(name, LIN_CAT(_, LIN_S))
 
+/* One output row of max pooling. Output columns whose window lies inside
+ * the row are done tap by tap across a block of columns without branches
+ * (same visiting order as ATen, so ties and NaNs pick the same index); the
+ * border columns take the scalar path. */
+LIN_CLONES static void F(maxpool_row)(const pool_t *p, const T *xp, int64_t oh, T *yrow, int64_t *irow) {
+    const int64_t H = p->H, W = p->W, OW = p->OW, sw = p->sw, pw = p->pw, dw = p->dw, kw = p->kw;
+    int64_t ih0 = oh * p->sh - p->ph;
+    int64_t ih1 = ih0 + (p->kh - 1) * p->dh + 1;
+    if (ih1 > H) ih1 = H;
+    while (ih0 < 0) ih0 += p->dh;
+    /* interior: ow*sw - pw >= 0 and ow*sw - pw + (kw-1)*dw <= W-1 */
+    int64_t lo = (pw + sw - 1) / sw, span = W - 1 - (kw - 1) * dw + pw;
+    int64_t hi = span < 0 ? 0 : span / sw + 1;
+    if (hi > OW) hi = OW;
+    if (lo > hi) lo = hi;
+    for (int64_t ow = 0; ow < OW; ow++) {
+        if (ow == lo && hi > lo && ih0 < ih1) { ow = hi - 1; continue; }
+        int64_t iw0 = ow * sw - pw;
+        int64_t iw1 = iw0 + (kw - 1) * dw + 1;
+        if (iw1 > W) iw1 = W;
+        while (iw0 < 0) iw0 += dw;
+        int64_t mi = ih0 * W + iw0;
+        T mv = -INFINITY;
+        for (int64_t ih = ih0; ih < ih1; ih += p->dh)
+            for (int64_t iw = iw0; iw < iw1; iw += dw) {
+                T v = xp[ih * W + iw];
+                if (v > mv || isnan(v)) { mv = v; mi = ih * W + iw; }
+            }
+        yrow[ow] = mv;
+        if (irow) irow[ow] = mi;
+    }
+    if (!(hi > lo && ih0 < ih1)) return;
+    enum { BLK = 256 };
+    T mv[BLK];
+    int64_t mi[BLK];
+    for (int64_t b0 = lo; b0 < hi; b0 += BLK) {
+        int64_t n = hi - b0 < BLK ? hi - b0 : BLK;
+        for (int64_t t = 0; t < n; t++) { mv[t] = -INFINITY; mi[t] = ih0 * W + (b0 + t) * sw - pw; }
+        for (int64_t ih = ih0; ih < ih1; ih += p->dh)
+            for (int64_t kj = 0; kj < kw; kj++) {
+                const int64_t off = ih * W + kj * dw - pw + b0 * sw;
+                const T *src = xp + off;
+#define MAXPOOL_TAPS(S)                                     \
+    _Pragma("omp simd") for (int64_t t = 0; t < n; t++) {   \
+        T v = src[t * (S)];                                 \
+        int take = (v > mv[t]) | (v != v);                  \
+        mv[t] = take ? v : mv[t];                           \
+        mi[t] = take ? off + t * (S) : mi[t];               \
+    }
+                if (sw == 1) { MAXPOOL_TAPS(1) }
+                else if (sw == 2) { MAXPOOL_TAPS(2) }
+                else { MAXPOOL_TAPS(sw) }
+#undef MAXPOOL_TAPS
+            }
+        memcpy(yrow + b0, mv, (size_t)n * sizeof(T));
+        if (irow) memcpy(irow + b0, mi, (size_t)n * sizeof(int64_t));
+    }
+}
+
 static void F(maxpool_fwd)(const pool_t *p, const T *x, T *y, int64_t *ind) {
     const int64_t H = p->H, W = p->W, OH = p->OH, OW = p->OW;
 #pragma omp parallel for schedule(static) collapse(2) if (p->planes * OH * OW > 4096)
     for (int64_t pl = 0; pl < p->planes; pl++)
-        for (int64_t oh = 0; oh < OH; oh++) {
-            const T *xp = x + pl * H * W;
-            int64_t ih0 = oh * p->sh - p->ph;
-            int64_t ih1 = ih0 + (p->kh - 1) * p->dh + 1;
-            if (ih1 > H) ih1 = H;
-            while (ih0 < 0) ih0 += p->dh;
-            for (int64_t ow = 0; ow < OW; ow++) {
-                int64_t iw0 = ow * p->sw - p->pw;
-                int64_t iw1 = iw0 + (p->kw - 1) * p->dw + 1;
-                if (iw1 > W) iw1 = W;
-                while (iw0 < 0) iw0 += p->dw;
-                int64_t mi = ih0 * W + iw0;
-                T mv = -INFINITY;
-                for (int64_t ih = ih0; ih < ih1; ih += p->dh)
-                    for (int64_t iw = iw0; iw < iw1; iw += p->dw) {
-                        T v = xp[ih * W + iw];
-                        if (v > mv || isnan(v)) { mv = v; mi = ih * W + iw; }
-                    }
-                y[(pl * OH + oh) * OW + ow] = mv;
-                if (ind) ind[(pl * OH + oh) * OW + ow] = mi;
-            }
-        }
+        for (int64_t oh = 0; oh < OH; oh++)
+            F(maxpool_row)(p, x + pl * H * W, oh, y + (pl * OH + oh) * OW, ind ? ind + (pl * OH + oh) * OW : NULL);
 }
 
 static void F(maxpool_bwd)(const pool_t *p, const T *go, const int64_t *ind, T *gi) {

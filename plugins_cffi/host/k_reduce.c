@@ -17,6 +17,14 @@
 
 #include "fl_host.h"
 
+/* Hot leaf loops are compiled twice (AVX2+FMA and baseline x86-64) and
+ * picked at load time through an ifunc, so the library runs on any x86-64. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FL_MV __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define FL_MV
+#endif
+
 #define UNSUP FL_ERR_UNSUPPORTED
 #define PAR_MIN 32768
 #define SEG 2048
@@ -64,7 +72,7 @@
     break;
 
 /* dst[i*ds] = (dd) src[i*ss], i < n; strides in elements */
-static void cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int64_t ss, int64_t n) {
+FL_MV static void cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int64_t ss, int64_t n) {
     if (n <= 0) return;
     if (dd == sd && ds == 1 && ss == 1) { memmove(dst, src, (size_t)n * fl_itemsize(dd)); return; }
     if (dd == sd && dd != FL_BOOL) { /* same dtype, strided: move bits */
@@ -112,7 +120,7 @@ static inline float vexpf(float x) {
     return p * s1.f * s2.f;
 }
 
-static double sum_fd(const float *b, int64_t n) { /* float array summed in double lanes */
+FL_MV static double sum_fd(const float *b, int64_t n) { /* float array summed in double lanes */
     double acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -247,7 +255,7 @@ static void acc_init(const rop_t *r, racc_t *a) {
     if (r->op == OP_LSE) a->m = -INFINITY;
 }
 
-static double sum_d(const double *b, int64_t n) {
+FL_MV static double sum_d(const double *b, int64_t n) {
     double acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)

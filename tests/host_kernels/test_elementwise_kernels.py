@@ -111,16 +111,23 @@ def fl_call(overload, *args, out_like=None, **kwargs):
     for k, r in enumerate(schema.returns):
         if r.alias_info is not None and r.alias_info.is_write:
             # in-place: the mutated argument is the output
-            idx = next(i for i, sa in enumerate(schema.arguments) if sa.alias_info is not None and sa.alias_info.is_write)
+            idx = next(i for i, sa in enumerate(schema.arguments)
+                       if sa.alias_info is not None and sa.alias_info.is_write)
             outputs.append(vals[idx])
         else:
             o = outs_like[k]
-            outputs.append(None if o is None else torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).fill_(7) if o.numel() else torch.empty_like(o))
+            if o is None:
+                outputs.append(None)
+            elif o.numel():
+                outputs.append(torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).fill_(7))
+            else:
+                outputs.append(torch.empty_like(o))
     inputs = []
     specs = []
     shape = outputs[0].shape if outputs and outputs[0] is not None else None
     for sa, v in zip(schema.arguments, vals, strict=False):
-        if pointwise and isinstance(v, torch.Tensor) and shape is not None and not (v.dim() == 0 and str(sa.type) != "Tensor"):
+        scalar_slot = v.dim() == 0 and str(sa.type) != "Tensor" if isinstance(v, torch.Tensor) else False
+        if pointwise and isinstance(v, torch.Tensor) and shape is not None and not scalar_slot:
             v = v.expand(shape)
         specs.append(_arg_spec(sa, v, inputs))
     st = raw_call(op_name(overload), inputs, outputs, specs)

@@ -42,7 +42,7 @@ def run_kernel(op, *args, **kwargs):
         else:
             raise TypeError(f"missing {a.name}")
     inputs, cargs = [], []
-    for a, v in zip(schema.arguments, bound, strict=False):
+    for v in bound:
         if v is None:
             cargs.append(("none",))
         elif isinstance(v, torch.Tensor):
