@@ -68,7 +68,8 @@ def _ship_header():
 
     os.makedirs(os.path.join(HERE, "torch_fl", "_include"), exist_ok=True)
     os.makedirs(os.path.join(HERE, "torch_fl", "_plugins"), exist_ok=True)  # editable installs copy here
-    shutil.copyfile(os.path.join(HERE, INCLUDE, "fl_plugin.h"), os.path.join(HERE, "torch_fl", "_include", "fl_plugin.h"))
+    shutil.copyfile(os.path.join(HERE, INCLUDE, "fl_plugin.h"),
+                    os.path.join(HERE, "torch_fl", "_include", "fl_plugin.h"))
 
 
 _ship_header()

@@ -6,7 +6,7 @@ import io
 
 import pytest
 import torch
-from conftest import assert_close
+from conftest import assert_close, run_py
 from torch import nn
 
 import torch_fl as fl
@@ -183,3 +183,68 @@ def test_module_to_and_back():
     assert m.weight.device.type == "fl" and isinstance(m.weight, nn.Parameter)
     m.cpu()
     assert m.weight.device.type == "cpu" and type(m.weight.data) is torch.Tensor
+
+
+def test_memory_pool_reuses_blocks_and_empty_cache_returns_them():
+    gc.collect()
+    dev = fl.current_device()
+    torch.fl.empty_cache()
+    plugin = fl._registry.REGISTRY.device(dev.index).plugin
+    used_before = plugin.memory_used(0)
+    x = torch.empty(1000, device="fl")
+    del x
+    gc.collect()
+    stats = torch.fl.memory_stats()
+    assert stats["pool.cached_bytes"] >= 4000
+    assert torch.fl.memory_reserved() == torch.fl.memory_allocated() + stats["pool.cached_bytes"]
+    hits = stats["pool.hits"]
+    y = torch.empty(1000, device="fl")  # the same size comes back from the pool
+    assert torch.fl.memory_stats()["pool.hits"] == hits + 1
+    del y
+    gc.collect()
+    torch.fl.empty_cache()
+    assert torch.fl.memory_stats()["pool.cached_bytes"] == 0
+    assert plugin.memory_used(0) == used_before
+
+
+def test_memory_pool_off_frees_at_once():
+    r = run_py("""
+        import gc, torch, torch_fl as fl
+        fl.initialize("cpu")
+        plugin = fl._registry.REGISTRY.device(0).plugin
+        before = plugin.memory_used(0)
+        x = torch.empty(1000, device="fl")
+        del x; gc.collect()
+        print("SAME", plugin.memory_used(0) == before, torch.fl.memory_stats()["pool.cached_bytes"])
+    """, env={"FL_MEMORY_POOL": "0"})
+    assert "SAME True 0" in r.stdout, r.stdout + r.stderr
+
+
+def test_oom_returns_cached_blocks_before_giving_up():
+    # a 1 MiB device: a cached 200 KiB block must be handed back for a 900 KiB request
+    r = run_py("""
+        import gc, torch, torch_fl as fl
+        fl.initialize("cpu")
+        x = torch.empty(50 * 1024, device="fl"); del x; gc.collect()
+        print("CACHED", torch.fl.memory_stats()["pool.cached_bytes"])
+        y = torch.empty(225 * 1024, device="fl")
+        print("OK", y.numel(), torch.fl.memory_stats()["pool.cached_bytes"])
+    """, env={"FL_CPU_MEMORY_LIMIT": "1M"})
+    assert "CACHED 204800" in r.stdout, r.stdout + r.stderr
+    assert "OK 230400 0" in r.stdout, r.stdout + r.stderr
+
+
+def test_data_assignment_and_module_dtype_conversion():
+    torch.manual_seed(0)
+    ref = nn.Linear(3, 2)
+    m = nn.Linear(3, 2)
+    m.load_state_dict(ref.state_dict())
+    m.to("fl").double()  # nn.Module._apply assigns param.data
+    ref.double()
+    assert m.weight.dtype == torch.float64 and isinstance(m.weight, fl.FlTensor)
+    x = torch.randn(5, 3, dtype=torch.float64)
+    torch.testing.assert_close(m(x.to("fl")).cpu(), ref(x), rtol=1e-12, atol=1e-12)
+    t = torch.zeros(4, device="fl")
+    t.data = torch.ones(6, device="fl")
+    assert t.cpu().tolist() == [1.0] * 6
+    assert (t + 1).cpu().tolist() == [2.0] * 6

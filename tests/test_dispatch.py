@@ -122,3 +122,30 @@ def test_type_promotion_and_scalars():
     assert_close(r, torch.arange(6) * 1.5)
     assert (i + 2).dtype == torch.int64 and (i + 2).cpu().tolist() == [2, 3, 4, 5, 6, 7]
     assert (i > 2).dtype == torch.bool and (i > 2).cpu().tolist() == [False] * 3 + [True] * 3
+
+
+def test_call_site_fast_path_keeps_values_scalars_and_metadata_right():
+    # the second call of a signature reuses the marshalling of the first: new data, new float scalars
+    a, b = torch.randn(6), torch.randn(6)
+    for alpha in (0.5, 2.0, -3.25):
+        fa, fb = a.to("fl"), b.to("fl")
+        assert_close(torch.add(fa, fb, alpha=alpha), torch.add(a, b, alpha=alpha))
+        a, b = b, a * 3
+    # in-place ops write the tensor they were given
+    x = torch.zeros(4, device="fl")
+    for k in range(3):
+        x.add_(torch.ones(4, device="fl"))
+        assert x.cpu().tolist() == [k + 1.0] * 4
+    # a tensor whose metadata changed in place is not matched with its old signature
+    y = torch.ones(4, device="fl")
+    (y * 2).cpu()
+    y.resize_(2, 3).fill_(1)
+    assert (y * 2).cpu().tolist() == [[2.0] * 3] * 2
+    # broadcasting and views take their own signatures
+    m = torch.randn(3, 4)
+    fm = m.to("fl")
+    assert_close(fm.t() * fm[0:1].t(), m.t() * m[0:1].t())
+    assert_close(fm * fm[0], m * m[0])
+    before = sum(_counts("aten::mul.Tensor").values())
+    fm * fm[0]
+    assert sum(_counts("aten::mul.Tensor").values()) == before + 1

@@ -79,8 +79,7 @@ class FlDeviceModule:
     @staticmethod
     def memory_reserved(device=None) -> int:
         dev = REGISTRY.device(_index(device))
-        used = dev.plugin.memory_used(dev.local)
-        return dev.allocated if used is None else used
+        return dev.allocated + dev.cached
 
     @staticmethod
     def reset_peak_memory_stats(device=None) -> None:
@@ -89,7 +88,18 @@ class FlDeviceModule:
 
     @staticmethod
     def empty_cache() -> None:
-        return None
+        """Return cached blocks of every fl device to their plugins."""
+        from . import _memory
+
+        for dev in REGISTRY.devices:
+            _memory.empty_cache(dev)
+
+    @staticmethod
+    def memory_stats(device=None) -> dict[str, int]:
+        dev = REGISTRY.device(_index(device))
+        return {"allocated_bytes.all.current": dev.allocated, "allocated_bytes.all.peak": dev.peak,
+                "reserved_bytes.all.current": dev.allocated + dev.cached, "pool.cached_bytes": dev.cached,
+                "pool.hits": dev.pool_hits, "pool.misses": dev.pool_misses, "allocation.all.current": dev.allocations}
 
     # random numbers
     @staticmethod

@@ -358,6 +358,7 @@ def disabled_paths(*paths: str):
 
 
 def _clear_plans() -> None:
+    _SITES.clear()
     for backend in REGISTRY.backends.values():
         backend.plans.clear()
 
@@ -414,6 +415,15 @@ _NOT_HANDLED = object()
 
 def _compute(f: OpFacts, args, kwargs):
     vals = f.normalize(args, kwargs)
+    site_key = None
+    if not _record.LISTENERS:
+        site_key = _site_key(f.func, vals)
+        if site_key is not None:
+            site = _SITES.get(site_key)
+            if site is not None:
+                result = site.run(vals)
+                if result is not _NOT_HANDLED:
+                    return result
     dev = _device_of(f.name, vals)
     if dev is None:  # no fl tensor among the arguments: nothing of ours to do
         return f.call(vals)
@@ -432,7 +442,7 @@ def _compute(f: OpFacts, args, kwargs):
     try:
         for path in plan.paths:
             if path == NATIVE:
-                result = _run_native(f, plan.kernel, dev, vals)
+                result = _run_native(f, plan.kernel, dev, vals, site_key)
             elif path == DECOMPOSITION:
                 active = _decomposing()
                 if f.func in active:
@@ -550,7 +560,7 @@ def _output_layouts(f: OpFacts, vals):
 _UNDEFINED = {"data": ffi.NULL, "offset": 0, "dtype": 0, "ndim": -1}
 
 
-def _run_native(f: OpFacts, kernel, dev, vals):
+def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
     # outputs: aliases of mutated arguments, or fresh tensors shaped by PyTorch's meta functions
     fresh = [i for i, a in enumerate(f.ret_alias) if a is None]
     layouts = None
@@ -559,28 +569,36 @@ def _run_native(f: OpFacts, kernel, dev, vals):
         if layouts is None:
             return _NOT_HANDLED
     outs: list = []
+    out_spec: list = []
     for r, a in enumerate(f.ret_alias):
         if a is not None:
             outs.append(vals[a])
+            out_spec.append(a)
         else:
             lay = layouts[r]
             if lay is None:
                 outs.append(None)
+                out_spec.append(None)
             elif lay is _NOT_HANDLED:
                 return _NOT_HANDLED  # scalar / list returns are not a kernel's business
             else:
-                outs.append(new_tensor(dev, lay[0], lay[2], lay[1]))
+                t = new_tensor(dev, lay[0], lay[2], lay[1])
+                outs.append(t)
+                out_spec.append((t.shape, lay[1], lay[2], t._buf.nbytes))
     for t in _iter_tensors(outs):
         if t.dim() > _abi.MAX_DIMS:
             return _NOT_HANDLED
     shape = list(outs[0].shape) if f.pointwise and outs and isinstance(outs[0], torch.Tensor) else None
     inputs: list = []
     cargs: list = []
-    for v in vals:
+    in_src: list = []  # (value index, list index or -1) of each input descriptor
+    float_slots: list = []  # (value index, arg index) of the floats a site patches per call
+    for i, v in enumerate(vals):
         if isinstance(v, FlTensor):
             if v.dim() > _abi.MAX_DIMS:
                 return _NOT_HANDLED
             cargs.append((_abi.ARG_TENSOR, 0, len(inputs)))
+            in_src.append((i, -1))
             inputs.append(_desc_for(v, shape))
         elif v is None:
             cargs.append((_abi.ARG_NONE,))
@@ -589,6 +607,7 @@ def _run_native(f: OpFacts, kernel, dev, vals):
         elif isinstance(v, int):
             cargs.append((_abi.ARG_INT, 0, v))
         elif isinstance(v, float):
+            float_slots.append((i, len(cargs)))
             cargs.append((_abi.ARG_FLOAT, 0, 0, v))
         elif isinstance(v, torch.Tensor):  # a 0-dim CPU tensor: a wrapped number
             x = v.item()
@@ -603,9 +622,10 @@ def _run_native(f: OpFacts, kernel, dev, vals):
         elif isinstance(v, (list, tuple)):
             if v and all(isinstance(x, FlTensor) for x in v):
                 cargs.append((_abi.ARG_TENSOR_LIST, len(v), len(inputs)))
-                for x in v:
+                for k, x in enumerate(v):
                     if x.dim() > _abi.MAX_DIMS:
                         return _NOT_HANDLED
+                    in_src.append((i, k))
                     inputs.append(x._desc())
             elif len(v) <= _abi.MAX_DIMS and all(isinstance(x, (int, bool)) for x in v):
                 cargs.append({"kind": _abi.ARG_INT_LIST, "len": len(v), "list": [int(x) for x in v]})
@@ -629,11 +649,124 @@ def _run_native(f: OpFacts, kernel, dev, vals):
         return _NOT_HANDLED
     _record.KERNELS[0] += 1
     dev.plugin.check(status, f"kernel {f.name}")
+    if site_key is not None:
+        _remember_site(site_key, _Site(f, kernel, dev, inputs, out_descs, cargs, in_src, out_spec, float_slots))
     if f.n_returns == 0:
         return None
     if f.n_returns == 1:
         return outs[0]
     return tuple(outs)
+
+
+# -- call sites: the native path without the work ------------------------------
+#
+# A native call's marshalling (output layouts, descriptors, scalar arguments) is
+# fixed by its signature: the op, each tensor's device/dtype/shape/strides/
+# offset, and every non-float argument. The first call of a signature records
+# it; later calls only allocate outputs, patch data pointers and float values
+# into prepared cffi arrays, and call the kernel (docs/runtime.md has the
+# figures). Listeners (the profiler) take the full path.
+
+_SITES: dict = {}
+_SITES_MAX = 8192
+
+
+def _site_key(func, vals):
+    key = [func]
+    for v in vals:
+        tv = type(v)
+        if tv is FlTensor:
+            sig = v._s
+            key.append(sig if sig is not None else v._sig())
+        elif tv is float:
+            key.append(float)
+        elif v is None or tv is int or tv is bool or tv is str or tv is torch.dtype:
+            key.append((tv, v))
+        elif tv is list or tv is tuple:
+            part = [tv]
+            for x in v:
+                tx = type(x)
+                if tx is FlTensor:
+                    sig = x._s
+                    part.append(sig if sig is not None else x._sig())
+                elif tx is int or tx is bool:
+                    part.append((tx, x))
+                else:
+                    return None
+            key.append(tuple(part))
+        else:
+            return None
+    return tuple(key)
+
+
+def _remember_site(key, site) -> None:
+    if len(_SITES) >= _SITES_MAX:
+        _SITES.clear()
+    _SITES[key] = site
+
+
+class _Site:
+    __slots__ = ("f", "name", "fn", "dev", "counts", "count_key", "in_src", "out_spec", "float_slots", "templates",
+                 "free", "n_in", "n_out", "n_args")
+
+    def __init__(self, f, kernel, dev, inputs, out_descs, cargs, in_src, out_spec, float_slots):
+        self.f, self.name, self.fn, self.dev = f, f.name, kernel.fn, dev
+        self.counts, self.count_key = dev.backend.counts, (f.name, NATIVE)
+        self.in_src, self.out_spec, self.float_slots = tuple(in_src), tuple(out_spec), tuple(float_slots)
+        self.templates = (inputs, out_descs, cargs)
+        self.n_in, self.n_out, self.n_args = len(inputs), len(out_descs), len(cargs)
+        self.free: list = []  # prepared argument arrays; one per concurrent caller
+
+    def _arrays(self):
+        inputs, outs, cargs = self.templates
+        c_in = ffi.new("fl_tensor_t[]", inputs or 1)
+        c_out = ffi.new("fl_tensor_t[]", outs or 1)
+        c_args = ffi.new("fl_arg_t[]", cargs or 1)
+        return ([c_in[j] for j in range(len(inputs))], [c_out[j] for j in range(len(outs))],
+                [c_args[j] for j in range(len(cargs))], c_in, c_out, c_args)
+
+    def run(self, vals):
+        dev = self.dev
+        outs = []
+        for spec in self.out_spec:
+            if spec is None:
+                outs.append(None)
+            elif spec.__class__ is int:
+                outs.append(vals[spec])
+            else:
+                outs.append(FlTensor(Buffer(dev, spec[3]), spec[0], spec[1], 0, spec[2]))
+        try:
+            arrays = self.free.pop()
+        except IndexError:  # first call, or another thread holds the prepared arrays
+            arrays = self._arrays()
+        in_refs, out_refs, arg_refs, c_in, c_out, c_args = arrays
+        j = 0
+        for i, k in self.in_src:
+            in_refs[j].data = (vals[i] if k < 0 else vals[i][k])._buf.cptr
+            j += 1
+        j = 0
+        for o in outs:
+            if o is not None:
+                out_refs[j].data = o._buf.cptr
+            j += 1
+        for i, a in self.float_slots:
+            arg_refs[a].f = vals[i]
+        status = self.fn(ffi.NULL, dev.local, c_in, self.n_in, c_out, self.n_out, c_args, self.n_args)
+        self.free.append(arrays)
+        if status:
+            if status == _abi.FL_ERR_UNSUPPORTED:
+                return _NOT_HANDLED
+            _record.KERNELS[0] += 1
+            dev.plugin.check(status, f"kernel {self.name}")
+        _record.KERNELS[0] += 1
+        counts, key = self.counts, self.count_key
+        counts[key] = counts.get(key, 0) + 1
+        n = self.f.n_returns
+        if n == 0:
+            return None
+        if n == 1:
+            return outs[0]
+        return tuple(outs)
 
 
 # -- CPU fallback --------------------------------------------------------------
@@ -684,6 +817,7 @@ def _replace_impl(t: FlTensor, new: FlTensor) -> None:
     torch.Tensor.data.__set__(t, new)
     t._buf = new._buf
     t._d = None
+    t._s = None
 
 
 # -- metadata ops -------------------------------------------------------------

@@ -46,6 +46,9 @@ class DeviceProps:
 _preloaded_blas = False
 
 
+BLAS_CORE: str | None = None  # the kernel family torch_fl's OpenBLAS chose, for doctor
+
+
 def _preload_blas() -> None:
     """Bundled plugins link scipy-openblas32; load it globally first so they
     resolve it in editable installs too, where their rpath does not reach."""
@@ -59,10 +62,40 @@ def _preload_blas() -> None:
         import scipy_openblas32
 
         path = os.path.join(scipy_openblas32.get_lib_dir(), f"lib{scipy_openblas32.get_library()}.so")
-        if os.path.exists(path):
-            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        if not os.path.exists(path):
+            return
+        lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        global BLAS_CORE
+        for name in ("scipy_openblas_get_corename", "openblas_get_corename"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                BLAS_CORE = fn().decode()
+                break
     except (ImportError, OSError):
         pass
+
+
+def blas_hint() -> str | None:
+    """Why GEMM may run at half speed: OpenBLAS reads OPENBLAS_CORETYPE from
+    the environment the process started with (setting it later has no effect,
+    measured), and a machine-wide value such as Haswell holds an AVX-512 CPU to
+    AVX2 kernels (227 vs 424 GFLOP/s at 1024^3 on 2 cores here)."""
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    if not forced or BLAS_CORE is None or "skylakex" in BLAS_CORE.lower() or "cooperlake" in BLAS_CORE.lower():
+        return None
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return None
+    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(flags):
+        return (
+            f"OPENBLAS_CORETYPE={forced} in the environment keeps the host plugin's OpenBLAS on {BLAS_CORE} "
+            "kernels although this CPU has AVX-512; start Python without it (env -u OPENBLAS_CORETYPE ...) "
+            "for about twice the GEMM and convolution speed"
+        )
+    return None
 
 
 class Plugin:
@@ -172,6 +205,19 @@ class Plugin:
 
     def free(self, device: int, ptr: int) -> None:
         self.check(self.table.free(device, ffi.cast("void*", ptr)), "free")
+
+    # the allocator's own pair: pointers stay cdata, no int round trip
+    def malloc_ptr(self, device: int, nbytes: int):
+        out = ffi.new("void**")
+        status = self.table.malloc(device, nbytes, out)
+        if status:
+            self.check(status, f"malloc({nbytes} bytes)")
+        return out[0]
+
+    def free_ptr(self, device: int, ptr) -> None:
+        status = self.table.free(device, ptr)
+        if status:
+            self.check(status, "free")
 
     def memory_used(self, device: int) -> int | None:
         if not self.optional["memory_used"]:

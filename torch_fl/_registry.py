@@ -15,7 +15,7 @@ from importlib import metadata
 
 import torch
 
-from . import _config
+from . import _config, _memory
 from ._plugin import DeviceProps, Plugin
 from .errors import BackendNotFoundError, FlError, PluginLoadError
 
@@ -55,6 +55,12 @@ class Device:
         self.allocated = 0
         self.peak = 0
         self.allocations = 0
+        # the caching pool (see _memory): size -> free blocks
+        self.pool: dict[int, list] = {}
+        self.cached = 0
+        self.pool_hits = 0
+        self.pool_misses = 0
+        self.pool_limit = props.total_memory // _memory.POOL_SHARE
 
     def __repr__(self) -> str:
         return f"<fl:{self.index} {self.backend.name}:{self.local} {self.props.name}>"

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from . import _memory
 from ._abi import ffi
 from ._dtypes import TO_CODE
 
@@ -19,17 +20,19 @@ from ._dtypes import TO_CODE
 class Buffer:
     """One plugin allocation. Views share it; it is freed when the last dies."""
 
-    __slots__ = ("device", "ptr", "nbytes", "cptr", "_host", "__weakref__")
+    __slots__ = ("device", "nbytes", "cptr", "_host", "__weakref__")
 
     def __init__(self, device, nbytes: int):
-        from . import _memory
-
         self.device = device
         self.nbytes = nbytes
-        self.ptr = 0
-        self.ptr = _memory.allocate(device, nbytes)
-        self.cptr = ffi.cast("void*", self.ptr)
+        self.cptr = ffi.NULL
+        self.cptr = _memory.allocate(device, nbytes)
         self._host: torch.Tensor | None = None
+
+    @property
+    def ptr(self) -> int:
+        """The address as an int, for copies and host views."""
+        return int(ffi.cast("uintptr_t", self.cptr))
 
     def host_bytes(self) -> torch.Tensor:
         """The buffer as a CPU uint8 tensor (zero-copy); only for host-accessible devices."""
@@ -42,14 +45,13 @@ class Buffer:
         return self._host
 
     def __del__(self) -> None:
-        if self.ptr:
+        cptr = self.cptr
+        if cptr != ffi.NULL:
+            self.cptr = ffi.NULL
             try:
-                from . import _memory
-
-                _memory.release(self.device, self.ptr, self.nbytes)
+                _memory.release(self.device, cptr, self.nbytes)
             except Exception:  # interpreter shutdown: the plugin may be gone already
                 pass
-            self.ptr = 0
 
     def __deepcopy__(self, memo):
         raise TypeError("a plugin Buffer cannot be deep-copied; copy the tensor that owns it")
@@ -59,13 +61,15 @@ class Buffer:
 
 
 _disabled = torch._C._disabled_torch_function_impl
+_DATA = torch.Tensor.data
 
 
 class FlTensor(torch.Tensor):
     """A tensor on an fl device. Users never construct it directly."""
 
     _buf: Buffer
-    _d: dict | None
+    _d: dict | None = None  # ABI descriptor, cached
+    _s: tuple | None = None  # dispatch signature, cached
 
     @staticmethod
     def __new__(cls, buf: Buffer, size, stride, offset: int, dtype: torch.dtype, requires_grad: bool = False):
@@ -79,12 +83,30 @@ class FlTensor(torch.Tensor):
 
     __torch_function__ = _disabled
 
+    # `t.data = other` (nn.Module.double()/half()/to(dtype) do this) swaps the
+    # C++ metadata under the same Python object; its buffer must follow.
+    @property
+    def data(self) -> torch.Tensor:
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        _DATA.__set__(self, new)
+        if isinstance(new, FlTensor):
+            self._buf = new._buf
+            self._d = None
+            self._s = None
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         return _DISPATCH(func, args, kwargs or {})
 
     # -- ABI descriptor, cached: an FlTensor's metadata never changes in place
     #    (in-place metadata ops swap in a new impl and reset the cache) --------
+    def _sig(self) -> tuple:
+        s = self._s = (self._buf.device, self.dtype, tuple(self.shape), self.stride(), self.storage_offset())
+        return s
+
     def _desc(self) -> dict:
         d = self._d
         if d is None:

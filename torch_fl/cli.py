@@ -23,6 +23,13 @@ def _doctor(args) -> int:
     print(f"torch {torch.__version__}, torch_fl {fl.__version__}")
     report = fl.list_backends()
     print(report.render())
+    from torch_fl import _plugin
+
+    if _plugin.BLAS_CORE:
+        print(f"host BLAS: OpenBLAS {_plugin.BLAS_CORE} kernels")
+    hint = _plugin.blas_hint()
+    if hint:
+        print(f"hint: {hint}")
     names = [args.backend] if args.backend else report.names()
     if not names:
         print("no backend could be loaded")
@@ -40,28 +47,7 @@ def _doctor(args) -> int:
         print()
         print(fl.capabilities(name).render())
         for label, make, shape in cases:
-            torch.manual_seed(0)
-            model = make()
-            x = torch.randn(*shape)
-            t0 = time.perf_counter()
-            out_ref = model(x)
-            out_ref.float().pow(2).mean().backward()
-            t_ref = time.perf_counter() - t0
-            dev_model = copy.deepcopy(model).to(fl.current_device())
-            model.zero_grad()
-            t0 = time.perf_counter()
-            out = dev_model(x.to(fl.current_device()))
-            out.float().pow(2).mean().backward()
-            torch.fl.synchronize()
-            t_dev = time.perf_counter() - t0
-            scale = out_ref.abs().max().item()
-            diff = (out.detach().cpu() - out_ref.detach()).abs().max().item()
-            ok = diff <= 1e-4 * max(scale, 1e-6)
-            grads_ok = all(p.grad is not None and p.grad.device.type == "fl" for p in dev_model.parameters())
-            failures += not (ok and grads_ok)
-            print(f"  {label:<19} forward+backward {tuple(shape)}: max|diff| {diff:.2e} (scale {scale:.2e}) "
-                  f"{'OK' if ok else 'MISMATCH'}; grads on device {'yes' if grads_ok else 'NO'}; "
-                  f"{t_dev:.2f}s on fl vs {t_ref:.2f}s native CPU")
+            failures += not _check_model(fl, label, make, shape)
         paths: dict[str, int] = {}
         for (_op, path), n in fl._registry.REGISTRY.get(name).counts.items():
             paths[path] = paths.get(path, 0) + n
@@ -69,6 +55,50 @@ def _doctor(args) -> int:
     print()
     print("doctor: all backends OK" if not failures else f"doctor: {failures} check(s) FAILED")
     return 0 if not failures else 1
+
+
+def _rel_err(value: torch.Tensor, ref: torch.Tensor) -> float:
+    value, ref = value.detach().cpu().double(), ref.detach().cpu().double()
+    return (value - ref).abs().max().item() / max(ref.abs().max().item(), 1e-12)
+
+
+def _check_model(fl, label: str, make, shape) -> bool:
+    """Forward+backward on the current backend against native CPU.
+
+    fp32 outputs and gradients of a randomly initialised deep network differ
+    between any two correct implementations (summation order; ResNet-50's fp32
+    gradients are ~1e-2 from fp64 even natively), so both fp32 runs are judged
+    against a float64 reference: the device passes when its error is within
+    1e-4 of the scale or no worse than twice native CPU's own."""
+    torch.manual_seed(0)
+    model = make()
+    x = torch.randn(*shape)
+    ref64 = copy.deepcopy(model).double()
+    out64 = ref64(x.double())
+    out64.pow(2).mean().backward()
+    t0 = time.perf_counter()
+    out_ref = model(x)
+    out_ref.float().pow(2).mean().backward()
+    t_ref = time.perf_counter() - t0
+    dev_model = copy.deepcopy(model).to(fl.current_device())
+    dev_model.zero_grad()
+    t0 = time.perf_counter()
+    out = dev_model(x.to(fl.current_device()))
+    out.float().pow(2).mean().backward()
+    torch.fl.synchronize()
+    t_dev = time.perf_counter() - t0
+    grads_ok = all(p.grad is not None and p.grad.device.type == "fl" for p in dev_model.parameters())
+    e_out, n_out = _rel_err(out, out64), _rel_err(out_ref, out64)
+    e_grad = n_grad = 0.0
+    if grads_ok:
+        for p_dev, p_nat, p64 in zip(dev_model.parameters(), model.parameters(), ref64.parameters(), strict=True):
+            e_grad = max(e_grad, _rel_err(p_dev.grad, p64.grad))
+            n_grad = max(n_grad, _rel_err(p_nat.grad, p64.grad))
+    ok = grads_ok and e_out <= max(1e-4, 2 * n_out) and e_grad <= max(1e-4, 2 * n_grad)
+    print(f"  {label:<19} forward+backward {tuple(shape)}: error vs fp64 output {e_out:.1e} (native {n_out:.1e}), "
+          f"grads {e_grad:.1e} (native {n_grad:.1e}) {'OK' if ok else 'MISMATCH'}; "
+          f"grads on device {'yes' if grads_ok else 'NO'}; {t_dev:.2f}s on fl vs {t_ref:.2f}s native CPU")
+    return ok
 
 
 def _backends(args) -> int:
