@@ -34,10 +34,13 @@ class BuildPlugins(build_ext):
         super().build_extension(ext)
 
 
-def _plugin(name, folder, blas=False):
-    sources = sorted(glob.glob(os.path.join("plugins_cffi", folder, "*.c")))
-    include_dirs = [INCLUDE, os.path.join("plugins_cffi", folder)]
-    libraries, library_dirs, rpaths = [], [], []
+INCLUDE_DIRS = [INCLUDE, os.path.join("plugins_cffi", "host"), os.path.join("plugins_cffi", "emulated")]
+CFLAGS = ["-O3", "-std=gnu11", "-fopenmp", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"]
+
+
+def _plugin(name, sources, blas=False):
+    include_dirs = list(INCLUDE_DIRS)
+    libraries, library_dirs, rpaths = ["fl_kernels"], [], []
     macros = []
     if blas:
         inc, libdir, lib = _openblas()
@@ -56,8 +59,7 @@ def _plugin(name, folder, blas=False):
         library_dirs=library_dirs,
         runtime_library_dirs=rpaths,
         define_macros=macros,
-        extra_compile_args=["-O3", "-std=gnu11", "-fopenmp", "-fvisibility=hidden", "-Wall",
-                            "-Wno-unused-function"],
+        extra_compile_args=CFLAGS,
         extra_link_args=["-fopenmp"],
     )
 
@@ -74,7 +76,24 @@ def _ship_header():
 
 _ship_header()
 
+def _sources(pattern):
+    return sorted(glob.glob(os.path.join("plugins_cffi", pattern)))
+
+
+# The kernels are compiled once, into a static library every plugin links:
+# the host plugin (its device entry points in host/plugin.c) and one emulator
+# per device-class profile (the emulated-device runtime + its profile).
+KERNELS = [s for s in _sources("host/*.c") if not s.endswith("plugin.c")] + _sources("emulated/fused_*.c")
+PLUGINS = [_plugin("fl_cpu", _sources("host/plugin.c"), blas=True)] + [
+    _plugin(f"fl_{os.path.basename(p)[:-2]}", _sources("emulated/device.c") + [p], blas=True)
+    for p in _sources("emulated/profiles/*.c")
+]
+_blas_include = _openblas()[0]
+KERNEL_LIBRARY = ("fl_kernels", {"sources": KERNELS, "include_dirs": INCLUDE_DIRS + [_blas_include],
+                                 "macros": [("FL_HAVE_BLAS", "1")], "cflags": CFLAGS})
+
 setup(
-    ext_modules=[_plugin("fl_cpu", "host", blas=True)],
+    libraries=[KERNEL_LIBRARY],
+    ext_modules=PLUGINS,
     cmdclass={"build_ext": BuildPlugins},
 )

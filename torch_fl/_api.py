@@ -18,7 +18,26 @@ def initialize(backend_name: str | None = "auto") -> str:
         from . import _config
 
         backend_name = os.environ.get("FL_BACKEND") or _config.load_config().get("backend") or "auto"
-    return REGISTRY.select(backend_name).name
+    name = REGISTRY.select(backend_name).name
+    _check_autograd_once()
+    return name
+
+
+_autograd_checked = False
+
+
+def _check_autograd_once() -> None:
+    global _autograd_checked
+    if _autograd_checked:
+        return
+    _autograd_checked = True
+    import warnings
+
+    from . import _guard
+
+    problem = _guard.probe_autograd(REGISTRY.devices[-1].index)
+    if problem:
+        warnings.warn(problem, RuntimeWarning, stacklevel=3)
 
 
 def set_backend(name: str) -> str:

@@ -259,7 +259,42 @@ def register() -> None:
     _fallback_lib.fallback(_factory_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     globals()["_fallback_lib"] = _fallback_lib
     torch.serialization.add_safe_globals([_rebuild()])
+    # Plugins are found now (13 ms for the bundled four) because the device
+    # guard must report every fl device before the process's first backward.
+    from . import _guard
+
+    REGISTRY.discover()
+    if not _guard.install(len(REGISTRY.devices)):
+        _patch_to()
     _registered = True
+
+
+def _is_bare_fl(device) -> bool:
+    if isinstance(device, str):
+        return device == "fl"
+    return isinstance(device, torch.device) and device.type == "fl" and device.index is None
+
+
+def _patch_to() -> None:
+    """Only without torch_fl's C++ guard (see _guard.py): `.to("fl")` means
+    the current fl device, as `.to("cuda")` means the current CUDA device, but
+    PyTorch's Python guard resolves a bare "fl" to fl:0. Tensor.to (which
+    Module.to calls) names the current device instead; every other argument
+    passes through untouched."""
+    original = torch.Tensor.to
+    if getattr(original, "_fl_patched", False):
+        return
+
+    def to(self, *args, **kwargs):
+        if args and _is_bare_fl(args[0]):
+            args = (REGISTRY.device(None).torch_device,) + args[1:]
+        elif "device" in kwargs and _is_bare_fl(kwargs["device"]):
+            kwargs["device"] = REGISTRY.device(None).torch_device
+        return original(self, *args, **kwargs)
+
+    to.__doc__ = original.__doc__
+    to._fl_patched = True  # type: ignore[attr-defined]
+    torch.Tensor.to = to  # type: ignore[method-assign]
 
 
 def _rebuild():

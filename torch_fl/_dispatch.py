@@ -17,6 +17,7 @@ import torch
 from torch._decomp import decomposition_table
 
 from . import _abi, _record
+from . import fused as _fused
 from ._abi import ffi
 from ._dtypes import TO_CODE, dtype_name
 from ._record import COPY, DECOMPOSITION, FALLBACK, JIT, NATIVE, VIEW
@@ -329,6 +330,7 @@ class Plan:
 
 
 DECOMPOSITIONS: dict = dict(decomposition_table)
+_fused.register_decompositions(DECOMPOSITIONS)
 _tls = threading.local()
 
 
@@ -547,6 +549,8 @@ def _output_layouts(f: OpFacts, vals):
             layouts.append(None)
         elif isinstance(m, torch.Tensor):
             layouts.append((list(m.shape), list(m.stride()), m.dtype))
+        elif type(m) is int:  # a size the meta function computed (max_q of fused attention)
+            layouts.append(_IntReturn(m))
         else:
             layouts.append(_NOT_HANDLED)
     layouts = tuple(layouts)
@@ -558,6 +562,13 @@ def _output_layouts(f: OpFacts, vals):
 
 
 _UNDEFINED = {"data": ffi.NULL, "offset": 0, "dtype": 0, "ndim": -1}
+
+
+class _IntReturn(tuple):
+    """An int an op returns beside its tensors; kernels see an undefined output."""
+
+    def __new__(cls, value: int):
+        return super().__new__(cls, ("int", value))
 
 
 def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
@@ -581,6 +592,9 @@ def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
                 out_spec.append(None)
             elif lay is _NOT_HANDLED:
                 return _NOT_HANDLED  # scalar / list returns are not a kernel's business
+            elif type(lay) is _IntReturn:
+                outs.append(lay[1])
+                out_spec.append(lay)
             else:
                 t = new_tensor(dev, lay[0], lay[2], lay[1])
                 outs.append(t)
@@ -639,7 +653,7 @@ def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
             cargs.append((_abi.ARG_OTHER, 0, STRING_CODES.get(v, -1)))
         else:
             cargs.append((_abi.ARG_OTHER, 0, -1))
-    out_descs = [(_UNDEFINED if t is None else t._desc()) for t in outs]
+    out_descs = [(t._desc() if isinstance(t, FlTensor) else _UNDEFINED) for t in outs]
     n_in, n_out, n_args = len(inputs), len(out_descs), len(cargs)
     c_in = ffi.new("fl_tensor_t[]", inputs or 1)
     c_out = ffi.new("fl_tensor_t[]", out_descs or 1)
@@ -733,6 +747,8 @@ class _Site:
                 outs.append(None)
             elif spec.__class__ is int:
                 outs.append(vals[spec])
+            elif spec.__class__ is _IntReturn:
+                outs.append(spec[1])
             else:
                 outs.append(FlTensor(Buffer(dev, spec[3]), spec[0], spec[1], 0, spec[2]))
         try:
@@ -746,7 +762,7 @@ class _Site:
             j += 1
         j = 0
         for o in outs:
-            if o is not None:
+            if isinstance(o, FlTensor):
                 out_refs[j].data = o._buf.cptr
             j += 1
         for i, a in self.float_slots:
@@ -951,10 +967,30 @@ def _is_pinned(f: OpFacts, args, kwargs):
     return False
 
 
+_SDPA_FWD = "aten::_scaled_dot_product_fused_attention_overrideable"
+_SDPA_BWD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
+
+
 def _sdp_choice(f: OpFacts, args, kwargs):
-    """SDPA on fl runs the math path here; fused attention comes from the fusion pass."""
+    """F.scaled_dot_product_attention asks the device which kernel to use.
+    OVERRIDEABLE routes it to the plugin's fused attention kernels (forward
+    and backward both needed) when the call is one they serve: 4-D inputs of
+    one dtype, no dropout, no grouped-query broadcasting. Otherwise MATH, i.e.
+    PyTorch's composition of matmul and softmax, op by op."""
     from torch.nn.attention import SDPBackend
 
+    vals = f.normalize(args, kwargs)
+    q, k, v = vals[0], vals[1], vals[2]
+    dropout_p, enable_gqa = vals[4], vals[7] if len(vals) > 7 else False
+    if isinstance(q, FlTensor) and not enable_gqa and not dropout_p and q.dim() == 4:
+        kernels = q._buf.device.backend.plugin.kernels
+        fwd, bwd = kernels.get(_SDPA_FWD), kernels.get(_SDPA_BWD)
+        code = TO_CODE.get(q.dtype, -1)
+        dev_mask = q._buf.device.props.dtypes
+        if (fwd is not None and bwd is not None and code >= 0 and (fwd.dtypes >> code) & 1
+                and (bwd.dtypes >> code) & 1 and (dev_mask >> code) & 1 and NATIVE not in SETTINGS.disabled
+                and k.dtype == q.dtype and v.dtype == q.dtype and k.dim() == 4 and v.dim() == 4):
+            return int(SDPBackend.OVERRIDEABLE)
     return int(SDPBackend.MATH)
 
 

@@ -96,8 +96,21 @@ class Registry:
         self.backends: dict[str, Backend] = {}
         self.devices: list[Device] = []
         self.current: Backend | None = None
-        self.current_device: Device | None = None
+        self._current_device: Device | None = None
         self.discovered = False
+
+    @property
+    def current_device(self) -> Device | None:
+        return self._current_device
+
+    @current_device.setter
+    def current_device(self, dev: Device | None) -> None:
+        # the C++ device guard answers PyTorch's "which fl device is current"
+        self._current_device = dev
+        if dev is not None:
+            from . import _guard
+
+            _guard.set_current(dev.index)
 
     # -- discovery ------------------------------------------------------------
     def _candidate_paths(self) -> list[tuple[str, str]]:

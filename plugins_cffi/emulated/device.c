@@ -1,0 +1,240 @@
+/* The emulated-device runtime shared by every emulator: devices, memory kept
+ * apart from host memory, explicit copies, synchronous streams, per-device
+ * counter RNG, and a kernel table cut from the host kernels by the profile.
+ *
+ * Honest about what it is: the "device memory" is host RAM obtained with
+ * posix_memalign, but the device never declares FL_FEATURE_HOST_ACCESSIBLE,
+ * so torch_fl treats it as foreign memory and moves data only through
+ * copy_h2d/copy_d2h/copy_d2d, exactly as it must for a real accelerator. */
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "emu.h"
+
+#define MAX_DEVICES 8
+#define HDR 64
+
+static int n_devices = -1;
+static uint64_t mem_limit;
+static atomic_uint_fast64_t used[MAX_DEVICES];
+static uint64_t rng_seed[MAX_DEVICES], rng_offset[MAX_DEVICES];
+
+static uint64_t parse_bytes(const char *env, uint64_t dflt) {
+    if (!env || !*env) return dflt;
+    char *end;
+    double v = strtod(env, &end);
+    if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024.0 * 1024.0;
+    else if (*end == 'M' || *end == 'm') v *= 1024.0 * 1024.0;
+    else if (*end == 'K' || *end == 'k') v *= 1024.0;
+    return v > 0 ? (uint64_t)v : dflt;
+}
+
+static void configure(void) {
+    if (n_devices >= 0) return;
+    char key[96];
+    snprintf(key, sizeof key, "FL_%s_MEMORY_LIMIT", fl_emu_profile.env_prefix);
+    mem_limit = parse_bytes(getenv(key), fl_emu_profile.default_memory);
+    snprintf(key, sizeof key, "FL_%s_DEVICES", fl_emu_profile.env_prefix);
+    const char *d = getenv(key);
+    int n = d && *d ? atoi(d) : fl_emu_profile.default_devices;
+    if (n < 1) n = 1;
+    if (n > MAX_DEVICES) n = MAX_DEVICES;
+    for (int i = 0; i < n; i++) rng_seed[i] = 67280421310721ull + (uint64_t)i;
+    n_devices = n;
+}
+
+static int check_device(int device) {
+    configure();
+    if (device < 0 || device >= n_devices)
+        FL_FAIL(FL_ERR_INVALID, "%s: no device %d (this emulator has %d)", fl_emu_profile.name, device, n_devices);
+    return FL_OK;
+}
+
+static int device_count(int *count) { configure(); *count = n_devices; return FL_OK; }
+
+static int device_props(int device, fl_device_props_t *p) {
+    int st = check_device(device);
+    if (st) return st;
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s #%d (emulated)", fl_emu_profile.device_name, device);
+    p->total_memory = mem_limit;
+    p->dtypes = fl_emu_profile.dtypes;
+    p->features = fl_emu_profile.features & ~FL_FEATURE_HOST_ACCESSIBLE;
+    p->compute_units = fl_emu_profile.compute_units;
+    return FL_OK;
+}
+
+static int emu_malloc(int device, size_t nbytes, void **ptr) {
+    int st = check_device(device);
+    if (st) return st;
+    uint64_t now = atomic_fetch_add(&used[device], nbytes) + nbytes;
+    if (now > mem_limit) {
+        atomic_fetch_sub(&used[device], nbytes);
+        FL_FAIL(FL_ERR_OOM, "%s: device %d cannot allocate %zu bytes: %llu of %llu bytes in use",
+                fl_emu_profile.name, device, nbytes, (unsigned long long)(now - nbytes),
+                (unsigned long long)mem_limit);
+    }
+    void *block = NULL;
+    if (posix_memalign(&block, 64, nbytes + HDR) != 0) {
+        atomic_fetch_sub(&used[device], nbytes);
+        FL_FAIL(FL_ERR_OOM, "%s: the host refused %zu bytes of emulated device memory", fl_emu_profile.name, nbytes);
+    }
+    ((size_t *)block)[0] = nbytes;
+    ((size_t *)block)[1] = (size_t)device;
+    *ptr = (char *)block + HDR;
+    return FL_OK;
+}
+
+static int emu_free(int device, void *ptr) {
+    int st = check_device(device);
+    if (st) return st;
+    if (!ptr) return FL_OK;
+    size_t *block = (size_t *)((char *)ptr - HDR);
+    if ((int)block[1] != device)
+        FL_FAIL(FL_ERR_INVALID, "%s: free of a block of device %d on device %d", fl_emu_profile.name, (int)block[1],
+                device);
+    atomic_fetch_sub(&used[device], block[0]);
+    free(block);
+    return FL_OK;
+}
+
+static int memory_used(int device, uint64_t *bytes) {
+    int st = check_device(device);
+    if (st) return st;
+    *bytes = atomic_load(&used[device]);
+    return FL_OK;
+}
+
+static int copy(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
+    (void)s;
+    int st = check_device(device);
+    if (st) return st;
+    if (n && (!dst || !src))
+        FL_FAIL(FL_ERR_INVALID, "%s: copy of %zu bytes with a NULL pointer", fl_emu_profile.name, n);
+    memmove(dst, src, n);
+    return FL_OK;
+}
+
+/* Synchronous streams: work has finished when its call returns. */
+static int stream_create(int device, fl_stream_t *s) { *s = (fl_stream_t)(intptr_t)1; return check_device(device); }
+static int stream_destroy(int device, fl_stream_t s) { (void)s; return check_device(device); }
+static int stream_sync(int device, fl_stream_t s) { (void)s; return check_device(device); }
+static int event_create(int device, fl_event_t *e) { *e = (fl_event_t)(intptr_t)1; return check_device(device); }
+static int event_destroy(int device, fl_event_t e) { (void)e; return check_device(device); }
+static int event_record(int device, fl_event_t e, fl_stream_t s) { (void)e; (void)s; return check_device(device); }
+static int event_sync(int device, fl_event_t e) { (void)e; return check_device(device); }
+static int event_query(int device, fl_event_t e, int *done) { (void)e; *done = 1; return check_device(device); }
+static int synchronize(int device) { return check_device(device); }
+
+static int rng_set(int device, uint64_t seed, uint64_t offset) {
+    int st = check_device(device);
+    if (st) return st;
+    rng_seed[device] = seed;
+    rng_offset[device] = offset;
+    return FL_OK;
+}
+static int rng_get(int device, uint64_t *seed, uint64_t *offset) {
+    int st = check_device(device);
+    if (st) return st;
+    *seed = rng_seed[device];
+    *offset = rng_offset[device];
+    return FL_OK;
+}
+uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed) {
+    if (device < 0 || device >= MAX_DEVICES) device = 0;
+    uint64_t start = rng_offset[device];
+    rng_offset[device] += count;
+    *seed = rng_seed[device];
+    return start;
+}
+
+/* ---- kernel table: host kernels the profile keeps, in its dtypes, plus its fused kernels ---- */
+static const fl_kernel_group_t *host_groups[] = {&fl_host_group_elementwise, &fl_host_group_reduce,
+                                                 &fl_host_group_linalg};
+static fl_kernel_entry_t *table;
+static int table_len = -1;
+
+static int listed(const char *const *list, const char *op) {
+    for (; list && *list; list++)
+        if (strcmp(*list, op) == 0) return 1;
+    return 0;
+}
+
+static int build_table(void) {
+    if (table_len >= 0) return FL_OK;
+    int cap = 0;
+    for (size_t g = 0; g < sizeof host_groups / sizeof host_groups[0]; g++) cap += host_groups[g]->count;
+    for (const fl_kernel_group_t *const *f = fl_emu_profile.fused; f && *f; f++) cap += (*f)->count;
+    table = calloc((size_t)cap + 1, sizeof *table);
+    if (!table) FL_FAIL(FL_ERR_OOM, "%s: cannot allocate the kernel table", fl_emu_profile.name);
+    int n = 0;
+    for (size_t g = 0; g < sizeof host_groups / sizeof host_groups[0]; g++)
+        for (int i = 0; i < host_groups[g]->count; i++) {
+            fl_kernel_entry_t e = host_groups[g]->entries[i];
+            if (fl_emu_profile.only && !listed(fl_emu_profile.only, e.op)) continue;
+            if (listed(fl_emu_profile.without, e.op)) continue;
+            e.dtypes &= fl_emu_profile.dtypes;
+            if (e.dtypes) table[n++] = e;
+        }
+    for (const fl_kernel_group_t *const *f = fl_emu_profile.fused; f && *f; f++)
+        for (int i = 0; i < (*f)->count; i++) {
+            fl_kernel_entry_t e = (*f)->entries[i];
+            e.dtypes &= fl_emu_profile.dtypes;
+            if (e.dtypes) table[n++] = e;
+        }
+    table_len = n;
+    return FL_OK;
+}
+
+static int kernel_count(int *count) {
+    int st = build_table();
+    if (st) return st;
+    *count = table_len;
+    return FL_OK;
+}
+
+static int kernel_get(int index, fl_kernel_entry_t *entry) {
+    int st = build_table();
+    if (st) return st;
+    if (index < 0 || index >= table_len) FL_FAIL(FL_ERR_INVALID, "%s: kernel index %d out of range", fl_emu_profile.name, index);
+    *entry = table[index];
+    return FL_OK;
+}
+
+int fl_plugin_abi_version(void) { return FL_ABI_VERSION; }
+
+int fl_plugin_init(fl_plugin_t *p) {
+    memset(p, 0, sizeof *p);
+    configure();
+    p->abi_version = FL_ABI_VERSION;
+    p->struct_size = sizeof *p;
+    p->name = fl_emu_profile.name;
+    p->vendor = fl_emu_profile.vendor;
+    p->version = "0.1.0";
+    p->description = fl_emu_profile.description;
+    p->emulated = 1;
+    p->device_count = device_count;
+    p->device_props = device_props;
+    p->malloc = emu_malloc;
+    p->free = emu_free;
+    p->memory_used = memory_used;
+    p->copy_h2d = copy;
+    p->copy_d2h = copy;
+    p->copy_d2d = copy;
+    p->stream_create = stream_create;
+    p->stream_destroy = stream_destroy;
+    p->stream_synchronize = stream_sync;
+    p->event_create = event_create;
+    p->event_destroy = event_destroy;
+    p->event_record = event_record;
+    p->event_synchronize = event_sync;
+    p->event_query = event_query;
+    p->synchronize = synchronize;
+    p->rng_set_state = rng_set;
+    p->rng_get_state = rng_get;
+    p->kernel_count = kernel_count;
+    p->kernel_get = kernel_get;
+    p->last_error = fl_host_last_error;
+    return FL_OK;
+}

@@ -1,0 +1,35 @@
+/* The emulated device classes: one runtime (device.c) and a profile per
+ * device class (profiles/<name>.c). An emulator computes with the host
+ * kernels, but behaves like the device it emulates where torch_fl can tell
+ * the difference: its memory is not host-accessible (the runtime must use the
+ * copy entry points, and every copy is counted), it has its own memory limit,
+ * device count, dtypes, kernel coverage and fused kernels, and it says it is
+ * an emulator (emulated = 1, and its description). */
+#ifndef FL_EMU_H
+#define FL_EMU_H
+
+#include "fl_host.h"
+
+typedef struct {
+    const char *name;          /* backend name: "rocm", "ascend", "minimal" */
+    const char *vendor;
+    const char *description;   /* one line: what device class this emulates */
+    const char *device_name;   /* per-device name prefix */
+    const char *env_prefix;    /* FL_<PREFIX>_MEMORY_LIMIT, FL_<PREFIX>_DEVICES */
+    uint64_t default_memory;   /* bytes per device */
+    int default_devices;
+    uint32_t dtypes;           /* dtypes the device computes in */
+    uint32_t features;         /* FL_FEATURE_*; never HOST_ACCESSIBLE */
+    int compute_units;
+    const char *const *only;   /* NULL-terminated allow-list of host kernels, or NULL for all */
+    const char *const *without;/* NULL-terminated host kernels left out, or NULL */
+    const fl_kernel_group_t *const *fused; /* NULL-terminated fused kernel groups */
+} fl_emu_profile_t;
+
+extern const fl_emu_profile_t fl_emu_profile;
+
+/* fused kernel groups (fused_*.c) */
+extern const fl_kernel_group_t fl_emu_group_conv_bn_relu;  /* fused_conv.c */
+extern const fl_kernel_group_t fl_emu_group_attention;     /* fused_attention.c */
+
+#endif

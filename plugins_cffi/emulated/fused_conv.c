@@ -1,0 +1,85 @@
+/* fl::conv_bn_relu — convolution, inference batch norm and ReLU in one kernel.
+ *
+ * Schema (registered by torch_fl/fused.py):
+ *   fl::conv_bn_relu(Tensor input, Tensor weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias,
+ *                    Tensor running_mean, Tensor running_var, float eps, int[] stride, int[] padding,
+ *                    int[] dilation, int groups) -> Tensor
+ * The convolution writes the output once; the normalisation and the ReLU are
+ * applied per channel in the same pass over it, so the two intermediate
+ * tensors (and two kernel launches) of conv -> bn -> relu never exist. */
+#include "emu.h"
+
+int fl_lin_convolution(FL_KERNEL_ARGS);
+
+static const fl_tensor_t *arg_tensor(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int k) {
+    if (args[k].kind != FL_ARG_TENSOR || args[k].i < 0 || args[k].i >= n_in) return NULL;
+    return &in[args[k].i];
+}
+
+static double at(const fl_tensor_t *t, int64_t i) {
+    if (t->dtype == FL_FLOAT32) return ((const float *)t->data)[t->offset + i * t->strides[0]];
+    return ((const double *)t->data)[t->offset + i * t->strides[0]];
+}
+
+static int conv_bn_relu(FL_KERNEL_ARGS) {
+    if (n_args < 12 || n_out < 1) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *x = arg_tensor(in, n_in, args, 0), *w = arg_tensor(in, n_in, args, 1);
+    const fl_tensor_t *b = arg_tensor(in, n_in, args, 2), *g = arg_tensor(in, n_in, args, 3);
+    const fl_tensor_t *beta = arg_tensor(in, n_in, args, 4), *mean = arg_tensor(in, n_in, args, 5);
+    const fl_tensor_t *var = arg_tensor(in, n_in, args, 6), *y = &out[0];
+    if (!x || !w || !mean || !var || args[7].kind != FL_ARG_FLOAT) return FL_ERR_UNSUPPORTED;
+    int dt = x->dtype;
+    if (dt != FL_FLOAT32 && dt != FL_FLOAT64) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *per_channel[4] = {g, beta, mean, var};
+    int64_t C = y->ndim >= 2 ? y->sizes[1] : -1;
+    for (int k = 0; k < 4; k++) {
+        const fl_tensor_t *t = per_channel[k];
+        if (t && (t->dtype != dt || t->ndim != 1 || t->sizes[0] != C)) return FL_ERR_UNSUPPORTED;
+    }
+    /* the epilogue walks the output as (N, C, P): it must be contiguous */
+    int64_t expect = 1;
+    for (int d = y->ndim - 1; d >= 0; d--) {
+        if (y->sizes[d] != 1 && y->strides[d] != expect) return FL_ERR_UNSUPPORTED;
+        expect *= y->sizes[d];
+    }
+    /* convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups) */
+    fl_tensor_t cin[3] = {*x, *w};
+    fl_arg_t cargs[9];
+    memset(cargs, 0, sizeof cargs);
+    cargs[0].kind = FL_ARG_TENSOR; cargs[0].i = 0;
+    cargs[1].kind = FL_ARG_TENSOR; cargs[1].i = 1;
+    int nc = 2;
+    if (b) { cin[2] = *b; cargs[2].kind = FL_ARG_TENSOR; cargs[2].i = 2; nc = 3; }
+    else cargs[2].kind = FL_ARG_NONE;
+    cargs[3] = args[8]; cargs[4] = args[9]; cargs[5] = args[10];
+    cargs[6].kind = FL_ARG_BOOL; cargs[6].i = 0;
+    cargs[7].kind = FL_ARG_INT_LIST; cargs[7].len = x->ndim - 2;
+    cargs[8] = args[11];
+    int st = fl_lin_convolution(stream, device, cin, nc, y, 1, cargs, 9);
+    if (st) return st;
+    int64_t N = y->sizes[0], P = 1;
+    for (int d = 2; d < y->ndim; d++) P *= y->sizes[d];
+    double eps = args[7].f;
+#pragma omp parallel for schedule(static) if (N * C * P > 32768)
+    for (int64_t c = 0; c < C; c++) {
+        double s = 1.0 / sqrt(at(var, c) + eps), shift = -at(mean, c) * s;
+        if (g) { s *= at(g, c); shift *= at(g, c); }
+        if (beta) shift += at(beta, c);
+        for (int64_t n = 0; n < N; n++) {
+            int64_t base = y->offset + (n * C + c) * P;
+            if (dt == FL_FLOAT32) {
+                float *p = (float *)y->data + base, fs = (float)s, fh = (float)shift;
+                for (int64_t i = 0; i < P; i++) { float v = p[i] * fs + fh; p[i] = v > 0.0f ? v : 0.0f; }
+            } else {
+                double *p = (double *)y->data + base;
+                for (int64_t i = 0; i < P; i++) { double v = p[i] * s + shift; p[i] = v > 0.0 ? v : 0.0; }
+            }
+        }
+    }
+    return FL_OK;
+}
+
+static const fl_kernel_entry_t entries[] = {
+    {"fl::conv_bn_relu", FL_F32 | FL_F64, FL_KERNEL_FUSED, conv_bn_relu},
+};
+const fl_kernel_group_t fl_emu_group_conv_bn_relu = {entries, (int)(sizeof entries / sizeof entries[0])};
