@@ -129,7 +129,12 @@ class Plugin:
         self.table = ffi.new("fl_plugin_t*")
         status = self.lib.fl_plugin_init(self.table)
         if status != _abi.FL_OK:
-            raise PluginLoadError(f"{path}: fl_plugin_init returned {_abi.STATUS_NAMES.get(status, status)}")
+            msg = ""
+            if self.table.last_error != ffi.NULL:
+                raw = self.table.last_error()
+                msg = ffi.string(raw).decode(errors="replace") if raw != ffi.NULL else ""
+            raise PluginLoadError(f"{path}: fl_plugin_init returned {_abi.STATUS_NAMES.get(status, status)}"
+                                  + (f": {msg}" if msg else ""))
         t = self.table
         if t.abi_version != _abi.ABI_VERSION:
             raise PluginLoadError(
@@ -152,6 +157,7 @@ class Plugin:
         self.emulated = bool(t.emulated)
         self.optional = {name: getattr(t, name) != ffi.NULL for name in _abi.OPTIONAL_ENTRIES}
         self.devices = self._probe_devices()
+        self.duplicate_kernels: list[str] = []
         self.kernels = self._probe_kernels()
 
     # -- errors -------------------------------------------------------------
@@ -194,6 +200,9 @@ class Plugin:
             if entry.op == ffi.NULL or entry.fn == ffi.NULL:
                 raise PluginLoadError(f"{self.path}: kernel table entry {i} has a NULL name or function")
             op = ffi.string(entry.op).decode()
+            if op in kernels:  # the first entry serves; the checker reports the rest
+                self.duplicate_kernels.append(op)
+                continue
             kernels[op] = KernelEntry(op, int(entry.dtypes), int(entry.flags), entry.fn)
         return kernels
 

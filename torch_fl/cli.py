@@ -4,6 +4,9 @@
                                                 train the reference models on each and compare with CPU
     torch-fl backends                           every plugin found, and why any was rejected
     torch-fl explain OP [--dtype D] [--backend NAME]
+    torch-fl plugin check PATH_OR_NAME [--ops GLOB] [--json]
+                                                conformance of a plugin: entry-point contract and every
+                                                declared kernel against PyTorch CPU; exit status 1 on failure
 """
 
 from __future__ import annotations
@@ -116,6 +119,14 @@ def _explain(args) -> int:
     return 0
 
 
+def _plugin(args) -> int:
+    from torch_fl.check import check_plugin
+
+    report = check_plugin(args.target, ops=args.ops, samples=args.samples)
+    print(report.to_json(indent=1) if args.json else report.render())
+    return 0 if report.passed else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torch-fl", description="torch_fl: PyTorch on any vendor's chip")
     sub = parser.add_subparsers(dest="command")
@@ -127,12 +138,19 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("op")
     e.add_argument("--dtype", default="float32")
     e.add_argument("--backend")
+    pl = sub.add_parser("plugin", help="tools for plugin authors")
+    plsub = pl.add_subparsers(dest="plugin_command", required=True)
+    c = plsub.add_parser("check", help="check a plugin against the ABI contract and PyTorch CPU")
+    c.add_argument("target", help="path of the plugin's lib*.so, or the name of a discovered backend")
+    c.add_argument("--ops", default="*", help="only kernels whose aten name matches this glob")
+    c.add_argument("--samples", type=int, default=4, help="recorded calls per kernel and dtype (default 4)")
+    c.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     command = args.command or "doctor"
     if command == "doctor" and args.command is None:
         args = parser.parse_args(["doctor"])
     try:
-        return {"doctor": _doctor, "backends": _backends, "explain": _explain}[command](args)
+        return {"doctor": _doctor, "backends": _backends, "explain": _explain, "plugin": _plugin}[command](args)
     except Exception as exc:  # user-facing: one line, no traceback
         from torch_fl.errors import FlError
 

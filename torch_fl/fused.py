@@ -101,10 +101,12 @@ def _sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=Fa
                   scale=None):
     if dropout_p:
         raise NotImplementedError("the composed fused-attention op has no dropout")
-    scores, _ = _sdpa_scores(query.float(), key.float(), attn_bias, is_causal, scale)
+    work = torch.promote_types(query.dtype, torch.float32)  # half inputs accumulate in float32
+    scores, _ = _sdpa_scores(query.to(work), key.to(work), attn_bias, is_causal, scale)
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)  # fully masked rows: zeros
-    out = torch.matmul(probs.to(value.dtype), value)
+    out = torch.matmul(probs, value.to(work)).to(value.dtype)
+    lse = lse.float()  # the op's contract: logsumexp is float32 whatever the inputs
     zero = torch.zeros((), dtype=torch.int64, device=query.device)
     return out, lse, None, None, query.shape[-2], key.shape[-2], zero, zero.clone(), None
 
@@ -112,9 +114,10 @@ def _sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=Fa
 def _sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
                    max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
     dt = query.dtype
-    q, k, v, g, o = (t.float() for t in (query, key, value, grad_out, out))
+    work = torch.promote_types(dt, torch.float32)
+    q, k, v, g, o = (t.to(work) for t in (query, key, value, grad_out, out))
     scores, s = _sdpa_scores(q, k, attn_bias, is_causal, scale)
-    probs = torch.exp(scores - logsumexp.unsqueeze(-1)).nan_to_num(0.0)
+    probs = torch.exp(scores - logsumexp.to(work).unsqueeze(-1)).nan_to_num(0.0)
     grad_v = torch.matmul(probs.transpose(-2, -1), g)
     grad_p = torch.matmul(g, v.transpose(-2, -1))
     d = (g * o).sum(-1, keepdim=True)

@@ -52,6 +52,7 @@
 
 void fl_lin_gemm1(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
                   const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+void fl_lin_blas_init(void);
 
 #define ATTN_BQ 64   /* query rows per tile */
 #define ATTN_BK 128  /* keys per tile */
@@ -119,6 +120,7 @@ static int attn_mask_bit(const fl_arg_t *a, int k) {
 static int attn_setup(attn_prob_t *p, const fl_tensor_t *q, const fl_tensor_t *k, const fl_tensor_t *v,
                       const fl_tensor_t *bias, const fl_arg_t *causal, const fl_arg_t *scale) {
     memset(p, 0, sizeof *p);
+    if (bias && bias->ndim < 0) bias = NULL; /* an undefined tensor: no bias */
     if (!q || !k || !v || q->ndim != 4 || k->ndim != 4 || v->ndim != 4) return FL_ERR_UNSUPPORTED;
     int dt = q->dtype;
     if (!fl_is_floating(dt) || k->dtype != dt || v->dtype != dt) return FL_ERR_UNSUPPORTED;
@@ -198,6 +200,7 @@ static int sdpa_forward(FL_KERNEL_ARGS) {
     const int64_t osz[4] = {p.B, p.H, p.L, p.Ev};
     if (!o || o->dtype != q->dtype || !attn_shape_is(o, 4, osz)) return FL_ERR_UNSUPPORTED;
     if (lse && (!fl_is_floating(lse->dtype) || !attn_shape_is(lse, 3, osz))) return FL_ERR_UNSUPPORTED;
+    fl_lin_blas_init(); /* BLAS to one thread before the tiles' calls from the OpenMP threads */
     if (q->dtype == FL_FLOAT64) st = attn_fwd_f64(&p, o, lse);
     else st = attn_fwd_f32(&p, o, lse);
     if (st) return st;
@@ -230,11 +233,16 @@ static int sdpa_backward(FL_KERNEL_ARGS) {
     if (gk && (gk->dtype != k->dtype || !attn_shape_is(gk, 4, k->sizes))) return FL_ERR_UNSUPPORTED;
     if (gv && (gv->dtype != v->dtype || !attn_shape_is(gv, 4, v->sizes))) return FL_ERR_UNSUPPORTED;
     int want_gb = 0;
+    if (gb && !p.bias) { /* no bias: nothing to write, unless the runtime expects more than an empty tensor */
+        if (fl_numel(gb) != 0) return FL_ERR_UNSUPPORTED;
+        gb = NULL;
+    }
     if (gb) {
-        if (!bias || !attn_shape_is(gb, bias->ndim, bias->sizes)) return FL_ERR_UNSUPPORTED;
+        if (!attn_shape_is(gb, p.bias->ndim, p.bias->sizes)) return FL_ERR_UNSUPPORTED;
         want_gb = attn_mask_bit(&args[5], 3);
         if (want_gb && (p.bias_bool || gb->dtype == FL_BOOL)) return FL_ERR_UNSUPPORTED;
     }
+    fl_lin_blas_init();
     if (q->dtype == FL_FLOAT64) return attn_bwd_f64(&p, g, o, lse, gq, gk, gv, gb, want_gb);
     return attn_bwd_f32(&p, g, o, lse, gq, gk, gv, gb, want_gb);
 }

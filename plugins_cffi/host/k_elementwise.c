@@ -13,9 +13,9 @@
  * hardtanh_backward, masked_fill_, rsub.Tensor, abs_).
  *
  * String arguments: the runtime passes gelu/gelu_backward's `approximate` as
- * FL_ARG_OTHER with i = 0 for "none" and i = 1 for "tanh". Other strings
- * (div's rounding_mode) cannot be told apart, so a non-None rounding mode is
- * declined with FL_ERR_UNSUPPORTED.
+ * FL_ARG_OTHER with i = 0 for "none" and i = 1 for "tanh". div with a
+ * rounding_mode (div.Tensor_mode & co) has no kernel here: PyTorch's
+ * decomposition into div and trunc/floor serves it.
  */
 #pragma GCC optimize("no-math-errno")
 #include <stdlib.h>
@@ -1356,8 +1356,6 @@ static const fl_kernel_entry_t entries[] = {
     E("aten::mul.Scalar", ALL, k_mul), E("aten::mul_.Scalar", ALL, k_mul),
     E("aten::div.Tensor", ALL, k_div), E("aten::div_.Tensor", ALL, k_div),
     E("aten::div.Scalar", ALL, k_div), E("aten::div_.Scalar", ALL, k_div),
-    E("aten::div.Tensor_mode", ALL, k_div), E("aten::div_.Tensor_mode", ALL, k_div),
-    E("aten::div.Scalar_mode", ALL, k_div), E("aten::div_.Scalar_mode", ALL, k_div),
     E("aten::maximum", ALL, k_maximum), E("aten::minimum", ALL, k_minimum),
     E("aten::pow.Tensor_Scalar", NUM, k_pow_ts), E("aten::pow_.Scalar", NUM, k_pow_ts),
     E("aten::pow.Tensor_Tensor", NUM, k_pow_tt), E("aten::pow_.Tensor", NUM, k_pow_tt),

@@ -99,7 +99,7 @@ static int list2(const fl_arg_t *a, int spatial, int64_t dflt, int64_t v[2]) {
 /* Fills the geometry from the tensors in conv-input space (xin: N,C,...),
  * conv-output space (yout: N,O,...) and the weight. */
 static int make_geom(geom_t *g, const fl_tensor_t *xin, const fl_tensor_t *yout, const fl_tensor_t *w,
-                     const fl_arg_t *args, int a_stride, int64_t groups) {
+                     const fl_arg_t *args, int a_stride, int64_t groups, int transposed) {
     int nd = xin->ndim;
     if (nd != 3 && nd != 4) return FL_ERR_UNSUPPORTED;
     if (yout->ndim != nd || w->ndim != nd) return FL_ERR_UNSUPPORTED;
@@ -130,7 +130,10 @@ static int make_geom(geom_t *g, const fl_tensor_t *xin, const fl_tensor_t *yout,
     /* the output extent an ordinary convolution would give */
     int64_t eh = (g->H + 2 * g->ph - g->dh * (g->KH - 1) - 1), ew = (g->W + 2 * g->pw - g->dw * (g->KW - 1) - 1);
     int64_t oh = eh < 0 ? 0 : eh / g->sh + 1, ow = ew < 0 ? 0 : ew / g->sw + 1;
-    if (g->N > 0 && (oh != g->OH || ow != g->OW))
+    /* A transposed convolution's output_padding (< stride or dilation) can make its output one
+     * ordinary-convolution step longer than needed: those rows receive no contributions. */
+    int loose = transposed && g->OH <= oh && g->OW <= ow && g->OH + g->sh + g->dh > oh && g->OW + g->sw + g->dw > ow;
+    if (g->N > 0 && (oh != g->OH || ow != g->OW) && !loose)
         FL_FAIL(FL_ERR_INVALID, "convolution: output extent %lldx%lld, expected %lldx%lld", (long long)g->OH,
                 (long long)g->OW, (long long)oh, (long long)ow);
     /* BLAS dimensions are 32-bit */
@@ -153,7 +156,7 @@ int fl_lin_convolution(FL_KERNEL_ARGS) {
         return FL_ERR_UNSUPPORTED;
     int transposed = (int)args[6].i;
     geom_t g;
-    int st = transposed ? make_geom(&g, y, x, w, args, 3, args[8].i) : make_geom(&g, x, y, w, args, 3, args[8].i);
+    int st = transposed ? make_geom(&g, y, x, w, args, 3, args[8].i, 1) : make_geom(&g, x, y, w, args, 3, args[8].i, 0);
     if (st) return st;
     /* a transposed weight is (Cin, Cout/G, ...) = conv weight layout (O, C/G) with O = Cin */
     void *xo, *wo, *bo = NULL, *yo;
@@ -195,7 +198,7 @@ int fl_lin_convolution_backward(FL_KERNEL_ARGS) {
     if ((gi && gi->dtype != dt) || (gw && gw->dtype != dt) || (gb && gb->dtype != dt)) return FL_ERR_UNSUPPORTED;
     int transposed = (int)args[7].i;
     geom_t g;
-    int st = transposed ? make_geom(&g, go, x, w, args, 4, args[9].i) : make_geom(&g, x, go, w, args, 4, args[9].i);
+    int st = transposed ? make_geom(&g, go, x, w, args, 4, args[9].i, 1) : make_geom(&g, x, go, w, args, 4, args[9].i, 0);
     if (st) return st;
     if (gi && (gi->ndim != x->ndim || fl_numel(gi) != fl_numel(x))) FL_FAIL(FL_ERR_INVALID, "convolution_backward: grad_input shape");
     if (gw && fl_numel(gw) != fl_numel(w)) FL_FAIL(FL_ERR_INVALID, "convolution_backward: grad_weight shape");
