@@ -149,3 +149,19 @@ def test_call_site_fast_path_keeps_values_scalars_and_metadata_right():
     before = sum(_counts("aten::mul.Tensor").values())
     fm * fm[0]
     assert sum(_counts("aten::mul.Tensor").values()) == before + 1
+
+
+@pytest.mark.parametrize("backend", ["cpu", "ascend"])  # host-accessible memory, and device memory kept apart
+def test_partial_overlap_is_refused_and_aliasing_survives_the_fallback(backend):
+    fl.set_backend(backend)
+    x = torch.arange(6.0).to("fl")
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        x[1:].add_(x[:-1])  # CPU PyTorch refuses this too
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    with disabled_paths("native", "decomposition"):  # the CPU fallback sees one host copy of the buffer
+        y = torch.arange(6.0).to("fl")
+        y[::2].mul_(y[1::2])
+        assert y.cpu().tolist() == [0.0, 1.0, 6.0, 3.0, 20.0, 5.0]
+        z = torch.arange(4.0).to("fl")
+        z.add_(z)  # full overlap is fine
+        assert z.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]

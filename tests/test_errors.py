@@ -178,7 +178,9 @@ def test_bad_env_value():
 
 
 def test_explain_rejects_unknown_ops():
-    with pytest.raises(ValueError, match="unknown aten op"):
+    with pytest.raises(ValueError, match="unknown operator"):
         fl.explain("not_an_op")
+    with pytest.raises(ValueError, match="unknown operator"):
+        fl.explain("fl::not_a_fused_op")
     with pytest.raises(ValueError, match="has no overload"):
         fl.explain("add.Nope")

@@ -172,13 +172,15 @@ def _resolve_op(op):
     if isinstance(op, torch._ops.OpOverloadPacket):
         return op.default
     if isinstance(op, str):
-        name = op.split("::", 1)[1] if "::" in op else op
+        ns, name = op.split("::", 1) if "::" in op else ("aten", op)
+        if ns == "fl":
+            from . import fused  # noqa: F401  (defines the fl:: ops)
         base, _, overload = name.partition(".")
-        packet = getattr(torch.ops.aten, base, None)
+        packet = getattr(getattr(torch.ops, ns, None), base, None)
         if packet is None:
-            raise ValueError(f"unknown aten op {op!r}")
+            raise ValueError(f"unknown operator {op!r}")
         overload = overload or "default"
         if overload not in packet.overloads():
-            raise ValueError(f"aten::{base} has no overload {overload!r}; overloads: {', '.join(packet.overloads())}")
+            raise ValueError(f"{ns}::{base} has no overload {overload!r}; overloads: {', '.join(packet.overloads())}")
         return getattr(packet, overload)
     raise TypeError(f"explain() takes an aten op or its name, not {type(op).__name__}")

@@ -415,8 +415,34 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
 _NOT_HANDLED = object()
 
 
+def _check_overlap(f: OpFacts, vals) -> None:
+    """PyTorch's rule for in-place and out= ops (TensorIterator's
+    assert_no_partial_overlap): a written tensor may not partly overlap an
+    input in memory. As there, only dense layouts are judged."""
+    for idx in f.mutable:
+        out = vals[idx] if idx < len(vals) else None
+        if not isinstance(out, FlTensor) or not out.numel() or not out.is_contiguous():
+            continue
+        item = out.element_size()
+        o_lo, o_hi = out.storage_offset() * item, (out.storage_offset() + out.numel()) * item
+        for j, t in enumerate(vals):
+            if j == idx or not isinstance(t, FlTensor) or t._buf is not out._buf or not t.numel():
+                continue
+            if not t.is_contiguous():
+                continue
+            ti = t.element_size()
+            t_lo, t_hi = t.storage_offset() * ti, (t.storage_offset() + t.numel()) * ti
+            if (t_lo, t_hi) == (o_lo, o_hi) or t_hi <= o_lo or o_hi <= t_lo:
+                continue
+            raise RuntimeError(
+                "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                "single memory location. Please clone() the tensor before performing the operation.")
+
+
 def _compute(f: OpFacts, args, kwargs):
     vals = f.normalize(args, kwargs)
+    if f.mutable:
+        _check_overlap(f, vals)
     site_key = None
     if not _record.LISTENERS:
         site_key = _site_key(f.func, vals)
@@ -788,15 +814,43 @@ class _Site:
 # -- CPU fallback --------------------------------------------------------------
 
 
+def _shared_mirrors(dev, vals) -> dict[int, torch.Tensor]:
+    """Host copies of fl tensors that share a buffer, as views of ONE host copy
+    of that buffer: the CPU kernel then sees the same aliasing the device
+    memory has (x[1:].add_(x[:-1]) must fail as it does on CPU, not silently
+    read a stale copy)."""
+    by_buf: dict[int, list] = {}
+    for t in _iter_tensors(vals):
+        if isinstance(t, FlTensor) and t.numel():
+            by_buf.setdefault(id(t._buf), []).append(t)
+    out: dict[int, torch.Tensor] = {}
+    for views in by_buf.values():
+        if len(views) < 2:
+            continue
+        buf = views[0]._buf
+        spans = [span(t) for t in views]
+        lo = min(a * t.element_size() for (a, _), t in zip(spans, views, strict=True)) // 16 * 16
+        hi = max(b * t.element_size() for (_, b), t in zip(spans, views, strict=True))
+        staging = torch.empty(hi - lo, dtype=torch.uint8)
+        dev.plugin.copy_d2h(dev.local, staging.data_ptr(), buf.ptr + lo, hi - lo)
+        _record.BYTES[0] += hi - lo
+        for t in views:
+            item = t.element_size()
+            typed = staging[: (hi - lo) // item * item].view(t.dtype)
+            out[id(t)] = typed.as_strided(t.shape, t.stride(), (t.storage_offset() * item - lo) // item)
+    return out
+
+
 def _run_fallback(f: OpFacts, dev, vals):
-    mirrors: dict[int, torch.Tensor] = {}
+    mirrors: dict[int, torch.Tensor] = {} if dev.host_accessible else _shared_mirrors(dev, vals)
 
     def host(t):
         if isinstance(t, FlTensor):
             if t._buf.device is not dev:
                 raise RuntimeError(f"{f.name}: tensor on {t.device} mixed with {dev.torch_device}")
-            c = fl_to_cpu(t)
-            mirrors[id(t)] = c
+            c = mirrors.get(id(t))
+            if c is None:
+                c = mirrors[id(t)] = fl_to_cpu(t)
             return c
         return t
 
@@ -971,26 +1025,31 @@ _SDPA_FWD = "aten::_scaled_dot_product_fused_attention_overrideable"
 _SDPA_BWD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
 
 
+def sdpa_fused_eligible(q, k, v, dropout_p: float, enable_gqa: bool) -> bool:
+    """Whether the plugin's fused attention kernels (forward and backward both)
+    serve this call: 4-D fl inputs of one dtype the device computes in, no
+    dropout, no grouped-query broadcasting, native path not switched off."""
+    if not isinstance(q, FlTensor) or enable_gqa or dropout_p or q.dim() != 4:
+        return False
+    if not (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)) or k.dim() != 4 or v.dim() != 4:
+        return False
+    if k.dtype != q.dtype or v.dtype != q.dtype or NATIVE in SETTINGS.disabled:
+        return False
+    kernels = q._buf.device.backend.plugin.kernels
+    fwd, bwd = kernels.get(_SDPA_FWD), kernels.get(_SDPA_BWD)
+    code = TO_CODE.get(q.dtype, -1)
+    return (fwd is not None and bwd is not None and code >= 0 and bool((fwd.dtypes >> code) & 1)
+            and bool((bwd.dtypes >> code) & 1) and bool((q._buf.device.props.dtypes >> code) & 1))
+
+
 def _sdp_choice(f: OpFacts, args, kwargs):
-    """F.scaled_dot_product_attention asks the device which kernel to use.
-    OVERRIDEABLE routes it to the plugin's fused attention kernels (forward
-    and backward both needed) when the call is one they serve: 4-D inputs of
-    one dtype, no dropout, no grouped-query broadcasting. Otherwise MATH, i.e.
-    PyTorch's composition of matmul and softmax, op by op."""
+    """Asked by code that picks an SDPA kernel itself (nn.MultiheadAttention's
+    fast path): OVERRIDEABLE when the plugin's fused kernels serve the call."""
     from torch.nn.attention import SDPBackend
 
     vals = f.normalize(args, kwargs)
-    q, k, v = vals[0], vals[1], vals[2]
-    dropout_p, enable_gqa = vals[4], vals[7] if len(vals) > 7 else False
-    if isinstance(q, FlTensor) and not enable_gqa and not dropout_p and q.dim() == 4:
-        kernels = q._buf.device.backend.plugin.kernels
-        fwd, bwd = kernels.get(_SDPA_FWD), kernels.get(_SDPA_BWD)
-        code = TO_CODE.get(q.dtype, -1)
-        dev_mask = q._buf.device.props.dtypes
-        if (fwd is not None and bwd is not None and code >= 0 and (fwd.dtypes >> code) & 1
-                and (bwd.dtypes >> code) & 1 and (dev_mask >> code) & 1 and NATIVE not in SETTINGS.disabled
-                and k.dtype == q.dtype and v.dtype == q.dtype and k.dim() == 4 and v.dim() == 4):
-            return int(SDPBackend.OVERRIDEABLE)
+    if sdpa_fused_eligible(vals[0], vals[1], vals[2], vals[4], vals[7] if len(vals) > 7 else False):
+        return int(SDPBackend.OVERRIDEABLE)
     return int(SDPBackend.MATH)
 
 

@@ -137,3 +137,23 @@ SDPA_BACKWARD = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_
 def _register_sdpa(table: dict) -> None:
     table[SDPA_FORWARD] = _sdpa_forward
     table[SDPA_BACKWARD] = _sdpa_backward
+
+
+def _scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                  enable_gqa=False):
+    """F.scaled_dot_product_attention for fl tensors, above autograd.
+
+    PyTorch picks SDPA kernels through a C++ dispatch stub that a Python
+    backend cannot fill, so on fl it would always compose matmul and softmax.
+    This kernel asks the plugin instead: its fused forward/backward pair when
+    it serves the call, PyTorch's math composition otherwise."""
+    from ._dispatch import sdpa_fused_eligible
+
+    if sdpa_fused_eligible(query, key, value, dropout_p, enable_gqa):
+        return SDPA_FORWARD(query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
+    return torch.ops.aten._scaled_dot_product_attention_math.default(
+        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+_aten_lib = torch.library.Library("aten", "IMPL")
+_aten_lib.impl("scaled_dot_product_attention", _scaled_dot_product_attention, "AutogradPrivateUse1")

@@ -1,0 +1,86 @@
+"""`torch-fl plugin check`: the template passes; each deliberately broken
+plugin is reported by name, with the reason, and never crashes the checker."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from torch_fl._abi import header_path
+from torch_fl.check import check_plugin
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _rows(report) -> dict:
+    return {r.check: r for r in report.rows}
+
+
+@pytest.fixture(scope="module")
+def template_lib(tmp_path_factory):
+    """Builds plugins_cffi/template the way its README says (make, FL_INCLUDE)."""
+    out = tmp_path_factory.mktemp("template")
+    for name in ("fl_template.c", "Makefile"):
+        shutil.copy(os.path.join(ROOT, "plugins_cffi", "template", name), out / name)
+    subprocess.run(["make", "-C", str(out), f"FL_INCLUDE={os.path.dirname(header_path())}"], check=True,
+                   capture_output=True)
+    return out / "libfl_template.so"
+
+
+def test_template_plugin_passes(template_lib):
+    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check", str(template_lib)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASSED" in r.stdout
+    for check in ("load", "copy round trip h2d->d2d->d2h", "allocation beyond capacity", "kernel aten::mm",
+                  "kernel aten::add.Tensor"):
+        assert any(line.startswith(check) and " PASS " in line for line in r.stdout.splitlines()), check
+
+
+def test_wrong_answers_crashes_duplicates_and_contract_violations(test_plugins):
+    report = check_plugin(str(test_plugins / "libwrongplugin.so"))
+    rows = _rows(report)
+    assert not report.passed
+    assert rows["kernel aten::add.Tensor"].status == "FAIL" and "max error" in rows["kernel aten::add.Tensor"].detail
+    assert rows["kernel aten::relu"].status == "FAIL" and "SIGSEGV" in rows["kernel aten::relu"].detail
+    assert rows["kernel aten::mm"].status == "FAIL" and "mm unit offline" in rows["kernel aten::mm"].detail
+    assert rows["kernel table duplicates"].status == "FAIL" and "aten::mm" in rows["kernel table duplicates"].detail
+    assert rows["copy with a NULL pointer"].status == "FAIL"
+    assert rows["copy round trip h2d->d2d->d2h"].status == "PASS"  # the checks after the crash still ran
+
+
+def test_kernel_errors_and_declines_are_reported(test_plugins):
+    rows = _rows(check_plugin(str(test_plugins / "liberrplugin.so")))
+    assert rows["kernel aten::mul.Tensor"].status == "FAIL"
+    assert "the multiplier unit is on fire" in rows["kernel aten::mul.Tensor"].detail
+    assert rows["kernel aten::add.Tensor"].status == "FAIL"
+    assert "declined all" in rows["kernel aten::add.Tensor"].detail
+
+
+@pytest.mark.parametrize("lib,reason", [
+    ("libbad_abi.so", "ABI version"),
+    ("libmissing_symbol.so", "missing exported symbol"),
+    ("libnot_a_plugin.so", "not a loadable shared library"),
+])
+def test_unloadable_plugins_fail_at_load(test_plugins, lib, reason):
+    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check", str(test_plugins / lib), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert report["passed"] is False
+    assert report["rows"][0]["check"] == "load" and report["rows"][0]["status"] == "FAIL"
+    assert reason in report["rows"][0]["detail"]
+
+
+def test_check_by_backend_name_and_bad_targets():
+    report = check_plugin("minimal", ops="aten::exp")
+    rows = _rows(report)
+    assert report.passed and rows["kernel aten::exp"].status == "PASS"
+    assert "float32,bfloat16" in rows["kernel aten::exp"].detail
+    missing = check_plugin("/nonexistent/libnothing.so")
+    assert not missing.passed and "no such file" in missing.rows[0].detail
+    unknown = check_plugin("no_such_backend")
+    assert not unknown.passed and "unknown fl backend" in unknown.rows[-1].detail
