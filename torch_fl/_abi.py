@@ -63,6 +63,6 @@ REQUIRED_ENTRIES = (
 OPTIONAL_ENTRIES = (
     "memory_used", "stream_create", "stream_destroy", "stream_synchronize", "event_create", "event_destroy",
     "event_record", "event_synchronize", "event_query", "synchronize", "rng_set_state", "rng_get_state",
-    "comm_all_reduce", "comm_broadcast", "comm_all_gather", "comm_reduce_scatter", "comm_send", "comm_recv",
-    "jit_compile",
+    "comm_init", "comm_destroy", "comm_all_reduce", "comm_broadcast", "comm_all_gather", "comm_reduce_scatter",
+    "comm_send", "comm_recv", "comm_barrier", "jit_compile",
 )

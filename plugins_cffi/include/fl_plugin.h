@@ -99,9 +99,12 @@ typedef void *fl_event_t;
  *            argument (FL_ARG_INT/FLOAT/BOOL), not as a tensor.
  *   outputs: every tensor the op returns, allocated by the runtime with the
  *            shape, strides and dtype PyTorch's own shape rules give. For an
- *            in-place or out= op the output aliases the mutated argument.
- *            An output the op leaves undefined (convolution_backward with
- *            output_mask false, say) has data == NULL and ndim == -1.
+ *            in-place op the output aliases the mutated argument (out=
+ *            overloads never reach a kernel: the runtime serves them from the
+ *            functional op). An output the op leaves undefined
+ *            (convolution_backward with output_mask false, say) and an int
+ *            the op returns (fused attention's max_q) have data == NULL and
+ *            ndim == -1. A written tensor never partly overlaps an input.
  *   args:    one per schema argument; an optional tensor given as None is
  *            FL_ARG_NONE and has no entry in inputs.
  *   For ops tagged pointwise (torch.Tag.pointwise), every tensor input is
@@ -116,7 +119,9 @@ typedef int (*fl_kernel_fn)(fl_stream_t stream, int device,
 /* One entry of the kernel table: aten overload name ("aten::mm",
  * "aten::add.Tensor", "aten::native_layer_norm_backward") and the dtypes it
  * serves (a mask of FL_DTYPE_BIT). The lookup dtype is that of the op's first
- * tensor argument (or first output when there is no tensor argument). */
+ * fl tensor argument; an op with no fl tensor argument (a factory) never
+ * reaches a kernel (the runtime computes it on the host and copies it). Each
+ * name appears once. */
 typedef struct {
     const char *op;
     uint32_t dtypes;
@@ -186,13 +191,25 @@ typedef struct fl_plugin {
     int (*kernel_count)(int *count);
     int (*kernel_get)(int index, fl_kernel_entry_t *entry);
 
-    /* collectives (may be NULL: the runtime relays through the host) */
+    /* collectives (all NULL: the runtime relays through the host with gloo).
+     * A communicator joins the `world` processes that call comm_init with the
+     * same unique_id (a short string the runtime makes and shares through
+     * torch.distributed's store), one device each. Every call blocks until the
+     * operation is complete on this rank; a peer that does not arrive within
+     * timeout_ms makes the call fail with FL_ERR_INTERNAL and a message naming
+     * the operation, never hang. Tensors are contiguous (the runtime ensures
+     * it); all_reduce works in place; all_gather's out holds world * numel(in)
+     * elements in rank order; reduce_scatter's in holds world * numel(out).
+     * op is an fl_reduce_op_t. */
+    int (*comm_init)(int device, const char *unique_id, int rank, int world, int timeout_ms, void **comm);
+    int (*comm_destroy)(void *comm);
     int (*comm_all_reduce)(int device, const fl_tensor_t *t, int op, void *comm);
     int (*comm_broadcast)(int device, const fl_tensor_t *t, int root, void *comm);
     int (*comm_all_gather)(int device, const fl_tensor_t *in, const fl_tensor_t *out, void *comm);
     int (*comm_reduce_scatter)(int device, const fl_tensor_t *in, const fl_tensor_t *out, int op, void *comm);
     int (*comm_send)(int device, const fl_tensor_t *t, int peer, void *comm);
     int (*comm_recv)(int device, const fl_tensor_t *t, int peer, void *comm);
+    int (*comm_barrier)(void *comm);
 
     /* optional JIT: compile C source and return the named kernel (may be NULL) */
     int (*jit_compile)(const char *source, const char *symbol, fl_kernel_fn *fn);
