@@ -248,3 +248,46 @@ def test_data_assignment_and_module_dtype_conversion():
     t.data = torch.ones(6, device="fl")
     assert t.cpu().tolist() == [1.0] * 6
     assert (t + 1).cpu().tolist() == [2.0] * 6
+
+
+def test_pool_size_classes_limit_and_oom_message():
+    from torch_fl import _memory
+
+    assert _memory.size_class(40) == 48 and _memory.size_class(600) == 1024
+    big = _memory.size_class(3 * (1 << 20) + 1)
+    assert 3 * (1 << 20) < big <= 3.5 * (1 << 20)
+    gc.collect()
+    torch.fl.empty_cache()
+    x = torch.empty(300, device="fl")  # 1200 bytes -> a 1536-byte block
+    del x
+    gc.collect()
+    hits = torch.fl.memory_stats()["pool.hits"]
+    y = torch.empty(320, device="fl")  # 1280 bytes: same class, same block
+    assert torch.fl.memory_stats()["pool.hits"] == hits + 1
+    del y
+    gc.collect()
+    torch.fl.set_memory_pool_limit(0)
+    assert torch.fl.memory_stats()["pool.cached_bytes"] == 0
+    z = torch.empty(300, device="fl")
+    del z
+    gc.collect()
+    assert torch.fl.memory_stats()["pool.cached_bytes"] == 0  # nothing kept above the limit
+    torch.fl.set_memory_pool_limit(1 << 30)
+    with pytest.raises(ValueError, match="512M or 2G"):
+        _memory.parse_bytes("lots")
+    assert _memory.parse_bytes("2G") == 2 << 30 and _memory.parse_bytes("512MiB") == 512 << 20
+
+
+def test_pool_limit_variable_and_oom_names_the_pool():
+    r = run_py("""
+        import gc, torch, torch_fl as fl
+        fl.initialize("cpu")
+        print("LIMIT", torch.fl.memory_stats()["pool.limit_bytes"])
+        x = torch.empty(100 * 1024, device="fl"); del x; gc.collect()
+        try:
+            torch.empty(300 * 1024, device="fl")
+        except torch.OutOfMemoryError as e:
+            print("OOM", e)
+    """, env={"FL_MEMORY_POOL_LIMIT": "512K", "FL_CPU_MEMORY_LIMIT": "1M"})
+    assert "LIMIT 524288" in r.stdout, r.stdout + r.stderr
+    assert "the pool held 400.0 KiB of cached blocks and gave them back before retrying" in r.stdout, r.stdout

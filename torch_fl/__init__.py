@@ -25,6 +25,7 @@ from ._api import (
 )
 from ._capability import CapabilityTable
 from ._tensor import FlTensor
+from .profiler import Comparison, Profile, compare_backends, profile
 from .errors import BackendNotFoundError, FlError, KernelError, PluginLoadError, PrivateUse1TakenError
 
 __version__ = "0.1.0"
@@ -32,6 +33,10 @@ __version__ = "0.1.0"
 _device.register()
 
 __all__ = [
+    "Comparison",
+    "Profile",
+    "compare_backends",
+    "profile",
     "BackendNotFoundError",
     "BackendReport",
     "CapabilityTable",

@@ -95,11 +95,19 @@ class FlDeviceModule:
             _memory.empty_cache(dev)
 
     @staticmethod
+    def set_memory_pool_limit(nbytes: int, device=None) -> None:
+        """Cap the bytes the caching pool keeps (FL_MEMORY_POOL_LIMIT sets the default)."""
+        from . import _memory
+
+        _memory.set_pool_limit(nbytes, device)
+
+    @staticmethod
     def memory_stats(device=None) -> dict[str, int]:
         dev = REGISTRY.device(_index(device))
         return {"allocated_bytes.all.current": dev.allocated, "allocated_bytes.all.peak": dev.peak,
                 "reserved_bytes.all.current": dev.allocated + dev.cached, "pool.cached_bytes": dev.cached,
-                "pool.hits": dev.pool_hits, "pool.misses": dev.pool_misses, "allocation.all.current": dev.allocations}
+                "pool.hits": dev.pool_hits, "pool.misses": dev.pool_misses, "pool.limit_bytes": dev.pool_limit,
+                "allocation.all.current": dev.allocations}
 
     # random numbers
     @staticmethod

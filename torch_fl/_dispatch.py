@@ -514,7 +514,7 @@ def _count(backend, name: str, path: str) -> None:
 
 def _emit(name, backend, path, t0, k0, b0) -> None:
     _record.emit(_record.OpEvent(name, backend, path, time.perf_counter() - t0, _record.KERNELS[0] - k0,
-                                 _record.BYTES[0] - b0, _record.DEPTH[0] - 1))
+                                 _record.BYTES[0] - b0, _record.DEPTH[0] - 1, t0))
 
 
 # -- native path ---------------------------------------------------------------
@@ -965,7 +965,7 @@ def _copy_(f: OpFacts, args, kwargs):
             _count(t._buf.device.backend, f.name, COPY)
     if listening:
         _record.emit(_record.OpEvent(f.name, backend, COPY, time.perf_counter() - t0, 0,
-                                     _record.BYTES[0] - b0, _record.DEPTH[0]))
+                                     _record.BYTES[0] - b0, _record.DEPTH[0], t0))
     return dst
 
 
@@ -1113,6 +1113,11 @@ for _name in ("as_strided_", "resize_", "squeeze_", "unsqueeze_", "t_", "transpo
             _SPECIAL[getattr(_packet, _ov)] = _inplace_meta
 
 
+_HANDLER_PATH = {_view_op: VIEW, _alias: VIEW, _inplace_meta: VIEW, _set_source: VIEW, _to_copy: COPY,
+                 _local_scalar_dense: COPY, _empty_like_op: "alloc", _composite: DECOMPOSITION,
+                 _sdp_choice: "meta", _noop: "meta", _is_pinned: "meta", _foreach: "foreach"}
+
+
 def _is_foreach(func) -> bool:
     return func._schema.name.startswith("aten::_foreach_")
 
@@ -1123,7 +1128,27 @@ def dispatch(func, args, kwargs):
         f = facts(func)
         if _is_foreach(func) and func not in _SPECIAL and DECOMPOSITIONS.get(func) is None:
             f.handler = _foreach
+    if _record.LISTENERS and f.handler is not _compute and f.handler is not _copy_:
+        return _observed(f, args, kwargs)
     return f.handler(f, args, kwargs)
+
+
+def _observed(f: OpFacts, args, kwargs):
+    """Ops whose handler does not report itself (views, transfers, foreach
+    loops), timed for a listener; their sub-ops report at depth + 1."""
+    t0, k0, b0 = time.perf_counter(), _record.KERNELS[0], _record.BYTES[0]
+    depth = _record.DEPTH[0]
+    _record.DEPTH[0] += 1
+    try:
+        result = f.handler(f, args, kwargs)
+    finally:
+        _record.DEPTH[0] -= 1
+    first = next((t for t in _iter_tensors(list(args) + list(kwargs.values())) if isinstance(t, FlTensor)), None)
+    backend = first._buf.device.backend.name if first is not None else (
+        REGISTRY.current.name if REGISTRY.current is not None else "?")
+    _record.emit(_record.OpEvent(f.name, backend, _HANDLER_PATH.get(f.handler, "other"), time.perf_counter() - t0,
+                                 _record.KERNELS[0] - k0, _record.BYTES[0] - b0, depth, t0))
+    return result
 
 
 set_dispatch(dispatch)

@@ -19,20 +19,72 @@ from ._abi import ffi
 
 ALIGN = 16
 POOL_ENABLED = os.environ.get("FL_MEMORY_POOL", "1").strip() not in ("0", "false", "no", "off")
-# Cached bytes per device stay below this share of its memory: host memory is
-# shared with everything else in the process.
+# Cached bytes per device stay below a limit: FL_MEMORY_POOL_LIMIT (bytes, or
+# "512M", "2G"), set_pool_limit(), else a quarter of the device's memory (host
+# memory is shared with everything else in the process).
 POOL_SHARE = 4
 
 
+def parse_bytes(text: str) -> int:
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        value = float(t[:-1] if scale != 1 else t) * scale
+    except ValueError:
+        raise ValueError(f"cannot read {text!r} as a size in bytes: write e.g. 1073741824, 512M or 2G") from None
+    if value < 0:
+        raise ValueError(f"a memory size cannot be negative: {text!r}")
+    return int(value)
+
+
+def default_pool_limit(total_memory: int) -> int:
+    env = os.environ.get("FL_MEMORY_POOL_LIMIT")
+    return parse_bytes(env) if env else total_memory // POOL_SHARE
+
+
+def set_pool_limit(nbytes: int, device=None) -> None:
+    """Cap the bytes the pool keeps cached on a device (all devices when None);
+    blocks above the new cap go back to the plugin at once."""
+    from ._registry import REGISTRY
+
+    if nbytes < 0:
+        raise ValueError("the pool limit cannot be negative")
+    devices = REGISTRY.devices if device is None else [REGISTRY.device(_index_of(device))]
+    for dev in devices:
+        dev.pool_limit = int(nbytes)
+        if dev.cached > dev.pool_limit:
+            empty_cache(dev)
+
+
+def _index_of(device) -> int | None:
+    import torch as _torch
+
+    if isinstance(device, int):
+        return device
+    return _torch.device(device).index
+
+
+def size_class(nbytes: int) -> int:
+    """Blocks are cached and reused by size class: multiples of 512 bytes up to
+    1 MiB, then eight classes per power of two (at most 12.5 % slack), so
+    tensors of nearby sizes share blocks."""
+    if nbytes <= 512:
+        return (nbytes + ALIGN - 1) // ALIGN * ALIGN
+    if nbytes <= 1 << 20:
+        return (nbytes + 511) // 512 * 512
+    step = 1 << (nbytes.bit_length() - 4)
+    return (nbytes + step - 1) // step * step
+
+
 def round_up(nbytes: int) -> int:
-    return (nbytes + ALIGN - 1) // ALIGN * ALIGN
+    return size_class(nbytes)
 
 
 def allocate(device, nbytes: int):
     """A `void*` cdata of at least nbytes on the device (NULL for zero bytes)."""
     if nbytes == 0:
         return ffi.NULL
-    size = (nbytes + ALIGN - 1) // ALIGN * ALIGN
+    size = size_class(nbytes)
     blocks = device.pool.get(size)
     if blocks:
         ptr = blocks.pop()
@@ -44,12 +96,13 @@ def allocate(device, nbytes: int):
             ptr = device.plugin.malloc_ptr(device.local, size)
         except torch.OutOfMemoryError as first:
             if not device.cached:
-                raise _oom(device, size, first) from None
+                raise _oom(device, size, first, 0) from None
+            flushed = device.cached
             empty_cache(device)  # cached blocks of other sizes may make room
             try:
                 ptr = device.plugin.malloc_ptr(device.local, size)
             except torch.OutOfMemoryError as e:
-                raise _oom(device, size, e) from None
+                raise _oom(device, size, e, flushed) from None
     device.allocated += size
     device.allocations += 1
     if device.allocated > device.peak:
@@ -60,7 +113,7 @@ def allocate(device, nbytes: int):
 def release(device, ptr, nbytes: int) -> None:
     if ptr == ffi.NULL:
         return
-    size = (nbytes + ALIGN - 1) // ALIGN * ALIGN
+    size = size_class(nbytes)
     device.allocated -= size
     device.allocations -= 1
     if POOL_ENABLED and device.cached + size <= device.pool_limit:
@@ -82,11 +135,13 @@ def empty_cache(device) -> None:
             device.plugin.free_ptr(device.local, ptr)
 
 
-def _oom(device, size: int, cause: Exception) -> torch.OutOfMemoryError:
+def _oom(device, size: int, cause: Exception, flushed: int) -> torch.OutOfMemoryError:
     total = device.props.total_memory
+    pool = (f"the pool held {_fmt(flushed)} of cached blocks and gave them back before retrying"
+            if flushed else "the pool held no cached blocks")
     return torch.OutOfMemoryError(
         f"fl:{device.index} ({device.backend.name}) out of memory: tried to allocate {_fmt(size)}; "
-        f"{_fmt(device.allocated)} allocated by live tensors in {device.allocations} buffers, "
+        f"{_fmt(device.allocated)} allocated by live tensors in {device.allocations} buffers; {pool}; "
         f"device capacity {_fmt(total)}. Free tensors (del, then gc.collect()) or use a smaller batch. "
         f"Plugin said: {cause}"
     )

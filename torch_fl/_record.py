@@ -21,6 +21,7 @@ class OpEvent:
     kernels: int
     bytes_copied: int
     depth: int
+    start: float = 0.0  # time.perf_counter() when the op began
 
 
 # Global tallies the dispatcher bumps; listeners read deltas across a call.

@@ -60,7 +60,7 @@ class Device:
         self.cached = 0
         self.pool_hits = 0
         self.pool_misses = 0
-        self.pool_limit = props.total_memory // _memory.POOL_SHARE
+        self.pool_limit = _memory.default_pool_limit(props.total_memory)
 
     def __repr__(self) -> str:
         return f"<fl:{self.index} {self.backend.name}:{self.local} {self.props.name}>"

@@ -1,0 +1,121 @@
+"""fl.profile: exact counts and paths for a known op sequence on every backend,
+kernel launches of decompositions, fallback costs, memory, comparison and the
+Chrome trace."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_fl as fl
+
+BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
+GELU_PATH = {"cpu": "native", "rocm": "native", "ascend": "decomposition", "minimal": "decomposition"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_known_sequence_counts_paths_and_kernels(backend):
+    fl.set_backend(backend)
+    x = torch.randn(4, 4, device="fl")
+    with fl.profile(label=backend) as prof:
+        y = x + x
+        z = y.exp()
+        w = z @ z
+        g = F.gelu(w)
+        host = g.cpu()
+    ops = {s.op: s for s in prof.ops() if s.calls}
+    assert ops["aten::add.Tensor"].calls == 1 and ops["aten::add.Tensor"].path == "native"
+    assert ops["aten::add.Tensor"].kernels == 1
+    assert ops["aten::exp"].calls == 1 and ops["aten::exp"].path == "native"
+    assert ops["aten::mm"].calls == 1 and ops["aten::mm"].path == "native" and ops["aten::mm"].kernels == 1
+    gelu = ops["aten::gelu"]
+    assert gelu.calls == 1 and gelu.path == GELU_PATH[backend]
+    nested_kernels = sum(e.kernels for e in prof.events if e.depth == 1 and e.path == "native")
+    if gelu.path == "native":
+        assert gelu.kernels == 1
+    else:  # a decomposition counts every kernel its sub-ops launched
+        assert gelu.kernels == nested_kernels >= 2
+    copy = ops["aten::_to_copy"]
+    assert copy.path == "copy" and copy.calls == 1
+    host_accessible = backend == "cpu"
+    assert copy.bytes_copied == (0 if host_accessible else 64)  # zero-copy read vs a real device-to-host copy
+    assert prof.kernels == sum(s.kernels for s in ops.values())
+    assert prof.op_calls == 5
+    assert torch.allclose(host, F.gelu((x.cpu() * 2).exp() @ (x.cpu() * 2).exp()), rtol=1e-4, atol=1e-4)
+
+
+def test_fallbacks_are_listed_with_their_cost():
+    fl.set_backend("minimal")  # no convolution kernel: the CPU fallback serves it
+    x, w = torch.randn(1, 2, 5, 5, device="fl"), torch.randn(3, 2, 3, 3, device="fl")
+    with fl.profile() as prof:
+        F.conv2d(x, w)
+    fb = {s.op: s for s in prof.fallbacks()}
+    assert "aten::convolution" in fb
+    conv = fb["aten::convolution"]
+    assert conv.paths["fallback"] == 1 and conv.kernels == 0
+    # inputs in (200 + 216 bytes), output out (3*3*3*4 bytes)
+    assert conv.bytes_copied == (50 + 54 + 27) * 4
+    assert "CPU fallbacks: aten::convolution" in prof.render()
+
+
+def test_memory_and_pool_stats():
+    fl.set_backend("rocm")
+    torch.fl.empty_cache()
+    with fl.profile() as prof:
+        a = torch.empty(1000, device="fl")
+        del a
+        b = torch.empty(1000, device="fl")
+    mem = {m.backend: m for m in prof.memory}["rocm"]
+    assert mem.pool_misses >= 1 and mem.pool_hits >= 1
+    assert mem.peak >= 4000 and mem.allocated_end - mem.allocated_start == b.numel() * 4
+
+
+def test_profile_views_exports_and_renderings(tmp_path):
+    x = torch.randn(8, 8, device="fl")
+    with fl.profile(label="run") as prof:
+        for _ in range(3):
+            x = torch.tanh(x @ x)
+    top = prof.top(2)
+    assert [s.op for s in top][0] in ("aten::mm", "aten::tanh") and all(s.calls == 3 for s in top)
+    d = json.loads(prof.to_json())
+    assert d["op_calls"] == 6 and d["kernels"] == 6 and {o["op"] for o in d["ops"]} == {"aten::mm", "aten::tanh"}
+    trace = json.load(open(prof.export_chrome_trace(str(tmp_path / "trace.json"))))
+    events = trace["traceEvents"]
+    assert len(events) == 6 and all(e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0 for e in events)
+    assert {e["name"] for e in events} == {"aten::mm", "aten::tanh"} and events[0]["cat"] == "native"
+    assert sum(prof.time_by_path().values()) > 0
+    bundle = prof._repr_mimebundle_()
+    assert "aten::mm" in bundle["text/html"] and "6 op calls" in bundle["text/plain"]
+
+
+def test_compare_backends_side_by_side():
+    def work():
+        a = torch.randn(4, 6, device="fl")
+        return F.layer_norm(a, (6,)).sum().cpu()
+
+    c = fl.compare_backends(work, "rocm", "minimal")
+    rows = {r["op"]: r for r in c.rows()}
+    assert rows["aten::native_layer_norm"]["path"] == ("native", "decomposition")
+    assert rows["aten::native_layer_norm"]["kernels"][0] == 1 and rows["aten::native_layer_norm"]["kernels"][1] > 1
+    assert fl.get_current_backend_name() == "cpu"  # restored
+    assert "rocm vs minimal" in c.render()
+
+
+def test_torch_profiler_sees_fl_paths():
+    x = torch.randn(4, 4, device="fl")
+    with torch.profiler.profile() as tp:
+        with fl.profile(record_functions=True):
+            (x @ x).exp()
+    names = {e.name for e in tp.events()}
+    assert "fl::aten::mm" in names and "fl::aten::exp" in names
+
+
+def test_no_listener_no_events():
+    from torch_fl import _record
+
+    x = torch.randn(4, device="fl")
+    with fl.profile() as prof:
+        pass
+    (x + x).cpu()
+    assert prof.events == [] and not _record.LISTENERS

@@ -1,0 +1,379 @@
+"""`with torch_fl.profile() as prof:` — what each op cost and which path it took.
+
+The dispatcher reports every op call to listeners (torch_fl/_record.py); with
+no listener it only bumps a per-(op, path) counter, so an idle profiler costs
+nothing (bench/bench_profiler.py measures both). A profile keeps the events
+of its block and derives the views the article asks for: per-op totals with
+the path taken and the kernel launches it cost (a decomposition into six
+kernels counts six), the ops that fell back to the CPU and what they cost in
+time and copied bytes, time by path, device memory, a side-by-side
+comparison of two runs, and a Chrome trace that chrome://tracing, Perfetto
+and torch.profiler's viewers open."""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from . import _record
+from ._registry import REGISTRY
+
+NATIVE, DECOMPOSITION, JIT, FALLBACK = _record.NATIVE, _record.DECOMPOSITION, _record.JIT, _record.FALLBACK
+
+
+@dataclass
+class OpStats:
+    """One op (aten overload) on one backend, over a profile. Calls made by
+    the user's code (depth 0) are counted in `calls`; the same op reached
+    inside another op's decomposition is counted in `nested_calls`."""
+
+    op: str
+    backend: str
+    calls: int = 0
+    nested_calls: int = 0
+    total_s: float = 0.0  # inclusive time of the depth-0 calls
+    self_s: float = 0.0  # time not spent in sub-ops, at any depth
+    kernels: int = 0  # kernel launches of the depth-0 calls, their sub-ops included
+    bytes_copied: int = 0
+    paths: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def mean_us(self) -> float:
+        return self.total_s / self.calls * 1e6 if self.calls else 0.0
+
+    @property
+    def path(self) -> str:
+        """The path most calls took (several when a kernel declines some calls)."""
+        if not self.paths:
+            return "-"
+        ranked = sorted(self.paths.items(), key=lambda kv: -kv[1])
+        return ranked[0][0] if len(ranked) == 1 else "/".join(p for p, _ in ranked)
+
+
+@dataclass
+class MemoryStats:
+    device: str
+    backend: str
+    allocated_start: int
+    allocated_end: int
+    peak: int
+    pool_hits: int
+    pool_misses: int
+
+
+class Profile:
+    """The result of a profiled block; plain data with views and renderings."""
+
+    def __init__(self, events: list[_record.OpEvent], wall_s: float, memory: list[MemoryStats], label: str = ""):
+        self.events = events
+        self.wall_s = wall_s
+        self.memory = memory
+        self.label = label
+        self._ops: dict[tuple[str, str], OpStats] | None = None
+
+    # -- views ------------------------------------------------------------------
+    def ops(self) -> list[OpStats]:
+        if self._ops is None:
+            self._ops = _aggregate(self.events)
+        return list(self._ops.values())
+
+    def top(self, n: int = 20, by: str = "total_s") -> list[OpStats]:
+        """The n ops that cost most (by total_s, self_s, calls, kernels or bytes_copied)."""
+        key = by if by != "time" else "total_s"
+        return sorted(self.ops(), key=lambda s: -getattr(s, key))[:n]
+
+    def fallbacks(self) -> list[OpStats]:
+        """Ops that ran on the CPU fallback (at any depth), costliest first."""
+        return sorted((s for s in self.ops() if s.paths.get(FALLBACK)), key=lambda s: -s.self_s)
+
+    def time_by_path(self) -> dict[str, float]:
+        """Self time per path: where the block's time went."""
+        out: dict[str, float] = {}
+        for s in self.ops():
+            share = sum(s.paths.values()) or 1
+            for p, n in s.paths.items():
+                out[p] = out.get(p, 0.0) + s.self_s * n / share
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    @property
+    def kernels(self) -> int:
+        return sum(e.kernels for e in self.events if e.depth == 0)
+
+    @property
+    def bytes_copied(self) -> int:
+        return sum(e.bytes_copied for e in self.events if e.depth == 0)
+
+    @property
+    def op_calls(self) -> int:
+        return sum(1 for e in self.events if e.depth == 0)
+
+    def compare(self, other: Profile, names: tuple[str, str] | None = None) -> Comparison:
+        return Comparison(self, other, names or (self.label or "a", other.label or "b"))
+
+    # -- export -----------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"label": self.label, "wall_s": self.wall_s, "op_calls": self.op_calls, "kernels": self.kernels,
+                "bytes_copied": self.bytes_copied, "time_by_path": self.time_by_path(),
+                "ops": [dict(asdict(s), mean_us=s.mean_us, path=s.path) for s in self.top(len(self.ops()))],
+                "memory": [asdict(m) for m in self.memory]}
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def chrome_trace(self) -> dict:
+        """torch.profiler's trace format: complete events ("ph": "X") in microseconds."""
+        if not self.events:
+            return {"traceEvents": [], "displayTimeUnit": "ms"}
+        t0 = min(e.start for e in self.events)
+        out = []
+        for e in self.events:
+            out.append({"name": e.op, "cat": e.path, "ph": "X", "ts": (e.start - t0) * 1e6, "dur": e.seconds * 1e6,
+                        "pid": f"fl {e.backend}", "tid": 0,
+                        "args": {"path": e.path, "kernels": e.kernels, "bytes_copied": e.bytes_copied,
+                                 "depth": e.depth}})
+        return {"traceEvents": out, "displayTimeUnit": "ms"}
+
+    def export_chrome_trace(self, path: str) -> str:
+        with open(path, "w") as f:
+            json.dump(self.chrome_trace(), f)
+        return path
+
+    # -- rendering --------------------------------------------------------------
+    def table(self, n: int = 20, by: str = "total_s") -> str:
+        rows = self.top(n, by)
+        w = max([len(s.op) for s in rows] + [10])
+        lines = [f"{'op':<{w}}  {'backend':<8} {'path':<14} {'calls':>6} {'total ms':>9} {'mean us':>9} "
+                 f"{'self ms':>8} {'kernels':>7} {'copied':>10}"]
+        for s in rows:
+            lines.append(f"{s.op:<{w}}  {s.backend:<8} {s.path:<14} {s.calls:>6} {s.total_s * 1e3:>9.3f} "
+                         f"{s.mean_us:>9.1f} {s.self_s * 1e3:>8.3f} {s.kernels:>7} {_fmt_bytes(s.bytes_copied):>10}")
+        return "\n".join(lines)
+
+    def render(self, n: int = 20) -> str:
+        head = (f"fl profile{' ' + self.label if self.label else ''}: {self.op_calls} op calls, {self.kernels} kernel "
+                f"launches, {_fmt_bytes(self.bytes_copied)} copied host<->device, {self.wall_s * 1e3:.1f} ms wall")
+        paths = ", ".join(f"{p} {t * 1e3:.1f} ms" for p, t in self.time_by_path().items())
+        lines = [head, f"time by path: {paths or '-'}", self.table(n)]
+        fb = self.fallbacks()
+        if fb:
+            lines.append("CPU fallbacks: " + ", ".join(f"{s.op} ({sum(s.paths.values())} calls, "
+                                                       f"{s.self_s * 1e3:.2f} ms, {_fmt_bytes(s.bytes_copied)})"
+                                                       for s in fb[:10]))
+        for m in self.memory:
+            lines.append(f"memory {m.device} ({m.backend}): {_fmt_bytes(m.allocated_start)} -> "
+                         f"{_fmt_bytes(m.allocated_end)}, peak {_fmt_bytes(m.peak)}, pool hits {m.pool_hits}, "
+                         f"misses {m.pool_misses}")
+        return "\n".join(lines)
+
+    __str__ = render
+
+    def __repr__(self) -> str:
+        return f"<fl Profile {self.label or ''} {self.op_calls} calls, {self.kernels} kernels>"
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        rows = "".join(
+            f"<tr><td>{html.escape(s.op)}</td><td>{s.backend}</td><td>{s.path}</td><td>{s.calls}</td>"
+            f"<td>{s.total_s * 1e3:.3f}</td><td>{s.mean_us:.1f}</td><td>{s.kernels}</td>"
+            f"<td>{_fmt_bytes(s.bytes_copied)}</td></tr>" for s in self.top(20))
+        head = html.escape(self.render(0).split("\n")[0])
+        return {"text/plain": self.render(),
+                "text/html": f"<b>{head}</b><table><tr><th>op</th><th>backend</th><th>path</th><th>calls</th>"
+                             f"<th>total ms</th><th>mean us</th><th>kernels</th><th>copied</th></tr>{rows}</table>"}
+
+
+class Comparison:
+    """The same workload on two backends, op by op: calls, kernels and time."""
+
+    def __init__(self, a: Profile, b: Profile, names: tuple[str, str]):
+        self.a, self.b, self.names = a, b, names
+
+    def rows(self) -> list[dict]:
+        ops_a = {s.op: s for s in _merge_backends(self.a.ops())}
+        ops_b = {s.op: s for s in _merge_backends(self.b.ops())}
+        out = []
+        for op in sorted(set(ops_a) | set(ops_b)):
+            sa, sb = ops_a.get(op), ops_b.get(op)
+            out.append({"op": op,
+                        "calls": (sa.calls if sa else 0, sb.calls if sb else 0),
+                        "path": (sa.path if sa else "-", sb.path if sb else "-"),
+                        "kernels": (sa.kernels if sa else 0, sb.kernels if sb else 0),
+                        "ms": ((sa.total_s if sa else 0.0) * 1e3, (sb.total_s if sb else 0.0) * 1e3)})
+        return sorted(out, key=lambda r: -max(r["ms"]))
+
+    def to_dict(self) -> dict:
+        return {"names": list(self.names), "kernels": [self.a.kernels, self.b.kernels],
+                "wall_s": [self.a.wall_s, self.b.wall_s], "rows": self.rows()}
+
+    def render(self, n: int = 25) -> str:
+        a, b = self.names
+        rows = self.rows()[:n]
+        w = max([len(r["op"]) for r in rows] + [10])
+        lines = [f"{a} vs {b}: kernels {self.a.kernels} vs {self.b.kernels}, wall {self.a.wall_s * 1e3:.1f} ms vs "
+                 f"{self.b.wall_s * 1e3:.1f} ms",
+                 f"{'op':<{w}}  {'path ' + a:<16} {'path ' + b:<16} {'kernels':>13} {'ms':>17}"]
+        for r in rows:
+            lines.append(f"{r['op']:<{w}}  {r['path'][0]:<16} {r['path'][1]:<16} "
+                         f"{r['kernels'][0]:>6} {r['kernels'][1]:>6} {r['ms'][0]:>8.3f} {r['ms'][1]:>8.3f}")
+        return "\n".join(lines)
+
+    __str__ = render
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return {"text/plain": self.render()}
+
+
+# -- recording -------------------------------------------------------------------
+
+
+class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.profiler.profile
+    """Records every fl op in the block; `prof` is the Profile afterwards.
+
+    record_functions=True also opens a torch.profiler range per fl op
+    ("fl::aten::mm [native]"), so a surrounding torch.profiler.profile shows
+    torch_fl's paths in its own trace."""
+
+    def __init__(self, label: str = "", record_functions: bool = False):
+        self.label = label
+        self.record_functions = record_functions
+        self.result: Profile | None = None
+        self._events: list[_record.OpEvent] = []
+
+    def _listen(self, event: _record.OpEvent) -> None:
+        self._events.append(event)
+
+    def __enter__(self) -> Profile:
+        torch.fl.synchronize() if REGISTRY.current is not None else None
+        self._mem0 = {d.index: (d.allocated, d.pool_hits, d.pool_misses) for d in REGISTRY.devices}
+        self._peak0 = {d.index: d.peak for d in REGISTRY.devices}
+        for d in REGISTRY.devices:
+            d.peak = d.allocated
+        self._ctx = contextlib.ExitStack()
+        if self.record_functions:
+            self._ctx.enter_context(_record_function_ranges())
+        _record.add_listener(self._listen)
+        self._t0 = time.perf_counter()
+        self.result = Profile(self._events, 0.0, [], self.label)
+        return self.result
+
+    def __exit__(self, *exc) -> None:
+        for d in REGISTRY.devices:
+            try:
+                d.plugin.table.synchronize(d.local) if d.plugin.optional.get("synchronize") else None
+            except Exception:  # noqa: BLE001 - a profile must not mask the block's own error
+                pass
+        wall = time.perf_counter() - self._t0
+        _record.remove_listener(self._listen)
+        self._ctx.close()
+        memory = []
+        used = {e.backend for e in self._events}
+        for d in REGISTRY.devices:
+            a0, h0, m0 = self._mem0.get(d.index, (0, 0, 0))
+            if d.backend.name in used or d.allocated != a0:
+                memory.append(MemoryStats(str(d.torch_device), d.backend.name, a0, d.allocated, d.peak,
+                                          d.pool_hits - h0, d.pool_misses - m0))
+            d.peak = max(d.peak, self._peak0.get(d.index, 0))
+        assert self.result is not None
+        self.result.wall_s = wall
+        self.result.memory = memory
+
+
+def compare_backends(fn: Callable[[], object], a: str, b: str, *, warmup: int = 1) -> Comparison:
+    """Runs fn on backend a, then on b (each after `warmup` unprofiled runs),
+    and compares them op by op; fn creates its tensors on the current device."""
+    previous = REGISTRY.current.name if REGISTRY.current is not None else None
+    profiles = []
+    try:
+        for name in (a, b):
+            REGISTRY.select(name)
+            for _ in range(warmup):
+                fn()
+            with profile(label=name) as p:
+                fn()
+            profiles.append(p)
+    finally:
+        if previous is not None:
+            REGISTRY.select(previous)
+    return Comparison(profiles[0], profiles[1], (a, b))
+
+
+@contextlib.contextmanager
+def _record_function_ranges():
+    from . import _dispatch
+
+    original = _dispatch.dispatch
+
+    def ranged(func, args, kwargs):
+        with torch.profiler.record_function(f"fl::{_dispatch.op_name(func)}"):
+            return original(func, args, kwargs)
+
+    from . import _tensor
+
+    _tensor.set_dispatch(ranged)
+    try:
+        yield
+    finally:
+        _tensor.set_dispatch(original)
+
+
+# -- aggregation -----------------------------------------------------------------
+
+
+def _aggregate(events: list[_record.OpEvent]) -> dict[tuple[str, str], OpStats]:
+    """Per (op, backend) totals. Events arrive when ops end, so an op's
+    sub-ops (depth + 1) precede it; the time of direct children is subtracted
+    to get self time."""
+    stats: dict[tuple[str, str], OpStats] = {}
+    child_time: dict[int, float] = {}  # depth -> time of finished children waiting for their parent
+    for e in events:
+        s = stats.get((e.op, e.backend))
+        if s is None:
+            s = stats[(e.op, e.backend)] = OpStats(e.op, e.backend)
+        children = child_time.pop(e.depth + 1, 0.0)
+        for d in [d for d in child_time if d > e.depth + 1]:  # deeper leftovers belong to this op too
+            child_time.pop(d)
+        s.self_s += max(e.seconds - children, 0.0)
+        s.paths[e.path] = s.paths.get(e.path, 0) + 1
+        if e.depth == 0:
+            s.calls += 1
+            s.total_s += e.seconds
+            s.kernels += e.kernels
+            s.bytes_copied += e.bytes_copied
+        else:
+            s.nested_calls += 1
+            if e.path == FALLBACK:
+                s.bytes_copied += e.bytes_copied
+        child_time[e.depth] = child_time.get(e.depth, 0.0) + e.seconds
+    return stats
+
+
+def _merge_backends(ops: list[OpStats]) -> list[OpStats]:
+    merged: dict[str, OpStats] = {}
+    for s in ops:
+        m = merged.get(s.op)
+        if m is None:
+            merged[s.op] = OpStats(s.op, s.backend, s.calls, s.nested_calls, s.total_s, s.self_s, s.kernels,
+                                   s.bytes_copied, dict(s.paths))
+        else:
+            m.calls += s.calls
+            m.nested_calls += s.nested_calls
+            m.total_s += s.total_s
+            m.self_s += s.self_s
+            m.kernels += s.kernels
+            m.bytes_copied += s.bytes_copied
+            for p, n in s.paths.items():
+                m.paths[p] = m.paths.get(p, 0) + n
+    return list(merged.values())
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
