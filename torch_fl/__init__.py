@@ -7,7 +7,7 @@ fallback, recording which path each op took."""
 
 from __future__ import annotations
 
-from . import _device, _dispatch  # noqa: F401  (registers the device and the dispatcher)
+from . import _device, _dispatch, amp  # noqa: F401  (registers the device and the dispatcher)
 from ._api import (
     BackendReport,
     Explanation,
@@ -25,8 +25,9 @@ from ._api import (
 )
 from ._capability import CapabilityTable
 from ._tensor import FlTensor
-from .profiler import Comparison, Profile, compare_backends, profile
+from .amp import autocast, keep_float32
 from .errors import BackendNotFoundError, FlError, KernelError, PluginLoadError, PrivateUse1TakenError
+from .profiler import Comparison, Profile, compare_backends, profile
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,9 @@ _device.register()
 
 __all__ = [
     "Comparison",
+    "amp",
+    "autocast",
+    "keep_float32",
     "Profile",
     "compare_backends",
     "profile",

@@ -274,6 +274,9 @@ def register() -> None:
     REGISTRY.discover()
     if not _guard.install(len(REGISTRY.devices)):
         _patch_to()
+    from . import amp
+
+    amp.register()
     _registered = True
 
 

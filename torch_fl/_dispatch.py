@@ -858,13 +858,16 @@ def _run_fallback(f: OpFacts, dev, vals):
     out = f.call(cpu_vals)
     # write back what the op mutated (zero-copy views on host-accessible devices need nothing)
     for i in f.mutable:
-        fl_t, cpu_t = vals[i], cpu_vals[i]
-        if not isinstance(fl_t, FlTensor):
-            continue
-        if tuple(cpu_t.shape) != tuple(fl_t.shape) or cpu_t.stride() != fl_t.stride():
-            _replace_impl(fl_t, cpu_to_new_fl(dev, cpu_t))  # an out= tensor the op resized
-        elif not dev.host_accessible:
-            cpu_into_fl(fl_t, cpu_t)
+        pairs = [(vals[i], cpu_vals[i])]
+        if isinstance(vals[i], (list, tuple)):  # Tensor(a!)[]: _foreach_*_, _amp_foreach_non_finite_check_and_unscale_
+            pairs = list(zip(vals[i], cpu_vals[i], strict=True))
+        for fl_t, cpu_t in pairs:
+            if not isinstance(fl_t, FlTensor):
+                continue
+            if tuple(cpu_t.shape) != tuple(fl_t.shape) or cpu_t.stride() != fl_t.stride():
+                _replace_impl(fl_t, cpu_to_new_fl(dev, cpu_t))  # an out= tensor the op resized
+            elif not dev.host_accessible:
+                cpu_into_fl(fl_t, cpu_t)
     if f.n_returns == 0:
         return None
     outs = (out,) if f.n_returns == 1 else tuple(out)

@@ -1,0 +1,168 @@
+"""Mixed precision on fl devices, with the dtype chosen from the capability table.
+
+`torch.autocast("fl")` needs autocast kernels for the fl device's dispatch key
+(AutocastPrivateUse1), which PyTorch does not register for an out-of-tree
+backend; without them every op under autocast fails. torch_fl registers a
+fall-through for all ops and, for the ops CUDA autocasts, kernels with CUDA's
+policy: matmul/convolution-like ops run in the autocast dtype, numerically
+sensitive ops (losses, norms, exp/log, softmax, sums) in float32, and
+multi-input ops (cat, stack, addcmul ...) in their widest input dtype.
+
+`fl.autocast()` picks the dtype from the current backend's capability table:
+bf16 where fp16 is missing, fp16 only where the device declares it stable,
+no autocast (float32) when neither; `keep_float32(model, nn.LayerNorm)` pins
+module types to float32 (the article's pitfall 1); `GradScaler` is PyTorch's
+for the fl device."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import nn
+
+from ._registry import REGISTRY
+
+LOWER = [
+    "mm", "bmm", "addmm", "addmv", "addr", "baddbmm", "addbmm", "matmul", "mv", "linear", "chain_matmul",
+    "linalg_multi_dot", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "_convolution", "convolution", "prelu", "scaled_dot_product_attention", "conv_tbc",
+]
+FLOAT32 = [
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
+    "sinh", "tan", "pow", "softplus", "layer_norm", "group_norm", "frobenius_norm", "nuclear_norm",
+    "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d",
+    "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss",
+    "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss",
+    "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp", "softmax", "log_softmax",
+    "cross_entropy_loss", "cumsum", "cumprod", "prod", "sum", "norm", "linalg_vector_norm", "upsample_bilinear2d",
+    "upsample_nearest2d",
+]
+PROMOTE = ["addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sampler", "index_put", "scatter_add",
+           "tensordot", "cat", "stack"]
+
+_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+_libs: list = []
+
+
+def _map(fn, v):
+    if isinstance(v, torch.Tensor):
+        return fn(v)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_map(fn, x) for x in v)
+    return v
+
+
+def _tensors(v):
+    if isinstance(v, torch.Tensor):
+        yield v
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            yield from _tensors(x)
+
+
+def _kernel(op, policy: str):
+    def lower(t):
+        if t.is_floating_point() and t.dtype != torch.float64 and t.device.type == "fl":
+            return t.to(torch.get_autocast_dtype("fl"))
+        return t
+
+    def fp32(t):
+        if t.is_floating_point() and t.dtype in (torch.float16, torch.bfloat16) and t.device.type == "fl":
+            return t.float()
+        return t
+
+    def run(*args, **kwargs):
+        if policy == "promote":
+            floats = [t.dtype for t in _tensors((args, kwargs)) if t.is_floating_point()]
+            widest = functools.reduce(torch.promote_types, floats) if floats else None
+
+            def cast(t):
+                return t.to(widest) if widest is not None and t.is_floating_point() else t
+        else:
+            cast = lower if policy == "lower" else fp32
+        args, kwargs = _map(cast, args), {k: _map(cast, v) for k, v in kwargs.items()}
+        with torch._C._ExcludeDispatchKeyGuard(_KEYSET):
+            return op(*args, **kwargs)
+
+    return run
+
+
+def register() -> None:
+    """Autocast for the fl device: a fall-through for every op, then the casting kernels."""
+    if _libs:
+        return
+    fallthrough = torch.library.Library("_", "IMPL")
+    fallthrough.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
+    lib = torch.library.Library("aten", "IMPL")
+    for names, policy in ((LOWER, "lower"), (FLOAT32, "fp32"), (PROMOTE, "promote")):
+        for name in names:
+            packet = getattr(torch.ops.aten, name, None)
+            if packet is None:
+                continue
+            for overload in packet.overloads():
+                op = getattr(packet, overload)
+                if any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
+                    continue  # out= and in-place overloads keep their dtypes, as under CUDA autocast
+                qualified = name if overload == "default" else f"{name}.{overload}"
+                try:
+                    lib.impl(qualified, _kernel(op, policy), "AutocastPrivateUse1")
+                except RuntimeError:  # an overload with a kernel there already
+                    continue
+    _libs.extend([fallthrough, lib])
+
+
+def autocast_dtype(backend: str | None = None) -> torch.dtype | None:
+    """The dtype the capability table chooses, None for "stay in float32"."""
+    b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
+    name = b.capabilities.amp_dtype
+    return None if name == "float32" else getattr(torch, name)
+
+
+def autocast(enabled: bool = True, dtype: torch.dtype | None = None, cache_enabled: bool | None = None):
+    """torch.autocast("fl") with the dtype the current backend's capability
+    table chooses (override with dtype=). Asking for a dtype the device does not
+    compute in raises, naming the ones it does."""
+    chosen = dtype if dtype is not None else autocast_dtype()
+    if chosen is None or not enabled:
+        return torch.autocast("fl", enabled=False)
+    supported = torch.fl.get_amp_supported_dtype()
+    if chosen not in supported:
+        raise ValueError(f"backend {REGISTRY.ensure().name!r} does not compute in {chosen} under autocast; "
+                         f"it supports {', '.join(str(d) for d in supported)}")
+    return torch.autocast("fl", dtype=chosen, cache_enabled=cache_enabled)
+
+
+def keep_float32(model: nn.Module, *types: type[nn.Module]) -> list[nn.Module]:
+    """Run every submodule of the given types in float32 under autocast
+    (default: the norm layers), casting their floating inputs up and leaving
+    their outputs float32. Returns the modules it changed."""
+    types = types or (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+    changed = []
+    for module in model.modules():
+        if isinstance(module, types) and not getattr(module, "_fl_keep_float32", False):
+            original = module.forward
+
+            def forward(*args, _original=original, **kwargs):
+                if not torch.is_autocast_enabled("fl"):
+                    return _original(*args, **kwargs)
+                up = functools.partial(_map, lambda t: t.float() if t.is_floating_point() else t)
+                with torch.autocast("fl", enabled=False):
+                    return _original(*up(args), **{k: up(v) for k, v in kwargs.items()})
+
+            module.forward = forward
+            module._fl_keep_float32 = True
+            changed.append(module)
+    return changed
+
+
+class GradScaler(torch.amp.GradScaler):
+    """torch.amp.GradScaler for the fl device (loss scaling for float16)."""
+
+    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000, enabled: bool = True) -> None:
+        super().__init__("fl", init_scale=init_scale, growth_factor=growth_factor, backoff_factor=backoff_factor,
+                         growth_interval=growth_interval, enabled=enabled)
+
+
+__all__ = ["GradScaler", "autocast", "autocast_dtype", "keep_float32", "register"]
