@@ -25,6 +25,7 @@ from ._api import (
 )
 from ._capability import CapabilityTable
 from ._tensor import FlTensor
+from .align import AlignmentReport, align
 from .amp import autocast, keep_float32
 from .errors import BackendNotFoundError, FlError, KernelError, PluginLoadError, PrivateUse1TakenError
 from .profiler import Comparison, Profile, compare_backends, profile
@@ -34,7 +35,9 @@ __version__ = "0.1.0"
 _device.register()
 
 __all__ = [
+    "AlignmentReport",
     "Comparison",
+    "align",
     "amp",
     "autocast",
     "keep_float32",
