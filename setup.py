@@ -85,7 +85,9 @@ def _sources(pattern):
 # per device-class profile (the emulated-device runtime + its profile).
 KERNELS = [s for s in _sources("host/*.c") if not s.endswith("plugin.c")] + _sources("emulated/fused_*.c")
 PLUGINS = [_plugin("fl_cpu", _sources("host/plugin.c"), blas=True)] + [
-    _plugin(f"fl_{os.path.basename(p)[:-2]}", _sources("emulated/device.c") + [p], blas=True)
+    _plugin(f"fl_{os.path.basename(p)[:-2]}",
+            _sources("emulated/device.c") + _sources("emulated/comm_*.c") + _sources("emulated/streams.c") + [p],
+            blas=True)
     for p in _sources("emulated/profiles/*.c")
 ]
 _blas_include = _openblas()[0]

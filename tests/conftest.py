@@ -29,7 +29,8 @@ def test_plugins(tmp_path_factory):
 def run_py(code: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """Runs a snippet in a fresh interpreter (plugin discovery happens once per process)."""
     full_env = dict(os.environ)
-    for k in ("FL_BACKEND", "FL_PLUGIN_PATH", "FL_CPU_FALLBACK", "FL_CONFIG", "FL_CPU_MEMORY_LIMIT", "FL_MEMORY_POOL", "FL_MEMORY_POOL_LIMIT"):
+    for k in ("FL_BACKEND", "FL_PLUGIN_PATH", "FL_CPU_FALLBACK", "FL_CONFIG", "FL_CPU_MEMORY_LIMIT", "FL_MEMORY_POOL",
+              "FL_MEMORY_POOL_LIMIT"):
         full_env.pop(k, None)
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,

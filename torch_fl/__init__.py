@@ -29,6 +29,7 @@ from .align import AlignmentReport, align
 from .amp import autocast, keep_float32
 from .errors import BackendNotFoundError, FlError, KernelError, PluginLoadError, PrivateUse1TakenError
 from .profiler import Comparison, Profile, compare_backends, profile
+from .transfer import non_blocking_to
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,7 @@ __all__ = [
     "amp",
     "autocast",
     "keep_float32",
+    "non_blocking_to",
     "Profile",
     "compare_backends",
     "profile",

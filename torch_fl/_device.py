@@ -55,7 +55,11 @@ class FlDeviceModule:
 
     @staticmethod
     def synchronize(device=None) -> None:
+        """Wait for this device's in-flight work: async copies, then the plugin's streams."""
+        from . import _async
+
         dev = REGISTRY.device(_index(device))
+        _async.wait_all(dev)
         dev.plugin.synchronize(dev.local)
 
     @staticmethod
@@ -255,11 +259,12 @@ def register() -> None:
             f"torch_npu or torch_mlu registered it in this process). torch_fl needs that slot for the 'fl' "
             f"device: import torch_fl in a process that does not import the '{name}' package."
         )
-    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-
     if name == "privateuseone":
-        _setup_privateuseone_for_python_backend("fl", backend_module=FlDeviceModule(), hook=_Hooks(),
-                                                device_guard=_Guard())
+        # the steps of torch.utils.backend_registration._setup_privateuseone_for_python_backend, with
+        # torch_fl's C++ guard and hooks (see _guard.py) in place of the Python ones where they build
+        torch.utils.rename_privateuse1_backend("fl")
+        torch.utils.generate_methods_for_privateuse1_backend()
+        torch._register_device_module("fl", FlDeviceModule())
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
@@ -274,6 +279,9 @@ def register() -> None:
     REGISTRY.discover()
     if not _guard.install(len(REGISTRY.devices)):
         _patch_to()
+    # no-ops where the C++ guard and hooks are registered already (first registration wins)
+    torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     from . import amp
 
     amp.register()

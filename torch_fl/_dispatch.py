@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch._decomp import decomposition_table
 
-from . import _abi, _record
+from . import _abi, _async, _record
 from . import fused as _fused
 from ._abi import ffi
 from ._dtypes import TO_CODE, dtype_name
@@ -270,6 +270,8 @@ def fl_to_cpu(t: FlTensor, *, writable_view: bool = False) -> torch.Tensor:
     devices this is a zero-copy view of device memory (clone before handing it
     to a user); otherwise the storage span is copied."""
     dev = t._buf.device
+    if t._buf.pending is not None:
+        _async.wait(t._buf)
     if dev.host_accessible:
         return t._host_view()
     lo, hi = span(t)
@@ -284,6 +286,8 @@ def fl_to_cpu(t: FlTensor, *, writable_view: bool = False) -> torch.Tensor:
 def cpu_into_fl(dst: FlTensor, src: torch.Tensor) -> None:
     """Write CPU values into an fl tensor, any strides, any dtype, broadcast."""
     dev = dst._buf.device
+    if dst._buf.pending is not None:
+        _async.wait(dst._buf)
     if dst.numel() == 0:
         return
     if dev.host_accessible:
@@ -441,6 +445,8 @@ def _check_overlap(f: OpFacts, vals) -> None:
 
 def _compute(f: OpFacts, args, kwargs):
     vals = f.normalize(args, kwargs)
+    if _async.PENDING:  # an async copy may still be writing one of these tensors
+        _async.wait_for(_iter_tensors(vals))
     if f.mutable:
         _check_overlap(f, vals)
     site_key = None
@@ -922,6 +928,8 @@ def _alias(f: OpFacts, args, kwargs):
 def _inplace_meta(f: OpFacts, args, kwargs):
     """as_strided_, squeeze_, t_, resize_ ... : new metadata for the same tensor."""
     t = args[0]
+    if t._buf.pending is not None:
+        _async.wait(t._buf)
     m = f.func(*_map(to_meta, args), **kwargs)
     need = span(m)[1] * m.element_size()
     if need > t._buf.nbytes:  # resize_ grew the tensor: new buffer, old contents kept
@@ -956,6 +964,11 @@ def _copy_(f: OpFacts, args, kwargs):
         return _compute(f, args, kwargs)
     listening = bool(_record.LISTENERS)
     t0, b0 = time.perf_counter(), _record.BYTES[0]
+    non_blocking = len(vals) > 2 and bool(vals[2])
+    if (non_blocking and isinstance(dst, FlTensor) and not isinstance(src, FlTensor) and _async_ok(dst, src)):
+        _async.h2d(dst._buf, dst.storage_offset() * dst.element_size(), src, dst.numel() * dst.element_size())
+        _count(dst._buf.device.backend, f.name, COPY)
+        return dst
     if isinstance(dst, FlTensor):
         host_src = fl_to_cpu(src) if isinstance(src, FlTensor) else src
         cpu_into_fl(dst, host_src)
@@ -970,6 +983,14 @@ def _copy_(f: OpFacts, args, kwargs):
         _record.emit(_record.OpEvent(f.name, backend, COPY, time.perf_counter() - t0, 0,
                                      _record.BYTES[0] - b0, _record.DEPTH[0], t0))
     return dst
+
+
+def _async_ok(dst: FlTensor, src: torch.Tensor) -> bool:
+    """An async copy needs pinned, contiguous host bytes of dst's dtype and
+    layout, and a device with async copies; anything else copies now."""
+    return (src.device.type == "cpu" and src.dtype == dst.dtype and src.shape == dst.shape and dst.numel() > 0
+            and src.is_contiguous() and dst.is_contiguous() and not dst._buf.device.host_accessible
+            and _async.supports(dst._buf.device) and src.is_pinned())
 
 
 def _to_copy(f: OpFacts, args, kwargs):

@@ -55,7 +55,7 @@ def _build(path: str) -> None:
     os.close(fd)
     cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", "-I", include, SOURCE,
-           "-L", lib, "-lc10", f"-Wl,-rpath,{lib}", "-o", tmp]
+           "-L", lib, "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}", "-o", tmp]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
@@ -88,9 +88,14 @@ def install(device_count: int) -> bool:
     lib.fl_guard_set_count.argtypes = [ctypes.c_int]
     lib.fl_guard_set_default.argtypes = [ctypes.c_int]
     lib.fl_guard_install(max(device_count, 1))
+    global HOOKS
+    HOOKS = bool(lib.fl_hooks_install())
     _lib = lib
-    STATUS = f"torch_fl C++ guard ({path})"
+    STATUS = f"torch_fl C++ guard and hooks ({path})"
     return True
+
+
+HOOKS = False  # torch_fl's C++ PrivateUse1 hooks (pinned memory) are registered
 
 
 def set_current(index: int) -> None:

@@ -20,12 +20,13 @@ from ._dtypes import TO_CODE
 class Buffer:
     """One plugin allocation. Views share it; it is freed when the last dies."""
 
-    __slots__ = ("device", "nbytes", "cptr", "_host", "__weakref__")
+    __slots__ = ("device", "nbytes", "cptr", "_host", "pending", "__weakref__")
 
     def __init__(self, device, nbytes: int):
         self.device = device
         self.nbytes = nbytes
         self.cptr = ffi.NULL
+        self.pending = None  # an async copy into this buffer still in flight (see _async)
         self.cptr = _memory.allocate(device, nbytes)
         self._host: torch.Tensor | None = None
 
@@ -45,6 +46,13 @@ class Buffer:
         return self._host
 
     def __del__(self) -> None:
+        if getattr(self, "pending", None) is not None:  # the copy must land before the memory is reused
+            try:
+                from . import _async
+
+                _async.wait(self)
+            except Exception:  # interpreter shutdown
+                pass
         cptr = self.cptr
         if cptr != ffi.NULL:
             self.cptr = ffi.NULL

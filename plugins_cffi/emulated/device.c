@@ -127,6 +127,48 @@ static int event_sync(int device, fl_event_t e) { (void)e; return check_device(d
 static int event_query(int device, fl_event_t e, int *done) { (void)e; *done = 1; return check_device(device); }
 static int synchronize(int device) { return check_device(device); }
 
+/* The asynchronous versions (streams.c) behind the same device checks. */
+static int async_copy(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
+    int st = check_device(device);
+    return st ? st : fl_emu_copy_async(device, dst, src, n, s);
+}
+static int async_stream_create(int device, fl_stream_t *s) {
+    int st = check_device(device);
+    return st ? st : fl_emu_stream_create(device, s);
+}
+static int async_stream_destroy(int device, fl_stream_t s) {
+    int st = check_device(device);
+    return st ? st : fl_emu_stream_destroy(device, s);
+}
+static int async_stream_sync(int device, fl_stream_t s) {
+    int st = check_device(device);
+    return st ? st : fl_emu_stream_synchronize(device, s);
+}
+static int async_event_create(int device, fl_event_t *e) {
+    int st = check_device(device);
+    return st ? st : fl_emu_event_create(device, e);
+}
+static int async_event_destroy(int device, fl_event_t e) {
+    int st = check_device(device);
+    return st ? st : fl_emu_event_destroy(device, e);
+}
+static int async_event_record(int device, fl_event_t e, fl_stream_t s) {
+    int st = check_device(device);
+    return st ? st : fl_emu_event_record(device, e, s);
+}
+static int async_event_sync(int device, fl_event_t e) {
+    int st = check_device(device);
+    return st ? st : fl_emu_event_synchronize(device, e);
+}
+static int async_event_query(int device, fl_event_t e, int *done) {
+    int st = check_device(device);
+    return st ? st : fl_emu_event_query(device, e, done);
+}
+static int async_synchronize(int device) {
+    int st = check_device(device);
+    return st ? st : fl_emu_synchronize_all(device);
+}
+
 static int rng_set(int device, uint64_t seed, uint64_t offset) {
     int st = check_device(device);
     if (st) return st;
@@ -236,5 +278,18 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->kernel_count = kernel_count;
     p->kernel_get = kernel_get;
     p->last_error = fl_host_last_error;
+    if (fl_emu_profile.features & FL_FEATURE_ASYNC_COPY) { /* real streams: copies overlap with compute */
+        p->copy_h2d = p->copy_d2h = p->copy_d2d = async_copy;
+        p->stream_create = async_stream_create;
+        p->stream_destroy = async_stream_destroy;
+        p->stream_synchronize = async_stream_sync;
+        p->event_create = async_event_create;
+        p->event_destroy = async_event_destroy;
+        p->event_record = async_event_record;
+        p->event_synchronize = async_event_sync;
+        p->event_query = async_event_query;
+        p->synchronize = async_synchronize;
+    }
+    if (fl_emu_profile.collectives) fl_emu_comm_install(p);
     return FL_OK;
 }

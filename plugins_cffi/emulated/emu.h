@@ -24,6 +24,9 @@ typedef struct {
     const char *const *only;   /* NULL-terminated allow-list of host kernels, or NULL for all */
     const char *const *without;/* NULL-terminated host kernels left out, or NULL */
     const fl_kernel_group_t *const *fused; /* NULL-terminated fused kernel groups */
+    int collectives;           /* 1: real inter-process collectives over POSIX shared memory
+                                  (comm_shm.c); 0: comm_* entry points NULL (the runtime relays
+                                  through the host) */
 } fl_emu_profile_t;
 
 extern const fl_emu_profile_t fl_emu_profile;
@@ -31,5 +34,20 @@ extern const fl_emu_profile_t fl_emu_profile;
 /* fused kernel groups (fused_*.c) */
 extern const fl_kernel_group_t fl_emu_group_conv_bn_relu;  /* fused_conv.c */
 extern const fl_kernel_group_t fl_emu_group_attention;     /* fused_attention.c */
+
+/* comm_shm.c: fills p->comm_* (call after p->device_count is set) */
+void fl_emu_comm_install(fl_plugin_t *p);
+
+/* streams.c: real asynchronous streams, for profiles with FL_FEATURE_ASYNC_COPY */
+int fl_emu_stream_create(int device, fl_stream_t *out);
+int fl_emu_stream_destroy(int device, fl_stream_t stream);
+int fl_emu_stream_synchronize(int device, fl_stream_t stream);
+int fl_emu_copy_async(int device, void *dst, const void *src, size_t n, fl_stream_t stream);
+int fl_emu_event_create(int device, fl_event_t *out);
+int fl_emu_event_destroy(int device, fl_event_t event);
+int fl_emu_event_record(int device, fl_event_t event, fl_stream_t stream);
+int fl_emu_event_synchronize(int device, fl_event_t event);
+int fl_emu_event_query(int device, fl_event_t event, int *done);
+int fl_emu_synchronize_all(int device);
 
 #endif

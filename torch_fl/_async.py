@@ -1,0 +1,110 @@
+"""Asynchronous host-to-device copies (the article's pitfall 2).
+
+`t.to("fl", non_blocking=True)` from pinned host memory, on a device that
+declares FL_FEATURE_ASYNC_COPY, enqueues the copy on the device's copy stream
+and returns at once; the destination buffer remembers an event recorded
+after the copy. Whatever touches that buffer next (a kernel, the CPU
+fallback, a copy, a read, `torch.fl.synchronize()`, freeing it) first waits
+for the event, so no op ever sees the bytes before they land; work on other
+tensors overlaps with the copy. From pageable memory, or on a device without
+async copies, the copy is synchronous, as with CUDA.
+
+The profiler sees each async copy as a `copy-async` event (the time the
+caller spent enqueuing it) and each wait that blocked as `copy-wait` (copy
+time not hidden behind other work)."""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+from . import _abi, _record
+from ._abi import ffi
+
+ASYNC_COPY, COPY_WAIT = "copy-async", "copy-wait"
+PENDING: weakref.WeakSet = weakref.WeakSet()  # buffers whose bytes are still in flight
+STATS = {"async_copies": 0, "async_bytes": 0, "waits": 0, "wait_s": 0.0}
+
+
+class _Pending:
+    __slots__ = ("device", "event", "keepalive", "nbytes")
+
+    def __init__(self, device, event, keepalive, nbytes: int):
+        self.device, self.event, self.keepalive, self.nbytes = device, event, keepalive, nbytes
+
+
+def supports(device) -> bool:
+    p = device.plugin
+    return bool(device.props.features & _abi.FEATURE_ASYNC_COPY) and all(
+        p.optional.get(n) for n in ("stream_create", "event_create", "event_record", "event_synchronize",
+                                    "event_destroy"))
+
+
+def copy_stream(device):
+    s = getattr(device, "copy_stream", None)
+    if s is None:
+        out = ffi.new("fl_stream_t*")
+        device.plugin.check(device.plugin.table.stream_create(device.local, out), "stream_create")
+        s = device.copy_stream = out[0]
+    return s
+
+
+def h2d(dst_buf, dst_offset_bytes: int, src, nbytes: int) -> None:
+    """Enqueue src's bytes (a pinned CPU tensor, kept alive) into dst_buf."""
+    dev = dst_buf.device
+    p, t = dev.plugin, dev.plugin.table
+    wait(dst_buf)  # an earlier copy into the same buffer lands first
+    t0 = time.perf_counter()
+    stream = copy_stream(dev)
+    event = ffi.new("fl_event_t*")
+    p.check(t.copy_h2d(dev.local, ffi.cast("void*", dst_buf.ptr + dst_offset_bytes), ffi.cast("void*", src.data_ptr()),
+                       nbytes, stream), "copy_h2d (async)")
+    p.check(t.event_create(dev.local, event), "event_create")
+    p.check(t.event_record(dev.local, event[0], stream), "event_record")
+    dst_buf.pending = _Pending(dev, event[0], src, nbytes)
+    PENDING.add(dst_buf)
+    STATS["async_copies"] += 1
+    STATS["async_bytes"] += nbytes
+    _record.BYTES[0] += nbytes
+    if _record.LISTENERS:
+        _record.emit(_record.OpEvent("fl::copy_h2d_async", dev.backend.name, ASYNC_COPY, time.perf_counter() - t0,
+                                     0, nbytes, _record.DEPTH[0], t0))
+
+
+def wait(buf) -> None:
+    """Block until the copy into buf has landed (no-op when none is in flight)."""
+    pend = buf.pending
+    if pend is None:
+        return
+    buf.pending = None
+    PENDING.discard(buf)
+    dev = pend.device
+    t0 = time.perf_counter()
+    done = ffi.new("int*")
+    if dev.plugin.optional.get("event_query"):
+        dev.plugin.table.event_query(dev.local, pend.event, done)
+    try:
+        dev.plugin.check(dev.plugin.table.event_synchronize(dev.local, pend.event), "event_synchronize")
+    finally:
+        dev.plugin.table.event_destroy(dev.local, pend.event)
+    blocked = time.perf_counter() - t0
+    if not done[0]:
+        STATS["waits"] += 1
+        STATS["wait_s"] += blocked
+        if _record.LISTENERS:
+            _record.emit(_record.OpEvent("fl::copy_wait", dev.backend.name, COPY_WAIT, blocked, 0, 0,
+                                         _record.DEPTH[0], t0))
+
+
+def wait_for(tensors) -> None:
+    """Settle every in-flight copy into the buffers of these fl tensors."""
+    for t in tensors:
+        buf = getattr(t, "_buf", None)
+        if buf is not None and buf.pending is not None:
+            wait(buf)
+
+
+def wait_all(device=None) -> None:
+    for buf in list(PENDING):
+        if device is None or buf.device is device:
+            wait(buf)
