@@ -27,6 +27,7 @@ from ._capability import CapabilityTable
 from ._tensor import FlTensor
 from .align import AlignmentReport, align
 from .amp import autocast, keep_float32
+from .coverage import Coverage, coverage
 from .errors import BackendNotFoundError, FlError, KernelError, PluginLoadError, PrivateUse1TakenError
 from .profiler import Comparison, Profile, compare_backends, profile
 from .transfer import non_blocking_to
@@ -38,6 +39,8 @@ _device.register()
 __all__ = [
     "AlignmentReport",
     "Comparison",
+    "Coverage",
+    "coverage",
     "align",
     "amp",
     "autocast",

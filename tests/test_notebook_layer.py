@@ -1,0 +1,162 @@
+"""The notebook layer through a real IPython InteractiveShell: every magic,
+its UsageError paths and what it displays; the capability explorer driven by
+its widgets' values; figures built from torch_fl results."""
+
+import json
+
+import pytest
+import torch
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+import torch_fl as fl
+from torch_fl.notebook import (
+    CapabilityExplorer,
+    alignment_layers,
+    alignment_losses,
+    comparison_kernels,
+    fallback_paths,
+    time_by_path,
+)
+
+
+@pytest.fixture
+def shell(capsys):
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "fl_magics")
+    displayed = []
+    ip.display_pub.publish = lambda data, metadata=None, **kw: displayed.append(data)
+    ip.displayed = displayed
+    ip.run_cell("import torch, torch_fl as fl")
+    yield ip
+    fl.set_backend("cpu")
+
+
+def test_fl_backend_lists_switches_moves_and_refuses(shell, capsys):
+    shell.run_line_magic("fl_backend", "")
+    out = capsys.readouterr().out
+    assert "current fl backend: cpu (fl:0)" in out and "rocm" in out and "bundled" in out
+    shell.run_cell("m = torch.nn.Linear(3, 2)\nt = torch.ones(2)\nopt = torch.optim.Adam(m.parameters())")
+    shell.run_cell("m(torch.ones(1, 3)).sum().backward(); opt.step()")
+    shell.run_line_magic("fl_backend", "rocm --move m t opt --caps")
+    out = capsys.readouterr().out
+    assert "fl backend: rocm (fl:3); moved m, t, opt" in out
+    ns = shell.user_ns
+    assert fl.get_current_backend_name() == "rocm"
+    assert ns["m"].weight.device == fl.device("rocm") and ns["t"].device == fl.device("rocm")
+    assert all(v.device == fl.device("rocm") for s in ns["opt"].state.values() for v in s.values() if v.dim())
+    assert any("text/plain" in d and "backend rocm  (EMULATED)" in d["text/plain"] for d in shell.displayed)
+    with pytest.raises(UsageError, match="unknown fl backend 'nope'; choose one of: .*rocm"):
+        shell.run_line_magic("fl_backend", "nope")
+    with pytest.raises(UsageError, match="no variable named 'ghost'"):
+        shell.run_line_magic("fl_backend", "cpu --move ghost")
+    with pytest.raises(UsageError, match="only modules, tensors and optimizers move"):
+        shell.run_cell("s = 'text'")
+        shell.run_line_magic("fl_backend", "cpu --move s")
+
+
+def test_fl_profile_cell_keeps_last_expression_and_stores_result(shell, capsys):
+    shell.run_cell("x = torch.randn(8, 8, device='fl')")
+    shell.displayed.clear()
+    shell.run_cell_magic("fl_profile", "-o prof --top 5", "y = torch.tanh(x @ x)\ny.sum().item()")
+    out = capsys.readouterr().out
+    assert "fl profile cpu: " in out and "aten::mm" in out and "aten::tanh" in out
+    prof = shell.user_ns["prof"]
+    assert isinstance(prof, fl.Profile) and {s.op for s in prof.ops()} >= {"aten::mm", "aten::tanh"}
+    plotly = [d for d in shell.displayed if "application/vnd.plotly.v1+json" in d]
+    assert len(plotly) == 2  # time by path, fallback paths
+    assert "Out" in shell.user_ns and shell.user_ns["Out"]  # the cell's last expression was displayed
+    shell.run_cell_magic("fl_profile", "--backend minimal --compare rocm -o cmp --no-plot",
+                         "a = torch.randn(4, 6, device='fl')\nb = torch.nn.functional.layer_norm(a, (6,)).cpu()")
+    cmp = shell.user_ns["cmp"]
+    assert cmp.names == ("minimal", "rocm")
+    rows = {r["op"]: r for r in cmp.rows()}
+    assert rows["aten::native_layer_norm"]["path"] == ("decomposition", "native")
+    assert fl.get_current_backend_name() == "cpu"  # restored
+    with pytest.raises(UsageError, match="unknown fl backend"):
+        shell.run_cell_magic("fl_profile", "--compare nope", "1")
+
+
+def test_fl_caps_and_fl_explain(shell, capsys):
+    shell.displayed.clear()
+    shell.run_line_magic("fl_caps", "ascend")
+    assert any("application/vnd.jupyter.widget-view+json" in d for d in shell.displayed)
+    shell.run_line_magic("fl_explain", "aten::gelu")
+    out = capsys.readouterr().out
+    assert "aten::gelu (float32) on backend 'ascend': decomposition" in out
+    assert "aten::gelu (float32) on backend 'rocm': native" in out
+    shell.run_line_magic("fl_explain", "fl::conv_bn_relu --dtype float32")
+    assert "on backend 'ascend': native" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="unknown operator"):
+        shell.run_line_magic("fl_explain", "not_an_op")
+    with pytest.raises(UsageError, match="not a torch dtype"):
+        shell.run_line_magic("fl_explain", "mm --dtype float99")
+    with pytest.raises(UsageError, match="unknown fl backend"):
+        shell.run_line_magic("fl_caps", "nope")
+
+
+def test_fl_align(shell, capsys):
+    shell.run_cell("torch.manual_seed(0)\nnet = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), "
+                   "torch.nn.Linear(8, 2))\nxin = torch.randn(5, 4)\ntgt = torch.randn(5, 2)")
+    shell.displayed.clear()
+    shell.run_line_magic("fl_align", "net xin tgt --backend rocm --steps 3 -o rep")
+    out = capsys.readouterr().out
+    assert "alignment of rocm against native CPU float32" in out and ": OK" in out
+    assert shell.user_ns["rep"].verdict == "ok"
+    assert sum("application/vnd.plotly.v1+json" in d for d in shell.displayed) == 2
+    with pytest.raises(UsageError, match="not an nn.Module"):
+        shell.run_line_magic("fl_align", "xin xin")
+    with pytest.raises(UsageError, match="no variable named 'nothing'"):
+        shell.run_line_magic("fl_align", "net nothing")
+
+
+def test_magics_have_help():
+    from fl_magics import FlMagics
+
+    for name in ("fl_backend", "fl_profile", "fl_caps", "fl_explain", "fl_align"):
+        doc = getattr(FlMagics, name).__doc__
+        assert doc and f"%{name}" in doc and ("options:" in doc or "positional arguments" in doc), name
+
+
+def test_capability_explorer_reacts_to_its_widgets():
+    e = CapabilityExplorer("rocm")
+    assert "rocm</b> (EMULATED)" in e.summary.value and "304" in e.devices.value
+    assert "aten::_scaled_dot_product_fused_attention_overrideable" in e.fused.value
+    e.search.value = "layer_norm_backward"
+    assert "aten::native_layer_norm_backward" in e.ops.value and "aten::mm<" not in e.ops.value
+    e.backend.value = "minimal"
+    assert "minimal</b>" in e.summary.value and "no fused kernels" in e.fused.value
+    assert "<td>aten::native_layer_norm_backward</td><td>D</td>" in e.ops.value
+    e.search.value = ""
+    e.path.value = "fallback"
+    assert "aten::convolution" in e.ops.value and "aten::add.Tensor<" not in e.ops.value
+    e.compare_with.value = "rocm"
+    assert "take a different float32 path on minimal and rocm" in e.comparison.value
+    assert "<td>aten::convolution</td><td>F</td><td>N</td>" in e.comparison.value
+
+
+def test_coverage_data_matches_explain():
+    cov = fl.coverage("ascend", ops=["aten::gelu", "aten::mm", "fl::conv_bn_relu"])
+    assert cov.rows["aten::gelu"]["float32"] == "decomposition"
+    assert cov.rows["aten::mm"]["float32"] == "native" and cov.rows["aten::mm"]["float64"] == "fallback"
+    assert cov.rows["fl::conv_bn_relu"]["float32"] == "native"
+    assert json.loads(cov.to_json())["counts"]["native"] >= 2
+
+
+def test_figures_are_deterministic_and_built_from_results():
+    x = torch.randn(6, 6, device="fl")
+    with fl.profile() as prof:
+        torch.tanh(x @ x).cumsum(0)
+    f1, f2 = fallback_paths(prof), fallback_paths(prof)
+    assert f1.to_json() == f2.to_json()
+    labels = f1.data[0].labels
+    assert "native" in labels and any(lbl.startswith("aten::mm") for lbl in labels)
+    assert set(time_by_path(prof).data[0].x) == set(prof.time_by_path())
+    cmp = fl.compare_backends(lambda: torch.nn.functional.gelu(torch.randn(3, device="fl")).cpu(), "rocm", "ascend")
+    bars = comparison_kernels(cmp)
+    assert [b.name for b in bars.data] == ["rocm", "ascend"]
+    torch.manual_seed(0)
+    rep = fl.align(torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh()), torch.randn(4, 3), steps=2, amp=False)
+    layers = alignment_layers(rep)
+    assert list(layers.data[0].x) == ["0 (Linear)", "1 (Tanh)"]
+    assert len(alignment_losses(rep).data) == 3

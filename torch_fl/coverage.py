@@ -1,0 +1,87 @@
+"""Op coverage: which path each op takes on a backend, per dtype.
+
+The capability explorer's table, as data: for each op (every op some
+backend has a kernel for, plus any you name) and dtype, the first path the
+dispatcher would take — native, decomposition, jit, fallback — or "none"
+when no path exists (CPU fallback switched off)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import torch
+
+from ._registry import REGISTRY
+
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
+MARKS = {"native": "N", "decomposition": "D", "jit": "J", "fallback": "F", "none": "-", "view": "V"}
+
+
+@dataclass
+class Coverage:
+    backend: str
+    dtypes: tuple[str, ...]
+    rows: dict[str, dict[str, str]] = field(default_factory=dict)  # op -> dtype -> path
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for per_dtype in self.rows.values():
+            for path in per_dtype.values():
+                out[path] = out.get(path, 0) + 1
+        return out
+
+    def filter(self, text: str = "", path: str | None = None) -> dict[str, dict[str, str]]:
+        """Rows whose op name contains `text` and (if given) that take `path` in some dtype."""
+        t = text.lower()
+        return {op: r for op, r in self.rows.items()
+                if t in op.lower() and (path is None or path in r.values())}
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "dtypes": list(self.dtypes), "rows": self.rows, "counts": self.counts()}
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def render(self, text: str = "", path: str | None = None, limit: int = 40) -> str:
+        rows = self.filter(text, path)
+        w = max([len(op) for op in rows] + [10])
+        lines = [f"{self.backend}: {len(self.rows)} ops; N native, D decomposition, J jit, F CPU fallback, - none",
+                 f"{'op':<{w}}  " + " ".join(f"{d:>8}" for d in self.dtypes)]
+        for op, r in list(rows.items())[:limit]:
+            lines.append(f"{op:<{w}}  " + " ".join(f"{MARKS.get(r.get(d, 'none'), '?'):>8}" for d in self.dtypes))
+        if len(rows) > limit:
+            lines.append(f"... {len(rows) - limit} more")
+        return "\n".join(lines)
+
+    __str__ = render
+
+
+def all_kernel_ops() -> list[str]:
+    REGISTRY.discover()
+    ops: set[str] = set()
+    for b in REGISTRY.backends.values():
+        ops.update(b.plugin.kernels)
+    return sorted(ops)
+
+
+def coverage(backend: str | None = None, ops: list[str] | None = None,
+             dtypes: tuple[str, ...] = DTYPES) -> Coverage:
+    """The dispatcher's plan for each op and dtype on a backend (default: current)."""
+    from ._api import _resolve_op
+    from ._dispatch import facts, resolve
+
+    b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
+    out = Coverage(b.name, tuple(dtypes))
+    for name in ops or all_kernel_ops():
+        try:
+            f = facts(_resolve_op(name))
+        except (ValueError, RuntimeError):
+            continue
+        row = {}
+        for d in dtypes:
+            dt = getattr(torch, d)
+            plan = b.plans.get((f.func, (dt,))) or resolve(f, b, (dt,))
+            row[d] = "view" if f.is_view else (plan.first or "none")
+        out.rows[f.name] = row
+    return out

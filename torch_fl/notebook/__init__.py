@@ -1,0 +1,15 @@
+"""The notebook layer: renders what torch_fl's Python API returns (plotly
+figures, ipywidgets). No logic of its own: every number comes from a
+torch_fl object passed in."""
+
+from .explorer import CapabilityExplorer
+from .figures import (
+    alignment_layers,
+    alignment_losses,
+    comparison_kernels,
+    fallback_paths,
+    time_by_path,
+)
+
+__all__ = ["CapabilityExplorer", "alignment_layers", "alignment_losses", "comparison_kernels", "fallback_paths",
+           "time_by_path"]

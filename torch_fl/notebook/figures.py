@@ -1,0 +1,90 @@
+"""Plotly figures of torch_fl results. Deterministic: the same data gives the
+same figure JSON (no random ids, fixed colours, sorted inputs), so nbval can
+compare notebook outputs rendered with the `plotly_mimetype` renderer."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+PATH_COLORS = {"native": "#2ca02c", "decomposition": "#1f77b4", "jit": "#9467bd", "fallback": "#d62728",
+               "view": "#7f7f7f", "copy": "#ff7f0e", "copy-async": "#ffbb78", "copy-wait": "#e377c2",
+               "foreach": "#17becf", "alloc": "#bcbd22", "meta": "#c7c7c7", "other": "#8c564b"}
+VERDICT_COLORS = {"ok": "#2ca02c", "check": "#ff7f0e", "suspect": "#d62728"}
+
+
+def _layout(fig: go.Figure, title: str) -> go.Figure:
+    fig.update_layout(title=title, template="plotly_white", height=420, margin={"l": 40, "r": 20, "t": 50, "b": 40})
+    return fig
+
+
+def fallback_paths(profile, top: int = 30) -> go.Figure:
+    """Sunburst: path -> op, sized by calls, for the ops a profile saw (depth-0 and nested)."""
+    ops = sorted(profile.ops(), key=lambda s: (-sum(s.paths.values()), s.op))[:top]
+    ids, labels, parents, values, colors = [], [], [], [], []
+    totals: dict[str, int] = {}
+    for s in ops:
+        for path, n in s.paths.items():
+            totals[path] = totals.get(path, 0) + n
+    for path in sorted(totals):
+        ids.append(path)
+        labels.append(path)
+        parents.append("")
+        values.append(totals[path])
+        colors.append(PATH_COLORS.get(path, "#8c564b"))
+    for s in ops:
+        for path, n in sorted(s.paths.items()):
+            ids.append(f"{path}/{s.op}")
+            labels.append(f"{s.op} ({s.kernels} kernels)" if path in ("native", "decomposition") else s.op)
+            parents.append(path)
+            values.append(n)
+            colors.append(PATH_COLORS.get(path, "#8c564b"))
+    fig = go.Figure(go.Sunburst(ids=ids, labels=labels, parents=parents, values=values, branchvalues="total",
+                                marker={"colors": colors}))
+    return _layout(fig, "op calls by path")
+
+
+def time_by_path(profile) -> go.Figure:
+    data = profile.time_by_path()
+    paths = sorted(data)
+    fig = go.Figure(go.Bar(x=paths, y=[data[p] * 1e3 for p in paths],
+                           marker_color=[PATH_COLORS.get(p, "#8c564b") for p in paths]))
+    fig.update_yaxes(title="self time (ms)")
+    return _layout(fig, "time by path")
+
+
+def comparison_kernels(comparison, top: int = 20) -> go.Figure:
+    """Kernel launches per op on the two backends of a Comparison."""
+    rows = sorted(comparison.rows(), key=lambda r: (-max(r["kernels"]), r["op"]))[:top]
+    a, b = comparison.names
+    ops = [r["op"] for r in rows]
+    fig = go.Figure([go.Bar(name=a, x=ops, y=[r["kernels"][0] for r in rows], marker_color="#1f77b4"),
+                     go.Bar(name=b, x=ops, y=[r["kernels"][1] for r in rows], marker_color="#ff7f0e")])
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title="kernel launches")
+    return _layout(fig, f"kernels per op: {a} vs {b}")
+
+
+def alignment_layers(report, mode: int = 0) -> go.Figure:
+    """Max relative error of every module's output, in execution order, coloured by verdict."""
+    m = report.modes[mode]
+    fig = go.Figure(go.Bar(x=[f"{d.module} ({d.kind})" for d in m.forward],
+                           y=[max(d.max_rel, 1e-12) for d in m.forward],
+                           marker_color=[VERDICT_COLORS[d.verdict] for d in m.forward]))
+    fine, suspect = report.tolerances
+    fig.add_hline(y=fine, line_dash="dot", line_color="#ff7f0e")
+    fig.add_hline(y=suspect, line_dash="dash", line_color="#d62728")
+    fig.update_yaxes(type="log", title="max rel error")
+    return _layout(fig, f"{report.backend} vs {report.reference} [{m.mode}] per module")
+
+
+def alignment_losses(report) -> go.Figure:
+    t = report.training
+    steps = list(range(1, t.steps + 1))
+    fig = go.Figure([go.Scatter(x=steps, y=t.losses, name=report.backend, mode="lines+markers"),
+                     go.Scatter(x=steps, y=t.reference_losses, name=report.reference, mode="lines+markers",
+                                line={"dash": "dash"}),
+                     go.Scatter(x=steps, y=t.rel_diff, name="rel diff", yaxis="y2", mode="lines",
+                                line={"color": "#d62728"})])
+    fig.update_layout(yaxis={"title": "loss"}, yaxis2={"title": "rel diff", "overlaying": "y", "side": "right",
+                                                       "type": "log"})
+    return _layout(fig, f"training: {report.backend} vs {report.reference}")
