@@ -291,3 +291,14 @@ def test_pool_limit_variable_and_oom_names_the_pool():
     """, env={"FL_MEMORY_POOL_LIMIT": "512K", "FL_CPU_MEMORY_LIMIT": "1M"})
     assert "LIMIT 524288" in r.stdout, r.stdout + r.stderr
     assert "the pool held 400.0 KiB of cached blocks and gave them back before retrying" in r.stdout, r.stdout
+
+
+def test_deepcopy_of_an_fl_module_keeps_parameters():
+    m = nn.Linear(3, 2).to("fl")
+    m(torch.ones(1, 3, device="fl")).sum().backward()
+    c = copy.deepcopy(m)
+    assert isinstance(c.weight, nn.Parameter) and c.weight.requires_grad
+    assert c.weight.grad is not None and c.weight.grad is not m.weight.grad
+    assert torch.equal(c.weight.grad.cpu(), m.weight.grad.cpu())
+    c.cpu()  # Module._apply needs Parameters
+    assert c.weight.device.type == "cpu" and isinstance(c.weight, nn.Parameter)

@@ -8,6 +8,7 @@ The PyTorch dispatcher sends every aten op on an FlTensor to
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -149,7 +150,13 @@ class FlTensor(torch.Tensor):
             return memo[id(self)]
         with torch.no_grad():
             new = self.clone()
-        new.requires_grad_(self.requires_grad)
+        if getattr(self, "_is_param", False):  # an nn.Parameter stays one (Module._apply relies on it)
+            new = torch.nn.Parameter(new, requires_grad=self.requires_grad)
+        else:
+            new.requires_grad_(self.requires_grad)
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        new.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items() if not k.startswith("_")})
         memo[id(self)] = new
         return new
 
