@@ -35,7 +35,10 @@ def _check_autograd_once() -> None:
 
     from . import _guard
 
-    problem = _guard.probe_autograd(REGISTRY.devices[-1].index)
+    # with torch_fl's guard every device has an autograd queue: probe the last one; with PyTorch's
+    # Python guard only fl:0 ever can, so probing further would blame the import order wrongly
+    index = REGISTRY.devices[-1].index if _guard.installed() else REGISTRY.devices[0].index
+    problem = _guard.probe_autograd(index)
     if problem:
         warnings.warn(problem, RuntimeWarning, stacklevel=3)
 

@@ -68,7 +68,9 @@ class CapabilityTable:
                      f"{', '.join(self.fused_kernels) or 'none'}")
         lines.append(f"  autocast dtype: {self.amp_dtype}   streams: {'yes' if self.streams else 'no'}   "
                      f"JIT: {'yes' if self.jit else 'no'}")
-        lines.append(f"  collectives: {self.collectives_path}")
+        relay = " (the CPU relay is not built yet: no collectives on this backend)" \
+            if self.collectives_path == "cpu-relay" else ""
+        lines.append(f"  collectives: {self.collectives_path}{relay}")
         for n in self.notes:
             lines.append(f"  note: {n}")
         return "\n".join(lines)

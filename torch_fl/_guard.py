@@ -81,7 +81,8 @@ def install(device_count: int) -> bool:
         STATUS = f"PyTorch's Python device guard (the C++ guard could not be built: {str(e).splitlines()[0]})"
         warnings.warn(
             "torch_fl could not build its device guard, so PyTorch's Python guard stays: autograd works on fl:0 "
-            "only and backward on fl:1 and above fails. Install a C++ compiler (g++) and re-import torch_fl. "
+            "only, backward on fl:1 and above fails, and pin_memory() is unavailable. Install a C++ compiler "
+            "(g++) and start a new Python process. "
             f"Reason: {e}", RuntimeWarning, stacklevel=3)
         return False
     lib.fl_guard_install.argtypes = [ctypes.c_int]

@@ -54,7 +54,7 @@ class Buffer:
                 _async.wait(self)
             except Exception:  # interpreter shutdown
                 pass
-        cptr = self.cptr
+        cptr = getattr(self, "cptr", ffi.NULL)  # absent when allocation itself failed
         if cptr != ffi.NULL:
             self.cptr = ffi.NULL
             try:

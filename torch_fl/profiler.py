@@ -148,10 +148,11 @@ class Profile:
     def table(self, n: int = 20, by: str = "total_s") -> str:
         rows = self.top(n, by)
         w = max([len(s.op) for s in rows] + [10])
-        lines = [f"{'op':<{w}}  {'backend':<8} {'path':<14} {'calls':>6} {'total ms':>9} {'mean us':>9} "
+        pw = max([len(s.path) for s in rows] + [14])
+        lines = [f"{'op':<{w}}  {'backend':<8} {'path':<{pw}} {'calls':>6} {'total ms':>9} {'mean us':>9} "
                  f"{'self ms':>8} {'kernels':>7} {'copied':>10}"]
         for s in rows:
-            lines.append(f"{s.op:<{w}}  {s.backend:<8} {s.path:<14} {s.calls:>6} {s.total_s * 1e3:>9.3f} "
+            lines.append(f"{s.op:<{w}}  {s.backend:<8} {s.path:<{pw}} {s.calls:>6} {s.total_s * 1e3:>9.3f} "
                          f"{s.mean_us:>9.1f} {s.self_s * 1e3:>8.3f} {s.kernels:>7} {_fmt_bytes(s.bytes_copied):>10}")
         return "\n".join(lines)
 

@@ -191,7 +191,7 @@ typedef struct fl_plugin {
     int (*kernel_count)(int *count);
     int (*kernel_get)(int index, fl_kernel_entry_t *entry);
 
-    /* collectives (all NULL: the runtime relays through the host with gloo).
+    /* collectives (all NULL: the runtime is to relay through the host with gloo; not built yet).
      * A communicator joins the `world` processes that call comm_init with the
      * same unique_id (a short string the runtime makes and shares through
      * torch.distributed's store), one device each. Every call blocks until the
