@@ -4,10 +4,17 @@ can link them. (`pytest --nbval` re-executes them and compares outputs.)"""
 
 import glob
 import os
+import sys
 
 import nbformat
 import pytest
 from nbconvert import HTMLExporter
+
+# nbconvert looks for its templates under sys.prefix; a virtual environment made with
+# --system-site-packages has them under the base interpreter's prefix instead
+_share = os.path.join(sys.base_prefix, "share", "jupyter")
+if os.path.isdir(_share) and _share not in os.environ.get("JUPYTER_PATH", ""):
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [os.environ.get("JUPYTER_PATH"), _share]))
 
 NOTEBOOKS = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "notebooks", "*.ipynb")))
 

@@ -335,6 +335,18 @@ class Plan:
 
 DECOMPOSITIONS: dict = dict(decomposition_table)
 _fused.register_decompositions(DECOMPOSITIONS)
+
+
+def _full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    """full_like as empty_like + fill_: autograd seeds every backward with it
+    (ones_like -> full_like), and fill_ is a primitive every plugin has, so
+    this keeps the seed on the device instead of a host round trip."""
+    out = torch.empty_like(self, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
+                           memory_format=memory_format or torch.preserve_format)
+    return out.fill_(fill_value)
+
+
+DECOMPOSITIONS[aten.full_like.default] = _full_like
 _tls = threading.local()
 
 

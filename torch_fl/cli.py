@@ -4,6 +4,9 @@
                                                 train the reference models on each and compare with CPU
     torch-fl backends                           every plugin found, and why any was rejected
     torch-fl explain OP [--dtype D] [--backend NAME]
+    torch-fl coverage [--backend NAME] [--ops GLOB] [--no-fallback] [--state FILE] [--json]
+                                                OpInfo coverage: every op's samples on fl vs CPU, forward and
+                                                backward, with the path each call took (resumable)
     torch-fl plugin check PATH_OR_NAME [--ops GLOB] [--json]
                                                 conformance of a plugin: entry-point contract and every
                                                 declared kernel against PyTorch CPU; exit status 1 on failure
@@ -119,6 +122,57 @@ def _explain(args) -> int:
     return 0
 
 
+def _coverage(args) -> int:
+    """Runs the coverage in a child process writing to a state file, so an op
+    that kills the process is recorded as a crash and the run goes on."""
+    import json
+    import subprocess
+    import tempfile
+
+    import torch_fl as fl
+    from torch_fl.opcoverage import CoverageReport, OpResult, run_coverage
+
+    dtype = getattr(torch, args.dtype)
+    if args.worker:
+        def progress(k, n, name):
+            print(f"@@BEGIN {name}", flush=True)
+            print(f"[{k + 1}/{n}] {name}", file=sys.stderr, flush=True)
+
+        run_coverage(args.backend, args.ops, dtype, args.samples, cpu_fallback=not args.no_fallback,
+                     state_file=args.state, progress=progress)
+        return 0
+    state = args.state or tempfile.mkstemp(suffix=".jsonl", prefix="fl_coverage_")[1]
+    backend = args.backend or fl.get_current_backend_name()
+    cmd = [sys.executable, "-m", "torch_fl.cli", "coverage", "--worker", "--backend", backend, "--ops", args.ops,
+           "--dtype", args.dtype, "--samples", str(args.samples), "--state", state]
+    if args.no_fallback:
+        cmd.append("--no-fallback")
+    for _attempt in range(100):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        current = None
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("@@BEGIN "):
+                current = line[8:].strip()
+        if proc.wait() == 0:
+            break
+        if current is None:
+            print("torch-fl: error: the coverage process failed to start", file=sys.stderr)
+            return 2
+        with open(state, "a") as f:  # the op that took the process down
+            crash = OpResult(current, "crash", "fail", "fail", f"crashed the process (exit {proc.returncode})")
+            f.write(json.dumps(crash.__dict__) + "\n")
+    report = CoverageReport(backend, args.dtype, not args.no_fallback)
+    with open(state) as f:
+        report.results = [OpResult(**json.loads(line)) for line in f if line.strip()]
+    print(report.to_json(indent=1) if args.json else report.render())
+    if not args.state:
+        import os
+
+        os.unlink(state)
+    return 0
+
+
 def _plugin(args) -> int:
     from torch_fl.check import check_plugin
 
@@ -138,6 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("op")
     e.add_argument("--dtype", default="float32")
     e.add_argument("--backend")
+    cov = sub.add_parser("coverage", help="OpInfo coverage of a backend (forward, backward, paths)")
+    cov.add_argument("--backend", help="backend to cover (default: the current one)")
+    cov.add_argument("--ops", default="*", help="glob over OpInfo names (default: all ~700)")
+    cov.add_argument("--dtype", default="float32")
+    cov.add_argument("--samples", type=int, default=4, help="sample inputs per op (default 4)")
+    cov.add_argument("--no-fallback", action="store_true", help="switch the CPU fallback off (FL_CPU_FALLBACK=0)")
+    cov.add_argument("--state", help="JSON-lines file of finished ops: a rerun resumes after them")
+    cov.add_argument("--json", action="store_true", help="print the full report as JSON")
+    cov.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     pl = sub.add_parser("plugin", help="tools for plugin authors")
     plsub = pl.add_subparsers(dest="plugin_command", required=True)
     c = plsub.add_parser("check", help="check a plugin against the ABI contract and PyTorch CPU")
@@ -150,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     if command == "doctor" and args.command is None:
         args = parser.parse_args(["doctor"])
     try:
-        return {"doctor": _doctor, "backends": _backends, "explain": _explain, "plugin": _plugin}[command](args)
+        return {"doctor": _doctor, "backends": _backends, "explain": _explain, "plugin": _plugin,
+                "coverage": _coverage}[command](args)
     except Exception as exc:  # user-facing: one line, no traceback
         from torch_fl.errors import FlError
 

@@ -384,9 +384,10 @@ LIN_CLONES static double F(sqdev)(const T *p, int64_t n, double mean) {
     for (int64_t i = 0; i < n; i++) { double d = p[i] - mean; a += d * d; }
     return a;
 }
-LIN_CLONES static void F(affine)(const T *x, T *y, int64_t n, T alpha, T beta) {
+/* y = (x - center) * alpha + beta: centred first, so a near-constant channel gives exact zeros */
+LIN_CLONES static void F(affine)(const T *x, T *y, int64_t n, T center, T alpha, T beta) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] * alpha + beta;
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - center) * alpha + beta;
 }
 static void F(bn_fwd)(const T *x, T *y, int64_t N, int64_t C, int64_t S, vec_t w, vec_t b, vec_t rm, vec_t rv,
                       int training, double momentum, double eps, vec_t smean, vec_t sinv) {
@@ -410,8 +411,8 @@ static void F(bn_fwd)(const T *x, T *y, int64_t N, int64_t C, int64_t S, vec_t w
         if (smean.p) V(smean, c) = (T)mean;
         if (sinv.p) V(sinv, c) = (T)invstd;
         double wc = w.p ? (double)V(w, c) : 1.0, bc = b.p ? (double)V(b, c) : 0.0;
-        T alpha = (T)(invstd * wc), beta = (T)(bc - mean * invstd * wc);
-        for (int64_t n = 0; n < N; n++) F(affine)(x + (n * C + c) * S, y + (n * C + c) * S, S, alpha, beta);
+        T alpha = (T)(invstd * wc), beta = (T)bc, center = (T)mean;
+        for (int64_t n = 0; n < N; n++) F(affine)(x + (n * C + c) * S, y + (n * C + c) * S, S, center, alpha, beta);
     }
 }
 
@@ -480,19 +481,21 @@ LIN_CLONES static void F(ln_row)(const T *xp, const T *w, const T *b, T *yp, int
         rstd = 1.0 / sqrt(v / (double)Nn + eps);
     }
     *mo = mean; *ro = rstd;
-    T a = (T)rstd, c = (T)(-mean * rstd);
+    /* (x - mean) * rstd, not x * rstd - mean * rstd: with a near-constant row (variance ~ 0, rstd
+     * ~ 1/sqrt(eps)) the folded form leaves rounding noise of |x| * rstd * ulp where PyTorch gives 0 */
+    T a = (T)rstd, m = (T)mean;
     if (w && b) {
 #pragma omp simd
-        for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) * w[i] + b[i];
+        for (int64_t i = 0; i < Nn; i++) yp[i] = ((xp[i] - m) * a) * w[i] + b[i];
     } else if (w) {
 #pragma omp simd
-        for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) * w[i];
+        for (int64_t i = 0; i < Nn; i++) yp[i] = ((xp[i] - m) * a) * w[i];
     } else if (b) {
 #pragma omp simd
-        for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] * a + c) + b[i];
+        for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] - m) * a + b[i];
     } else {
 #pragma omp simd
-        for (int64_t i = 0; i < Nn; i++) yp[i] = xp[i] * a + c;
+        for (int64_t i = 0; i < Nn; i++) yp[i] = (xp[i] - m) * a;
     }
 }
 
@@ -508,27 +511,30 @@ static void F(ln_fwd)(const T *x, const T *w, const T *b, T *y, T *mo, T *ro, in
 
 /* one row of the layer norm backward; aw/ab (may be NULL) accumulate the
  * weight/bias gradients */
+/* fp-contract off: an FMA fusing g*w - mean(gw) would skip the product's rounding that mean(gw) carries,
+ * and leave |g*w| * ulp * rstd of noise on a near-constant row, where the exact answer is 0 */
+__attribute__((optimize("fp-contract=off")))
 LIN_CLONES static void F(ln_bwd_row)(const T *g, const T *xp, const T *w, double mu, double rs, T *d, double *aw,
                                      double *ab, int64_t Nn) {
     if (d) {
-        double ds = 0.0, db = 0.0;
+        /* d = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), xhat = (x - mean) * rstd, every term centred:
+         * a near-constant row then gives exact zeros where a folded a*g + b*x + c form leaves noise */
+        double sg = 0.0, sgx = 0.0;
         if (w) {
-#pragma omp simd reduction(+ : ds, db)
-            for (int64_t i = 0; i < Nn; i++) { double gw_ = (double)g[i] * w[i]; ds += gw_ * xp[i]; db += gw_; }
+#pragma omp simd reduction(+ : sg, sgx)
+            for (int64_t i = 0; i < Nn; i++) { double gw_ = (double)(T)(g[i] * w[i]); sg += gw_; sgx += gw_ * (xp[i] - mu); }
         } else {
-#pragma omp simd reduction(+ : ds, db)
-            for (int64_t i = 0; i < Nn; i++) { ds += (double)g[i] * xp[i]; db += g[i]; }
+#pragma omp simd reduction(+ : sg, sgx)
+            for (int64_t i = 0; i < Nn; i++) { sg += g[i]; sgx += (double)g[i] * (xp[i] - mu); }
         }
         double s = 1.0 / (double)Nn;
-        double bb = (db * mu - ds) * rs * rs * rs * s;
-        double cc = -bb * mu - db * rs * s;
-        T a = (T)rs, bt = (T)bb, ct = (T)cc;
+        T r = (T)rs, m = (T)mu, mg = (T)(sg * s), k = (T)(sgx * s * rs * rs);
         if (w) {
 #pragma omp simd
-            for (int64_t i = 0; i < Nn; i++) d[i] = a * g[i] * w[i] + bt * xp[i] + ct;
+            for (int64_t i = 0; i < Nn; i++) d[i] = r * (g[i] * w[i] - mg - (xp[i] - m) * k);
         } else {
 #pragma omp simd
-            for (int64_t i = 0; i < Nn; i++) d[i] = a * g[i] + bt * xp[i] + ct;
+            for (int64_t i = 0; i < Nn; i++) d[i] = r * (g[i] - mg - (xp[i] - m) * k);
         }
     }
     if (aw) {
@@ -588,11 +594,11 @@ static void F(gn_fwd)(const T *x, const T *w, const T *b, T *y, T *mo, T *ro, in
         for (int64_t d = 0; d < D; d++) {
             int64_t c = g * D + d;
             double wc = w ? (double)w[c] : 1.0, bc = b ? (double)b[c] : 0.0;
-            T a = (T)(rstd * wc), bt = (T)(bc - mean * rstd * wc);
+            T a = (T)(rstd * wc), bt = (T)bc, m = (T)mean;
             const T *xs = xp + d * HW;
             T *ys = yp + d * HW;
 #pragma omp simd
-            for (int64_t i = 0; i < HW; i++) ys[i] = xs[i] * a + bt;
+            for (int64_t i = 0; i < HW; i++) ys[i] = (xs[i] - m) * a + bt;
         }
     }
 }

@@ -1,0 +1,368 @@
+"""Operator coverage against PyTorch's own test database (OpInfo).
+
+`torch-fl coverage` / `run_coverage()`: for each OpInfo op, run its sample
+inputs on an fl backend and on the CPU, forward and (where the op supports
+autograd) backward, compare, and record which path every aten call took.
+`model_coverage(model, inputs)` does the same bookkeeping for a real model's
+forward and backward: the article's "operator coverage list".
+
+Ops whose outputs are unspecified (empty, empty_like...) or random (rand_like,
+bernoulli, dropout...) are compared by shape and dtype only. Results are
+appended op by op to a JSON-lines state file when one is given, so long runs
+resume where they stopped (the CLI runs chunks in child processes, so an op
+that kills the process is recorded as a crash and the run goes on)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from ._registry import REGISTRY
+
+UNSPECIFIED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted")
+RANDOM = ("bernoulli", "normal", "rand_like", "randn_like", "randint_like", "uniform", "multinomial", "cauchy",
+          "exponential", "geometric", "log_normal", "nn.functional.dropout", "nn.functional.dropout2d",
+          "nn.functional.dropout3d", "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
+          "nn.functional.rrelu", "randint", "rand", "randn", "poisson", "nn.functional.fractional_max_pool2d",
+          "nn.functional.fractional_max_pool3d")
+
+
+@dataclass
+class OpResult:
+    op: str  # OpInfo name (plus variant)
+    status: str  # pass | fail | skip | crash
+    forward: str  # pass | fail | skip
+    backward: str  # pass | fail | skip | n/a
+    reason: str = ""
+    samples: int = 0
+    paths: dict[str, int] = field(default_factory=dict)  # path -> aten calls (all depths)
+    fallback_ops: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class CoverageReport:
+    backend: str
+    dtype: str
+    cpu_fallback: bool
+    results: list[OpResult] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        ran = [r for r in self.results if r.status != "skip"]
+        fwd = [r for r in ran if r.forward != "skip"]
+        bwd = [r for r in ran if r.backward in ("pass", "fail")]
+        on_device = [r for r in fwd if r.forward == "pass" and not r.paths.get("fallback")]
+        return {"backend": self.backend, "dtype": self.dtype, "cpu_fallback": self.cpu_fallback,
+                "ops": len(self.results), "ran": len(ran),
+                "forward_pass": sum(r.forward == "pass" for r in fwd), "forward_total": len(fwd),
+                "backward_pass": sum(r.backward == "pass" for r in bwd), "backward_total": len(bwd),
+                "forward_on_device": len(on_device),
+                "crashes": sum(r.status == "crash" for r in self.results),
+                "skipped": sum(r.status == "skip" for r in self.results)}
+
+    def failures(self) -> list[OpResult]:
+        return [r for r in self.results if r.status in ("fail", "crash")]
+
+    def to_dict(self) -> dict:
+        return {"summary": self.summary(), "results": [asdict(r) for r in self.results]}
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def render(self, failures: int = 25) -> str:
+        s = self.summary()
+        def pct(a, b):
+            return f"{100.0 * a / b:.1f} %" if b else "-"
+
+        lines = [f"coverage of {s['backend']} ({s['dtype']}, CPU fallback {'on' if s['cpu_fallback'] else 'off'}): "
+                 f"{s['ops']} OpInfo ops, {s['skipped']} skipped",
+                 f"  forward  {s['forward_pass']}/{s['forward_total']} pass "
+                 f"({pct(s['forward_pass'], s['forward_total'])}); without any CPU fallback call: "
+                 f"{s['forward_on_device']} "
+                 f"({pct(s['forward_on_device'], s['forward_total'])})",
+                 f"  backward {s['backward_pass']}/{s['backward_total']} pass "
+                 f"({pct(s['backward_pass'], s['backward_total'])}); crashes {s['crashes']}"]
+        for r in self.failures()[:failures]:
+            lines.append(f"  FAIL {r.op}: {r.reason}")
+        if len(self.failures()) > failures:
+            lines.append(f"  ... {len(self.failures()) - failures} more failures")
+        return "\n".join(lines)
+
+    __str__ = render
+
+
+def _op_db():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.testing._internal.common_methods_invocations import op_db
+    return op_db
+
+
+def opinfo_names(pattern: str = "*") -> list[str]:
+    return [_name(i) for i in _op_db() if fnmatch.fnmatch(i.name, pattern) or fnmatch.fnmatch(_name(i), pattern)]
+
+
+def _name(info) -> str:
+    return info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
+
+
+def _to_fl(v, device):
+    if isinstance(v, torch.Tensor):
+        t = v.detach().to(device)
+        return t.requires_grad_(v.requires_grad) if t.is_floating_point() or t.is_complex() else t
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_fl(x, device) for x in v)
+    if isinstance(v, dict):
+        return {k: _to_fl(x, device) for k, x in v.items()}
+    return v
+
+
+def _tensors(v):
+    if isinstance(v, torch.Tensor):
+        yield v
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            yield from _tensors(x)
+    elif isinstance(v, dict):
+        for x in v.values():
+            yield from _tensors(x)
+
+
+def _compare(a, b, shape_only: bool) -> str | None:
+    ta, tb = list(_tensors(a)), list(_tensors(b))
+    if len(ta) != len(tb):
+        return f"{len(ta)} output tensors, CPU gives {len(tb)}"
+    for x, y in zip(ta, tb, strict=True):
+        x = x.detach().cpu()
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"output {tuple(x.shape)} {x.dtype}, CPU gives {tuple(y.shape)} {y.dtype}"
+        if shape_only or y.is_complex():
+            continue
+        try:
+            torch.testing.assert_close(x, y.detach(), rtol=1e-4, atol=1e-5, equal_nan=True, check_device=False)
+        except AssertionError as e:
+            lines = [ln.strip() for ln in str(e).splitlines() if "Greatest" in ln or "Mismatched" in ln]
+            return "values differ: " + "; ".join(lines[:2])
+    if not isinstance(a, (torch.Tensor, list, tuple, dict)) and a != b:
+        return f"result {a!r}, CPU gives {b!r}"
+    return None
+
+
+def _as64(v):
+    if isinstance(v, torch.Tensor):
+        if v.dtype in (torch.float32, torch.float16, torch.bfloat16):
+            return v.detach().double().requires_grad_(v.requires_grad)
+        return v
+    if isinstance(v, (list, tuple)):
+        return type(v)(_as64(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _as64(x) for k, x in v.items()}
+    return v
+
+
+def _arbitrate(fl_vals, cpu_vals, ref_vals) -> bool:
+    """fp32 results of two correct implementations can differ past a fixed
+    tolerance where the op is ill-conditioned (a layer norm over one element:
+    1/sqrt(eps) amplifies rounding). Then float64 decides: the device passes
+    when it is no further from the float64 result than native CPU is."""
+    for a, b, r in zip(fl_vals, cpu_vals, ref_vals, strict=True):
+        if a is None or b is None or r is None:
+            if (a is None) != (b is None):
+                return False
+            continue
+        a, b, r = a.detach().cpu().double(), b.detach().double(), r.detach().double()
+        if a.shape != r.shape:
+            return False
+        scale = max(r.abs().max().item(), 1.0) if r.numel() else 1.0
+        err_fl = (a - r).abs().nan_to_num(0.0).max().item() if r.numel() else 0.0
+        err_cpu = (b - r).abs().nan_to_num(0.0).max().item() if r.numel() else 0.0
+        if err_fl > 2 * err_cpu + 1e-5 * scale:
+            return False
+    return True
+
+
+def _loss_grads(out, leaves):
+    outs = [o for o in _tensors(out) if o.requires_grad and o.is_floating_point()]
+    if not outs or not leaves:
+        return None
+    gen = torch.Generator().manual_seed(0)
+    total = sum((o * torch.randn(o.shape, generator=gen).to(o.device)).sum() for o in outs)
+    grads = torch.autograd.grad(total, leaves, allow_unused=True)
+    return [g for g in grads]
+
+
+def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int = 4) -> OpResult:
+    from . import _record
+
+    name = _name(info)
+    t0 = time.perf_counter()
+    try:
+        if dtype not in info.supported_dtypes("cpu"):
+            return OpResult(name, "skip", "skip", "skip", f"no {dtype} samples on CPU")
+    except Exception as e:  # noqa: BLE001
+        return OpResult(name, "skip", "skip", "skip", f"OpInfo: {type(e).__name__}")
+    device = REGISTRY.get(backend).devices[0].torch_device
+    grad = info.supports_autograd and dtype.is_floating_point
+    shape_only = info.name in UNSPECIFIED or info.name in RANDOM
+    paths: dict[str, int] = {}
+    fallback_ops: set[str] = set()
+
+    def listen(e):
+        paths[e.path] = paths.get(e.path, 0) + 1
+        if e.path == "fallback":
+            fallback_ops.add(e.op)
+
+    result = OpResult(name, "pass", "pass", "pass" if grad else "n/a")
+    try:
+        sample_list = list(info.sample_inputs("cpu", dtype, requires_grad=grad))[:samples]
+    except Exception as e:  # noqa: BLE001
+        return OpResult(name, "skip", "skip", "skip", f"sample inputs: {type(e).__name__}: {e}"[:200])
+    _record.add_listener(listen)
+    try:
+        for sample in sample_list:
+            args = [sample.input, *sample.args]
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    torch.manual_seed(0)
+                    expected = info.op(*args, **sample.kwargs)
+            except Exception:  # noqa: BLE001 - a sample CPU rejects is not a test
+                continue
+            fl_args, fl_kwargs = _to_fl(args, device), _to_fl(sample.kwargs, device)
+            result.samples += 1
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    torch.manual_seed(0)
+                    got = info.op(*fl_args, **fl_kwargs)
+            except Exception as e:  # noqa: BLE001
+                result.forward = "fail"
+                result.reason = f"forward raised {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                break
+            problem = _compare(got, expected, shape_only)
+            if problem and problem.startswith("values differ"):
+                try:
+                    ref = info.op(*_as64(args), **_as64(sample.kwargs))
+                    if _arbitrate(list(_tensors(got)), list(_tensors(expected)), list(_tensors(ref))):
+                        problem = None
+                except Exception:  # noqa: BLE001 - no float64 reference: the fp32 verdict stands
+                    pass
+            if problem:
+                result.forward = "fail"
+                result.reason = f"forward: {problem}"
+                break
+            if grad and result.backward == "pass" and not shape_only:
+                cpu_leaves = [t for t in _tensors(args) if t.requires_grad]
+                fl_leaves = [t for t in _tensors(fl_args) if t.requires_grad]
+                try:
+                    g_cpu = _loss_grads(expected, cpu_leaves)
+                except Exception:  # noqa: BLE001
+                    g_cpu = None
+                if g_cpu is None:
+                    continue
+                try:
+                    g_fl = _loss_grads(got, fl_leaves)
+                except Exception as e:  # noqa: BLE001
+                    result.backward = "fail"
+                    first = str(e).splitlines()[0][:300] if str(e) else ""
+                    result.reason = f"backward raised {type(e).__name__}: {first}"
+                    continue
+                problem = None
+                for a, b in zip(g_fl or [], g_cpu, strict=False):
+                    if (a is None) != (b is None):
+                        problem = "a gradient is None on one side only"
+                        break
+                    if a is not None:
+                        problem = _compare(a, b, False)
+                        if problem:
+                            break
+                if problem and problem.startswith("values differ"):
+                    try:
+                        args64 = _as64(args)
+                        kw64 = _as64(sample.kwargs)
+                        out64 = info.op(*args64, **kw64)
+                        g64 = _loss_grads(out64, [t for t in _tensors((args64, kw64)) if t.requires_grad])
+                        if g64 is not None and _arbitrate(g_fl, g_cpu, g64):
+                            problem = None
+                    except Exception:  # noqa: BLE001
+                        pass
+                if problem:
+                    result.backward, result.reason = "fail", f"backward: {problem}"
+    finally:
+        _record.remove_listener(listen)
+    if result.samples == 0:
+        return OpResult(name, "skip", "skip", "skip", "CPU rejected every sample")
+    result.paths = paths
+    result.fallback_ops = sorted(fallback_ops)
+    result.seconds = time.perf_counter() - t0
+    if result.forward == "fail" or result.backward == "fail":
+        result.status = "fail"
+    return result
+
+
+def run_coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: torch.dtype = torch.float32,
+                 samples: int = 4, cpu_fallback: bool | None = None, state_file: str | None = None,
+                 progress: Callable[[int, int, str], None] | None = None) -> CoverageReport:
+    """OpInfo coverage of a backend. ops: a glob over OpInfo names or a list of
+    names. state_file: JSON lines of finished ops; a rerun skips them."""
+    from ._dispatch import SETTINGS
+
+    b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
+    previous = SETTINGS.cpu_fallback
+    if cpu_fallback is not None:
+        SETTINGS.cpu_fallback = cpu_fallback
+    report = CoverageReport(b.name, str(dtype).replace("torch.", ""), SETTINGS.cpu_fallback)
+    done: dict[str, OpResult] = {}
+    if state_file and os.path.exists(state_file):
+        with open(state_file) as f:
+            for line in f:
+                if line.strip():
+                    r = OpResult(**json.loads(line))
+                    done[r.op] = r
+    infos = [i for i in _op_db() if (_name(i) in ops if isinstance(ops, list) else
+                                     fnmatch.fnmatch(i.name, ops) or fnmatch.fnmatch(_name(i), ops))]
+    try:
+        for k, info in enumerate(infos):
+            name = _name(info)
+            if progress:
+                progress(k, len(infos), name)
+            if name in done:
+                report.results.append(done[name])
+                continue
+            r = run_one(info, b.name, dtype, samples)
+            report.results.append(r)
+            if state_file:
+                with open(state_file, "a") as f:
+                    f.write(json.dumps(asdict(r)) + "\n")
+    finally:
+        SETTINGS.cpu_fallback = previous
+    return report
+
+
+def model_coverage(model: torch.nn.Module, inputs, backends: list[str] | None = None) -> dict[str, dict]:
+    """Every aten op a model uses in forward and backward, per backend: the
+    path each took, calls, kernel launches and time. The model is copied to
+    each backend; `inputs` (a tensor or tuple) live on the CPU."""
+    import copy
+
+    from .profiler import profile
+
+    out = {}
+    for name in backends or sorted(REGISTRY.backends):
+        device = REGISTRY.get(name).devices[0].torch_device
+        m = copy.deepcopy(model).to(device)
+        x = _to_fl(inputs if isinstance(inputs, tuple) else (inputs,), device)
+        with profile(label=name) as prof:
+            y = m(*x)
+            first = next(iter(_tensors(y)))
+            first.float().sum().backward()
+        out[name] = {s.op: {"path": s.path, "calls": s.calls + s.nested_calls, "kernels": s.kernels,
+                            "ms": s.total_s * 1e3} for s in prof.ops()}
+    return out
