@@ -1,0 +1,72 @@
+"""OpInfo coverage: a fixed subset of PyTorch's OpInfo ops on every backend
+(forward and backward against CPU), the no-fallback mode, resuming, model
+coverage and the CLI. The full run is `torch-fl coverage` (docs/coverage.md)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torch_fl as fl
+from torch_fl import opcoverage
+from torch_fl.opcoverage import model_coverage, run_coverage
+
+SUBSET = ["add", "mul", "div.no_rounding_mode", "exp", "tanh", "sum", "mean", "softmax", "matmul",
+          "nn.functional.gelu", "nn.functional.layer_norm", "nn.functional.conv2d", "nn.functional.relu",
+          "cumsum", "where", "cat", "transpose", "nn.functional.embedding", "empty_like", "bernoulli"]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "rocm", "ascend", "minimal"])
+def test_subset_passes_forward_and_backward_on_every_backend(backend):
+    report = run_coverage(backend, SUBSET, samples=2)
+    assert [r.op for r in report.results if r.status == "skip"] == []
+    assert report.failures() == [], report.render()
+    s = report.summary()
+    assert s["forward_pass"] == s["forward_total"] == len(SUBSET)
+    assert s["backward_total"] >= 14 and s["backward_pass"] == s["backward_total"]
+    conv = next(r for r in report.results if r.op == "nn.functional.conv2d")
+    assert (conv.paths.get("fallback", 0) > 0) == (backend == "minimal")  # minimal has no convolution kernel
+
+
+def test_no_fallback_mode_names_what_is_missing():
+    report = run_coverage("minimal", ["nn.functional.conv2d", "add", "nn.functional.gelu"], samples=1,
+                          cpu_fallback=False)
+    by = {r.op: r for r in report.results}
+    assert by["add"].status == "pass" and by["nn.functional.gelu"].status == "pass"  # native / decomposition
+    conv = by["nn.functional.conv2d"]
+    assert conv.status == "fail" and "cannot run on fl backend 'minimal'" in conv.reason
+    assert "CPU fallback is switched off" in conv.reason
+    assert fl.cpu_fallback_enabled()  # restored
+
+
+def test_resume_from_state_file(tmp_path, monkeypatch):
+    state = str(tmp_path / "state.jsonl")
+    first = run_coverage("rocm", ["add", "exp"], samples=1, state_file=state)
+    assert len(open(state).readlines()) == 2
+
+    def boom(*a, **k):
+        raise AssertionError("finished ops must not run again")
+
+    monkeypatch.setattr(opcoverage, "run_one", boom)
+    again = run_coverage("rocm", ["add", "exp"], samples=1, state_file=state)
+    assert [r.op for r in again.results] == [r.op for r in first.results]
+
+
+def test_model_coverage_lists_paths_per_backend():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.GELU())
+    cov = model_coverage(model, torch.randn(3, 4), backends=["rocm", "minimal"])
+    assert cov["rocm"]["aten::native_layer_norm"]["path"] == "native"
+    assert cov["minimal"]["aten::native_layer_norm"]["path"] == "decomposition"
+    assert cov["minimal"]["aten::native_layer_norm"]["kernels"] > cov["rocm"]["aten::native_layer_norm"]["kernels"]
+
+
+def test_cli_reports_json():
+    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "coverage", "--backend", "ascend", "--ops", "exp",
+                        "--samples", "1", "--json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["summary"]["forward_pass"] == 1 and data["results"][0]["op"] == "exp"
+    assert data["results"][0]["paths"]["native"] >= 1
