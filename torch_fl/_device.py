@@ -225,10 +225,14 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     return new_tensor(_target(device), size, dtype or torch.get_default_dtype(), list(stride))
 
 
-def _factory_fallback(op, keys, *args, **kwargs):
+def _factory_fallback(first, second, *args, **kwargs):
     """An op dispatched to the fl device without an fl tensor argument, such as
-    a factory a decomposition calls: compute on the host, move to the device."""
+    a factory a decomposition calls: compute on the host, move to the device.
+    (PyTorch hands a keyset-aware fallback (op, keyset, ...) on some paths and
+    (keyset, op, ...) on others, e.g. under autograd's backward.)"""
     from . import _record
+
+    op = first if isinstance(first, torch._ops.OpOverload) else second
     from ._dispatch import SETTINGS, cpu_to_new_fl, facts
 
     device = kwargs.get("device")

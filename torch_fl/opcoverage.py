@@ -141,6 +141,8 @@ def _compare(a, b, shape_only: bool) -> str | None:
         return f"{len(ta)} output tensors, CPU gives {len(tb)}"
     for x, y in zip(ta, tb, strict=True):
         x = x.detach().cpu()
+        if y.numel() == 0 and x.numel() > 0:
+            continue  # PyTorch's CPU kernel leaves this output empty (batch norm's saves in eval): unspecified
         if x.shape != y.shape or x.dtype != y.dtype:
             return f"output {tuple(x.shape)} {x.dtype}, CPU gives {tuple(y.shape)} {y.dtype}"
         if shape_only or y.is_complex():
@@ -219,7 +221,8 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
         if e.path == "fallback":
             fallback_ops.add(e.op)
 
-    result = OpResult(name, "pass", "pass", "pass" if grad else "n/a")
+    result = OpResult(name, "pass", "pass", "pending" if grad else "n/a")
+    backward_checked = 0
     try:
         sample_list = list(info.sample_inputs("cpu", dtype, requires_grad=grad))[:samples]
     except Exception as e:  # noqa: BLE001
@@ -235,6 +238,9 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
                     expected = info.op(*args, **sample.kwargs)
             except Exception:  # noqa: BLE001 - a sample CPU rejects is not a test
                 continue
+            # dropout inside attention samples makes values random too
+            random_sample = shape_only or bool(sample.kwargs.get("dropout_p")) or (
+                sample.kwargs.get("training") is True and "attention" in info.name)
             fl_args, fl_kwargs = _to_fl(args, device), _to_fl(sample.kwargs, device)
             result.samples += 1
             try:
@@ -246,7 +252,7 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
                 result.forward = "fail"
                 result.reason = f"forward raised {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
                 break
-            problem = _compare(got, expected, shape_only)
+            problem = _compare(got, expected, random_sample)
             if problem and problem.startswith("values differ"):
                 try:
                     ref = info.op(*_as64(args), **_as64(sample.kwargs))
@@ -258,7 +264,7 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
                 result.forward = "fail"
                 result.reason = f"forward: {problem}"
                 break
-            if grad and result.backward == "pass" and not shape_only:
+            if grad and result.backward == "pending" and not random_sample:
                 cpu_leaves = [t for t in _tensors(args) if t.requires_grad]
                 fl_leaves = [t for t in _tensors(fl_args) if t.requires_grad]
                 try:
@@ -295,10 +301,14 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
                         pass
                 if problem:
                     result.backward, result.reason = "fail", f"backward: {problem}"
+                else:
+                    backward_checked += 1
     finally:
         _record.remove_listener(listen)
     if result.samples == 0:
         return OpResult(name, "skip", "skip", "skip", "CPU rejected every sample")
+    if result.backward == "pending":  # pass only where a gradient was actually compared
+        result.backward = "pass" if backward_checked else "skip"
     result.paths = paths
     result.fallback_ops = sorted(fallback_ops)
     result.seconds = time.perf_counter() - t0
