@@ -237,7 +237,9 @@ def _factory_fallback(first, second, *args, **kwargs):
 
     device = kwargs.get("device")
     dev = _target(device if device is not None and torch.device(device).type == "fl" else None)
-    if not SETTINGS.cpu_fallback:
+    from ._dispatch import _tls
+
+    if not SETTINGS.cpu_fallback or getattr(_tls, "device_only", 0):
         raise NotImplementedError(
             f"{facts(op).name} has no kernel on fl backend '{dev.backend.name}' and the CPU fallback is "
             f"switched off (FL_CPU_FALLBACK=0); enable it with FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)")

@@ -521,6 +521,12 @@ def _compute(f: OpFacts, args, kwargs):
                 if f.func in active:
                     continue
                 active.add(f.func)
+                # With a JIT kernel to fall back on, a functional op's decomposition must stay on
+                # the device: if one of its sub-ops would need the CPU fallback, the JIT serves
+                # the whole op instead (native -> decomposition -> JIT -> CPU fallback).
+                strict = plan.jit is not None and not f.mutable
+                if strict:
+                    _tls.device_only = getattr(_tls, "device_only", 0) + 1
                 try:
                     result = plan.decomposition(*args, **kwargs)
                 except NotImplementedError as e:  # a sub-op had no path: say so for this op
@@ -528,12 +534,17 @@ def _compute(f: OpFacts, args, kwargs):
                     continue
                 finally:
                     active.discard(f.func)
+                    if strict:
+                        _tls.device_only -= 1
                 if result is NotImplemented:  # some torch._decomp entries decline cases they do not cover
                     failures.append("its decomposition does not cover this case")
                     continue
             elif path == JIT:
                 result = plan.jit(f, dev, vals)
             else:
+                if getattr(_tls, "device_only", 0):  # inside a decomposition that must stay on the device
+                    failures.append("the CPU fallback is not used inside a device-only decomposition")
+                    continue
                 result = _run_fallback(f, dev, vals)
             if result is _NOT_HANDLED:
                 continue

@@ -1,12 +1,408 @@
-"""The JIT tier's seam. A later stage generates and compiles kernels for ops a
-backend lacks; until a backend offers a JIT kernel for an op, lookup returns
-None and the dispatcher moves on to the CPU fallback."""
+"""The JIT tier: kernels generated for pointwise ops a backend lacks.
+
+When a backend has no kernel for a pointwise op (torch.Tag.pointwise) and its
+plugin offers `jit_compile`, the op is traced once per signature with
+PyTorch's core-aten decompositions on tiny CPU tensors, the traced graph is
+turned into one C expression per element (computed in double, stored in the
+output dtype), and the plugin compiles that C source. The plugin caches the
+compiled library on disk by a hash of the source (the host and emulated
+plugins: `$FL_JIT_CACHE` or `~/.cache/torch_fl/jit`); this module caches the
+kernel function in memory per signature. An op whose traced graph uses
+anything outside the supported set, or whose compile fails, is not served:
+the dispatcher moves on to the CPU fallback, and `explain` says why.
+
+Supported: float32 / float64 / bfloat16 / bool tensors, with Python scalars and
+wrapped numbers as arguments; the element-wise arithmetic, comparison,
+transcendental and activation ops listed in _UNARY/_BINARY below."""
 
 from __future__ import annotations
 
+import hashlib
+import time
 from typing import Any
+
+import torch
+
+from . import _abi, _record
+from ._abi import ffi
+
+aten = torch.ops.aten
+_DTYPES = {torch.float32: "float", torch.float64: "double", torch.bfloat16: "bf16", torch.bool: "uint8_t"}
+STATS = {"compiled": 0, "memory_hits": 0, "compile_s": 0.0, "failures": 0}
+
+
+def _c(v) -> str:
+    if isinstance(v, bool):
+        return "1.0" if v else "0.0"
+    if isinstance(v, (int, float)):
+        f = float(v)
+        if f != f:
+            return "NAN"
+        if f in (float("inf"), float("-inf")):
+            return "INFINITY" if f > 0 else "(-INFINITY)"
+        return f"({f.hex()})"
+    raise _Unsupported(f"constant {v!r}")
+
+
+class _Unsupported(Exception):
+    pass
+
+
+_UNARY = {
+    aten.exp.default: "exp({0})", aten.log.default: "log({0})", aten.log1p.default: "log1p({0})",
+    aten.expm1.default: "expm1({0})", aten.sqrt.default: "sqrt({0})", aten.rsqrt.default: "(1.0/sqrt({0}))",
+    aten.tanh.default: "tanh({0})", aten.sigmoid.default: "(1.0/(1.0+exp(-({0}))))", aten.erf.default: "erf({0})",
+    aten.abs.default: "fabs({0})", aten.neg.default: "(-({0}))", aten.sin.default: "sin({0})",
+    aten.cos.default: "cos({0})", aten.tan.default: "tan({0})", aten.reciprocal.default: "(1.0/({0}))",
+    aten.floor.default: "floor({0})", aten.ceil.default: "ceil({0})", aten.trunc.default: "trunc({0})",
+    aten.round.default: "nearbyint({0})", aten.relu.default: "fl_relu({0})", aten.exp2.default: "exp2({0})",
+    aten.log2.default: "log2({0})", aten.log10.default: "log10({0})", aten.sign.default: "fl_sign({0})",
+    aten.logical_not.default: "(({0}) == 0.0)", aten.asin.default: "asin({0})", aten.acos.default: "acos({0})",
+    aten.atan.default: "atan({0})", aten.sinh.default: "sinh({0})", aten.cosh.default: "cosh({0})",
+    aten.asinh.default: "asinh({0})", aten.acosh.default: "acosh({0})", aten.atanh.default: "atanh({0})",
+    aten.erfc.default: "erfc({0})", aten.isnan.default: "(({0}) != ({0}))", aten.signbit.default: "signbit({0})",
+}
+_BINARY = {
+    "add": "(({0}) + ({1}))", "sub": "(({0}) - ({1}))", "mul": "(({0}) * ({1}))", "div": "(({0}) / ({1}))",
+    "maximum": "fl_max({0}, {1})", "minimum": "fl_min({0}, {1})", "pow": "pow({0}, {1})",
+    "atan2": "atan2({0}, {1})", "eq": "(({0}) == ({1}))", "ne": "(({0}) != ({1}))", "gt": "(({0}) > ({1}))",
+    "ge": "(({0}) >= ({1}))", "lt": "(({0}) < ({1}))", "le": "(({0}) <= ({1}))", "fmod": "fmod({0}, {1})",
+    "logical_and": "((({0}) != 0.0) && (({1}) != 0.0))", "logical_or": "((({0}) != 0.0) || (({1}) != 0.0))",
+    "copysign": "copysign({0}, {1})", "hypot": "hypot({0}, {1})", "remainder": "fl_rem({0}, {1})",
+}
+
+HELPERS = r"""
+#include <math.h>
+#include <string.h>
+static inline double fl_ld_bf16(const uint16_t *p) {
+    uint32_t u = (uint32_t)(*p) << 16; float f; memcpy(&f, &u, 4); return f;
+}
+static inline void fl_st_bf16(uint16_t *p, double v) {
+    float f = (float)v; uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { *p = (uint16_t)((u >> 16) | 0x40); return; }
+    u += 0x7fffu + ((u >> 16) & 1u); *p = (uint16_t)(u >> 16);
+}
+static inline double fl_relu(double x) { return x > 0.0 ? x : (x != x ? x : 0.0); }
+static inline double fl_max(double a, double b) { return (a != a || b != b) ? NAN : (a > b ? a : b); }
+static inline double fl_min(double a, double b) { return (a != a || b != b) ? NAN : (a < b ? a : b); }
+static inline double fl_sign(double x) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x); }
+static inline double fl_rem(double a, double b) {
+    double m = fmod(a, b); return (m != 0.0 && ((m < 0.0) != (b < 0.0))) ? m + b : m;
+}
+static inline double fl_num(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
+"""
+
+
+def _prelude() -> str:
+    """The ABI header itself (so the generated code can never disagree with it), then helpers."""
+    from ._abi import header_path
+
+    with open(header_path()) as f:
+        return f.read() + HELPERS
+
+
+def _ctype(dtype) -> str:
+    return _DTYPES[dtype]
+
+
+def _load(idx: int, dtype) -> str:
+    t = _ctype(dtype)
+    if t == "bf16":
+        return f"fl_ld_bf16((const uint16_t *)in[{idx}].data + o{idx})"
+    return f"(double)((const {t} *)in[{idx}].data)[o{idx}]"
+
+
+def _store(dtype, expr: str) -> str:
+    if dtype is torch.bool:
+        return f"((uint8_t *)out[0].data)[oo] = (uint8_t)(({expr}) != 0.0);"
+    t = _ctype(dtype)
+    if t == "bf16":
+        return f"fl_st_bf16((uint16_t *)out[0].data + oo, {expr});"
+    return f"(({t} *)out[0].data)[oo] = ({t})({expr});"
+
+
+def _emit(graph, inputs: dict, node_dtype) -> tuple[list[str], str]:
+    """C statements computing each graph node into a local double; the output's name."""
+    lines, names = [], {}
+    for n in graph.nodes:
+        if n.op == "placeholder":
+            names[n] = inputs[n.name]
+            continue
+        if n.op == "output":
+            out = n.args[0]
+            if isinstance(out, (list, tuple)):
+                if len(out) != 1:
+                    raise _Unsupported("several outputs")
+                out = out[0]
+            return lines, names[out]
+        if n.op != "call_function":
+            raise _Unsupported(n.op)
+        t = n.target
+
+        def a(k, node=n):
+            v = node.args[k] if k < len(node.args) else None
+            return names[v] if hasattr(v, "op") else _c(v)
+
+        packet = getattr(t, "_opname", str(t).split(".")[1] if "." in str(t) else str(t))
+        kw = n.kwargs
+        if t in _UNARY:
+            expr = _UNARY[t].format(a(0))
+        elif packet in _BINARY and len(n.args) >= 2:
+            x, y = a(0), a(1)
+            alpha = n.kwargs.get("alpha", n.args[2] if len(n.args) > 2 and packet in ("add", "sub") else None)
+            if alpha is not None and packet in ("add", "sub"):
+                y = f"(({y}) * {_c(alpha)})"
+            mode = kw.get("rounding_mode")
+            expr = _BINARY[packet].format(x, y)
+            if packet == "div" and mode == "trunc":
+                expr = f"trunc({expr})"
+            elif packet == "div" and mode == "floor":
+                expr = f"floor({expr})"
+            elif packet == "div" and mode is not None:
+                raise _Unsupported(f"div rounding {mode}")
+        elif packet == "rsub":
+            alpha = kw.get("alpha", 1)
+            expr = f"(({a(1)}) - ({a(0)}) * {_c(alpha)})"
+        elif packet == "where":
+            expr = f"((({a(0)}) != 0.0) ? ({a(1)}) : ({a(2)}))"
+        elif packet in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
+            lo = n.args[1] if len(n.args) > 1 else kw.get("min")
+            hi = n.args[2] if len(n.args) > 2 else kw.get("max")
+            if packet == "clamp_max":
+                lo, hi = None, n.args[1]
+            if packet == "hardtanh":
+                lo = n.args[1] if len(n.args) > 1 else -1.0
+                hi = n.args[2] if len(n.args) > 2 else 1.0
+            expr = a(0)
+            if lo is not None:
+                expr = f"fl_max({expr}, {names[lo] if hasattr(lo, 'op') else _c(lo)})"
+            if hi is not None:
+                expr = f"fl_min({expr}, {names[hi] if hasattr(hi, 'op') else _c(hi)})"
+        elif packet == "gelu":
+            approx = n.args[1] if len(n.args) > 1 else kw.get("approximate", "none")
+            x = a(0)
+            expr = (f"(0.5*({x})*(1.0+tanh(0.7978845608028654*(({x})+0.044715*({x})*({x})*({x})))))"
+                    if approx == "tanh" else f"(0.5*({x})*(1.0+erf(({x})*0.7071067811865476)))")
+        elif packet == "elu":
+            alpha = n.args[1] if len(n.args) > 1 else kw.get("alpha", 1.0)
+            scale = n.args[2] if len(n.args) > 2 else kw.get("scale", 1.0)
+            inscale = n.args[3] if len(n.args) > 3 else kw.get("input_scale", 1.0)
+            x = a(0)
+            expr = (f"(({x}) > 0.0 ? {_c(scale)}*({x}) : "
+                    f"{_c(scale)}*{_c(alpha)}*(exp(({x})*{_c(inscale)})-1.0))")
+        elif packet == "leaky_relu":
+            slope = n.args[1] if len(n.args) > 1 else kw.get("negative_slope", 0.01)
+            expr = f"(({a(0)}) > 0.0 ? ({a(0)}) : ({a(0)})*{_c(slope)})"
+        elif packet == "silu":
+            expr = f"(({a(0)})/(1.0+exp(-({a(0)}))))"
+        elif packet == "mish":
+            expr = f"(({a(0)})*tanh(log1p(exp({a(0)}))))"
+        elif packet == "softplus":
+            beta = n.args[1] if len(n.args) > 1 else 1.0
+            thr = n.args[2] if len(n.args) > 2 else 20.0
+            x = a(0)
+            expr = f"((({x})*{_c(beta)}) > {_c(thr)} ? ({x}) : log1p(exp(({x})*{_c(beta)}))/{_c(beta)})"
+        elif packet in ("_to_copy", "clone", "alias", "lift_fresh_copy", "detach"):
+            dt = kw.get("dtype")
+            expr = a(0)
+            if dt is torch.bool:
+                expr = f"((double)(({expr}) != 0.0))"
+            elif dt is not None and not dt.is_floating_point:
+                expr = f"trunc({expr})"
+        elif packet in ("full", "scalar_tensor"):
+            v = n.args[1] if packet == "full" else n.args[0]
+            if packet == "full" and list(n.args[0]) not in ([], [1]):
+                raise _Unsupported("full of a shape")
+            expr = _c(v)
+        else:
+            raise _Unsupported(str(t))
+        name = f"v{len(names)}"
+        names[n] = name
+        lines.append(f"double {name} = {expr};")
+    raise _Unsupported("no output")
+
+
+def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
+    """C source and symbol of a kernel for this call's signature (raises _Unsupported)."""
+    from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ._tensor import FlTensor
+
+    example, inputs, slot = [], {}, 0
+    n_in = 0
+    for i, v in enumerate(vals):
+        if isinstance(v, FlTensor):
+            if v.dtype != dtype:
+                raise _Unsupported("mixed dtypes")
+            example.append(torch.ones(1, dtype=dtype))
+            inputs[f"arg{slot}_1"] = f"x{n_in}"
+            n_in += 1
+            slot += 1
+        elif isinstance(v, torch.Tensor):  # a wrapped number: passed as a scalar argument
+            example.append(v.clone())
+            inputs[f"arg{slot}_1"] = f"fl_num(&args[{i}])"
+            slot += 1
+        elif isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
+            raise _Unsupported("tensor lists")
+
+    func = f.func
+    if f.mutable:  # an in-place op computes what its functional twin does, into its first argument
+        base = func._schema.name.split("::")[1].rstrip("_")
+        packet = getattr(aten, base, None)
+        func = getattr(packet, func._overloadname, None) if packet is not None else None
+        if func is None:
+            raise _Unsupported("no functional twin")
+
+    def fn(*ts):
+        it = iter(ts)
+        return func(*[next(it) if isinstance(v, torch.Tensor) else v for v in vals[:len(f.arg_names)]])
+
+    kwarg_names = [f.arg_names[i] for i in range(len(vals)) if f.kwarg_only[i]]
+    if kwarg_names:  # keyword-only arguments go by name
+        def fn(*ts):  # noqa: F811
+            it = iter(ts)
+            pos, kw = [], {}
+            for i, v in enumerate(vals):
+                v = next(it) if isinstance(v, torch.Tensor) else v
+                if f.kwarg_only[i]:
+                    kw[f.arg_names[i]] = v
+                else:
+                    pos.append(v)
+            return func(*pos, **kw)
+
+    gm = make_fx(fn, decomposition_table=core_aten_decompositions())(*example)
+    lines, result = _emit(gm.graph, inputs, dtype)
+    loads = "\n        ".join(f"double x{k} = {_load(k, dtype)};" for k in range(n_in))
+    offsets = " ".join(f"int64_t o{k} = in[{k}].offset;" for k in range(n_in))
+    steps = " ".join(f"o{k} += idx * in[{k}].strides[d];" for k in range(n_in))
+    body = "\n        ".join(lines)
+    digest = hashlib.sha256(("|".join([f.name, str(dtype), str(out_dtype)] + lines + [result])).encode()
+                            ).hexdigest()[:16]
+    symbol = f"fl_jit_{digest}"
+    src = _prelude() + f"""
+/* JIT kernel for {f.name} ({str(dtype).replace("torch.", "")}), generated by torch_fl */
+__attribute__((visibility("default")))
+int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, const fl_tensor_t *out, int n_out,
+             const fl_arg_t *args, int n_args) {{
+    (void)stream; (void)device; (void)n_args;
+    if (n_in != {n_in} || n_out < 1) return 3;
+    int nd = out[0].ndim;
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= out[0].sizes[d];
+    for (int64_t lin = 0; lin < n; lin++) {{
+        int64_t rem = lin, oo = out[0].offset; {offsets}
+        for (int d = nd - 1; d >= 0; d--) {{
+            int64_t idx = rem % out[0].sizes[d]; rem /= out[0].sizes[d];
+            oo += idx * out[0].strides[d]; {steps}
+        }}
+        {loads}
+        {body}
+        {_store(out_dtype or dtype, result)}
+    }}
+    return 0;
+}}
+"""
+    return src, symbol
+
+
+class _Entry:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+
+class JitKernel:
+    """The JIT tier for one (op, dtype) on one backend: compiles a kernel per
+    argument signature at first use, then runs it through the native path."""
+
+    def __init__(self, backend, f, dtype):
+        self.backend, self.f, self.dtype = backend, f, dtype
+        self.kernels: dict = {}
+        self.out_dtype = dtype
+
+    def _signature(self, vals):
+        from ._tensor import FlTensor
+
+        sig = [self.out_dtype]
+        for v in vals:
+            if isinstance(v, FlTensor):
+                sig.append(("T", v.dtype))
+            elif isinstance(v, torch.Tensor):
+                sig.append(("W", v.dtype))
+            elif isinstance(v, (int, float, bool, str, type(None), torch.dtype)):
+                sig.append((type(v).__name__, v))
+            else:
+                return None
+        return tuple(sig)
+
+    def __call__(self, f, dev, vals):
+        from ._dispatch import _NOT_HANDLED, _output_layouts, _run_native
+
+        if f.mutable:  # in-place: the output is the first argument itself
+            first = vals[0]
+            layouts = ((list(first.shape), list(first.stride()), first.dtype),) if isinstance(first, torch.Tensor) \
+                else None
+        else:
+            layouts = _output_layouts(f, vals)
+        # the kernel stores one element of self.dtype per output element: nothing else may come out
+        if not layouts or len(layouts) != 1 or not isinstance(layouts[0], tuple) or len(layouts[0]) != 3 \
+                or layouts[0][2] not in (self.dtype, torch.bool):
+            return _NOT_HANDLED
+        self.out_dtype = layouts[0][2]
+        sig = self._signature(vals)
+        if sig is None:
+            return _NOT_HANDLED
+        entry = self.kernels.get(sig)
+        if entry is None and sig not in self.kernels:
+            entry = self.kernels[sig] = self._compile(f, dev, vals)
+        elif entry is not None:
+            STATS["memory_hits"] += 1
+        if entry is None:
+            return _NOT_HANDLED
+        return _run_native(f, entry, dev, vals)
+
+    def _compile(self, f, dev, vals):
+        t0 = time.perf_counter()
+        try:
+            src, symbol = generate(f, vals, self.dtype, self.out_dtype)
+        except _Unsupported:
+            return None
+        except Exception:  # noqa: BLE001 - a trace that fails means no JIT kernel for this call
+            return None
+        out = ffi.new("fl_kernel_fn*")
+        plugin = dev.plugin
+        status = plugin.table.jit_compile(src.encode(), symbol.encode(), out)
+        seconds = time.perf_counter() - t0
+        STATS["compile_s"] += seconds
+        if _record.LISTENERS:
+            _record.emit(_record.OpEvent(f.name, dev.backend.name, "jit-compile", seconds, 0, 0, _record.DEPTH[0],
+                                         t0))
+        if status != _abi.FL_OK:
+            STATS["failures"] += 1
+            import warnings
+
+            warnings.warn(f"torch_fl JIT: no kernel for {f.name} on {dev.backend.name}: "
+                          f"{plugin.last_error() or 'compile failed'}; using the next tier", RuntimeWarning,
+                          stacklevel=2)
+            return None
+        STATS["compiled"] += 1
+        return _Entry(out[0])
 
 
 def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
-    """A callable `(facts, device, values) -> result` for this op, or None."""
-    return None
+    """A JIT kernel factory for a pointwise op in a supported dtype, or None."""
+    if not backend.plugin.optional.get("jit_compile") or not facts.pointwise or facts.n_returns != 1:
+        return None
+    if not dtypes or any(d != dtypes[0] for d in dtypes) or dtypes[0] not in _DTYPES:
+        return None
+    if backend.devices and not (backend.devices[0].props.dtypes >> _dtype_code(dtypes[0])) & 1:
+        return None
+    return JitKernel(backend, facts, dtypes[0])
+
+
+def _dtype_code(dtype) -> int:
+    from ._dtypes import TO_CODE
+
+    return TO_CODE[dtype]

@@ -278,6 +278,7 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->kernel_count = kernel_count;
     p->kernel_get = kernel_get;
     p->last_error = fl_host_last_error;
+    p->jit_compile = fl_host_jit_compile;
     if (fl_emu_profile.features & FL_FEATURE_ASYNC_COPY) { /* real streams: copies overlap with compute */
         p->copy_h2d = p->copy_d2h = p->copy_d2d = async_copy;
         p->stream_create = async_stream_create;

@@ -135,6 +135,9 @@ static inline double fl_rand_uniform(uint64_t seed, uint64_t counter) {
     return (double)(fl_splitmix64(seed ^ fl_splitmix64(counter)) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* ---- jit.c: compile generated C kernels with the system compiler (cached) ---- */
+int fl_host_jit_compile(const char *source, const char *symbol, fl_kernel_fn *fn);
+
 /* ---- kernel tables: each kernel file exports one ---- */
 typedef struct { const fl_kernel_entry_t *entries; int count; } fl_kernel_group_t;
 extern const fl_kernel_group_t fl_host_group_elementwise;

@@ -180,5 +180,6 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->kernel_count = kernel_count;
     p->kernel_get = kernel_get;
     p->last_error = fl_host_last_error;
+    p->jit_compile = fl_host_jit_compile;
     return FL_OK;
 }
