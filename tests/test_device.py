@@ -302,3 +302,16 @@ def test_deepcopy_of_an_fl_module_keeps_parameters():
     assert torch.equal(c.weight.grad.cpu(), m.weight.grad.cpu())
     c.cpu()  # Module._apply needs Parameters
     assert c.weight.device.type == "cpu" and isinstance(c.weight, nn.Parameter)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "rocm"])
+def test_torch_tensor_with_an_fl_device(backend):
+    # torch.tensor(..., device=...) runs below Python dispatch: the transfer reaches the PrivateUse1 key
+    fl.set_backend(backend)
+    t = torch.tensor([[1.0, 2.0], [3.0, 4.0]], device="fl")
+    assert t.device == fl.current_device() and t.cpu().tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    s = torch.tensor(7, device="fl")
+    assert s.dtype == torch.int64 and s.item() == 7
+    a = torch.as_tensor([1.5, 2.5], dtype=torch.float64, device="fl")
+    assert a.dtype == torch.float64 and (a * 2).cpu().tolist() == [3.0, 5.0]
+    fl.set_backend("cpu")

@@ -225,6 +225,15 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     return new_tensor(_target(device), size, dtype or torch.get_default_dtype(), list(stride))
 
 
+def _direct(op):
+    def impl(*args, **kwargs):
+        from ._dispatch import dispatch
+
+        return dispatch(op, args, kwargs)
+
+    return impl
+
+
 def _factory_fallback(first, second, *args, **kwargs):
     """An op dispatched to the fl device without an fl tensor argument, such as
     a factory a decomposition calls: compute on the host, move to the device.
@@ -274,6 +283,10 @@ def register() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    # torch.tensor(data, device="fl") and friends run with Python dispatch excluded, so the
+    # transfer ops reach the PrivateUse1 key directly: give them the dispatcher's handlers
+    for name in ("_to_copy", "copy_", "lift_fresh", "_local_scalar_dense"):
+        _lib.impl(name, _direct(getattr(torch.ops.aten, name).default), "PrivateUse1")
     _fallback_lib = torch.library.Library("_", "IMPL")
     _fallback_lib.fallback(_factory_fallback, dispatch_key="PrivateUse1", with_keyset=True)
     globals()["_fallback_lib"] = _fallback_lib

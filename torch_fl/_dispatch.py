@@ -1056,6 +1056,12 @@ def _to_copy(f: OpFacts, args, kwargs):
     dtype = kwargs.get("dtype") or self.dtype
     device = kwargs.get("device") or self.device
     device = torch.device(device)
+    if not isinstance(self, FlTensor):  # host -> fl, reached below Python dispatch (torch.tensor(..., device="fl"))
+        target = REGISTRY.device(device.index)
+        src = self.to(dtype)
+        out = like_layout(target, src)
+        _copy_(facts(aten.copy_.default), (out, src, bool(kwargs.get("non_blocking", False))), {})
+        return out
     if device.type == "fl":
         target = REGISTRY.device(device.index if device.index is not None else self._buf.device.index)
         if target is self._buf.device:
