@@ -962,6 +962,12 @@ def _replace_impl(t: FlTensor, new: FlTensor) -> None:
 
 def _wrap_view(base: FlTensor, m):
     if isinstance(m, torch.Tensor):
+        need = span(m)[1] * m.element_size()
+        if m.numel() and need > base._buf.nbytes:  # PyTorch's own check, which meta tensors skip
+            raise RuntimeError(
+                f"setStorage: sizes {list(m.shape)}, strides {list(m.stride())}, storage offset "
+                f"{m.storage_offset()}, and itemsize {m.element_size()} requiring a storage size of {need} are out "
+                f"of bounds for storage of size {base._buf.nbytes}")
         return FlTensor(base._buf, m.shape, m.stride(), m.storage_offset(), m.dtype)
     if isinstance(m, (list, tuple)):
         return type(m)(_wrap_view(base, x) for x in m)

@@ -252,7 +252,10 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
                 result.forward = "fail"
                 result.reason = f"forward raised {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
                 break
-            problem = _compare(got, expected, random_sample)
+            try:
+                problem = _compare(got, expected, random_sample)
+            except Exception as e:  # noqa: BLE001 - reading the result back failed
+                problem = f"reading the result raised {type(e).__name__}: {str(e).splitlines()[0][:200]}"
             if problem and problem.startswith("values differ"):
                 try:
                     ref = info.op(*_as64(args), **_as64(sample.kwargs))
