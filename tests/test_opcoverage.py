@@ -15,7 +15,8 @@ from torch_fl.opcoverage import model_coverage, run_coverage
 
 SUBSET = ["add", "mul", "div.no_rounding_mode", "exp", "tanh", "sum", "mean", "softmax", "matmul",
           "nn.functional.gelu", "nn.functional.layer_norm", "nn.functional.conv2d", "nn.functional.relu",
-          "cumsum", "where", "cat", "transpose", "nn.functional.embedding", "empty_like", "bernoulli"]
+          "cumsum", "where", "cat", "transpose", "nn.functional.embedding", "empty_like", "bernoulli", "flip",
+          "narrow"]
 
 
 @pytest.mark.parametrize("backend", ["cpu", "rocm", "ascend", "minimal"])

@@ -367,6 +367,20 @@ def _prims_div(a, b):
     return aten.div.Tensor_mode(a, b, rounding_mode="trunc")
 
 
+def _slice_backward(grad_output, input_sizes, dim, start, end, step):
+    """Zeros with the gradient copied into the slice: a view, fill_ and copy_, on any plugin."""
+    out = grad_output.new_zeros(input_sizes)
+    aten.slice.Tensor(out, dim, start, end, step).copy_(grad_output)
+    return out
+
+
+def _equal(a, b) -> bool:
+    return a.shape == b.shape and bool((a == b).all())
+
+
+DECOMPOSITIONS[aten.slice_backward.default] = _slice_backward
+DECOMPOSITIONS[aten.equal.default] = _equal
+
 _PRIMS = {"clone": _prims_clone, "copy_to": _prims_copy_to, "div": _prims_div,
           "mul": lambda a, b: aten.mul.Tensor(a, b), "gt": lambda a, b: aten.gt.Tensor(a, b),
           "abs": lambda a: aten.abs.default(a), "signbit": lambda a: aten.signbit.default(a)}

@@ -11,7 +11,8 @@ kernel function in memory per signature. An op whose traced graph uses
 anything outside the supported set, or whose compile fails, is not served:
 the dispatcher moves on to the CPU fallback, and `explain` says why.
 
-Supported: float32 / float64 / bfloat16 / bool tensors, with Python scalars and
+Supported: float32 / float64 / bfloat16 / bool / int64 / int32 tensors (integers through double: exact
+below 2**53), with Python scalars and
 wrapped numbers as arguments; the element-wise arithmetic, comparison,
 transcendental and activation ops listed in _UNARY/_BINARY below."""
 
@@ -27,7 +28,8 @@ from . import _abi, _record
 from ._abi import ffi
 
 aten = torch.ops.aten
-_DTYPES = {torch.float32: "float", torch.float64: "double", torch.bfloat16: "bf16", torch.bool: "uint8_t"}
+_DTYPES = {torch.float32: "float", torch.float64: "double", torch.bfloat16: "bf16", torch.bool: "uint8_t",
+           torch.int64: "int64_t", torch.int32: "int32_t"}
 STATS = {"compiled": 0, "memory_hits": 0, "compile_s": 0.0, "failures": 0}
 
 
@@ -116,6 +118,8 @@ def _store(dtype, expr: str) -> str:
     if dtype is torch.bool:
         return f"((uint8_t *)out[0].data)[oo] = (uint8_t)(({expr}) != 0.0);"
     t = _ctype(dtype)
+    if not dtype.is_floating_point:
+        return f"(({t} *)out[0].data)[oo] = ({t})trunc({expr});"
     if t == "bf16":
         return f"fl_st_bf16((uint16_t *)out[0].data + oo, {expr});"
     return f"(({t} *)out[0].data)[oo] = ({t})({expr});"

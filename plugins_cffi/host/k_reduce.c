@@ -1313,6 +1313,39 @@ static int k_scatter_add(FL_KERNEL_ARGS) {
 }
 
 /* cat(Tensor[] tensors, dim) */
+/* aten::flip(Tensor self, int[] dims): out[i] = self[i with the listed dims reversed]; any dtype, any strides */
+static int k_flip(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_in < 1 || n_out < 1 || n_args < 2 || args[1].kind != FL_ARG_INT_LIST) return UNSUP;
+    const fl_tensor_t *x = &in[0], *o = &out[0];
+    if (x->dtype != o->dtype || x->ndim != o->ndim || x->ndim > FL_MAX_DIMS) return UNSUP;
+    int nd = x->ndim, rev[FL_MAX_DIMS] = {0};
+    for (int k = 0; k < args[1].len; k++) {
+        int64_t d = args[1].list[k];
+        if (d < 0) d += nd;
+        if (d < 0 || d >= nd) FL_FAIL(FL_ERR_INVALID, "flip: dim %lld out of range", (long long)args[1].list[k]);
+        rev[d] = 1;
+    }
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) {
+        if (x->sizes[d] != o->sizes[d]) return UNSUP;
+        n *= x->sizes[d];
+    }
+    size_t es = fl_itemsize(x->dtype);
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t lin = 0; lin < n; lin++) {
+        int64_t rem = lin, xo = x->offset, oo = o->offset;
+        for (int d = nd - 1; d >= 0; d--) {
+            int64_t idx = rem % o->sizes[d];
+            rem /= o->sizes[d];
+            oo += idx * o->strides[d];
+            xo += (rev[d] ? o->sizes[d] - 1 - idx : idx) * x->strides[d];
+        }
+        memcpy((char *)o->data + oo * (int64_t)es, (const char *)x->data + xo * (int64_t)es, es);
+    }
+    return FL_OK;
+}
+
 static int k_cat(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     if (n_args < 1 || args[0].kind != FL_ARG_TENSOR_LIST || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
@@ -1430,7 +1463,7 @@ static const fl_kernel_entry_t entries[] = {
     E("aten::gather", ALL, k_gather),
     E("aten::scatter_add", ALL, k_scatter_add),
     E("aten::scatter_add_", ALL, k_scatter_add),
-    E("aten::cat", ALL, k_cat),
+    E("aten::cat", ALL, k_cat), E("aten::flip", ALL, k_flip),
     E("aten::stack", ALL, k_stack),
 };
 
