@@ -165,3 +165,18 @@ def test_partial_overlap_is_refused_and_aliasing_survives_the_fallback(backend):
         z = torch.arange(4.0).to("fl")
         z.add_(z)  # full overlap is fine
         assert z.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "rocm", "minimal"])
+def test_arange_runs_on_the_device_without_fallback(backend):
+    fl.set_backend(backend)
+    fl.set_cpu_fallback(False)  # a factory the plugin has a kernel for needs no host round trip
+    try:
+        for args, kw in [((5,), {}), ((2, 9), {}), ((1.0, 2.0, 0.25), {}), ((0, 10, 3), {"dtype": torch.float32}),
+                         ((0,), {})]:
+            got, want = torch.arange(*args, device="fl", **kw), torch.arange(*args, **kw)
+            assert got.device == fl.current_device() and got.dtype == want.dtype
+            assert torch.equal(got.cpu(), want)
+    finally:
+        fl.set_cpu_fallback(True)
+        fl.set_backend("cpu")

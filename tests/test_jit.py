@@ -16,7 +16,7 @@ from torch_fl._dispatch import facts
 
 @pytest.fixture
 def minimal_strict():
-    fl.set_backend("minimal")  # 32 primitive kernels
+    fl.set_backend("minimal")  # 33 primitive kernels
     fl.set_cpu_fallback(False)  # anything not native, decomposed or JIT-compiled must fail
     yield
     fl.set_cpu_fallback(True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ._dtypes import TO_CODE
 from ._registry import REGISTRY
 from .errors import PrivateUse1TakenError
 
@@ -234,6 +235,31 @@ def _direct(op):
     return impl
 
 
+def _native_factory(op, dev, args, kwargs):
+    """A factory (arange, ...) the plugin has a kernel for: allocated and filled on the device. The
+    output layout comes from the meta device; the kernel sees the op's scalar arguments."""
+    from ._dispatch import _NOT_HANDLED, NATIVE, SETTINGS, _count, _run_native, facts
+
+    f = facts(op)
+    entry = dev.backend.plugin.kernels.get(f.name)
+    if entry is None or NATIVE in SETTINGS.disabled or "device" not in f.arg_names:
+        return None
+    vals = f.normalize(args, dict(kwargs, device=torch.device("meta")))
+    dtype = vals[f.arg_names.index("dtype")] if "dtype" in f.arg_names else None
+    try:
+        probe = f.call(vals)  # on the meta device: only the dtype and shape are computed
+    except Exception:  # noqa: BLE001 - arguments the factory rejects: the host path reports them
+        return None
+    code = TO_CODE.get(dtype or probe.dtype, -1)
+    if code < 0 or not (entry.dtypes >> code) & 1 or not (dev.props.dtypes >> code) & 1:
+        return None
+    out = _run_native(f, entry, dev, vals)
+    if out is _NOT_HANDLED:
+        return None
+    _count(dev.backend, f.name, NATIVE)
+    return out
+
+
 def _factory_fallback(first, second, *args, **kwargs):
     """An op dispatched to the fl device without an fl tensor argument, such as
     a factory a decomposition calls: compute on the host, move to the device.
@@ -252,6 +278,9 @@ def _factory_fallback(first, second, *args, **kwargs):
         raise NotImplementedError(
             f"{facts(op).name} has no kernel on fl backend '{dev.backend.name}' and the CPU fallback is "
             f"switched off (FL_CPU_FALLBACK=0); enable it with FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)")
+    native = _native_factory(op, dev, args, kwargs)
+    if native is not None:
+        return native
     if "device" in kwargs:
         kwargs = dict(kwargs, device="cpu")
     out = op(*args, **kwargs)

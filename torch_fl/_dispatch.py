@@ -378,6 +378,22 @@ def _equal(a, b) -> bool:
     return a.shape == b.shape and bool((a == b).all())
 
 
+def _arange_out(*args, out):
+    """arange's out= overloads (what torch.arange(..., device="fl") becomes): the plugin's arange kernel
+    when it has one, else no device path here (the next tier serves it)."""
+    from ._device import _native_factory
+
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
+    res = _native_factory(aten.arange.start_step, out._buf.device, (start, end, step), {"dtype": out.dtype})
+    if res is None:
+        raise NotImplementedError(f"aten::arange has no kernel on fl backend '{out._buf.device.backend.name}'")
+    if tuple(out.shape) != tuple(res.shape):
+        out.resize_(res.shape)
+    return out.copy_(res)
+
+
+DECOMPOSITIONS[aten.arange.out] = _arange_out
+DECOMPOSITIONS[aten.arange.start_out] = _arange_out
 DECOMPOSITIONS[aten.slice_backward.default] = _slice_backward
 DECOMPOSITIONS[aten.equal.default] = _equal
 

@@ -1313,6 +1313,41 @@ static int k_scatter_add(FL_KERNEL_ARGS) {
 }
 
 /* cat(Tensor[] tensors, dim) */
+/* aten::arange / arange.start / arange.start_step: a factory (no tensor input). out[i] = start + i * step,
+ * computed in double as PyTorch's CPU kernel does (its accumulate type), then stored in the output dtype. */
+static double arg_num(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
+static int arange_fill(const fl_tensor_t *o, double start, double step) {
+    if (o->ndim != 1) return UNSUP;
+    int64_t n = o->sizes[0];
+    for (int64_t i = 0; i < n; i++) {
+        double v = start + (double)i * step;
+        char *p = fl_elem(o, o->offset + i * o->strides[0]);
+        switch (o->dtype) {
+        case FL_FLOAT32: *(float *)p = (float)v; break;
+        case FL_FLOAT64: *(double *)p = v; break;
+        case FL_INT64: *(int64_t *)p = (int64_t)v; break;
+        case FL_INT32: *(int32_t *)p = (int32_t)v; break;
+        default: fl_store_f64(o->dtype, p, v);
+        }
+    }
+    return FL_OK;
+}
+static int k_arange(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_out < 1 || n_args < 1) return UNSUP;
+    return arange_fill(&out[0], 0.0, 1.0);
+}
+static int k_arange_start(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_out < 1 || n_args < 2) return UNSUP;
+    return arange_fill(&out[0], arg_num(&args[0]), 1.0);
+}
+static int k_arange_start_step(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_out < 1 || n_args < 3) return UNSUP;
+    return arange_fill(&out[0], arg_num(&args[0]), arg_num(&args[2]));
+}
+
 /* aten::flip(Tensor self, int[] dims): out[i] = self[i with the listed dims reversed]; any dtype, any strides */
 static int k_flip(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
@@ -1463,7 +1498,8 @@ static const fl_kernel_entry_t entries[] = {
     E("aten::gather", ALL, k_gather),
     E("aten::scatter_add", ALL, k_scatter_add),
     E("aten::scatter_add_", ALL, k_scatter_add),
-    E("aten::cat", ALL, k_cat), E("aten::flip", ALL, k_flip),
+    E("aten::cat", ALL, k_cat), E("aten::flip", ALL, k_flip), E("aten::arange", ALL, k_arange),
+    E("aten::arange.start", ALL, k_arange_start), E("aten::arange.start_step", ALL, k_arange_start_step),
     E("aten::stack", ALL, k_stack),
 };
 

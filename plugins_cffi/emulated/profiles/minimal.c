@@ -10,13 +10,13 @@ static const char *const only[] = {
     "aten::erf", "aten::abs", "aten::sigmoid", "aten::pow.Tensor_Scalar", "aten::maximum", "aten::minimum",
     "aten::where.self", "aten::eq.Tensor", "aten::gt.Scalar", "aten::lt.Scalar", "aten::sum.dim_IntList",
     "aten::amax", "aten::mm", "aten::bmm", "aten::fill_.Scalar", "aten::copy_", "aten::cat", "aten::uniform_",
-    "aten::normal_", "aten::bernoulli_.float", NULL,
+    "aten::normal_", "aten::bernoulli_.float", "aten::arange.start_step", NULL,
 };
 
 const fl_emu_profile_t fl_emu_profile = {
     .name = "minimal",
     .vendor = "torch_fl (emulator)",
-    .description = "emulated brand-new chip: 32 primitive kernels, fp32 and bf16 only (host CPU computes)",
+    .description = "emulated brand-new chip: 33 primitive kernels, fp32 and bf16 only (host CPU computes)",
     .device_name = "minimal bring-up chip",
     .env_prefix = "MINIMAL",
     .default_memory = 8ull << 30,
