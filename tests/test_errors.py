@@ -184,3 +184,10 @@ def test_explain_rejects_unknown_ops():
         fl.explain("fl::not_a_fused_op")
     with pytest.raises(ValueError, match="has no overload"):
         fl.explain("add.Nope")
+
+
+def test_sparse_tensors_on_fl_get_a_clear_error():
+    csr = torch.eye(3).to_sparse_csr().to("fl")  # PyTorch moves the layout; torch_fl does not hold it
+    assert csr.layout == torch.sparse_csr and csr.device.type == "fl"
+    with pytest.raises(RuntimeError, match="torch.sparse_csr tensor on fl:0 is not supported by torch_fl"):
+        torch.sparse.sampled_addmm(csr, torch.randn(3, 3, device="fl"), torch.randn(3, 3, device="fl"))

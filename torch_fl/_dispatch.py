@@ -180,6 +180,10 @@ def _device_of(name: str, vals):
                     f"{dev.torch_device} ({dev.backend.name}) and {d.torch_device} ({d.backend.name})! "
                     f"(when checking arguments for {name}). Move one with .to() first."
                 )
+        elif t.device.type == "fl":  # on the fl device but not an FlTensor: a layout torch_fl does not hold
+            raise RuntimeError(
+                f"{name}: a {t.layout} tensor on {t.device} is not supported by torch_fl (fl tensors are strided); "
+                f"keep {t.layout} tensors on the CPU and move dense ones with .to_dense() first")
         elif t.dim() != 0 and t.device.type != "meta":
             other = t
             first = next((x for x in _iter_tensors(vals) if isinstance(x, FlTensor)), None)
