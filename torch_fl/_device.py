@@ -238,19 +238,17 @@ def _direct(op):
 def _native_factory(op, dev, args, kwargs):
     """A factory (arange, ...) the plugin has a kernel for: allocated and filled on the device. The
     output layout comes from the meta device; the kernel sees the op's scalar arguments."""
-    from ._dispatch import _NOT_HANDLED, NATIVE, SETTINGS, _count, _run_native, facts
+    from ._dispatch import _NOT_HANDLED, NATIVE, SETTINGS, _count, _output_layouts, _run_native, facts
 
     f = facts(op)
     entry = dev.backend.plugin.kernels.get(f.name)
     if entry is None or NATIVE in SETTINGS.disabled or "device" not in f.arg_names:
         return None
     vals = f.normalize(args, dict(kwargs, device=torch.device("meta")))
-    dtype = vals[f.arg_names.index("dtype")] if "dtype" in f.arg_names else None
-    try:
-        probe = f.call(vals)  # on the meta device: only the dtype and shape are computed
-    except Exception:  # noqa: BLE001 - arguments the factory rejects: the host path reports them
-        return None
-    code = TO_CODE.get(dtype or probe.dtype, -1)
+    layouts = _output_layouts(f, vals)  # on the meta device, cached: the same call _run_native makes
+    if not layouts or not isinstance(layouts[0], tuple) or len(layouts[0]) != 3:
+        return None  # arguments the factory rejects: the host path reports them
+    code = TO_CODE.get(layouts[0][2], -1)
     if code < 0 or not (entry.dtypes >> code) & 1 or not (dev.props.dtypes >> code) & 1:
         return None
     out = _run_native(f, entry, dev, vals)

@@ -20,21 +20,11 @@ static uint64_t mem_limit;
 static atomic_uint_fast64_t used[MAX_DEVICES];
 static uint64_t rng_seed[MAX_DEVICES], rng_offset[MAX_DEVICES];
 
-static uint64_t parse_bytes(const char *env, uint64_t dflt) {
-    if (!env || !*env) return dflt;
-    char *end;
-    double v = strtod(env, &end);
-    if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024.0 * 1024.0;
-    else if (*end == 'M' || *end == 'm') v *= 1024.0 * 1024.0;
-    else if (*end == 'K' || *end == 'k') v *= 1024.0;
-    return v > 0 ? (uint64_t)v : dflt;
-}
-
 static void configure(void) {
     if (n_devices >= 0) return;
     char key[96];
     snprintf(key, sizeof key, "FL_%s_MEMORY_LIMIT", fl_emu_profile.env_prefix);
-    mem_limit = parse_bytes(getenv(key), fl_emu_profile.default_memory);
+    mem_limit = fl_host_parse_bytes(getenv(key), fl_emu_profile.default_memory);
     snprintf(key, sizeof key, "FL_%s_DEVICES", fl_emu_profile.env_prefix);
     const char *d = getenv(key);
     int n = d && *d ? atoi(d) : fl_emu_profile.default_devices;

@@ -2,6 +2,8 @@
  * error message and the strided iterator. The device entry points (memory,
  * copies, RNG, the kernel table) live in each plugin's own file: plugin.c for
  * the host plugin, ../emulated/device.c for the emulators. */
+#include <stdlib.h>
+
 #include "fl_host.h"
 
 static _Thread_local char last_error[512];
@@ -13,6 +15,17 @@ void fl_host_set_error(const char *fmt, ...) {
     va_end(ap);
 }
 const char *fl_host_last_error(void) { return last_error; }
+
+/* ---- "4G", "512M", "64K" or bytes, from an environment variable; dflt when unset or not positive ---- */
+uint64_t fl_host_parse_bytes(const char *text, uint64_t dflt) {
+    if (!text || !*text) return dflt;
+    char *end;
+    double v = strtod(text, &end);
+    if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024.0 * 1024.0;
+    else if (*end == 'M' || *end == 'm') v *= 1024.0 * 1024.0;
+    else if (*end == 'K' || *end == 'k') v *= 1024.0;
+    return v > 0 ? (uint64_t)v : dflt;
+}
 
 /* ---- iterator ---- */
 void fl_iter_init(fl_iter_t *it, int ntensor, const fl_tensor_t *const *ts) {
@@ -63,3 +76,78 @@ void fl_iter_init(fl_iter_t *it, int ntensor, const fl_tensor_t *const *ts) {
     if (numel == 0) it->inner = 0;
 }
 
+
+/* ---- dtype conversion of one strided row (the elementwise and reduction kernels' shared loop) ---- */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FL_MV __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define FL_MV
+#endif
+
+#define LD_ID(v) (v)
+#define ST_F32(x) ((float)(x))
+#define ST_F64(x) ((double)(x))
+#define ST_F16(x) fl_f32_to_f16((float)(x))
+#define ST_BF16(x) fl_f32_to_bf16((float)(x))
+#define ST_I64(x) ((int64_t)(x))
+#define ST_I32(x) ((int32_t)(x))
+#define ST_I16(x) ((int16_t)(x))
+#define ST_I8(x) ((int8_t)(x))
+#define ST_U8(x) ((uint8_t)(x))
+#define ST_B(x) ((uint8_t)((x) != 0))
+
+#define CVT_LOOP(DT, STORE, SRT, LOAD)                                              \
+    {                                                                               \
+        DT *restrict d_ = (DT *)dst;                                                \
+        const SRT *restrict s_ = (const SRT *)src;                                  \
+        if (ds == 1 && ss == 1) {                                                   \
+            for (int64_t i = 0; i < n; i++) d_[i] = STORE(LOAD(s_[i]));             \
+        } else if (ss == 0) {                                                       \
+            DT v_ = STORE(LOAD(s_[0]));                                             \
+            for (int64_t i = 0; i < n; i++) d_[i * ds] = v_;                        \
+        } else {                                                                    \
+            for (int64_t i = 0; i < n; i++) d_[i * ds] = STORE(LOAD(s_[i * ss]));   \
+        }                                                                           \
+    }                                                                               \
+    break;
+
+#define CVT_SRC_SWITCH(DT, STORE)                                        \
+    switch (sd) {                                                        \
+    case FL_FLOAT32: CVT_LOOP(DT, STORE, float, LD_ID)                   \
+    case FL_FLOAT64: CVT_LOOP(DT, STORE, double, LD_ID)                  \
+    case FL_FLOAT16: CVT_LOOP(DT, STORE, uint16_t, fl_f16_to_f32)        \
+    case FL_BFLOAT16: CVT_LOOP(DT, STORE, uint16_t, fl_bf16_to_f32)      \
+    case FL_INT64: CVT_LOOP(DT, STORE, int64_t, LD_ID)                   \
+    case FL_INT32: CVT_LOOP(DT, STORE, int32_t, LD_ID)                   \
+    case FL_INT16: CVT_LOOP(DT, STORE, int16_t, LD_ID)                   \
+    case FL_INT8: CVT_LOOP(DT, STORE, int8_t, LD_ID)                     \
+    case FL_UINT8: CVT_LOOP(DT, STORE, uint8_t, LD_ID)                   \
+    case FL_BOOL: CVT_LOOP(DT, STORE, uint8_t, LD_ID)                    \
+    }                                                                    \
+    break;
+
+/* dst[i*ds] = (dd) src[i*ss], i < n; strides in elements */
+FL_MV void fl_cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int64_t ss, int64_t n) {
+    if (n <= 0) return;
+    if (dd == sd && ds == 1 && ss == 1) { memmove(dst, src, (size_t)n * fl_itemsize(dd)); return; }
+    if (dd == sd && dd != FL_BOOL) { /* same dtype, strided: move bits */
+        switch (fl_itemsize(dd)) {
+        case 8: { uint64_t *d_ = dst; const uint64_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
+        case 4: { uint32_t *d_ = dst; const uint32_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
+        case 2: { uint16_t *d_ = dst; const uint16_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
+        default: { uint8_t *d_ = dst; const uint8_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
+        }
+    }
+    switch (dd) {
+    case FL_FLOAT32: CVT_SRC_SWITCH(float, ST_F32)
+    case FL_FLOAT64: CVT_SRC_SWITCH(double, ST_F64)
+    case FL_FLOAT16: CVT_SRC_SWITCH(uint16_t, ST_F16)
+    case FL_BFLOAT16: CVT_SRC_SWITCH(uint16_t, ST_BF16)
+    case FL_INT64: CVT_SRC_SWITCH(int64_t, ST_I64)
+    case FL_INT32: CVT_SRC_SWITCH(int32_t, ST_I32)
+    case FL_INT16: CVT_SRC_SWITCH(int16_t, ST_I16)
+    case FL_INT8: CVT_SRC_SWITCH(int8_t, ST_I8)
+    case FL_UINT8: CVT_SRC_SWITCH(uint8_t, ST_U8)
+    case FL_BOOL: CVT_SRC_SWITCH(uint8_t, ST_B)
+    }
+}

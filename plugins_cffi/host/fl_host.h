@@ -113,6 +113,12 @@ typedef struct {
 } fl_iter_t;
 
 void fl_iter_init(fl_iter_t *it, int ntensor, const fl_tensor_t *const *ts);
+
+/* a byte count from the environment ("4G", "512M", "64K", bytes); dflt when unset (common.c) */
+uint64_t fl_host_parse_bytes(const char *text, uint64_t dflt);
+
+/* dst[i*ds] = (dtype dd) src[i*ss] for i < n, strides in elements (common.c) */
+void fl_cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int64_t ss, int64_t n);
 static inline void fl_iter_row(const fl_iter_t *it, int64_t row, int64_t *base) {
     for (int k = 0; k < it->ntensor; k++) base[k] = it->offset[k];
     for (int d = it->ndim - 1; d >= 0 && row; d--) {

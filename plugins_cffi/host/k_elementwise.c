@@ -67,78 +67,12 @@ static int out_ok(const fl_tensor_t *out, int n_out) {
 /* ------------------------------------------------------------------ */
 /* dtype conversion of one strided row                                 */
 /* ------------------------------------------------------------------ */
-#define LD_ID(v) (v)
-#define ST_F32(x) ((float)(x))
-#define ST_F64(x) ((double)(x))
-#define ST_F16(x) fl_f32_to_f16((float)(x))
-#define ST_BF16(x) fl_f32_to_bf16((float)(x))
-#define ST_I64(x) ((int64_t)(x))
-#define ST_I32(x) ((int32_t)(x))
-#define ST_I16(x) ((int16_t)(x))
-#define ST_I8(x) ((int8_t)(x))
-#define ST_U8(x) ((uint8_t)(x))
-#define ST_B(x) ((uint8_t)((x) != 0))
-
-#define CVT_LOOP(DT, STORE, SRT, LOAD)                                              \
-    {                                                                               \
-        DT *restrict d_ = (DT *)dst;                                                \
-        const SRT *restrict s_ = (const SRT *)src;                                  \
-        if (ds == 1 && ss == 1) {                                                   \
-            for (int64_t i = 0; i < n; i++) d_[i] = STORE(LOAD(s_[i]));             \
-        } else if (ss == 0) {                                                       \
-            DT v_ = STORE(LOAD(s_[0]));                                             \
-            for (int64_t i = 0; i < n; i++) d_[i * ds] = v_;                        \
-        } else {                                                                    \
-            for (int64_t i = 0; i < n; i++) d_[i * ds] = STORE(LOAD(s_[i * ss]));   \
-        }                                                                           \
-    }                                                                               \
-    break;
-
-#define CVT_SRC_SWITCH(DT, STORE)                                        \
-    switch (sd) {                                                        \
-    case FL_FLOAT32: CVT_LOOP(DT, STORE, float, LD_ID)                   \
-    case FL_FLOAT64: CVT_LOOP(DT, STORE, double, LD_ID)                  \
-    case FL_FLOAT16: CVT_LOOP(DT, STORE, uint16_t, fl_f16_to_f32)        \
-    case FL_BFLOAT16: CVT_LOOP(DT, STORE, uint16_t, fl_bf16_to_f32)      \
-    case FL_INT64: CVT_LOOP(DT, STORE, int64_t, LD_ID)                   \
-    case FL_INT32: CVT_LOOP(DT, STORE, int32_t, LD_ID)                   \
-    case FL_INT16: CVT_LOOP(DT, STORE, int16_t, LD_ID)                   \
-    case FL_INT8: CVT_LOOP(DT, STORE, int8_t, LD_ID)                     \
-    case FL_UINT8: CVT_LOOP(DT, STORE, uint8_t, LD_ID)                   \
-    case FL_BOOL: CVT_LOOP(DT, STORE, uint8_t, LD_ID)                    \
-    }                                                                    \
-    break;
-
-/* dst[i*ds] = (dd) src[i*ss], i < n; strides in elements */
-FL_MV static void cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int64_t ss, int64_t n) {
-    if (n <= 0) return;
-    if (dd == sd && ds == 1 && ss == 1) { memmove(dst, src, (size_t)n * fl_itemsize(dd)); return; }
-    if (dd == sd && dd != FL_BOOL) { /* same dtype, strided: move bits */
-        switch (fl_itemsize(dd)) {
-        case 8: { uint64_t *d_ = dst; const uint64_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
-        case 4: { uint32_t *d_ = dst; const uint32_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
-        case 2: { uint16_t *d_ = dst; const uint16_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
-        default: { uint8_t *d_ = dst; const uint8_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
-        }
-    }
-    switch (dd) {
-    case FL_FLOAT32: CVT_SRC_SWITCH(float, ST_F32)
-    case FL_FLOAT64: CVT_SRC_SWITCH(double, ST_F64)
-    case FL_FLOAT16: CVT_SRC_SWITCH(uint16_t, ST_F16)
-    case FL_BFLOAT16: CVT_SRC_SWITCH(uint16_t, ST_BF16)
-    case FL_INT64: CVT_SRC_SWITCH(int64_t, ST_I64)
-    case FL_INT32: CVT_SRC_SWITCH(int32_t, ST_I32)
-    case FL_INT16: CVT_SRC_SWITCH(int16_t, ST_I16)
-    case FL_INT8: CVT_SRC_SWITCH(int8_t, ST_I8)
-    case FL_UINT8: CVT_SRC_SWITCH(uint8_t, ST_U8)
-    case FL_BOOL: CVT_SRC_SWITCH(uint8_t, ST_B)
-    }
-}
+/* fl_cvt_row (one strided row, any dtype to any dtype) lives in common.c */
 
 /* value of a scalar argument stored as dtype `dt` into buf (exact for ints) */
 static void scalar_to(const fl_arg_t *a, int dt, void *buf) {
-    if (a->kind == FL_ARG_FLOAT) cvt_row(dt, buf, 1, FL_FLOAT64, &a->f, 0, 1);
-    else cvt_row(dt, buf, 1, FL_INT64, &a->i, 0, 1);
+    if (a->kind == FL_ARG_FLOAT) fl_cvt_row(dt, buf, 1, FL_FLOAT64, &a->f, 0, 1);
+    else fl_cvt_row(dt, buf, 1, FL_INT64, &a->i, 0, 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -222,7 +156,7 @@ static void copy_strided(const fl_tensor_t *dst, const fl_tensor_t *src) {
         int64_t len = it.inner - c0 < 4 * CH ? it.inner - c0 : 4 * CH;
         int64_t base[FL_ITER_MAX];
         fl_iter_row(&it, row, base);
-        cvt_row(dst->dtype, fl_elem(dst, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], src->dtype,
+        fl_cvt_row(dst->dtype, fl_elem(dst, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], src->dtype,
                 fl_elem(src, base[1] + c0 * it.inner_stride[1]), it.inner_stride[1], len);
     }
 }
@@ -267,7 +201,7 @@ static int fill_value(const fl_tensor_t *dst, const fl_arg_t *a, const fl_tensor
         if (a->i < 0 || a->i >= n_in) return UNSUP;
         const fl_tensor_t *v = &in[a->i];
         if (fl_numel(v) != 1 || v->ndim < 0) return UNSUP;
-        cvt_row(dst->dtype, &buf, 1, v->dtype, fl_elem(v, v->offset), 0, 1);
+        fl_cvt_row(dst->dtype, &buf, 1, v->dtype, fl_elem(v, v->offset), 0, 1);
     } else if (is_scalar_arg(a)) {
         scalar_to(a, dst->dtype, &buf);
     } else {
@@ -364,10 +298,10 @@ static int ew_run(const fl_tensor_t *out, const opnds_t *ops, int ct, ewfn fn, c
             if (t->dtype == cd && (st == 0 || st == 1)) {
                 xp[k] = ptr; xs[k] = st;
             } else if (st == 0) {
-                cvt_row(cd, bufs[k + 1], 1, t->dtype, ptr, 0, 1);
+                fl_cvt_row(cd, bufs[k + 1], 1, t->dtype, ptr, 0, 1);
                 xp[k] = bufs[k + 1]; xs[k] = 0;
             } else {
-                cvt_row(cd, bufs[k + 1], 1, t->dtype, ptr, st, len);
+                fl_cvt_row(cd, bufs[k + 1], 1, t->dtype, ptr, st, len);
                 xp[k] = bufs[k + 1]; xs[k] = 1;
             }
         }
@@ -377,7 +311,7 @@ static int ew_run(const fl_tensor_t *out, const opnds_t *ops, int ct, ewfn fn, c
             fn(len, optr, xp, xs, p);
         } else {
             fn(len, bufs[0], xp, xs, p);
-            cvt_row(out->dtype, optr, ost, cd, bufs[0], 1, len);
+            fl_cvt_row(out->dtype, optr, ost, cd, bufs[0], 1, len);
         }
     }
     return FL_OK;
@@ -977,7 +911,7 @@ static int cmp_kernel(FL_KERNEL_ARGS, const ewfn *tab) {
     double v = fl_load_f64(common, &tmp);
     if (ct == CT_I) {
         int64_t iv = 0;
-        cvt_row(FL_INT64, &iv, 1, common, &tmp, 0, 1);
+        fl_cvt_row(FL_INT64, &iv, 1, common, &tmp, 0, 1);
         sa = (fl_arg_t){.kind = FL_ARG_INT, .i = iv};
     } else {
         sa = (fl_arg_t){.kind = FL_ARG_FLOAT, .f = v};
@@ -1103,14 +1037,14 @@ static int k_masked_fill(FL_KERNEL_ARGS) { /* .Scalar and .Tensor (0-dim value) 
         if (args[2].i < 0 || args[2].i >= n_in) return UNSUP;
         const fl_tensor_t *v = &in[args[2].i];
         if (v->ndim != 0) return UNSUP;
-        cvt_row(out[0].dtype, &tmp, 1, v->dtype, fl_elem(v, v->offset), 0, 1);
+        fl_cvt_row(out[0].dtype, &tmp, 1, v->dtype, fl_elem(v, v->offset), 0, 1);
     } else if (is_scalar_arg(&args[2])) {
         scalar_to(&args[2], out[0].dtype, &tmp);
     } else {
         return UNSUP;
     }
     p.d[0] = fl_load_f64(out[0].dtype, &tmp);
-    cvt_row(FL_INT64, &p.i[0], 1, out[0].dtype, &tmp, 0, 1);
+    fl_cvt_row(FL_INT64, &p.i[0], 1, out[0].dtype, &tmp, 0, 1);
     return ew_simple(in, n_in, out, n_out, args, n_args, 2, (int[]){0, 1}, masked_fill_t, &p, ct);
 }
 
@@ -1155,8 +1089,8 @@ static int rand_fill(int device, const fl_tensor_t *t, int kind, double a, doubl
         }
         int64_t base[FL_ITER_MAX];
         fl_iter_row(&it, row, base);
-        if (isint) cvt_row(t->dtype, fl_elem(t, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], FL_INT64, ibuf, 1, len);
-        else cvt_row(t->dtype, fl_elem(t, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], FL_FLOAT64, buf, 1, len);
+        if (isint) fl_cvt_row(t->dtype, fl_elem(t, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], FL_INT64, ibuf, 1, len);
+        else fl_cvt_row(t->dtype, fl_elem(t, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], FL_FLOAT64, buf, 1, len);
     }
     return FL_OK;
 }
@@ -1319,15 +1253,15 @@ static int k_native_dropout(FL_KERNEL_ARGS) {
         for (int64_t i = 0; i < len; i++) mb[i] = keep > 0 && fl_rand_uniform(seed, start + k0 + (uint64_t)i) < keep;
         if (ct == CT_F) {
             float *xf = (float *)xb, *of = (float *)ob;
-            cvt_row(FL_FLOAT32, xf, 1, x.dtype, fl_elem(&x, base[2] + c0 * it.inner_stride[2]), it.inner_stride[2], len);
+            fl_cvt_row(FL_FLOAT32, xf, 1, x.dtype, fl_elem(&x, base[2] + c0 * it.inner_stride[2]), it.inner_stride[2], len);
             for (int64_t i = 0; i < len; i++) of[i] = mb[i] ? xf[i] * scale : 0.0f;
-            cvt_row(o0->dtype, fl_elem(o0, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], FL_FLOAT32, of, 1, len);
+            fl_cvt_row(o0->dtype, fl_elem(o0, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], FL_FLOAT32, of, 1, len);
         } else {
-            cvt_row(FL_FLOAT64, xb, 1, x.dtype, fl_elem(&x, base[2] + c0 * it.inner_stride[2]), it.inner_stride[2], len);
+            fl_cvt_row(FL_FLOAT64, xb, 1, x.dtype, fl_elem(&x, base[2] + c0 * it.inner_stride[2]), it.inner_stride[2], len);
             for (int64_t i = 0; i < len; i++) ob[i] = mb[i] ? xb[i] * dscale : 0.0;
-            cvt_row(o0->dtype, fl_elem(o0, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], FL_FLOAT64, ob, 1, len);
+            fl_cvt_row(o0->dtype, fl_elem(o0, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], FL_FLOAT64, ob, 1, len);
         }
-        cvt_row(o1->dtype, fl_elem(o1, base[1] + c0 * it.inner_stride[1]), it.inner_stride[1], FL_BOOL, mb, 1, len);
+        fl_cvt_row(o1->dtype, fl_elem(o1, base[1] + c0 * it.inner_stride[1]), it.inner_stride[1], FL_BOOL, mb, 1, len);
     }
     return FL_OK;
 }

@@ -29,73 +29,7 @@
 #define PAR_MIN 32768
 #define SEG 2048
 
-#define LD_ID(v) (v)
-#define ST_F32(x) ((float)(x))
-#define ST_F64(x) ((double)(x))
-#define ST_F16(x) fl_f32_to_f16((float)(x))
-#define ST_BF16(x) fl_f32_to_bf16((float)(x))
-#define ST_I64(x) ((int64_t)(x))
-#define ST_I32(x) ((int32_t)(x))
-#define ST_I16(x) ((int16_t)(x))
-#define ST_I8(x) ((int8_t)(x))
-#define ST_U8(x) ((uint8_t)(x))
-#define ST_B(x) ((uint8_t)((x) != 0))
-
-#define CVT_LOOP(DT, STORE, SRT, LOAD)                                              \
-    {                                                                               \
-        DT *restrict d_ = (DT *)dst;                                                \
-        const SRT *restrict s_ = (const SRT *)src;                                  \
-        if (ds == 1 && ss == 1) {                                                   \
-            for (int64_t i = 0; i < n; i++) d_[i] = STORE(LOAD(s_[i]));             \
-        } else if (ss == 0) {                                                       \
-            DT v_ = STORE(LOAD(s_[0]));                                             \
-            for (int64_t i = 0; i < n; i++) d_[i * ds] = v_;                        \
-        } else {                                                                    \
-            for (int64_t i = 0; i < n; i++) d_[i * ds] = STORE(LOAD(s_[i * ss]));   \
-        }                                                                           \
-    }                                                                               \
-    break;
-
-#define CVT_SRC_SWITCH(DT, STORE)                                        \
-    switch (sd) {                                                        \
-    case FL_FLOAT32: CVT_LOOP(DT, STORE, float, LD_ID)                   \
-    case FL_FLOAT64: CVT_LOOP(DT, STORE, double, LD_ID)                  \
-    case FL_FLOAT16: CVT_LOOP(DT, STORE, uint16_t, fl_f16_to_f32)        \
-    case FL_BFLOAT16: CVT_LOOP(DT, STORE, uint16_t, fl_bf16_to_f32)      \
-    case FL_INT64: CVT_LOOP(DT, STORE, int64_t, LD_ID)                   \
-    case FL_INT32: CVT_LOOP(DT, STORE, int32_t, LD_ID)                   \
-    case FL_INT16: CVT_LOOP(DT, STORE, int16_t, LD_ID)                   \
-    case FL_INT8: CVT_LOOP(DT, STORE, int8_t, LD_ID)                     \
-    case FL_UINT8: CVT_LOOP(DT, STORE, uint8_t, LD_ID)                   \
-    case FL_BOOL: CVT_LOOP(DT, STORE, uint8_t, LD_ID)                    \
-    }                                                                    \
-    break;
-
-/* dst[i*ds] = (dd) src[i*ss], i < n; strides in elements */
-FL_MV static void cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int64_t ss, int64_t n) {
-    if (n <= 0) return;
-    if (dd == sd && ds == 1 && ss == 1) { memmove(dst, src, (size_t)n * fl_itemsize(dd)); return; }
-    if (dd == sd && dd != FL_BOOL) { /* same dtype, strided: move bits */
-        switch (fl_itemsize(dd)) {
-        case 8: { uint64_t *d_ = dst; const uint64_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
-        case 4: { uint32_t *d_ = dst; const uint32_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
-        case 2: { uint16_t *d_ = dst; const uint16_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
-        default: { uint8_t *d_ = dst; const uint8_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
-        }
-    }
-    switch (dd) {
-    case FL_FLOAT32: CVT_SRC_SWITCH(float, ST_F32)
-    case FL_FLOAT64: CVT_SRC_SWITCH(double, ST_F64)
-    case FL_FLOAT16: CVT_SRC_SWITCH(uint16_t, ST_F16)
-    case FL_BFLOAT16: CVT_SRC_SWITCH(uint16_t, ST_BF16)
-    case FL_INT64: CVT_SRC_SWITCH(int64_t, ST_I64)
-    case FL_INT32: CVT_SRC_SWITCH(int32_t, ST_I32)
-    case FL_INT16: CVT_SRC_SWITCH(int16_t, ST_I16)
-    case FL_INT8: CVT_SRC_SWITCH(int8_t, ST_I8)
-    case FL_UINT8: CVT_SRC_SWITCH(uint8_t, ST_U8)
-    case FL_BOOL: CVT_SRC_SWITCH(uint8_t, ST_B)
-    }
-}
+/* fl_cvt_row (one strided row, any dtype to any dtype) lives in common.c */
 
 
 
@@ -403,10 +337,10 @@ static void reduce_units(const rop_t *r, const rplan_t *p, const fl_tensor_t *x,
         }
         off += s0 * ls;
         if (r->intmode) {
-            cvt_row(FL_INT64, buf, 1, x->dtype, fl_elem(x, off), ls, len);
+            fl_cvt_row(FL_INT64, buf, 1, x->dtype, fl_elem(x, off), ls, len);
             acc_feed_i(r, a, (const int64_t *)buf, len, row * last + s0);
         } else {
-            cvt_row(FL_FLOAT64, buf, 1, x->dtype, fl_elem(x, off), ls, len);
+            fl_cvt_row(FL_FLOAT64, buf, 1, x->dtype, fl_elem(x, off), ls, len);
             acc_feed_d(r, a, buf, len, row * last + s0);
         }
     }
@@ -416,7 +350,7 @@ typedef void (*rfinal_fn)(const rop_t *r, const racc_t *a, int64_t nred, const f
                           const void *ctx);
 
 static void store_d(const fl_tensor_t *t, int64_t off, double v) { fl_store_f64(t->dtype, fl_elem(t, t->offset + off), v); }
-static void store_i(const fl_tensor_t *t, int64_t off, int64_t v) { cvt_row(t->dtype, fl_elem(t, t->offset + off), 1, FL_INT64, &v, 0, 1); }
+static void store_i(const fl_tensor_t *t, int64_t off, int64_t v) { fl_cvt_row(t->dtype, fl_elem(t, t->offset + off), 1, FL_INT64, &v, 0, 1); }
 
 static int reduce_run(const rop_t *r, const rplan_t *p, const fl_tensor_t *x, const fl_tensor_t *outs, rfinal_fn fin,
                       const void *ctx) {
@@ -482,24 +416,24 @@ static int sum_columns(const rplan_t *p, const fl_tensor_t *x, const fl_tensor_t
             int64_t off = x->offset + xoff + j0, q = rr;
             for (int d = p->nr - 1; d >= 0 && q; d--) { off += (q % p->rsz[d]) * p->ris[d]; q /= p->rsz[d]; }
             if (intmode) {
-                cvt_row(FL_INT64, tmp, 1, x->dtype, fl_elem(x, off), 1, len);
+                fl_cvt_row(FL_INT64, tmp, 1, x->dtype, fl_elem(x, off), 1, len);
                 const int64_t *ti = (const int64_t *)tmp;
                 for (int64_t j = 0; j < len; j++) iacc[j] = (int64_t)((uint64_t)iacc[j] + (uint64_t)ti[j]);
             } else if (x->dtype == FL_FLOAT32) {
                 const float *xf = (const float *)fl_elem(x, off);
                 for (int64_t j = 0; j < len; j++) acc[j] += xf[j];
             } else {
-                cvt_row(FL_FLOAT64, tmp, 1, x->dtype, fl_elem(x, off), 1, len);
+                fl_cvt_row(FL_FLOAT64, tmp, 1, x->dtype, fl_elem(x, off), 1, len);
                 for (int64_t j = 0; j < len; j++) acc[j] += tmp[j];
             }
         }
         int64_t os = p->kos[0][p->nk - 1];
         char *op = fl_elem(out, out->offset + ooff[0] + j0 * os);
         if (intmode) {
-            cvt_row(out->dtype, op, os, FL_INT64, iacc, 1, len);
+            fl_cvt_row(out->dtype, op, os, FL_INT64, iacc, 1, len);
         } else {
             for (int64_t j = 0; j < len; j++) acc[j] *= scale;
-            cvt_row(out->dtype, op, os, FL_FLOAT64, acc, 1, len);
+            fl_cvt_row(out->dtype, op, os, FL_FLOAT64, acc, 1, len);
         }
     }
     return 0;
@@ -786,15 +720,15 @@ static int k_cumsum(FL_KERNEL_ARGS) { /* cumsum(self, dim, dtype?) ; cumsum_ */
             rows_offsets(&r, ts, row, off);
             if (intmode) {
                 int64_t *b = (int64_t *)buf;
-                cvt_row(FL_INT64, b, 1, x->dtype, fl_elem(x, off[1]), r.st[1], r.len);
+                fl_cvt_row(FL_INT64, b, 1, x->dtype, fl_elem(x, off[1]), r.st[1], r.len);
                 uint64_t acc = 0;
                 for (int64_t i = 0; i < r.len; i++) { acc += (uint64_t)b[i]; b[i] = (int64_t)acc; }
-                cvt_row(out[0].dtype, fl_elem(&out[0], off[0]), r.st[0], FL_INT64, b, 1, r.len);
+                fl_cvt_row(out[0].dtype, fl_elem(&out[0], off[0]), r.st[0], FL_INT64, b, 1, r.len);
             } else {
-                cvt_row(FL_FLOAT64, buf, 1, x->dtype, fl_elem(x, off[1]), r.st[1], r.len);
+                fl_cvt_row(FL_FLOAT64, buf, 1, x->dtype, fl_elem(x, off[1]), r.st[1], r.len);
                 double acc = 0;
                 for (int64_t i = 0; i < r.len; i++) { acc += buf[i]; buf[i] = acc; }
-                cvt_row(out[0].dtype, fl_elem(&out[0], off[0]), r.st[0], FL_FLOAT64, buf, 1, r.len);
+                fl_cvt_row(out[0].dtype, fl_elem(&out[0], off[0]), r.st[0], FL_FLOAT64, buf, 1, r.len);
             }
         }
         free(buf);
@@ -829,7 +763,7 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
             rows_offsets(&r, ts, row, off);
             if (!dbl) {
                 float *x = (float *)mem, *y = (float *)(mem + L);
-                cvt_row(FL_FLOAT32, x, 1, a->dtype, fl_elem(a, off[1]), r.st[1], L);
+                fl_cvt_row(FL_FLOAT32, x, 1, a->dtype, fl_elem(a, off[1]), r.st[1], L);
                 if (kind <= 2) {
                     float mx = -INFINITY;
                     for (int64_t i = 0; i < L; i++) mx = x[i] > mx ? x[i] : mx;
@@ -850,7 +784,7 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
                         for (int64_t i = 0; i < L; i++) y[i] *= inv;
                     }
                 } else { /* x = grad, y = output */
-                    cvt_row(FL_FLOAT32, y, 1, b->dtype, fl_elem(b, off[2]), r.st[2], L);
+                    fl_cvt_row(FL_FLOAT32, y, 1, b->dtype, fl_elem(b, off[2]), r.st[2], L);
                     double s = 0;
                     if (kind == 3) {
                         for (int64_t i = 0; i < L; i++) s += (double)x[i] * y[i];
@@ -862,10 +796,10 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
                         for (int64_t i = 0; i < L; i++) y[i] = x[i] - vexpf(y[i]) * fs;
                     }
                 }
-                cvt_row(o->dtype, fl_elem(o, off[0]), r.st[0], FL_FLOAT32, y, 1, L);
+                fl_cvt_row(o->dtype, fl_elem(o, off[0]), r.st[0], FL_FLOAT32, y, 1, L);
             } else {
                 double *x = mem, *y = mem + L;
-                cvt_row(FL_FLOAT64, x, 1, a->dtype, fl_elem(a, off[1]), r.st[1], L);
+                fl_cvt_row(FL_FLOAT64, x, 1, a->dtype, fl_elem(a, off[1]), r.st[1], L);
                 if (kind <= 2) {
                     double mx = -INFINITY;
                     for (int64_t i = 0; i < L; i++) mx = x[i] > mx ? x[i] : mx;
@@ -884,7 +818,7 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
                         for (int64_t i = 0; i < L; i++) y[i] *= inv;
                     }
                 } else {
-                    cvt_row(FL_FLOAT64, y, 1, b->dtype, fl_elem(b, off[2]), r.st[2], L);
+                    fl_cvt_row(FL_FLOAT64, y, 1, b->dtype, fl_elem(b, off[2]), r.st[2], L);
                     double s = 0;
                     if (kind == 3) {
                         for (int64_t i = 0; i < L; i++) s += x[i] * y[i];
@@ -894,7 +828,7 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
                         for (int64_t i = 0; i < L; i++) y[i] = x[i] - exp(y[i]) * s;
                     }
                 }
-                cvt_row(o->dtype, fl_elem(o, off[0]), r.st[0], FL_FLOAT64, y, 1, L);
+                fl_cvt_row(o->dtype, fl_elem(o, off[0]), r.st[0], FL_FLOAT64, y, 1, L);
             }
         }
         free(mem);
@@ -1007,7 +941,7 @@ static void zero_tensor(const fl_tensor_t *o) {
     for (int64_t r = 0; r < it.outer; r++) {
         int64_t b[FL_ITER_MAX];
         fl_iter_row(&it, r, b);
-        cvt_row(o->dtype, fl_elem(o, b[0]), it.inner_stride[0], FL_INT64, &z, 0, it.inner);
+        fl_cvt_row(o->dtype, fl_elem(o, b[0]), it.inner_stride[0], FL_INT64, &z, 0, it.inner);
     }
 }
 
@@ -1066,7 +1000,7 @@ static void copy_any(const fl_tensor_t *dst, const fl_tensor_t *src) {
     for (int64_t r = 0; r < it.outer; r++) {
         int64_t b[FL_ITER_MAX];
         fl_iter_row(&it, r, b);
-        cvt_row(dst->dtype, fl_elem(dst, b[0]), it.inner_stride[0], src->dtype, fl_elem(src, b[1]), it.inner_stride[1], it.inner);
+        fl_cvt_row(dst->dtype, fl_elem(dst, b[0]), it.inner_stride[0], src->dtype, fl_elem(src, b[1]), it.inner_stride[1], it.inner);
     }
 }
 static int check_indices(const fl_tensor_t *idx, int64_t n, const char *what) {
@@ -1115,7 +1049,7 @@ static int k_embedding(FL_KERNEL_ARGS) {
         fl_iter_row(&it, r, b);
         for (int64_t i = 0; i < it.inner; i++) {
             int64_t v = load_idx(idx, b[0] + i * it.inner_stride[0]);
-            cvt_row(o->dtype, fl_elem(o, b[1] + i * it.inner_stride[1]), os, wt->dtype,
+            fl_cvt_row(o->dtype, fl_elem(o, b[1] + i * it.inner_stride[1]), os, wt->dtype,
                     fl_elem(wt, wt->offset + v * wt->strides[0]), ws, D);
         }
     }
@@ -1215,7 +1149,7 @@ static int k_index_select(FL_KERNEL_ARGS) {
         for (int64_t r = 0; r < it.outer; r++) {
             int64_t b[FL_ITER_MAX];
             fl_iter_row(&it, r, b);
-            cvt_row(d.dtype, fl_elem(&d, b[0]), it.inner_stride[0], s.dtype, fl_elem(&s, b[1]), it.inner_stride[1], it.inner);
+            fl_cvt_row(d.dtype, fl_elem(&d, b[0]), it.inner_stride[0], s.dtype, fl_elem(&s, b[1]), it.inner_stride[1], it.inner);
         }
     }
     return FL_OK;
@@ -1256,7 +1190,7 @@ static int k_gather(FL_KERNEL_ARGS) {
             const char *src = fl_elem(x, b[2] + i * it.inner_stride[2] + v * dstride);
             char *dst = fl_elem(o, b[0] + i * it.inner_stride[0]);
             if (same) memcpy(dst, src, isz);
-            else cvt_row(o->dtype, dst, 1, x->dtype, src, 1, 1);
+            else fl_cvt_row(o->dtype, dst, 1, x->dtype, src, 1, 1);
         }
     }
     return FL_OK;
@@ -1298,10 +1232,10 @@ static int k_scatter_add(FL_KERNEL_ARGS) {
             const char *ps = fl_elem(&sv, b[1] + i * it.inner_stride[1]);
             if (intmode) {
                 int64_t a, c;
-                cvt_row(FL_INT64, &a, 1, o->dtype, pd, 1, 1);
-                cvt_row(FL_INT64, &c, 1, o->dtype, ps, 1, 1);
+                fl_cvt_row(FL_INT64, &a, 1, o->dtype, pd, 1, 1);
+                fl_cvt_row(FL_INT64, &c, 1, o->dtype, ps, 1, 1);
                 a = (int64_t)((uint64_t)a + (uint64_t)c);
-                cvt_row(o->dtype, pd, 1, FL_INT64, &a, 1, 1);
+                fl_cvt_row(o->dtype, pd, 1, FL_INT64, &a, 1, 1);
             } else if (o->dtype == FL_FLOAT32) {
                 *(float *)pd += *(const float *)ps;
             } else {

@@ -15,15 +15,8 @@ static uint64_t limit_bytes;
 
 static uint64_t total_memory(void) {
     if (limit_bytes) return limit_bytes;
-    const char *env = getenv("FL_CPU_MEMORY_LIMIT");
-    if (env && *env) {
-        char *end;
-        double v = strtod(env, &end);
-        if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024.0 * 1024.0;
-        else if (*end == 'M' || *end == 'm') v *= 1024.0 * 1024.0;
-        else if (*end == 'K' || *end == 'k') v *= 1024.0;
-        if (v > 0) return limit_bytes = (uint64_t)v;
-    }
+    uint64_t v = fl_host_parse_bytes(getenv("FL_CPU_MEMORY_LIMIT"), 0);
+    if (v) return limit_bytes = v;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     return limit_bytes = (uint64_t)pages * (uint64_t)page;
 }
