@@ -201,6 +201,21 @@ NOTEBOOKS = {
 }
 
 
+def _extra_notebooks() -> dict:
+    """Notebooks kept in their own files (notebooks/cells/NN_name.py, each defining CELLS
+    with the same conventions), so separate features don't all edit this one file."""
+    import glob
+    import runpy
+    found = {}
+    for path in sorted(glob.glob(os.path.join(HERE, "cells", "[0-9]*.py"))):
+        name = os.path.splitext(os.path.basename(path))[0]
+        found[name] = runpy.run_path(path, init_globals={"SETUP": SETUP, "IGNORE": IGNORE})["CELLS"]
+    return found
+
+
+NOTEBOOKS.update(_extra_notebooks())
+
+
 def build(name: str, cells) -> None:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
