@@ -149,6 +149,9 @@ typedef struct { const fl_kernel_entry_t *entries; int count; } fl_kernel_group_
 extern const fl_kernel_group_t fl_host_group_elementwise;
 extern const fl_kernel_group_t fl_host_group_reduce;
 extern const fl_kernel_group_t fl_host_group_linalg;
+extern const fl_kernel_group_t fl_host_group_special; /* k_special.c */
+extern const fl_kernel_group_t fl_host_group_lapack;  /* k_lapack.c */
+extern const fl_kernel_group_t fl_host_group_index;   /* k_index.c */
 
 /* Mask helpers for the table */
 #define FL_F32 FL_DTYPE_BIT(FL_FLOAT32)
