@@ -152,6 +152,7 @@ extern const fl_kernel_group_t fl_host_group_linalg;
 extern const fl_kernel_group_t fl_host_group_special; /* k_special.c */
 extern const fl_kernel_group_t fl_host_group_lapack;  /* k_lapack.c */
 extern const fl_kernel_group_t fl_host_group_index;   /* k_index.c */
+extern const fl_kernel_group_t fl_host_group_nn;      /* k_nn.c */
 
 /* Mask helpers for the table */
 #define FL_F32 FL_DTYPE_BIT(FL_FLOAT32)
