@@ -368,9 +368,13 @@ class JitKernel:
         return _run_native(f, entry, dev, vals)
 
     def _compile(self, f, dev, vals):
+        return self._compile_with(f, dev, lambda: generate(f, vals, self.dtype, self.out_dtype))
+
+    def _compile_with(self, f, dev, gen):
+        """Generate (gen() -> source, symbol), compile through the plugin, time it; None if either fails."""
         t0 = time.perf_counter()
         try:
-            src, symbol = generate(f, vals, self.dtype, self.out_dtype)
+            src, symbol = gen()
         except _Unsupported:
             return None
         except Exception:  # noqa: BLE001 - a trace that fails means no JIT kernel for this call
@@ -396,8 +400,17 @@ class JitKernel:
 
 
 def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
-    """A JIT kernel factory for a pointwise op in a supported dtype, or None."""
-    if not backend.plugin.optional.get("jit_compile") or not facts.pointwise or facts.n_returns != 1:
+    """A JIT kernel factory for a pointwise op or a reduction in a supported dtype, or None."""
+    if not backend.plugin.optional.get("jit_compile"):
+        return None
+    if backend.devices and dtypes and not all((backend.devices[0].props.dtypes >> _dtype_code(d)) & 1
+                                              for d in dtypes if d in _DTYPES):
+        return None
+    from . import _jit_reduce
+
+    if facts.func in _jit_reduce.OPS:
+        return _jit_reduce.lookup(backend, facts, dtypes)
+    if not facts.pointwise or facts.n_returns != 1:
         return None
     if not dtypes or any(d != dtypes[0] for d in dtypes) or dtypes[0] not in _DTYPES:
         return None
