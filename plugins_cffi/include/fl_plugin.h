@@ -136,6 +136,7 @@ typedef struct {
 #define FL_FEATURE_ASYNC_COPY 2u        /* copies on non-default streams overlap */
 #define FL_FEATURE_FP16_STABLE 4u       /* fp16 autocast is numerically safe */
 #define FL_FEATURE_COLLECTIVES 8u
+#define FL_FEATURE_CHANNELS_LAST 16u    /* convolutions run fastest on NHWC (channels-last) tensors */
 
 typedef struct {
     char name[64];

@@ -1,7 +1,7 @@
 /* ascend: an NPU-class device, emulated. fp32/fp16/bf16 but no fp64; a
  * narrower native set (many backward and activation kernels missing, so
  * those ops take PyTorch's decompositions or the CPU fallback); a fused
- * Conv+BN+ReLU kernel; no fused attention. */
+ * Conv+BN+ReLU kernel; no fused attention; prefers channels-last convolutions. */
 #include "../emu.h"
 
 static const char *const without[] = {
@@ -32,7 +32,7 @@ const fl_emu_profile_t fl_emu_profile = {
     .default_memory = 16ull << 30,
     .default_devices = 1,
     .dtypes = FL_F32 | FL_F16 | FL_BF16 | FL_INTS | FL_DTYPE_BIT(FL_BOOL),
-    .features = FL_FEATURE_FP16_STABLE,
+    .features = FL_FEATURE_FP16_STABLE | FL_FEATURE_CHANNELS_LAST,
     .compute_units = 32,
     .only = NULL,
     .without = without,
