@@ -36,6 +36,8 @@ __version__ = "0.1.0"
 
 _device.register()
 
+from . import distributed  # noqa: E402  (registers the "fl" process-group backend with torch.distributed)
+
 __all__ = [
     "AlignmentReport",
     "Comparison",
@@ -63,6 +65,7 @@ __all__ = [
     "cpu_fallback_enabled",
     "current_device",
     "device",
+    "distributed",
     "explain",
     "get_current_backend_name",
     "initialize",

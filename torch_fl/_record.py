@@ -22,6 +22,7 @@ class OpEvent:
     bytes_copied: int
     depth: int
     start: float = 0.0  # time.perf_counter() when the op began
+    comm_bytes: int = 0  # a collective's message size on this rank (torch_fl.distributed)
 
 
 # Global tallies the dispatcher bumps; listeners read deltas across a call.

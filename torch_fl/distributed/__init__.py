@@ -1,0 +1,32 @@
+"""torch.distributed on fl tensors: the `fl` process-group backend.
+
+`import torch_fl` registers backend "fl" for the devices "fl" and "cpu".
+Then `dist.init_process_group("fl")` (or with no backend at all: "fl" is
+c10d's default for the fl accelerator, as NCCL is for CUDA), DDP,
+`dist.all_reduce(t)` on fl tensors and torchrun work unchanged. Collectives
+use the plugin's comm_* entry points where the plugin has them, and a CPU
+relay (host copies + gloo) everywhere else; `collectives_path()` says which,
+`fl.profile()` records each collective with its bytes. docs/distributed.md
+has the details and the multi-node recipe."""
+
+from __future__ import annotations
+
+from ._pg import BACKEND_NAME, GLOO, PLUGIN, RELAY, RELAY_ENV, ProcessGroupFl, collectives_path, register
+from ._work import BackendMismatchError, CollectiveError, CollectiveTimeoutError, FlWork
+
+register()
+
+__all__ = [
+    "BACKEND_NAME",
+    "GLOO",
+    "PLUGIN",
+    "RELAY",
+    "RELAY_ENV",
+    "BackendMismatchError",
+    "CollectiveError",
+    "CollectiveTimeoutError",
+    "FlWork",
+    "ProcessGroupFl",
+    "collectives_path",
+    "register",
+]
