@@ -1,0 +1,217 @@
+"""The JIT tier for gather and scatter: generated kernels for a backend with no indexing kernels.
+
+gather, scatter (src / value), scatter_add, scatter.reduce and
+scatter_reduce.two are one loop over the index tensor each: read an index,
+check it, and either load from `self` at it (gather) or fold `src` into the
+output at it (the scatters). The fold is what differs, so it is spliced into
+a fixed loop, as for reductions (_jit_reduce). index_select, embedding, flip,
+roll and advanced indexing decompose into these (torch_fl/_decompositions.py),
+which is how a chip with a few dozen primitive kernels indexes at all.
+
+Rank and dtypes are fixed in the source, sizes, strides and `dim` are read
+at run time. An out-of-range index makes the kernel return FL_ERR_INVALID
+before it writes past anything; the runtime raises an IndexError naming the
+dimension and its size, as PyTorch does."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+
+from . import _jit
+from .errors import KernelError
+
+aten = torch.ops.aten
+
+# op -> (kind, reduce fold or None, include_self from vals or None)
+_SCATTER_FOLDS = {"sum": "a + v", "prod": "a * v", "mean": "a + v", "amax": "fl_max(a, v)", "amin": "fl_min(a, v)",
+                  "add": "a + v", "multiply": "a * v"}
+
+
+def _spec(f, vals) -> tuple:
+    """(kind, fold, include_self, value_arg) for this call; raises KeyError for what is not served."""
+    func = f.func
+    base = func._schema.name.split("::")[1].rstrip("_")
+    ov = func._overloadname
+    if base == "gather":
+        return ("gather", None, True, None)
+    if base == "scatter_add":
+        return ("scatter", "a + v", True, None)
+    if base == "scatter" and ov in ("src", "value"):
+        return ("scatter", "v", True, 3 if ov == "value" else None)
+    if base == "scatter" and ov in ("reduce", "value_reduce"):
+        return ("scatter", _SCATTER_FOLDS[vals[4]], True, 3 if ov == "value_reduce" else None)
+    if base == "scatter_reduce" and ov == "two":
+        red = vals[4]
+        return ("scatter_mean" if red == "mean" else "scatter", _SCATTER_FOLDS[red], bool(vals[5]), None)
+    raise KeyError(f.name)
+
+
+SERVED = {aten.gather.default, aten.scatter_add.default, aten.scatter_add_.default, aten.scatter.src,
+          aten.scatter.value, aten.scatter_.src, aten.scatter_.value, aten.scatter.reduce, aten.scatter.value_reduce,
+          aten.scatter_.reduce, aten.scatter_.value_reduce, aten.scatter_reduce.two, aten.scatter_reduce_.two}
+
+
+def _load(t: str, dtype, off: str) -> str:
+    c = _jit._ctype(dtype)
+    if c == "bf16":
+        return f"fl_ld_bf16((const uint16_t *){t}.data + {off})"
+    return f"(double)((const {c} *){t}.data)[{off}]"
+
+
+def _store(t: str, dtype, off: str, expr: str) -> str:
+    c = _jit._ctype(dtype)
+    if dtype is torch.bool:
+        return f"((uint8_t *){t}.data)[{off}] = (uint8_t)(({expr}) != 0.0);"
+    if c == "bf16":
+        return f"fl_st_bf16((uint16_t *){t}.data + {off}, {expr});"
+    if not dtype.is_floating_point:
+        return f"(({c} *){t}.data)[{off}] = ({c})trunc({expr});"
+    return f"(({c} *){t}.data)[{off}] = ({c})({expr});"
+
+
+_WALK = """
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= ix->sizes[d];
+    for (int64_t lin = 0; lin < n; lin++) {
+        int64_t rem = lin, io = ix->offset, to = T->offset, so = S->offset, k;
+        for (int d = nd - 1; d >= 0; d--) {
+            int64_t i = rem % ix->sizes[d]; rem /= ix->sizes[d];
+            io += i * ix->strides[d]; so += i * S->strides[d];
+            if (d != dim) to += i * T->strides[d];
+        }
+        k = ((const int64_t *)ix->data)[io];
+        if (k < 0 || k >= T->sizes[dim]) return 2;
+        to += k * T->strides[dim];
+        BODY
+    }"""
+
+
+def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool) -> tuple[str, str]:
+    kind, fold, include_self, value_arg = spec
+    pre, post = "", ""
+    if kind == "gather":  # T = self (read at the index), S = out (written where the index is)
+        setup = "const fl_tensor_t *T = &in[0], *S = &out[0];"
+        body = _store("(*S)", dtype, "so", _load("(*T)", dtype, "to"))
+    else:  # T = out (written at the index), S = src (read where the index is)
+        setup = "const fl_tensor_t *T = &out[0], *S = &in[2];"
+        v = f"fl_num(&args[{value_arg}])" if value_arg is not None else _load("(*S)", dtype, "so")
+        if not inplace:  # the functional form starts from a copy of self
+            pre += f"""
+    {{
+        int64_t m = 1;
+        for (int d = 0; d < nd; d++) m *= in[0].sizes[d];
+        for (int64_t lin = 0; lin < m; lin++) {{
+            int64_t rem = lin, a = in[0].offset, b = out[0].offset;
+            for (int d = nd - 1; d >= 0; d--) {{
+                int64_t i = rem % in[0].sizes[d]; rem /= in[0].sizes[d];
+                a += i * in[0].strides[d]; b += i * out[0].strides[d];
+            }}
+            {_store("out[0]", dtype, "b", _load("in[0]", dtype, "a"))}
+        }}
+    }}"""
+        if value_arg is not None:
+            setup = "const fl_tensor_t *T = &out[0], *S = &in[1];"  # no src: walk the index's own strides
+        if include_self and kind == "scatter":
+            load = _load('(*T)', dtype, 'to')
+            body = f"{{ double a = {load}, v = {v}; (void)a; {_store('(*T)', dtype, 'to', fold)} }}"
+        else:  # positions the index reaches start over (from src alone, or counted for the mean)
+            pre += """
+    int64_t span = 1;
+    for (int d = 0; d < nd; d++) span += (T->sizes[d] - 1) * T->strides[d];
+    int64_t *count = calloc((size_t)(span > 0 ? span : 1), sizeof *count);
+    if (!count) return 1;"""
+            cond = "0" if include_self else "count[c] == 0"
+            body = (f"{{ double a = {_load('(*T)', dtype, 'to')}, v = {v}; int64_t c = to - T->offset;\n"
+                    f"          a = ({cond}) ? v : ({fold}); count[c]++; {_store('(*T)', dtype, 'to', 'a')} }}")
+            if kind == "scatter_mean":
+                walk_out = f"""
+    {{
+        int64_t m = 1;
+        for (int d = 0; d < nd; d++) m *= T->sizes[d];
+        for (int64_t lin = 0; lin < m; lin++) {{
+            int64_t rem = lin, to = T->offset;
+            for (int d = nd - 1; d >= 0; d--) {{
+                int64_t i = rem % T->sizes[d]; rem /= T->sizes[d]; to += i * T->strides[d];
+            }}
+            int64_t c = count[to - T->offset] + {1 if include_self else 0};
+            if (count[to - T->offset] > 0) {{
+                double a = {_load('(*T)', dtype, 'to')} / (double)c;
+                {_store('(*T)', dtype, 'to', 'a' if dtype.is_floating_point else 'floor(a)')}
+            }}
+        }}
+    }}"""
+                post += walk_out
+            post += "\n    free(count);"
+    walk = _WALK.replace("BODY", body)
+    if "count" in pre:  # free the counts on the error path too
+        walk = walk.replace("return 2;", "{ free(count); return 2; }")
+    key = "|".join(map(str, [name, spec, ndim, dtype, inplace]))
+    symbol = "fl_jiti_" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    src = _jit._prelude() + f"""
+#include <stdlib.h>
+/* JIT {kind} kernel for {name}, generated by torch_fl */
+__attribute__((visibility("default")))
+int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, const fl_tensor_t *out, int n_out,
+             const fl_arg_t *args, int n_args) {{
+    (void)stream; (void)device; (void)n_in; (void)n_out; (void)n_args;
+    const int nd = {ndim};
+    int dim = (int)args[1].i;
+    if (dim < 0) dim += nd;
+    const fl_tensor_t *ix = &in[1];
+    {setup}
+    if (dim < 0 || dim >= nd || ix->ndim != nd) return 3;
+    {pre}
+    {walk}
+    {post}
+    return 0;
+}}
+"""
+    return src, symbol
+
+
+class IndexKernel(_jit.JitKernel):
+    """The JIT tier for one gather/scatter op in one dtype on one backend."""
+
+    def __call__(self, f, dev, vals):
+        from ._dispatch import _NOT_HANDLED, _run_native
+        from ._tensor import FlTensor
+
+        x, index = vals[0], vals[2]
+        if not isinstance(x, FlTensor) or not isinstance(index, FlTensor) or index.dtype != torch.int64:
+            return _NOT_HANDLED
+        if x.dim() == 0 or index.dim() != x.dim() or x.dtype not in _jit._DTYPES:
+            return _NOT_HANDLED  # 0-dim and rank-mismatch forms: PyTorch's own checks run on the next tier
+        if len(vals) > 3 and isinstance(vals[3], torch.Tensor) and (
+                not isinstance(vals[3], FlTensor) or vals[3].dtype != x.dtype or vals[3].dim() != x.dim()):
+            return _NOT_HANDLED
+        try:
+            spec = _spec(f, vals)
+        except KeyError:
+            return _NOT_HANDLED
+        inplace = bool(f.mutable)
+        sig = (spec, x.dim(), x.dtype, inplace)
+        if sig not in self.kernels:
+            self.kernels[sig] = self._compile_with(f, dev, lambda: generate(f.name, spec, x.dim(), x.dtype, inplace))
+        else:
+            _jit.STATS["memory_hits"] += 1
+        entry = self.kernels[sig]
+        if entry is None:
+            return _NOT_HANDLED
+        try:
+            return _run_native(f, entry, dev, vals)
+        except KernelError as e:
+            if "FL_ERR_INVALID" not in str(e):
+                raise
+            dim = vals[1] % x.dim()
+            size = x.shape[dim]
+            raise RuntimeError(f"{f.name}: an index in `index` is out of bounds for dimension {dim} with size "
+                             f"{size} (valid indices are 0..{size - 1})") from None
+
+
+def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
+    if facts.func not in SERVED or not dtypes or dtypes[0] not in _jit._DTYPES:
+        return None
+    return IndexKernel(backend, facts, dtypes[0])
