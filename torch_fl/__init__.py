@@ -27,6 +27,7 @@ from ._capability import CapabilityTable
 from ._tensor import FlTensor
 from .align import AlignmentReport, align
 from .amp import autocast, keep_float32
+from .compile import CompiledModel, FusionReport, compile  # noqa: A004 - fl.compile, like torch.compile
 from .coverage import Coverage, coverage
 from .errors import BackendNotFoundError, FlError, KernelError, PluginLoadError, PrivateUse1TakenError
 from .profiler import Comparison, Profile, compare_backends, profile
@@ -40,6 +41,9 @@ from . import distributed  # noqa: E402  (registers the "fl" process-group backe
 
 __all__ = [
     "AlignmentReport",
+    "CompiledModel",
+    "FusionReport",
+    "compile",
     "Comparison",
     "Coverage",
     "coverage",

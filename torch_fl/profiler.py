@@ -42,6 +42,11 @@ class OpStats:
     kernels: int = 0  # kernel launches of the depth-0 calls, their sub-ops included
     bytes_copied: int = 0
     paths: dict[str, int] = field(default_factory=dict)
+    comm_bytes: int = 0  # collectives (torch_fl.distributed): message bytes on this rank
+
+    @property
+    def is_collective(self) -> bool:
+        return any(p.startswith("comm-") for p in self.paths)
 
     @property
     def mean_us(self) -> float:
@@ -113,13 +118,34 @@ class Profile:
     def op_calls(self) -> int:
         return sum(1 for e in self.events if e.depth == 0)
 
+    def collectives(self) -> list[OpStats]:
+        """torch.distributed collectives on the fl process group (c10d::all_reduce,
+        ...), costliest first: calls, the path (comm-plugin, comm-relay,
+        comm-gloo), message bytes (`comm_bytes`) and host<->device bytes the
+        relay staged (`bytes_copied`)."""
+        return sorted((s for s in self.ops() if s.is_collective), key=lambda s: -s.total_s)
+
+    @property
+    def comm_bytes(self) -> int:
+        return sum(getattr(e, "comm_bytes", 0) for e in self.events if e.depth == 0)
+
+    def collectives_table(self) -> str:
+        rows = self.collectives()
+        w = max([len(s.op) for s in rows] + [10])
+        lines = [f"{'collective':<{w}}  {'backend':<8} {'path':<11} {'calls':>6} {'total ms':>9} {'bytes':>10} "
+                 f"{'staged':>10}"]
+        for s in rows:
+            lines.append(f"{s.op:<{w}}  {s.backend:<8} {s.path:<11} {s.calls:>6} {s.total_s * 1e3:>9.3f} "
+                         f"{_fmt_bytes(s.comm_bytes):>10} {_fmt_bytes(s.bytes_copied):>10}")
+        return "\n".join(lines)
+
     def compare(self, other: Profile, names: tuple[str, str] | None = None) -> Comparison:
         return Comparison(self, other, names or (self.label or "a", other.label or "b"))
 
     # -- export -----------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"label": self.label, "wall_s": self.wall_s, "op_calls": self.op_calls, "kernels": self.kernels,
-                "bytes_copied": self.bytes_copied, "time_by_path": self.time_by_path(),
+                "bytes_copied": self.bytes_copied, "comm_bytes": self.comm_bytes, "time_by_path": self.time_by_path(),
                 "ops": [dict(asdict(s), mean_us=s.mean_us, path=s.path) for s in self.top(len(self.ops()))],
                 "memory": [asdict(m) for m in self.memory]}
 
@@ -166,6 +192,10 @@ class Profile:
             lines.append("CPU fallbacks: " + ", ".join(f"{s.op} ({sum(s.paths.values())} calls, "
                                                        f"{s.self_s * 1e3:.2f} ms, {_fmt_bytes(s.bytes_copied)})"
                                                        for s in fb[:10]))
+        coll = self.collectives()
+        if coll:
+            lines.append("collectives: " + ", ".join(f"{s.op} ({s.calls} calls, {s.path}, {_fmt_bytes(s.comm_bytes)}, "
+                                                     f"{s.total_s * 1e3:.2f} ms)" for s in coll[:10]))
         for m in self.memory:
             lines.append(f"memory {m.device} ({m.backend}): {_fmt_bytes(m.allocated_start)} -> "
                          f"{_fmt_bytes(m.allocated_end)}, peak {_fmt_bytes(m.peak)}, pool hits {m.pool_hits}, "
@@ -191,8 +221,9 @@ class Profile:
 class Comparison:
     """The same workload on two backends, op by op: calls, kernels and time."""
 
-    def __init__(self, a: Profile, b: Profile, names: tuple[str, str]):
+    def __init__(self, a: Profile, b: Profile, names: tuple[str, str], unfused: Comparison | None = None):
         self.a, self.b, self.names = a, b, names
+        self.unfused = unfused  # the workload with fl.compile's fusion off: compare_backends(fusion=True)
 
     def rows(self) -> list[dict]:
         ops_a = {s.op: s for s in _merge_backends(self.a.ops())}
@@ -208,8 +239,12 @@ class Comparison:
         return sorted(out, key=lambda r: -max(r["ms"]))
 
     def to_dict(self) -> dict:
-        return {"names": list(self.names), "kernels": [self.a.kernels, self.b.kernels],
-                "wall_s": [self.a.wall_s, self.b.wall_s], "rows": self.rows()}
+        out = {"names": list(self.names), "kernels": [self.a.kernels, self.b.kernels],
+               "wall_s": [self.a.wall_s, self.b.wall_s], "rows": self.rows()}
+        if self.unfused is not None:
+            out["kernels_unfused"] = [self.unfused.a.kernels, self.unfused.b.kernels]
+            out["wall_s_unfused"] = [self.unfused.a.wall_s, self.unfused.b.wall_s]
+        return out
 
     def render(self, n: int = 25) -> str:
         a, b = self.names
@@ -217,6 +252,8 @@ class Comparison:
         w = max([len(r["op"]) for r in rows] + [10])
         lines = [f"{a} vs {b}: kernels {self.a.kernels} vs {self.b.kernels}, wall {self.a.wall_s * 1e3:.1f} ms vs "
                  f"{self.b.wall_s * 1e3:.1f} ms",
+                 *([f"{a} vs {b} without fusion {self.unfused.a.kernels} vs {self.unfused.b.kernels} kernels, "
+                    f"with fusion {self.a.kernels} vs {self.b.kernels}"] if self.unfused is not None else []),
                  f"{'op':<{w}}  {'path ' + a:<16} {'path ' + b:<16} {'kernels':>13} {'ms':>17}"]
         for r in rows:
             lines.append(f"{r['op']:<{w}}  {r['path'][0]:<16} {r['path'][1]:<16} "
@@ -284,23 +321,38 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
         self.result.memory = memory
 
 
-def compare_backends(fn: Callable[[], object], a: str, b: str, *, warmup: int = 1) -> Comparison:
+def compare_backends(fn: Callable[[], object], a: str, b: str, *, warmup: int = 1,
+                     fusion: bool = False) -> Comparison:
     """Runs fn on backend a, then on b (each after `warmup` unprofiled runs),
-    and compares them op by op; fn creates its tensors on the current device."""
+    and compares them op by op; fn creates its tensors on the current device.
+
+    fusion=True also runs fn with fl.compile's fusion switched off (compiled
+    models inside fn run their original modules): `.unfused` holds that
+    comparison, and the kernel counts with and without fusion are shown."""
     previous = REGISTRY.current.name if REGISTRY.current is not None else None
-    profiles = []
+    runs: dict[bool, list[Profile]] = {True: [], False: []}
+    modes = (True, False) if fusion else (True,)
     try:
         for name in (a, b):
             REGISTRY.select(name)
-            for _ in range(warmup):
-                fn()
-            with profile(label=name) as p:
-                fn()
-            profiles.append(p)
+            for fused in modes:
+                with contextlib.nullcontext() if fused else _fusion_off():
+                    for _ in range(warmup):
+                        fn()
+                    with profile(label=name) as p:
+                        fn()
+                runs[fused].append(p)
     finally:
         if previous is not None:
             REGISTRY.select(previous)
-    return Comparison(profiles[0], profiles[1], (a, b))
+    unfused = Comparison(runs[False][0], runs[False][1], (a, b)) if fusion else None
+    return Comparison(runs[True][0], runs[True][1], (a, b), unfused)
+
+
+def _fusion_off():
+    from .compile import disabled
+
+    return disabled()
 
 
 @contextlib.contextmanager
@@ -345,6 +397,7 @@ def _aggregate(events: list[_record.OpEvent]) -> dict[tuple[str, str], OpStats]:
             s.total_s += e.seconds
             s.kernels += e.kernels
             s.bytes_copied += e.bytes_copied
+            s.comm_bytes += getattr(e, "comm_bytes", 0)
         else:
             s.nested_calls += 1
             if e.path == FALLBACK:
@@ -359,7 +412,7 @@ def _merge_backends(ops: list[OpStats]) -> list[OpStats]:
         m = merged.get(s.op)
         if m is None:
             merged[s.op] = OpStats(s.op, s.backend, s.calls, s.nested_calls, s.total_s, s.self_s, s.kernels,
-                                   s.bytes_copied, dict(s.paths))
+                                   s.bytes_copied, dict(s.paths), s.comm_bytes)
         else:
             m.calls += s.calls
             m.nested_calls += s.nested_calls
@@ -367,6 +420,7 @@ def _merge_backends(ops: list[OpStats]) -> list[OpStats]:
             m.self_s += s.self_s
             m.kernels += s.kernels
             m.bytes_copied += s.bytes_copied
+            m.comm_bytes += s.comm_bytes
             for p, n in s.paths.items():
                 m.paths[p] = m.paths.get(p, 0) + n
     return list(merged.values())

@@ -14,6 +14,7 @@ A model that cannot be captured runs eagerly, with a warning that says why."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -31,7 +32,23 @@ from . import passes as _passes
 from .passes import PASSES, Record
 from .report import FusionReport, GraphReport, Measurement, PatternCost
 
-__all__ = ["CompiledModel", "FusionReport", "GraphReport", "PASSES", "CompileWarning", "PerformanceHint", "compile"]
+__all__ = ["CompileWarning", "CompiledModel", "FusionReport", "GraphReport", "PASSES", "PerformanceHint", "compile",
+           "disabled"]
+
+
+_DISABLED = [0]
+
+
+@contextlib.contextmanager
+def disabled():
+    """Inside the block every compiled model runs its original, unfused modules
+    (what `%%fl_profile --fusion` and `compare_backends(..., fusion=True)` use
+    to measure the same code with and without fusion)."""
+    _DISABLED[0] += 1
+    try:
+        yield
+    finally:
+        _DISABLED[0] -= 1
 
 
 class CompileWarning(UserWarning):
@@ -99,7 +116,7 @@ class CompiledModel(nn.Module):
 
     # -- calling ---------------------------------------------------------------------
     def forward(self, *args, **kwargs):
-        if os.environ.get("FL_COMPILE", "1") == "0":
+        if _DISABLED[0] or os.environ.get("FL_COMPILE", "1") == "0":
             return self.model(*args, **kwargs)
         entry, tensors = self._entry(args, kwargs)
         if entry.gm is None:

@@ -88,3 +88,43 @@ def alignment_losses(report) -> go.Figure:
     fig.update_layout(yaxis={"title": "loss"}, yaxis2={"title": "rel diff", "overlaying": "y", "side": "right",
                                                        "type": "log"})
     return _layout(fig, f"training: {report.backend} vs {report.reference}")
+
+
+FUSION_COLORS = {"unfused": "#7f7f7f", "fused": "#9467bd"}
+
+
+def fusion_figure(report, metric: str = "kernels") -> go.Figure:
+    """Before/after bars per backend and mode from a FusionReport (after
+    `compiled.measure`): kernel launches, or time with metric="ms"."""
+    graphs = [g for g in report.graphs if g.measurement is not None]
+    x = [f"{g.backend} ({g.mode})" for g in graphs]
+    if metric == "kernels":
+        before = [g.measurement.kernels_before for g in graphs]
+        after = [g.measurement.kernels_after for g in graphs]
+    else:
+        before = [round(g.measurement.seconds_before * 1e3, 3) for g in graphs]
+        after = [round(g.measurement.seconds_after * 1e3, 3) for g in graphs]
+    fig = go.Figure([go.Bar(name="unfused", x=x, y=before, marker_color=FUSION_COLORS["unfused"]),
+                     go.Bar(name="fused", x=x, y=after, marker_color=FUSION_COLORS["fused"])])
+    fig.update_layout(barmode="group", yaxis_title="kernel launches" if metric == "kernels" else "ms per call")
+    return _layout(fig, "fusion: " + ("kernel launches" if metric == "kernels" else "time") + " before vs after")
+
+
+def fusion_patterns(report) -> go.Figure:
+    """Kernel launches per pattern before vs after (the latest measured graph)."""
+    graph = next((g for g in reversed(report.graphs) if g.measurement is not None), None)
+    labels, before, after = [], [], []
+    if graph is not None:
+        for i, r in enumerate(graph.records):
+            cost = graph.measurement.per_pattern.get(i)
+            if cost is not None:
+                labels.append(f"{r.path} [{r.pattern}]")
+                before.append(cost.kernels_before)
+                after.append(cost.kernels_after)
+    fig = go.Figure([go.Bar(name="unfused", y=labels, x=before, orientation="h",
+                            marker_color=FUSION_COLORS["unfused"]),
+                     go.Bar(name="fused", y=labels, x=after, orientation="h", marker_color=FUSION_COLORS["fused"])])
+    fig.update_layout(barmode="group", xaxis_title="kernel launches", height=max(300, 22 * len(labels) + 120))
+    title = f"kernels per fused pattern ({graph.backend}, {graph.mode})" if graph else "no measured graph"
+    fig.update_layout(title=title, template="plotly_white")
+    return fig
