@@ -50,12 +50,16 @@ def _index_select(x, dim, index):
     """index_select as a gather with the index broadcast along the other dims (a view: no copy)."""
     if index.dim() > 1:
         raise IndexError(f"index_select(): Index is supposed to be a vector, got a {index.dim()}-D tensor")
-    if x.dim() == 0 or index.dtype not in (torch.int64, torch.int32):
+    if index.dtype not in (torch.int64, torch.int32):
         return NotImplemented
-    dim = dim % x.dim()
     idx = index.reshape(-1)
     if idx.dtype != torch.int64:
         idx = idx.to(torch.int64)
+    if x.dim() == 0:  # a scalar is indexed as a 1-element vector and stays a scalar
+        if idx.numel() != 1:
+            raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {idx.numel()} value(s)")
+        return aten.gather.default(x.reshape(1), 0, idx).reshape(())
+    dim = dim % x.dim()
     shape = list(x.shape)
     shape[dim] = idx.numel()
     view = [1] * x.dim()
@@ -73,19 +77,14 @@ def _rev(a, dims):
     return out if out is not a else out.clone()
 
 
-def _index_tensor(x, indices):
-    """Advanced indexing x[i0, i1, ...] with integer index tensors: the indexed dims are
-    flattened into one, the indices combined into a linear index (negatives wrapped and every
-    index checked against its own dim, as PyTorch does), and one index_select does the rest.
-    Boolean masks have a data-dependent result size: not served here."""
-    indices = list(indices)
+def _linear_index(x, indices):
+    """For integer advanced indexing: the indexed dims' positions, the broadcast index shape, and
+    the linear index into those dims flattened (negatives wrapped, each index bounds-checked); None
+    for what is not served here (no index, or a bool mask, whose result size depends on the data)."""
     pos = [k for k, i in enumerate(indices) if i is not None]
     if not pos or any(indices[k].dtype not in (torch.int64, torch.int32) for k in pos):
-        return NotImplemented
+        return None
     idx = torch.broadcast_tensors(*[indices[k] for k in pos])
-    bshape = list(idx[0].shape)
-    lead = list(range(len(pos)))
-    xs = x.movedim(pos, lead)
     sizes = [x.shape[k] for k in pos]
     lin = None
     for k, (i, n) in enumerate(zip(idx, sizes, strict=True)):
@@ -97,6 +96,47 @@ def _index_tensor(x, indices):
                 raise IndexError(f"index {bad} is out of bounds for dimension {pos[k]} with size {n}")
             i = torch.where(i < 0, i + n, i)
         lin = i if lin is None else lin * n + i
+    return pos, list(idx[0].shape), lin
+
+
+def _index_put(self, indices, values, accumulate=False):
+    """self[indices] = values (or +=): the indexed dims flattened into one, then one scatter
+    along it; the result is moved back into self's dim order."""
+    found = _linear_index(self, list(indices))
+    if found is None:
+        return NotImplemented
+    pos, bshape, lin = found
+    lead = list(range(len(pos)))
+    xs = self.movedim(pos, lead)
+    rest = list(xs.shape[len(pos):])
+    flat = xs.reshape([math.prod(xs.shape[:len(pos)])] + rest).clone()
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    shape = bshape + rest
+    if adjacent and pos[0] > 0:  # values come in x[indices]'s layout: indexed dims in place
+        nb = len(bshape)
+        shape = rest[:pos[0]] + bshape + rest[pos[0]:]
+        vals = values.to(self.dtype).expand(shape).movedim(list(range(pos[0], pos[0] + nb)), list(range(nb)))
+    else:
+        vals = values.to(self.dtype).expand(shape)
+    vals = vals.reshape([-1] + rest)
+    index = lin.reshape([-1] + [1] * len(rest)).expand(vals.shape)
+    op = aten.scatter_add.default if accumulate else aten.scatter.src
+    out = op(flat, 0, index, vals).reshape(xs.shape)
+    return out.movedim(lead, pos).contiguous()
+
+
+def _index_tensor(x, indices):
+    """Advanced indexing x[i0, i1, ...] with integer index tensors: the indexed dims are
+    flattened into one, the indices combined into a linear index (negatives wrapped and every
+    index checked against its own dim, as PyTorch does), and one index_select does the rest.
+    Boolean masks have a data-dependent result size: not served here."""
+    found = _linear_index(x, list(indices))
+    if found is None:
+        return NotImplemented
+    pos, bshape, lin = found
+    lead = list(range(len(pos)))
+    xs = x.movedim(pos, lead)
+    sizes = [x.shape[k] for k in pos]
     rest = list(xs.shape[len(pos):])
     flat = xs.reshape([math.prod(sizes)] + rest)
     out = _index_select(flat, 0, lin.reshape(-1))
@@ -110,11 +150,57 @@ def _index_tensor(x, indices):
     return out.contiguous()
 
 
+def _index_expanded(index, dim: int, like) -> torch.Tensor:
+    """A 1-D index along `dim`, viewed and broadcast to `like`'s shape (what scatter/gather take)."""
+    view = [1] * like.dim()
+    view[dim] = -1
+    return index.to(torch.int64).view(view).expand(like.shape)
+
+
+def _scalar_as_vector(fn, has_source: bool = True):
+    """PyTorch treats a 0-dim self (and source) of the index_* ops as a 1-element vector."""
+    def wrapped(self, dim, index, arg, **kw):
+        if index.dim() > 1:
+            raise IndexError(f"index_*(): Index is supposed to be a vector, got a {index.dim()}-D tensor")
+        if self.dim() == 0:
+            if has_source and arg.dim() == 0:
+                arg = arg.reshape(1)
+            return fn(self.reshape(1), 0, index.reshape(-1), arg, **kw).reshape(())
+        return fn(self, dim % self.dim(), index.reshape(-1), arg, **kw)
+    return wrapped
+
+
+def _index_add(self, dim, index, source, *, alpha=1):
+    src = source if alpha == 1 else source * alpha
+    return aten.scatter_add.default(self, dim, _index_expanded(index, dim, src), src)
+
+
+def _index_copy(self, dim, index, source):
+    return aten.scatter.src(self, dim, _index_expanded(index, dim, source), source)
+
+
+def _index_fill(self, dim, index, value):
+    shape = list(self.shape)
+    shape[dim] = index.numel()
+    idx = index.to(torch.int64).view([-1 if d == dim else 1 for d in range(self.dim())]).expand(shape)
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    return aten.scatter.value(self, dim, idx, value)
+
+
 def register(table: dict) -> None:
+    for name in ("and", "or", "xor"):
+        table[getattr(prims, f"bitwise_{name}").default] = getattr(aten, f"bitwise_{name}").Tensor
+    table[prims.bitwise_not.default] = aten.bitwise_not.default
+    table[aten.index_add.default] = _scalar_as_vector(_index_add)
+    table[aten.index_copy.default] = _scalar_as_vector(_index_copy)
+    table[aten.index_fill.int_Scalar] = _scalar_as_vector(_index_fill, has_source=False)
+    table[aten.index_fill.int_Tensor] = _scalar_as_vector(_index_fill, has_source=False)
     table[aten.rand_like.default] = _rand_like
     table[aten.randn_like.default] = _randn_like
     table[aten.randint_like.default] = _randint_like
     table[aten.randint_like.low_dtype] = _randint_like_low
     table[aten.index_select.default] = _index_select
     table[aten.index.Tensor] = _index_tensor
+    table[aten.index_put.default] = _index_put
     table[prims.rev.default] = _rev

@@ -71,6 +71,11 @@ _BINARY = {
     "ge": "(({0}) >= ({1}))", "lt": "(({0}) < ({1}))", "le": "(({0}) <= ({1}))", "fmod": "fmod({0}, {1})",
     "logical_and": "((({0}) != 0.0) && (({1}) != 0.0))", "logical_or": "((({0}) != 0.0) || (({1}) != 0.0))",
     "copysign": "copysign({0}, {1})", "hypot": "hypot({0}, {1})", "remainder": "fl_rem({0}, {1})",
+    "logical_xor": "((({0}) != 0.0) != (({1}) != 0.0))",
+    # integer and bool operands only (PyTorch has no float bitwise ops); exact below 2**53
+    "bitwise_and": "(double)((int64_t)({0}) & (int64_t)({1}))",
+    "bitwise_or": "(double)((int64_t)({0}) | (int64_t)({1}))",
+    "bitwise_xor": "(double)((int64_t)({0}) ^ (int64_t)({1}))",
 }
 
 HELPERS = r"""
@@ -164,6 +169,14 @@ def _emit(graph, inputs: dict, node_dtype) -> tuple[list[str], str]:
                 expr = f"floor({expr})"
             elif packet == "div" and mode is not None:
                 raise _Unsupported(f"div rounding {mode}")
+        elif packet == "bitwise_not":
+            val = n.meta.get("val")
+            boolean = getattr(val, "dtype", node_dtype) is torch.bool
+            expr = f"(({a(0)}) == 0.0)" if boolean else f"(double)(~(int64_t)({a(0)}))"
+        elif packet == "round" and len(n.args) + len(kw) > 1:  # round(x, decimals=d), as PyTorch computes it
+            d = int(n.args[1] if len(n.args) > 1 else kw["decimals"])
+            p = _c(10.0 ** abs(d))
+            expr = f"(nearbyint(({a(0)}) * {p}) / {p})" if d >= 0 else f"(nearbyint(({a(0)}) / {p}) * {p})"
         elif packet == "rsub":
             alpha = kw.get("alpha", 1)
             expr = f"(({a(1)}) - ({a(0)}) * {_c(alpha)})"

@@ -49,6 +49,8 @@ def _spec(f, vals) -> tuple:
     raise KeyError(f.name)
 
 
+_INDEX_TYPES = {torch.int64: "int64_t", torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
+                torch.uint8: "uint8_t"}
 SERVED = {aten.gather.default, aten.scatter_add.default, aten.scatter_add_.default, aten.scatter.src,
           aten.scatter.value, aten.scatter_.src, aten.scatter_.value, aten.scatter.reduce, aten.scatter.value_reduce,
           aten.scatter_.reduce, aten.scatter_.value_reduce, aten.scatter_reduce.two, aten.scatter_reduce_.two}
@@ -82,14 +84,14 @@ _WALK = """
             io += i * ix->strides[d]; so += i * S->strides[d];
             if (d != dim) to += i * T->strides[d];
         }
-        k = ((const int64_t *)ix->data)[io];
+        k = (int64_t)((const IDX *)ix->data)[io];
         if (k < 0 || k >= T->sizes[dim]) return 2;
         to += k * T->strides[dim];
         BODY
     }"""
 
 
-def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool) -> tuple[str, str]:
+def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtype=torch.int64) -> tuple[str, str]:
     kind, fold, include_self, value_arg = spec
     pre, post = "", ""
     if kind == "gather":  # T = self (read at the index), S = out (written where the index is)
@@ -145,10 +147,10 @@ def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool) -> tuple[s
     }}"""
                 post += walk_out
             post += "\n    free(count);"
-    walk = _WALK.replace("BODY", body)
+    walk = _WALK.replace("BODY", body).replace("IDX", _INDEX_TYPES[index_dtype])
     if "count" in pre:  # free the counts on the error path too
         walk = walk.replace("return 2;", "{ free(count); return 2; }")
-    key = "|".join(map(str, [name, spec, ndim, dtype, inplace]))
+    key = "|".join(map(str, [name, spec, ndim, dtype, inplace, index_dtype]))
     symbol = "fl_jiti_" + hashlib.sha256(key.encode()).hexdigest()[:16]
     src = _jit._prelude() + f"""
 #include <stdlib.h>
@@ -180,7 +182,7 @@ class IndexKernel(_jit.JitKernel):
         from ._tensor import FlTensor
 
         x, index = vals[0], vals[2]
-        if not isinstance(x, FlTensor) or not isinstance(index, FlTensor) or index.dtype != torch.int64:
+        if not isinstance(x, FlTensor) or not isinstance(index, FlTensor) or index.dtype not in _INDEX_TYPES:
             return _NOT_HANDLED
         if x.dim() == 0 or index.dim() != x.dim() or x.dtype not in _jit._DTYPES:
             return _NOT_HANDLED  # 0-dim and rank-mismatch forms: PyTorch's own checks run on the next tier
@@ -192,9 +194,10 @@ class IndexKernel(_jit.JitKernel):
         except KeyError:
             return _NOT_HANDLED
         inplace = bool(f.mutable)
-        sig = (spec, x.dim(), x.dtype, inplace)
+        sig = (spec, x.dim(), x.dtype, inplace, index.dtype)
         if sig not in self.kernels:
-            self.kernels[sig] = self._compile_with(f, dev, lambda: generate(f.name, spec, x.dim(), x.dtype, inplace))
+            self.kernels[sig] = self._compile_with(f, dev, lambda: generate(f.name, spec, x.dim(), x.dtype, inplace,
+                                                                            index.dtype))
         else:
             _jit.STATS["memory_hits"] += 1
         entry = self.kernels[sig]

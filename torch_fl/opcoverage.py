@@ -109,6 +109,17 @@ def opinfo_names(pattern: str = "*") -> list[str]:
     return [_name(i) for i in _op_db() if fnmatch.fnmatch(i.name, pattern) or fnmatch.fnmatch(_name(i), pattern)]
 
 
+def _first_line(e: BaseException) -> str:
+    """The message's first line, shortened; for a decomposition that failed deep down, the op
+    that was called and the innermost op that had no path (the one a kernel or decomposition is
+    missing for)."""
+    msg = str(e).splitlines()[0] if str(e) else ""
+    marker = "its decomposition needs "
+    if marker in msg:
+        return msg.split(" cannot run", 1)[0][:120] + " ... innermost: " + msg.rsplit(marker, 1)[1][:260]
+    return msg[:300]
+
+
 def _name(info) -> str:
     return info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
 
@@ -250,7 +261,7 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
                     got = info.op(*fl_args, **fl_kwargs)
             except Exception as e:  # noqa: BLE001
                 result.forward = "fail"
-                result.reason = f"forward raised {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                result.reason = f"forward raised {type(e).__name__}: {_first_line(e)}"
                 break
             try:
                 problem = _compare(got, expected, random_sample)
