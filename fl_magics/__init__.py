@@ -86,6 +86,10 @@ class FlMagics(Magics):
     @argument("--compare", metavar="BACKEND", help="also run the cell on BACKEND and compare op by op")
     @argument("--top", type=int, default=15, help="rows of the per-op table (default 15)")
     @argument("--no-plot", action="store_true", help="table only")
+    @argument("--fusion", action="store_true",
+              help="run the cell with fl.compile's fusion off, then on (once unprofiled first: capture, JIT "
+                   "compiles, folded weights), and show kernels before vs after and the fusion report of every "
+                   "compiled model in the namespace")
     def fl_profile(self, line: str, cell: str):
         """Run the cell under fl.profile(): per-op time, calls, path, kernel
         launches and bytes copied, and where the time went by path. The cell's
@@ -93,6 +97,11 @@ class FlMagics(Magics):
         from torch_fl.notebook import comparison_kernels, fallback_paths, time_by_path
 
         args = parse_argstring(self.fl_profile, line)
+        if args.fusion:
+            if args.compare:
+                raise UsageError("--fusion compares the cell with and without fusion; use it without --compare "
+                                 "(fl.compare_backends(fn, a, b, fusion=True) compares two backends both ways)")
+            return self._profile_fusion(args, cell)
         previous = fl.get_current_backend_name()
         first = _backend_or_usage(args.backend) if args.backend else previous
         second = _backend_or_usage(args.compare) if args.compare else None
@@ -120,6 +129,45 @@ class FlMagics(Magics):
                     display(comparison_kernels(out))
         finally:
             fl.set_backend(previous)
+        if args.output:
+            self.shell.user_ns[args.output] = out
+        return None
+
+    def _profile_fusion(self, args, cell: str):
+        from torch_fl.compile import CompiledModel, disabled
+        from torch_fl.notebook.figures import comparison_kernels, fusion_patterns
+
+        previous = fl.get_current_backend_name()
+        name = _backend_or_usage(args.backend) if args.backend else previous
+        try:
+            fl.set_backend(name)
+            with disabled(), fl.profile(label="unfused") as before:
+                result = self.shell.run_cell(cell, silent=True)
+            if not result.success:
+                return None
+            result = self.shell.run_cell(cell, silent=True)  # one-time work: capture, JIT compiles, folds
+            if not result.success:
+                return None
+            with fl.profile(label="fused") as after:
+                result = self.shell.run_cell(cell)
+            if not result.success:
+                return None
+        finally:
+            fl.set_backend(previous)
+        out = before.compare(after, ("unfused", "fused"))
+        compiled = {k: v for k, v in self.shell.user_ns.items() if isinstance(v, CompiledModel) and not
+                    k.startswith("_")}
+        print(f"fusion on '{name}': kernels {before.kernels} -> {after.kernels}")
+        if not compiled:
+            print("no fl.compile'd model in the namespace: nothing was fused (compiled = fl.compile(model))")
+        for k in sorted(compiled):
+            print(f"\n{k}.fusion_report:\n{compiled[k].fusion_report.table()}")
+        print()
+        print(out.render(args.top))
+        if not args.no_plot:
+            display(comparison_kernels(out))
+            for k in sorted(compiled):
+                display(fusion_patterns(compiled[k].fusion_report))
         if args.output:
             self.shell.user_ns[args.output] = out
         return None
