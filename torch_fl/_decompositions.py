@@ -77,10 +77,54 @@ def _rev(a, dims):
     return out if out is not a else out.clone()
 
 
+def _true_positions(flat):
+    """Positions (int64) of the true elements of a 1-D bool tensor, in order, all on the device:
+    a running count gives each true element its slot, a scatter puts its position there
+    (false elements go to one extra slot, dropped). The count is the one host read."""
+    ones = flat.to(torch.int64)
+    n = int(ones.sum().item())
+    slot = torch.where(flat, ones.cumsum(0) - 1, n)
+    out = torch.zeros(n + 1, dtype=torch.int64, device=flat.device)
+    out = aten.scatter.src(out, 0, slot, torch.arange(flat.numel(), device=flat.device))
+    return out[:n]
+
+
+def _nonzero(x):
+    if x.dim() == 0:
+        return torch.zeros((int(bool((x != 0).item())), 0), dtype=torch.int64, device=x.device)
+    pos = _true_positions((x != 0).reshape(-1))
+    cols, stride = [], 1
+    for size in reversed(x.shape):
+        cols.append(torch.remainder(torch.div(pos, stride, rounding_mode="floor"), size))
+        stride *= size
+    return torch.stack(cols[::-1], dim=1)
+
+
+def _masked_select(x, mask):
+    x, mask = torch.broadcast_tensors(x, mask)
+    return _index_select(x.reshape(-1), 0, _true_positions(mask.reshape(-1)))
+
+
+def _expand_masks(indices):
+    """PyTorch reads a bool index over k dims as the k integer indices of its true elements."""
+    out = []
+    for i in indices:
+        if i is not None and i.dtype in (torch.bool, torch.uint8):
+            out.extend(_nonzero(i).unbind(1) if i.dim() else [None])
+            if not i.dim():
+                return None  # a 0-dim mask adds a dim: not served here
+        else:
+            out.append(i)
+    return out
+
+
 def _linear_index(x, indices):
     """For integer advanced indexing: the indexed dims' positions, the broadcast index shape, and
     the linear index into those dims flattened (negatives wrapped, each index bounds-checked); None
     for what is not served here (no index, or a bool mask, whose result size depends on the data)."""
+    indices = _expand_masks(indices)
+    if indices is None:
+        return None
     pos = [k for k, i in enumerate(indices) if i is not None]
     if not pos or any(indices[k].dtype not in (torch.int64, torch.int32) for k in pos):
         return None
@@ -204,3 +248,9 @@ def register(table: dict) -> None:
     table[aten.index.Tensor] = _index_tensor
     table[aten.index_put.default] = _index_put
     table[prims.rev.default] = _rev
+    table[aten.nonzero.default] = _nonzero
+    table[aten.masked_select.default] = _masked_select
+    # PyTorch's scans decompose into a sum over a triangular mask: O(n^2) memory. The JIT row
+    # kernels (_jit_rows) or the CPU fallback serve them instead.
+    for op in (aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default):
+        table.pop(op, None)

@@ -427,6 +427,10 @@ def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
 
     if facts.func in _jit_index.SERVED:
         return _jit_index.lookup(backend, facts, dtypes)
+    from . import _jit_rows
+
+    if facts.func in _jit_rows.OPS:
+        return _jit_rows.lookup(backend, facts, dtypes)
     if not facts.pointwise or facts.n_returns != 1:
         return None
     if not dtypes or any(d != dtypes[0] for d in dtypes) or dtypes[0] not in _DTYPES:
