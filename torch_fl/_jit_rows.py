@@ -85,14 +85,16 @@ _STEPS = {
                      " double hi = acc > x ? acc : x, lo = acc > x ? x : acc;"
                      " acc = (x != x || acc != acc) ? NAN : (lo == -INFINITY ? hi : hi + log1p(exp(lo - hi)));"
                      " PUT(0, j, acc); }"),
-    "sort": "fl_msort(r, tmp, n, (int)EXTRA); for (int64_t j = 0; j < n; j++) { PUT(0, j, r[j].v); PUT(1, j, (double)r[j].i); }",
+    "sort": ("fl_msort(r, tmp, n, (int)EXTRA);"
+             " for (int64_t j = 0; j < n; j++) { PUT(0, j, r[j].v); PUT(1, j, (double)r[j].i); }"),
     "topk": ("fl_msort(r, tmp, n, (int)EXTRA); int64_t k = out[0].ndim ? out[0].sizes[dim] : 1;"
              " for (int64_t j = 0; j < k; j++) { PUT(0, j, r[j].v); PUT(1, j, (double)r[j].i); }"),
     "kthvalue": ("if (EXTRA < 1 || EXTRA > n) return 2; fl_msort(r, tmp, n, 0);"
                  " PUT(0, 0, r[EXTRA - 1].v); PUT(1, 0, (double)r[EXTRA - 1].i);"),
     # the lower median; a NaN in the row makes it NaN (at the first NaN's position), as PyTorch
     "median": ("if (n == 0) return 2; fl_msort(r, tmp, n, 0); int64_t m = (n - 1) / 2;"
-               " if (r[n - 1].v != r[n - 1].v) { int64_t f = n - 1; while (f > 0 && r[f - 1].v != r[f - 1].v) f--; m = f; }"
+               " if (r[n - 1].v != r[n - 1].v) {"
+               " int64_t f = n - 1; while (f > 0 && r[f - 1].v != r[f - 1].v) f--; m = f; }"
                " PUT(0, 0, r[m].v); PUT(1, 0, (double)r[m].i);"),
     "nanmedian": ("if (n == 0) return 2; fl_msort(r, tmp, n, 0); int64_t c = n;"
                   " while (c > 0 && r[c - 1].v != r[c - 1].v) c--;"
@@ -120,7 +122,7 @@ def _put(dtypes: tuple) -> str:
 
 def generate(name: str, kind: str, extra: int, ndim: int, in_dtype, out_dtypes: tuple) -> tuple[str, str]:
     step = _STEPS[kind].replace("EXTRA", f"((int64_t){extra})")
-    load = (f"fl_ld_bf16((const uint16_t *)in[0].data + io)" if _jit._ctype(in_dtype) == "bf16"
+    load = ("fl_ld_bf16((const uint16_t *)in[0].data + io)" if _jit._ctype(in_dtype) == "bf16"
             else f"(double)((const {_jit._ctype(in_dtype)} *)in[0].data)[io]")
     n_out = len(out_dtypes)
     key = "|".join(map(str, [name, kind, extra, ndim, in_dtype, out_dtypes]))
