@@ -68,12 +68,18 @@ class CapabilityTable:
                      f"{', '.join(self.fused_kernels) or 'none'}")
         lines.append(f"  autocast dtype: {self.amp_dtype}   streams: {'yes' if self.streams else 'no'}   "
                      f"JIT: {'yes' if self.jit else 'no'}")
-        relay = " (the CPU relay is not built yet: no collectives on this backend)" \
-            if self.collectives_path == "cpu-relay" else ""
-        lines.append(f"  collectives: {self.collectives_path}{relay}")
+        lines.append(f"  collectives: {self.collectives_path} ({self.collectives_note()})")
         for n in self.notes:
             lines.append(f"  note: {n}")
         return "\n".join(lines)
+
+    def collectives_note(self) -> str:
+        """How torch.distributed moves this backend's tensors (torch_fl.distributed)."""
+        if self.collectives_path == "plugin":
+            where = "; between the processes of one host, other hosts go through the CPU relay" if self.emulated else ""
+            return (f"the plugin's own all_reduce/broadcast/all_gather/reduce_scatter/send/recv/barrier{where}; "
+                    "reduce, gather, scatter and all_to_all through the CPU relay")
+        return "CPU relay: every collective copies to the host, runs gloo and copies back"
 
     __str__ = render
 

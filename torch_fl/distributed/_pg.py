@@ -34,7 +34,21 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import PrefixStore, ProcessGroupGloo, ReduceOp
+from torch._C._distributed_c10d import (
+    AllgatherOptions,
+    AllreduceCoalescedOptions,
+    AllreduceOptions,
+    AllToAllOptions,
+    BarrierOptions,
+    BroadcastOptions,
+    GatherOptions,
+    PrefixStore,
+    ProcessGroupGloo,
+    ReduceOp,
+    ReduceOptions,
+    ReduceScatterOptions,
+    ScatterOptions,
+)
 
 from .. import _async, _record
 from .._abi import ffi
@@ -334,8 +348,8 @@ class ProcessGroupFl(dist.ProcessGroup):
             return ffi.new("fl_tensor_t*", t._desc())
 
         def check(st: int, name: str) -> None:
-            if st:
-                raise CollectiveError(f"{what}_{name} failed: {p.last_error() or 'no message'}")
+            if st:  # FlWork turns it into a CollectiveError (a CollectiveTimeoutError for timeouts)
+                raise RuntimeError(f"{what}_{name} failed: {p.last_error() or 'no message'}")
 
         if method in ("allreduce", "allreduce_coalesced"):
             descs = [d(t) for t in args[0]]
@@ -430,25 +444,25 @@ class ProcessGroupFl(dist.ProcessGroup):
 
     # -- torch.distributed's entry points ------------------------------------------
     def allreduce(self, tensors, opts=None):
-        return self._submit("allreduce", (tensors, opts or dist.AllreduceOptions()),
-                            reduce_op=(opts or dist.AllreduceOptions()).reduceOp)
+        return self._submit("allreduce", (tensors, opts or AllreduceOptions()),
+                            reduce_op=(opts or AllreduceOptions()).reduceOp)
 
     def allreduce_coalesced(self, tensors, opts=None):
-        opts = opts or dist.AllreduceCoalescedOptions()
+        opts = opts or AllreduceCoalescedOptions()
         return self._submit("allreduce_coalesced", (tensors, opts), reduce_op=opts.reduceOp)
 
     def broadcast(self, tensors, opts=None):
-        opts = opts or dist.BroadcastOptions()
+        opts = opts or BroadcastOptions()
         return self._submit("broadcast", (tensors, opts), root=opts.rootRank)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        return self._submit("allgather", (output_tensors, input_tensors, opts or dist.AllgatherOptions()))
+        return self._submit("allgather", (output_tensors, input_tensors, opts or AllgatherOptions()))
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
-        return self._submit("allgather_coalesced", (output_lists, input_tensors, opts or dist.AllgatherOptions()))
+        return self._submit("allgather_coalesced", (output_lists, input_tensors, opts or AllgatherOptions()))
 
     def all_gather_single(self, output, input, opts=None):  # noqa: A002 - torch's own argument name
-        opts = opts or dist.AllgatherOptions()
+        opts = opts or AllgatherOptions()
         if output.numel() != input.numel() * self._world or output.dtype != input.dtype:
             raise ValueError(f"all_gather_into_tensor: the output must hold world ({self._world}) x "
                              f"{input.numel()} elements of {input.dtype}; got {output.numel()} of {output.dtype}")
@@ -461,11 +475,11 @@ class ProcessGroupFl(dist.ProcessGroup):
         return works[-1] if works else self.barrier()
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
-        opts = opts or dist.ReduceScatterOptions()
+        opts = opts or ReduceScatterOptions()
         return self._submit("reduce_scatter", (output_tensors, input_lists, opts), reduce_op=opts.reduceOp)
 
     def reduce_scatter_single(self, output, input, opts=None):  # noqa: A002
-        opts = opts or dist.ReduceScatterOptions()
+        opts = opts or ReduceScatterOptions()
         if input.numel() != output.numel() * self._world or output.dtype != input.dtype:
             raise ValueError(f"reduce_scatter_tensor: the input must hold world ({self._world}) x "
                              f"{output.numel()} elements of {output.dtype}; got {input.numel()} of {input.dtype}")
@@ -478,21 +492,21 @@ class ProcessGroupFl(dist.ProcessGroup):
         return works[-1] if works else self.barrier()
 
     def reduce(self, tensors, opts=None):
-        opts = opts or dist.ReduceOptions()
+        opts = opts or ReduceOptions()
         return self._submit("reduce", (tensors, opts), reduce_op=opts.reduceOp, root=opts.rootRank)
 
     def gather(self, output_lists, input_tensors, opts=None):
-        return self._submit("gather", (output_lists, input_tensors, opts or dist.GatherOptions()))
+        return self._submit("gather", (output_lists, input_tensors, opts or GatherOptions()))
 
     def scatter(self, output_tensors, input_lists, opts=None):
-        return self._submit("scatter", (output_tensors, input_lists, opts or dist.ScatterOptions()))
+        return self._submit("scatter", (output_tensors, input_lists, opts or ScatterOptions()))
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        return self._submit("alltoall", (output_tensors, input_tensors, opts or dist.AllToAllOptions()))
+        return self._submit("alltoall", (output_tensors, input_tensors, opts or AllToAllOptions()))
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
         return self._submit("all_to_all_single", (output, input, list(output_split_sizes), list(input_split_sizes),
-                                                  opts or dist.AllToAllOptions()))
+                                                  opts or AllToAllOptions()))
 
     alltoall_base = all_to_all_single
 
@@ -514,7 +528,7 @@ class ProcessGroupFl(dist.ProcessGroup):
                              f"(this is rank {self._rank})")
 
     def barrier(self, opts=None):
-        return self._submit("barrier", (opts or dist.BarrierOptions(),))
+        return self._submit("barrier", (opts or BarrierOptions(),))
 
     # -- coalescing (batch_isend_irecv, _coalescing_manager) -----------------------
     def _start_coalescing(self, device=None) -> None:

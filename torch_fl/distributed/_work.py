@@ -73,8 +73,18 @@ class FlWork(dist.Work):
         self._timeout_s = timeout_s
         self._done = threading.Event()
         self._error: CollectiveError | None = None
-        self._future: torch.futures.Future = torch.futures.Future()
+        # Future.set_exception only marks a Python-side error: C++ readers of the
+        # future (DDP's reducer) would take the exception object for the result.
+        # A callback that raises makes PyTorch fail the chained future in C++, so
+        # the error reaches every reader.
+        self._done_future: torch.futures.Future = torch.futures.Future()
+        self._future = self._done_future.then(self._outcome)
         self._source_rank = -1
+
+    def _outcome(self, _fut) -> list:
+        if self._error is not None:
+            raise self._error
+        return self._result
 
     # -- run by the worker thread -------------------------------------------
     def _run(self) -> None:
@@ -84,10 +94,7 @@ class FlWork(dist.Work):
             self._error = wrap_error(e, self.what)
         self._fn = None  # drop references to the staged tensors
         self._done.set()
-        if self._error is not None:
-            self._future.set_exception(self._error)
-        else:
-            self._future.set_result(self._result)
+        self._done_future.set_result(None)
 
     # -- the Work API ---------------------------------------------------------
     def wait(self, timeout: datetime.timedelta | float | None = None) -> bool:
