@@ -174,15 +174,24 @@ class CompiledModel(nn.Module):
         """Kernel launches and best-of-`repeat` time of one call, unfused (the
         captured graph with no pass: the model's own ops) vs fused, in total
         and per pattern (forward). backward=True (default: in training mode)
-        also runs backward of the outputs' sum. Stored in the graph's report."""
+        also runs backward of the outputs' sum. Stored in the graph's report.
+        The unfused run has PyTorch's MultiheadAttention/Transformer fast path
+        switched off: that path is one fused CPU op no plugin implements, so on
+        fl it is a CPU fallback, not device kernels."""
         entry, tensors = self._entry(args, kwargs)
         if entry.gm is None:
             raise RuntimeError(f"nothing to measure: the model was not captured ({entry.report.fallback})")
         backward = self.model.training if backward is None else backward
-        before = _cost(entry.unfused, tensors, backward, repeat)
+        fast = torch.backends.mha.get_fastpath_enabled()
+        torch.backends.mha.set_fastpath_enabled(False)  # the unfused ops on the device, not one CPU-fallback op
+        try:
+            before = _cost(entry.unfused, tensors, backward, repeat)
+        finally:
+            torch.backends.mha.set_fastpath_enabled(fast)
         after = _cost(entry.gm, tensors, backward, repeat)
         per = _per_pattern(entry, tensors)
-        m = Measurement("forward+backward" if backward else "forward", before[0], after[0], before[1], after[1], per)
+        m = Measurement("forward+backward" if backward else "forward", before[0], after[0], before[1], after[1], per,
+                        before[2], after[2])
         entry.report.measurement = m
         return entry.report
 
@@ -202,7 +211,7 @@ def _run(gm, tensors, backward: bool):
     return out
 
 
-def _cost(gm, tensors, backward: bool, repeat: int) -> tuple[int, float]:
+def _cost(gm, tensors, backward: bool, repeat: int) -> tuple[int, float, int]:
     from ..profiler import profile
 
     grad = torch.enable_grad() if backward else torch.no_grad()
@@ -217,7 +226,8 @@ def _cost(gm, tensors, backward: bool, repeat: int) -> tuple[int, float]:
             _run(gm, tensors, backward)
             _sync()
             best = min(best, time.perf_counter() - t0)
-    return p.kernels, best
+    fallbacks = sum(s.paths.get("fallback", 0) for s in p.ops())
+    return p.kernels, best, fallbacks
 
 
 class _Timed(fx.Interpreter):

@@ -34,6 +34,8 @@ class Measurement:
     seconds_before: float
     seconds_after: float
     per_pattern: dict[int, PatternCost] = field(default_factory=dict)
+    fallbacks_before: int = 0  # op calls served by the CPU fallback
+    fallbacks_after: int = 0
 
     @property
     def kernel_ratio(self) -> float:
@@ -80,7 +82,9 @@ class GraphReport:
         if m is not None:
             lines.append(f"  {m.workload}: kernels {m.kernels_before} -> {m.kernels_after} "
                          f"({(1 - m.kernel_ratio) * 100:.0f}% fewer), time {m.seconds_before * 1e3:.2f} ms -> "
-                         f"{m.seconds_after * 1e3:.2f} ms")
+                         f"{m.seconds_after * 1e3:.2f} ms"
+                         + (f", CPU fallbacks {m.fallbacks_before} -> {m.fallbacks_after}"
+                            if m.fallbacks_before or m.fallbacks_after else ""))
         rows = [("pattern", "where", "replaced", "by", "kernels")]
         for i, r in enumerate(self.records):
             cost = m.per_pattern.get(i) if m is not None else None
