@@ -121,7 +121,10 @@ class CompiledModel(nn.Module):
         entry, tensors = self._entry(args, kwargs)
         if entry.gm is None:
             return self.model(*args, **kwargs)
-        return entry.gm(*tensors)
+        if entry.report.backend == "native":
+            return entry.gm(*tensors)
+        with _no_mha_fastpath():  # on fl that path is one fused CPU op: a CPU fallback, not device kernels
+            return entry.gm(*tensors)
 
     def _entry(self, args, kwargs):
         try:
@@ -175,25 +178,31 @@ class CompiledModel(nn.Module):
         captured graph with no pass: the model's own ops) vs fused, in total
         and per pattern (forward). backward=True (default: in training mode)
         also runs backward of the outputs' sum. Stored in the graph's report.
-        The unfused run has PyTorch's MultiheadAttention/Transformer fast path
-        switched off: that path is one fused CPU op no plugin implements, so on
-        fl it is a CPU fallback, not device kernels."""
+        Both runs have PyTorch's MultiheadAttention fast path switched off (as
+        compiled graphs on fl always do): that path is one fused CPU op no
+        plugin implements, so on fl it is a CPU fallback, not device kernels."""
         entry, tensors = self._entry(args, kwargs)
         if entry.gm is None:
             raise RuntimeError(f"nothing to measure: the model was not captured ({entry.report.fallback})")
         backward = self.model.training if backward is None else backward
-        fast = torch.backends.mha.get_fastpath_enabled()
-        torch.backends.mha.set_fastpath_enabled(False)  # the unfused ops on the device, not one CPU-fallback op
-        try:
+        with _no_mha_fastpath():  # the unfused ops on the device, not one CPU-fallback op
             before = _cost(entry.unfused, tensors, backward, repeat)
-        finally:
-            torch.backends.mha.set_fastpath_enabled(fast)
-        after = _cost(entry.gm, tensors, backward, repeat)
-        per = _per_pattern(entry, tensors)
+            after = _cost(entry.gm, tensors, backward, repeat)
+            per = _per_pattern(entry, tensors)
         m = Measurement("forward+backward" if backward else "forward", before[0], after[0], before[1], after[1], per,
                         before[2], after[2])
         entry.report.measurement = m
         return entry.report
+
+
+@contextlib.contextmanager
+def _no_mha_fastpath():
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
 
 
 def _sync() -> None:

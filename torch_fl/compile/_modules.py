@@ -154,7 +154,10 @@ class FusedSelfAttention(nn.Module):
         b, length, e = x.shape
         h = m.num_heads
         qkv = F.linear(x, m.in_proj_weight, m.in_proj_bias)  # one GEMM for q, k and v
-        q, k, v = qkv.view(b, length, 3, h, e // h).permute(2, 0, 3, 1, 4).unbind(0)
+        heads = qkv.view(b, length, 3, h, e // h).permute(2, 0, 3, 1, 4)
+        if not _fused_attention(heads[0], m.dropout if m.training else 0.0):
+            heads = heads.contiguous()  # the math path multiplies contiguous heads: one copy, not one per matmul
+        q, k, v = heads.unbind(0)
         mask = _merged_mask(attn_mask, key_padding_mask, b, h, length, q.dtype)
         causal = bool(is_causal) and mask is None
         out = attention(q, k, v, mask, m.dropout if m.training else 0.0, causal)
@@ -163,6 +166,13 @@ class FusedSelfAttention(nn.Module):
         if not m.batch_first:
             out = out.transpose(0, 1)
         return out, None
+
+
+def _fused_attention(q: torch.Tensor, dropout_p: float) -> bool:
+    from .._dispatch import sdpa_fused_eligible
+    from .._tensor import FlTensor
+
+    return isinstance(q, FlTensor) and sdpa_fused_eligible(q, q, q, dropout_p, False)
 
 
 def _merged_mask(attn_mask, key_padding_mask, b, h, length, dtype):

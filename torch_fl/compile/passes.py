@@ -202,6 +202,10 @@ def _mha(ctx: Context, node: fx.Node, mha: nn.MultiheadAttention, has: bool) -> 
     if why:
         ctx.record("multi-head attention", [node], "kept", applied=False, note=why)
         return
+    if not has and not mha.training:  # inference without the kernel: the rewrite would only move copies around
+        ctx.record("multi-head attention", [node], "math path", applied=False, note="no fused attention kernel")
+        ctx.hint(_missing_attention_hint(ctx, module_path(node)))
+        return
     name = ctx.add_module("attention", _modules.FusedSelfAttention(mha))
     args = (q, call.get("attn_mask"), call.get("key_padding_mask"), call.get("is_causal", False))
     new = _replace(ctx, [node], node, name, args)
