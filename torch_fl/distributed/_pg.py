@@ -326,7 +326,8 @@ class ProcessGroupFl(dist.ProcessGroup):
         work = FlWork(f"{what} ({path})", execute, result, self._timeout_s)
         if method == "recv" and peer is not None:
             work._source_rank = peer
-        return self._worker.submit(work)
+        opts = args[-1]
+        return self._worker.submit(work, inline=getattr(opts, "asyncOp", True) is False)
 
     def _roles(self, method: str, roles: tuple, root: int | None) -> tuple:
         """Broadcast and reduce move data one way on most ranks: the root's

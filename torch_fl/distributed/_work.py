@@ -138,28 +138,50 @@ class FlWork(dist.Work):
 
 
 class Worker:
-    """Runs queued works one at a time, in submission order."""
+    """Runs works one at a time, in submission order.
+
+    A blocking call (torch.distributed's async_op=False) made while nothing
+    is queued runs at once in the caller's thread: the caller waits anyway,
+    and two thread hand-offs would cost more than a small collective. The
+    run lock keeps it from overlapping a queued work."""
 
     def __init__(self, name: str):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()  # held while a work runs
+        self._pending = 0  # submitted, not yet finished
+        self._count_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
         self.busy_s = 0.0
 
-    def submit(self, work: FlWork) -> FlWork:
+    def submit(self, work: FlWork, inline: bool = False) -> FlWork:
         if not self._thread.is_alive():
             raise CollectiveError(f"{work.what}: this process group was shut down; create a new one")
-        self._queue.put(work)
+        with self._count_lock:
+            run_here = inline and self._pending == 0
+            self._pending += 1
+        if run_here:
+            self._execute(work)
+        else:
+            self._queue.put(work)
         return work
+
+    def _execute(self, work: FlWork) -> None:
+        with self._lock:
+            t0 = time.perf_counter()
+            try:
+                work._run()
+            finally:
+                self.busy_s += time.perf_counter() - t0
+                with self._count_lock:
+                    self._pending -= 1
 
     def _loop(self) -> None:
         while True:
             work = self._queue.get()
             if work is None:
                 return
-            t0 = time.perf_counter()
-            work._run()
-            self.busy_s += time.perf_counter() - t0
+            self._execute(work)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         if self._thread.is_alive():
