@@ -214,6 +214,11 @@ def _scalar_as_vector(fn, has_source: bool = True):
     return wrapped
 
 
+def _scalar_as_vector_reduce(self, dim, index, source, reduce, *, include_self=True):
+    return _scalar_as_vector(lambda s, d, i, src: _index_reduce(s, d, i, src, reduce, include_self=include_self))(
+        self, dim, index, source)
+
+
 def _index_add(self, dim, index, source, *, alpha=1):
     src = source if alpha == 1 else source * alpha
     return aten.scatter_add.default(self, dim, _index_expanded(index, dim, src), src)
@@ -232,7 +237,74 @@ def _index_fill(self, dim, index, value):
     return aten.scatter.value(self, dim, idx, value)
 
 
+def _index_reduce(self, dim, index, source, reduce, *, include_self=True):
+    return aten.scatter_reduce.two(self, dim, _index_expanded(index, dim, source), source, reduce,
+                                   include_self=include_self)
+
+
+def _put(self, index, source, accumulate=False):
+    """put: index_put on the flattened tensor (negative indices wrap, as for put)."""
+    flat = self.reshape(-1)
+    out = _index_put(flat, [index.reshape(-1)], source.reshape(-1), accumulate)
+    return out if out is NotImplemented else out.reshape(self.shape)
+
+
+def _masked_scatter(self, mask, source):
+    """The true positions of the (broadcast) mask take source's leading elements, in order."""
+    self_b, mask_b = torch.broadcast_tensors(self, mask)
+    pos = _true_positions(mask_b.reshape(-1))
+    n = pos.numel()
+    if source.numel() < n:
+        raise RuntimeError(f"masked_scatter: expected source to have at least {n} elements (the number of true "
+                           f"mask elements), got {source.numel()}")
+    flat = self_b.reshape(-1).clone()
+    out = aten.scatter.src(flat, 0, pos, source.reshape(-1)[:n])
+    return out.reshape(self_b.shape)
+
+
+def _unique_runs(values, return_inverse: bool, return_counts: bool, order=None):
+    """unique of an already grouped 1-D tensor: the first element of each run of equal values.
+    `order` (sort indices) maps the inverse back to the input's positions."""
+    n = values.numel()
+    dev = values.device
+    if n == 0:
+        empty = torch.zeros(0, dtype=torch.int64, device=dev)
+        return values, empty, empty
+    first = torch.ones(n, dtype=torch.bool, device=dev)
+    if n > 1:
+        first[1:] = values[1:] != values[:-1]
+    starts = _true_positions(first)
+    uniq = _index_select(values, 0, starts)
+    inverse = counts = torch.zeros(0, dtype=torch.int64, device=dev)
+    if return_inverse:
+        run = first.to(torch.int64).cumsum(0) - 1
+        inverse = run if order is None else aten.scatter.src(torch.empty_like(run), 0, order, run)
+    if return_counts:
+        ends = torch.cat([starts[1:], torch.full((1,), n, dtype=torch.int64, device=dev)])
+        counts = ends - starts
+    return uniq, inverse, counts
+
+
+def _unique2(self, sorted=True, return_inverse=False, return_counts=False):  # noqa: A002 - the schema's name
+    flat = self.reshape(-1)
+    values, order = torch.sort(flat, stable=True)
+    uniq, inverse, counts = _unique_runs(values, return_inverse, return_counts, order)
+    return uniq, inverse.reshape(self.shape) if return_inverse else inverse, counts
+
+
+def _unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    if dim is not None:
+        return NotImplemented
+    uniq, inverse, counts = _unique_runs(self.reshape(-1), return_inverse, return_counts)
+    return uniq, inverse.reshape(self.shape) if return_inverse else inverse, counts
+
+
 def register(table: dict) -> None:
+    table[aten.index_reduce.default] = _scalar_as_vector_reduce
+    table[aten.put.default] = _put
+    table[aten.masked_scatter.default] = _masked_scatter
+    table[aten._unique2.default] = _unique2
+    table[aten.unique_consecutive.default] = _unique_consecutive
     for name in ("and", "or", "xor"):
         table[getattr(prims, f"bitwise_{name}").default] = getattr(aten, f"bitwise_{name}").Tensor
     table[prims.bitwise_not.default] = aten.bitwise_not.default
