@@ -216,6 +216,11 @@ def scenario_main(backend: str, rank: int, world: int, out_dir: str) -> dict:
     objs: list = [None] * world
     dist.all_gather_object(objs, {"rank": rank, "backend": fl.get_current_backend_name()})
     res["objects"] = objs
+    # a subgroup is a second fl process group (its own communicator and gloo) beside the world group
+    sub = dist.new_group([0, 1])
+    t = put(make(torch.float32, 64, rank, 37))
+    dist.all_reduce(t, group=sub, op=dist.ReduceOp.MAX)
+    res["subgroup"] = (type(sub).__name__, _cpu(t))
     # the profiler's per-collective record
     with fl.profile() as prof:
         dist.all_reduce(put(make(torch.float32, 1000, rank, 40)))
@@ -460,6 +465,14 @@ def test_cpu_tensors_and_objects_share_the_group(run):
     for res in results:
         torch.testing.assert_close(res["cpu_all_reduce"], summed(torch.float32, 16, 36))
         assert res["objects"] == [{"rank": 0, "backend": backend}, {"rank": 1, "backend": backend}]
+
+
+def test_subgroup(run):
+    _, results = run
+    expected = torch.maximum(make(torch.float32, 64, 0, 37), make(torch.float32, 64, 1, 37))
+    for res in results:
+        kind, got = res["subgroup"]
+        assert kind == "ProcessGroupFl" and torch.equal(got, expected)
 
 
 def test_profile_counts_bytes_per_collective(run):

@@ -145,20 +145,8 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-class _Stage:
-    """An fl tensor's host counterpart for one relayed call."""
-
-    __slots__ = ("fl", "host", "copy_in", "copy_out")
-
-    def __init__(self, t: torch.Tensor, role: str):
-        self.fl = t
-        if t._buf.device.host_accessible:  # the device memory is host memory: gloo works on it directly
-            self.host = t._host_view()
-            self.copy_in = self.copy_out = False
-        else:
-            self.host = torch.empty(t.shape, dtype=t.dtype)
-            self.copy_in = role in ("in", "inout")
-            self.copy_out = role in ("out", "inout")
+def _align(n: int) -> int:
+    return (n + 63) // 64 * 64
 
 
 # -- the process group ----------------------------------------------------------------
@@ -187,6 +175,7 @@ class ProcessGroupFl(dist.ProcessGroup):
         if self.path == "plugin":
             self._comm = self._comm_init(store)
         self._worker = Worker(f"torch_fl-pg-rank{rank}")
+        self._arena = torch.empty(0, dtype=torch.uint8)  # the relay's host staging memory (see _relay_call)
         self._closed = False
 
     # -- start-up -------------------------------------------------------------
@@ -210,6 +199,13 @@ class ProcessGroupFl(dist.ProcessGroup):
         infos = [json.loads(store.get(k)) for k in keys]
         names = sorted({i["backend"] for i in infos})
         if len(names) > 1:
+            # every rank reads the others' entries before any raises: rank 0 hosts the store,
+            # and a rank 0 that exits at once would leave the others a store error instead
+            store.set(f"{_KEY}read/{self._rank}", "1")
+            try:
+                store.wait([f"{_KEY}read/{r}" for r in range(self._world)], self._timeout)
+            except Exception:  # noqa: BLE001 - the mismatch below is the error worth reporting
+                pass
             per_rank = ", ".join(f"rank {i['rank']}: {i['backend']}" for i in infos)
             raise BackendMismatchError(
                 f"fl process group: the ranks selected different fl backends ({per_rank}). Every rank must run the "
@@ -412,30 +408,53 @@ class ProcessGroupFl(dist.ProcessGroup):
                                  f"({single.dtype} {tuple(single.shape)}); got {t.dtype} {tuple(t.shape)}")
 
     def _relay_call(self, gloo_method: str, args: tuple, roles: tuple, device) -> tuple[Callable[[], None], int]:
-        stages: list[_Stage] = []
+        """Host counterparts of the fl tensors, then gloo. Device memory that is
+        host memory (the cpu plugin) is handed to gloo as it is; otherwise the
+        inputs are copied into a host staging arena that the group keeps and
+        reuses (fresh buffers would page-fault on every call), and the outputs
+        copied back."""
+        p, local, gloo = device.plugin, device.local, self._gloo
+        tensors = [(t, role) for arg, role in zip(args, roles, strict=True) if role for t in _walk(arg)]
 
-        def stage(obj, role):
+        def build(obj, role, host_of):
             if isinstance(obj, torch.Tensor):
-                s = _Stage(obj, role)
-                stages.append(s)
-                return s.host
+                return host_of(obj, role)
             if isinstance(obj, (list, tuple)):
-                return [stage(x, role) for x in obj]
+                return [build(x, role, host_of) for x in obj]
             return obj
 
-        host_args = [stage(a, r) if r is not None else a for a, r in zip(args, roles, strict=True)]
-        p, local, gloo = device.plugin, device.local, self._gloo
-        staged = sum(_nbytes(s.fl) for s in stages if s.copy_in) + sum(_nbytes(s.fl) for s in stages if s.copy_out)
+        if device.host_accessible:
+            host_args = [build(a, r, lambda t, _: t._host_view()) if r else a
+                         for a, r in zip(args, roles, strict=True)]
+
+            def run_zero_copy() -> None:
+                p.synchronize(local)
+                getattr(gloo, gloo_method)(*host_args).wait()
+            return run_zero_copy, 0
+
+        staged = sum(_nbytes(t) * ((r in ("in", "inout")) + (r in ("out", "inout"))) for t, r in tensors)
+        arena_bytes = sum(_align(_nbytes(t)) for t, _ in tensors)
 
         def run() -> None:
+            if self._arena.numel() < arena_bytes:
+                self._arena = torch.empty(arena_bytes, dtype=torch.uint8)
+            arena, offset, back = self._arena, [0], []
+
+            def host_of(t: torch.Tensor, role: str) -> torch.Tensor:
+                n, off = _nbytes(t), offset[0]
+                offset[0] += _align(n)
+                h = arena[off:off + n].view(t.dtype).view(t.shape)
+                if role in ("in", "inout") and n:
+                    p.copy_d2h(local, h.data_ptr(), _ptr(t), n)
+                if role in ("out", "inout") and n:
+                    back.append((t, h, n))
+                return h
+
             p.synchronize(local)
-            for s in stages:
-                if s.copy_in and s.host.numel():
-                    p.copy_d2h(local, s.host.data_ptr(), _ptr(s.fl), _nbytes(s.fl))
+            host_args = [build(a, r, host_of) if r else a for a, r in zip(args, roles, strict=True)]
             getattr(gloo, gloo_method)(*host_args).wait()
-            for s in stages:
-                if s.copy_out and s.host.numel():
-                    p.copy_h2d(local, _ptr(s.fl), s.host.data_ptr(), _nbytes(s.fl))
+            for t, h, n in back:
+                p.copy_h2d(local, _ptr(t), h.data_ptr(), n)
             _record.BYTES[0] += staged
         return run, staged
 
