@@ -143,10 +143,13 @@ def test_privateuse1_taken_by_another_package():
 
 
 def test_cpu_fallback_off_raises_clearly():
+    from torch_fl._dispatch import disabled_paths
+
     x = torch.randn(5, device="fl")
     fl.set_cpu_fallback(False)
-    try:
-        with pytest.raises(NotImplementedError, match=r"aten::cumprod \(float32\) cannot run on fl backend .cpu.*"):
+    try:  # with every device path switched off, only the CPU fallback could serve cumprod
+        with disabled_paths("native", "decomposition", "jit"), pytest.raises(
+                NotImplementedError, match=r"aten::cumprod \(float32\) cannot run on fl backend .cpu.*no JIT kernel"):
             torch.cumprod(x, 0)
     finally:
         fl.set_cpu_fallback(True)
@@ -156,9 +159,12 @@ def test_cpu_fallback_off_raises_clearly():
 def test_cpu_fallback_env_switch():
     r = run_py("""
         import torch, torch_fl as fl
+        from torch_fl._dispatch import disabled_paths
         print(fl.cpu_fallback_enabled())
+        x = torch.ones(3, device="fl")
         try:
-            torch.cumprod(torch.ones(3, device="fl"), 0)
+            with disabled_paths("native", "decomposition", "jit"):
+                torch.cumprod(x, 0)
         except NotImplementedError as e:
             print("NIE", e)
     """, env={"FL_CPU_FALLBACK": "0"})

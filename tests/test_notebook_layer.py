@@ -129,10 +129,10 @@ def test_capability_explorer_reacts_to_its_widgets():
     assert "<td>aten::native_layer_norm_backward</td><td>D</td>" in e.ops.value
     e.search.value = ""
     e.path.value = "fallback"
-    assert "aten::convolution" in e.ops.value and "aten::add.Tensor<" not in e.ops.value
+    assert "aten::random_" in e.ops.value and "aten::add.Tensor<" not in e.ops.value
     e.compare_with.value = "rocm"
     assert "take a different float32 path on minimal and rocm" in e.comparison.value
-    assert "<td>aten::convolution</td><td>F</td><td>N</td>" in e.comparison.value
+    assert "<td>aten::convolution</td><td>D</td><td>N</td>" in e.comparison.value
 
 
 def test_coverage_data_matches_explain():

@@ -64,7 +64,7 @@ def test_capability_tables_differ_as_the_device_classes_do():
 @pytest.mark.parametrize("op,dtype,paths", [
     ("aten::native_layer_norm_backward", torch.float32, {"rocm": "native", "ascend": "decomposition",
                                                          "minimal": "decomposition"}),
-    ("aten::convolution", torch.float32, {"rocm": "native", "ascend": "native", "minimal": "fallback"}),
+    ("aten::convolution", torch.float32, {"rocm": "native", "ascend": "native", "minimal": "decomposition"}),
     ("aten::mm", torch.float64, {"rocm": "native", "ascend": "fallback", "minimal": "fallback"}),
     ("aten::gelu", torch.float32, {"rocm": "native", "ascend": "decomposition", "minimal": "decomposition"}),
     ("fl::conv_bn_relu", torch.float32, {"rocm": "decomposition", "ascend": "native", "minimal": "decomposition"}),
