@@ -72,6 +72,10 @@ def _ship_header():
     os.makedirs(os.path.join(HERE, "torch_fl", "_plugins"), exist_ok=True)  # editable installs copy here
     shutil.copyfile(os.path.join(HERE, INCLUDE, "fl_plugin.h"),
                     os.path.join(HERE, "torch_fl", "_include", "fl_plugin.h"))
+    # the special functions' C, which the JIT tier pastes into kernels it generates
+    special = os.path.join(HERE, "plugins_cffi", "host", "fl_special_math.h")
+    if os.path.exists(special):
+        shutil.copyfile(special, os.path.join(HERE, "torch_fl", "_include", "fl_special_math.h"))
 
 
 _ship_header()

@@ -19,6 +19,7 @@ transcendental and activation ops listed in _UNARY/_BINARY below."""
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from typing import Any
 
@@ -78,6 +79,48 @@ _BINARY = {
     "bitwise_xor": "(double)((int64_t)({0}) ^ (int64_t)({1}))",
 }
 
+# Special functions: the mathematics lives once in plugins_cffi/host/fl_special_math.h (shipped as
+# torch_fl/_include/fl_special_math.h), shared with the host plugin's native kernels; a kernel that
+# calls one gets that header in its source. Keys are packet names of aten and prims ops alike.
+_SPECIAL_UNARY = {
+    "lgamma": "lgamma({0})", "digamma": "fl_sp_digamma({0})", "special_psi": "fl_sp_digamma({0})",
+    "erfinv": "fl_sp_erfinv({0})", "erf_inv": "fl_sp_erfinv({0})", "i0": "fl_sp_i0({0})",
+    "bessel_i0": "fl_sp_i0({0})", "special_i0e": "fl_sp_i0e({0})", "bessel_i0e": "fl_sp_i0e({0})",
+    "special_i1": "fl_sp_i1({0})", "bessel_i1": "fl_sp_i1({0})", "special_i1e": "fl_sp_i1e({0})",
+    "bessel_i1e": "fl_sp_i1e({0})", "special_ndtri": "fl_sp_ndtri({0})", "ndtri": "fl_sp_ndtri({0})",
+    "special_log_ndtr": "fl_sp_log_ndtr({0})", "special_erfcx": "fl_sp_erfcx({0})", "erfcx": "fl_sp_erfcx({0})",
+    "special_airy_ai": "fl_sp_airy_ai({0})", "special_bessel_j0": "fl_sp_bessel_j0({0})",
+    "bessel_j0": "fl_sp_bessel_j0({0})", "special_bessel_j1": "fl_sp_bessel_j1({0})",
+    "bessel_j1": "fl_sp_bessel_j1({0})", "special_bessel_y0": "fl_sp_bessel_y0({0})",
+    "special_bessel_y1": "fl_sp_bessel_y1({0})", "special_modified_bessel_i0": "fl_sp_modified_bessel_i0({0})",
+    "special_modified_bessel_i1": "fl_sp_modified_bessel_i1({0})",
+    "special_modified_bessel_k0": "fl_sp_modified_bessel_k0({0})",
+    "special_modified_bessel_k1": "fl_sp_modified_bessel_k1({0})",
+    "special_scaled_modified_bessel_k0": "fl_sp_scaled_modified_bessel_k0({0})",
+    "special_scaled_modified_bessel_k1": "fl_sp_scaled_modified_bessel_k1({0})",
+    "special_spherical_bessel_j0": "fl_sp_spherical_bessel_j0({0})",
+    "spherical_bessel_j0": "fl_sp_spherical_bessel_j0({0})", "angle": "fl_sp_angle({0})",
+}
+# (x, n) polynomials: the header's float32 flavour rounds the recurrence like PyTorch's float kernel
+_SPECIAL_POLY = {
+    "special_chebyshev_polynomial_t": "fl_sp_cheb_t", "special_chebyshev_polynomial_u": "fl_sp_cheb_u",
+    "special_chebyshev_polynomial_v": "fl_sp_cheb_v", "special_chebyshev_polynomial_w": "fl_sp_cheb_w",
+    "special_shifted_chebyshev_polynomial_t": "fl_sp_scheb_t",
+    "special_shifted_chebyshev_polynomial_u": "fl_sp_scheb_u",
+    "special_shifted_chebyshev_polynomial_v": "fl_sp_scheb_v",
+    "special_shifted_chebyshev_polynomial_w": "fl_sp_scheb_w",
+    "special_hermite_polynomial_h": "fl_sp_herm_h", "special_hermite_polynomial_he": "fl_sp_herm_he",
+    "special_laguerre_polynomial_l": "fl_sp_lag_l", "special_legendre_polynomial_p": "fl_sp_leg_p",
+}
+_SPECIAL_BINARY = {
+    "igamma": "fl_sp_igamma({0}, {1})", "igammac": "fl_sp_igammac({0}, {1})", "special_zeta": "fl_sp_zeta({0}, {1})",
+    "zeta": "fl_sp_zeta({0}, {1})", "fmax": "fmax({0}, {1})", "fmin": "fmin({0}, {1})",
+}
+# prims ops PyTorch's decompositions produce that carry no pointwise tag but are elementwise
+_PRIMS_POINTWISE = {getattr(torch.ops.prims, n).default for n in (
+    "lgamma", "erf_inv", "bessel_i0", "bessel_i0e", "bessel_i1", "bessel_i1e", "ndtri", "erfcx", "zeta",
+    "spherical_bessel_j0", "bessel_j0", "bessel_j1") if hasattr(torch.ops.prims, n)}
+
 HELPERS = r"""
 #include <math.h>
 #include <string.h>
@@ -100,12 +143,22 @@ static inline double fl_num(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT 
 """
 
 
-def _prelude() -> str:
-    """The ABI header itself (so the generated code can never disagree with it), then helpers."""
+def _prelude(special: bool = False) -> str:
+    """The ABI header itself (so the generated code can never disagree with it), then helpers;
+    with `special`, the special-function header the host plugin's kernels are built from."""
     from ._abi import header_path
 
     with open(header_path()) as f:
-        return f.read() + HELPERS
+        text = f.read() + HELPERS
+    if special:
+        here = os.path.dirname(os.path.abspath(__file__))
+        for path in (os.path.join(here, "_include", "fl_special_math.h"),
+                     os.path.join(os.path.dirname(here), "plugins_cffi", "host", "fl_special_math.h")):
+            if os.path.exists(path):
+                with open(path) as f:
+                    return text + f.read()
+        raise _Unsupported("fl_special_math.h is not installed")
+    return text
 
 
 def _ctype(dtype) -> str:
@@ -169,6 +222,21 @@ def _emit(graph, inputs: dict, node_dtype) -> tuple[list[str], str]:
                 expr = f"floor({expr})"
             elif packet == "div" and mode is not None:
                 raise _Unsupported(f"div rounding {mode}")
+        elif packet in _SPECIAL_UNARY and len(n.args) == 1:
+            expr = _SPECIAL_UNARY[packet].format(a(0))
+        elif packet in _SPECIAL_BINARY and len(n.args) == 2:
+            expr = _SPECIAL_BINARY[packet].format(a(0), a(1))
+        elif packet in _SPECIAL_POLY:
+            f32 = int(getattr(n.meta.get("val"), "dtype", node_dtype) == torch.float32)
+            expr = f"{_SPECIAL_POLY[packet]}({a(0)}, {a(1)}, {f32})"
+        elif packet == "nextafter":  # the next representable value in the tensor's own precision
+            f32 = getattr(n.meta.get("val"), "dtype", node_dtype) == torch.float32
+            expr = (f"(double)nextafterf((float)({a(0)}), (float)({a(1)}))" if f32
+                    else f"nextafter({a(0)}, {a(1)})")
+        elif packet == "polygamma":
+            expr = f"fl_sp_polygamma((int64_t){int(n.args[0])}, {a(1)})"
+        elif packet == "mvlgamma":
+            expr = f"fl_sp_mvlgamma({a(0)}, (int64_t){int(n.args[1] if len(n.args) > 1 else kw['p'])})"
         elif packet == "bitwise_not":
             val = n.meta.get("val")
             boolean = getattr(val, "dtype", node_dtype) is torch.bool
@@ -297,7 +365,7 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
     digest = hashlib.sha256(("|".join([f.name, str(dtype), str(out_dtype)] + lines + [result])).encode()
                             ).hexdigest()[:16]
     symbol = f"fl_jit_{digest}"
-    src = _prelude() + f"""
+    src = _prelude(special="fl_sp_" in body) + f"""
 /* JIT kernel for {f.name} ({str(dtype).replace("torch.", "")}), generated by torch_fl */
 __attribute__((visibility("default")))
 int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, const fl_tensor_t *out, int n_out,
@@ -431,7 +499,7 @@ def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
 
     if facts.func in _jit_rows.OPS:
         return _jit_rows.lookup(backend, facts, dtypes)
-    if not facts.pointwise or facts.n_returns != 1:
+    if not (facts.pointwise or facts.func in _PRIMS_POINTWISE) or facts.n_returns != 1:
         return None
     if not dtypes or any(d != dtypes[0] for d in dtypes) or dtypes[0] not in _DTYPES:
         return None
