@@ -31,7 +31,17 @@ class BuildPlugins(build_ext):
 
     def build_extension(self, ext):
         os.makedirs(os.path.dirname(self.get_ext_fullpath(ext.name)), exist_ok=True)
+        # relink when the kernel library changed, not only the plugin's own sources
+        clib = self.get_finalized_command("build_clib").build_clib
+        ext.depends = list(ext.depends) + [os.path.join(clib, "libfl_kernels.a")]
         super().build_extension(ext)
+
+    def copy_file(self, infile, outfile, *args, **kwargs):
+        """Replace an in-place plugin by a new file, never by rewriting it: a running process
+        (a notebook kernel, a test) that has the old library mapped keeps a valid copy."""
+        if os.path.exists(outfile) and outfile.endswith(".so"):
+            os.unlink(outfile)
+        return super().copy_file(infile, outfile, *args, **kwargs)
 
 
 INCLUDE_DIRS = [INCLUDE, os.path.join("plugins_cffi", "host"), os.path.join("plugins_cffi", "emulated")]
