@@ -299,7 +299,13 @@ def _unique_consecutive(self, return_inverse=False, return_counts=False, dim=Non
     return uniq, inverse.reshape(self.shape) if return_inverse else inverse, counts
 
 
+def _linalg_check_errors(info, api_name, *, is_matrix):
+    """PyTorch's own check (its messages and LinAlgError) on a host copy of the small info tensor."""
+    return aten._linalg_check_errors.default(info.cpu(), api_name, is_matrix=is_matrix)
+
+
 def register(table: dict) -> None:
+    table[aten._linalg_check_errors.default] = _linalg_check_errors
     table[aten.index_reduce.default] = _scalar_as_vector_reduce
     table[aten.put.default] = _put
     table[aten.masked_scatter.default] = _masked_scatter

@@ -56,7 +56,7 @@ class _Settings:
 SETTINGS = _Settings()
 
 # Strings the ABI passes as FL_ARG_OTHER with a known code in `i`.
-STRING_CODES = {"none": 0, "tanh": 1, "trunc": 2, "floor": 3, "mean": 4, "sum": 5}
+STRING_CODES = {"none": 0, "tanh": 1, "trunc": 2, "floor": 3, "mean": 4, "sum": 5, "L": 6, "U": 7}
 
 # -- per-op static facts ---------------------------------------------------------
 

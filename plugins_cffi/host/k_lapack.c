@@ -1368,30 +1368,8 @@ done:
     return st;
 }
 
-/* aten::_linalg_check_errors(Tensor info, str api_name, *, bool is_matrix) -> ()
- * The non-_ex linalg functions (inv, solve, cholesky, lu_factor...) call it on
- * the info their _ex op returned. All zero: nothing to do. Otherwise it fails;
- * the runtime does not pass api_name (a free string), so the message names
- * the failure class and LAPACK's info instead of PyTorch's per-API wording. */
-static int k_check_errors(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *info = &in[0];
-    if (n_in < 1 || info->dtype != FL_INT32) return FL_ERR_UNSUPPORTED;
-    int is_matrix = lp_flag(args, n_args, 2, 1);
-    lp_batch_t b;
-    lp_batch(&b, info, 0);
-    for (int64_t i = 0; i < b.count; i++) {
-        int v = *lp_i32(info, lp_off(info, 0, &b, i));
-        if (v == 0) continue;
-        char w[48];
-        if (v < 0) FL_FAIL(FL_ERR_INTERNAL, "linalg: %sLAPACK rejected argument %d (an internal error)",
-                           lp_where(w, sizeof w, !is_matrix, i), -v);
-        FL_FAIL(FL_ERR_INVALID, "linalg: %sThe operation could not be completed because the input matrix is singular "
-                "or not positive-definite, or the algorithm did not converge (LAPACK info = %d).",
-                lp_where(w, sizeof w, !is_matrix, i), v);
-    }
-    return FL_OK;
-}
+/* aten::_linalg_check_errors is not a kernel: the runtime runs PyTorch's own check on a host copy
+ * of the small info tensor (torch_fl/_decompositions.py), for PyTorch's exact messages. */
 
 #define LP_F (FL_F32 | FL_F64)
 
@@ -1419,7 +1397,6 @@ static const fl_kernel_entry_t entries[] = {
     {"aten::linalg_ldl_factor_ex", LP_F, 0, k_ldl_factor_ex},
     {"aten::linalg_ldl_solve", LP_F, 0, k_ldl_solve},
     {"aten::linalg_matrix_exp", LP_F, 0, k_matrix_exp},
-    {"aten::_linalg_check_errors", FL_DTYPE_BIT(FL_INT32), 0, k_check_errors},
 };
 
 const fl_kernel_group_t fl_host_group_lapack = {entries, (int)(sizeof entries / sizeof entries[0])};

@@ -162,9 +162,21 @@ def test_lu_errors():
         run(A.lu_unpack.default, torch.randn(3, 3), bad)
     with pytest.raises(RuntimeError, match="Pivots given to lu_solve"):
         run(A.linalg_lu_solve.default, torch.randn(3, 3), bad, torch.randn(3, 2))
-    with pytest.raises(RuntimeError, match="input matrix is singular"):
-        run(A._linalg_check_errors.default, torch.tensor([0, 2], dtype=torch.int32), "linalg.inv", is_matrix=False)
-    assert run(A._linalg_check_errors.default, torch.zeros(2, dtype=torch.int32), "x", is_matrix=False) == []
+
+
+def test_singular_matrix_on_fl_raises_pytorchs_linalg_error():
+    """_linalg_check_errors runs PyTorch's own check on a host copy of info: same type, same words."""
+    import torch_fl as fl
+
+    before = fl.get_current_backend_name()
+    fl.set_backend("rocm")
+    try:
+        with pytest.raises(torch.linalg.LinAlgError, match="linalg.inv: The diagonal element 2 is zero"):
+            torch.linalg.inv(torch.tensor([[1.0, 2.0], [2.0, 4.0]], device="fl"))
+        inv = torch.linalg.inv(torch.tensor([[1.0, 2.0], [3.0, 4.0]], device="fl"))
+        assert torch.allclose(inv.cpu(), torch.tensor([[-2.0, 1.0], [1.5, -0.5]]))
+    finally:
+        fl.set_backend(before)
 
 
 # ---------------------------------------------------------------- Cholesky
