@@ -1481,26 +1481,38 @@ static int freq_divisors(const int64_t *ip, int64_t numel, int64_t V, int64_t *c
 
 /* _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
  *                               scale_grad_by_freq, mode, per_sample_weights, padding_idx) -> (num_weights, D) */
-static int k_embedding_bag_dense_bwd(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *g = IN(0), *ix = IN(1), *o2b = IN(2), *bsz = IN(3), *mxi = IN(4), *psw = IN(8), *gw = OUT(0);
-    if (!g || !ix || !o2b || !bsz || !mxi || !gw || !is_float(g->dtype) || gw->dtype != g->dtype || n_args < 10 ||
+/* the dense weight gradient; offsets (may be NULL) rebuild an empty offset2bag */
+static int emb_dense_bwd(const fl_tensor_t *g, const fl_tensor_t *ix, const fl_tensor_t *of, const fl_tensor_t *o2b,
+                         const fl_tensor_t *bsz, const fl_tensor_t *mxi, const fl_tensor_t *psw, int64_t V, int freq,
+                         int mode, int64_t pad, const fl_tensor_t *gw) {
+    if (!g || !ix || !o2b || !bsz || !mxi || !gw || !is_float(g->dtype) || gw->dtype != g->dtype ||
         g->ndim != 2 || gw->ndim != 2 || (psw && psw->dtype != g->dtype))
         return FL_ERR_UNSUPPORTED;
-    const int64_t V = args[5].i, pad = args[9].i, numel = fl_numel(ix), B = g->sizes[0], D = g->sizes[1];
-    const int freq = args[6].i != 0, mode = (int)args[7].i;
+    const int64_t numel = fl_numel(ix), B = g->sizes[0], D = g->sizes[1];
+    int64_t *own = NULL;
     if (gw->sizes[0] != V || gw->sizes[1] != D) FL_FAIL(FL_ERR_INVALID, "embedding_bag_backward: grad_weight shape");
-    if (mode != 2 && numel > 0 && fl_numel(o2b) != numel)
+    if (mode != 2 && numel > 0 && fl_numel(o2b) == 0 && of) { /* CPU's sum fast path leaves offset2bag empty */
+        io_t io0 = {0};
+        const int64_t *op = io_in(&io0, of, FL_INT64);
+        own = malloc((size_t)numel * sizeof(int64_t));
+        int st0 = (!op || !own) ? FL_ERR_OOM : make_offset2bag(op, fl_numel(of), numel, fl_numel(of), own);
+        io_end(&io0, st0);
+        if (st0) { free(own); if (st0 == FL_ERR_OOM) FL_FAIL(st0, "embedding_bag_backward: cannot allocate scratch"); return st0; }
+    }
+    if (mode != 2 && numel > 0 && fl_numel(o2b) != numel && !own)
         FL_FAIL(FL_ERR_INVALID, "embedding_bag_backward: offset2bag has %ld entries for %ld indices",
                 (long)fl_numel(o2b), (long)numel);
     if (mode == 2 && fl_numel(mxi) != B * D) FL_FAIL(FL_ERR_INVALID, "embedding_bag_backward: max_indices shape");
     io_t io = {0};
     const double *gp = io_in(&io, g, FL_FLOAT64), *sp = psw ? io_in(&io, psw, FL_FLOAT64) : NULL;
-    const int64_t *ip = io_in(&io, ix, FL_INT64), *bp = io_in(&io, o2b, FL_INT64), *szp = io_in(&io, bsz, FL_INT64);
-    const int64_t *mp = io_in(&io, mxi, FL_INT64);
+    const int64_t *ip = io_in(&io, ix, FL_INT64), *bp = own ? own : io_in(&io, o2b, FL_INT64);
+    const int64_t *szp = io_in(&io, bsz, FL_INT64), *mp = io_in(&io, mxi, FL_INT64);
     double *wp = io_out(&io, gw, FL_FLOAT64, 1);
     int64_t *count = freq ? calloc((size_t)(V + 1), sizeof(int64_t)) : NULL;
-    if (!gp || (psw && !sp) || !ip || !bp || !szp || !mp || !wp || (freq && !count)) { free(count); IO_OOM(&io, "embedding_bag_backward"); }
+    if (!gp || (psw && !sp) || !ip || !bp || !szp || !mp || !wp || (freq && !count)) {
+        free(count); free(own);
+        IO_OOM(&io, "embedding_bag_backward");
+    }
     int st = FL_OK;
     if (mode == 2) {
         for (int64_t b = 0; b < B && !st; b++) {
@@ -1529,8 +1541,22 @@ static int k_embedding_bag_dense_bwd(FL_KERNEL_ARGS) {
             for (int64_t d = 0; d < D; d++) wp[r * D + d] += s * gp[b * D + d];
         }
     }
-    free(count);
+    free(count); free(own);
     return io_end(&io, st);
+}
+static int k_embedding_bag_dense_bwd(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 10) return FL_ERR_UNSUPPORTED;
+    return emb_dense_bwd(IN(0), IN(1), NULL, IN(2), IN(3), IN(4), IN(8), args[5].i, args[6].i != 0, (int)args[7].i,
+                         args[9].i, OUT(0));
+}
+/* _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+ *                         scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx): dense only */
+static int k_embedding_bag_bwd(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 12 || args[9].i != 0) return FL_ERR_UNSUPPORTED;
+    return emb_dense_bwd(IN(0), IN(1), IN(2), IN(3), IN(4), IN(5), IN(10), args[6].i, args[7].i != 0, (int)args[8].i,
+                         args[11].i, OUT(0));
 }
 
 /* _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx)
@@ -1643,6 +1669,7 @@ static const fl_kernel_entry_t entries[] = {
     {"aten::_cdist_backward", F3264, 0, k_cdist_bwd},
     {"aten::rrelu_with_noise", FL_FLOATS, 0, k_rrelu_with_noise},
     {"aten::_embedding_bag", FL_FLOATS, 0, k_embedding_bag},
+    {"aten::_embedding_bag_backward", FL_FLOATS, 0, k_embedding_bag_bwd},
     {"aten::_embedding_bag_dense_backward", FL_FLOATS, 0, k_embedding_bag_dense_bwd},
     {"aten::_embedding_bag_per_sample_weights_backward", FL_FLOATS, 0, k_embedding_bag_psw_bwd},
 };
