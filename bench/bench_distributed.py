@@ -153,6 +153,7 @@ def _launch(job: dict, env_extra: dict) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ddp-only", action="store_true", help="skip the all_reduce table")
     ap.add_argument("--rank-job", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rank_job:
@@ -168,15 +169,17 @@ def main() -> None:
 
     sizes = QUICK_SIZES if args.quick else SIZES
     seconds = 0.3 if args.quick else 1.0
-    print(f"torch {torch.__version__}, 2 processes on one host ({os.cpu_count()} cores), 1 thread each")
-    print("all_reduce float32 sum: time per call and bus bandwidth (2 ranks: size / time)")
+    print(f"torch {torch.__version__}, 2 processes on one host ({os.cpu_count()} cores), 1 thread each; "
+          f"load average at start {os.getloadavg()[0]:.1f} (other work on the host skews small messages most)")
+    if not args.ddp_only:
+        print("all_reduce float32 sum: time per call and bus bandwidth (2 ranks: size / time)")
     table = {}
-    for name, (backend, env) in PATHS.items():
+    for name, (backend, env) in ({} if args.ddp_only else PATHS).items():
         ranks = _launch({"kind": "allreduce", "backend": backend, "sizes": sizes, "seconds": seconds}, env)
         table[name] = {int(k): max(r[k] for r in ranks) for k in ranks[0]}
-    head = f"{'size':>9} " + " ".join(f"{n:>21}" for n in PATHS)
-    print(head)
-    for size in sizes:
+    if table:
+        print(f"{'size':>9} " + " ".join(f"{n:>21}" for n in PATHS))
+    for size in sizes if table else []:
         cells = []
         for name in PATHS:
             t = table[name][size]
@@ -190,6 +193,7 @@ def main() -> None:
                 f"torch.set_num_threads(1); from bench_distributed import single_ddp; "
                 f"print(single_ddp({backend!r}, {steps}))")
         env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+        env["OMP_NUM_THREADS"] = "1"  # as in the ranks: the plugins' OpenMP kernels use one thread each
         single = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                                       check=True).stdout.split()[-1])
         ranks = _launch({"kind": "ddp", "backend": backend, "steps": steps}, {})

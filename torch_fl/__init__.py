@@ -37,7 +37,10 @@ __version__ = "0.1.0"
 
 _device.register()
 
-from . import distributed  # noqa: E402  (registers the "fl" process-group backend with torch.distributed)
+try:  # registers the "fl" process-group backend with torch.distributed
+    from . import distributed  # noqa: E402
+except ImportError:  # a PyTorch build without torch.distributed
+    distributed = None  # type: ignore[assignment]
 
 __all__ = [
     "AlignmentReport",

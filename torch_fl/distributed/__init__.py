@@ -11,8 +11,13 @@ has the details and the multi-node recipe."""
 
 from __future__ import annotations
 
-from ._pg import BACKEND_NAME, GLOO, PLUGIN, RELAY, RELAY_ENV, ProcessGroupFl, collectives_path, register
-from ._work import BackendMismatchError, CollectiveError, CollectiveTimeoutError, FlWork
+import torch.distributed as _dist
+
+if not _dist.is_available():  # a PyTorch build without torch.distributed: nothing to register
+    raise ImportError("torch_fl.distributed needs a PyTorch build with torch.distributed (dist.is_available())")
+
+from ._pg import BACKEND_NAME, GLOO, PLUGIN, RELAY, RELAY_ENV, ProcessGroupFl, collectives_path, register  # noqa: E402
+from ._work import BackendMismatchError, CollectiveError, CollectiveTimeoutError, FlWork  # noqa: E402
 
 register()
 
