@@ -658,6 +658,10 @@ def _output_layouts(f: OpFacts, vals):
         hit = _LAYOUT_CACHE.get(key)
         if hit is not None:
             return hit
+    like = _LAYOUT_OF_ARG.get(f.func)
+    if like is not None:  # no meta function: the result has that argument's shape (contiguous)
+        t = vals[like]
+        return ((list(t.shape), _contiguous_strides(t.shape), t.dtype),)
     try:
         meta_out = f.call(_map(to_meta, vals))
     except Exception:  # no meta function or data-dependent shape: not for this tier
@@ -678,6 +682,13 @@ def _output_layouts(f: OpFacts, vals):
         # CPU returns empty save_mean/save_invstd in inference mode where the meta function says (C,)
         dtype = layouts[1][2]
         layouts[1:] = [([0], [1], dtype), ([0], [1], dtype)]
+    if f.func is aten._embedding_bag.default and len(layouts) == 4:
+        # CPU gives bag_size and (in every mode) max_indices one entry per bag, where the meta
+        # function says one per offset and (sum/mean) none
+        bags = vals[2].shape[0] - int(bool(vals[7]))
+        layouts[2] = ([bags], [1], layouts[2][2])
+        if vals[4] != 2:
+            layouts[3] = ([bags], [1], layouts[3][2])
     layouts = tuple(layouts)
     if key is not None:
         if len(_LAYOUT_CACHE) >= _LAYOUT_CACHE_MAX:
@@ -687,6 +698,16 @@ def _output_layouts(f: OpFacts, vals):
 
 
 _UNDEFINED = {"data": ffi.NULL, "offset": 0, "dtype": 0, "ndim": -1}
+# ops PyTorch has no meta function for, whose one result is laid out like an argument (its index)
+_LAYOUT_OF_ARG = {aten.fractional_max_pool3d_backward.default: 1}
+
+
+def _contiguous_strides(shape) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(list(shape)):
+        strides.append(step)
+        step *= max(int(size), 1)
+    return strides[::-1]
 _EMPTY_SAVES_IN_EVAL = {aten.native_batch_norm.default, aten._native_batch_norm_legit.default}
 
 

@@ -161,6 +161,30 @@ static void copy_strided(const fl_tensor_t *dst, const fl_tensor_t *src) {
     }
 }
 
+/* dst = src where the two views share memory (circular padding copies one part of a tensor into
+ * another; a view copied onto a shifted view of itself): the source goes through a contiguous
+ * scratch copy first, so no element is read after it was overwritten. */
+static int copy_staged(const fl_tensor_t *dst, const fl_tensor_t *src) {
+    int64_t n = fl_numel(dst);
+    if (n == 0) return FL_OK;
+    void *buf = malloc((size_t)n * fl_itemsize(src->dtype));
+    if (!buf) FL_FAIL(FL_ERR_OOM, "copy_: cannot allocate %lld bytes to stage an overlapping copy",
+                      (long long)(n * (int64_t)fl_itemsize(src->dtype)));
+    fl_tensor_t tmp = *dst;
+    tmp.data = buf;
+    tmp.offset = 0;
+    tmp.dtype = src->dtype;
+    int64_t stride = 1;
+    for (int d = dst->ndim - 1; d >= 0; d--) {
+        tmp.strides[d] = stride;
+        stride *= dst->sizes[d];
+    }
+    copy_strided(&tmp, src);
+    copy_strided(dst, &tmp);
+    free(buf);
+    return FL_OK;
+}
+
 static int k_copy_(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     if (!out_ok(out, n_out) || n_args < 2) return UNSUP;
@@ -177,8 +201,7 @@ static int k_copy_(FL_KERNEL_ARGS) {
             for (int d = 0; d < dst->ndim && same; d++)
                 if (dst->sizes[d] > 1 && src.strides[d] != dst->strides[d]) same = 0;
             if (same) return FL_OK;
-            if (a0 <= b1 && b0 <= a1 && dst->dtype == src.dtype) return UNSUP;
-            if (a0 <= b1 && b0 <= a1) return UNSUP;
+            if (a0 <= b1 && b0 <= a1) return copy_staged(dst, &src);
         }
         copy_strided(dst, &src);
         return FL_OK;

@@ -643,8 +643,10 @@ static int k_adaptive_max_pool3d_bwd(FL_KERNEL_ARGS) {
 static int k_fractional_max_pool2d_bwd(FL_KERNEL_ARGS) {
     return max_backward("fractional_max_pool2d_backward", 2, 4, stream, device, in, n_in, out, n_out, args, n_args);
 }
-/* (fractional_max_pool3d_backward has the same form, but PyTorch has no meta function for it, so the
- * runtime cannot allocate its output: not declared until the Python side gives it a layout) */
+/* PyTorch has no meta function for this one: the runtime lays its output out like `self` */
+static int k_fractional_max_pool3d_bwd(FL_KERNEL_ARGS) {
+    return max_backward("fractional_max_pool3d_backward", 3, 4, stream, device, in, n_in, out, n_out, args, n_args);
+}
 
 /* adaptive_max_pool{2,3}d(self, output_size) -> (out, indices) */
 static int adaptive_max_run(int k, FL_KERNEL_ARGS) {
@@ -1648,6 +1650,7 @@ static const fl_kernel_entry_t entries[] = {
     {"aten::adaptive_max_pool3d_backward", FL_FLOATS, 0, k_adaptive_max_pool3d_bwd},
     {"aten::fractional_max_pool2d", F3264, 0, k_fractional_max_pool2d},
     {"aten::fractional_max_pool2d_backward", F3264, 0, k_fractional_max_pool2d_bwd},
+    {"aten::fractional_max_pool3d_backward", F3264, 0, k_fractional_max_pool3d_bwd},
     {"aten::fractional_max_pool3d", F3264, 0, k_fractional_max_pool3d},
     {"aten::avg_pool3d", FL_FLOATS, 0, k_avg_pool3d},
     {"aten::avg_pool3d_backward", FL_FLOATS, 0, k_avg_pool3d_bwd},
