@@ -16,7 +16,7 @@
  * Conventions: `fl_sp_<name>(double ...)` computes aten::<name> (or
  * aten::special_<name>) for one element. Where PyTorch's result depends on the
  * element type beyond rounding (round.decimals computes float32 in float;
- * hermite polynomials give NaN above n = 128 for float32 but 512 for float64),
+ * recurrences of the orthogonal polynomials overflow in float32 sooner),
  * a float32 variant has the suffix `f`. Polynomial degrees arrive as doubles
  * (the tensor overloads) and are truncated to int64 the way PyTorch's
  * static_cast does on x86: NaN, infinities and out-of-range values become
@@ -1172,9 +1172,16 @@ static inline double fl_sp_airy_ai(double x) {
 /* ------------------------------------------------------------------ */
 /* orthogonal polynomials (x, degree n); n < 0 -> 0                    */
 /* ------------------------------------------------------------------ */
+/* Each has a float64 flavour fl_sp_<name>(x, n) and a float32 flavour
+ * fl_sp_<name>f(x, n). PyTorch runs the recurrences in the element type, so
+ * in float32 a large degree overflows to inf and then to NaN (inf - inf)
+ * where double would still be finite; the float32 flavour rounds every
+ * recurrence step to float (FL_SP_ROUND) to give the same infinities and
+ * NaNs. */
+#define FL_SP_ROUND(v, f32) ((f32) ? (double)(float)(v) : (v))
 
 /* Chebyshev T_n(x): recurrence, or cos(n acos x) for n > 6 inside (-1, 1) */
-static inline double fl_sp_chebyshev_polynomial_t(double x, double nd) {
+static inline double fl_sp_cheb_t(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
     if (n < 0) return 0.0;
     if (fabs(x) == 1.0) return (x > 0.0 || n % 2 == 0) ? 1.0 : -1.0;
@@ -1183,7 +1190,7 @@ static inline double fl_sp_chebyshev_polynomial_t(double x, double nd) {
     if (n == 1) return x;
     double p = 1.0, q = x, r = x;
     for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = (x + x) * q - p;
+        r = FL_SP_ROUND((x + x) * q - p, f32);
         p = q;
         q = r;
     }
@@ -1191,7 +1198,7 @@ static inline double fl_sp_chebyshev_polynomial_t(double x, double nd) {
 }
 
 /* Chebyshev U_n(x) */
-static inline double fl_sp_chebyshev_polynomial_u(double x, double nd) {
+static inline double fl_sp_cheb_u(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
     if (n < 0) return 0.0;
     if (fabs(x) == 1.0) return (x > 0.0 || n % 2 == 0) ? (double)(n + 1) : -(double)(n + 1);
@@ -1202,9 +1209,10 @@ static inline double fl_sp_chebyshev_polynomial_u(double x, double nd) {
     }
     if (n == 0) return 1.0;
     if (n == 1) return x + x;
+    /* r starts as q: PyTorch leaves it uninitialised and returns garbage for x = NaN */
     double p = 1.0, q = x + x, r = q;
     for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = (x + x) * q - p;
+        r = FL_SP_ROUND((x + x) * q - p, f32);
         p = q;
         q = r;
     }
@@ -1212,7 +1220,7 @@ static inline double fl_sp_chebyshev_polynomial_u(double x, double nd) {
 }
 
 /* Chebyshev V_n(x) (third kind) */
-static inline double fl_sp_chebyshev_polynomial_v(double x, double nd) {
+static inline double fl_sp_cheb_v(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
     if (n < 0) return 0.0;
     if (fabs(x) == 1.0) {
@@ -1225,10 +1233,10 @@ static inline double fl_sp_chebyshev_polynomial_v(double x, double nd) {
         return n % 2 == 0 ? (double)(n + n + 1) : -(double)(n + n + 1);
     }
     if (n == 0) return 1.0;
-    if (n == 1) return x + x - 1.0;
-    double p = 1.0, q = x + x - 1.0, r = q;
+    if (n == 1) return FL_SP_ROUND(x + x - 1.0, f32);
+    double p = 1.0, q = FL_SP_ROUND(x + x - 1.0, f32), r = q;
     for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = (x + x) * q - p;
+        r = FL_SP_ROUND((x + x) * q - p, f32);
         p = q;
         q = r;
     }
@@ -1236,7 +1244,7 @@ static inline double fl_sp_chebyshev_polynomial_v(double x, double nd) {
 }
 
 /* Chebyshev W_n(x) (fourth kind) */
-static inline double fl_sp_chebyshev_polynomial_w(double x, double nd) {
+static inline double fl_sp_cheb_w(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
     if (n < 0) return 0.0;
     if (fabs(x) == 1.0) {
@@ -1250,10 +1258,10 @@ static inline double fl_sp_chebyshev_polynomial_w(double x, double nd) {
         return n % 2 == 0 ? 1.0 : -1.0;
     }
     if (n == 0) return 1.0;
-    if (n == 1) return x + x + 1.0;
-    double p = 1.0, q = x + x + 1.0, r = q;
+    if (n == 1) return FL_SP_ROUND(x + x + 1.0, f32);
+    double p = 1.0, q = FL_SP_ROUND(x + x + 1.0, f32), r = q;
     for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = (x + x) * q - p;
+        r = FL_SP_ROUND((x + x) * q - p, f32);
         p = q;
         q = r;
     }
@@ -1261,9 +1269,9 @@ static inline double fl_sp_chebyshev_polynomial_w(double x, double nd) {
 }
 
 /* shifted Chebyshev T*_n(x) = T_n(2x - 1) */
-static inline double fl_sp_shifted_chebyshev_polynomial_t(double x, double nd) {
+static inline double fl_sp_scheb_t(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
-    double y = x + x - 1.0;
+    double y = FL_SP_ROUND(x + x - 1.0, f32);
     if (n < 0) return 0.0;
     if (x == 1.0) return 1.0;
     if (x == 0.0) return n % 2 == 0 ? 1.0 : -1.0;
@@ -1272,7 +1280,7 @@ static inline double fl_sp_shifted_chebyshev_polynomial_t(double x, double nd) {
     if (n == 1) return y;
     double p = 1.0, q = y, r = q;
     for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = (y + y) * q - p;
+        r = FL_SP_ROUND((y + y) * q - p, f32);
         p = q;
         q = r;
     }
@@ -1280,9 +1288,9 @@ static inline double fl_sp_shifted_chebyshev_polynomial_t(double x, double nd) {
 }
 
 /* shifted Chebyshev U*_n(x) = U_n(2x - 1) */
-static inline double fl_sp_shifted_chebyshev_polynomial_u(double x, double nd) {
+static inline double fl_sp_scheb_u(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
-    double y = x + x - 1.0;
+    double y = FL_SP_ROUND(x + x - 1.0, f32);
     if (n < 0) return 0.0;
     if (x == 1.0) return (double)(n + 1);
     if (x == 0.0) return n % 2 == 0 ? (double)(n + 1) : -(double)(n + 1);
@@ -1295,7 +1303,7 @@ static inline double fl_sp_shifted_chebyshev_polynomial_u(double x, double nd) {
     if (n == 1) return y + y;
     double p = 1.0, q = y + y, r = q;
     for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = (y + y) * q - p;
+        r = FL_SP_ROUND((y + y) * q - p, f32);
         p = q;
         q = r;
     }
@@ -1303,9 +1311,9 @@ static inline double fl_sp_shifted_chebyshev_polynomial_u(double x, double nd) {
 }
 
 /* shifted Chebyshev V*_n(x) = V_n(2x - 1) */
-static inline double fl_sp_shifted_chebyshev_polynomial_v(double x, double nd) {
+static inline double fl_sp_scheb_v(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
-    double y = x + x - 1.0;
+    double y = FL_SP_ROUND(x + x - 1.0, f32);
     if (n < 0) return 0.0;
     if (x == 1.0) return 1.0;
     if (x == 0.0) return n % 2 == 0 ? (double)(n + n + 1) : -(double)(n + n + 1);
@@ -1315,10 +1323,10 @@ static inline double fl_sp_shifted_chebyshev_polynomial_v(double x, double nd) {
         return n % 2 == 0 ? (double)(n + n + 1) : -(double)(n + n + 1);
     }
     if (n == 0) return 1.0;
-    if (n == 1) return y + y - 1.0;
-    double p = 1.0, q = y + y - 1.0, r = q;
+    if (n == 1) return FL_SP_ROUND(y + y - 1.0, f32);
+    double p = 1.0, q = FL_SP_ROUND(y + y - 1.0, f32), r = q;
     for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = (y + y) * q - p;
+        r = FL_SP_ROUND((y + y) * q - p, f32);
         p = q;
         q = r;
     }
@@ -1327,9 +1335,9 @@ static inline double fl_sp_shifted_chebyshev_polynomial_v(double x, double nd) {
 
 /* shifted Chebyshev W*_n(x) = W_n(2x - 1) (PyTorch switches to the closed
  * form from n > 4 here) */
-static inline double fl_sp_shifted_chebyshev_polynomial_w(double x, double nd) {
+static inline double fl_sp_scheb_w(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
-    double y = x + x - 1.0;
+    double y = FL_SP_ROUND(x + x - 1.0, f32);
     if (n < 0) return 0.0;
     if (x == 1.0) return (double)(n + n + 1);
     if (x == 0.0) return n % 2 == 0 ? 1.0 : -1.0;
@@ -1339,63 +1347,58 @@ static inline double fl_sp_shifted_chebyshev_polynomial_w(double x, double nd) {
         return n % 2 == 0 ? 1.0 : -1.0;
     }
     if (n == 0) return 1.0;
-    if (n == 1) return y + y + 1.0;
-    double p = 1.0, q = y + y + 1.0, r = q;
+    if (n == 1) return FL_SP_ROUND(y + y + 1.0, f32);
+    double p = 1.0, q = FL_SP_ROUND(y + y + 1.0, f32), r = q;
     for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = (y + y) * q - p;
+        r = FL_SP_ROUND((y + y) * q - p, f32);
         p = q;
         q = r;
     }
     return r;
 }
 
-/* physicists' Hermite H_n(x); NaN above degree nmax (PyTorch: 128 for
- * float32, 512 for float64) */
-static inline double fl_sp_hermite_h_upto(double x, double nd, int64_t nmax) {
+/* physicists' Hermite H_n(x); NaN above degree 128 (float32) or 512 */
+static inline double fl_sp_herm_h(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
     if (n < 0) return 0.0;
     if (n == 0) return 1.0;
     if (n == 1) return x + x;
-    if (n > nmax) return NAN;
+    if (n > (f32 ? 128 : 512)) return NAN;
     double p = 1.0, q = x + x, r = 0.0;
     for (int64_t k = 2; k < n + n; k += 2) {
-        r = (x + x) * q - (double)k * p;
+        r = FL_SP_ROUND((x + x) * q - (double)k * p, f32);
         p = q;
         q = r;
     }
     return r;
 }
-static inline double fl_sp_hermite_polynomial_h(double x, double n) { return fl_sp_hermite_h_upto(x, n, 512); }
-static inline double fl_sp_hermite_polynomial_hf(double x, double n) { return fl_sp_hermite_h_upto(x, n, 128); }
 
 /* probabilists' Hermite He_n(x), same degree limits */
-static inline double fl_sp_hermite_he_upto(double x, double nd, int64_t nmax) {
+static inline double fl_sp_herm_he(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
     if (n < 0) return 0.0;
     if (n == 0) return 1.0;
     if (n == 1) return x;
-    if (n > nmax) return NAN;
+    if (n > (f32 ? 128 : 512)) return NAN;
     double p = 1.0, q = x, r = x;
     for (int64_t k = 1; k < n; k++) {
-        r = x * q - (double)k * p;
+        r = FL_SP_ROUND(x * q - (double)k * p, f32);
         p = q;
         q = r;
     }
     return r;
 }
-static inline double fl_sp_hermite_polynomial_he(double x, double n) { return fl_sp_hermite_he_upto(x, n, 512); }
-static inline double fl_sp_hermite_polynomial_hef(double x, double n) { return fl_sp_hermite_he_upto(x, n, 128); }
 
 /* Laguerre L_n(x) */
-static inline double fl_sp_laguerre_polynomial_l(double x, double nd) {
+static inline double fl_sp_lag_l(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
     if (n < 0) return 0.0;
     if (fabs(x) == 0.0) return 1.0;
     if (n == 0) return 1.0;
-    if (n == 1) return 1.0 - x;
-    double p = 1.0, q = 1.0 - x, r = q;
+    if (n == 1) return FL_SP_ROUND(1.0 - x, f32);
+    double p = 1.0, q = FL_SP_ROUND(1.0 - x, f32), r = q;
     for (int64_t k = 1; k < n && !isnan(q); k++) {
-        r = (((double)(k + k) + (1.0 - x)) * q - (double)k * p) / (double)(k + 1);
+        r = FL_SP_ROUND((((double)(k + k) + (1.0 - x)) * q - (double)k * p) / (double)(k + 1), f32);
         p = q;
         q = r;
     }
@@ -1403,7 +1406,7 @@ static inline double fl_sp_laguerre_polynomial_l(double x, double nd) {
 }
 
 /* Legendre P_n(x) */
-static inline double fl_sp_legendre_polynomial_p(double x, double nd) {
+static inline double fl_sp_leg_p(double x, double nd, int f32) {
     int64_t n = fl_sp_degree(nd);
     if (n < 0) return 0.0;
     if (fabs(x) == 1.0) return (x > 0.0 || n % 2 == 0) ? 1.0 : -1.0;
@@ -1411,12 +1414,30 @@ static inline double fl_sp_legendre_polynomial_p(double x, double nd) {
     if (n == 1) return x;
     double p = 1.0, q = x, r = x;
     for (int64_t k = 1; k < n && !isnan(q); k++) {
-        r = ((double)(k + k + 1) * x * q - (double)k * p) / (double)(k + 1);
+        r = FL_SP_ROUND(((double)(k + k + 1) * x * q - (double)k * p) / (double)(k + 1), f32);
         p = q;
         q = r;
     }
     return r;
 }
+
+/* the public names: float64 and float32 flavours */
+#define FL_SP_POLY(name, impl)                                                                    \
+    static inline double fl_sp_##name(double x, double n) { return impl(x, n, 0); }              \
+    static inline double fl_sp_##name##f(double x, double n) { return impl(x, n, 1); }
+FL_SP_POLY(chebyshev_polynomial_t, fl_sp_cheb_t)
+FL_SP_POLY(chebyshev_polynomial_u, fl_sp_cheb_u)
+FL_SP_POLY(chebyshev_polynomial_v, fl_sp_cheb_v)
+FL_SP_POLY(chebyshev_polynomial_w, fl_sp_cheb_w)
+FL_SP_POLY(shifted_chebyshev_polynomial_t, fl_sp_scheb_t)
+FL_SP_POLY(shifted_chebyshev_polynomial_u, fl_sp_scheb_u)
+FL_SP_POLY(shifted_chebyshev_polynomial_v, fl_sp_scheb_v)
+FL_SP_POLY(shifted_chebyshev_polynomial_w, fl_sp_scheb_w)
+FL_SP_POLY(hermite_polynomial_h, fl_sp_herm_h)
+FL_SP_POLY(hermite_polynomial_he, fl_sp_herm_he)
+FL_SP_POLY(laguerre_polynomial_l, fl_sp_lag_l)
+FL_SP_POLY(legendre_polynomial_p, fl_sp_leg_p)
+#undef FL_SP_POLY
 
 /* ------------------------------------------------------------------ */
 /* small elementwise ops without a C99 one-liner                       */

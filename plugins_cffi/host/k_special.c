@@ -18,8 +18,9 @@
  * computes in double, float16 and bfloat16 included; results agree with
  * PyTorch's float32 kernels within float rounding. The exceptions, where the
  * element type changes the answer beyond rounding, pick a per-dtype function:
- * nextafter, round.decimals (float arithmetic below float64) and the Hermite
- * polynomials (NaN above degree 128 in float32, 512 in float64).
+ * nextafter, round.decimals and trigamma (float arithmetic below float64),
+ * and the orthogonal polynomials (float32 recurrences overflow sooner; the
+ * Hermite ones give NaN above degree 128 in float32, 512 in float64).
  */
 #include <stdlib.h>
 
@@ -193,32 +194,30 @@ DEF_UNARY(k_angle, fl_sp_angle, 1)
 DEF_BINARY(k_igamma, fl_sp_igamma, 1)
 DEF_BINARY(k_igammac, fl_sp_igammac, 1)
 DEF_BINARY(k_zeta, fl_sp_zeta, 0)
-DEF_BINARY(k_cheb_t, fl_sp_chebyshev_polynomial_t, 0)
-DEF_BINARY(k_cheb_u, fl_sp_chebyshev_polynomial_u, 0)
-DEF_BINARY(k_cheb_v, fl_sp_chebyshev_polynomial_v, 0)
-DEF_BINARY(k_cheb_w, fl_sp_chebyshev_polynomial_w, 0)
-DEF_BINARY(k_scheb_t, fl_sp_shifted_chebyshev_polynomial_t, 0)
-DEF_BINARY(k_scheb_u, fl_sp_shifted_chebyshev_polynomial_u, 0)
-DEF_BINARY(k_scheb_v, fl_sp_shifted_chebyshev_polynomial_v, 0)
-DEF_BINARY(k_scheb_w, fl_sp_shifted_chebyshev_polynomial_w, 0)
-DEF_BINARY(k_laguerre_l, fl_sp_laguerre_polynomial_l, 0)
-DEF_BINARY(k_legendre_p, fl_sp_legendre_polynomial_p, 0)
-
-/* Hermite: the degree limit is PyTorch's per dtype (128 float32, 512 float64) */
-static int hermite(FL_KERNEL_ARGS, double (*f64)(double, double), double (*f32)(double, double)) {
+/* orthogonal polynomials (x, n): the float32 flavour rounds each recurrence
+ * step to float, so overflow gives PyTorch's infinities and NaNs */
+static int poly(FL_KERNEL_ARGS, double (*f64)(double, double), double (*f32)(double, double)) {
     FL_UNUSED_KERNEL_ARGS;
     if (!out_ok(out, n_out)) return UNSUP;
     sp_fn_t fn = {.nop = 2, .f2 = out[0].dtype == FL_FLOAT64 ? f64 : f32, .no_half = 1};
     return sp_run(in, n_in, out, n_out, args, n_args, (int[]){0, 1}, &fn);
 }
-static int k_hermite_h(FL_KERNEL_ARGS) {
-    return hermite(stream, device, in, n_in, out, n_out, args, n_args, fl_sp_hermite_polynomial_h,
-                   fl_sp_hermite_polynomial_hf);
-}
-static int k_hermite_he(FL_KERNEL_ARGS) {
-    return hermite(stream, device, in, n_in, out, n_out, args, n_args, fl_sp_hermite_polynomial_he,
-                   fl_sp_hermite_polynomial_hef);
-}
+#define DEF_POLY(kname, name)                                                              \
+    static int kname(FL_KERNEL_ARGS) {                                                     \
+        return poly(stream, device, in, n_in, out, n_out, args, n_args, fl_sp_##name, fl_sp_##name##f); \
+    }
+DEF_POLY(k_cheb_t, chebyshev_polynomial_t)
+DEF_POLY(k_cheb_u, chebyshev_polynomial_u)
+DEF_POLY(k_cheb_v, chebyshev_polynomial_v)
+DEF_POLY(k_cheb_w, chebyshev_polynomial_w)
+DEF_POLY(k_scheb_t, shifted_chebyshev_polynomial_t)
+DEF_POLY(k_scheb_u, shifted_chebyshev_polynomial_u)
+DEF_POLY(k_scheb_v, shifted_chebyshev_polynomial_v)
+DEF_POLY(k_scheb_w, shifted_chebyshev_polynomial_w)
+DEF_POLY(k_hermite_h, hermite_polynomial_h)
+DEF_POLY(k_hermite_he, hermite_polynomial_he)
+DEF_POLY(k_laguerre_l, laguerre_polynomial_l)
+DEF_POLY(k_legendre_p, legendre_polynomial_p)
 
 /* ------------------------------------------------------------------ */
 /* ops with an int argument: polygamma, mvlgamma, round.decimals       */
