@@ -762,15 +762,6 @@ static int k_nan_to_num(FL_KERNEL_ARGS) {
     return ew_simple(in, n_in, out, n_out, args, n_args, 1, (int[]){0}, nan2num_t, &p, -1);
 }
 
-/* round.decimals */
-static int k_round_dec(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    if (n_args < 2 || args[1].kind != FL_ARG_INT) return UNSUP;
-    if (args[1].i != 0) return UNSUP;
-    kp_t p = {{0}};
-    return ew_simple(in, n_in, out, n_out, args, n_args, 1, (int[]){0}, round_t, &p, -1);
-}
-
 /* ---- binary arithmetic ---- */
 static int binary_alpha(FL_KERNEL_ARGS, const ewfn *tab, const ewfn *tab1) {
     FL_UNUSED_KERNEL_ARGS;
@@ -1363,7 +1354,6 @@ static const fl_kernel_entry_t entries[] = {
     E("aten::floor", NUM, k_floor), E("aten::floor_", NUM, k_floor),
     E("aten::ceil", NUM, k_ceil), E("aten::ceil_", NUM, k_ceil),
     E("aten::round", NUM, k_round), E("aten::round_", NUM, k_round),
-    E("aten::round.decimals", NUM, k_round_dec),
     E("aten::trunc", NUM, k_trunc), E("aten::trunc_", NUM, k_trunc),
     E("aten::relu", NUM, k_relu), E("aten::relu_", NUM, k_relu),
     E("aten::silu", FLT, k_silu), E("aten::silu_", FLT, k_silu),
