@@ -180,3 +180,14 @@ def test_arange_runs_on_the_device_without_fallback(backend):
     finally:
         fl.set_cpu_fallback(True)
         fl.set_backend("cpu")
+
+
+def test_layout_cache_keys_floats_by_value():
+    """arange's bounds are floats that shape its result: a cached layout must not be reused
+    across different bounds (mvlgamma's backward calls arange like this)."""
+    a = torch.arange(0.0, 0.5, 0.5, device="fl")
+    b = torch.arange(-0.5, 0.5, 0.5, device="fl")
+    c = torch.arange(4.0, device="fl")
+    d = torch.arange(3.0, device="fl")
+    assert a.cpu().tolist() == [0.0] and b.cpu().tolist() == [-0.5, 0.0]
+    assert c.shape == (4,) and d.shape == (3,)

@@ -640,8 +640,8 @@ def _key_of(v):
         return (v.dtype, v.dim())  # a wrapped number: its value never changes a shape
     if isinstance(v, list):
         return tuple(_key_of(x) for x in v)
-    if isinstance(v, float):
-        return (float, v != v)  # NaN-safe; the value of a float never changes a shape
+    if isinstance(v, float):  # by value (arange's bounds shape its result); NaN-safe
+        return (float, v if v == v else "nan")
     return v
 
 

@@ -233,18 +233,20 @@ def _emit(graph, inputs: dict, node_dtype) -> tuple[list[str], str]:
             f32 = getattr(n.meta.get("val"), "dtype", node_dtype) == torch.float32
             expr = (f"(double)nextafterf((float)({a(0)}), (float)({a(1)}))" if f32
                     else f"nextafter({a(0)}, {a(1)})")
-        elif packet == "polygamma":
-            expr = f"fl_sp_polygamma((int64_t){int(n.args[0])}, {a(1)})"
+        elif packet == "polygamma":  # the float flavour keeps float32's finite values at the poles
+            f32 = getattr(n.meta.get("val"), "dtype", node_dtype) != torch.float64
+            expr = f"fl_sp_polygamma{'f' if f32 else ''}((int64_t){int(n.args[0])}, {a(1)})"
         elif packet == "mvlgamma":
             expr = f"fl_sp_mvlgamma({a(0)}, (int64_t){int(n.args[1] if len(n.args) > 1 else kw['p'])})"
         elif packet == "bitwise_not":
             val = n.meta.get("val")
             boolean = getattr(val, "dtype", node_dtype) is torch.bool
             expr = f"(({a(0)}) == 0.0)" if boolean else f"(double)(~(int64_t)({a(0)}))"
-        elif packet == "round" and len(n.args) + len(kw) > 1:  # round(x, decimals=d), as PyTorch computes it
+        elif packet == "round" and len(n.args) + len(kw) > 1:  # round(x, decimals=d), in the tensor's precision
             d = int(n.args[1] if len(n.args) > 1 else kw["decimals"])
-            p = _c(10.0 ** abs(d))
-            expr = f"(nearbyint(({a(0)}) * {p}) / {p})" if d >= 0 else f"(nearbyint(({a(0)}) / {p}) * {p})"
+            f32 = getattr(n.meta.get("val"), "dtype", node_dtype) != torch.float64
+            expr = (f"(double)fl_sp_round_decimalsf((float)({a(0)}), {d})" if f32
+                    else f"fl_sp_round_decimals({a(0)}, {d})")
         elif packet == "rsub":
             alpha = kw.get("alpha", 1)
             expr = f"(({a(1)}) - ({a(0)}) * {_c(alpha)})"
