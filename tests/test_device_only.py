@@ -198,3 +198,29 @@ def test_paths_are_reported_and_compile_time_is_separate():
     assert paths["aten::argmax"].get("jit") == 1  # the first call also compiles: a separate "jit-compile" entry
     assert fl.explain("aten::argmax", backend="minimal").path == "jit"
     assert _jit.STATS["compiled"] > 0
+
+
+def test_search_histogram_and_distance_decompositions():
+    g = torch.Generator().manual_seed(5)
+    seq = torch.sort(torch.randn(3, 7, generator=g)).values
+    v = torch.randn(3, 4, generator=g)
+    for right in (False, True):
+        same(torch.searchsorted(seq, v, right=right), torch.searchsorted(d(seq), d(v), right=right))
+        same(torch.bucketize(v, seq[0], right=right), torch.bucketize(d(v), d(seq[0]), right=right))
+    x = torch.randn(50, generator=g)
+    same(torch.histc(x, 7, -1, 1), torch.histc(d(x), 7, -1, 1))
+    same(torch.histc(x, 5), torch.histc(d(x), 5))
+    reps = torch.tensor([2, 0, 3, 1])
+    same(torch.repeat_interleave(reps), torch.repeat_interleave(d(reps)))
+    a, b = torch.randn(2, 5, 3, generator=g), torch.randn(2, 4, 3, generator=g)
+    for p in (0.0, 1.0, 2.0, 3.0, float("inf")):
+        same(torch.cdist(a, b, p=p), torch.cdist(d(a), d(b), p=p), atol=1e-4)
+        same(F.pdist(a[0], p=p), F.pdist(d(a[0]), p=p), atol=1e-4)
+    assert torch.allclose(d(a), d(a + 1e-9)) and not torch.allclose(d(a), d(a + 1))
+    bt = b.transpose(1, 2)
+    same(torch.addbmm(torch.ones(5, 4), a, bt), torch.addbmm(d(torch.ones(5, 4)), d(a), d(bt)))
+    probs = torch.tensor([[0.1, 0.0, 0.9], [0.5, 0.5, 0.0]])
+    draw = torch.multinomial(d(probs), 2).cpu()
+    assert draw.shape == (2, 2) and draw[0].tolist() in ([2, 0], [0, 2]) and sorted(draw[1].tolist()) == [0, 1]
+    many = torch.multinomial(d(probs), 200, replacement=True).cpu()
+    assert set(many[0].tolist()) <= {0, 2} and set(many[1].tolist()) <= {0, 1}

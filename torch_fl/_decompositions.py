@@ -304,7 +304,118 @@ def _linalg_check_errors(info, api_name, *, is_matrix):
     return aten._linalg_check_errors.default(info.cpu(), api_name, is_matrix=is_matrix)
 
 
+def _allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    return bool(torch.isclose(self, other, rtol=rtol, atol=atol, equal_nan=equal_nan).all().item())
+
+
+def _addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    prod = torch.bmm(batch1, batch2).sum(0)
+    prod = prod if alpha == 1 else prod * alpha
+    if beta == 0:  # PyTorch ignores self then (NaN in it does not propagate)
+        return prod.expand(torch.broadcast_shapes(self.shape, prod.shape)).clone()
+    return (self if beta == 1 else self * beta) + prod
+
+
+def _p_norm_last(diff, p: float):
+    """The p-norm over the last dim, as cdist/pdist define it for every p."""
+    if p == 0:
+        return (diff != 0).sum(-1).to(diff.dtype)
+    if p == float("inf"):
+        return diff.abs().amax(-1)
+    if p == 1:
+        return diff.abs().sum(-1)
+    if p == 2:
+        return (diff * diff).sum(-1).sqrt()
+    return diff.abs().pow(p).sum(-1).pow(1.0 / p)
+
+
+def _cdist_forward(x1, x2, p, compute_mode):
+    return _p_norm_last(x1.unsqueeze(-2) - x2.unsqueeze(-3), p)
+
+
+def _pdist_forward(self, p=2.0):
+    n = self.shape[0]
+    i, j = torch.triu_indices(n, n, 1).to(self.device)  # the pair list: a constant of the shape
+    return _p_norm_last(_index_select(self, 0, i) - _index_select(self, 0, j), p)
+
+
+def _searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
+    """How many boundaries lie below each value (or at/below it, for right): a comparison
+    against every boundary and a sum, so O(values x boundaries) work, all on the device."""
+    right = right or side == "right"
+    seq = sorted_sequence
+    if sorter is not None:
+        seq = seq.gather(-1, sorter.to(torch.int64))
+    vals = self if isinstance(self, torch.Tensor) else torch.full((), self, device=seq.device, dtype=seq.dtype)
+    if seq.dim() == 1:
+        cmp = seq <= vals.unsqueeze(-1) if right else seq < vals.unsqueeze(-1)
+    else:
+        cmp = seq.unsqueeze(-2) <= vals.unsqueeze(-1) if right else seq.unsqueeze(-2) < vals.unsqueeze(-1)
+    return cmp.sum(-1).to(torch.int32 if out_int32 else torch.int64)
+
+
+def _bucketize(self, boundaries, *, out_int32=False, right=False):
+    return _searchsorted(boundaries, self, out_int32=out_int32, right=right)
+
+
+def _histc(self, bins=100, min=0, max=0):  # noqa: A002 - the schema's names
+    lo, hi = float(min), float(max)
+    if lo == hi and self.numel():
+        lo, hi = float(self.amin().item()), float(self.amax().item())
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    x = self.reshape(-1)
+    inside = (x >= lo) & (x <= hi)
+    pos = torch.floor((x - lo) * (bins / (hi - lo))).clamp(0, bins - 1).to(torch.int64)
+    pos = torch.where(inside, pos, 0)
+    counts = torch.zeros(bins, dtype=self.dtype, device=self.device)
+    return counts.scatter_add(0, pos, inside.to(self.dtype))
+
+
+def _nonzero_static(self, *, size, fill_value=-1):
+    nz = _nonzero(self)
+    if nz.shape[0] >= size:
+        return nz[:size].contiguous()
+    pad = torch.full((size - nz.shape[0], nz.shape[1]), fill_value, dtype=torch.int64, device=self.device)
+    return torch.cat([nz, pad])
+
+
+def _repeat_interleave(repeats, *, output_size=None):
+    ends = repeats.to(torch.int64).cumsum(0)
+    n = int(output_size) if output_size is not None else (int(ends[-1].item()) if ends.numel() else 0)
+    return _searchsorted(ends, torch.arange(n, device=repeats.device), right=True)
+
+
+def _multinomial(self, num_samples, replacement=False, *, generator=None):
+    """With replacement: the inverse CDF at uniform draws. Without: the Gumbel-top-k trick
+    (keys log p - log(-log u); the num_samples largest are a draw without replacement)."""
+    if generator is not None:
+        return NotImplemented
+    probs = self if self.dim() == 2 else self.unsqueeze(0)
+    shape = (probs.shape[0], num_samples)
+    u = torch.rand(shape, dtype=probs.dtype, device=self.device)
+    if replacement:
+        cdf = probs.cumsum(-1)
+        cdf = cdf / cdf[:, -1:]
+        out = _searchsorted(cdf, u, right=True).clamp(max=probs.shape[1] - 1)
+    else:
+        keys = torch.log(probs) - torch.log(-torch.log(torch.rand(probs.shape, dtype=probs.dtype,
+                                                                  device=self.device)))
+        out = keys.topk(num_samples, dim=-1).indices
+    return out if self.dim() == 2 else out.squeeze(0)
+
+
 def register(table: dict) -> None:
+    table[aten.allclose.default] = _allclose
+    table[aten.addbmm.default] = _addbmm
+    table[aten._cdist_forward.default] = _cdist_forward
+    table[aten._pdist_forward.default] = _pdist_forward
+    table[aten.searchsorted.Tensor] = _searchsorted
+    table[aten.bucketize.Tensor] = _bucketize
+    table[aten.histc.default] = _histc
+    table[aten.nonzero_static.default] = _nonzero_static
+    table[aten.repeat_interleave.Tensor] = _repeat_interleave
+    table[aten.multinomial.default] = _multinomial
     table[aten._linalg_check_errors.default] = _linalg_check_errors
     table[aten.index_reduce.default] = _scalar_as_vector_reduce
     table[aten.put.default] = _put

@@ -119,7 +119,7 @@ _SPECIAL_BINARY = {
 # prims ops PyTorch's decompositions produce that carry no pointwise tag but are elementwise
 _PRIMS_POINTWISE = {getattr(torch.ops.prims, n).default for n in (
     "lgamma", "erf_inv", "bessel_i0", "bessel_i0e", "bessel_i1", "bessel_i1e", "ndtri", "erfcx", "zeta",
-    "spherical_bessel_j0", "bessel_j0", "bessel_j1") if hasattr(torch.ops.prims, n)}
+    "spherical_bessel_j0", "bessel_j0", "bessel_j1", "remainder") if hasattr(torch.ops.prims, n)}
 
 HELPERS = r"""
 #include <math.h>
