@@ -356,12 +356,14 @@ def _attention_dropout_ref(query, key, value, attn_bias, dropout_p, is_causal, s
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
     out = torch.matmul(_dropout(probs, dropout_p, seed), value.to(work)).to(value.dtype)
-    return out, lse.float()
+    return out.transpose(1, 2).contiguous().transpose(1, 2), lse.float()  # the meta function's layout
 
 
 def _attention_dropout_meta(query, key, value, attn_bias, dropout_p, is_causal, seed, scale=None):
+    # the output is laid out (B, L, H, Ev), like the flash kernels': merging the heads back is a view
     b, h, length = query.shape[:3]
-    return query.new_empty((b, h, length, value.shape[-1])), query.new_empty((b, h, length), dtype=torch.float32)
+    out = query.new_empty((b, length, h, value.shape[-1])).transpose(1, 2)
+    return out, query.new_empty((b, h, length), dtype=torch.float32)
 
 
 def _attention_dropout_bwd_ref(grad_out, query, key, value, attn_bias, out, logsumexp, dropout_p, is_causal, seed,
@@ -395,11 +397,14 @@ class _LinearActFn(torch.autograd.Function):
         out, pre = _below(torch.ops.fl.linear_act.default, input, weight, bias, act, p, seed, save)
         ctx.save_for_backward(input, weight, out, pre)
         ctx.cfg = (act, p, seed, bias is not None)
+        ctx.set_materialize_grads(False)  # no zero-filled gradients for the saved outputs: no zero_ kernels
         ctx.mark_non_differentiable(pre)
         return out, pre
 
     @staticmethod
     def backward(ctx, grad, _grad_pre):
+        if grad is None:
+            return (None,) * 7
         input, weight, out, pre = ctx.saved_tensors
         act, p, seed, has_bias = ctx.cfg
         gi, gw, gb = torch.ops.fl.linear_act_backward.default(grad, input, weight, out, pre, act, p, seed, has_bias)
@@ -413,11 +418,14 @@ class _AddNormFn(torch.autograd.Function):
                                     save)
         ctx.save_for_backward(z, mean, rstd, weight)
         ctx.cfg = (p, seed, bias is not None)
+        ctx.set_materialize_grads(False)  # no zero-filled gradients for the saved outputs: no zero_ kernels
         ctx.mark_non_differentiable(z, mean, rstd)
         return out, z, mean, rstd
 
     @staticmethod
     def backward(ctx, grad, *_):
+        if grad is None:
+            return (None,) * 8
         z, mean, rstd, weight = ctx.saved_tensors
         p, seed, has_bias = ctx.cfg
         gx, gr, gw, gb = torch.ops.fl.add_layer_norm_backward.default(grad, z, mean, rstd, weight, has_bias, p, seed)
@@ -431,11 +439,14 @@ class _LinearAddNormFn(torch.autograd.Function):
                                     ln_weight, ln_bias, eps, p, seed, save)
         ctx.save_for_backward(input, weight, z, mean, rstd, ln_weight)
         ctx.cfg = (p, seed, bias is not None, ln_bias is not None)
+        ctx.set_materialize_grads(False)  # no zero-filled gradients for the saved outputs: no zero_ kernels
         ctx.mark_non_differentiable(z, mean, rstd)
         return out, z, mean, rstd
 
     @staticmethod
     def backward(ctx, grad, *_):
+        if grad is None:
+            return (None,) * 10
         input, weight, z, mean, rstd, ln_weight = ctx.saved_tensors
         p, seed, has_bias, has_ln_bias = ctx.cfg
         gi, gw, gb, gr, glw, glb = torch.ops.fl.linear_add_layer_norm_backward.default(
@@ -451,17 +462,20 @@ class _AttentionDropoutFn(torch.autograd.Function):
                           seed, scale)
         ctx.save_for_backward(query, key, value, attn_bias, out, lse)
         ctx.cfg = (dropout_p, is_causal, seed, scale)
+        ctx.set_materialize_grads(False)  # no zero-filled gradients for the saved outputs: no zero_ kernels
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, grad, _grad_lse):
+        if grad is None:
+            return (None,) * 8
         query, key, value, attn_bias, out, lse = ctx.saved_tensors
         if attn_bias is not None and attn_bias.requires_grad:
             raise RuntimeError("fl::attention_dropout has no gradient for attn_bias; use "
                                "F.scaled_dot_product_attention for a trainable bias")
         p, causal, seed, scale = ctx.cfg
-        gq, gk, gv = torch.ops.fl.attention_dropout_backward.default(grad.contiguous(), query, key, value, attn_bias,
+        gq, gk, gv = torch.ops.fl.attention_dropout_backward.default(grad, query, key, value, attn_bias,
                                                                       out, lse, p, causal, seed, scale)
         return gq, gk, gv, None, None, None, None, None
 

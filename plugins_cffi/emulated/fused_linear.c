@@ -53,6 +53,7 @@ void fl_lin_gemm(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, dou
 typedef struct {
     const char *base; /* element (0, 0) */
     int64_t rows, cols, ld;
+    int64_t cs; /* column stride: 1 for BLAS operands; any (0 for a broadcast gradient) for rows read elementwise */
 } lin_mat_t;
 
 static const fl_tensor_t *lin_arg(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int n_args, int k) {
@@ -65,14 +66,16 @@ static const fl_tensor_t *lin_out(const fl_tensor_t *out, int n_out, int k) {
     return &out[k];
 }
 
-/* t as a (rows, last dim) matrix with unit-stride, evenly spaced rows; 0 if it is not one. */
-static int lin_rows(const fl_tensor_t *t, lin_mat_t *m) {
+/* t as a (rows, last dim) matrix with evenly spaced rows (any spacing, 0 included, when `any`) and
+ * unit-stride rows (any column stride when `any`); 0 if it is not one. */
+static int lin_rows_as(const fl_tensor_t *t, lin_mat_t *m, int any) {
     if (!t || t->ndim < 1) return 0;
     int nd = t->ndim;
     m->cols = t->sizes[nd - 1];
     m->rows = 1;
     for (int d = 0; d < nd - 1; d++) m->rows *= t->sizes[d];
-    if (m->cols > 1 && t->strides[nd - 1] != 1) return 0;
+    m->cs = m->cols > 1 ? t->strides[nd - 1] : 1;
+    if (!any && m->cs != 1) return 0;
     int64_t ld = -1, expect = -1;
     for (int d = nd - 2; d >= 0; d--) {
         if (t->sizes[d] == 1) continue;
@@ -81,10 +84,12 @@ static int lin_rows(const fl_tensor_t *t, lin_mat_t *m) {
         expect *= t->sizes[d];
     }
     m->ld = ld < 0 ? (m->cols > 0 ? m->cols : 1) : ld;
-    if (m->rows > 1 && m->ld < m->cols) return 0;
+    if (!any && m->rows > 1 && m->ld < m->cols) return 0;
     m->base = fl_elem(t, t->offset);
     return 1;
 }
+static int lin_rows(const fl_tensor_t *t, lin_mat_t *m) { return lin_rows_as(t, m, 0); }
+static int lin_strided(const fl_tensor_t *t, lin_mat_t *m) { return lin_rows_as(t, m, 1); }
 
 static int lin_contig(const fl_tensor_t *t, int dtype, int64_t numel) {
     return t && t->dtype == dtype && fl_is_contiguous(t) && fl_numel(t) == numel;
@@ -171,10 +176,11 @@ static int linear_act_backward(FL_KERNEL_ARGS) {
     int act = (int)args[5].i;
     double p = lin_float(&args[6]);
     if (act < 0 || act > 2 || !(p >= 0.0 && p < 1.0)) return FL_ERR_UNSUPPORTED;
-    if (!g || g->dtype != x->dtype || !lin_rows(g, &gm) || gm.rows != xm.rows || gm.cols != N) return FL_ERR_UNSUPPORTED;
-    if (act == 1 && (!o || o->dtype != x->dtype || !lin_rows(o, &om) || om.rows != xm.rows || om.cols != N))
+    if (!g || g->dtype != x->dtype || !lin_strided(g, &gm) || gm.rows != xm.rows || gm.cols != N)
         return FL_ERR_UNSUPPORTED;
-    if (act == 2 && (!pre || pre->dtype != x->dtype || !lin_rows(pre, &pm) || pm.rows != xm.rows || pm.cols != N))
+    if (act == 1 && (!o || o->dtype != x->dtype || !lin_strided(o, &om) || om.rows != xm.rows || om.cols != N))
+        return FL_ERR_UNSUPPORTED;
+    if (act == 2 && (!pre || pre->dtype != x->dtype || !lin_strided(pre, &pm) || pm.rows != xm.rows || pm.cols != N))
         return FL_ERR_UNSUPPORTED;
     const fl_tensor_t *gi = lin_out(out, n_out, 0), *gw = lin_out(out, n_out, 1), *gb = lin_out(out, n_out, 2);
     if (!lin_contig(gi, x->dtype, xm.rows * xm.cols) || !lin_contig(gw, x->dtype, N * xm.cols)) return FL_ERR_UNSUPPORTED;
@@ -210,7 +216,8 @@ static int add_layer_norm(FL_KERNEL_ARGS) {
     const fl_tensor_t *o, *sum, *mean, *rstd;
     lin_mat_t xm, rm;
     if (!x || !r || (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64) || r->dtype != x->dtype) return FL_ERR_UNSUPPORTED;
-    if (!lin_rows(x, &xm) || !lin_rows(r, &rm) || rm.rows != xm.rows || rm.cols != xm.cols) return FL_ERR_UNSUPPORTED;
+    if (!lin_strided(x, &xm) || !lin_strided(r, &rm) || rm.rows != xm.rows || rm.cols != xm.cols)
+        return FL_ERR_UNSUPPORTED;
     int save = (args[7].kind == FL_ARG_BOOL || args[7].kind == FL_ARG_INT) && args[7].i;
     double eps = lin_float(&args[4]), p = lin_float(&args[5]);
     if (!(p >= 0.0 && p < 1.0)) return FL_ERR_UNSUPPORTED;
@@ -231,7 +238,7 @@ static int linear_add_layer_norm(FL_KERNEL_ARGS) {
     int64_t N, ldw;
     int tb;
     if (!lin_setup(x, w, b, &xm, &N, &tb, &ldw) || !r || r->dtype != x->dtype) return FL_ERR_UNSUPPORTED;
-    if (!lin_rows(r, &rm) || rm.rows != xm.rows || rm.cols != N) return FL_ERR_UNSUPPORTED;
+    if (!lin_strided(r, &rm) || rm.rows != xm.rows || rm.cols != N) return FL_ERR_UNSUPPORTED;
     int save = (args[9].kind == FL_ARG_BOOL || args[9].kind == FL_ARG_INT) && args[9].i;
     double eps = lin_float(&args[6]), p = lin_float(&args[7]);
     if (!(p >= 0.0 && p < 1.0)) return FL_ERR_UNSUPPORTED;
@@ -240,7 +247,7 @@ static int linear_add_layer_norm(FL_KERNEL_ARGS) {
     /* the GEMM writes out; the row pass reads it back as the dropout's input */
     fl_lin_gemm(x->dtype, 0, tb, xm.rows, N, xm.cols, 1.0, xm.base, xm.ld, fl_elem(w, w->offset), ldw, 0.0,
                 fl_elem(o, o->offset), N);
-    lin_mat_t ym = {fl_elem(o, o->offset), xm.rows, N, N};
+    lin_mat_t ym = {fl_elem(o, o->offset), xm.rows, N, N, 1};
     return LIN_DISPATCH(x->dtype, lin_add_norm, &ym, b, &rm, lw, lb, eps, p, (uint64_t)args[8].i, o, sum, mean, rstd);
 }
 
@@ -248,7 +255,8 @@ static int linear_add_layer_norm(FL_KERNEL_ARGS) {
 static int norm_bwd_inputs(const fl_tensor_t *g, const fl_tensor_t *z, const fl_tensor_t *mean, const fl_tensor_t *rstd,
                            const fl_tensor_t *lw, lin_mat_t *gm, lin_mat_t *zm) {
     if (!g || !z || !mean || !rstd || (g->dtype != FL_FLOAT32 && g->dtype != FL_FLOAT64)) return 0;
-    if (z->dtype != g->dtype || !lin_rows(g, gm) || !lin_rows(z, zm) || gm->rows != zm->rows || gm->cols != zm->cols)
+    if (z->dtype != g->dtype || !lin_strided(g, gm) || !lin_strided(z, zm) || gm->rows != zm->rows ||
+        gm->cols != zm->cols)
         return 0;
     if (!lin_contig(mean, g->dtype, gm->rows) || !lin_contig(rstd, g->dtype, gm->rows)) return 0;
     return !lw || (lw->dtype == g->dtype && lw->ndim == 1 && lw->sizes[0] == gm->cols);
@@ -396,12 +404,13 @@ static int TF(lin_act_bwd)(const lin_mat_t *gm, const lin_mat_t *xm, const fl_te
         const T *g = (const T *)gm->base + m * gm->ld;
         const T *o = om ? (const T *)om->base + m * om->ld : NULL;
         const T *pr = pm ? (const T *)pm->base + m * pm->ld : NULL;
+        int64_t gs = gm->cs, os = om ? om->cs : 0, ps = pm ? pm->cs : 0;
         T *d = dpre + m * N;
         for (int64_t n = 0; n < N; n++) {
-            T v = g[n];
+            T v = g[n * gs];
             if (p > 0.0) v = lin_keep(seed, (uint64_t)(m * N + n), p) ? v * scale : (T)0;
-            if (act == 1) v = o[n] > 0 ? v : (T)0; /* a kept output is > 0 iff its input was */
-            else if (act == 2) v *= TF(lin_gelu_grad)(pr[n]);
+            if (act == 1) v = o[n * os] > 0 ? v : (T)0; /* a kept output is > 0 iff its input was */
+            else if (act == 2) v *= TF(lin_gelu_grad)(pr[n * ps]);
             d[n] = v;
         }
     }
@@ -437,11 +446,12 @@ static int TF(lin_add_norm)(const lin_mat_t *ym, const fl_tensor_t *b, const lin
         for (int64_t m = 0; m < M; m++) {
             if (!z) continue;
             const T *y = (const T *)ym->base + m * ym->ld, *r = (const T *)rm->base + m * rm->ld;
+            int64_t ys = ym->cs, rs = rm->cs;
             double s = 0.0;
             for (int64_t n = 0; n < N; n++) {
-                T v = y[n] + (bias ? bias[n * bs] : (T)0);
+                T v = y[n * ys] + (bias ? bias[n * bs] : (T)0);
                 if (p > 0.0) v = lin_keep(seed, (uint64_t)(m * N + n), p) ? v * scale : (T)0;
-                z[n] = r[n] + v;
+                z[n] = r[n * rs] + v;
                 s += z[n];
             }
             double mu = N > 0 ? s / (double)N : 0.0, var = 0.0;
@@ -480,17 +490,18 @@ static int TF(lin_norm_bwd)(const lin_mat_t *gm, const lin_mat_t *zm, const fl_t
 #pragma omp parallel for schedule(static) if (M * N > 65536)
     for (int64_t m = 0; m < M; m++) {
         const T *g = (const T *)gm->base + m * gm->ld, *z = (const T *)zm->base + m * zm->ld;
+        int64_t gs = gm->cs, zs = zm->cs;
         T mu = mp[m], is = rp[m];
         double c1 = 0.0, c2 = 0.0;
         for (int64_t n = 0; n < N; n++) {
-            T dx = g[n] * (w ? w[n * ws] : (T)1), xh = (z[n] - mu) * is;
+            T dx = g[n * gs] * (w ? w[n * ws] : (T)1), xh = (z[n * zs] - mu) * is;
             c1 += dx;
             c2 += (double)dx * xh;
         }
         T a = N > 0 ? (T)(c1 / (double)N) : (T)0, c = N > 0 ? (T)(c2 / (double)N) : (T)0;
         T *grow = gr + m * N, *drow = dy + m * N;
         for (int64_t n = 0; n < N; n++) {
-            T dx = g[n] * (w ? w[n * ws] : (T)1), xh = (z[n] - mu) * is;
+            T dx = g[n * gs] * (w ? w[n * ws] : (T)1), xh = (z[n * zs] - mu) * is;
             T d = is * (dx - a - xh * c);
             grow[n] = d;
             drow[n] = p > 0.0 ? (lin_keep(seed, (uint64_t)(m * N + n), p) ? d * scale : (T)0) : d;
@@ -502,8 +513,8 @@ static int TF(lin_norm_bwd)(const lin_mat_t *gm, const lin_mat_t *zm, const fl_t
         for (int64_t n = 0; n < N; n++) {
             T sw = 0, sb = 0;
             for (int64_t m = 0; m < M; m++) {
-                T g = ((const T *)gm->base)[m * gm->ld + n];
-                sw += g * ((((const T *)zm->base)[m * zm->ld + n] - mp[m]) * rp[m]);
+                T g = ((const T *)gm->base)[m * gm->ld + n * gm->cs];
+                sw += g * ((((const T *)zm->base)[m * zm->ld + n * zm->cs] - mp[m]) * rp[m]);
                 sb += g;
             }
             if (dw) dw[n] = sw;
