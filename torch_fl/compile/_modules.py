@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import fused as _fused
-from .._tensor import FlTensor
 from . import _pointwise
 
 
@@ -163,14 +162,14 @@ class FusedSelfAttention(nn.Module):
         b, length, e = x.shape
         h = m.num_heads
         p = m.dropout if m.training else 0.0
-        if self.linear_kernel and isinstance(x, FlTensor):
+        if self.linear_kernel:
             qkv = _fused.linear_act(x, m.in_proj_weight, m.in_proj_bias)  # one GEMM, one backward kernel
         else:
             qkv = F.linear(x, m.in_proj_weight, m.in_proj_bias)  # one GEMM for q, k and v
         heads = qkv.view(b, length, 3, h, e // h).permute(2, 0, 3, 1, 4)
         mask = _merged_mask(attn_mask, key_padding_mask, b, h, length, qkv.dtype)
         causal = bool(is_causal) and mask is None
-        if p and self.dropout_kernel and isinstance(x, FlTensor) and not (mask is not None and mask.requires_grad):
+        if p and self.dropout_kernel and not (mask is not None and mask.requires_grad):
             q, k, v = heads.unbind(0)
             out = _fused.attention_dropout(q, k, v, mask, p, causal)  # strided views, dropout in the kernel
         else:

@@ -99,10 +99,11 @@ def _describe(node: fx.Node, ctx: Context) -> str:
 
 
 def _replace(ctx: Context, nodes: list[fx.Node], output: fx.Node, target: str, args: tuple,
-             kwargs: dict | None = None) -> fx.Node:
-    """Puts a call of module `target` where `output` was, then drops `nodes`."""
+             kwargs: dict | None = None, at: fx.Node | None = None) -> fx.Node:
+    """Puts a call of module `target` before `at` (default: the first of `nodes`), in place of `output`,
+    then drops `nodes`."""
     graph = ctx.gm.graph
-    with graph.inserting_before(nodes[0]):
+    with graph.inserting_before(at if at is not None else nodes[0]):
         new = graph.call_module(target, args, kwargs or {})
     new.meta.update({k: v for k, v in output.meta.items() if k == "nn_module_stack"})
     output.replace_all_uses_with(new)
@@ -585,7 +586,7 @@ def _fuse_chain(ctx: Context, group: list[fx.Node]) -> None:
     label = ",".join(k for k in (_pointwise_kind(n, ctx) for n in group) if k != "id")
     chain = _pointwise.PointwiseChain(fn, len(inputs), label)
     name = ctx.add_module("pointwise", _modules.FusedPointwise(chain))
-    new = _replace(ctx, group, group[-1], name, tuple(inputs))
+    new = _replace(ctx, group, group[-1], name, tuple(inputs), at=group[-1])  # an input may come after group[0]
     ctx.record("elementwise chain", group, f"one JIT kernel ({label})", new)
 
 
