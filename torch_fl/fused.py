@@ -8,7 +8,12 @@ module sequences into it; until then `conv_bn_relu(conv, bn, x)` calls it.
 
 Inference only: batch norm uses its running statistics, and the op has no
 autograd formula (a tensor that requires grad raises, naming the unfused
-route)."""
+route).
+
+Also here: the GEMM-epilogue, residual-add + LayerNorm and attention-with-
+dropout ops the `rocm` emulator has kernels for (`fl::linear_act`,
+`fl::linear_add_layer_norm`, `fl::add_layer_norm`, `fl::attention_dropout`,
+each with a one-kernel backward op); see the section below."""
 
 from __future__ import annotations
 

@@ -440,8 +440,7 @@ def _activation(ctx: Context, node: fx.Node) -> str | None:
 def linear_act(ctx: Context) -> None:
     """nn.Linear -> ReLU/GELU (-> Dropout) as `fl::linear_act` (bias,
     activation and dropout as the GEMM's epilogue, one backward kernel for all
-    three gradients); in training also a Linear with no activation, for its
-    one-kernel backward."""
+    three gradients)."""
     has = ctx.has_kernels(*LINEAR_ACT_KERNELS)
     for node in list(ctx.gm.graph.nodes):
         lin = ctx.module(node)
@@ -450,10 +449,6 @@ def linear_act(ctx: Context) -> None:
         user = _only_user(node)
         act = _activation(ctx, user) if user is not None else None
         if act is None:
-            if has and lin.training:
-                name = ctx.add_module("linear", _modules.LinearAct(lin, "none"))
-                new = _replace(ctx, [node], node, name, (node.args[0],))
-                ctx.record("linear (training)", [node], f"{LINEAR_ACT_KERNELS[0]} (one-kernel backward)", new)
             continue
         nodes = [node, user]
         dropout = None
