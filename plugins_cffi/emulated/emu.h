@@ -34,6 +34,9 @@ extern const fl_emu_profile_t fl_emu_profile;
 /* fused kernel groups (fused_*.c) */
 extern const fl_kernel_group_t fl_emu_group_conv_bn_relu;  /* fused_conv.c */
 extern const fl_kernel_group_t fl_emu_group_attention;     /* fused_attention.c */
+extern const fl_kernel_group_t fl_emu_group_attention_dropout; /* fused_attention.c: fl::attention_dropout */
+extern const fl_kernel_group_t fl_emu_group_linear_act;    /* fused_linear.c: GEMM + bias + activation (+ dropout) */
+extern const fl_kernel_group_t fl_emu_group_add_layer_norm; /* fused_linear.c: (GEMM +) dropout + residual + LayerNorm */
 
 /* comm_shm.c: fills p->comm_* (call after p->device_count is set) */
 void fl_emu_comm_install(fl_plugin_t *p);

@@ -35,7 +35,7 @@
  *   - grad_attn_bias (when grad_input_mask[3] and a float bias is given) is
  *     dS summed over the bias's broadcast dims; when not requested the
  *     defined output is zero-filled.
- * Declined (FL_ERR_UNSUPPORTED): dropout_p != 0, return_debug_mask, q/k/v not
+ * Declined (FL_ERR_UNSUPPORTED): dropout_p != 0 (fl::attention_dropout, below, takes it), return_debug_mask, q/k/v not
  * 4-D, q/k/v dtypes that differ or are not floating, batch/head sizes that
  * differ between q, k and v (no GQA broadcast), a bias of more than 4 dims, not
  * broadcastable, or of an integer dtype, grad_attn_bias requested for a bool
@@ -68,6 +68,8 @@ typedef struct {
     int bias_bool;
     int causal;
     double scale;
+    double drop;   /* dropout probability on the attention weights (fl::attention_dropout), 0 for the aten op */
+    uint64_t seed; /* its counter-based mask: weight (b, h, i, j) kept iff fl_rand_uniform(seed, ((b*H+h)*L+i)*S+j) >= drop */
     int64_t B, H, L, S, E, Ev;
     int64_t bsz[4]; /* the bias's extent over (b, h, i, j): the target size, or 1 where broadcast */
     int64_t bst[4]; /* its element strides over (b, h, i, j), 0 where broadcast */
@@ -246,6 +248,70 @@ static int sdpa_backward(FL_KERNEL_ARGS) {
     if (q->dtype == FL_FLOAT64) return attn_bwd_f64(&p, g, o, lse, gq, gk, gv, gb, want_gb);
     return attn_bwd_f32(&p, g, o, lse, gq, gk, gv, gb, want_gb);
 }
+
+/* fl::attention_dropout(Tensor query, Tensor key, Tensor value, Tensor? attn_bias, float dropout_p,
+ *     bool is_causal, int seed, float? scale) -> (Tensor output, Tensor logsumexp)
+ * The same flash kernel with dropout on the attention weights (torch_fl/fused.py): the mask is
+ * counter-based (attn_prob_t.seed), so the backward regenerates it and nothing (L, S) is stored. */
+static int attention_dropout(FL_KERNEL_ARGS) {
+    (void)stream; (void)device;
+    if (n_args < 8 || n_out < 2) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *q = attn_tensor(in, n_in, args, n_args, 0), *k = attn_tensor(in, n_in, args, n_args, 1);
+    const fl_tensor_t *v = attn_tensor(in, n_in, args, n_args, 2), *bias = attn_tensor(in, n_in, args, n_args, 3);
+    if (args[3].kind != FL_ARG_NONE && !bias) return FL_ERR_UNSUPPORTED;
+    if (args[4].kind != FL_ARG_FLOAT || args[6].kind != FL_ARG_INT) return FL_ERR_UNSUPPORTED;
+    attn_prob_t p;
+    int st = attn_setup(&p, q, k, v, bias, &args[5], &args[7]);
+    if (st) return st;
+    p.drop = args[4].f;
+    p.seed = (uint64_t)args[6].i;
+    if (!(p.drop >= 0.0 && p.drop < 1.0)) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *o = attn_out(out, n_out, 0), *lse = attn_out(out, n_out, 1);
+    const int64_t osz[4] = {p.B, p.H, p.L, p.Ev};
+    if (!o || o->dtype != q->dtype || !attn_shape_is(o, 4, osz)) return FL_ERR_UNSUPPORTED;
+    if (!lse || !fl_is_floating(lse->dtype) || !attn_shape_is(lse, 3, osz)) return FL_ERR_UNSUPPORTED;
+    fl_lin_blas_init();
+    return q->dtype == FL_FLOAT64 ? attn_fwd_f64(&p, o, lse) : attn_fwd_f32(&p, o, lse);
+}
+
+/* fl::attention_dropout_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor? attn_bias,
+ *     Tensor out, Tensor logsumexp, float dropout_p, bool is_causal, int seed, float? scale)
+ *     -> (Tensor grad_query, Tensor grad_key, Tensor grad_value); no bias gradient. */
+static int attention_dropout_backward(FL_KERNEL_ARGS) {
+    (void)stream; (void)device;
+    if (n_args < 11 || n_out < 3) return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *g = attn_tensor(in, n_in, args, n_args, 0), *q = attn_tensor(in, n_in, args, n_args, 1);
+    const fl_tensor_t *k = attn_tensor(in, n_in, args, n_args, 2), *v = attn_tensor(in, n_in, args, n_args, 3);
+    const fl_tensor_t *bias = attn_tensor(in, n_in, args, n_args, 4);
+    const fl_tensor_t *o = attn_tensor(in, n_in, args, n_args, 5), *lse = attn_tensor(in, n_in, args, n_args, 6);
+    if (args[4].kind != FL_ARG_NONE && !bias) return FL_ERR_UNSUPPORTED;
+    if (args[7].kind != FL_ARG_FLOAT || args[9].kind != FL_ARG_INT) return FL_ERR_UNSUPPORTED;
+    attn_prob_t p;
+    int st = attn_setup(&p, q, k, v, bias, &args[8], &args[10]);
+    if (st) return st;
+    p.drop = args[7].f;
+    p.seed = (uint64_t)args[9].i;
+    if (!(p.drop >= 0.0 && p.drop < 1.0)) return FL_ERR_UNSUPPORTED;
+    const int64_t osz[4] = {p.B, p.H, p.L, p.Ev};
+    if (!g || !o || !lse || g->dtype != q->dtype || o->dtype != q->dtype || !fl_is_floating(lse->dtype))
+        return FL_ERR_UNSUPPORTED;
+    if (!attn_shape_is(g, 4, osz) || !attn_shape_is(o, 4, osz) || !attn_shape_is(lse, 3, osz))
+        return FL_ERR_UNSUPPORTED;
+    const fl_tensor_t *gq = attn_out(out, n_out, 0), *gk = attn_out(out, n_out, 1), *gv = attn_out(out, n_out, 2);
+    if (!gq || gq->dtype != q->dtype || !attn_shape_is(gq, 4, q->sizes)) return FL_ERR_UNSUPPORTED;
+    if (!gk || gk->dtype != k->dtype || !attn_shape_is(gk, 4, k->sizes)) return FL_ERR_UNSUPPORTED;
+    if (!gv || gv->dtype != v->dtype || !attn_shape_is(gv, 4, v->sizes)) return FL_ERR_UNSUPPORTED;
+    fl_lin_blas_init();
+    if (q->dtype == FL_FLOAT64) return attn_bwd_f64(&p, g, o, lse, gq, gk, gv, NULL, 0);
+    return attn_bwd_f32(&p, g, o, lse, gq, gk, gv, NULL, 0);
+}
+
+static const fl_kernel_entry_t dropout_entries[] = {
+    {"fl::attention_dropout", FL_FLOATS, FL_KERNEL_FUSED, attention_dropout},
+    {"fl::attention_dropout_backward", FL_FLOATS, FL_KERNEL_FUSED, attention_dropout_backward},
+};
+const fl_kernel_group_t fl_emu_group_attention_dropout = {dropout_entries,
+                                                          (int)(sizeof dropout_entries / sizeof dropout_entries[0])};
 
 static const fl_kernel_entry_t entries[] = {
     {"aten::_scaled_dot_product_fused_attention_overrideable", FL_FLOATS, FL_KERNEL_FUSED, sdpa_forward},
@@ -471,6 +537,32 @@ static void TF(attn_ds)(const T *P, T *dp, int64_t ni, int64_t nj, const T *D) {
     }
 }
 
+/* The dropout mask of a tile: sc *= mask / (1 - p). */
+static void TF(attn_drop_fwd)(const attn_prob_t *p, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t j0,
+                              int64_t nj, T *sc) {
+    T keep = (T)(1.0 / (1.0 - p->drop));
+    for (int64_t r = 0; r < ni; r++) {
+        uint64_t base = (uint64_t)(((b * p->H + h) * p->L + i0 + r) * p->S + j0);
+        T *s = sc + r * ATTN_BK;
+        for (int64_t c = 0; c < nj; c++) s[c] = fl_rand_uniform(p->seed, base + (uint64_t)c) >= p->drop ? s[c] * keep : 0;
+    }
+}
+
+/* dp := P * (Z dP - D) and sc := Z P, with Z the tile's mask / (1 - p). */
+static void TF(attn_drop_bwd)(const attn_prob_t *p, int64_t b, int64_t h, int64_t i0, int64_t ni, int64_t j0,
+                              int64_t nj, T *sc, T *dp, const T *D) {
+    T keep = (T)(1.0 / (1.0 - p->drop));
+    for (int64_t r = 0; r < ni; r++) {
+        uint64_t base = (uint64_t)(((b * p->H + h) * p->L + i0 + r) * p->S + j0);
+        T *s = sc + r * ATTN_BK, *d = dp + r * ATTN_BK;
+        for (int64_t c = 0; c < nj; c++) {
+            T z = fl_rand_uniform(p->seed, base + (uint64_t)c) >= p->drop ? keep : (T)0;
+            d[c] = s[c] * (z * d[c] - D[r]);
+            s[c] *= z;
+        }
+    }
+}
+
 static int TF(attn_fwd)(const attn_prob_t *p, const fl_tensor_t *o, const fl_tensor_t *lse) {
     const fl_tensor_t *q = p->q, *k = p->k, *v = p->v;
     int64_t B = p->B, H = p->H, L = p->L, S = p->S, E = p->E, Ev = p->Ev;
@@ -511,6 +603,7 @@ static int TF(attn_fwd)(const attn_prob_t *p, const fl_tensor_t *o, const fl_ten
                 int64_t nj = jend - j0 < ATTN_BK ? jend - j0 : ATTN_BK;
                 TF(attn_scores)(p, b, h, i0, ni, j0, nj, Q, ldq, K, ldk, sc);
                 TF(attn_online)(sc, ni, nj, m, l, acc, Ev, Ev);
+                if (p->drop > 0.0) TF(attn_drop_fwd)(p, b, h, i0, ni, j0, nj, sc); /* after l: the sum is undropped */
                 fl_lin_gemm1(T_DT, 0, 0, ni, Ev, nj, 1.0, sc, ATTN_BK, V + j0 * ldv, ldv, 1.0, acc, Ev);
             }
             for (int64_t r = 0; r < ni; r++) {
@@ -619,9 +712,15 @@ static int TF(attn_bwd)(const attn_prob_t *p, const fl_tensor_t *g, const fl_ten
                     int64_t nj = jend - j0 < ATTN_BK ? jend - j0 : ATTN_BK;
                     TF(attn_scores)(p, b, h, i0, ni, j0, nj, Q, ldq, K, ldk, sc);
                     TF(attn_probs)(sc, ni, nj, ls);                                      /* sc := P */
-                    fl_lin_gemm1(T_DT, 1, 0, nj, Ev, ni, 1.0, sc, ATTN_BK, dO, ldo, 1.0, dV + j0 * Ev, Ev);
-                    fl_lin_gemm1(T_DT, 0, 1, ni, nj, Ev, 1.0, dO, ldo, V + j0 * ldv, ldv, 0.0, dp, ATTN_BK);
-                    TF(attn_ds)(sc, dp, ni, nj, D);                                      /* dp := dS */
+                    if (p->drop > 0.0) { /* dS = P * (Z dP - D), dV += (Z P)^T dO with Z = mask / (1 - p) */
+                        fl_lin_gemm1(T_DT, 0, 1, ni, nj, Ev, 1.0, dO, ldo, V + j0 * ldv, ldv, 0.0, dp, ATTN_BK);
+                        TF(attn_drop_bwd)(p, b, h, i0, ni, j0, nj, sc, dp, D);            /* dp := dS, sc := Z P */
+                        fl_lin_gemm1(T_DT, 1, 0, nj, Ev, ni, 1.0, sc, ATTN_BK, dO, ldo, 1.0, dV + j0 * Ev, Ev);
+                    } else {
+                        fl_lin_gemm1(T_DT, 1, 0, nj, Ev, ni, 1.0, sc, ATTN_BK, dO, ldo, 1.0, dV + j0 * Ev, Ev);
+                        fl_lin_gemm1(T_DT, 0, 1, ni, nj, Ev, 1.0, dO, ldo, V + j0 * ldv, ldv, 0.0, dp, ATTN_BK);
+                        TF(attn_ds)(sc, dp, ni, nj, D);                                  /* dp := dS */
+                    }
                     if (gslice) {
                         for (int64_t r = 0; r < ni; r++) {
                             T *gr = gslice + (i0 + r) * gst[2] + j0 * gst[3];

@@ -9,7 +9,8 @@ half speed on a new chip usually lacks graph optimisation, not silicon).
     compiled.measure(x)                          # kernels and time before vs after, per pattern
 
 Passes (each switchable here or with FL_FUSION_DISABLE=name,name; FL_COMPILE=0
-runs every compiled model eagerly): conv_bn, attention, qkv, pointwise, layout.
+runs every compiled model eagerly): conv_bn, attention, qkv, add_norm, linear_act,
+pointwise, layout.
 A model that cannot be captured runs eagerly, with a warning that says why."""
 
 from __future__ import annotations

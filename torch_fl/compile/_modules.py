@@ -139,30 +139,47 @@ class FusedSelfAttention(nn.Module):
     nn.MultiheadAttention's `proj[0]`, `proj[1]`, `proj[2]` cost a
     select_backward and an accumulation each."""
 
-    def __init__(self, mha: nn.MultiheadAttention):
+    def __init__(self, mha: nn.MultiheadAttention, linear_kernel: bool = False, dropout_kernel: bool = False):
         super().__init__()
         self.mha = mha
+        self.linear_kernel = linear_kernel  # the QKV GEMM as fl::linear_act: its backward is one kernel
+        self.dropout_kernel = dropout_kernel  # attention dropout inside fl::attention_dropout
+        self.project = True  # False: the output projection is left to the caller (fused into a later kernel)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 key_padding_mask: torch.Tensor | None = None, is_causal: bool = False):
         m = self.mha
-        if x.dim() != 3:  # unbatched input: the module's own route
-            return m(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
-                     is_causal=is_causal)
+        if x.dim() != 3:  # unbatched input
+            if self.project:  # the module's own route
+                return m(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
+                         is_causal=is_causal)
+            bdim = 0 if m.batch_first else 1
+            kpm = key_padding_mask.unsqueeze(0) if key_padding_mask is not None else None
+            out = self.forward(x.unsqueeze(bdim), attn_mask, kpm, is_causal)[0]
+            return out.squeeze(bdim), None
         if not m.batch_first:
             x = x.transpose(0, 1)
         b, length, e = x.shape
         h = m.num_heads
-        qkv = F.linear(x, m.in_proj_weight, m.in_proj_bias)  # one GEMM for q, k and v
+        p = m.dropout if m.training else 0.0
+        if self.linear_kernel:
+            qkv = _fused.linear_act(x, m.in_proj_weight, m.in_proj_bias)  # one GEMM, one backward kernel
+        else:
+            qkv = F.linear(x, m.in_proj_weight, m.in_proj_bias)  # one GEMM for q, k and v
         heads = qkv.view(b, length, 3, h, e // h).permute(2, 0, 3, 1, 4)
-        if not _fused_attention(heads[0], m.dropout if m.training else 0.0):
-            heads = heads.contiguous()  # the math path multiplies contiguous heads: one copy, not one per matmul
-        q, k, v = heads.unbind(0)
-        mask = _merged_mask(attn_mask, key_padding_mask, b, h, length, q.dtype)
+        mask = _merged_mask(attn_mask, key_padding_mask, b, h, length, qkv.dtype)
         causal = bool(is_causal) and mask is None
-        out = attention(q, k, v, mask, m.dropout if m.training else 0.0, causal)
+        if p and self.dropout_kernel and not (mask is not None and mask.requires_grad):
+            q, k, v = heads.unbind(0)
+            out = _fused.attention_dropout(q, k, v, mask, p, causal)  # strided views, dropout in the kernel
+        else:
+            if not _fused_attention(heads[0], p):
+                heads = heads.contiguous()  # the math path multiplies contiguous heads: one copy, not one per matmul
+            q, k, v = heads.unbind(0)
+            out = attention(q, k, v, mask, p, causal)
         out = out.transpose(1, 2).reshape(b, length, e)
-        out = F.linear(out, m.out_proj.weight, m.out_proj.bias)
+        if self.project:
+            out = F.linear(out, m.out_proj.weight, m.out_proj.bias)
         if not m.batch_first:
             out = out.transpose(0, 1)
         return out, None
@@ -193,6 +210,49 @@ def _merged_mask(attn_mask, key_padding_mask, b, h, length, dtype):
         kp = kp.view(b, 1, 1, -1)
         am = kp if am is None else am + kp
     return am
+
+
+# -- GEMM epilogues ------------------------------------------------------------
+
+
+def _dropout_p(dropout: nn.Module | None) -> float:
+    return float(dropout.p) if dropout is not None and dropout.training else 0.0
+
+
+class LinearAct(nn.Module):
+    """nn.Linear -> (ReLU | GELU | nothing) -> (Dropout) as the backend's
+    `fl::linear_act` kernel (the bias, activation and dropout are the GEMM's
+    epilogue); its backward computes the input, weight and bias gradients in
+    one kernel."""
+
+    def __init__(self, linear: nn.Linear, activation: str, dropout: nn.Module | None = None):
+        super().__init__()
+        self.linear, self.activation, self.dropout = linear, activation, dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _fused.linear_act(x, self.linear.weight, self.linear.bias, self.activation, _dropout_p(self.dropout))
+
+    def extra_repr(self) -> str:
+        return self.activation
+
+
+class LinearAddNorm(nn.Module):
+    """LayerNorm(residual + Dropout(Linear(x))) as the backend's
+    `fl::linear_add_layer_norm` kernel (bias, dropout, residual add and the
+    normalisation are the GEMM's epilogue); without a linear layer
+    (`linear=None`), LayerNorm(residual + Dropout(x)) as `fl::add_layer_norm`.
+    The linear layer may be nn.MultiheadAttention's output projection."""
+
+    def __init__(self, linear: nn.Linear | None, norm: nn.LayerNorm, dropout: nn.Module | None = None):
+        super().__init__()
+        self.linear, self.norm, self.dropout = linear, norm, dropout
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        n, p = self.norm, _dropout_p(self.dropout)
+        if self.linear is None:
+            return _fused.add_layer_norm(x, residual, n.weight, n.bias, n.eps, p)
+        return _fused.linear_add_layer_norm(x, self.linear.weight, self.linear.bias, residual, n.weight, n.bias, n.eps,
+                                            p)
 
 
 # -- QKV: projections of one input as one GEMM --------------------------------

@@ -19,6 +19,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
+from .. import fused as _fused
 from . import _modules, _pointwise
 from ._capture import module_path
 
@@ -27,6 +28,10 @@ FEATURE_CHANNELS_LAST = 16
 SDPA_KERNELS = ("aten::_scaled_dot_product_fused_attention_overrideable",
                 "aten::_scaled_dot_product_fused_attention_overrideable_backward")
 CONV_BN_RELU_KERNEL = "fl::conv_bn_relu"
+LINEAR_ACT_KERNELS = _fused.LINEAR_ACT_KERNELS
+ADD_NORM_KERNELS = _fused.ADD_NORM_KERNELS
+LINEAR_ADD_NORM_KERNELS = _fused.LINEAR_ADD_NORM_KERNELS
+ATTENTION_DROPOUT_KERNELS = _fused.ATTENTION_DROPOUT_KERNELS
 
 
 @dataclass
@@ -94,10 +99,11 @@ def _describe(node: fx.Node, ctx: Context) -> str:
 
 
 def _replace(ctx: Context, nodes: list[fx.Node], output: fx.Node, target: str, args: tuple,
-             kwargs: dict | None = None) -> fx.Node:
-    """Puts a call of module `target` where `output` was, then drops `nodes`."""
+             kwargs: dict | None = None, at: fx.Node | None = None) -> fx.Node:
+    """Puts a call of module `target` before `at` (default: the first of `nodes`), in place of `output`,
+    then drops `nodes`."""
     graph = ctx.gm.graph
-    with graph.inserting_before(nodes[0]):
+    with graph.inserting_before(at if at is not None else nodes[0]):
         new = graph.call_module(target, args, kwargs or {})
     new.meta.update({k: v for k, v in output.meta.items() if k == "nn_module_stack"})
     output.replace_all_uses_with(new)
@@ -206,10 +212,21 @@ def _mha(ctx: Context, node: fx.Node, mha: nn.MultiheadAttention, has: bool) -> 
         ctx.record("multi-head attention", [node], "math path", applied=False, note="no fused attention kernel")
         ctx.hint(_missing_attention_hint(ctx, module_path(node)))
         return
-    name = ctx.add_module("attention", _modules.FusedSelfAttention(mha))
+    dropout = mha.training and mha.dropout > 0
+    dropout_kernel = dropout and ctx.has_kernels(*ATTENTION_DROPOUT_KERNELS)
+    if dropout and not dropout_kernel:
+        ctx.hint(_missing_kernel_hint(ctx, ATTENTION_DROPOUT_KERNELS, module_path(node),
+                                      "attention with dropout runs the math path (matmul, softmax, dropout, matmul "
+                                      "and their backward)"))
+    module = _modules.FusedSelfAttention(mha, linear_kernel=ctx.has_kernels(*LINEAR_ACT_KERNELS),
+                                         dropout_kernel=dropout_kernel)
+    name = ctx.add_module("attention", module)
     args = (q, call.get("attn_mask"), call.get("key_padding_mask"), call.get("is_causal", False))
     new = _replace(ctx, [node], node, name, args)
-    if has:
+    if dropout_kernel:
+        ctx.record("multi-head attention", [node], f"one QKV GEMM + {ATTENTION_DROPOUT_KERNELS[0]} on strided views",
+                   new)
+    elif has:
         ctx.record("multi-head attention", [node], f"one QKV GEMM + {SDPA_KERNELS[0]} on strided views", new)
     else:
         ctx.record("multi-head attention", [node], "one QKV GEMM + math attention on strided views", new,
@@ -290,6 +307,164 @@ def _explicit(ctx: Context, sm: fx.Node, has: bool) -> None:
         if not n.users:
             graph.erase_node(n)
     ctx.record("matmul-softmax-matmul attention", nodes, f"{SDPA_KERNELS[0]}", new)
+
+
+def _missing_kernel_hint(ctx: Context, kernels: tuple, where: str, what: str) -> str:
+    return (f"performance hint: backend '{ctx.backend}' has no {kernels[0]} kernel (and {kernels[1]}); at {where} "
+            f"{what}. A plugin that registers these two kernels gets them used with no model change.")
+
+
+# -- residual add + LayerNorm (after a GEMM) ------------------------------------------
+
+
+def _is_add(node) -> bool:
+    return (isinstance(node, fx.Node) and node.op in ("call_function", "call_method") and not node.kwargs
+            and node.target in (operator.add, torch.add, "add") and len(node.args) == 2
+            and all(isinstance(a, fx.Node) for a in node.args))
+
+
+@dataclass
+class _Branch:
+    """One operand of a residual add: [Dropout](producer) where each result is used only there."""
+
+    dropout_node: fx.Node | None
+    dropout: nn.Module | None
+    value: fx.Node  # the dropout's input (the operand itself without a dropout)
+    linear: nn.Linear | None = None  # the GEMM producing `value`, when there is one
+    linear_node: fx.Node | None = None  # its call (removed when fused); None for attention's projection
+    linear_input: fx.Node | None = None
+    attention: _modules.FusedSelfAttention | None = None  # `value` is its projected output
+
+
+def _branch(ctx: Context, node: fx.Node) -> _Branch:
+    br = _Branch(None, None, node)
+    mod = ctx.module(node)
+    if isinstance(mod, nn.Dropout) and len(node.users) == 1 and isinstance(node.args[0], fx.Node):
+        br = _Branch(node, mod, node.args[0])
+    v = br.value
+    if len(v.users) != 1:
+        return br
+    lin = ctx.module(v)
+    if type(lin) is nn.Linear and len(v.args) == 1 and not v.kwargs:
+        br.linear, br.linear_node, br.linear_input = lin, v, v.args[0]
+    elif v.op == "call_function" and v.target is operator.getitem and v.args[1] == 0 and \
+            isinstance(v.args[0], fx.Node) and len(v.args[0].users) == 1:
+        attn = ctx.module(v.args[0])
+        if isinstance(attn, _modules.FusedSelfAttention) and attn.project:
+            br.linear, br.linear_input, br.attention = attn.mha.out_proj, v, attn
+    return br
+
+
+def add_norm(ctx: Context) -> None:
+    """residual + [Dropout](Linear(x)) -> LayerNorm (a post-norm Transformer
+    block's two residual joins) as `fl::linear_add_layer_norm`: the GEMM's
+    epilogue adds the bias, applies dropout, adds the residual and normalises;
+    without a linear producer (or its kernel), residual + [Dropout](x) ->
+    LayerNorm as `fl::add_layer_norm`. nn.MultiheadAttention's output
+    projection (once the attention pass has rewritten the module) counts as
+    the linear layer."""
+    fused_linear = ctx.has_kernels(*LINEAR_ADD_NORM_KERNELS)
+    fused_add = ctx.has_kernels(*ADD_NORM_KERNELS)
+    graph = ctx.gm.graph
+    for node in list(graph.nodes):
+        norm = ctx.module(node)
+        if not isinstance(norm, nn.LayerNorm) or len(norm.normalized_shape) != 1 or len(node.args) != 1 or node.kwargs:
+            continue
+        add = node.args[0]
+        if not _is_add(add) or len(add.users) != 1 or add.args[0] is add.args[1]:
+            continue
+        # x + f(x): the branch is the operand with a linear producer, else the one with a dropout, else the second
+        branches = [(_branch(ctx, add.args[i]), add.args[1 - i]) for i in (1, 0)]
+        br, residual = next((b for b in branches if b[0].linear is not None),
+                            next((b for b in branches if b[0].dropout is not None), branches[0]))
+        drop = [br.dropout_node] if br.dropout_node is not None else []
+        where = module_path(node)
+        if br.linear is not None and fused_linear:
+            if br.attention is not None:
+                br.attention.project = False  # the projection becomes this kernel's GEMM
+            removed = drop + ([br.linear_node] if br.linear_node is not None else [])
+            inputs, module = (br.linear_input, residual), _modules.LinearAddNorm(br.linear, norm, br.dropout)
+            what = "MultiheadAttention.out_proj" if br.attention is not None else "Linear"
+            pattern, by = "linear+add+layer_norm", (f"{LINEAR_ADD_NORM_KERNELS[0]} ({what} GEMM; bias"
+                                                    f"{', dropout' if drop else ''}, residual add and LayerNorm as "
+                                                    f"its epilogue)")
+        elif fused_add:
+            if br.linear is not None:
+                ctx.hint(_missing_kernel_hint(ctx, LINEAR_ADD_NORM_KERNELS, where,
+                                              "the linear layer is one more kernel before the add + LayerNorm"))
+            removed, inputs = drop, (br.value, residual)
+            module = _modules.LinearAddNorm(None, norm, br.dropout)
+            pattern, by = "add+layer_norm", (f"{ADD_NORM_KERNELS[0]} (residual add"
+                                             f"{', dropout' if drop else ''} and LayerNorm in one kernel)")
+        else:
+            kernels = LINEAR_ADD_NORM_KERNELS if br.linear is not None else ADD_NORM_KERNELS
+            nodes = drop + [add, node]
+            ctx.record("add+layer_norm", nodes, "kept", applied=False, note=f"no {kernels[0]} kernel")
+            ctx.hint(_missing_kernel_hint(ctx, kernels, where, "the residual add and LayerNorm (and the GEMM "
+                                          "before them) run as separate kernels"))
+            continue
+        name = ctx.add_module("add_norm", module)
+        with graph.inserting_before(add):  # every input is defined before the add
+            new = graph.call_module(name, inputs)
+        new.meta.update({k: v for k, v in node.meta.items() if k == "nn_module_stack"})
+        node.replace_all_uses_with(new)
+        nodes = removed[::-1] + [add, node]
+        ctx.record(pattern, nodes, by, new)
+        for n in [node, add] + removed:
+            graph.erase_node(n)
+
+
+# -- GEMM + bias + activation ------------------------------------------------------------
+
+_ACTIVATIONS = {nn.ReLU: "relu", F.relu: "relu", torch.relu: "relu", "relu": "relu"}
+
+
+def _activation(ctx: Context, node: fx.Node) -> str | None:
+    m = ctx.module(node)
+    if m is not None:
+        if isinstance(m, nn.ReLU):
+            return "relu"
+        if isinstance(m, nn.GELU) and m.approximate == "none":
+            return "gelu"
+        return None
+    if node.op == "call_function" and node.target in (F.relu, torch.relu) and len(node.args) == 1:
+        return "relu"
+    if node.op == "call_function" and node.target is F.gelu and len(node.args) == 1 and \
+            node.kwargs.get("approximate", "none") == "none":
+        return "gelu"
+    if node.op == "call_method" and node.target == "relu" and len(node.args) == 1:
+        return "relu"
+    return None
+
+
+def linear_act(ctx: Context) -> None:
+    """nn.Linear -> ReLU/GELU (-> Dropout) as `fl::linear_act` (bias,
+    activation and dropout as the GEMM's epilogue, one backward kernel for all
+    three gradients)."""
+    has = ctx.has_kernels(*LINEAR_ACT_KERNELS)
+    for node in list(ctx.gm.graph.nodes):
+        lin = ctx.module(node)
+        if type(lin) is not nn.Linear or len(node.args) != 1 or node.kwargs:
+            continue
+        user = _only_user(node)
+        act = _activation(ctx, user) if user is not None else None
+        if act is None:
+            continue
+        nodes = [node, user]
+        dropout = None
+        nxt = _only_user(user)
+        if nxt is not None and isinstance(ctx.module(nxt), nn.Dropout) and nxt.args[0] is user:
+            dropout = ctx.module(nxt)
+            nodes.append(nxt)
+        if not has:
+            ctx.record(f"linear+{act}", nodes, "kept", applied=False, note=f"no {LINEAR_ACT_KERNELS[0]} kernel")
+            ctx.hint(_missing_kernel_hint(ctx, LINEAR_ACT_KERNELS, module_path(node),
+                                          f"the GEMM, bias and {act} run as separate kernels"))
+            continue
+        name = ctx.add_module("linear_act", _modules.LinearAct(lin, act, dropout))
+        new = _replace(ctx, nodes, nodes[-1], name, (node.args[0],))
+        ctx.record(f"linear+{act}", nodes, f"{LINEAR_ACT_KERNELS[0]} (bias + {act}"
+                   f"{' + dropout' if dropout is not None else ''} as the GEMM's epilogue)", new)
 
 
 # -- QKV -----------------------------------------------------------------------------
@@ -406,7 +581,7 @@ def _fuse_chain(ctx: Context, group: list[fx.Node]) -> None:
     label = ",".join(k for k in (_pointwise_kind(n, ctx) for n in group) if k != "id")
     chain = _pointwise.PointwiseChain(fn, len(inputs), label)
     name = ctx.add_module("pointwise", _modules.FusedPointwise(chain))
-    new = _replace(ctx, group, group[-1], name, tuple(inputs))
+    new = _replace(ctx, group, group[-1], name, tuple(inputs), at=group[-1])  # an input may come after group[0]
     ctx.record("elementwise chain", group, f"one JIT kernel ({label})", new)
 
 
@@ -444,5 +619,6 @@ def layout(ctx: Context) -> None:
 
 
 PASSES: dict[str, Callable[[Context], None]] = {
-    "conv_bn": conv_bn, "attention": attention, "qkv": qkv, "pointwise": pointwise, "layout": layout,
+    "conv_bn": conv_bn, "attention": attention, "qkv": qkv, "add_norm": add_norm, "linear_act": linear_act,
+    "pointwise": pointwise, "layout": layout,
 }

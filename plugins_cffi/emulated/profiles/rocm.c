@@ -1,10 +1,13 @@
 /* rocm: an AMD Instinct-class GPU, emulated. Broad native coverage (every
  * host kernel, backward ops included) in fp32/fp64/fp16/bf16, fp16 autocast
- * declared stable, a fused flash-style attention kernel, two devices, and
+ * declared stable, a fused flash-style attention kernel (also with dropout),
+ * GEMM epilogue kernels (bias + ReLU/GELU (+ dropout), as hipBLASLt's; bias +
+ * dropout + residual add + LayerNorm, as MIOpen's AddLayerNorm), two devices, and
  * collectives between local processes over POSIX shared memory (comm_shm.c). */
 #include "../emu.h"
 
-static const fl_kernel_group_t *const fused[] = {&fl_emu_group_attention, NULL};
+static const fl_kernel_group_t *const fused[] = {&fl_emu_group_attention, &fl_emu_group_attention_dropout,
+                                                 &fl_emu_group_linear_act, &fl_emu_group_add_layer_norm, NULL};
 
 const fl_emu_profile_t fl_emu_profile = {
     .name = "rocm",
