@@ -1084,14 +1084,13 @@ static int adv_check(const adv_t *a, const fl_tensor_t *self) {
     return FL_OK;
 }
 /* clamp modes of the _unsafe_masked ops */
-enum { IDX_CHECKED, IDX_CLAMP0, IDX_CLAMPNEG };
+enum { IDX_CHECKED, IDX_CLAMPNEG };
 /* self's element offset for the walk position off[] (off[1] is selfv's, off[2+j] index j's) */
 static inline int64_t adv_self_off(const adv_t *a, const fl_tensor_t *self, const int64_t *off, int mode) {
     int64_t o = off[1];
     for (int j = 0; j < a->n; j++) {
         int64_t size = self->sizes[a->sdim[j]], v = load_i64(&a->t[j], off[2 + j]);
-        if (mode == IDX_CLAMP0) v = v < 0 ? 0 : v > size - 1 ? size - 1 : v;
-        else if (mode == IDX_CLAMPNEG) v = v < -size ? -size : v > size - 1 ? size - 1 : v;
+        if (mode == IDX_CLAMPNEG) v = v < -size ? -size : v > size - 1 ? size - 1 : v;
         if (v < 0) v += size;
         o += v * self->strides[a->sdim[j]];
     }
@@ -1201,14 +1200,15 @@ static int k_index_put(FL_KERNEL_ARGS) {
     return adv_put("index_put", x, args, n_args, 1, in, n_in, &out[0], v, NULL, (int)arg_i(args, n_args, 3, 0),
                    IDX_CHECKED);
 }
-/* _unsafe_masked_index(self, mask, indices, fill): self[indices clamped to [0, size)] where mask, else fill */
+/* _unsafe_masked_index(self, mask, indices, fill): self[indices] where mask, else fill; indices are
+ * clamped to [-size, size) and then wrap, as PyTorch's CPU kernel reads them */
 static int k_unsafe_masked_index(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *m = arg_tensor(args, n_args, 1, in, n_in);
     num_t fill;
     if (!x || !m || n_args < 4 || n_out < 1 || !tensor_ok(&out[0]) || m->dtype != FL_BOOL) return UNSUP;
     if (num_arg(x->dtype, &args[3], in, n_in, &fill)) return UNSUP;
-    return adv_gather("_unsafe_masked_index", x, args, n_args, 2, in, n_in, &out[0], m, fill, IDX_CLAMP0);
+    return adv_gather("_unsafe_masked_index", x, args, n_args, 2, in, n_in, &out[0], m, fill, IDX_CLAMPNEG);
 }
 /* _unsafe_masked_index_put_accumulate(self, mask, indices, values): indices clamped to [-size, size) */
 static int k_unsafe_masked_index_put_acc(FL_KERNEL_ARGS) {
