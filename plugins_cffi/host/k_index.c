@@ -385,12 +385,138 @@ static void kv_quickselect(kv_t *arr, int64_t n, int64_t k) {
     }
 }
 
+/* libstdc++'s std::sort, std::nth_element and std::partial_sort, replayed step
+ * for step (bits/stl_algo.h, stl_heap.h): PyTorch's CPU kernels call them for
+ * unstable sort, topk, median and mode, and which of several equal values
+ * comes first is whatever these algorithms leave. Replaying them gives the
+ * same indices on ties as PyTorch on CPU. */
+#define LESS(a, b) ((a).k < (b).k)
+static void ls_push_heap(kv_t *f, int64_t hole, int64_t top, kv_t v) {
+    int64_t parent = (hole - 1) / 2;
+    while (hole > top && LESS(f[parent], v)) {
+        f[hole] = f[parent];
+        hole = parent;
+        parent = (hole - 1) / 2;
+    }
+    f[hole] = v;
+}
+static void ls_adjust_heap(kv_t *f, int64_t hole, int64_t len, kv_t v) {
+    int64_t top = hole, child = hole;
+    while (child < (len - 1) / 2) {
+        child = 2 * (child + 1);
+        if (LESS(f[child], f[child - 1])) child--;
+        f[hole] = f[child];
+        hole = child;
+    }
+    if ((len & 1) == 0 && child == (len - 2) / 2) {
+        child = 2 * (child + 1);
+        f[hole] = f[child - 1];
+        hole = child - 1;
+    }
+    ls_push_heap(f, hole, top, v);
+}
+static void ls_make_heap(kv_t *f, int64_t len) {
+    if (len < 2) return;
+    for (int64_t parent = (len - 2) / 2;; parent--) {
+        ls_adjust_heap(f, parent, len, f[parent]);
+        if (parent == 0) return;
+    }
+}
+static void ls_pop_heap(kv_t *f, int64_t len, kv_t *result) {
+    kv_t v = *result;
+    *result = f[0];
+    ls_adjust_heap(f, 0, len, v);
+}
+static void ls_heap_select(kv_t *f, int64_t mid, int64_t n) {
+    ls_make_heap(f, mid);
+    for (int64_t i = mid; i < n; i++)
+        if (LESS(f[i], f[0])) ls_pop_heap(f, mid, &f[i]);
+}
+static void ls_partial_sort(kv_t *f, int64_t mid, int64_t n) {
+    ls_heap_select(f, mid, n);
+    for (int64_t last = mid; last > 1; last--) ls_pop_heap(f, last - 1, &f[last - 1]);
+}
+static void ls_median_to_first(kv_t *f, int64_t r, int64_t a, int64_t b, int64_t c) {
+    int64_t m;
+    if (LESS(f[a], f[b])) m = LESS(f[b], f[c]) ? b : LESS(f[a], f[c]) ? c : a;
+    else m = LESS(f[a], f[c]) ? a : LESS(f[b], f[c]) ? c : b;
+    kv_swap(f, r, m);
+}
+static int64_t ls_partition_pivot(kv_t *f, int64_t first, int64_t last) {
+    int64_t mid = first + (last - first) / 2;
+    ls_median_to_first(f, first, first + 1, mid, last - 1);
+    int64_t lo = first + 1, hi = last;
+    for (;;) {
+        while (LESS(f[lo], f[first])) lo++;
+        hi--;
+        while (LESS(f[first], f[hi])) hi--;
+        if (!(lo < hi)) return lo;
+        kv_swap(f, lo, hi);
+        lo++;
+    }
+}
+static void ls_insertion_sort(kv_t *f, int64_t first, int64_t last) {
+    for (int64_t i = first + 1; i < last; i++) {
+        kv_t v = f[i];
+        if (LESS(v, f[first])) {
+            memmove(&f[first + 1], &f[first], sizeof(kv_t) * (size_t)(i - first));
+            f[first] = v;
+        } else {
+            int64_t j = i;
+            while (LESS(v, f[j - 1])) { f[j] = f[j - 1]; j--; }
+            f[j] = v;
+        }
+    }
+}
+static int64_t ls_lg(int64_t n) { int64_t k = 0; while (n >>= 1) k++; return k; }
+static void ls_introsort(kv_t *f, int64_t first, int64_t last, int64_t depth) {
+    while (last - first > 16) {
+        if (depth == 0) { ls_partial_sort(f + first, last - first, last - first); return; }
+        depth--;
+        int64_t cut = ls_partition_pivot(f, first, last);
+        ls_introsort(f, cut, last, depth);
+        last = cut;
+    }
+}
+static void ls_sort(kv_t *f, int64_t n) {
+    if (n < 2) return;
+    ls_introsort(f, 0, n, 2 * ls_lg(n));
+    if (n > 16) {
+        ls_insertion_sort(f, 0, 16);
+        for (int64_t i = 16; i < n; i++) { /* unguarded: f[0..16) holds a smaller element */
+            kv_t v = f[i];
+            int64_t j = i;
+            while (LESS(v, f[j - 1])) { f[j] = f[j - 1]; j--; }
+            f[j] = v;
+        }
+    } else {
+        ls_insertion_sort(f, 0, n);
+    }
+}
+static void ls_nth_element(kv_t *f, int64_t n, int64_t nth) {
+    if (n < 2 || nth >= n) return;
+    int64_t first = 0, last = n, depth = 2 * ls_lg(n);
+    while (last - first > 3) {
+        if (depth == 0) {
+            ls_heap_select(f + first, nth + 1 - first, last - first);
+            kv_swap(f, first, nth);
+            return;
+        }
+        depth--;
+        int64_t cut = ls_partition_pivot(f, first, last);
+        if (cut <= nth) first = cut;
+        else last = cut;
+    }
+    ls_insertion_sort(f, first, last);
+}
+#undef LESS
+
 /* What a per-row selection writes for each row. */
 enum { SEL_SORT, SEL_TOPK, SEL_KTH, SEL_MEDIAN, SEL_NANMEDIAN, SEL_MODE };
 
 /* Runs `what` over every row of x along dim. vals/idx are shaped like x outside
  * dim (idx may be NULL); along dim they hold n (sort), k (topk) or 1 entries. */
-static int select_rows(const char *name, int what, const fl_tensor_t *x0, int dim, int desc, int64_t k,
+static int select_rows(const char *name, int what, const fl_tensor_t *x0, int dim, int desc, int stable, int64_t k,
                        const fl_tensor_t *vals0, const fl_tensor_t *idx0) {
     fl_tensor_t x = as1d(x0), v = *vals0, ix = idx0 ? *idx0 : *vals0;
     if (x0->ndim == 0) { v = as1d(vals0); ix = as1d(idx0 ? idx0 : vals0); }
@@ -418,32 +544,40 @@ static int select_rows(const char *name, int what, const fl_tensor_t *x0, int di
             lines_at(&L, ts, row, off);
             load_keys(&x, off[0], L.dst[0], n, desc, buf, kv);
             int64_t pick = 0; /* position in kv of the single answer (kth, median, mode) */
-            if (what == SEL_KTH) {
+            if (what == SEL_SORT) {
+                if (stable) kv_sort(kv, kv + n, n);
+                else ls_sort(kv, n);
+            } else if (what == SEL_TOPK) { /* topk_impl_loop's choice of algorithm */
+                if (nout * 64 <= n) {
+                    ls_partial_sort(kv, nout, n);
+                } else {
+                    ls_nth_element(kv, n, nout - 1);
+                    if (stable) ls_sort(kv, nout - 1); /* (stable carries `sorted` here) */
+                }
+            } else if (what == SEL_KTH) {
                 kv_quickselect(kv, n, k - 1);
                 pick = k - 1;
-            } else {
+            } else if (what == SEL_MEDIAN) { /* any NaN: the median is NaN, at the first NaN's index; else the
+                                                * middle of a stable sort, which picks CPU's index among ties */
+                while (pick < n && !key_is_nan(x.dtype, kv[pick].k)) pick++;
+                if (pick == n) {
+                    pick = (n - 1) / 2;
+                    kv_sort(kv, kv + n, n);
+                }
+            } else if (what == SEL_NANMEDIAN) {
+                int64_t nnan = 0;
+                for (int64_t j = 0; j < n; j++) nnan += key_is_nan(x.dtype, kv[j].k);
+                pick = (n - nnan - 1) / 2; /* C division: 0 when every value is NaN, as in PyTorch */
                 kv_sort(kv, kv + n, n);
-                if (what == SEL_MEDIAN) {
-                    /* any NaN: the median is NaN, at the first NaN's index */
-                    if (key_is_nan(x.dtype, kv[n - 1].k)) {
-                        pick = n - 1;
-                        while (pick > 0 && kv[pick - 1].k == kv[n - 1].k) pick--;
-                    } else {
-                        pick = (n - 1) / 2;
-                    }
-                } else if (what == SEL_NANMEDIAN) {
-                    int64_t valid = n;
-                    while (valid > 0 && key_is_nan(x.dtype, kv[valid - 1].k)) valid--;
-                    pick = valid ? (valid - 1) / 2 : 0;
-                } else if (what == SEL_MODE) {
-                    /* most frequent value; on equal counts the smallest; its last index */
-                    int64_t best = 0, run = 0;
-                    for (int64_t j = 0; j < n; j++) {
-                        run++;
-                        if (j == n - 1 || kv[j].k != kv[j + 1].k) {
-                            if (run > best) { best = run; pick = j; }
-                            run = 0;
-                        }
+            } else if (what == SEL_MODE) { /* most frequent value; on equal counts the smallest; end of its run
+                                              * (NaNs count as one value here; CPU's std::sort has no order for them) */
+                ls_sort(kv, n);
+                int64_t best = 0, run = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    run++;
+                    if (j == n - 1 || kv[j].k != kv[j + 1].k) {
+                        if (run > best) { best = run; pick = j; }
+                        run = 0;
                     }
                 }
             }
@@ -474,18 +608,20 @@ static int k_sort(FL_KERNEL_ARGS) {
     if (!x || n_out < 2 || !tensor_ok(&out[0]) || !tensor_ok(&out[1])) return UNSUP;
     int dim;
     if (wrap_dim(arg_i(args, n_args, 1, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "sort: dimension out of range");
-    return select_rows("sort", SEL_SORT, x, dim, (int)arg_i(args, n_args, 2, 0), 0, &out[0], &out[1]);
+    return select_rows("sort", SEL_SORT, x, dim, (int)arg_i(args, n_args, 2, 0), 0, 0, &out[0], &out[1]);
 }
-/* sort.stable(self, *, stable?, dim=-1, descending=False): always stable here */
+/* sort.stable(self, *, stable?, dim=-1, descending=False): stable=True keeps ties in order (merge sort);
+ * otherwise ties end where std::sort leaves them, as on CPU */
 static int k_sort_stable(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
     if (!x || n_out < 2 || !tensor_ok(&out[0]) || !tensor_ok(&out[1])) return UNSUP;
     int dim;
     if (wrap_dim(arg_i(args, n_args, 2, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "sort: dimension out of range");
-    return select_rows("sort", SEL_SORT, x, dim, (int)arg_i(args, n_args, 3, 0), 0, &out[0], &out[1]);
+    return select_rows("sort", SEL_SORT, x, dim, (int)arg_i(args, n_args, 3, 0), (int)arg_i(args, n_args, 1, 0), 0,
+                       &out[0], &out[1]);
 }
-/* topk(self, k, dim=-1, largest=True, sorted=True): the first k of a stable sort */
+/* topk(self, k, dim=-1, largest=True, sorted=True): CPU's partial_sort / nth_element replayed */
 static int k_topk(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
@@ -494,7 +630,8 @@ static int k_topk(FL_KERNEL_ARGS) {
     if (wrap_dim(arg_i(args, n_args, 2, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "topk: dimension out of range");
     int64_t k = args[1].i, n = x->ndim ? x->sizes[dim] : 1;
     if (k < 0 || k > n) FL_FAIL(FL_ERR_INVALID, "selected index k out of range");
-    return select_rows("topk", SEL_TOPK, x, dim, (int)arg_i(args, n_args, 3, 1), k, &out[0], &out[1]);
+    return select_rows("topk", SEL_TOPK, x, dim, (int)arg_i(args, n_args, 3, 1), (int)arg_i(args, n_args, 4, 1), k,
+                       &out[0], &out[1]);
 }
 /* kthvalue(self, k, dim=-1, keepdim=False) */
 static int k_kthvalue(FL_KERNEL_ARGS) {
@@ -507,7 +644,7 @@ static int k_kthvalue(FL_KERNEL_ARGS) {
     if (k < 1 || k > n)
         FL_FAIL(FL_ERR_INVALID, "kthvalue(): selected number k out of range for dimension %d", dim);
     fl_tensor_t v = keep_dim(&out[0], x->ndim, dim), ix = keep_dim(&out[1], x->ndim, dim);
-    return select_rows("kthvalue", SEL_KTH, x, dim, 0, k, &v, &ix);
+    return select_rows("kthvalue", SEL_KTH, x, dim, 0, 0, k, &v, &ix);
 }
 /* median.dim / nanmedian.dim / mode(self, dim, keepdim) */
 static int per_row_pick(const char *name, int what, FL_KERNEL_ARGS) {
@@ -519,7 +656,7 @@ static int per_row_pick(const char *name, int what, FL_KERNEL_ARGS) {
     if (x->ndim && x->sizes[dim] == 0)
         FL_FAIL(FL_ERR_INVALID, "%s(): Expected reduction dim %d to have non-zero size.", name, dim);
     fl_tensor_t v = keep_dim(&out[0], x->ndim, dim), ix = keep_dim(&out[1], x->ndim, dim);
-    return select_rows(name, what, x, dim, 0, 0, &v, &ix);
+    return select_rows(name, what, x, dim, 0, 0, 0, &v, &ix);
 }
 static int k_median_dim(FL_KERNEL_ARGS) { return per_row_pick("median", SEL_MEDIAN, stream, device, in, n_in, out, n_out, args, n_args); }
 static int k_nanmedian_dim(FL_KERNEL_ARGS) { return per_row_pick("nanmedian", SEL_NANMEDIAN, stream, device, in, n_in, out, n_out, args, n_args); }
@@ -547,7 +684,7 @@ static int whole_median(int what, FL_KERNEL_ARGS) {
     fl_tensor_t f = {.data = flat, .offset = 0, .dtype = wide, .ndim = 1, .sizes = {n}, .strides = {1}};
     char res[8];
     fl_tensor_t rv = {.data = res, .dtype = wide, .ndim = 1, .sizes = {1}, .strides = {1}};
-    int st = select_rows("median", what, &f, 0, 0, 0, &rv, NULL);
+    int st = select_rows("median", what, &f, 0, 0, 0, 0, &rv, NULL);
     if (st == FL_OK) fl_cvt_row(out[0].dtype, fl_elem(&out[0], out[0].offset), 1, wide, res, 1, 1);
     free(flat);
     return st;

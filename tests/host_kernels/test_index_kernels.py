@@ -484,3 +484,21 @@ def test_segment_reduce(reduce):
     check(aten.segment_reduce.default, data, reduce, lengths=lengths, initial=0.5)
     check(aten.segment_reduce.default, data, reduce, offsets=I([0, 2, 2, 5, 6]))
     check(aten.segment_reduce.default, data.t().contiguous(), reduce, lengths=I([[1, 5], [6, 0], [0, 6]]), axis=1)
+
+
+def test_ties_match_cpu():
+    """Unstable sort, topk, median and mode pick among equal values exactly as the CPU kernels do."""
+    gen = torch.Generator().manual_seed(3)
+    for n in (5, 17, 40, 130, 700):
+        x = torch.randint(0, 6, (n,), generator=gen).to(torch.float16)
+        check(aten.sort.default, x, 0, False)
+        check(aten.sort.default, x, 0, True)
+        check(aten.median.dim, x, 0)
+        check(aten.mode.default, x, 0)
+        for k in (1, 3, n // 2):
+            check(aten.topk.default, x, k, 0, True, True)
+            check(aten.topk.default, x, k, 0, False, False)
+        x[torch.rand(n, generator=gen) < 0.2] = nan
+        check(aten.sort.default, x, 0, True)
+        check(aten.nanmedian.dim, x, 0)
+        check(aten.topk.default, x, 2, 0)
