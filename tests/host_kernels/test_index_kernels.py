@@ -245,9 +245,6 @@ def test_scatter(dt):
     check(aten.scatter_.src, x.clone(), 0, idx[:1], src)
     if dt == torch.bool:
         return
-    for reduce in ("add", "multiply"):
-        check(aten.scatter.reduce, x, 0, idx, src, reduce=reduce)
-        check(aten.scatter.value_reduce, x, 0, idx, 3, reduce=reduce)
     for reduce in ("sum", "prod", "mean", "amax", "amin"):
         for include in (True, False):
             check(aten.scatter_reduce.two, x, 0, idx, src, reduce, include_self=include)
