@@ -56,7 +56,9 @@ class _Settings:
 SETTINGS = _Settings()
 
 # Strings the ABI passes as FL_ARG_OTHER with a known code in `i`.
-STRING_CODES = {"none": 0, "tanh": 1, "trunc": 2, "floor": 3, "mean": 4, "sum": 5, "L": 6, "U": 7}
+# strings kernels read (fl_plugin.h FL_ARG_OTHER; docs/writing-a-plugin.md lists them): a new one gets the next code
+STRING_CODES = {"none": 0, "tanh": 1, "trunc": 2, "floor": 3, "mean": 4, "sum": 5, "L": 6, "U": 7, "prod": 8,
+                "amax": 9, "amin": 10, "add": 11, "multiply": 12, "left": 13, "right": 14, "max": 15, "min": 16}
 
 # -- per-op static facts ---------------------------------------------------------
 
@@ -781,9 +783,14 @@ def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
             else:
                 return _NOT_HANDLED
         elif isinstance(v, (list, tuple)):
-            if v and all(isinstance(x, FlTensor) for x in v):
+            if v and all(isinstance(x, FlTensor) or x is None for x in v) and any(x is not None for x in v):
+                # a Tensor?[] (index lists: x[:, idx]) passes None as an undefined descriptor
                 cargs.append((_abi.ARG_TENSOR_LIST, len(v), len(inputs)))
                 for k, x in enumerate(v):
+                    if x is None:
+                        inputs.append(_UNDEFINED)
+                        site_key = None  # the call-site replay patches tensors only: not recorded
+                        continue
                     if x.dim() > _abi.MAX_DIMS:
                         return _NOT_HANDLED
                     in_src.append((i, k))
