@@ -90,6 +90,8 @@ def _true_positions(flat):
 
 
 def _nonzero(x):
+    if x.numel() == 0:
+        return torch.zeros((0, x.dim()), dtype=torch.int64, device=x.device)
     if x.dim() == 0:
         return torch.zeros((int(bool((x != 0).item())), 0), dtype=torch.int64, device=x.device)
     pos = _true_positions((x != 0).reshape(-1))
@@ -405,7 +407,81 @@ def _multinomial(self, num_samples, replacement=False, *, generator=None):
     return out if self.dim() == 2 else out.squeeze(0)
 
 
+def _histogram(self, bins=100, *, range=None, weight=None, density=False):  # noqa: A002 - the schema's names
+    """Equal-width bins between range (or the data's min and max); the last bin is closed."""
+    if range is not None:
+        lo, hi = float(range[0]), float(range[1])
+    elif self.numel():
+        lo, hi = float(self.amin().item()), float(self.amax().item())
+    else:
+        lo, hi = 0.0, 0.0
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5  # PyTorch widens a degenerate range like this
+    edges = torch.arange(bins + 1, device=self.device, dtype=self.dtype) * ((hi - lo) / bins) + lo
+    x = self.reshape(-1)
+    inside = (x >= lo) & (x <= hi)
+    pos = torch.floor((x - lo) * (bins / (hi - lo))).clamp(0, bins - 1).to(torch.int64)
+    w = inside.to(self.dtype) if weight is None else torch.where(inside, weight.reshape(-1), 0.0)
+    hist = torch.zeros(bins, dtype=self.dtype, device=self.device).scatter_add(0, torch.where(inside, pos, 0), w)
+    if density:
+        hist = hist / (hist.sum() * ((hi - lo) / bins))
+    return hist, edges
+
+
+def _histogram_edges(self, bins, *, weight=None, density=False):
+    """histogram with given (increasing) edges: each value's bin by a search; the last bin is closed."""
+    nb = bins.numel() - 1
+    x = self.reshape(-1)
+    lo, hi = bins[0], bins[-1]
+    inside = (x >= lo) & (x <= hi)
+    pos = (_searchsorted(bins, x, right=True) - 1).clamp(0, nb - 1)
+    w = inside.to(self.dtype) if weight is None else torch.where(inside, weight.reshape(-1), 0.0)
+    hist = torch.zeros(nb, dtype=self.dtype, device=self.device).scatter_add(0, torch.where(inside, pos, 0), w)
+    if density:
+        hist = hist / (hist.sum() * (bins[1:] - bins[:-1]))
+    return hist, bins.clone()
+
+
+def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """The product of the three inputs, each unsqueezed at its expand dims, summed over sumdim
+    (what nn.functional.bilinear lowers to)."""
+    def grow(t, dims):
+        for d in sorted(dims):
+            t = t.unsqueeze(d)
+        return t
+    prod = grow(i1, expand1) * grow(i2, expand2) * grow(i3, expand3)
+    return prod.sum(list(sumdim)) if sumdim else prod
+
+
+def _lstsq(self, b, rcond=None, *, driver=None):
+    """Least squares through the SVD (the minimum-norm solution), with the extra outputs each
+    LAPACK driver gives: residuals (gels/gelsd/gelss, for tall full-rank systems), rank
+    (all but gels), singular values (gelsd/gelss)."""
+    if b.dim() != self.dim():
+        return NotImplemented
+    driver = driver or "gelsy"
+    m, n = self.shape[-2:]
+    u, sv, vh = torch.linalg.svd(self, full_matrices=False)
+    eps = torch.finfo(self.dtype).eps
+    cutoff = (eps * max(m, n) if rcond is None or rcond < 0 else rcond) * sv.amax(-1, keepdim=True)
+    keep = sv > cutoff
+    inv = torch.where(keep, 1.0 / torch.where(keep, sv, 1.0), 0.0)
+    x = vh.transpose(-2, -1) @ (inv.unsqueeze(-1) * (u.transpose(-2, -1) @ b))
+    rank = keep.sum(-1)
+    empty = torch.zeros(0, dtype=self.dtype, device=self.device)
+    residuals = empty
+    if driver != "gelsy" and m > n and bool((rank == n).all().item()):
+        residuals = ((self @ x - b) ** 2).sum(-2)
+    rank_out = torch.zeros(0, dtype=torch.int64, device=self.device) if driver == "gels" else rank
+    values = sv if driver in ("gelsd", "gelss") else empty
+    return x, residuals, rank_out, values
+
+
 def register(table: dict) -> None:
+    table[aten.histogram.bin_ct] = _histogram
+    table[aten.histogram.bins_tensor] = _histogram_edges
+    table[aten._trilinear.default] = _trilinear
+    table[aten.linalg_lstsq.default] = _lstsq
     table[aten.allclose.default] = _allclose
     table[aten.addbmm.default] = _addbmm
     table[aten._cdist_forward.default] = _cdist_forward

@@ -124,6 +124,11 @@ def _name(info) -> str:
     return info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
 
 
+# positional arguments PyTorch itself requires to be CPU tensors ("tensor_split expected
+# tensor_indices_or_sections to be on cpu"): a user passes them on the CPU, so the run does too
+_CPU_ARGS = {"tensor_split": (1,)}
+
+
 def _to_fl(v, device):
     if isinstance(v, torch.Tensor):
         t = v.detach().to(device)
@@ -253,6 +258,9 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
             random_sample = shape_only or bool(sample.kwargs.get("dropout_p")) or (
                 sample.kwargs.get("training") is True and "attention" in info.name)
             fl_args, fl_kwargs = _to_fl(args, device), _to_fl(sample.kwargs, device)
+            for i in _CPU_ARGS.get(info.name, ()):  # arguments PyTorch requires on the CPU stay there
+                if i < len(fl_args):
+                    fl_args = type(fl_args)([*fl_args[:i], args[i], *fl_args[i + 1:]])
             result.samples += 1
             try:
                 with warnings.catch_warnings():
