@@ -19,11 +19,11 @@ if os.path.isdir(_share) and _share not in os.environ.get("JUPYTER_PATH", ""):
 NOTEBOOKS = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "notebooks", "*.ipynb")))
 
 
-def test_the_six_notebooks_exist():
+def test_the_notebooks_exist():
     names = [os.path.basename(p) for p in NOTEBOOKS]
     assert names == ["01_quickstart.ipynb", "02_switching_backends.ipynb", "03_capability_explorer.ipynb",
                      "04_profiling_and_fallbacks.ipynb", "05_precision_alignment.ipynb",
-                     "06_writing_a_plugin.ipynb"]
+                     "06_writing_a_plugin.ipynb", "07_fusion.ipynb", "08_distributed.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
