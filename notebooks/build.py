@@ -99,8 +99,8 @@ NOTEBOOKS = {
         ("code", "from torch_fl.notebook import CapabilityExplorer\n"
                  "explorer = CapabilityExplorer('minimal')\n"
                  "explorer.search.value = 'conv'\n"
-                 "print('convolution on minimal: fallback' if '<td>aten::convolution</td><td>F</td>' in "
-                 "explorer.ops.value else 'unexpected')"),
+                 "print('convolution on minimal: decomposition (im2col + bmm)' if "
+                 "'<td>aten::convolution</td><td>D</td>' in explorer.ops.value else 'unexpected')"),
         ("code", "print(fl.capabilities('ascend').render())"),
         ("code", "cov = fl.coverage('minimal')\nprint(cov.counts())\nprint(cov.render('layer_norm'))"),
         ("code", "for name in ['cpu', 'rocm', 'ascend', 'minimal']:\n"
