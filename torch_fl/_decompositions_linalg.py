@@ -207,7 +207,7 @@ def _linalg_solve_ex(A, B, *, left=True, check_errors=False):
     LU that way), and a vector right-hand side is solved as a one-column matrix."""
     if not _real(A, B):
         return NotImplemented
-    use_t = A.is_contiguous()
+    use_t = False  # PyTorch factors A^T only for plain tensors; its backward then reads A's LU
     LU, piv, info = _lu_factor_ex(A.mT if use_t else A)
     vector = _is_vector_rhs(LU, B)
     Bm = (B.unsqueeze(-1) if left else B.unsqueeze(-2)) if vector else B
@@ -423,7 +423,7 @@ def _rotation(c, s, p, q, n: int, like):
     qq = [i * n + i for i in q]
     pq = [i * n + j for i, j in zip(p, q, strict=True)]
     qp = [j * n + i for i, j in zip(p, q, strict=True)]
-    idx = torch.tensor(pp + qq + pq + qp, device=like.device).expand(batch + (4 * len(p),))
+    idx = torch.tensor(pp + qq + pq + qp).to(like.device).expand(batch + (4 * len(p),))
     J = J.scatter(-1, idx, torch.cat([c, c, s, -s], -1))
     return J.reshape(batch + (n, n))
 
@@ -440,7 +440,9 @@ def _jacobi_angle(app, aqq, apq):
 
 def _fix_signs(V):
     """Each column's largest-magnitude component made positive (a deterministic choice)."""
-    idx = V.abs().argmax(-2, keepdim=True)
+    if V.shape[-2] == 0:
+        return V
+    idx = V.mT.abs().argmax(-1).unsqueeze(-2)
     sign = torch.where(V.gather(-2, idx) < 0, -1.0, 1.0).to(V.dtype)
     return V * sign
 
@@ -462,7 +464,7 @@ def _jacobi_eigh(S, compute_v: bool):
         for p, q in _rounds(n):
             flat = A.reshape(A.shape[:-2] + (n * n,))
             idx = torch.tensor([i * n + i for i in p] + [i * n + i for i in q]
-                               + [i * n + j for i, j in zip(p, q, strict=True)], device=S.device)
+                               + [i * n + j for i, j in zip(p, q, strict=True)]).to(S.device)
             app, aqq, apq = flat.index_select(-1, idx).split(len(p), -1)
             c, s = _jacobi_angle(app, aqq, apq)
             J = _rotation(c, s, p, q, n, S)
@@ -499,8 +501,8 @@ def _one_sided_jacobi(A):
         if W.numel() == 0 or float((off * off).sum().item()) <= (tol * tol) * float((G * G).sum().item()) * 1e-2:
             break
         for p, q in _rounds(n):
-            pi = torch.tensor(p, device=A.device)
-            qi = torch.tensor(q, device=A.device)
+            pi = torch.tensor(p).to(A.device)
+            qi = torch.tensor(q).to(A.device)
             wp, wq = W.index_select(-1, pi), W.index_select(-1, qi)
             alpha, beta, gamma = (wp * wp).sum(-2), (wq * wq).sum(-2), (wp * wq).sum(-2)
             c, s = _jacobi_angle(alpha, beta, gamma)
@@ -529,20 +531,32 @@ def _jacobi_svd(A, full_matrices: bool, compute_uv: bool):
     return U.contiguous(), S, V.mT.contiguous()
 
 
-def _linalg_svd(A, full_matrices=True, compute_uv=True, driver=None):
+def _linalg_svd(A, full_matrices=False, compute_uv=True, driver=None):
     if not _real(A):
         return NotImplemented
     return _jacobi_svd(A, full_matrices, compute_uv)
 
 
 def _linalg_pinv(self, atol=None, rtol=None, hermitian=False):
-    """PyTorch's own formula (singular values above max(atol, rtol * largest) are inverted)."""
+    """PyTorch's own formula: singular values (eigenvalue magnitudes for hermitian) above
+    max(atol, rtol * the largest) are inverted, the rest dropped."""
     if not _real(self):
         return NotImplemented
     m, n = self.shape[-2:]
-    if rtol is None:
-        default = torch.finfo(self.dtype).eps * max(m, n)
-        rtol = default if atol is None else 0.0
+    if self.numel() == 0:
+        return self.new_zeros(self.shape[:-2] + (n, m))
+    dtype = self.dtype
+
+    def scalar(v):
+        return v.to(dtype) if isinstance(v, torch.Tensor) else torch.full((), float(v), dtype=dtype,
+                                                                          device=self.device)
+    zero = torch.zeros((), dtype=dtype, device=self.device)
+    default = scalar(torch.finfo(dtype).eps * max(m, n))
+    atol_t = zero if atol is None else scalar(atol)
+    if rtol is not None:
+        rtol_t = scalar(rtol)
+    else:
+        rtol_t = default if atol is None else torch.where(atol_t > 0, zero, default)
     if hermitian:
         S, U = torch.linalg.eigh(self)
         Sa = S.abs()
@@ -551,14 +565,18 @@ def _linalg_pinv(self, atol=None, rtol=None, hermitian=False):
         U, S, Vh = torch.linalg.svd(self, full_matrices=False)
         Sa = S
         top = S[..., :1]
-    tol = rtol * top
-    if atol is not None:
-        tol = torch.maximum(tol, atol.unsqueeze(-1) if isinstance(atol, torch.Tensor) and atol.dim() else
-                            torch.as_tensor(atol, dtype=tol.dtype, device=tol.device))
-    inv = torch.where(Sa > tol, 1 / torch.where(Sa > tol, S, 1.0), 0.0).to(self.dtype)
+    tol = torch.maximum(atol_t.unsqueeze(-1), rtol_t.unsqueeze(-1) * top)
+    inv = torch.where(Sa > tol, 1 / S, 0.0)
     if hermitian:
         return (U * inv.unsqueeze(-2)) @ U.mT
     return (Vh.mT * inv.unsqueeze(-2)) @ U.mT
+
+
+def _mm_empty(self, mat2):
+    """mm with a zero-size dim (a plugin's kernel may decline it): zeros, or an empty result."""
+    if self.numel() and mat2.numel():
+        return NotImplemented
+    return torch.zeros((self.shape[0], mat2.shape[1]), dtype=self.dtype, device=self.device)
 
 
 # -- matrix exponential --------------------------------------------------------------------
@@ -627,4 +645,5 @@ def register(table: dict) -> None:
     table[aten.linalg_pinv.atol_rtol_tensor] = _linalg_pinv
     table[aten.linalg_pinv.atol_rtol_float] = _linalg_pinv
     table[aten.linalg_matrix_exp.default] = _matrix_exp
+    table[aten.mm.default] = _mm_empty
 
