@@ -615,6 +615,12 @@ def _matrix_exp(A):
     return E
 
 
+def _pow_(self, exponent):
+    """In-place pow (the vector norms' backward uses it) as the out-of-place op and a copy_:
+    PyTorch's own decomposition bottoms out in prims.pow, which no plugin has."""
+    return self.copy_(torch.pow(self, exponent))
+
+
 def register(table: dict) -> None:
     table[aten.eye.default] = _eye_default
     table[aten.eye.m] = _eye_default
@@ -646,4 +652,6 @@ def register(table: dict) -> None:
     table[aten.linalg_pinv.atol_rtol_float] = _linalg_pinv
     table[aten.linalg_matrix_exp.default] = _matrix_exp
     table[aten.mm.default] = _mm_empty
+    table[aten.pow_.Scalar] = _pow_
+    table[aten.pow_.Tensor] = _pow_
 
