@@ -34,12 +34,12 @@ def test_subset_passes_forward_and_backward_on_every_backend(backend):
 
 
 def test_no_fallback_mode_names_what_is_missing():
-    report = run_coverage("minimal", ["linalg.inv", "add", "nn.functional.gelu"], samples=1,
+    report = run_coverage("minimal", ["linalg.eig", "add", "nn.functional.gelu"], samples=1,
                           cpu_fallback=False)
     by = {r.op: r for r in report.results}
     assert by["add"].status == "pass" and by["nn.functional.gelu"].status == "pass"  # native / decomposition
-    inv = by["linalg.inv"]  # a bring-up chip has no linear-algebra kernels, and no decomposition reaches any
-    assert inv.status == "fail" and "aten::linalg_inv_ex (float32) cannot run on fl backend 'minimal'" in inv.reason
+    inv = by["linalg.eig"]  # no kernel, and no decomposition: _decompositions_linalg has no general eigensolver
+    assert inv.status == "fail" and "aten::linalg_eig (float32) cannot run on fl backend 'minimal'" in inv.reason
     assert "CPU fallback is switched off" in inv.reason
     assert fl.cpu_fallback_enabled()  # restored
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch._decomp import decomposition_table
 
-from . import _abi, _async, _decompositions, _decompositions_nn, _record
+from . import _abi, _async, _decompositions, _decompositions_linalg, _decompositions_nn, _record
 from . import fused as _fused
 from ._abi import ffi
 from ._dtypes import TO_CODE, dtype_name
@@ -343,6 +343,7 @@ DECOMPOSITIONS: dict = dict(decomposition_table)
 _fused.register_decompositions(DECOMPOSITIONS)
 _decompositions.register(DECOMPOSITIONS)
 _decompositions_nn.register(DECOMPOSITIONS)
+_decompositions_linalg.register(DECOMPOSITIONS)
 
 
 def _full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
