@@ -12,13 +12,13 @@ import torch
 from test_elementwise_kernels import make
 
 from torch_fl._abi import ffi
+from torch_fl._dispatch import STRING_CODES
 
 aten = torch.ops.aten
 nan = float("nan")
 
-# the string codes k_index.c reads (torch_fl/_dispatch.py STRING_CODES, with the additions it asks for)
-CODES = {"mean": 4, "sum": 5, "prod": 6, "amax": 7, "amin": 8, "add": 9, "multiply": 10, "left": 11, "right": 12,
-         "max": 13, "min": 14}
+# the string codes k_index.c reads: the runtime's own table, so the two cannot drift apart
+CODES = STRING_CODES
 DT_ALL = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
           torch.int8, torch.uint8, torch.bool]
 DT_NUM = [d for d in DT_ALL if d != torch.bool]
