@@ -473,6 +473,9 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
         plan.paths.append(NATIVE)
         plan.kernel = entry
         plan.reasons.append(f"native kernel {f.name} [{dtype_name(lookup)}] in plugin '{backend.name}'")
+    note = _complex_note(backend, dtypes, dev_mask)
+    if note:
+        plan.reasons.insert(0, note)
     decomp = DECOMPOSITIONS.get(f.func) if DECOMPOSITION not in SETTINGS.disabled else None
     if decomp is not None:
         plan.paths.append(DECOMPOSITION)
@@ -504,6 +507,20 @@ def _unserved_complex(entry, dtypes) -> str | None:
         c = TO_CODE.get(d, -1)
         if c in COMPLEX_CODES and not (entry.dtypes >> c) & 1:
             return dtype_name(d)
+    return None
+
+
+def _complex_note(backend, dtypes, dev_mask: int) -> str | None:
+    """Why a complex operand cannot run natively on this device at all, said first."""
+    cplx = [d for d in dtypes if d.is_complex]
+    if not cplx:
+        return None
+    unnamed = [d for d in cplx if d not in TO_CODE]
+    if unnamed:
+        return (f"{dtype_name(unnamed[0])} has no fl dtype (the plugin ABI has complex64 and complex128; "
+                "convert with .cfloat() or .cdouble())")
+    if not any((dev_mask >> c) & 1 for c in COMPLEX_CODES):
+        return f"fl backend '{backend.name}' computes in no complex dtype (its device's dtype mask has none)"
     return None
 
 
