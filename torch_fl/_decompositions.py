@@ -477,7 +477,33 @@ def _lstsq(self, b, rcond=None, *, driver=None):
     return x, residuals, rank_out, values
 
 
+def _roll(a, shifts, dims=()):
+    """torch.roll as torch._refs.roll defines it, one index_select per rolled dim. The reference rolls one
+    dim and calls aten.roll for the rest, which the dispatcher does not re-enter from inside roll's own
+    decomposition (fft.fftshift rolls every dim)."""
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if a.numel() == 0:
+        return a.clone()
+    if a.dim() == 0 and dims:
+        raise IndexError(f"Dimension specified as {dims[0]} but tensor has no dimensions")
+    if not shifts:
+        raise RuntimeError("`shifts` required")
+    if not dims and len(shifts) == 1:
+        return _roll(a.flatten(), shifts, (0,)).view(a.shape)
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims: {len(dims)}")
+    out = a
+    for shift, dim in zip(shifts, dims, strict=True):
+        dim = dim % a.dim()
+        size = a.shape[dim]
+        start = (size - shift) % size
+        out = out.index_select(dim, torch.fmod(start + torch.arange(size, device=a.device), size))
+    return out
+
+
 def register(table: dict) -> None:
+    table[aten.roll.default] = _roll
     table[aten.histogram.bin_ct] = _histogram
     table[aten.histogram.bins_tensor] = _histogram_edges
     table[aten._trilinear.default] = _trilinear

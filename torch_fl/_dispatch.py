@@ -11,6 +11,7 @@ import contextlib
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -19,10 +20,10 @@ from torch._decomp import decomposition_table
 from . import _abi, _async, _decompositions, _decompositions_linalg, _decompositions_nn, _record
 from . import fused as _fused
 from ._abi import ffi
-from ._dtypes import TO_CODE, dtype_name
+from ._dtypes import COMPLEX_CODES, TO_CODE, dtype_name
 from ._record import COPY, DECOMPOSITION, FALLBACK, JIT, NATIVE, VIEW
 from ._registry import REGISTRY
-from ._tensor import Buffer, FlTensor, set_dispatch
+from ._tensor import Buffer, FlTensor, raw, set_dispatch, with_bits
 
 aten = torch.ops.aten
 
@@ -205,7 +206,7 @@ def storage_elems(t: FlTensor) -> int:
 def to_meta(t: torch.Tensor) -> torch.Tensor:
     if isinstance(t, FlTensor):
         base = torch.empty((storage_elems(t),), dtype=t.dtype, device="meta")
-        return base.as_strided(t.shape, t.stride(), t.storage_offset())
+        return with_bits(base.as_strided(t.shape, t.stride(), t.storage_offset()), t.is_conj(), t.is_neg())
     return t
 
 
@@ -279,14 +280,15 @@ def fl_to_cpu(t: FlTensor, *, writable_view: bool = False) -> torch.Tensor:
     if t._buf.pending is not None:
         _async.wait(t._buf)
     if dev.host_accessible:
-        return t._host_view()
+        return with_bits(t._host_view(), t.is_conj(), t.is_neg())
     lo, hi = span(t)
     item = t.element_size()
     host = torch.empty(max(hi - lo, 0) * item, dtype=torch.uint8)
     if hi > lo:
         dev.plugin.copy_d2h(dev.local, host.data_ptr(), t._buf.ptr + lo * item, (hi - lo) * item)
         _record.BYTES[0] += (hi - lo) * item
-    return host.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset() - lo)
+    host = host.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset() - lo)
+    return with_bits(host, t.is_conj(), t.is_neg())
 
 
 def cpu_into_fl(dst: FlTensor, src: torch.Tensor) -> None:
@@ -297,8 +299,11 @@ def cpu_into_fl(dst: FlTensor, src: torch.Tensor) -> None:
     if dst.numel() == 0:
         return
     if dev.host_accessible:
-        dst._host_view().copy_(src)
+        with_bits(dst._host_view(), dst.is_conj(), dst.is_neg()).copy_(src)
         return
+    if dst.is_conj() or dst.is_neg() or src.is_conj() or src.is_neg():  # write the values as stored
+        src = with_bits(src.detach().view_as(src), src.is_conj() != dst.is_conj(), src.is_neg() != dst.is_neg())
+        src, dst = src.resolve_conj().resolve_neg(), raw(dst)
     lo, hi = span(dst)
     item = dst.element_size()
     if dst.is_contiguous():
@@ -459,10 +464,11 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
         plan.reasons.append("out= overloads are not sent to plugin kernels")
     elif entry is None:
         plan.reasons.append(f"no native kernel for {f.name} in plugin '{backend.name}'")
-    elif code < 0 or not (entry.dtypes >> code) & 1:
+    elif code < 0 or not (entry.dtypes >> code) & 1 or _unserved_complex(entry, dtypes):
         from ._dtypes import mask_to_names
 
-        plan.reasons.append(f"native kernel {f.name} does not serve {dtype_name(lookup) if lookup else '?'} "
+        what = _unserved_complex(entry, dtypes) or (dtype_name(lookup) if lookup else "?")
+        plan.reasons.append(f"native kernel {f.name} does not serve {what} "
                             f"(serves {', '.join(mask_to_names(entry.dtypes))})")
     elif not (dev_mask >> code) & 1:
         plan.reasons.append(f"device does not compute in {dtype_name(lookup)}")
@@ -470,6 +476,9 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
         plan.paths.append(NATIVE)
         plan.kernel = entry
         plan.reasons.append(f"native kernel {f.name} [{dtype_name(lookup)}] in plugin '{backend.name}'")
+    note = _complex_note(backend, dtypes, dev_mask)
+    if note:
+        plan.reasons.insert(0, note)
     decomp = DECOMPOSITIONS.get(f.func) if DECOMPOSITION not in SETTINGS.disabled else None
     if decomp is not None:
         plan.paths.append(DECOMPOSITION)
@@ -492,6 +501,30 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     else:
         plan.reasons.append("CPU fallback is switched off (FL_CPU_FALLBACK=0)")
     return plan
+
+
+def _unserved_complex(entry, dtypes) -> str | None:
+    """A complex operand dtype the kernel's mask does not name: a kernel sees complex memory only
+    if it says it can read it (plugins written before complex dtypes would read it as real)."""
+    for d in dtypes:
+        c = TO_CODE.get(d, -1)
+        if c in COMPLEX_CODES and not (entry.dtypes >> c) & 1:
+            return dtype_name(d)
+    return None
+
+
+def _complex_note(backend, dtypes, dev_mask: int) -> str | None:
+    """Why a complex operand cannot run natively on this device at all, said first."""
+    cplx = [d for d in dtypes if d.is_complex]
+    if not cplx:
+        return None
+    unnamed = [d for d in cplx if d not in TO_CODE]
+    if unnamed:
+        return (f"{dtype_name(unnamed[0])} has no fl dtype (the plugin ABI has complex64 and complex128; "
+                "convert with .cfloat() or .cdouble())")
+    if not any((dev_mask >> c) & 1 for c in COMPLEX_CODES):
+        return f"fl backend '{backend.name}' computes in no complex dtype (its device's dtype mask has none)"
+    return None
 
 
 _NOT_HANDLED = object()
@@ -1033,7 +1066,7 @@ def _wrap_view(base: FlTensor, m):
                 f"setStorage: sizes {list(m.shape)}, strides {list(m.stride())}, storage offset "
                 f"{m.storage_offset()}, and itemsize {m.element_size()} requiring a storage size of {need} are out "
                 f"of bounds for storage of size {base._buf.nbytes}")
-        return FlTensor(base._buf, m.shape, m.stride(), m.storage_offset(), m.dtype)
+        return with_bits(FlTensor(base._buf, m.shape, m.stride(), m.storage_offset(), m.dtype), m.is_conj(), m.is_neg())
     if isinstance(m, (list, tuple)):
         return type(m)(_wrap_view(base, x) for x in m)
     return m
@@ -1051,7 +1084,7 @@ def _view_op(f: OpFacts, args, kwargs):
 def _alias(f: OpFacts, args, kwargs):
     t = args[0]
     _count(t._buf.device.backend, f.name, VIEW)
-    return FlTensor(t._buf, t.shape, t.stride(), t.storage_offset(), t.dtype)
+    return with_bits(FlTensor(t._buf, t.shape, t.stride(), t.storage_offset(), t.dtype), t.is_conj(), t.is_neg())
 
 
 def _inplace_meta(f: OpFacts, args, kwargs):
@@ -1089,7 +1122,11 @@ def _set_source(f: OpFacts, args, kwargs):
 def _copy_(f: OpFacts, args, kwargs):
     vals = f.normalize(args, kwargs)
     dst, src = vals[0], vals[1]
+    if isinstance(src, torch.Tensor) and src.is_complex() and not dst.is_complex():
+        warnings.warn("Casting complex values to real discards the imaginary part", UserWarning, stacklevel=2)
     if isinstance(dst, FlTensor) and isinstance(src, FlTensor) and dst._buf.device is src._buf.device:
+        if dst.is_conj() != src.is_conj() or dst.is_neg() != src.is_neg():
+            return copy_math_bits(dst, src)
         return _compute(f, args, kwargs)
     listening = bool(_record.LISTENERS)
     t0, b0 = time.perf_counter(), _record.BYTES[0]
@@ -1114,10 +1151,22 @@ def _copy_(f: OpFacts, args, kwargs):
     return dst
 
 
+def copy_math_bits(dst: FlTensor, src: FlTensor) -> FlTensor:
+    """dst.copy_(src) on one device where the conj/neg flags differ: copy the stored values, then
+    conjugate/negate dst's memory by the difference (conj and neg commute)."""
+    aten.copy_.default(raw(dst), raw(src))
+    if dst.is_conj() != src.is_conj() and dst.is_complex():
+        aten.conj_physical_.default(raw(dst))
+    if dst.is_neg() != src.is_neg():
+        aten.neg_.default(raw(dst))
+    return dst
+
+
 def _async_ok(dst: FlTensor, src: torch.Tensor) -> bool:
     """An async copy needs pinned, contiguous host bytes of dst's dtype and
     layout, and a device with async copies; anything else copies now."""
     return (src.device.type == "cpu" and src.dtype == dst.dtype and src.shape == dst.shape and dst.numel() > 0
+            and not (src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg())
             and src.is_contiguous() and dst.is_contiguous() and not dst._buf.device.host_accessible
             and _async.supports(dst._buf.device) and src.is_pinned())
 

@@ -15,10 +15,13 @@ TO_CODE: dict[torch.dtype, int] = {
     torch.int8: 7,
     torch.uint8: 8,
     torch.bool: 9,
+    torch.complex64: 10,
+    torch.complex128: 11,
 }
 FROM_CODE: dict[int, torch.dtype] = {v: k for k, v in TO_CODE.items()}
 NAMES: dict[int, str] = {0: "float32", 1: "float64", 2: "float16", 3: "bfloat16", 4: "int64", 5: "int32",
-                         6: "int16", 7: "int8", 8: "uint8", 9: "bool"}
+                         6: "int16", 7: "int8", 8: "uint8", 9: "bool", 10: "complex64", 11: "complex128"}
+COMPLEX_CODES = frozenset(c for d, c in TO_CODE.items() if d.is_complex)
 
 
 def mask_to_dtypes(mask: int) -> list[torch.dtype]:

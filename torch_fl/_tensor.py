@@ -168,6 +168,24 @@ class FlTensor(torch.Tensor):
                         "Use Tensor.cpu() to copy the tensor to host memory first.")
 
 
+# -- math bits: a lazy conjugate (x.conj() of a complex tensor) or negation (_neg_view) is a
+#    flag on the tensor, not a change of its memory; views keep it, copies resolve it ------
+
+
+def with_bits(t: torch.Tensor, conj: bool, neg: bool) -> torch.Tensor:
+    """t with the conj/neg flags set as given (t itself, modified)."""
+    if conj != t.is_conj():
+        torch._C._set_conj(t, conj)
+    if neg != t.is_neg():
+        torch._C._set_neg(t, neg)
+    return t
+
+
+def raw(t: FlTensor) -> FlTensor:
+    """A view of t's memory as stored: same layout, no conj/neg flags."""
+    return FlTensor(t._buf, t.shape, t.stride(), t.storage_offset(), t.dtype)
+
+
 def _rebuild_fl_tensor(cpu: torch.Tensor, device: str, requires_grad: bool) -> torch.Tensor:
     """Unpickling target: loads onto the fl device when torch_fl can, as
     torch.load does for cuda tensors; use map_location='cpu' to stay on the host."""

@@ -161,10 +161,11 @@ def _compare(a, b, shape_only: bool) -> str | None:
             continue  # PyTorch's CPU kernel leaves this output empty (batch norm's saves in eval): unspecified
         if x.shape != y.shape or x.dtype != y.dtype:
             return f"output {tuple(x.shape)} {x.dtype}, CPU gives {tuple(y.shape)} {y.dtype}"
-        if shape_only or y.is_complex():
+        if shape_only:
             continue
         try:
-            torch.testing.assert_close(x, y.detach(), rtol=1e-4, atol=1e-5, equal_nan=True, check_device=False)
+            torch.testing.assert_close(x.resolve_conj().resolve_neg(), y.detach().resolve_conj().resolve_neg(),
+                                       rtol=1e-4, atol=1e-5, equal_nan=True, check_device=False)
         except AssertionError as e:
             lines = [ln.strip() for ln in str(e).splitlines() if "Greatest" in ln or "Mismatched" in ln]
             return "values differ: " + "; ".join(lines[:2])
@@ -195,7 +196,7 @@ def _arbitrate(fl_vals, cpu_vals, ref_vals) -> bool:
             if (a is None) != (b is None):
                 return False
             continue
-        a, b, r = a.detach().cpu().double(), b.detach().double(), r.detach().double()
+        a, b, r = (_real_pairs(x.detach().cpu()).double() for x in (a, b, r))
         if a.shape != r.shape:
             return False
         scale = max(r.abs().max().item(), 1.0) if r.numel() else 1.0
@@ -206,8 +207,13 @@ def _arbitrate(fl_vals, cpu_vals, ref_vals) -> bool:
     return True
 
 
+def _real_pairs(t: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as its (real, imaginary) pairs; a real one as it is."""
+    return torch.view_as_real(t.resolve_conj().resolve_neg()) if t.is_complex() else t
+
+
 def _loss_grads(out, leaves):
-    outs = [o for o in _tensors(out) if o.requires_grad and o.is_floating_point()]
+    outs = [_real_pairs(o) for o in _tensors(out) if o.requires_grad and (o.is_floating_point() or o.is_complex())]
     if not outs or not leaves:
         return None
     gen = torch.Generator().manual_seed(0)

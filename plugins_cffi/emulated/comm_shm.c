@@ -83,8 +83,9 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
 enum { K_ALL_REDUCE = 1, K_BROADCAST, K_ALL_GATHER, K_REDUCE_SCATTER, K_BARRIER };
 static const char *const kind_names[] = {"?", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"};
 static const char *const op_names[] = {"sum", "prod", "min", "max", "avg"};
-static const char *const dtype_names[] = {"float32", "float64", "float16", "bfloat16", "int64",
-                                          "int32",   "int16",   "int8",    "uint8",    "bool"};
+static const char *const dtype_names[FL_DTYPE_COUNT] = {
+    "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+    "complex64", "complex128"};
 
 typedef struct {
     _Atomic uint64_t magic; /* COMM_MAGIC once the creator has filled the rest */
@@ -255,13 +256,18 @@ static int check_tensor(const fl_tensor_t *t, const char *op, const char *what) 
 }
 
 static int reducible(int dtype) { return dtype != FL_BOOL; }
+/* complex tensors sum and average as pairs of reals; prod/min/max are not defined for them here */
+static int complex_op_ok(int op) { return op == FL_REDUCE_SUM || op == FL_REDUCE_AVG; }
 
 static int check_op(int op, int dtype, const char *name) {
     if (op < FL_REDUCE_SUM || op > FL_REDUCE_AVG)
         FL_FAIL(FL_ERR_INVALID, "%s: %s: unknown reduce op %d", NAME, name, op);
     if (!reducible(dtype))
         FL_FAIL(FL_ERR_UNSUPPORTED, "%s: %s does not reduce %s tensors", NAME, name, dtype_names[dtype]);
-    if (op == FL_REDUCE_AVG && !fl_is_floating(dtype))
+    if (fl_is_complex(dtype) && !complex_op_ok(op))
+        FL_FAIL(FL_ERR_UNSUPPORTED, "%s: %s: %s of %s tensors is not supported (sum and avg are)", NAME, name,
+                op_names[op], dtype_names[dtype]);
+    if (op == FL_REDUCE_AVG && !fl_is_floating(dtype) && !fl_is_complex(dtype))
         FL_FAIL(FL_ERR_INVALID, "%s: %s: avg is only defined for floating-point tensors, not %s", NAME, name,
                 dtype_names[dtype]);
     return FL_OK;
@@ -381,12 +387,18 @@ DEF_INT(i8, int8_t, uint32_t)
 DEF_INT(u8, uint8_t, uint32_t)
 
 typedef void (*reduce_fn)(char *dst, char *const *src, int nsrc, int64_t n);
+/* a complex element is two reals: the real kernels over 2n values */
+static void r_c64_sum(char *dst, char *const *src, int nsrc, int64_t n) { r_f32_sum(dst, src, nsrc, 2 * n); }
+static void r_c64_avg(char *dst, char *const *src, int nsrc, int64_t n) { r_f32_avg(dst, src, nsrc, 2 * n); }
+static void r_c128_sum(char *dst, char *const *src, int nsrc, int64_t n) { r_f64_sum(dst, src, nsrc, 2 * n); }
+static void r_c128_avg(char *dst, char *const *src, int nsrc, int64_t n) { r_f64_avg(dst, src, nsrc, 2 * n); }
 #define ROW_F(TAG) {r_##TAG##_sum, r_##TAG##_prod, r_##TAG##_min, r_##TAG##_max, r_##TAG##_avg}
 #define ROW_I(TAG) {r_##TAG##_sum, r_##TAG##_prod, r_##TAG##_min, r_##TAG##_max, NULL}
 static const reduce_fn reducers[FL_DTYPE_COUNT][5] = {
     [FL_FLOAT32] = ROW_F(f32), [FL_FLOAT64] = ROW_F(f64), [FL_FLOAT16] = ROW_F(f16),
     [FL_BFLOAT16] = ROW_F(bf16), [FL_INT64] = ROW_I(i64),  [FL_INT32] = ROW_I(i32),
     [FL_INT16] = ROW_I(i16),    [FL_INT8] = ROW_I(i8),     [FL_UINT8] = ROW_I(u8),
+    [FL_COMPLEX64] = {r_c64_sum, NULL, NULL, NULL, r_c64_avg}, [FL_COMPLEX128] = {r_c128_sum, NULL, NULL, NULL, r_c128_avg},
 };
 
 /* ---------------------------------------------------------------- init / destroy */

@@ -134,9 +134,18 @@ FL_MV void fl_cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, in
         switch (fl_itemsize(dd)) {
         case 8: { uint64_t *d_ = dst; const uint64_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
         case 4: { uint32_t *d_ = dst; const uint32_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
+        case 16: { uint64_t *d_ = dst; const uint64_t *s_ = src;
+                   for (int64_t i = 0; i < n; i++) { d_[2 * i * ds] = s_[2 * i * ss]; d_[2 * i * ds + 1] = s_[2 * i * ss + 1]; }
+                   return; }
         case 2: { uint16_t *d_ = dst; const uint16_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
         default: { uint8_t *d_ = dst; const uint8_t *s_ = src; for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss]; return; }
         }
+    }
+    if (fl_is_complex(dd) || fl_is_complex(sd)) { /* complex on either side: through a pair of doubles */
+        size_t di = fl_itemsize(dd), si = fl_itemsize(sd);
+        for (int64_t i = 0; i < n; i++)
+            fl_store_cx(dd, (char *)dst + i * ds * (int64_t)di, fl_load_cx(sd, (const char *)src + i * ss * (int64_t)si));
+        return;
     }
     switch (dd) {
     case FL_FLOAT32: CVT_SRC_SWITCH(float, ST_F32)

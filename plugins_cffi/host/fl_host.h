@@ -19,7 +19,8 @@ const char *fl_host_last_error(void);
 static inline size_t fl_itemsize(int dtype) {
     switch (dtype) {
     case FL_FLOAT32: case FL_INT32: return 4;
-    case FL_FLOAT64: case FL_INT64: return 8;
+    case FL_FLOAT64: case FL_INT64: case FL_COMPLEX64: return 8;
+    case FL_COMPLEX128: return 16;
     case FL_FLOAT16: case FL_BFLOAT16: case FL_INT16: return 2;
     default: return 1;
     }
@@ -27,6 +28,7 @@ static inline size_t fl_itemsize(int dtype) {
 static inline int fl_is_floating(int dtype) {
     return dtype == FL_FLOAT32 || dtype == FL_FLOAT64 || dtype == FL_FLOAT16 || dtype == FL_BFLOAT16;
 }
+static inline int fl_is_complex(int dtype) { return dtype == FL_COMPLEX64 || dtype == FL_COMPLEX128; }
 
 static inline float fl_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f;
@@ -46,7 +48,8 @@ static inline char *fl_elem(const fl_tensor_t *t, int64_t off) {
     return (char *)t->data + off * (int64_t)fl_itemsize(t->dtype);
 }
 
-/* Load/store any dtype through double (exact for every integer up to 2^53). */
+/* Load/store any dtype through double (exact for every integer up to 2^53). A complex
+ * element loads as its real part and stores as (v, 0); fl_load_cx/fl_store_cx keep both. */
 static inline double fl_load_f64(int dtype, const void *p) {
     switch (dtype) {
     case FL_FLOAT32: return *(const float *)p;
@@ -59,6 +62,8 @@ static inline double fl_load_f64(int dtype, const void *p) {
     case FL_INT8: return *(const int8_t *)p;
     case FL_UINT8: return *(const uint8_t *)p;
     case FL_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
+    case FL_COMPLEX64: return *(const float *)p;
+    case FL_COMPLEX128: return *(const double *)p;
     }
     return 0.0;
 }
@@ -74,7 +79,23 @@ static inline void fl_store_f64(int dtype, void *p, double v) {
     case FL_INT8: *(int8_t *)p = (int8_t)v; break;
     case FL_UINT8: *(uint8_t *)p = (uint8_t)v; break;
     case FL_BOOL: *(uint8_t *)p = v != 0.0; break;
+    case FL_COMPLEX64: ((float *)p)[0] = (float)v; ((float *)p)[1] = 0.0f; break;
+    case FL_COMPLEX128: ((double *)p)[0] = v; ((double *)p)[1] = 0.0; break;
     }
+}
+
+/* Complex values through a pair of doubles: a real dtype loads with im = 0; storing
+ * into a real dtype keeps the real part (PyTorch's cast discards the imaginary part). */
+typedef struct { double re, im; } fl_cx_t;
+static inline fl_cx_t fl_load_cx(int dtype, const void *p) {
+    if (dtype == FL_COMPLEX64) return (fl_cx_t){((const float *)p)[0], ((const float *)p)[1]};
+    if (dtype == FL_COMPLEX128) return (fl_cx_t){((const double *)p)[0], ((const double *)p)[1]};
+    return (fl_cx_t){fl_load_f64(dtype, p), 0.0};
+}
+static inline void fl_store_cx(int dtype, void *p, fl_cx_t v) {
+    if (dtype == FL_COMPLEX64) { ((float *)p)[0] = (float)v.re; ((float *)p)[1] = (float)v.im; }
+    else if (dtype == FL_COMPLEX128) { ((double *)p)[0] = v.re; ((double *)p)[1] = v.im; }
+    else fl_store_f64(dtype, p, v.re);
 }
 
 static inline int64_t fl_numel(const fl_tensor_t *t) {
@@ -153,6 +174,14 @@ extern const fl_kernel_group_t fl_host_group_special; /* k_special.c */
 extern const fl_kernel_group_t fl_host_group_lapack;  /* k_lapack.c */
 extern const fl_kernel_group_t fl_host_group_index;   /* k_index.c */
 extern const fl_kernel_group_t fl_host_group_nn;      /* k_nn.c */
+extern const fl_kernel_group_t fl_host_group_fft;     /* k_fft.c: _fft_r2c, _fft_c2c, _fft_c2r */
+
+/* k_complex.c: pointwise kernels on complex outputs, called by k_elementwise.c's kernels of
+ * the same ops when out[0] is complex (a kernel name appears once per table). op is one of
+ * FL_CX_*; binary ops take args[0..1] (+ alpha in args[2] for add/sub); unary take args[0]. */
+enum { FL_CX_ADD, FL_CX_SUB, FL_CX_MUL, FL_CX_DIV, FL_CX_NEG, FL_CX_CONJ };
+int fl_host_complex_pointwise(int op, fl_stream_t stream, int device, const fl_tensor_t *in, int n_in,
+                              const fl_tensor_t *out, int n_out, const fl_arg_t *args, int n_args);
 
 /* Mask helpers for the table */
 #define FL_F32 FL_DTYPE_BIT(FL_FLOAT32)
@@ -162,7 +191,13 @@ extern const fl_kernel_group_t fl_host_group_nn;      /* k_nn.c */
 #define FL_FLOATS (FL_F32 | FL_F64 | FL_F16 | FL_BF16)
 #define FL_INTS (FL_DTYPE_BIT(FL_INT64) | FL_DTYPE_BIT(FL_INT32) | FL_DTYPE_BIT(FL_INT16) | \
                  FL_DTYPE_BIT(FL_INT8) | FL_DTYPE_BIT(FL_UINT8))
+/* Every real dtype: the mask of kernels that compute through fl_load_f64 & co. Complex is
+ * declared separately, by the kernels that handle it (the runtime never hands a kernel a
+ * complex tensor its mask does not name). */
 #define FL_ALL_DTYPES (FL_FLOATS | FL_INTS | FL_DTYPE_BIT(FL_BOOL))
+#define FL_C64 FL_DTYPE_BIT(FL_COMPLEX64)
+#define FL_C128 FL_DTYPE_BIT(FL_COMPLEX128)
+#define FL_COMPLEX (FL_C64 | FL_C128)
 
 #define FL_KERNEL_ARGS fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, \
                        const fl_tensor_t *out, int n_out, const fl_arg_t *args, int n_args

@@ -207,9 +207,9 @@ static int k_copy_(FL_KERNEL_ARGS) {
         return FL_OK;
     }
     if (is_scalar_arg(&args[1])) {
-        int64_t buf;
-        fl_tensor_t s = {.data = &buf, .offset = 0, .dtype = dst->dtype, .ndim = 0};
-        scalar_to(&args[1], dst->dtype, &buf);
+        int64_t buf[2]; /* a complex128 is 16 bytes */
+        fl_tensor_t s = {.data = buf, .offset = 0, .dtype = dst->dtype, .ndim = 0};
+        scalar_to(&args[1], dst->dtype, buf);
         if (bcast(&s, dst, &src)) return UNSUP;
         copy_strided(dst, &src);
         return FL_OK;
@@ -218,15 +218,15 @@ static int k_copy_(FL_KERNEL_ARGS) {
 }
 
 static int fill_value(const fl_tensor_t *dst, const fl_arg_t *a, const fl_tensor_t *in, int n_in) {
-    int64_t buf = 0;
-    fl_tensor_t s = {.data = &buf, .offset = 0, .dtype = dst->dtype, .ndim = 0}, src;
+    int64_t buf[2] = {0, 0}; /* a complex128 is 16 bytes */
+    fl_tensor_t s = {.data = buf, .offset = 0, .dtype = dst->dtype, .ndim = 0}, src;
     if (a->kind == FL_ARG_TENSOR) {
         if (a->i < 0 || a->i >= n_in) return UNSUP;
         const fl_tensor_t *v = &in[a->i];
         if (fl_numel(v) != 1 || v->ndim < 0) return UNSUP;
-        fl_cvt_row(dst->dtype, &buf, 1, v->dtype, fl_elem(v, v->offset), 0, 1);
+        fl_cvt_row(dst->dtype, buf, 1, v->dtype, fl_elem(v, v->offset), 0, 1);
     } else if (is_scalar_arg(a)) {
-        scalar_to(a, dst->dtype, &buf);
+        scalar_to(a, dst->dtype, buf);
     } else {
         return UNSUP;
     }
@@ -620,7 +620,7 @@ static int set_param(kp_t *p, int k, const fl_arg_t *a, int ct) {
         kp_t p = {{0}};                                                                \
         return ew_simple(in, n_in, out, n_out, args, n_args, 1, (int[]){0}, tab, &p, -1); \
     }
-DEF_UNARY(k_neg, neg_t)
+DEF_UNARY(k_neg_real, neg_t)
 DEF_UNARY(k_abs, abs_t)
 DEF_UNARY(k_exp, exp_t)
 DEF_UNARY(k_exp2, exp2_t)
@@ -776,8 +776,16 @@ static int binary_alpha(FL_KERNEL_ARGS, const ewfn *tab, const ewfn *tab1) {
     if (p.d[0] == 1.0 && p.i[0] == 1 && tab1) tab = tab1;
     return ew_simple(in, n_in, out, n_out, args, n_args, 2, (int[]){0, 1}, tab, &p, ct);
 }
-static int k_add(FL_KERNEL_ARGS) { return binary_alpha(stream, device, in, n_in, out, n_out, args, n_args, add_t, add1_t); }
+/* a complex result goes to k_complex.c (the table names each op once) */
+#define COMPLEX_TO(op)                                                                          \
+    if (out_ok(out, n_out) && fl_is_complex(out[0].dtype))                                      \
+        return fl_host_complex_pointwise(op, stream, device, in, n_in, out, n_out, args, n_args)
+static int k_add(FL_KERNEL_ARGS) {
+    COMPLEX_TO(FL_CX_ADD);
+    return binary_alpha(stream, device, in, n_in, out, n_out, args, n_args, add_t, add1_t);
+}
 static int k_sub(FL_KERNEL_ARGS) {
+    COMPLEX_TO(FL_CX_SUB);
     if (out_ok(out, n_out) && out[0].dtype == FL_BOOL) return UNSUP;
     return binary_alpha(stream, device, in, n_in, out, n_out, args, n_args, sub_t, sub1_t);
 }
@@ -792,7 +800,19 @@ static int k_rsub(FL_KERNEL_ARGS) {
         kp_t p = {{0}};                                                                   \
         return ew_simple(in, n_in, out, n_out, args, n_args, 2, (int[]){0, 1}, tab, &p, -1); \
     }
-DEF_BINARY(k_mul, mul_t)
+DEF_BINARY(k_mul_real, mul_t)
+static int k_mul(FL_KERNEL_ARGS) {
+    COMPLEX_TO(FL_CX_MUL);
+    return k_mul_real(stream, device, in, n_in, out, n_out, args, n_args);
+}
+static int k_neg(FL_KERNEL_ARGS) {
+    COMPLEX_TO(FL_CX_NEG);
+    return k_neg_real(stream, device, in, n_in, out, n_out, args, n_args);
+}
+static int k_conj_physical(FL_KERNEL_ARGS) {
+    COMPLEX_TO(FL_CX_CONJ);
+    return UNSUP; /* real: PyTorch's conj_physical is a copy, its decomposition serves it */
+}
 DEF_BINARY(k_maximum, maximum_t)
 DEF_BINARY(k_minimum, minimum_t)
 DEF_BINARY(k_atan2, atan2_t)
@@ -802,6 +822,8 @@ DEF_BINARY(k_silu_bw, silu_bw_t)
 
 static int k_div(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
+    if (n_args >= 3 && args[2].kind != FL_ARG_NONE) return UNSUP; /* rounding_mode given (string) */
+    COMPLEX_TO(FL_CX_DIV);
     CHECK_OUT;
     if (!fl_is_floating(out[0].dtype)) return UNSUP;
     if (n_args >= 3 && args[2].kind != FL_ARG_NONE) return UNSUP; /* rounding_mode given (string) */
@@ -1287,23 +1309,24 @@ static int k_native_dropout(FL_KERNEL_ARGS) {
 #define FLT FL_FLOATS
 #define NUM (FL_FLOATS | FL_INTS)
 #define INTB (FL_INTS | FL_DTYPE_BIT(FL_BOOL))
+#define CPX FL_COMPLEX
 #define E(name, mask, fn) {name, mask, 0, fn}
 
 static const fl_kernel_entry_t entries[] = {
-    E("aten::copy_", ALL, k_copy_),
-    E("aten::fill_.Scalar", ALL, k_fill_),
-    E("aten::fill_.Tensor", ALL, k_fill_),
-    E("aten::zero_", ALL, k_zero_),
-    /* binary arithmetic */
-    E("aten::add.Tensor", ALL, k_add), E("aten::add_.Tensor", ALL, k_add),
-    E("aten::add.Scalar", ALL, k_add), E("aten::add_.Scalar", ALL, k_add),
-    E("aten::sub.Tensor", NUM, k_sub), E("aten::sub_.Tensor", NUM, k_sub),
-    E("aten::sub.Scalar", NUM, k_sub), E("aten::sub_.Scalar", NUM, k_sub),
+    E("aten::copy_", ALL | CPX, k_copy_),
+    E("aten::fill_.Scalar", ALL | CPX, k_fill_),
+    E("aten::fill_.Tensor", ALL | CPX, k_fill_),
+    E("aten::zero_", ALL | CPX, k_zero_),
+    /* binary arithmetic (complex results: k_complex.c) */
+    E("aten::add.Tensor", ALL | CPX, k_add), E("aten::add_.Tensor", ALL | CPX, k_add),
+    E("aten::add.Scalar", ALL | CPX, k_add), E("aten::add_.Scalar", ALL | CPX, k_add),
+    E("aten::sub.Tensor", NUM | CPX, k_sub), E("aten::sub_.Tensor", NUM | CPX, k_sub),
+    E("aten::sub.Scalar", NUM | CPX, k_sub), E("aten::sub_.Scalar", NUM | CPX, k_sub),
     E("aten::rsub.Scalar", NUM, k_rsub), E("aten::rsub.Tensor", NUM, k_rsub),
-    E("aten::mul.Tensor", ALL, k_mul), E("aten::mul_.Tensor", ALL, k_mul),
-    E("aten::mul.Scalar", ALL, k_mul), E("aten::mul_.Scalar", ALL, k_mul),
-    E("aten::div.Tensor", ALL, k_div), E("aten::div_.Tensor", ALL, k_div),
-    E("aten::div.Scalar", ALL, k_div), E("aten::div_.Scalar", ALL, k_div),
+    E("aten::mul.Tensor", ALL | CPX, k_mul), E("aten::mul_.Tensor", ALL | CPX, k_mul),
+    E("aten::mul.Scalar", ALL | CPX, k_mul), E("aten::mul_.Scalar", ALL | CPX, k_mul),
+    E("aten::div.Tensor", ALL | CPX, k_div), E("aten::div_.Tensor", ALL | CPX, k_div),
+    E("aten::div.Scalar", ALL | CPX, k_div), E("aten::div_.Scalar", ALL | CPX, k_div),
     E("aten::maximum", ALL, k_maximum), E("aten::minimum", ALL, k_minimum),
     E("aten::pow.Tensor_Scalar", NUM, k_pow_ts), E("aten::pow_.Scalar", NUM, k_pow_ts),
     E("aten::pow.Tensor_Tensor", NUM, k_pow_tt), E("aten::pow_.Tensor", NUM, k_pow_tt),
@@ -1332,7 +1355,8 @@ static const fl_kernel_entry_t entries[] = {
     E("aten::logical_not", ALL, k_lnot), E("aten::logical_not_", ALL, k_lnot),
     E("aten::isnan", ALL, k_isnan), E("aten::isinf", ALL, k_isinf),
     /* unary */
-    E("aten::neg", NUM, k_neg), E("aten::neg_", NUM, k_neg),
+    E("aten::neg", NUM | CPX, k_neg), E("aten::neg_", NUM | CPX, k_neg),
+    E("aten::_conj_physical", CPX, k_conj_physical), E("aten::conj_physical_", CPX, k_conj_physical),
     E("aten::abs", NUM, k_abs), E("aten::abs_", NUM, k_abs),
     E("aten::exp", ALL, k_exp), E("aten::exp_", FLT, k_exp),
     E("aten::exp2", ALL, k_exp2), E("aten::exp2_", FLT, k_exp2),

@@ -34,7 +34,7 @@ static int device_props(int device, fl_device_props_t *p) {
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "host CPU (%ld cores)", sysconf(_SC_NPROCESSORS_ONLN));
     p->total_memory = total_memory();
-    p->dtypes = FL_ALL_DTYPES;
+    p->dtypes = FL_ALL_DTYPES | FL_COMPLEX;
     p->features = FL_FEATURE_HOST_ACCESSIBLE;
     p->compute_units = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
     return FL_OK;
@@ -124,7 +124,7 @@ uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed) {
 /* ---- kernel table ---- */
 static const fl_kernel_group_t *groups[] = {&fl_host_group_elementwise, &fl_host_group_reduce,
                                             &fl_host_group_linalg, &fl_host_group_special,
-    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn};
+    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_fft};
 #define NGROUPS ((int)(sizeof groups / sizeof groups[0]))
 
 static int kernel_count(int *count) {

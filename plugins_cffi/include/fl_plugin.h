@@ -49,7 +49,9 @@ typedef enum {
     FL_INT8 = 7,
     FL_UINT8 = 8,
     FL_BOOL = 9,
-    FL_DTYPE_COUNT = 10
+    FL_COMPLEX64 = 10,   /* two float32: real, imaginary (PyTorch's layout, 8 bytes) */
+    FL_COMPLEX128 = 11,  /* two float64 (16 bytes) */
+    FL_DTYPE_COUNT = 12
 } fl_dtype_t;
 
 #define FL_DTYPE_BIT(d) (1u << (d))

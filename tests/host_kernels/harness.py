@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DTYPE_CODES = {
     torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3, torch.int64: 4,
     torch.int32: 5, torch.int16: 6, torch.int8: 7, torch.uint8: 8, torch.bool: 9,
+    torch.complex64: 10, torch.complex128: 11,
 }
 
 _lib = None
@@ -59,7 +60,7 @@ def desc(t: torch.Tensor, d) -> None:
 
 def arg(a, value) -> None:
     """value: ("none",) ("tensor", i) ("tensors", start, n) ("int", v) ("float", v) ("bool", v)
-    ("ints", [..]) ("dtype", torch.dtype)"""
+    ("ints", [..]) ("dtype", torch.dtype) ("other",)"""
     kind = value[0]
     if kind == "none":
         a.kind = 0
@@ -79,6 +80,8 @@ def arg(a, value) -> None:
             a.list[i] = v
     elif kind == "dtype":
         a.kind, a.i = 7, DTYPE_CODES[value[1]]
+    elif kind == "other":  # what the runtime passes for a string, a complex number, ...
+        a.kind, a.i = 8, -1
     else:
         raise ValueError(kind)
 
