@@ -572,13 +572,6 @@ def _linalg_pinv(self, atol=None, rtol=None, hermitian=False):
     return (Vh.mT * inv.unsqueeze(-2)) @ U.mT
 
 
-def _mm_empty(self, mat2):
-    """mm with a zero-size dim (a plugin's kernel may decline it): zeros, or an empty result."""
-    if self.numel() and mat2.numel():
-        return NotImplemented
-    return torch.zeros((self.shape[0], mat2.shape[1]), dtype=self.dtype, device=self.device)
-
-
 # -- matrix exponential --------------------------------------------------------------------
 
 _PADE13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0,
@@ -651,7 +644,6 @@ def register(table: dict) -> None:
     table[aten.linalg_pinv.atol_rtol_tensor] = _linalg_pinv
     table[aten.linalg_pinv.atol_rtol_float] = _linalg_pinv
     table[aten.linalg_matrix_exp.default] = _matrix_exp
-    table[aten.mm.default] = _mm_empty
     table[aten.pow_.Scalar] = _pow_
     table[aten.pow_.Tensor] = _pow_
 
