@@ -224,3 +224,16 @@ def test_search_histogram_and_distance_decompositions():
     assert draw.shape == (2, 2) and draw[0].tolist() in ([2, 0], [0, 2]) and sorted(draw[1].tolist()) == [0, 1]
     many = torch.multinomial(d(probs), 200, replacement=True).cpu()
     assert set(many[0].tolist()) <= {0, 2} and set(many[1].tolist()) <= {0, 1}
+
+
+def test_zero_gradients_factories_and_random_fill_stay_on_the_device():
+    x = d(torch.randn(4, 5)).requires_grad_()
+    (g,) = torch.autograd.grad(torch.sgn(x).sum(), x)  # autograd's storage-less zero tensor, made on fl
+    assert g.device.type == "fl" and torch.equal(g.cpu(), torch.zeros(4, 5))
+    src = d(torch.arange(6.0))
+    same(torch.ops.aten.copy.default(torch.zeros(2, 6, dtype=torch.int32), torch.arange(6.0)),
+         torch.ops.aten.copy.default(d(torch.zeros(2, 6, dtype=torch.int32)), src))  # functional copy
+    r = d(torch.zeros(500)).random_(3, 9).cpu()
+    assert r.min() == 3 and r.max() == 8 and torch.equal(r, r.floor())
+    r = d(torch.zeros(500)).random_(4).cpu()
+    assert r.min() == 0 and r.max() == 3

@@ -46,6 +46,26 @@ def _randint_like_low(self, low, high, *, dtype=None, layout=None, device=None, 
     return _randint(self, int(low), int(high), dtype, device, memory_format)
 
 
+def _random_from(self, low, high=None, *, generator=None):
+    """random_(from, to) in place: uniform integers in [from, to) (to=None: up to the dtype's
+    largest exactly representable integer, as PyTorch)."""
+    if generator is not None:
+        return NotImplemented
+    if high is None:
+        high = (2 ** torch.finfo(self.dtype).nmant + 1 if self.is_floating_point()
+                else torch.iinfo(self.dtype).max)
+    return self.copy_(_randint(self, int(low), int(high), self.dtype, None, None))
+
+
+def _random_to(self, high, *, generator=None):
+    return _random_from(self, 0, high, generator=generator)
+
+
+def _copy(self, src, non_blocking=False):
+    """The functional copy: self's layout and dtype, src's values (broadcast), via copy_."""
+    return torch.empty_like(self).copy_(src)
+
+
 def _index_select(x, dim, index):
     """index_select as a gather with the index broadcast along the other dims (a view: no copy)."""
     if index.dim() > 1:
@@ -532,6 +552,9 @@ def register(table: dict) -> None:
     table[aten.index_fill.int_Scalar] = _scalar_as_vector(_index_fill, has_source=False)
     table[aten.index_fill.int_Tensor] = _scalar_as_vector(_index_fill, has_source=False)
     table[aten.rand_like.default] = _rand_like
+    table[getattr(aten.random_, "from")] = _random_from
+    table[aten.random_.to] = _random_to
+    table[aten.copy.default] = _copy
     table[aten.randn_like.default] = _randn_like
     table[aten.randint_like.default] = _randint_like
     table[aten.randint_like.low_dtype] = _randint_like_low

@@ -272,6 +272,14 @@ def _factory_fallback(first, second, *args, **kwargs):
     dev = _target(device if device is not None and torch.device(device).type == "fl" else None)
     from ._dispatch import _tls
 
+    if op is torch.ops.aten._efficientzerotensor.default:
+        # autograd's zero gradients (sgn, ...): PyTorch's CPU one has no storage (data_ptr 0);
+        # on fl it is a real zero-filled tensor, made on the device with the fill_ every plugin has
+        from ._dispatch import new_tensor
+
+        dtype = kwargs.get("dtype") or torch.get_default_dtype()
+        return new_tensor(dev, list(args[0]), dtype).zero_()
+
     if not SETTINGS.cpu_fallback or getattr(_tls, "device_only", 0):
         raise NotImplementedError(
             f"{facts(op).name} has no kernel on fl backend '{dev.backend.name}' and the CPU fallback is "
