@@ -52,3 +52,25 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, rel: float = 1e-4
     scale = max(expected.abs().max().item(), scale_floor) if expected.numel() else 1.0
     diff = (actual - expected).abs().max().item() if expected.numel() else 0.0
     assert diff <= rel * scale, f"{what}: max abs diff {diff:.3g} > {rel} x scale {scale:.3g}"
+
+
+@pytest.fixture
+def minimal_no_fallback():
+    """The bring-up chip with the CPU fallback off: an op without a device path fails loudly."""
+    before = fl.get_current_backend_name()
+    was = fl.cpu_fallback_enabled()
+    fl.set_backend("minimal")
+    fl.set_cpu_fallback(False)
+    yield
+    fl.set_cpu_fallback(was)
+    fl.set_backend(before)
+
+
+def same_as_cpu(expected, got, atol=1e-5, rtol=1e-4):
+    """got (on fl) equals expected (PyTorch on the CPU): shapes, dtypes, values (NaN where NaN)."""
+    if isinstance(expected, torch.Tensor):
+        expected, got = (expected,), (got,)
+    for a, b in zip(expected, got, strict=True):
+        b = b.cpu()
+        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+        assert torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True), (a, b)

@@ -7,20 +7,12 @@ loudly, and is compared with PyTorch on the CPU."""
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import same_as_cpu
 
 import torch_fl as fl
 from torch_fl import _jit
 
-
-@pytest.fixture(autouse=True)
-def minimal_no_fallback():
-    before = fl.get_current_backend_name()
-    was = fl.cpu_fallback_enabled()
-    fl.set_backend("minimal")
-    fl.set_cpu_fallback(False)
-    yield
-    fl.set_cpu_fallback(was)
-    fl.set_backend(before)
+pytestmark = pytest.mark.usefixtures("minimal_no_fallback")
 
 
 def d(t):
@@ -28,12 +20,7 @@ def d(t):
 
 
 def same(expected, got, atol=1e-5, rtol=1e-4):
-    if isinstance(expected, torch.Tensor):
-        expected, got = (expected,), (got,)
-    for a, b in zip(expected, got, strict=True):
-        b = b.cpu()
-        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
-        assert torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True), (a, b)
+    same_as_cpu(expected, got, atol, rtol)
 
 
 def _x():

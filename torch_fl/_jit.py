@@ -453,6 +453,15 @@ class JitKernel:
     def _compile(self, f, dev, vals):
         return self._compile_with(f, dev, lambda: generate(f, vals, self.dtype, self.out_dtype))
 
+    def _kernel_for(self, f, dev, sig, gen):
+        """The compiled kernel for a signature: compiled once (gen() -> source, symbol), then from
+        memory; None when it could not be generated or compiled (the next tier serves the call)."""
+        if sig in self.kernels:
+            STATS["memory_hits"] += 1
+        else:
+            self.kernels[sig] = self._compile_with(f, dev, gen)
+        return self.kernels[sig]
+
     def _compile_with(self, f, dev, gen):
         """Generate (gen() -> source, symbol), compile through the plugin, time it; None if either fails."""
         t0 = time.perf_counter()

@@ -195,12 +195,7 @@ class IndexKernel(_jit.JitKernel):
             return _NOT_HANDLED
         inplace = bool(f.mutable)
         sig = (spec, x.dim(), x.dtype, inplace, index.dtype)
-        if sig not in self.kernels:
-            self.kernels[sig] = self._compile_with(f, dev, lambda: generate(f.name, spec, x.dim(), x.dtype, inplace,
-                                                                            index.dtype))
-        else:
-            _jit.STATS["memory_hits"] += 1
-        entry = self.kernels[sig]
+        entry = self._kernel_for(f, dev, sig, lambda: generate(f.name, spec, x.dim(), x.dtype, inplace, index.dtype))
         if entry is None:
             return _NOT_HANDLED
         try:

@@ -204,12 +204,7 @@ class ReduceKernel(_jit.JitKernel):
             return _NOT_HANDLED
         out_dtypes = tuple(lay[2] for lay in layouts)
         sig = (spec, x.dim(), x.dtype, out_dtypes)
-        if sig not in self.kernels:
-            self.kernels[sig] = self._compile_with(
-                f, dev, lambda: generate(f.name, spec, x.dim(), x.dtype, out_dtypes))
-        else:
-            _jit.STATS["memory_hits"] += 1
-        entry = self.kernels[sig]
+        entry = self._kernel_for(f, dev, sig, lambda: generate(f.name, spec, x.dim(), x.dtype, out_dtypes))
         if entry is None:
             return _NOT_HANDLED
         return _run_native(f, entry, dev, vals)

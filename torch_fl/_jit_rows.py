@@ -190,15 +190,11 @@ class RowKernel(_jit.JitKernel):
             vals = [x] + list(vals[1:])
         out_dtypes = tuple(lay[2] for lay in layouts) + ((torch.int64,) if whole else ())
         sig = (kind, extra, x.dim(), x.dtype, out_dtypes, whole)
-        if sig not in self.kernels:
-            def gen():
-                src, sym = generate(f.name, kind, extra, x.dim(), x.dtype, out_dtypes)
-                return src.replace("@DIM@", "0" if whole else "(int)args[@ARG@].i".replace(
-                    "@ARG@", str(_dim_arg(f)))), sym
-            self.kernels[sig] = self._compile_with(f, dev, gen)
-        else:
-            _jit.STATS["memory_hits"] += 1
-        entry = self.kernels[sig]
+        def gen():
+            src, sym = generate(f.name, kind, extra, x.dim(), x.dtype, out_dtypes)
+            return src.replace("@DIM@", "0" if whole else f"(int)args[{_dim_arg(f)}].i"), sym
+
+        entry = self._kernel_for(f, dev, sig, gen)
         if entry is None:
             return _NOT_HANDLED
         if whole:
