@@ -412,7 +412,7 @@ DECOMPOSITIONS[aten.slice_backward.default] = _slice_backward
 DECOMPOSITIONS[aten.equal.default] = _equal
 
 _PRIMS = {"clone": _prims_clone, "copy_to": _prims_copy_to, "div": _prims_div,
-          "mul": lambda a, b: aten.mul.Tensor(a, b), "gt": lambda a, b: aten.gt.Tensor(a, b),
+          "mul": lambda a, b: torch.mul(a, b), "gt": lambda a, b: torch.gt(a, b),  # b may be a Python number
           "abs": lambda a: aten.abs.default(a), "signbit": lambda a: aten.signbit.default(a)}
 for _name, _fn in _PRIMS.items():
     _op = getattr(getattr(torch.ops.prims, _name, None), "default", None)
