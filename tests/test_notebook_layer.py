@@ -138,8 +138,7 @@ def test_capability_explorer_reacts_to_its_widgets():
 def test_coverage_data_matches_explain():
     cov = fl.coverage("ascend", ops=["aten::gelu", "aten::mm", "fl::conv_bn_relu"])
     assert cov.rows["aten::gelu"]["float32"] == "decomposition"
-    # ascend has no float64: mm's first path there is the zero-size decomposition, which declines other calls
-    assert cov.rows["aten::mm"]["float32"] == "native" and cov.rows["aten::mm"]["float64"] == "decomposition"
+    assert cov.rows["aten::mm"]["float32"] == "native" and cov.rows["aten::mm"]["float64"] == "fallback"
     assert cov.rows["fl::conv_bn_relu"]["float32"] == "native"
     assert json.loads(cov.to_json())["counts"]["native"] >= 2
 
