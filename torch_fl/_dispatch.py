@@ -744,6 +744,8 @@ def _contiguous_strides(shape) -> list[int]:
         strides.append(step)
         step *= max(int(size), 1)
     return strides[::-1]
+
+
 _EMPTY_SAVES_IN_EVAL = {aten.native_batch_norm.default, aten._native_batch_norm_legit.default}
 
 
