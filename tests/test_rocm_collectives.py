@@ -403,11 +403,10 @@ def test_three_ranks_small_chunks(three):
 def test_three_ranks_one_leaves(three):
     _, results = three
     for rank in (0, 1):
-        st, msg, elapsed = results[rank]["timeout"]
+        st, msg, _ = results[rank]["timeout"]  # it returned: a hang would hit the fixture's join timeout
         assert st == FL_ERR_INTERNAL, (st, msg)
         # whichever rank gives up first aborts the communicator for the other
         assert "timed out after 2000 ms waiting for rank 2" in msg or "aborted" in msg, msg
-        assert elapsed > 0  # it returned (a hang would have hit the fixture's join timeout)
     assert any("timed out" in results[k]["timeout"][1] for k in (0, 1))
 
 
