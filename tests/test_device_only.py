@@ -224,3 +224,15 @@ def test_zero_gradients_factories_and_random_fill_stay_on_the_device():
     assert r.min() == 3 and r.max() == 8 and torch.equal(r, r.floor())
     r = d(torch.zeros(500)).random_(4).cpu()
     assert r.min() == 0 and r.max() == 3
+
+
+def test_index_put_with_an_empty_dim():
+    """A -1 in a reshape is ambiguous when another dim is 0 (unfold's backward of an empty batch)."""
+    x = d(torch.zeros(0, 1, 5, 5)).requires_grad_()
+    (g,) = torch.autograd.grad(F.unfold(x, 2).sum(), x)
+    assert g.shape == (0, 1, 5, 5)
+    a, b = torch.zeros(3, 0), d(torch.zeros(3, 0))
+    idx = torch.tensor([0, 2])
+    a[idx] = torch.zeros(2, 0)
+    b[d(idx)] = d(torch.zeros(2, 0))
+    same(a, b)

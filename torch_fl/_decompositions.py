@@ -184,8 +184,9 @@ def _index_put(self, indices, values, accumulate=False):
         vals = values.to(self.dtype).expand(shape).movedim(list(range(pos[0], pos[0] + nb)), list(range(nb)))
     else:
         vals = values.to(self.dtype).expand(shape)
-    vals = vals.reshape([-1] + rest)
-    index = lin.reshape([-1] + [1] * len(rest)).expand(vals.shape)
+    n = math.prod(bshape)  # explicit: a -1 is ambiguous when a dim is 0
+    vals = vals.reshape([n] + rest)
+    index = lin.reshape([n] + [1] * len(rest)).expand(vals.shape)
     op = aten.scatter_add.default if accumulate else aten.scatter.src
     out = op(flat, 0, index, vals).reshape(xs.shape)
     return out.movedim(lead, pos).contiguous()
