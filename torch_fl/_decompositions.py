@@ -5,8 +5,13 @@ entries bottom out in prims no plugin has (prims.rev for flip), in ops that
 are themselves hard (index_select -> advanced indexing), or are missing (the
 random *_like factories). These rewrite such ops into primitives every plugin
 has (empty_like, uniform_, normal_, copy_, arange) and into gather, which the
-JIT tier generates where a plugin lacks it (_jit_index). They are tried after
-a native kernel and before the CPU fallback, like every decomposition."""
+JIT tier generates where a plugin lacks it (_jit_index). The rest follow the
+same idea for ops whose result size depends on the data (nonzero, masked_select,
+bool-mask indexing, unique: a device running count, then one host read of the
+count), for search and histograms (comparisons and sums), and for ops PyTorch
+has no decomposition of (index_put, cdist, lstsq via the SVD, multinomial).
+They are tried after a native kernel and before the CPU fallback, like every
+decomposition."""
 
 from __future__ import annotations
 
