@@ -236,3 +236,23 @@ def test_index_put_with_an_empty_dim():
     a[idx] = torch.zeros(2, 0)
     b[d(idx)] = d(torch.zeros(2, 0))
     same(a, b)
+
+
+def test_argument_errors_of_the_device_paths_read_like_pytorch():
+    x = d(torch.randn(3, 4))
+    with pytest.raises(RuntimeError, match=r"kthvalue\(\): selected number k out of range for dimension 1"):
+        x.kthvalue(9, 1)
+    with pytest.raises(IndexError, match=r"median\(\): Expected reduction dim 1 to have non-zero size"):
+        d(torch.zeros(3, 0)).median(1)
+    assert torch.isnan(d(torch.zeros(0)).median().cpu())  # PyTorch's answer for the median of nothing
+    with pytest.raises(IndexError, match="Index is supposed to be a vector, got a 2-D tensor"):
+        x.index_select(0, d(torch.tensor([[0, 1]])))
+    with pytest.raises(RuntimeError, match="Index to scalar can have only 1 value, got 2"):
+        d(torch.tensor(5.0)).index_select(0, d(torch.tensor([0, 0])))
+    with pytest.raises(IndexError, match="Index is supposed to be a vector, got a 2-D tensor"):
+        x.index_add(0, d(torch.tensor([[0, 1]])), d(torch.ones(2, 4)))
+    with pytest.raises(RuntimeError, match="expected source to have at least 3 elements"):
+        d(torch.zeros(4)).masked_scatter(d(torch.tensor([True, True, True, False])), d(torch.ones(2)))
+    with pytest.raises(RuntimeError, match=r"input \[2, 2\] is smaller than the kernel \[3, 3\]"):
+        F.conv2d(d(torch.randn(1, 1, 2, 2)), d(torch.randn(1, 1, 3, 3)))
+    same(torch.randn(3, 4).sum() * 0, x.sum() * 0)  # the process stays usable

@@ -393,6 +393,17 @@ int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, co
     return src, symbol
 
 
+def fresh_layouts(f, vals):
+    """The layouts (shape, strides, dtype) of an op's results, from its meta function, when every
+    one is a fresh tensor in a dtype the generated C can store; else None (not for the JIT)."""
+    from ._dispatch import _output_layouts
+
+    layouts = _output_layouts(f, vals)
+    if not layouts or any(not isinstance(lay, tuple) or len(lay) != 3 or lay[2] not in _DTYPES for lay in layouts):
+        return None
+    return layouts
+
+
 class _Entry:
     __slots__ = ("fn",)
 

@@ -188,7 +188,7 @@ class ReduceKernel(_jit.JitKernel):
     """The JIT tier for one reduction op in one input dtype on one backend."""
 
     def __call__(self, f, dev, vals):
-        from ._dispatch import _NOT_HANDLED, _output_layouts, _run_native
+        from ._dispatch import _NOT_HANDLED, _run_native
         from ._tensor import FlTensor
 
         x = vals[0]
@@ -198,9 +198,8 @@ class ReduceKernel(_jit.JitKernel):
             spec = OPS[f.func](vals)
         except Exception:  # noqa: BLE001 - an argument form we do not parse: not ours
             return _NOT_HANDLED
-        layouts = _output_layouts(f, vals)
-        if not layouts or any(not isinstance(lay, tuple) or len(lay) != 3 or lay[2] not in _jit._DTYPES
-                              for lay in layouts):
+        layouts = _jit.fresh_layouts(f, vals)
+        if layouts is None:
             return _NOT_HANDLED
         out_dtypes = tuple(lay[2] for lay in layouts)
         sig = (spec, x.dim(), x.dtype, out_dtypes)

@@ -170,7 +170,7 @@ class RowKernel(_jit.JitKernel):
     """The JIT tier for one along-a-dim op in one input dtype on one backend."""
 
     def __call__(self, f, dev, vals):
-        from ._dispatch import _NOT_HANDLED, _output_layouts, _run_native
+        from ._dispatch import _NOT_HANDLED, _run_native
         from ._tensor import FlTensor
 
         x = vals[0]
@@ -180,16 +180,26 @@ class RowKernel(_jit.JitKernel):
             kind, dim, extra = OPS[f.func](vals)
         except Exception:  # noqa: BLE001 - an argument form we do not parse: not ours
             return _NOT_HANDLED
-        layouts = _output_layouts(f, vals)
-        if not layouts or any(not isinstance(lay, tuple) or len(lay) != 3 or lay[2] not in _jit._DTYPES
-                              for lay in layouts):
-            return _NOT_HANDLED
         whole = dim is None
+        if not whole and -x.dim() <= dim < x.dim():  # PyTorch's checks in its words (the meta function only declines)
+            size = x.shape[dim]
+            if kind == "kthvalue" and not 1 <= extra <= size:
+                raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim % x.dim()}")
+            if kind in _REDUCING and size == 0:
+                raise IndexError(f"{kind}(): Expected reduction dim {dim % x.dim()} to have non-zero size.")
+        if whole and x.numel() == 0:  # PyTorch gives NaN for the median of nothing
+            if not x.is_floating_point():
+                return _NOT_HANDLED
+            return torch.full((), float("nan"), dtype=x.dtype, device=x.device)
+        layouts = _jit.fresh_layouts(f, vals)
+        if layouts is None:
+            return _NOT_HANDLED
         if whole:  # median() of the whole tensor: one row over the flattened values
             x = x.reshape(-1)
             vals = [x] + list(vals[1:])
         out_dtypes = tuple(lay[2] for lay in layouts) + ((torch.int64,) if whole else ())
         sig = (kind, extra, x.dim(), x.dtype, out_dtypes, whole)
+
         def gen():
             src, sym = generate(f.name, kind, extra, x.dim(), x.dtype, out_dtypes)
             return src.replace("@DIM@", "0" if whole else f"(int)args[{_dim_arg(f)}].i"), sym
@@ -199,16 +209,7 @@ class RowKernel(_jit.JitKernel):
             return _NOT_HANDLED
         if whole:
             return _run_whole(f, entry, dev, x, layouts)
-        from .errors import KernelError
-
-        try:
-            return _run_native(f, entry, dev, vals)
-        except KernelError as e:
-            if "FL_ERR_INVALID" not in str(e):
-                raise
-            raise RuntimeError(f"{f.name}: k ({extra}) is out of range for a dimension of size "
-                               f"{x.shape[dim] if x.dim() else 1}" if kind == "kthvalue" else
-                               f"{f.name}: cannot compute on an empty dimension") from None
+        return _run_native(f, entry, dev, vals)
 
 
 def _dim_arg(f) -> int:
@@ -221,8 +222,6 @@ def _run_whole(f, entry, dev, flat, layouts):
     from ._abi import ffi
     from ._dispatch import new_tensor
 
-    if flat.numel() == 0:
-        raise RuntimeError(f"{f.name}(): Expected a tensor with at least one element (median of an empty tensor)")
     shape, stride, dtype = layouts[0]
     value = new_tensor(dev, shape, dtype, stride)
     index = new_tensor(dev, [], torch.int64, [])
