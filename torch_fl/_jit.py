@@ -165,22 +165,24 @@ def _ctype(dtype) -> str:
     return _DTYPES[dtype]
 
 
-def _load(idx: int, dtype) -> str:
-    t = _ctype(dtype)
-    if t == "bf16":
-        return f"fl_ld_bf16((const uint16_t *)in[{idx}].data + o{idx})"
-    return f"(double)((const {t} *)in[{idx}].data)[o{idx}]"
+def c_load(t: str, dtype, off: str) -> str:
+    """C for element `off` of tensor descriptor `t` (e.g. "in[0]"), as a double."""
+    c = _ctype(dtype)
+    if c == "bf16":
+        return f"fl_ld_bf16((const uint16_t *){t}.data + {off})"
+    return f"(double)((const {c} *){t}.data)[{off}]"
 
 
-def _store(dtype, expr: str) -> str:
+def c_store(t: str, dtype, off: str, expr: str) -> str:
+    """C storing the double `expr` as element `off` of `t` (integers truncate, bool is != 0)."""
+    c = _ctype(dtype)
     if dtype is torch.bool:
-        return f"((uint8_t *)out[0].data)[oo] = (uint8_t)(({expr}) != 0.0);"
-    t = _ctype(dtype)
+        return f"((uint8_t *){t}.data)[{off}] = (uint8_t)(({expr}) != 0.0);"
+    if c == "bf16":
+        return f"fl_st_bf16((uint16_t *){t}.data + {off}, {expr});"
     if not dtype.is_floating_point:
-        return f"(({t} *)out[0].data)[oo] = ({t})trunc({expr});"
-    if t == "bf16":
-        return f"fl_st_bf16((uint16_t *)out[0].data + oo, {expr});"
-    return f"(({t} *)out[0].data)[oo] = ({t})({expr});"
+        return f"(({c} *){t}.data)[{off}] = ({c})trunc({expr});"
+    return f"(({c} *){t}.data)[{off}] = ({c})({expr});"
 
 
 def _emit(graph, inputs: dict, node_dtype) -> tuple[list[str], str]:
@@ -360,7 +362,7 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
 
     gm = make_fx(fn, decomposition_table=core_aten_decompositions())(*example)
     lines, result = _emit(gm.graph, inputs, dtype)
-    loads = "\n        ".join(f"double x{k} = {_load(k, dtype)};" for k in range(n_in))
+    loads = "\n        ".join(f"double x{k} = {c_load(f'in[{k}]', dtype, f'o{k}')};" for k in range(n_in))
     offsets = " ".join(f"int64_t o{k} = in[{k}].offset;" for k in range(n_in))
     steps = " ".join(f"o{k} += idx * in[{k}].strides[d];" for k in range(n_in))
     body = "\n        ".join(lines)
@@ -385,7 +387,7 @@ int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, co
         }}
         {loads}
         {body}
-        {_store(out_dtype or dtype, result)}
+        {c_store("out[0]", out_dtype or dtype, "oo", result)}
     }}
     return 0;
 }}

@@ -56,22 +56,7 @@ SERVED = {aten.gather.default, aten.scatter_add.default, aten.scatter_add_.defau
           aten.scatter_.reduce, aten.scatter_.value_reduce, aten.scatter_reduce.two, aten.scatter_reduce_.two}
 
 
-def _load(t: str, dtype, off: str) -> str:
-    c = _jit._ctype(dtype)
-    if c == "bf16":
-        return f"fl_ld_bf16((const uint16_t *){t}.data + {off})"
-    return f"(double)((const {c} *){t}.data)[{off}]"
-
-
-def _store(t: str, dtype, off: str, expr: str) -> str:
-    c = _jit._ctype(dtype)
-    if dtype is torch.bool:
-        return f"((uint8_t *){t}.data)[{off}] = (uint8_t)(({expr}) != 0.0);"
-    if c == "bf16":
-        return f"fl_st_bf16((uint16_t *){t}.data + {off}, {expr});"
-    if not dtype.is_floating_point:
-        return f"(({c} *){t}.data)[{off}] = ({c})trunc({expr});"
-    return f"(({c} *){t}.data)[{off}] = ({c})({expr});"
+_load, _store = _jit.c_load, _jit.c_store
 
 
 _WALK = """

@@ -103,24 +103,6 @@ _VAR_FOLD = "acc += v;"
 _VAR_RESULTS = {"var": ["var"], "std": ["sqrt(var)"], "var_mean": ["var", "mean"], "std_mean": ["sqrt(var)", "mean"]}
 
 
-def _store(k: int, dtype, expr: str) -> str:
-    t = _jit._ctype(dtype)
-    if dtype is torch.bool:
-        return f"((uint8_t *)out[{k}].data)[ob[{k}]] = (uint8_t)(({expr}) != 0.0);"
-    if t == "bf16":
-        return f"fl_st_bf16((uint16_t *)out[{k}].data + ob[{k}], {expr});"
-    if not dtype.is_floating_point:
-        return f"(({t} *)out[{k}].data)[ob[{k}]] = ({t})({expr});"
-    return f"(({t} *)out[{k}].data)[ob[{k}]] = ({t})({expr});"
-
-
-def _load(dtype) -> str:
-    t = _jit._ctype(dtype)
-    if t == "bf16":
-        return "fl_ld_bf16((const uint16_t *)in[0].data + io)"
-    return f"(double)((const {t} *)in[0].data)[io]"
-
-
 def generate(name: str, spec: Spec, ndim: int, in_dtype, out_dtypes: tuple) -> tuple[str, str]:
     """C source and symbol of the kernel for one (op kind, rank, reduced dims, dtypes)."""
     red = [1 if spec.dims is None or d in spec.dims else 0 for d in range(ndim)]
@@ -129,7 +111,7 @@ def generate(name: str, spec: Spec, ndim: int, in_dtype, out_dtypes: tuple) -> t
             for (int k = nr - 1; k >= 0; k--) { int64_t i = rr % rsz[k]; rr /= rsz[k]; io += i * ris[k]; }
             double v = LOAD;
             FOLD
-        }""".replace("LOAD", _load(in_dtype))
+        }""".replace("LOAD", _jit.c_load("in[0]", in_dtype, "io"))
     if spec.kind in _VAR_RESULTS:
         divisor = f"fmax(0.0, (double)nred - {_jit._c(spec.correction)})"
         body = (_VAR_INIT + "\n        " + walk.replace("FOLD", _VAR_FOLD)
@@ -142,7 +124,8 @@ def generate(name: str, spec: Spec, ndim: int, in_dtype, out_dtypes: tuple) -> t
         body = init + "\n        " + walk.replace("FOLD", fold)
     if len(results) != len(out_dtypes):
         raise _jit._Unsupported("outputs")
-    stores = "\n        ".join(_store(k, dt, e) for k, (dt, e) in enumerate(zip(out_dtypes, results, strict=True)))
+    pairs = zip(out_dtypes, results, strict=True)
+    stores = "\n        ".join(_jit.c_store(f"out[{k}]", dt, f"ob[{k}]", e) for k, (dt, e) in enumerate(pairs))
     key = "|".join([name, spec.kind, str(red), str(spec.keepdim), str(spec.correction), str(in_dtype),
                     str(out_dtypes)])
     symbol = "fl_jitr_" + hashlib.sha256(key.encode()).hexdigest()[:16]

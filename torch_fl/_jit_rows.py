@@ -105,25 +105,14 @@ _REDUCING = {"kthvalue", "median", "nanmedian"}
 
 def _put(dtypes: tuple) -> str:
     """PUT(k, j, value): store into output k at position j along dim of the current row."""
-    cases = []
-    for k, dt in enumerate(dtypes):
-        t = _jit._ctype(dt)
-        if t == "bf16":
-            st = f"fl_st_bf16((uint16_t *)out[{k}].data + ob[{k}] + (j_) * os[{k}], (v_))"
-        elif dt.is_floating_point:
-            st = f"(({t} *)out[{k}].data)[ob[{k}] + (j_) * os[{k}]] = ({t})(v_)"
-        elif dt is torch.bool:
-            st = f"((uint8_t *)out[{k}].data)[ob[{k}] + (j_) * os[{k}]] = (uint8_t)((v_) != 0.0)"
-        else:
-            st = f"(({t} *)out[{k}].data)[ob[{k}] + (j_) * os[{k}]] = ({t})(v_)"
-        cases.append(f"if ((k_) == {k}) {st};")
+    cases = [f"if ((k_) == {k}) {_jit.c_store(f'out[{k}]', dt, f'ob[{k}] + (j_) * os[{k}]', '(v_)')}"
+             for k, dt in enumerate(dtypes)]
     return "#define PUT(k_, j_, v_) do { " + " else ".join(cases) + " } while (0)"
 
 
 def generate(name: str, kind: str, extra: int, ndim: int, in_dtype, out_dtypes: tuple) -> tuple[str, str]:
     step = _STEPS[kind].replace("EXTRA", f"((int64_t){extra})")
-    load = ("fl_ld_bf16((const uint16_t *)in[0].data + io)" if _jit._ctype(in_dtype) == "bf16"
-            else f"(double)((const {_jit._ctype(in_dtype)} *)in[0].data)[io]")
+    load = _jit.c_load("in[0]", in_dtype, "io")
     n_out = len(out_dtypes)
     key = "|".join(map(str, [name, kind, extra, ndim, in_dtype, out_dtypes]))
     symbol = "fl_jits_" + hashlib.sha256(key.encode()).hexdigest()[:16]
