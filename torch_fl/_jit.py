@@ -484,24 +484,32 @@ class JitKernel:
             return None
         except Exception:  # noqa: BLE001 - a trace that fails means no JIT kernel for this call
             return None
-        out = ffi.new("fl_kernel_fn*")
-        plugin = dev.plugin
-        status = plugin.table.jit_compile(src.encode(), symbol.encode(), out)
-        seconds = time.perf_counter() - t0
-        STATS["compile_s"] += seconds
-        if _record.LISTENERS:
-            _record.emit(_record.OpEvent(f.name, dev.backend.name, "jit-compile", seconds, 0, 0, _record.DEPTH[0],
-                                         t0))
-        if status != _abi.FL_OK:
-            STATS["failures"] += 1
+        return compile_source(f.name, dev, src, symbol, t0)
+
+
+def compile_source(name: str, dev: Any, src: str, symbol: str, t0: float | None = None, *, warn: bool = True):
+    """Compile generated C through the plugin's jit_compile: the kernel entry, or None when the
+    compile fails (with a warning naming the op and the plugin's message, unless warn=False).
+    The time since t0 (default: now) is recorded as JIT compile time, apart from run time."""
+    t0 = time.perf_counter() if t0 is None else t0
+    out = ffi.new("fl_kernel_fn*")
+    plugin = dev.plugin
+    status = plugin.table.jit_compile(src.encode(), symbol.encode(), out)
+    seconds = time.perf_counter() - t0
+    STATS["compile_s"] += seconds
+    if _record.LISTENERS:
+        _record.emit(_record.OpEvent(name, dev.backend.name, "jit-compile", seconds, 0, 0, _record.DEPTH[0], t0))
+    if status != _abi.FL_OK:
+        STATS["failures"] += 1
+        if warn:
             import warnings
 
-            warnings.warn(f"torch_fl JIT: no kernel for {f.name} on {dev.backend.name}: "
+            warnings.warn(f"torch_fl JIT: no kernel for {name} on {dev.backend.name}: "
                           f"{plugin.last_error() or 'compile failed'}; using the next tier", RuntimeWarning,
-                          stacklevel=2)
-            return None
-        STATS["compiled"] += 1
-        return _Entry(out[0])
+                          stacklevel=3)
+        return None
+    STATS["compiled"] += 1
+    return _Entry(out[0])
 
 
 def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:

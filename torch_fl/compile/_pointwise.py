@@ -25,7 +25,6 @@ from collections.abc import Callable
 import torch
 
 from .. import _async, _jit, _record
-from .._abi import FL_OK, ffi
 from .._tensor import FlTensor
 
 STATS = {"compiled": 0, "runs": 0, "eager": 0}
@@ -71,15 +70,9 @@ class PointwiseChain:
             src, symbol = _jit.generate(facts, vals, dtype)
         except Exception:  # noqa: BLE001 - an op the generator does not cover: the chain runs unfused
             src = None
-        if src is not None:
-            out = ffi.new("fl_kernel_fn*")
-            t0 = time.perf_counter()
-            status = dev.plugin.table.jit_compile(src.encode(), symbol.encode(), out)
-            if _record.LISTENERS:
-                _record.emit(_record.OpEvent(facts.name, dev.backend.name, "jit-compile", time.perf_counter() - t0,
-                                             0, 0, _record.DEPTH[0], t0))
-            if status == FL_OK:
-                entry = _jit._Entry(out[0])
+        if src is not None:  # a failed compile leaves the chain unfused, without a warning
+            entry = _jit.compile_source(facts.name, dev, src, symbol, warn=False)
+            if entry is not None:
                 STATS["compiled"] += 1
         hit = self._kernels[key] = (entry, src)
         return hit
