@@ -714,17 +714,9 @@ def _output_layouts(f: OpFacts, vals):
             layouts.append(_IntReturn(m))
         else:
             layouts.append(_NOT_HANDLED)
-    if f.func in _EMPTY_SAVES_IN_EVAL and not vals[5] and len(layouts) == 3:
-        # CPU returns empty save_mean/save_invstd in inference mode where the meta function says (C,)
-        dtype = layouts[1][2]
-        layouts[1:] = [([0], [1], dtype), ([0], [1], dtype)]
-    if f.func is aten._embedding_bag.default and len(layouts) == 4:
-        # CPU gives bag_size and (in every mode) max_indices one entry per bag, where the meta
-        # function says one per offset and (sum/mean) none
-        bags = vals[2].shape[0] - int(bool(vals[7]))
-        layouts[2] = ([bags], [1], layouts[2][2])
-        if vals[4] != 2:
-            layouts[3] = ([bags], [1], layouts[3][2])
+    fix = _LAYOUT_FIXES.get(f.func)
+    if fix is not None:
+        fix(vals, layouts)
     layouts = tuple(layouts)
     if key is not None:
         if len(_LAYOUT_CACHE) >= _LAYOUT_CACHE_MAX:
@@ -746,7 +738,27 @@ def _contiguous_strides(shape) -> list[int]:
     return strides[::-1]
 
 
-_EMPTY_SAVES_IN_EVAL = {aten.native_batch_norm.default, aten._native_batch_norm_legit.default}
+def _batch_norm_eval_saves(vals, layouts) -> None:
+    """CPU returns empty save_mean/save_invstd in inference mode where the meta function says (C,)."""
+    if not vals[5] and len(layouts) == 3:
+        dtype = layouts[1][2]
+        layouts[1:] = [([0], [1], dtype), ([0], [1], dtype)]
+
+
+def _embedding_bag_per_bag(vals, layouts) -> None:
+    """CPU gives bag_size and (in every mode) max_indices one entry per bag, where the meta
+    function says one per offset and (sum/mean) none."""
+    if len(layouts) == 4:
+        bags = vals[2].shape[0] - int(bool(vals[7]))
+        layouts[2] = ([bags], [1], layouts[2][2])
+        if vals[4] != 2:
+            layouts[3] = ([bags], [1], layouts[3][2])
+
+
+# where PyTorch's CPU kernel and its meta function disagree, the runtime allocates what CPU returns
+_LAYOUT_FIXES = {aten.native_batch_norm.default: _batch_norm_eval_saves,
+                 aten._native_batch_norm_legit.default: _batch_norm_eval_saves,
+                 aten._embedding_bag.default: _embedding_bag_per_bag}
 
 
 class _IntReturn(tuple):
