@@ -33,10 +33,10 @@ def test_async_copy_lands_before_every_use():
     expect = [src * 2, src, src[100:200].sum(), src]
     for use, want in zip(uses, expect, strict=True):
         dst = src.to("fl", non_blocking=True)
-        assert dst._buf.pending is not None  # enqueued, not done
+        assert _async.is_pending(dst)  # enqueued, not done
         got = use(dst)
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-3) and got.shape == want.shape
-        assert dst._buf.pending is None
+        assert not _async.is_pending(dst)
     assert _async.STATS["async_copies"] - before["async_copies"] == 4
     # overwrite a destination twice in a row: the second copy waits for the first
     dst = torch.empty(2048, 1024, device="fl")
@@ -51,21 +51,21 @@ def test_synchronize_settles_and_freed_buffers_wait():
     src = torch.randn(1024, 1024).pin_memory()
     dst = fl.non_blocking_to(src)
     torch.fl.synchronize()
-    assert dst._buf.pending is None and not _async.PENDING
+    assert not _async.is_pending(dst) and not _async.pending()
     doomed = src.to("fl", non_blocking=True)
     del doomed  # the block returns to the pool only after the copy lands
     gc.collect()
-    assert not _async.PENDING
+    assert not _async.pending()
     assert torch.equal(fl.non_blocking_to(src).cpu(), src)
 
 
 def test_pageable_or_sync_devices_copy_now():
     fl.set_backend("rocm")
     dst = torch.randn(64).to("fl", non_blocking=True)  # pageable source: a synchronous copy
-    assert dst._buf.pending is None
+    assert not _async.is_pending(dst)
     fl.set_backend("ascend")  # no async copies declared
     dst = torch.randn(64).pin_memory().to("fl", non_blocking=True)
-    assert dst._buf.pending is None
+    assert not _async.is_pending(dst)
 
 
 def test_profiler_shows_exposed_copy_time():

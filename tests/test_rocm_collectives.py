@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from torch_fl._abi import FL_ERR_INTERNAL, FL_ERR_INVALID, FL_OK, ffi
+from torch_fl._tensor import desc
 
 SUM, PROD, MIN, MAX, AVG = range(5)
 OPS = {"sum": SUM, "prod": PROD, "min": MIN, "max": MAX, "avg": AVG}
@@ -91,7 +92,7 @@ class _Rank:
 
     @staticmethod
     def d(t: torch.Tensor):
-        return ffi.new("fl_tensor_t*", t._desc())
+        return ffi.new("fl_tensor_t*", desc(t))
 
     def status(self, st: int):
         return (st, self.plugin.last_error() if st else "")
@@ -473,14 +474,14 @@ def test_single_rank_communicator(rocm):
     assert _leftovers(uid) == []  # unlinked as soon as every rank (here: one) joined
     T = rocm.table
     x = torch.tensor([1.5, -2.0, 3.0]).to(dev)
-    assert T.comm_all_reduce(0, ffi.new("fl_tensor_t*", x._desc()), AVG, comm) == FL_OK
+    assert T.comm_all_reduce(0, ffi.new("fl_tensor_t*", desc(x)), AVG, comm) == FL_OK
     assert x.cpu().tolist() == [1.5, -2.0, 3.0]
     out = torch.empty(3, device=dev)
-    assert T.comm_all_gather(0, ffi.new("fl_tensor_t*", x._desc()), ffi.new("fl_tensor_t*", out._desc()), comm) == 0
+    assert T.comm_all_gather(0, ffi.new("fl_tensor_t*", desc(x)), ffi.new("fl_tensor_t*", desc(out)), comm) == 0
     assert out.cpu().tolist() == [1.5, -2.0, 3.0]
     assert T.comm_barrier(comm) == FL_OK
-    assert T.comm_send(0, ffi.new("fl_tensor_t*", x._desc()), 0, comm) == FL_ERR_INVALID
+    assert T.comm_send(0, ffi.new("fl_tensor_t*", desc(x)), 0, comm) == FL_ERR_INVALID
     b = torch.ones(3, dtype=torch.bool).to(dev)
-    assert T.comm_all_reduce(0, ffi.new("fl_tensor_t*", b._desc()), SUM, comm) != FL_OK
+    assert T.comm_all_reduce(0, ffi.new("fl_tensor_t*", desc(b)), SUM, comm) != FL_OK
     assert T.comm_destroy(comm) == FL_OK
     assert T.comm_barrier(ffi.NULL) == FL_ERR_INVALID and "NULL communicator" in rocm.last_error()

@@ -45,7 +45,6 @@ def test_emulators_say_so_and_keep_memory_apart(backend):
     assert xd.device == fl.device(backend)
     assert torch.equal(xd.cpu(), x)
     assert _record.BYTES[0] - before >= 2 * x.numel() * 4  # one copy in, one out, counted
-    assert xd._buf._host is None  # never read through a host view
 
 
 def test_capability_tables_differ_as_the_device_classes_do():

@@ -7,7 +7,7 @@ fallback, recording which path each op took."""
 
 from __future__ import annotations
 
-from . import _device, _dispatch, amp  # noqa: F401  (registers the device and the dispatcher)
+from . import _device, _dispatch, amp
 from ._api import (
     BackendReport,
     Explanation,
@@ -24,7 +24,6 @@ from ._api import (
     set_cpu_fallback,
 )
 from ._capability import CapabilityTable
-from ._tensor import FlTensor
 from .align import AlignmentReport, align
 from .amp import autocast, keep_float32
 from .compile import CompiledModel, FusionReport, compile  # noqa: A004 - fl.compile, like torch.compile
@@ -35,7 +34,9 @@ from .transfer import non_blocking_to
 
 __version__ = "0.1.0"
 
-_device.register()
+_device.register()  # the fl device, its C++ core and the plugins
+_dispatch.install()  # every op the core does not serve goes to the dispatcher
+amp.register()  # autocast kernels for the fl device
 
 try:  # registers the "fl" process-group backend with torch.distributed
     from . import distributed  # noqa: E402
@@ -63,7 +64,6 @@ __all__ = [
     "CapabilityTable",
     "Explanation",
     "FlError",
-    "FlTensor",
     "KernelError",
     "PluginLoadError",
     "PrivateUse1TakenError",

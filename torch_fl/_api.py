@@ -33,12 +33,10 @@ def _check_autograd_once() -> None:
     _autograd_checked = True
     import warnings
 
-    from . import _guard
+    from . import _core
 
-    # with torch_fl's guard every device has an autograd queue: probe the last one; with PyTorch's
-    # Python guard only fl:0 ever can, so probing further would blame the import order wrongly
-    index = REGISTRY.devices[-1].index if _guard.installed() else REGISTRY.devices[0].index
-    problem = _guard.probe_autograd(index)
+    # every device has an autograd queue if the engine started after torch_fl: probe the last one
+    problem = _core.probe_autograd(REGISTRY.devices[-1].index)
     if problem:
         warnings.warn(problem, RuntimeWarning, stacklevel=3)
 

@@ -16,13 +16,15 @@ time not hidden behind other work)."""
 from __future__ import annotations
 
 import time
-import weakref
 
-from . import _abi, _record
+from . import _abi, _core, _record
 from ._abi import ffi
+from ._tensor import base_ptr, device_of
 
 ASYNC_COPY, COPY_WAIT = "copy-async", "copy-wait"
-PENDING: weakref.WeakSet = weakref.WeakSet()  # buffers whose bytes are still in flight
+# allocations whose bytes are still in flight: (fl index, base address) -> _Pending. The C++ core
+# holds the plugin event; freeing the allocation waits for it there.
+PENDING: dict = {}
 STATS = {"async_copies": 0, "async_bytes": 0, "waits": 0, "wait_s": 0.0}
 
 
@@ -49,20 +51,24 @@ def copy_stream(device):
     return s
 
 
-def h2d(dst_buf, dst_offset_bytes: int, src, nbytes: int) -> None:
-    """Enqueue src's bytes (a pinned CPU tensor, kept alive) into dst_buf."""
-    dev = dst_buf.device
+def h2d(dst, src) -> None:
+    """Enqueue src's bytes (a pinned, contiguous CPU tensor, kept alive) into the contiguous fl tensor dst."""
+    dev = device_of(dst)
     p, t = dev.plugin, dev.plugin.table
-    wait(dst_buf)  # an earlier copy into the same buffer lands first
+    base = base_ptr(dst)
+    key = (dev.index, base)
+    if key in PENDING:
+        _wait_key(key)  # an earlier copy into the same allocation lands first
+    nbytes = dst.numel() * dst.element_size()
     t0 = time.perf_counter()
     stream = copy_stream(dev)
     event = ffi.new("fl_event_t*")
-    p.check(t.copy_h2d(dev.local, ffi.cast("void*", dst_buf.ptr + dst_offset_bytes), ffi.cast("void*", src.data_ptr()),
+    p.check(t.copy_h2d(dev.local, ffi.cast("void*", dst.data_ptr()), ffi.cast("void*", src.data_ptr()),
                        nbytes, stream), "copy_h2d (async)")
     p.check(t.event_create(dev.local, event), "event_create")
     p.check(t.event_record(dev.local, event[0], stream), "event_record")
-    dst_buf.pending = _Pending(dev, event[0], src, nbytes)
-    PENDING.add(dst_buf)
+    _core.lib().fl_core_set_pending(dev.index, base, int(ffi.cast("uintptr_t", event[0])))
+    PENDING[key] = _Pending(dev, event[0], src, nbytes)
     STATS["async_copies"] += 1
     STATS["async_bytes"] += nbytes
     _record.BYTES[0] += nbytes
@@ -71,22 +77,16 @@ def h2d(dst_buf, dst_offset_bytes: int, src, nbytes: int) -> None:
                                      0, nbytes, _record.DEPTH[0], t0))
 
 
-def wait(buf) -> None:
-    """Block until the copy into buf has landed (no-op when none is in flight)."""
-    pend = buf.pending
+def _wait_key(key) -> None:
+    pend = PENDING.pop(key, None)
     if pend is None:
         return
-    buf.pending = None
-    PENDING.discard(buf)
     dev = pend.device
     t0 = time.perf_counter()
     done = ffi.new("int*")
     if dev.plugin.optional.get("event_query"):
         dev.plugin.table.event_query(dev.local, pend.event, done)
-    try:
-        dev.plugin.check(dev.plugin.table.event_synchronize(dev.local, pend.event), "event_synchronize")
-    finally:
-        dev.plugin.table.event_destroy(dev.local, pend.event)
+    _core.lib().fl_core_wait_pending(dev.index, key[1])  # synchronizes and destroys the event
     blocked = time.perf_counter() - t0
     if not done[0]:
         STATS["waits"] += 1
@@ -96,15 +96,31 @@ def wait(buf) -> None:
                                          _record.DEPTH[0], t0))
 
 
+def pending() -> list:
+    """The (fl index, base address) of every allocation an async copy may still be writing (a freed
+    allocation's copy was settled by the C++ core when it was freed)."""
+    lib = _core.lib()
+    for key in list(PENDING):
+        if not lib.fl_core_is_pending(key[0], key[1]):
+            PENDING.pop(key, None)
+    return list(PENDING)
+
+
+def is_pending(t) -> bool:
+    """An async copy into t's allocation may still be in flight."""
+    return t.device.type == "fl" and (t.get_device(), base_ptr(t)) in pending()
+
+
 def wait_for(tensors) -> None:
-    """Settle every in-flight copy into the buffers of these fl tensors."""
+    """Settle every in-flight copy into the allocations of these fl tensors."""
     for t in tensors:
-        buf = getattr(t, "_buf", None)
-        if buf is not None and buf.pending is not None:
-            wait(buf)
+        if t.device.type == "fl":
+            key = (t.get_device(), base_ptr(t))
+            if key in PENDING:
+                _wait_key(key)
 
 
 def wait_all(device=None) -> None:
-    for buf in list(PENDING):
-        if device is None or buf.device is device:
-            wait(buf)
+    for key in list(PENDING):
+        if device is None or key[0] == device.index:
+            _wait_key(key)

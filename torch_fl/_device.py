@@ -1,22 +1,39 @@
 """Registers the `fl` device with PyTorch and provides `torch.fl`.
 
-Uses PyTorch's Python backend route (torch >= 2.9):
-`_setup_privateuseone_for_python_backend` renames PrivateUse1 to `fl` and
-installs hooks and a device guard; factories reach torch_fl through
-`torch.library` impls of `aten::empty.memory_format` / `aten::empty_strided`,
-and any other op dispatched to the device with no fl tensor argument (iota,
-scalar_tensor, ...) is computed on the host and moved."""
+fl is PyTorch's PrivateUse1 device renamed: torch_fl's C++ core (_core.py,
+_csrc/fl_core.cpp) gives it a device guard, hooks, a caching allocator over
+the plugins' memory and the metadata ops, so fl tensors are plain
+torch.Tensor objects; `torch.fl` (this module's FlDeviceModule) mirrors
+torch.cuda's device, memory and random-number functions."""
 
 from __future__ import annotations
 
 import torch
 
-from ._dtypes import TO_CODE
+from . import _core, _memory
 from ._registry import REGISTRY
 from .errors import PrivateUse1TakenError
 
 _registered = False
-_lib: torch.library.Library | None = None
+
+
+class device:
+    """Context manager that makes an fl device current, like torch.cuda.device (torch.load's map_location
+    uses it)."""
+
+    def __init__(self, device) -> None:
+        self.index = _index(device) if device is not None else None
+        self.previous: int | None = None
+
+    def __enter__(self):
+        if self.index is not None:
+            self.previous = REGISTRY.device(None).index
+            FlDeviceModule.set_device(self.index)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            FlDeviceModule.set_device(self.previous)
 
 
 class FlDeviceModule:
@@ -72,7 +89,9 @@ class FlDeviceModule:
     def get_device_properties(device=None):
         return REGISTRY.device(_index(device)).props
 
-    # memory
+    device = device
+
+    # memory (the C++ core's caching allocator keeps the figures)
     @staticmethod
     def memory_allocated(device=None) -> int:
         return REGISTRY.device(_index(device)).allocated
@@ -83,36 +102,45 @@ class FlDeviceModule:
 
     @staticmethod
     def memory_reserved(device=None) -> int:
-        dev = REGISTRY.device(_index(device))
-        return dev.allocated + dev.cached
+        m = REGISTRY.device(_index(device)).memory()
+        return m["allocated"] + m["cached"]
+
+    @staticmethod
+    def max_memory_reserved(device=None) -> int:
+        m = REGISTRY.device(_index(device)).memory()
+        return m["peak"] + m["cached"]
 
     @staticmethod
     def reset_peak_memory_stats(device=None) -> None:
-        dev = REGISTRY.device(_index(device))
-        dev.peak = dev.allocated
+        REGISTRY.device(_index(device)).peak = 0
 
     @staticmethod
     def empty_cache() -> None:
         """Return cached blocks of every fl device to their plugins."""
-        from . import _memory
-
         for dev in REGISTRY.devices:
             _memory.empty_cache(dev)
 
     @staticmethod
     def set_memory_pool_limit(nbytes: int, device=None) -> None:
         """Cap the bytes the caching pool keeps (FL_MEMORY_POOL_LIMIT sets the default)."""
-        from . import _memory
-
         _memory.set_pool_limit(nbytes, device)
 
     @staticmethod
-    def memory_stats(device=None) -> dict[str, int]:
+    def mem_get_info(device=None) -> tuple[int, int]:
+        """(free, total) bytes of the device, as its plugin reports them."""
         dev = REGISTRY.device(_index(device))
-        return {"allocated_bytes.all.current": dev.allocated, "allocated_bytes.all.peak": dev.peak,
-                "reserved_bytes.all.current": dev.allocated + dev.cached, "pool.cached_bytes": dev.cached,
-                "pool.hits": dev.pool_hits, "pool.misses": dev.pool_misses, "pool.limit_bytes": dev.pool_limit,
-                "allocation.all.current": dev.allocations}
+        used = dev.plugin.memory_used(dev.local)
+        total = dev.props.total_memory
+        return (max(total - used, 0) if used is not None else total, total)
+
+    @staticmethod
+    def memory_stats(device=None) -> dict[str, int]:
+        m = REGISTRY.device(_index(device)).memory()
+        return {"allocated_bytes.all.current": m["allocated"], "allocated_bytes.all.peak": m["peak"],
+                "reserved_bytes.all.current": m["allocated"] + m["cached"], "pool.cached_bytes": m["cached"],
+                "pool.hits": m["hits"], "pool.misses": m["misses"], "pool.limit_bytes": m["limit"],
+                "allocation.all.current": m["allocations"], "num_device_alloc": m["device_allocs"],
+                "num_device_free": m["device_frees"], "num_ooms": m["ooms"]}
 
     # random numbers
     @staticmethod
@@ -185,121 +213,10 @@ def _index(device) -> int | None:
     return device.index
 
 
-class _Hooks(torch._C._acc.PrivateUse1Hooks):
-    def is_available(self) -> bool:
-        return True
-
-    def has_primary_context(self, dev_id) -> bool:
-        return True
-
-    def is_built(self) -> bool:
-        return True
-
-
-class _Guard(torch._C._acc.DeviceGuard):
-    def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
-
-
-def _target(device) -> object:
-    index = None
-    if device is not None:
-        index = torch.device(device).index
-    return REGISTRY.device(index)
-
-
-def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    from ._dispatch import new_tensor
-
-    dev = _target(device)
-    dtype = dtype or torch.get_default_dtype()
-    out = new_tensor(dev, size, dtype)
-    if memory_format is not None and memory_format not in (torch.contiguous_format, torch.preserve_format):
-        meta = torch.empty(size, dtype=dtype, device="meta", memory_format=memory_format)
-        out = new_tensor(dev, size, dtype, list(meta.stride()))
-    return out
-
-
-def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
-    from ._dispatch import new_tensor
-
-    return new_tensor(_target(device), size, dtype or torch.get_default_dtype(), list(stride))
-
-
-def _direct(op):
-    def impl(*args, **kwargs):
-        from ._dispatch import dispatch
-
-        return dispatch(op, args, kwargs)
-
-    return impl
-
-
-def _native_factory(op, dev, args, kwargs):
-    """A factory (arange, ...) the plugin has a kernel for: allocated and filled on the device. The
-    output layout comes from the meta device; the kernel sees the op's scalar arguments."""
-    from ._dispatch import _NOT_HANDLED, NATIVE, SETTINGS, _count, _output_layouts, _run_native, facts
-
-    f = facts(op)
-    entry = dev.backend.plugin.kernels.get(f.name)
-    if entry is None or NATIVE in SETTINGS.disabled or "device" not in f.arg_names:
-        return None
-    vals = f.normalize(args, dict(kwargs, device=torch.device("meta")))
-    layouts = _output_layouts(f, vals)  # on the meta device, cached: the same call _run_native makes
-    if not layouts or not isinstance(layouts[0], tuple) or len(layouts[0]) != 3:
-        return None  # arguments the factory rejects: the host path reports them
-    code = TO_CODE.get(layouts[0][2], -1)
-    if code < 0 or not (entry.dtypes >> code) & 1 or not (dev.props.dtypes >> code) & 1:
-        return None
-    out = _run_native(f, entry, dev, vals)
-    if out is _NOT_HANDLED:
-        return None
-    _count(dev.backend, f.name, NATIVE)
-    return out
-
-
-def _factory_fallback(first, second, *args, **kwargs):
-    """An op dispatched to the fl device without an fl tensor argument, such as
-    a factory a decomposition calls: compute on the host, move to the device.
-    (PyTorch hands a keyset-aware fallback (op, keyset, ...) on some paths and
-    (keyset, op, ...) on others, e.g. under autograd's backward.)"""
-    from . import _record
-
-    op = first if isinstance(first, torch._ops.OpOverload) else second
-    from ._dispatch import SETTINGS, cpu_to_new_fl, facts
-
-    device = kwargs.get("device")
-    dev = _target(device if device is not None and torch.device(device).type == "fl" else None)
-    from ._dispatch import _tls
-
-    if op is torch.ops.aten._efficientzerotensor.default:
-        # autograd's zero gradients (sgn, ...): PyTorch's CPU one has no storage (data_ptr 0);
-        # on fl it is a real zero-filled tensor, made on the device with the fill_ every plugin has
-        from ._dispatch import new_tensor
-
-        dtype = kwargs.get("dtype") or torch.get_default_dtype()
-        return new_tensor(dev, list(args[0]), dtype).zero_()
-
-    if not SETTINGS.cpu_fallback or getattr(_tls, "device_only", 0):
-        raise NotImplementedError(
-            f"{facts(op).name} has no kernel on fl backend '{dev.backend.name}' and the CPU fallback is "
-            f"switched off (FL_CPU_FALLBACK=0); enable it with FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)")
-    native = _native_factory(op, dev, args, kwargs)
-    if native is not None:
-        return native
-    if "device" in kwargs:
-        kwargs = dict(kwargs, device="cpu")
-    out = op(*args, **kwargs)
-    from ._dispatch import _count
-
-    _count(dev.backend, facts(op).name, _record.FALLBACK)
-    if isinstance(out, torch.Tensor) and out.device.type == "cpu":
-        return cpu_to_new_fl(dev, out)
-    return out
-
-
 def register() -> None:
-    global _registered, _lib
+    """Make `fl` a PyTorch device: rename PrivateUse1, load the C++ core (guard, hooks, allocator,
+    metadata ops), register torch.fl and the Tensor/Module/Storage methods, find the plugins."""
+    global _registered
     if _registered:
         return
     name = torch._C._get_privateuse1_backend_name()
@@ -309,68 +226,18 @@ def register() -> None:
             f"torch_npu or torch_mlu registered it in this process). torch_fl needs that slot for the 'fl' "
             f"device: import torch_fl in a process that does not import the '{name}' package."
         )
+    lib = _core.load()
+    if not lib.fl_core_install():
+        raise PrivateUse1TakenError("another extension registered PyTorch's PrivateUse1 hooks in this process; "
+                                    "torch_fl needs them for the 'fl' device: import torch_fl in a process "
+                                    "without that extension")
+    lib.fl_core_set_pool_enabled(int(_memory.POOL_ENABLED))
     if name == "privateuseone":
-        # the steps of torch.utils.backend_registration._setup_privateuseone_for_python_backend, with
-        # torch_fl's C++ guard and hooks (see _guard.py) in place of the Python ones where they build
         torch.utils.rename_privateuse1_backend("fl")
-        torch.utils.generate_methods_for_privateuse1_backend()
         torch._register_device_module("fl", FlDeviceModule())
-    _lib = torch.library.Library("aten", "IMPL")
-    _lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
-    _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
-    # torch.tensor(data, device="fl") and friends run with Python dispatch excluded, so the
-    # transfer ops reach the PrivateUse1 key directly: give them the dispatcher's handlers
-    for name in ("_to_copy", "copy_", "lift_fresh", "_local_scalar_dense"):
-        _lib.impl(name, _direct(getattr(torch.ops.aten, name).default), "PrivateUse1")
-    _fallback_lib = torch.library.Library("_", "IMPL")
-    _fallback_lib.fallback(_factory_fallback, dispatch_key="PrivateUse1", with_keyset=True)
-    globals()["_fallback_lib"] = _fallback_lib
-    torch.serialization.add_safe_globals([_rebuild()])
-    # Plugins are found now (13 ms for the bundled four) because the device
-    # guard must report every fl device before the process's first backward.
-    from . import _guard
-
+        torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
+                                                             for_packed_sequence=True, for_storage=True)
+    # Plugins are found now because the device guard must report every fl
+    # device before the process's first backward.
     REGISTRY.discover()
-    if not _guard.install(len(REGISTRY.devices)):
-        _patch_to()
-    # no-ops where the C++ guard and hooks are registered already (first registration wins)
-    torch._C._acc.register_python_privateuseone_hook(_Hooks())
-    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
-    from . import amp
-
-    amp.register()
     _registered = True
-
-
-def _is_bare_fl(device) -> bool:
-    if isinstance(device, str):
-        return device == "fl"
-    return isinstance(device, torch.device) and device.type == "fl" and device.index is None
-
-
-def _patch_to() -> None:
-    """Only without torch_fl's C++ guard (see _guard.py): `.to("fl")` means
-    the current fl device, as `.to("cuda")` means the current CUDA device, but
-    PyTorch's Python guard resolves a bare "fl" to fl:0. Tensor.to (which
-    Module.to calls) names the current device instead; every other argument
-    passes through untouched."""
-    original = torch.Tensor.to
-    if getattr(original, "_fl_patched", False):
-        return
-
-    def to(self, *args, **kwargs):
-        if args and _is_bare_fl(args[0]):
-            args = (REGISTRY.device(None).torch_device,) + args[1:]
-        elif "device" in kwargs and _is_bare_fl(kwargs["device"]):
-            kwargs["device"] = REGISTRY.device(None).torch_device
-        return original(self, *args, **kwargs)
-
-    to.__doc__ = original.__doc__
-    to._fl_patched = True  # type: ignore[attr-defined]
-    torch.Tensor.to = to  # type: ignore[method-assign]
-
-
-def _rebuild():
-    from ._tensor import _rebuild_fl_tensor
-
-    return _rebuild_fl_tensor

@@ -1,8 +1,12 @@
-"""The dispatcher: every aten op on an fl tensor arrives here.
+"""The dispatcher: every aten op on an fl tensor that PyTorch's C++ core
+(_csrc/fl_core.cpp) does not serve itself arrives here, through the boxed
+fallback PyTorch calls for the fl (PrivateUse1) device.
 
 For each op the path is resolved once per (op, dtypes, backend) and cached:
 native plugin kernel -> decomposition (torch._decomp plus ours) -> JIT ->
-CPU fallback. Metadata-only ops (views) never touch the plugin; copies
+CPU fallback. An out= overload (which is how PyTorch hands structured ops
+such as add, mm or sum to a backend) takes the plan of its functional twin
+and writes into the given outputs. Views never touch the plugin; copies
 between devices are explicit and counted."""
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ._abi import ffi
 from ._dtypes import COMPLEX_CODES, TO_CODE, dtype_name
 from ._record import COPY, DECOMPOSITION, FALLBACK, JIT, NATIVE, VIEW
 from ._registry import REGISTRY
-from ._tensor import Buffer, FlTensor, raw, set_dispatch, with_bits
+from ._tensor import base_ptr, desc, device_of, host_view, is_fl, new_tensor, raw, storage_nbytes, with_bits
 
 aten = torch.ops.aten
 
@@ -68,7 +72,7 @@ class OpFacts:
     """What the schema says about an op, computed once per OpOverload."""
 
     __slots__ = ("func", "name", "arg_names", "kwarg_only", "defaults", "has_default", "mutable", "is_out",
-                 "is_view", "pointwise", "ret_alias", "n_returns", "handler")
+                 "is_view", "pointwise", "ret_alias", "n_returns", "handler", "_functional", "tensor_arg")
 
     def __init__(self, func):
         schema = func._schema
@@ -76,6 +80,7 @@ class OpFacts:
         self.name = schema.name + ("" if func._overloadname == "default" else "." + func._overloadname)
         args = schema.arguments
         self.arg_names = [a.name for a in args]
+        self.tensor_arg = [isinstance(a.type, torch.TensorType) for a in args]
         self.kwarg_only = [a.kwarg_only for a in args]
         self.has_default = [a.has_default_value() for a in args]
         self.defaults = [a.default_value if a.has_default_value() else None for a in args]
@@ -101,6 +106,16 @@ class OpFacts:
         self.is_view = view and not self.mutable
         self.pointwise = torch.Tag.pointwise in func.tags
         self.handler = None
+        self._functional: tuple | None = None
+
+    @property
+    def functional(self) -> tuple | None:
+        """For an out= overload: (the functional overload's facts, the positions of its arguments among
+        this op's, the positions of the outputs), e.g. add.out -> add.Tensor. None for other ops, and
+        for out= overloads without a functional twin of the same arguments (factories)."""
+        if self._functional is None:
+            self._functional = (functional_twin(self),)
+        return self._functional[0]
 
     def normalize(self, args, kwargs) -> list:
         n = len(args)
@@ -118,13 +133,30 @@ class OpFacts:
 
     def call(self, vals):
         """Call the op with normalized values (keyword-only ones by name)."""
+        return self.call_decomposition(self.func, vals)
+
+    def call_decomposition(self, fn, vals):
+        """Call fn (the op, or a function with its schema) with normalized values, leaving out the
+        arguments that only repeat their schema default, as a caller would (a decomposition may treat
+        "not given" differently from the default's value: torch._refs' add multiplies by an explicit
+        alpha=1)."""
         pos, kw = [], {}
         for i, v in enumerate(vals):
             if self.kwarg_only[i]:
-                kw[self.arg_names[i]] = v
+                if not self._is_default(i, v):
+                    kw[self.arg_names[i]] = v
             else:
                 pos.append(v)
-        return self.func(*pos, **kw)
+        n = len(pos)
+        while n and not self.kwarg_only[n - 1] and self._is_default(n - 1, pos[n - 1]):
+            n -= 1
+        return fn(*pos[:n], **kw)
+
+    def _is_default(self, i: int, v) -> bool:
+        if not self.has_default[i] or isinstance(v, torch.Tensor):
+            return False
+        d = self.defaults[i]
+        return type(v) is type(d) and v == d if not isinstance(v, (list, tuple)) else list(v) == list(d or [])
 
 
 _FACTS: dict = {}
@@ -143,6 +175,24 @@ def facts(func) -> OpFacts:
     return f
 
 
+def functional_twin(f: OpFacts) -> tuple | None:
+    if not f.is_out:
+        return None
+    schema = f.func._schema
+    outs = [i for i in f.mutable if f.kwarg_only[i]]
+    inputs = [i for i in range(len(f.arg_names)) if i not in outs]
+    want = [(schema.arguments[i].name, str(schema.arguments[i].type)) for i in inputs]
+    packet = getattr(aten, schema.name.split("::")[1])
+    for name in packet.overloads():
+        op = getattr(packet, name)
+        s = op._schema
+        if s.is_mutable or len(s.returns) != len(outs):
+            continue
+        if [(a.name, str(a.type)) for a in s.arguments] == want:
+            return facts(op), tuple(inputs), tuple(outs)
+    return None
+
+
 def _composite(f: OpFacts, args, kwargs):
     """An op PyTorch defines in terms of other ops (aten::to, reshape, ...)
     reached us below autograd: run PyTorch's own definition."""
@@ -153,7 +203,11 @@ def _composite(f: OpFacts, args, kwargs):
 
 
 def op_name(func) -> str:
-    return facts(func).name
+    """The name reports use: an out= overload is named after its functional twin (PyTorch hands
+    structured ops such as add or mm to a backend as add.out, mm.out)."""
+    f = facts(func)
+    twin = f.functional
+    return twin[0].name if twin is not None else f.name
 
 
 # -- helpers -----------------------------------------------------------------
@@ -173,8 +227,12 @@ def _device_of(name: str, vals):
     """The single fl device of an op's tensors; PyTorch's own error otherwise."""
     dev = None
     for t in _iter_tensors(vals):
-        if type(t) is FlTensor or isinstance(t, FlTensor):
-            d = t._buf.device
+        if t.device.type == "fl":
+            if t.layout is not torch.strided:
+                raise RuntimeError(
+                    f"{name}: a {t.layout} tensor on {t.device} is not supported by torch_fl (fl tensors are "
+                    f"strided); keep {t.layout} tensors on the CPU and move dense ones with .to_dense() first")
+            d = device_of(t)
             if dev is None:
                 dev = d
             elif d is not dev:
@@ -183,13 +241,9 @@ def _device_of(name: str, vals):
                     f"{dev.torch_device} ({dev.backend.name}) and {d.torch_device} ({d.backend.name})! "
                     f"(when checking arguments for {name}). Move one with .to() first."
                 )
-        elif t.device.type == "fl":  # on the fl device but not an FlTensor: a layout torch_fl does not hold
-            raise RuntimeError(
-                f"{name}: a {t.layout} tensor on {t.device} is not supported by torch_fl (fl tensors are strided); "
-                f"keep {t.layout} tensors on the CPU and move dense ones with .to_dense() first")
         elif t.dim() != 0 and t.device.type != "meta":
             other = t
-            first = next((x for x in _iter_tensors(vals) if isinstance(x, FlTensor)), None)
+            first = next((x for x in _iter_tensors(vals) if is_fl(x)), None)
             where = first.device if first is not None else "fl"
             raise RuntimeError(
                 f"Expected all tensors to be on the same device, but found at least two devices, "
@@ -199,12 +253,12 @@ def _device_of(name: str, vals):
     return dev
 
 
-def storage_elems(t: FlTensor) -> int:
-    return t._buf.nbytes // t.element_size() if t.element_size() else 0
+def storage_elems(t: torch.Tensor) -> int:
+    return storage_nbytes(t) // t.element_size() if t.element_size() else 0
 
 
 def to_meta(t: torch.Tensor) -> torch.Tensor:
-    if isinstance(t, FlTensor):
+    if is_fl(t):
         base = torch.empty((storage_elems(t),), dtype=t.dtype, device="meta")
         return with_bits(base.as_strided(t.shape, t.stride(), t.storage_offset()), t.is_conj(), t.is_neg())
     return t
@@ -230,25 +284,10 @@ def span(t: torch.Tensor) -> tuple[int, int]:
     return t.storage_offset(), hi + 1
 
 
-def new_tensor(dev, size, dtype, stride=None) -> FlTensor:
-    size = list(size)
-    if stride is None:
-        stride, acc = [0] * len(size), 1
-        for i in range(len(size) - 1, -1, -1):
-            stride[i] = acc
-            acc *= max(size[i], 1)
-    numel = 1
-    for s in size:
-        numel *= s
-    item = torch.empty((), dtype=dtype).element_size() if dtype not in _ITEMSIZE else _ITEMSIZE[dtype]
-    nbytes = 0 if numel == 0 else (1 + sum((s - 1) * st for s, st in zip(size, stride, strict=True))) * item
-    return FlTensor(Buffer(dev, nbytes), size, stride, 0, dtype)
-
-
 _ITEMSIZE = {dt: torch.empty((), dtype=dt).element_size() for dt in TO_CODE}
 
 
-def like_layout(dev, t: torch.Tensor, dtype=None) -> FlTensor:
+def like_layout(dev, t: torch.Tensor, dtype=None) -> torch.Tensor:
     """A new fl tensor shaped like t, keeping t's strides when they are dense."""
     dtype = dtype or t.dtype
     if _dense(t):
@@ -272,34 +311,34 @@ def _dense(t: torch.Tensor) -> bool:
 # -- host <-> device transfers -------------------------------------------------
 
 
-def fl_to_cpu(t: FlTensor, *, writable_view: bool = False) -> torch.Tensor:
+def fl_to_cpu(t: torch.Tensor, *, writable_view: bool = False) -> torch.Tensor:
     """The values of t on the host, with t's exact strides. For host-accessible
     devices this is a zero-copy view of device memory (clone before handing it
     to a user); otherwise the storage span is copied."""
-    dev = t._buf.device
-    if t._buf.pending is not None:
-        _async.wait(t._buf)
+    dev = device_of(t)
+    if _async.PENDING:
+        _async.wait_for((t,))
     if dev.host_accessible:
-        return with_bits(t._host_view(), t.is_conj(), t.is_neg())
+        return with_bits(host_view(t), t.is_conj(), t.is_neg())
     lo, hi = span(t)
     item = t.element_size()
     host = torch.empty(max(hi - lo, 0) * item, dtype=torch.uint8)
     if hi > lo:
-        dev.plugin.copy_d2h(dev.local, host.data_ptr(), t._buf.ptr + lo * item, (hi - lo) * item)
+        dev.plugin.copy_d2h(dev.local, host.data_ptr(), base_ptr(t) + lo * item, (hi - lo) * item)
         _record.BYTES[0] += (hi - lo) * item
     host = host.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset() - lo)
     return with_bits(host, t.is_conj(), t.is_neg())
 
 
-def cpu_into_fl(dst: FlTensor, src: torch.Tensor) -> None:
+def cpu_into_fl(dst: torch.Tensor, src: torch.Tensor) -> None:
     """Write CPU values into an fl tensor, any strides, any dtype, broadcast."""
-    dev = dst._buf.device
-    if dst._buf.pending is not None:
-        _async.wait(dst._buf)
+    dev = device_of(dst)
+    if _async.PENDING:
+        _async.wait_for((dst,))
     if dst.numel() == 0:
         return
     if dev.host_accessible:
-        with_bits(dst._host_view(), dst.is_conj(), dst.is_neg()).copy_(src)
+        with_bits(host_view(dst), dst.is_conj(), dst.is_neg()).copy_(src)
         return
     if dst.is_conj() or dst.is_neg() or src.is_conj() or src.is_neg():  # write the values as stored
         src = with_bits(src.detach().view_as(src), src.is_conj() != dst.is_conj(), src.is_neg() != dst.is_neg())
@@ -308,16 +347,16 @@ def cpu_into_fl(dst: FlTensor, src: torch.Tensor) -> None:
     item = dst.element_size()
     if dst.is_contiguous():
         data = src.to(dst.dtype).expand(dst.shape).contiguous()
-        dev.plugin.copy_h2d(dev.local, dst._buf.ptr + lo * item, data.data_ptr(), (hi - lo) * item)
+        dev.plugin.copy_h2d(dev.local, base_ptr(dst) + lo * item, data.data_ptr(), (hi - lo) * item)
     else:
         mirror = fl_to_cpu(dst)  # read-modify-write keeps bytes between strided elements
         mirror.copy_(src)
         base = mirror.as_strided((hi - lo,), (1,), 0)
-        dev.plugin.copy_h2d(dev.local, dst._buf.ptr + lo * item, base.data_ptr(), (hi - lo) * item)
+        dev.plugin.copy_h2d(dev.local, base_ptr(dst) + lo * item, base.data_ptr(), (hi - lo) * item)
     _record.BYTES[0] += (hi - lo) * item
 
 
-def cpu_to_new_fl(dev, src: torch.Tensor) -> FlTensor:
+def cpu_to_new_fl(dev, src: torch.Tensor) -> torch.Tensor:
     out = like_layout(dev, src)
     cpu_into_fl(out, src)
     return out
@@ -361,6 +400,8 @@ def _full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_me
 
 
 DECOMPOSITIONS[aten.full_like.default] = _full_like
+# zero_ as fill_: torch._decomp's zero_ goes through zeros_like, whose generic kernel calls zero_ again
+DECOMPOSITIONS[aten.zero_.default] = lambda self: aten.fill_.Scalar(self, 0)
 
 
 # PyTorch's decompositions bottom out in prims; the ones below are aten ops any
@@ -395,12 +436,10 @@ def _equal(a, b) -> bool:
 def _arange_out(*args, out):
     """arange's out= overloads (what torch.arange(..., device="fl") becomes): the plugin's arange kernel
     when it has one, else no device path here (the next tier serves it)."""
-    from ._device import _native_factory
-
     start, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
-    res = _native_factory(aten.arange.start_step, out._buf.device, (start, end, step), {"dtype": out.dtype})
+    res = native_factory(aten.arange.start_step, device_of(out), (start, end, step), {"dtype": out.dtype})
     if res is None:
-        raise NotImplementedError(f"aten::arange has no kernel on fl backend '{out._buf.device.backend.name}'")
+        raise NotImplementedError(f"aten::arange has no kernel on fl backend '{device_of(out).backend.name}'")
     if tuple(out.shape) != tuple(res.shape):
         out.resize_(res.shape)
     return out.copy_(res)
@@ -447,7 +486,10 @@ def disabled_paths(*paths: str):
 
 
 def _clear_plans() -> None:
-    _SITES.clear()
+    from . import _core
+
+    if _core.loaded():
+        _core.lib().fl_core_fast_clear()
     for backend in REGISTRY.backends.values():
         backend.plans.clear()
 
@@ -479,11 +521,16 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     note = _complex_note(backend, dtypes, dev_mask)
     if note:
         plan.reasons.insert(0, note)
-    decomp = DECOMPOSITIONS.get(f.func) if DECOMPOSITION not in SETTINGS.disabled else None
-    if decomp is not None:
+    if DECOMPOSITION in SETTINGS.disabled:
+        plan.reasons.append("decompositions switched off")
+    elif DECOMPOSITIONS.get(f.func) is not None:
         plan.paths.append(DECOMPOSITION)
-        plan.decomposition = decomp
+        plan.decomposition = DECOMPOSITIONS[f.func]
         plan.reasons.append(f"decomposition of {f.name} into other aten ops")
+    elif f.func in GENERIC:  # taken at the fl key for the plugins that have a kernel; PyTorch's for the rest
+        plan.paths.append(DECOMPOSITION)
+        plan.decomposition = _generic_kernel(f.func)
+        plan.reasons.append(f"PyTorch's generic kernel for {f.name} (CompositeExplicitAutograd: other aten ops)")
     else:
         plan.reasons.append(f"no decomposition for {f.name}")
     from . import _jit
@@ -536,12 +583,13 @@ def _check_overlap(f: OpFacts, vals) -> None:
     input in memory. As there, only dense layouts are judged."""
     for idx in f.mutable:
         out = vals[idx] if idx < len(vals) else None
-        if not isinstance(out, FlTensor) or not out.numel() or not out.is_contiguous():
+        if not is_fl(out) or not out.numel() or not out.is_contiguous():
             continue
         item = out.element_size()
+        base = base_ptr(out)
         o_lo, o_hi = out.storage_offset() * item, (out.storage_offset() + out.numel()) * item
         for j, t in enumerate(vals):
-            if j == idx or not isinstance(t, FlTensor) or t._buf is not out._buf or not t.numel():
+            if j == idx or not is_fl(t) or not t.numel() or base_ptr(t) != base:
                 continue
             if not t.is_contiguous():
                 continue
@@ -560,24 +608,37 @@ def _compute(f: OpFacts, args, kwargs):
         _async.wait_for(_iter_tensors(vals))
     if f.mutable:
         _check_overlap(f, vals)
-    site_key = None
-    if not _record.LISTENERS:
-        site_key = _site_key(f.func, vals)
-        if site_key is not None:
-            site = _SITES.get(site_key)
-            if site is not None:
-                result = site.run(vals)
-                if result is not _NOT_HANDLED:
-                    return result
     dev = _device_of(f.name, vals)
-    if dev is None:  # no fl tensor among the arguments: nothing of ours to do
-        return f.call(vals)
+    if dev is None:  # no fl tensor among the arguments: a factory asked for the fl device
+        return _factory(f, args, kwargs)
+    twin = f.functional
+    if twin is not None:
+        return _compute_out(f, twin, dev, vals)
+    plan = _plan(f, dev, vals)
+    if plan.first == NATIVE and FAST[0]:
+        site: dict = {}
+        result = _run_plan(f, dev, vals, plan, None, site)
+        if site:
+            _commit(f, site, range(len(vals)), list(range(f.n_returns)))
+        return result
+    return _run_plan(f, dev, vals, plan)
+
+
+def _plan(f: OpFacts, dev, vals) -> Plan:
     backend = dev.backend
-    dtypes = tuple(t.dtype for t in _iter_tensors(vals) if isinstance(t, FlTensor))
+    dtypes = tuple(t.dtype for t in _iter_tensors(vals) if t.device.type == "fl")
     key = (f.func, dtypes)
     plan = backend.plans.get(key)
     if plan is None:
         plan = backend.plans[key] = resolve(f, backend, dtypes)
+    return plan
+
+
+def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = None, may_decline=False):
+    """Try the plan's paths in order; the first that serves the call gives the result. With outs (the
+    tensors an out= call writes), a native kernel writes into them directly; with site, a native call
+    records its marshalling there."""
+    backend = dev.backend
     listening = bool(_record.LISTENERS)
     if listening:
         t0 = time.perf_counter()
@@ -587,7 +648,7 @@ def _compute(f: OpFacts, args, kwargs):
     try:
         for path in plan.paths:
             if path == NATIVE:
-                result = _run_native(f, plan.kernel, dev, vals, site_key)
+                result = _run_native(f, plan.kernel, dev, vals, outs, site)
             elif path == DECOMPOSITION:
                 active = _decomposing()
                 if f.func in active:
@@ -600,7 +661,7 @@ def _compute(f: OpFacts, args, kwargs):
                 if strict:
                     _tls.device_only = getattr(_tls, "device_only", 0) + 1
                 try:
-                    result = plan.decomposition(*args, **kwargs)
+                    result = f.call_decomposition(plan.decomposition, vals)
                 except NotImplementedError as e:  # a sub-op had no path: say so for this op
                     failures.append(f"its decomposition needs {e}")
                     continue
@@ -627,7 +688,177 @@ def _compute(f: OpFacts, args, kwargs):
     finally:
         if listening:
             _record.DEPTH[0] -= 1
+    if may_decline:
+        return _NOT_HANDLED
     raise NotImplementedError(_no_path_message(f, backend, plan, failures))
+
+
+def _compute_out(f: OpFacts, twin: tuple, dev, vals):
+    """An out= overload: PyTorch hands structured ops (add, mul, mm, sum, ...) to a backend this way, with
+    the outputs already allocated by their meta function, and so do in-place ops (add_ is add.out into
+    self). The functional twin's plan serves it: a native kernel writes straight into the outputs when
+    they have the layout the functional op would give and do not partly overlap an input; otherwise the
+    functional result is copied in (resizing an output, as PyTorch's out= ops do)."""
+    ff, ins, outs_at = twin
+    fvals = [vals[i] for i in ins]
+    outs = [vals[i] for i in outs_at]
+    _check_out_dtypes(f, ff, fvals, outs)
+    plan = _plan(ff, dev, fvals)
+    if plan.first == NATIVE and _writes_in_place(ff, fvals, outs):
+        site: dict | None = {} if FAST[0] else None
+        result = _run_plan(ff, dev, fvals, _native_only(plan), outs, site, may_decline=True)
+        if result is not _NOT_HANDLED:
+            if site:
+                _commit(f, site, ins, list(range(len(outs))), outs_at)
+            return outs[0] if len(outs) == 1 else tuple(outs)
+    result = _run_plan(ff, dev, fvals, plan)
+    results = (result,) if ff.n_returns == 1 else tuple(result)
+    for out, r in zip(outs, results, strict=True):
+        _write_out(f, out, r)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# -- the C++ fast path ------------------------------------------------------------------
+# A native call on an op's own arguments is committed to the C++ core's per-signature cache; later
+# calls of that signature run there without entering Python (_csrc/fl_core.cpp, fallback()).
+# Python still decides every plan; the fast path steps aside while the profiler listens, while an
+# async copy is in flight, and for any call whose tensors partly share memory.
+
+FAST = [os.environ.get("FL_FAST_PATH", "1").strip().lower() not in ("0", "false", "no", "off")]
+
+
+def _commit(f: OpFacts, site: dict, stack_of, returns: list, given_at=None) -> None:
+    """Hand the C++ core the marshalling of the native call just made for f (site: what _run_native
+    recorded). stack_of maps the kernel call's value indices to f's arguments; given_at those of the
+    outputs an out= call passed in; returns index the outputs."""
+    from . import _core
+
+    name = f.func.name().encode()
+    lib = _core.lib()
+    if not lib.fl_core_fast_can_commit(name):
+        return
+    in_src = []
+    for i, k in site["in_src"]:
+        in_src += [stack_of[i] if i >= 0 else -1, k]
+    out_src, out_dtypes = [], []
+    for (kind, j), t in zip(site["out_src"], site["outs"], strict=True):
+        if kind == "given":
+            out_src.append(given_at[j])
+        elif kind == "arg":
+            out_src.append(stack_of[j])
+        elif kind == "fresh":
+            out_src.append(-1)
+        else:
+            return  # an int an op returns beside its tensors: not a kernel output
+        out_dtypes.append(_core.scalar_type_code(t.dtype) if isinstance(t, torch.Tensor) else 0)
+    patches = [x for a, i, kind in site["patches"] for x in (a, stack_of[i], kind)]
+    dev = site["dev"]
+    n_in, n_out, n_args = len(site["inputs"]), len(site["out_descs"]), len(site["cargs"])
+    c_in = ffi.new("fl_tensor_t[]", site["inputs"] or 1)
+    c_out = ffi.new("fl_tensor_t[]", site["out_descs"] or 1)
+    c_args = ffi.new("fl_arg_t[]", site["cargs"] or 1)
+    ints = ffi.new("int32_t[]", in_src or [0]), ffi.new("int32_t[]", out_src or [0])
+    dts, pats = ffi.new("int32_t[]", out_dtypes or [0]), ffi.new("int32_t[]", patches or [0])
+    rets = ffi.new("int32_t[]", returns or [0])
+    addr = lambda c: int(ffi.cast("uintptr_t", c))  # noqa: E731
+    slot = _core.count_slot(dev.backend, f.name if f.functional is None else f.functional[0].name, NATIVE)
+    lib.fl_core_fast_commit(name, addr(site["kernel"].fn), dev.index, dev.local, addr(c_in), n_in, addr(ints[0]),
+                            addr(c_out), n_out, addr(ints[1]), addr(dts), addr(c_args), n_args, addr(pats),
+                            len(patches) // 3, addr(rets), len(returns), slot)
+
+
+def _sync_fast_path() -> None:
+    """The fast path serves calls only while nobody listens (the profiler sees every call)."""
+    from . import _core
+
+    _core.lib().fl_core_fast_enable(int(FAST[0] and not _record.LISTENERS))
+
+
+def _native_only(plan: Plan) -> Plan:
+    p = plan.__dict__.get("_native_only")
+    if p is None:
+        p = Plan(plan.op, plan.backend, plan.dtypes, [NATIVE], plan.kernel, None, None, plan.reasons)
+        plan.__dict__["_native_only"] = p
+    return p
+
+
+def _check_out_dtypes(f: OpFacts, ff: OpFacts, fvals, outs) -> None:
+    """PyTorch refuses to write a result into an out= tensor of a dtype it cannot be cast to."""
+    layouts = _output_layouts(ff, fvals)
+    if not layouts:
+        return
+    for out, lay in zip(outs, layouts, strict=False):
+        if isinstance(out, torch.Tensor) and isinstance(lay, tuple) and len(lay) == 3:
+            if not torch.can_cast(lay[2], out.dtype):
+                raise RuntimeError(f"result type {_type_name(lay[2])} can't be cast to the desired output type "
+                                   f"{_type_name(out.dtype)}")
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+            torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}.get(dtype,
+                                                                                                       str(dtype))
+
+
+def _writes_in_place(ff: OpFacts, fvals, outs) -> bool:
+    """The outputs have exactly the layouts the functional op gives, and none partly overlaps an input
+    (a pointwise kernel may write over an input of the same layout: that is what in-place ops are)."""
+    layouts = _output_layouts(ff, fvals)
+    if layouts is None or len(layouts) != len(outs):
+        return False
+    for out, lay in zip(outs, layouts, strict=True):
+        if not is_fl(out) or not isinstance(lay, tuple) or len(lay) != 3:
+            return False
+        if list(out.shape) != lay[0] or out.dtype != lay[2] or (out.numel() > 1 and list(out.stride()) != lay[1]):
+            return False
+        if out.is_conj() or out.is_neg():
+            return False
+        base = base_ptr(out)
+        for t in _iter_tensors(fvals):
+            if t.device.type != "fl" or not t.numel() or base_ptr(t) != base:
+                continue
+            same = (t.storage_offset() == out.storage_offset() and t.shape == out.shape
+                    and t.stride() == out.stride() and t.dtype == out.dtype)
+            if not (ff.pointwise and same):
+                return False
+    return True
+
+
+def _write_out(f: OpFacts, out: torch.Tensor, r) -> None:
+    if not isinstance(r, torch.Tensor):
+        return
+    if _adopt(out, r):
+        return
+    if out.shape != r.shape:
+        if out.numel() != 0:
+            warnings.warn(
+                f"An output with one or more elements was resized since it had shape {list(out.shape)}, which "
+                f"does not match the required output shape {list(r.shape)}. This behavior is deprecated, and in "
+                f"a future PyTorch release outputs will not be resized unless they have zero elements. You can "
+                f"explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+                UserWarning, stacklevel=3)
+        out.resize_(r.shape)
+        if r.dim() and not r.is_contiguous() and _dense(r):
+            out.as_strided_(r.shape, r.stride())
+    out.copy_(r)
+
+
+def _adopt(out: torch.Tensor, r: torch.Tensor) -> bool:
+    """out takes r's storage instead of a copy of it, when nobody could tell the difference: out is the
+    sole owner of its storage (a fresh output PyTorch allocated for a structured op), r the sole owner of
+    its own (a fresh result), and both have the same layout."""
+    if not (is_fl(r) and is_fl(out)) or r.device != out.device or r.dtype != out.dtype:
+        return False
+    if out.shape != r.shape or (out.numel() > 1 and out.stride() != r.stride()) or out.storage_offset():
+        return False
+    if out.is_conj() or out.is_neg() or r.is_conj() or r.is_neg() or out._base is not None:
+        return False
+    use_count = torch._C._storage_Use_Count
+    if use_count(out.untyped_storage()._cdata) != 2 or use_count(r.untyped_storage()._cdata) != 2:
+        return False  # (2: the tensor and the storage object asked about) another view shares it
+    out.set_(r.untyped_storage(), r.storage_offset(), r.shape, r.stride())
+    return True
 
 
 def _no_path_message(f: OpFacts, backend, plan: Plan, failures=()) -> str:
@@ -639,7 +870,7 @@ def _no_path_message(f: OpFacts, backend, plan: Plan, failures=()) -> str:
 
 def _count(backend, name: str, path: str) -> None:
     key = (name, path)
-    counts = backend.counts
+    counts = backend.own_counts
     counts[key] = counts.get(key, 0) + 1
 
 
@@ -651,9 +882,9 @@ def _emit(name, backend, path, t0, k0, b0) -> None:
 # -- native path ---------------------------------------------------------------
 
 
-def _desc_for(t: FlTensor, shape=None) -> dict:
+def _desc_for(t: torch.Tensor, shape=None) -> dict:
     """Descriptor of t, broadcast to `shape` when given (pointwise ops)."""
-    d = t._desc()
+    d = desc(t)
     if shape is None or d["sizes"] == shape:
         return d
     nd, td = len(shape), t.dim()
@@ -671,7 +902,7 @@ _LAYOUT_CACHE_MAX = 8192
 
 def _key_of(v):
     if isinstance(v, torch.Tensor):
-        if isinstance(v, FlTensor):
+        if v.device.type == "fl":
             return (tuple(v.shape), v.stride(), v.dtype, v.storage_offset())
         return (v.dtype, v.dim())  # a wrapped number: its value never changes a shape
     if isinstance(v, list):
@@ -768,34 +999,39 @@ class _IntReturn(tuple):
         return super().__new__(cls, ("int", value))
 
 
-def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
-    # outputs: aliases of mutated arguments, or fresh tensors shaped by PyTorch's meta functions
-    fresh = [i for i, a in enumerate(f.ret_alias) if a is None]
-    layouts = None
-    if fresh:
-        layouts = _output_layouts(f, vals)
-        if layouts is None:
-            return _NOT_HANDLED
+def _run_native(f: OpFacts, kernel, dev, vals, given=None, site: dict | None = None):
+    """Call the plugin kernel. Outputs: the tensors given (an out= call writing in place), aliases of
+    mutated arguments, or fresh tensors shaped by PyTorch's meta functions. With site, the call's
+    marshalling is recorded there (what the C++ fast path replays)."""
     outs: list = []
-    out_spec: list = []
-    for r, a in enumerate(f.ret_alias):
-        if a is not None:
-            outs.append(vals[a])
-            out_spec.append(a)
-        else:
+    out_src: list = []  # per output: ("given", j), ("arg", i) or ("fresh", None)
+    if given is not None:
+        outs = list(given)
+        out_src = [("given", j) for j in range(len(outs))]
+    else:
+        fresh = [i for i, a in enumerate(f.ret_alias) if a is None]
+        layouts = None
+        if fresh:
+            layouts = _output_layouts(f, vals)
+            if layouts is None:
+                return _NOT_HANDLED
+        for r, a in enumerate(f.ret_alias):
+            if a is not None:
+                outs.append(vals[a])
+                out_src.append(("arg", a))
+                continue
             lay = layouts[r]
             if lay is None:
                 outs.append(None)
-                out_spec.append(None)
+                out_src.append(("fresh", None))
             elif lay is _NOT_HANDLED:
                 return _NOT_HANDLED  # scalar / list returns are not a kernel's business
             elif type(lay) is _IntReturn:
                 outs.append(lay[1])
-                out_spec.append(lay)
+                out_src.append(("int", None))
             else:
-                t = new_tensor(dev, lay[0], lay[2], lay[1])
-                outs.append(t)
-                out_spec.append((t.shape, lay[1], lay[2], t._buf.nbytes))
+                outs.append(new_tensor(dev, lay[0], lay[2], lay[1]))
+                out_src.append(("fresh", None))
     for t in _iter_tensors(outs):
         if t.dim() > _abi.MAX_DIMS:
             return _NOT_HANDLED
@@ -803,9 +1039,10 @@ def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
     inputs: list = []
     cargs: list = []
     in_src: list = []  # (value index, list index or -1) of each input descriptor
-    float_slots: list = []  # (value index, arg index) of the floats a site patches per call
+    patches: list = []  # (arg index, value index, kind) of the values the fast path reads per call
+    tensor_arg = f.tensor_arg
     for i, v in enumerate(vals):
-        if isinstance(v, FlTensor):
+        if isinstance(v, torch.Tensor) and v.device.type == "fl":
             if v.dim() > _abi.MAX_DIMS:
                 return _NOT_HANDLED
             cargs.append((_abi.ARG_TENSOR, 0, len(inputs)))
@@ -814,13 +1051,18 @@ def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
         elif v is None:
             cargs.append((_abi.ARG_NONE,))
         elif isinstance(v, bool):
+            if tensor_arg[i]:  # a wrapped number
+                patches.append((len(cargs), i, 1))
             cargs.append((_abi.ARG_BOOL, 0, int(v)))
         elif isinstance(v, int):
+            if tensor_arg[i]:
+                patches.append((len(cargs), i, 1))
             cargs.append((_abi.ARG_INT, 0, v))
         elif isinstance(v, float):
-            float_slots.append((i, len(cargs)))
+            patches.append((len(cargs), i, 1 if tensor_arg[i] else 0))
             cargs.append((_abi.ARG_FLOAT, 0, 0, v))
         elif isinstance(v, torch.Tensor):  # a 0-dim CPU tensor: a wrapped number
+            patches.append((len(cargs), i, 1))
             x = v.item()
             if isinstance(x, bool):
                 cargs.append((_abi.ARG_BOOL, 0, int(x)))
@@ -831,18 +1073,18 @@ def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
             else:
                 return _NOT_HANDLED
         elif isinstance(v, (list, tuple)):
-            if v and all(isinstance(x, FlTensor) or x is None for x in v) and any(x is not None for x in v):
+            if v and all(is_fl(x) or x is None for x in v) and any(x is not None for x in v):
                 # a Tensor?[] (index lists: x[:, idx]) passes None as an undefined descriptor
                 cargs.append((_abi.ARG_TENSOR_LIST, len(v), len(inputs)))
                 for k, x in enumerate(v):
                     if x is None:
                         inputs.append(_UNDEFINED)
-                        site_key = None  # the call-site replay patches tensors only: not recorded
+                        in_src.append((-1, -1))
                         continue
                     if x.dim() > _abi.MAX_DIMS:
                         return _NOT_HANDLED
                     in_src.append((i, k))
-                    inputs.append(x._desc())
+                    inputs.append(desc(x))
             elif len(v) <= _abi.MAX_DIMS and all(isinstance(x, (int, bool)) for x in v):
                 cargs.append({"kind": _abi.ARG_INT_LIST, "len": len(v), "list": [int(x) for x in v]})
             elif not v:
@@ -855,7 +1097,7 @@ def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
             cargs.append((_abi.ARG_OTHER, 0, STRING_CODES.get(v, -1)))
         else:
             cargs.append((_abi.ARG_OTHER, 0, -1))
-    out_descs = [(t._desc() if isinstance(t, FlTensor) else _UNDEFINED) for t in outs]
+    out_descs = [(desc(t) if is_fl(t) else _UNDEFINED) for t in outs]
     n_in, n_out, n_args = len(inputs), len(out_descs), len(cargs)
     c_in = ffi.new("fl_tensor_t[]", inputs or 1)
     c_out = ffi.new("fl_tensor_t[]", out_descs or 1)
@@ -865,8 +1107,9 @@ def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
         return _NOT_HANDLED
     _record.KERNELS[0] += 1
     dev.plugin.check(status, f"kernel {f.name}")
-    if site_key is not None:
-        _remember_site(site_key, _Site(f, kernel, dev, inputs, out_descs, cargs, in_src, out_spec, float_slots))
+    if site is not None:
+        site.update(kernel=kernel, dev=dev, inputs=inputs, in_src=in_src, outs=outs, out_descs=out_descs,
+                    out_src=out_src, cargs=cargs, patches=patches)
     if f.n_returns == 0:
         return None
     if f.n_returns == 1:
@@ -874,141 +1117,27 @@ def _run_native(f: OpFacts, kernel, dev, vals, site_key=None):
     return tuple(outs)
 
 
-# -- call sites: the native path without the work ------------------------------
-#
-# A native call's marshalling (output layouts, descriptors, scalar arguments) is
-# fixed by its signature: the op, each tensor's device/dtype/shape/strides/
-# offset, and every non-float argument. The first call of a signature records
-# it; later calls only allocate outputs, patch data pointers and float values
-# into prepared cffi arrays, and call the kernel (docs/runtime.md has the
-# figures). Listeners (the profiler) take the full path.
-
-_SITES: dict = {}
-_SITES_MAX = 8192
-
-
-def _site_key(func, vals):
-    key = [func]
-    for v in vals:
-        tv = type(v)
-        if tv is FlTensor:
-            sig = v._s
-            key.append(sig if sig is not None else v._sig())
-        elif tv is float:
-            key.append(float)
-        elif v is None or tv is int or tv is bool or tv is str or tv is torch.dtype:
-            key.append((tv, v))
-        elif tv is list or tv is tuple:
-            part = [tv]
-            for x in v:
-                tx = type(x)
-                if tx is FlTensor:
-                    sig = x._s
-                    part.append(sig if sig is not None else x._sig())
-                elif tx is int or tx is bool:
-                    part.append((tx, x))
-                else:
-                    return None
-            key.append(tuple(part))
-        else:
-            return None
-    return tuple(key)
-
-
-def _remember_site(key, site) -> None:
-    if len(_SITES) >= _SITES_MAX:
-        _SITES.clear()
-    _SITES[key] = site
-
-
-class _Site:
-    __slots__ = ("f", "name", "fn", "dev", "counts", "count_key", "in_src", "out_spec", "float_slots", "templates",
-                 "free", "n_in", "n_out", "n_args")
-
-    def __init__(self, f, kernel, dev, inputs, out_descs, cargs, in_src, out_spec, float_slots):
-        self.f, self.name, self.fn, self.dev = f, f.name, kernel.fn, dev
-        self.counts, self.count_key = dev.backend.counts, (f.name, NATIVE)
-        self.in_src, self.out_spec, self.float_slots = tuple(in_src), tuple(out_spec), tuple(float_slots)
-        self.templates = (inputs, out_descs, cargs)
-        self.n_in, self.n_out, self.n_args = len(inputs), len(out_descs), len(cargs)
-        self.free: list = []  # prepared argument arrays; one per concurrent caller
-
-    def _arrays(self):
-        inputs, outs, cargs = self.templates
-        c_in = ffi.new("fl_tensor_t[]", inputs or 1)
-        c_out = ffi.new("fl_tensor_t[]", outs or 1)
-        c_args = ffi.new("fl_arg_t[]", cargs or 1)
-        return ([c_in[j] for j in range(len(inputs))], [c_out[j] for j in range(len(outs))],
-                [c_args[j] for j in range(len(cargs))], c_in, c_out, c_args)
-
-    def run(self, vals):
-        dev = self.dev
-        outs = []
-        for spec in self.out_spec:
-            if spec is None:
-                outs.append(None)
-            elif spec.__class__ is int:
-                outs.append(vals[spec])
-            elif spec.__class__ is _IntReturn:
-                outs.append(spec[1])
-            else:
-                outs.append(FlTensor(Buffer(dev, spec[3]), spec[0], spec[1], 0, spec[2]))
-        try:
-            arrays = self.free.pop()
-        except IndexError:  # first call, or another thread holds the prepared arrays
-            arrays = self._arrays()
-        in_refs, out_refs, arg_refs, c_in, c_out, c_args = arrays
-        j = 0
-        for i, k in self.in_src:
-            in_refs[j].data = (vals[i] if k < 0 else vals[i][k])._buf.cptr
-            j += 1
-        j = 0
-        for o in outs:
-            if isinstance(o, FlTensor):
-                out_refs[j].data = o._buf.cptr
-            j += 1
-        for i, a in self.float_slots:
-            arg_refs[a].f = vals[i]
-        status = self.fn(ffi.NULL, dev.local, c_in, self.n_in, c_out, self.n_out, c_args, self.n_args)
-        self.free.append(arrays)
-        if status:
-            if status == _abi.FL_ERR_UNSUPPORTED:
-                return _NOT_HANDLED
-            _record.KERNELS[0] += 1
-            dev.plugin.check(status, f"kernel {self.name}")
-        _record.KERNELS[0] += 1
-        counts, key = self.counts, self.count_key
-        counts[key] = counts.get(key, 0) + 1
-        n = self.f.n_returns
-        if n == 0:
-            return None
-        if n == 1:
-            return outs[0]
-        return tuple(outs)
-
-
 # -- CPU fallback --------------------------------------------------------------
 
 
 def _shared_mirrors(dev, vals) -> dict[int, torch.Tensor]:
-    """Host copies of fl tensors that share a buffer, as views of ONE host copy
-    of that buffer: the CPU kernel then sees the same aliasing the device
-    memory has (x[1:].add_(x[:-1]) must fail as it does on CPU, not silently
-    read a stale copy)."""
-    by_buf: dict[int, list] = {}
+    """Host copies of fl tensors that share an allocation, as views of ONE host
+    copy of it: the CPU kernel then sees the same aliasing the device memory
+    has (x[1:].add_(x[:-1]) must fail as it does on CPU, not silently read a
+    stale copy)."""
+    by_base: dict[int, list] = {}
     for t in _iter_tensors(vals):
-        if isinstance(t, FlTensor) and t.numel():
-            by_buf.setdefault(id(t._buf), []).append(t)
+        if t.device.type == "fl" and t.numel():
+            by_base.setdefault(base_ptr(t), []).append(t)
     out: dict[int, torch.Tensor] = {}
-    for views in by_buf.values():
+    for base, views in by_base.items():
         if len(views) < 2:
             continue
-        buf = views[0]._buf
         spans = [span(t) for t in views]
         lo = min(a * t.element_size() for (a, _), t in zip(spans, views, strict=True)) // 16 * 16
         hi = max(b * t.element_size() for (_, b), t in zip(spans, views, strict=True))
         staging = torch.empty(hi - lo, dtype=torch.uint8)
-        dev.plugin.copy_d2h(dev.local, staging.data_ptr(), buf.ptr + lo, hi - lo)
+        dev.plugin.copy_d2h(dev.local, staging.data_ptr(), base + lo, hi - lo)
         _record.BYTES[0] += hi - lo
         for t in views:
             item = t.element_size()
@@ -1021,8 +1150,8 @@ def _run_fallback(f: OpFacts, dev, vals):
     mirrors: dict[int, torch.Tensor] = {} if dev.host_accessible else _shared_mirrors(dev, vals)
 
     def host(t):
-        if isinstance(t, FlTensor):
-            if t._buf.device is not dev:
+        if t.device.type == "fl":
+            if device_of(t) is not dev:
                 raise RuntimeError(f"{f.name}: tensor on {t.device} mixed with {dev.torch_device}")
             c = mirrors.get(id(t))
             if c is None:
@@ -1038,10 +1167,10 @@ def _run_fallback(f: OpFacts, dev, vals):
         if isinstance(vals[i], (list, tuple)):  # Tensor(a!)[]: _foreach_*_, _amp_foreach_non_finite_check_and_unscale_
             pairs = list(zip(vals[i], cpu_vals[i], strict=True))
         for fl_t, cpu_t in pairs:
-            if not isinstance(fl_t, FlTensor):
+            if not is_fl(fl_t):
                 continue
             if tuple(cpu_t.shape) != tuple(fl_t.shape) or cpu_t.stride() != fl_t.stride():
-                _replace_impl(fl_t, cpu_to_new_fl(dev, cpu_t))  # an out= tensor the op resized
+                replace_storage(fl_t, cpu_to_new_fl(dev, cpu_t))  # an out= tensor the op resized
             elif not dev.host_accessible:
                 cpu_into_fl(fl_t, cpu_t)
     if f.n_returns == 0:
@@ -1050,7 +1179,7 @@ def _run_fallback(f: OpFacts, dev, vals):
     results = []
     for r, o in enumerate(outs):
         a = f.ret_alias[r]
-        if a is not None and isinstance(vals[a], FlTensor):
+        if a is not None and is_fl(vals[a]):
             results.append(vals[a])
         elif isinstance(o, torch.Tensor):
             results.append(cpu_to_new_fl(dev, o))
@@ -1061,111 +1190,103 @@ def _run_fallback(f: OpFacts, dev, vals):
     return results[0] if f.n_returns == 1 else tuple(results)
 
 
-def _replace_impl(t: FlTensor, new: FlTensor) -> None:
-    """Give t new storage and metadata in place (resize_, set_, out= resizes)."""
-    torch.Tensor.data.__set__(t, new)
-    t._buf = new._buf
-    t._d = None
-    t._s = None
+def replace_storage(t: torch.Tensor, new: torch.Tensor) -> None:
+    """Give t new's storage and metadata in place (an out= tensor an op resized)."""
+    t.set_(new.untyped_storage(), new.storage_offset(), new.shape, new.stride())
 
 
 # -- metadata ops -------------------------------------------------------------
 
 
-def _wrap_view(base: FlTensor, m):
+def view_of(base: torch.Tensor, m):
+    """The fl views a meta computation describes (m: meta tensor(s) laid over base's storage)."""
     if isinstance(m, torch.Tensor):
-        need = span(m)[1] * m.element_size()
-        if m.numel() and need > base._buf.nbytes:  # PyTorch's own check, which meta tensors skip
-            raise RuntimeError(
-                f"setStorage: sizes {list(m.shape)}, strides {list(m.stride())}, storage offset "
-                f"{m.storage_offset()}, and itemsize {m.element_size()} requiring a storage size of {need} are out "
-                f"of bounds for storage of size {base._buf.nbytes}")
-        return with_bits(FlTensor(base._buf, m.shape, m.stride(), m.storage_offset(), m.dtype), m.is_conj(), m.is_neg())
+        if m.dtype == base.dtype:
+            v = aten.as_strided.default(base, m.shape, m.stride(), m.storage_offset())
+        else:  # a view that reinterprets the bytes (view_as_real, view_as_complex)
+            v = torch.empty(0, dtype=m.dtype, device=base.device)
+            v.set_(base.untyped_storage(), m.storage_offset(), m.shape, m.stride())
+        return with_bits(v, m.is_conj(), m.is_neg())
     if isinstance(m, (list, tuple)):
-        return type(m)(_wrap_view(base, x) for x in m)
+        return type(m)(view_of(base, x) for x in m)
     return m
 
 
 def _view_op(f: OpFacts, args, kwargs):
+    """A view op PyTorch has no generic kernel for (unfold, view_as_real, ...): its meta function says
+    where the view lies in the base's storage."""
     base = args[0]
-    if not isinstance(base, FlTensor):
+    if not is_fl(base):
         return _compute(f, args, kwargs)
     m = f.func(*_map(to_meta, args), **kwargs)
-    _count(base._buf.device.backend, f.name, VIEW)
-    return _wrap_view(base, m)
-
-
-def _alias(f: OpFacts, args, kwargs):
-    t = args[0]
-    _count(t._buf.device.backend, f.name, VIEW)
-    return with_bits(FlTensor(t._buf, t.shape, t.stride(), t.storage_offset(), t.dtype), t.is_conj(), t.is_neg())
+    _count(device_of(base).backend, f.name, VIEW)
+    return view_of(base, m)
 
 
 def _inplace_meta(f: OpFacts, args, kwargs):
-    """as_strided_, squeeze_, t_, resize_ ... : new metadata for the same tensor."""
+    """An in-place metadata op PyTorch has no generic kernel for: the tensor takes the new layout its
+    meta function gives, over the same storage."""
     t = args[0]
-    if t._buf.pending is not None:
-        _async.wait(t._buf)
     m = f.func(*_map(to_meta, args), **kwargs)
-    need = span(m)[1] * m.element_size()
-    if need > t._buf.nbytes:  # resize_ grew the tensor: new buffer, old contents kept
-        new = new_tensor(t._buf.device, m.shape, m.dtype, list(m.stride()))
-        old = t._buf
-        n = old.nbytes
-        if n:
-            dev = old.device
-            dev.plugin.copy_d2d(dev.local, new._buf.ptr, old.ptr, n)
-    else:
-        new = FlTensor(t._buf, m.shape, m.stride(), m.storage_offset(), m.dtype)
-    _replace_impl(t, new)
-    _count(t._buf.device.backend, f.name, VIEW)
-    return t
-
-
-def _set_source(f: OpFacts, args, kwargs):
-    t, src = args[0], args[1]
-    if not isinstance(src, FlTensor):
-        raise RuntimeError(f"{f.name}: can only set an fl tensor from another fl tensor")
-    _replace_impl(t, FlTensor(src._buf, src.shape, src.stride(), src.storage_offset(), src.dtype))
+    t.set_(t.untyped_storage(), m.storage_offset(), m.shape, m.stride())
+    _count(device_of(t).backend, f.name, VIEW)
     return t
 
 
 # -- copies and transfers -------------------------------------------------------
 
 
-def _copy_(f: OpFacts, args, kwargs):
+def _copy_from(f: OpFacts, args, kwargs):
+    """Every copy that involves an fl tensor (Tensor.copy_, .to(), .cpu(), torch.tensor(..., device="fl"))
+    reaches the device as _copy_from(src, dst, non_blocking)."""
     vals = f.normalize(args, kwargs)
-    dst, src = vals[0], vals[1]
-    if isinstance(src, torch.Tensor) and src.is_complex() and not dst.is_complex():
-        warnings.warn("Casting complex values to real discards the imaginary part", UserWarning, stacklevel=2)
-    if isinstance(dst, FlTensor) and isinstance(src, FlTensor) and dst._buf.device is src._buf.device:
+    src, dst = vals[0], vals[1]
+    return copy_into(dst, src, bool(vals[2]) if len(vals) > 2 else False)
+
+
+def _copy_from_and_resize(f: OpFacts, args, kwargs):
+    vals = f.normalize(args, kwargs)
+    src, dst = vals[0], vals[1]
+    if dst.shape != src.shape:
+        dst.resize_(src.shape)
+    return copy_into(dst, src, False)
+
+
+_COPY_FACTS: list = []
+
+
+def copy_into(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if src.is_complex() and not dst.is_complex():
+        warnings.warn("Casting complex values to real discards the imaginary part", UserWarning, stacklevel=4)
+    if is_fl(dst) and is_fl(src) and device_of(dst) is device_of(src):
         if dst.is_conj() != src.is_conj() or dst.is_neg() != src.is_neg():
             return copy_math_bits(dst, src)
-        return _compute(f, args, kwargs)
+        if not _COPY_FACTS:
+            _COPY_FACTS.append(facts(aten.copy_.default))
+        return _compute(_COPY_FACTS[0], (dst, src), {})
     listening = bool(_record.LISTENERS)
     t0, b0 = time.perf_counter(), _record.BYTES[0]
-    non_blocking = len(vals) > 2 and bool(vals[2])
-    if (non_blocking and isinstance(dst, FlTensor) and not isinstance(src, FlTensor) and _async_ok(dst, src)):
-        _async.h2d(dst._buf, dst.storage_offset() * dst.element_size(), src, dst.numel() * dst.element_size())
-        _count(dst._buf.device.backend, f.name, COPY)
+    if non_blocking and is_fl(dst) and not is_fl(src) and _async_ok(dst, src):
+        _async.h2d(dst, src)
+        _count(device_of(dst).backend, "aten::copy_", COPY)
         return dst
-    if isinstance(dst, FlTensor):
-        host_src = fl_to_cpu(src) if isinstance(src, FlTensor) else src
+    if is_fl(dst):
+        host_src = fl_to_cpu(src) if is_fl(src) else src
         cpu_into_fl(dst, host_src)
-        backend = dst._buf.device.backend.name
+        backend = device_of(dst).backend.name
     else:  # fl -> cpu
         dst.copy_(fl_to_cpu(src))
-        backend = src._buf.device.backend.name
+        backend = device_of(src).backend.name
     for t in (dst, src):
-        if isinstance(t, FlTensor):
-            _count(t._buf.device.backend, f.name, COPY)
+        if is_fl(t):
+            _count(device_of(t).backend, "aten::copy_", COPY)
     if listening:
-        _record.emit(_record.OpEvent(f.name, backend, COPY, time.perf_counter() - t0, 0,
+        _record.emit(_record.OpEvent("aten::copy_", backend, COPY, time.perf_counter() - t0, 0,
                                      _record.BYTES[0] - b0, _record.DEPTH[0], t0))
     return dst
 
 
-def copy_math_bits(dst: FlTensor, src: FlTensor) -> FlTensor:
+def copy_math_bits(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     """dst.copy_(src) on one device where the conj/neg flags differ: copy the stored values, then
     conjugate/negate dst's memory by the difference (conj and neg commute)."""
     aten.copy_.default(raw(dst), raw(src))
@@ -1176,71 +1297,74 @@ def copy_math_bits(dst: FlTensor, src: FlTensor) -> FlTensor:
     return dst
 
 
-def _async_ok(dst: FlTensor, src: torch.Tensor) -> bool:
+def _async_ok(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """An async copy needs pinned, contiguous host bytes of dst's dtype and
     layout, and a device with async copies; anything else copies now."""
+    dev = device_of(dst)
     return (src.device.type == "cpu" and src.dtype == dst.dtype and src.shape == dst.shape and dst.numel() > 0
             and not (src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg())
-            and src.is_contiguous() and dst.is_contiguous() and not dst._buf.device.host_accessible
-            and _async.supports(dst._buf.device) and src.is_pinned())
-
-
-def _to_copy(f: OpFacts, args, kwargs):
-    self = args[0]
-    dtype = kwargs.get("dtype") or self.dtype
-    device = kwargs.get("device") or self.device
-    device = torch.device(device)
-    if not isinstance(self, FlTensor):  # host -> fl, reached below Python dispatch (torch.tensor(..., device="fl"))
-        target = REGISTRY.device(device.index)
-        src = self.to(dtype)
-        out = like_layout(target, src)
-        _copy_(facts(aten.copy_.default), (out, src, bool(kwargs.get("non_blocking", False))), {})
-        return out
-    if device.type == "fl":
-        target = REGISTRY.device(device.index if device.index is not None else self._buf.device.index)
-        if target is self._buf.device:
-            out = like_layout(target, self, dtype)
-            return aten.copy_.default(out, self)
-        out = like_layout(target, self, dtype)
-        cpu_into_fl(out, fl_to_cpu(self))
-        _count(target.backend, f.name, COPY)
-        return out
-    if device.type != "cpu":
-        raise RuntimeError(f"cannot copy an fl tensor to {device} directly; go through .cpu() first")
-    host = fl_to_cpu(self)
-    out = torch.empty_strided(self.shape, self.stride(), dtype=dtype) if _dense(self) else \
-        torch.empty(self.shape, dtype=dtype)
-    out.copy_(host)
-    if kwargs.get("pin_memory"):
-        out = out.pin_memory()
-    mf = kwargs.get("memory_format")
-    if mf is not None and mf is not torch.preserve_format:
-        out = out.contiguous(memory_format=mf)
-    _count(self._buf.device.backend, f.name, COPY)
-    return out
+            and src.is_contiguous() and dst.is_contiguous() and not dev.host_accessible
+            and _async.supports(dev) and src.is_pinned())
 
 
 def _local_scalar_dense(f: OpFacts, args, kwargs):
     t = args[0]
-    _count(t._buf.device.backend, f.name, COPY)
+    _count(device_of(t).backend, f.name, COPY)
     return fl_to_cpu(t).item()
 
 
-def _empty_like_op(f: OpFacts, args, kwargs):
-    self = args[0]
-    m = f.func(*_map(to_meta, args), **{k: v for k, v in kwargs.items() if k != "device"})
+# -- factories: ops dispatched to the fl device without an fl tensor argument ---
+
+
+def _factory(f: OpFacts, args, kwargs):
+    """An op that reached the fl device with no fl tensor among its arguments: a factory asked for device
+    "fl" that PyTorch has no generic kernel for (tril_indices, _efficientzerotensor, ...). A plugin kernel
+    makes it on the device when there is one; else the host computes it and it is copied over."""
     device = kwargs.get("device")
-    dev = REGISTRY.device(torch.device(device).index) if device is not None and torch.device(device).type == "fl" \
-        else self._buf.device
-    if device is not None and torch.device(device).type == "cpu":
-        return torch.empty_strided(m.shape, m.stride(), dtype=m.dtype)
-    out = new_tensor(dev, m.shape, m.dtype, list(m.stride()))
-    _count(dev.backend, f.name, VIEW)
+    dev = REGISTRY.device(torch.device(device).index if device is not None and torch.device(device).type == "fl"
+                          else None)
+    if f.func is aten._efficientzerotensor.default:
+        # autograd's zero gradients (sgn, ...): PyTorch's CPU one has no storage (data_ptr 0);
+        # on fl it is a real zero-filled tensor, made on the device with the fill_ every plugin has
+        dtype = kwargs.get("dtype") or torch.get_default_dtype()
+        return new_tensor(dev, list(args[0]), dtype).zero_()
+    native = native_factory(f.func, dev, args, kwargs)
+    if native is not None:
+        return native
+    if f.func in GENERIC:  # PyTorch's generic factory (empty, then an out= op torch_fl serves)
+        return _generic_kernel(f.func)(*args, **kwargs)
+    if not SETTINGS.cpu_fallback or getattr(_tls, "device_only", 0):
+        raise NotImplementedError(
+            f"{f.name} has no kernel on fl backend '{dev.backend.name}' and the CPU fallback is switched off "
+            f"(FL_CPU_FALLBACK=0); enable it with FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)")
+    if "device" in kwargs:
+        kwargs = dict(kwargs, device="cpu")
+    out = f.func(*args, **kwargs)
+    _count(dev.backend, f.name, FALLBACK)
+    if isinstance(out, torch.Tensor) and out.device.type == "cpu":
+        return cpu_to_new_fl(dev, out)
     return out
 
 
-def _is_pinned(f: OpFacts, args, kwargs):
-    return False
+def native_factory(op, dev, args, kwargs):
+    """A factory (arange, ...) the plugin has a kernel for: allocated and filled on the device. The
+    output layout comes from the meta device; the kernel sees the op's scalar arguments."""
+    f = facts(op)
+    entry = dev.backend.plugin.kernels.get(f.name)
+    if entry is None or NATIVE in SETTINGS.disabled or "device" not in f.arg_names:
+        return None
+    vals = f.normalize(args, dict(kwargs, device=torch.device("meta")))
+    layouts = _output_layouts(f, vals)  # on the meta device, cached: the same call _run_native makes
+    if not layouts or not isinstance(layouts[0], tuple) or len(layouts[0]) != 3:
+        return None  # arguments the factory rejects: the host path reports them
+    code = TO_CODE.get(layouts[0][2], -1)
+    if code < 0 or not (entry.dtypes >> code) & 1 or not (dev.props.dtypes >> code) & 1:
+        return None
+    out = _run_native(f, entry, dev, vals)
+    if out is _NOT_HANDLED:
+        return None
+    _count(dev.backend, f.name, NATIVE)
+    return out
 
 
 _SDPA_FWD = "aten::_scaled_dot_product_fused_attention_overrideable"
@@ -1251,17 +1375,18 @@ def sdpa_fused_eligible(q, k, v, dropout_p: float, enable_gqa: bool) -> bool:
     """Whether the plugin's fused attention kernels (forward and backward both)
     serve this call: 4-D fl inputs of one dtype the device computes in, no
     dropout, no grouped-query broadcasting, native path not switched off."""
-    if not isinstance(q, FlTensor) or enable_gqa or dropout_p or q.dim() != 4:
+    if not is_fl(q) or enable_gqa or dropout_p or q.dim() != 4:
         return False
     if not (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)) or k.dim() != 4 or v.dim() != 4:
         return False
     if k.dtype != q.dtype or v.dtype != q.dtype or NATIVE in SETTINGS.disabled:
         return False
-    kernels = q._buf.device.backend.plugin.kernels
+    dev = device_of(q)
+    kernels = dev.backend.plugin.kernels
     fwd, bwd = kernels.get(_SDPA_FWD), kernels.get(_SDPA_BWD)
     code = TO_CODE.get(q.dtype, -1)
     return (fwd is not None and bwd is not None and code >= 0 and bool((fwd.dtypes >> code) & 1)
-            and bool((bwd.dtypes >> code) & 1) and bool((q._buf.device.props.dtypes >> code) & 1))
+            and bool((bwd.dtypes >> code) & 1) and bool((dev.props.dtypes >> code) & 1))
 
 
 def _sdp_choice(f: OpFacts, args, kwargs):
@@ -1312,32 +1437,25 @@ def _pick_overload(packet, overload: str, call_args):
 
 
 _SPECIAL: dict = {
-    aten.copy_.default: _copy_,
-    aten._to_copy.default: _to_copy,
+    aten._copy_from.default: _copy_from,
+    aten._copy_from_and_resize.default: _copy_from_and_resize,
     aten._local_scalar_dense.default: _local_scalar_dense,
-    aten.detach.default: _alias,
-    aten.alias.default: _alias,
-    aten.lift_fresh.default: _alias,
-    aten._unsafe_view.default: _view_op,
-    aten.empty_like.default: _empty_like_op,
-    aten.new_empty.default: _empty_like_op,
-    aten.new_empty_strided.default: _empty_like_op,
-    aten.is_pinned.default: _is_pinned,
     aten._fused_sdp_choice.default: _sdp_choice,
     aten.record_stream.default: _noop,
-    aten.set_.source_Tensor: _set_source,
 }
-for _name in ("as_strided_", "resize_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapdims_", "swapaxes_",
-              "resize_as_"):
+for _name in ("as_strided_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapdims_", "swapaxes_"):
     _packet = getattr(aten, _name, None)
     if _packet is not None:
         for _ov in _packet.overloads():
             _SPECIAL[getattr(_packet, _ov)] = _inplace_meta
 
 
-_HANDLER_PATH = {_view_op: VIEW, _alias: VIEW, _inplace_meta: VIEW, _set_source: VIEW, _to_copy: COPY,
-                 _local_scalar_dense: COPY, _empty_like_op: "alloc", _composite: DECOMPOSITION,
-                 _sdp_choice: "meta", _noop: "meta", _is_pinned: "meta", _foreach: "foreach"}
+_HANDLER_PATH = {_view_op: VIEW, _inplace_meta: VIEW, _copy_from: COPY, _copy_from_and_resize: COPY,
+                 _local_scalar_dense: COPY, _composite: DECOMPOSITION, _sdp_choice: "meta", _noop: "meta",
+                 _foreach: "foreach"}
+
+
+_SELF_REPORTING = (_compute, _copy_from, _copy_from_and_resize)
 
 
 def _is_foreach(func) -> bool:
@@ -1350,7 +1468,7 @@ def dispatch(func, args, kwargs):
         f = facts(func)
         if _is_foreach(func) and func not in _SPECIAL and DECOMPOSITIONS.get(func) is None:
             f.handler = _foreach
-    if _record.LISTENERS and f.handler is not _compute and f.handler is not _copy_:
+    if _record.LISTENERS and f.handler not in _SELF_REPORTING:
         return _observed(f, args, kwargs)
     return f.handler(f, args, kwargs)
 
@@ -1365,12 +1483,175 @@ def _observed(f: OpFacts, args, kwargs):
         result = f.handler(f, args, kwargs)
     finally:
         _record.DEPTH[0] -= 1
-    first = next((t for t in _iter_tensors(list(args) + list(kwargs.values())) if isinstance(t, FlTensor)), None)
-    backend = first._buf.device.backend.name if first is not None else (
+    first = next((t for t in _iter_tensors(list(args) + list(kwargs.values())) if is_fl(t)), None)
+    backend = device_of(first).backend.name if first is not None else (
         REGISTRY.current.name if REGISTRY.current is not None else "?")
     _record.emit(_record.OpEvent(f.name, backend, _HANDLER_PATH.get(f.handler, "other"), time.perf_counter() - t0,
                                  _record.KERNELS[0] - k0, _record.BYTES[0] - b0, depth, t0))
     return result
 
 
-set_dispatch(dispatch)
+# -- the entry PyTorch calls -----------------------------------------------------
+# The C++ core's boxed fallback hands every op it does not serve to the PrivateUse3 key, where
+# _device registers `entry`; the profiler swaps the function behind it to add torch.profiler ranges.
+
+_ENTRY = [dispatch]
+
+
+def entry(func, *args, **kwargs):
+    return _ENTRY[0](func, args, kwargs)
+
+
+def set_dispatch(fn) -> None:
+    """Route every op through fn(func, args, kwargs) instead of dispatch (None restores dispatch)."""
+    _ENTRY[0] = fn if fn is not None else dispatch
+
+
+_LIBS: list = []
+
+
+def install() -> None:
+    """Hand PyTorch the dispatcher: the C++ core's fallback sends every op it does not serve to the
+    PrivateUse3 key, whose fallback is `entry`."""
+    if _LIBS:
+        return
+    lib = torch.library.Library("_", "IMPL")
+    lib.fallback(entry, dispatch_key="PrivateUse3")
+    for key in ("SparsePrivateUse1", "SparseCsrPrivateUse1"):
+        lib.fallback(_sparse_on_fl, dispatch_key=key)
+    _LIBS.append(lib)
+    _record.ON_LISTENERS.append(_sync_fast_path)
+    _sync_fast_path()
+    from . import _core
+
+    _record.FAST_KERNELS[0] = _core.lib().fl_core_fast_hits
+    direct = set(DIRECT) | _own_decomposed_ops()
+    GENERIC.update(_native_generic_ops() - direct)
+    libs: dict = {}
+    for op in sorted(direct | GENERIC | _prims_served(), key=str):
+        ns, name = op._schema.name.split("::")
+        if ns not in libs:
+            libs[ns] = torch.library.Library(ns, "IMPL")
+        libs[ns].impl(name + ("" if op._overloadname == "default" else "." + op._overloadname), _direct(op),
+                      "PrivateUse1")
+    for op, fn in sorted(_implicit_overrides().items(), key=lambda kv: str(kv[0])):
+        ns, name = op._schema.name.split("::")
+        if ns not in libs:
+            libs[ns] = torch.library.Library(ns, "IMPL")
+        libs[ns].impl(name + ("" if op._overloadname == "default" else "." + op._overloadname), fn,
+                      "AutogradPrivateUse1")
+    _LIBS.extend(libs.values())
+
+
+def _own_decomposed_ops() -> set:
+    """Ops torch_fl has its own device decomposition for, where PyTorch's kernel for other backends is a
+    generic composition (CompositeExplicitAutograd, or a structured op whose out= kernel is generic):
+    taken at the fl key, so torch_fl's plan (native, its decomposition, JIT, fallback) serves them."""
+    from torch._decomp import decomposition_table
+
+    found = set()
+    for op, fn in DECOMPOSITIONS.items():
+        if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten" or decomposition_table.get(op) is fn:
+            continue
+        if op in _NEVER_DIRECT:
+            continue
+        if any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), k)
+               for k in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")):
+            found.add(op)
+    return found
+
+
+def _implicit_overrides() -> dict:
+    """torch_fl's own decompositions of ops PyTorch composes itself above the backend
+    (CompositeImplicitAutograd): PyTorch's composition is generic, torch_fl's keeps the work on a device
+    that lacks what the generic one needs (linalg.pinv's tolerances in the input's dtype, not float64).
+    They run at the fl autograd key, composed of differentiable ops, so autograd records them."""
+    from torch._decomp import decomposition_table
+
+    return {op: fn for op, fn in DECOMPOSITIONS.items()
+            if isinstance(op, torch._ops.OpOverload) and decomposition_table.get(op) is not fn
+            and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")}
+
+
+def _prims_served() -> set:
+    """The prims torch_fl serves (torch._decomp's decompositions bottom out in them: prims.rev for flip,
+    prims.sum for sum ...): PyTorch's own implementation of a prim calls the aten op back, so without
+    these the decomposition of that op would have no way down."""
+    from . import _jit_reduce
+
+    found = {op for op in DECOMPOSITIONS if isinstance(op, torch._ops.OpOverload) and op.namespace == "prims"}
+    found |= {op for op in _jit_reduce.OPS if op.namespace == "prims"}
+    return found
+
+
+GENERIC: set = set()  # ops taken at the fl key whose PyTorch generic kernel serves backends without a kernel
+_GENERIC_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse2)
+
+
+def _generic_kernel(op):
+    """PyTorch's CompositeExplicitAutograd kernel of op, reached through a backend key torch_fl leaves
+    empty (PrivateUse2), where the generic kernel is what the dispatcher computes."""
+    def run(*args, **kwargs):
+        return op.redispatch(_GENERIC_KEYS, *args, **kwargs)
+
+    return run
+
+
+def _native_generic_ops() -> set:
+    """Ops some loaded plugin has a kernel for whose PyTorch kernel for other backends is generic
+    (CompositeExplicitAutograd: native_layer_norm as mean/var/..., embedding as index_select): taken at
+    the fl key, so the plugin's kernel runs instead of PyTorch's composition. Copies are PyTorch's
+    (they reach torch_fl as _copy_from)."""
+    found = set()
+    for backend in REGISTRY.backends.values():
+        for name in backend.plugin.kernels:
+            op = overload_named(name)
+            if op is None or op in _NEVER_DIRECT:
+                continue
+            if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeExplicitAutograd"):
+                found.add(op)
+    return found
+
+
+_NEVER_DIRECT = {aten.copy_.default}
+
+
+def overload_named(name: str):
+    """The aten OpOverload an ABI kernel name ("aten::add.Tensor") means, or None."""
+    ns, _, rest = name.partition("::")
+    if ns != "aten":
+        return None
+    base, _, overload = rest.partition(".")
+    packet = getattr(aten, base, None)
+    return getattr(packet, overload or "default", None) if packet is not None else None
+
+
+# Ops whose generic (CompositeExplicitAutograd) kernel cannot serve a PrivateUse1 device, so the
+# dispatcher takes them at the fl key itself: the attention ops PyTorch declares for PrivateUse1
+# backends to implement (their generic kernel only raises), and ops whose generic kernel calls a
+# CPU/CUDA-only DispatchStub ("DispatchStub: missing kernel for fl").
+DIRECT = (
+    aten._scaled_dot_product_fused_attention_overrideable.default,
+    aten._scaled_dot_product_fused_attention_overrideable_backward.default,
+    aten.conj_physical_.default,
+    # convolution picks a backend itself and, for PrivateUse1, calls convolution_overrideable (which
+    # raises): plugins name their kernels aten::convolution / aten::convolution_backward
+    aten.convolution.default,
+    aten.convolution_backward.default,
+)
+
+
+def _sparse_on_fl(op, *args, **kwargs):
+    """PyTorch moves a sparse layout to fl (x.to_sparse_csr().to("fl")); no op can run on it."""
+    layout = next((t.layout for t in _iter_tensors(list(args) + list(kwargs.values()))
+                   if t.device.type == "fl" and t.layout is not torch.strided), "sparse")
+    where = next((t.device for t in _iter_tensors(list(args) + list(kwargs.values())) if t.device.type == "fl"), "fl")
+    raise RuntimeError(f"{op.name()}: a {layout} tensor on {where} is not supported by torch_fl (fl tensors are "
+                       f"strided); keep {layout} tensors on the CPU and move dense ones with .to_dense() first")
+
+
+def _direct(op):
+    def impl(*args, **kwargs):
+        return _ENTRY[0](op, args, kwargs)
+
+    return impl

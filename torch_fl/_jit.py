@@ -316,12 +316,12 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
     from torch._decomp import core_aten_decompositions
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from ._tensor import FlTensor
+    from ._tensor import is_fl
 
     example, inputs, slot = [], {}, 0
     n_in = 0
     for i, v in enumerate(vals):
-        if isinstance(v, FlTensor):
+        if is_fl(v):
             if v.dtype != dtype:
                 raise _Unsupported("mixed dtypes")
             example.append(torch.ones(1, dtype=dtype))
@@ -413,6 +413,20 @@ class _Entry:
         self.fn = fn
 
 
+_WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+def wrap_numbers(f, vals) -> list:
+    """A Python number where the schema says Tensor (PyTorch hands a backend its wrapped-number tensors,
+    such as the 2 of `x % 2`, as Python numbers) becomes the 0-dim CPU tensor it stood for, so the
+    generated kernel reads it as a scalar argument instead of baking its value in."""
+    out = list(vals)
+    for i, v in enumerate(vals):
+        if type(v) in _WRAPPED_DTYPE and f.tensor_arg[i]:
+            out[i] = torch.tensor(v, dtype=_WRAPPED_DTYPE[type(v)])
+    return out
+
+
 class JitKernel:
     """The JIT tier for one (op, dtype) on one backend: compiles a kernel per
     argument signature at first use, then runs it through the native path."""
@@ -423,11 +437,11 @@ class JitKernel:
         self.out_dtype = dtype
 
     def _signature(self, vals):
-        from ._tensor import FlTensor
+        from ._tensor import is_fl
 
         sig = [self.out_dtype]
         for v in vals:
-            if isinstance(v, FlTensor):
+            if is_fl(v):
                 sig.append(("T", v.dtype))
             elif isinstance(v, torch.Tensor):
                 sig.append(("W", v.dtype))
@@ -440,6 +454,7 @@ class JitKernel:
     def __call__(self, f, dev, vals):
         from ._dispatch import _NOT_HANDLED, _output_layouts, _run_native
 
+        vals = wrap_numbers(f, vals)
         if f.mutable:  # in-place: the output is the first argument itself
             first = vals[0]
             layouts = ((list(first.shape), list(first.stride()), first.dtype),) if isinstance(first, torch.Tensor) \

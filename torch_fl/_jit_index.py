@@ -164,15 +164,15 @@ class IndexKernel(_jit.JitKernel):
 
     def __call__(self, f, dev, vals):
         from ._dispatch import _NOT_HANDLED, _run_native
-        from ._tensor import FlTensor
+        from ._tensor import is_fl
 
         x, index = vals[0], vals[2]
-        if not isinstance(x, FlTensor) or not isinstance(index, FlTensor) or index.dtype not in _INDEX_TYPES:
+        if not is_fl(x) or not is_fl(index) or index.dtype not in _INDEX_TYPES:
             return _NOT_HANDLED
         if x.dim() == 0 or index.dim() != x.dim() or x.dtype not in _jit._DTYPES:
             return _NOT_HANDLED  # 0-dim and rank-mismatch forms: PyTorch's own checks run on the next tier
         if len(vals) > 3 and isinstance(vals[3], torch.Tensor) and (
-                not isinstance(vals[3], FlTensor) or vals[3].dtype != x.dtype or vals[3].dim() != x.dim()):
+                not is_fl(vals[3]) or vals[3].dtype != x.dtype or vals[3].dim() != x.dim()):
             return _NOT_HANDLED
         try:
             spec = _spec(f, vals)

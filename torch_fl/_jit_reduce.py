@@ -172,10 +172,10 @@ class ReduceKernel(_jit.JitKernel):
 
     def __call__(self, f, dev, vals):
         from ._dispatch import _NOT_HANDLED, _run_native
-        from ._tensor import FlTensor
+        from ._tensor import is_fl
 
         x = vals[0]
-        if not isinstance(x, FlTensor) or any(isinstance(v, FlTensor) for v in vals[1:]):
+        if not is_fl(x) or any(is_fl(v) for v in vals[1:]):
             return _NOT_HANDLED
         try:
             spec = OPS[f.func](vals)

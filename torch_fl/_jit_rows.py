@@ -160,10 +160,10 @@ class RowKernel(_jit.JitKernel):
 
     def __call__(self, f, dev, vals):
         from ._dispatch import _NOT_HANDLED, _run_native
-        from ._tensor import FlTensor
+        from ._tensor import is_fl
 
         x = vals[0]
-        if not isinstance(x, FlTensor):
+        if not is_fl(x):
             return _NOT_HANDLED
         try:
             kind, dim, extra = OPS[f.func](vals)
@@ -209,13 +209,13 @@ def _run_whole(f, entry, dev, flat, layouts):
     """median()/nanmedian() of a whole tensor: the kernel sees the flattened values as one row
     (dim 0) and writes a value and an index; the op returns the value."""
     from ._abi import ffi
-    from ._dispatch import new_tensor
+    from ._tensor import desc, new_tensor
 
     shape, stride, dtype = layouts[0]
     value = new_tensor(dev, shape, dtype, stride)
     index = new_tensor(dev, [], torch.int64, [])
-    c_in = ffi.new("fl_tensor_t[]", [flat._desc()])
-    c_out = ffi.new("fl_tensor_t[]", [value._desc(), index._desc()])
+    c_in = ffi.new("fl_tensor_t[]", [desc(flat)])
+    c_out = ffi.new("fl_tensor_t[]", [desc(value), desc(index)])
     c_args = ffi.new("fl_arg_t[]", 1)
     from . import _record
 

@@ -1,4 +1,6 @@
-"""Device memory: a caching pool over the plugin's malloc/free.
+"""Device memory settings: the caching pool over the plugin's malloc/free lives
+in the C++ core (_csrc/fl_core.cpp), so that allocating a tensor never enters
+Python; this module reads its configuration.
 
 Why a pool: a training step frees and re-allocates the same sizes every
 iteration, and a plugin call per tensor costs more than a small kernel (the
@@ -13,11 +15,6 @@ from __future__ import annotations
 
 import os
 
-import torch
-
-from ._abi import ffi
-
-ALIGN = 16
 POOL_ENABLED = os.environ.get("FL_MEMORY_POOL", "1").strip() not in ("0", "false", "no", "off")
 # Cached bytes per device stay below a limit: FL_MEMORY_POOL_LIMIT (bytes, or
 # "512M", "2G"), set_pool_limit(), else a quarter of the device's memory (host
@@ -49,11 +46,11 @@ def set_pool_limit(nbytes: int, device=None) -> None:
 
     if nbytes < 0:
         raise ValueError("the pool limit cannot be negative")
+    from . import _core
+
     devices = REGISTRY.devices if device is None else [REGISTRY.device(_index_of(device))]
     for dev in devices:
-        dev.pool_limit = int(nbytes)
-        if dev.cached > dev.pool_limit:
-            empty_cache(dev)
+        _core.lib().fl_core_set_pool_limit(dev.index, int(nbytes))
 
 
 def _index_of(device) -> int | None:
@@ -65,91 +62,16 @@ def _index_of(device) -> int | None:
 
 
 def size_class(nbytes: int) -> int:
-    """Blocks are cached and reused by size class: multiples of 512 bytes up to
-    1 MiB, then eight classes per power of two (at most 12.5 % slack), so
-    tensors of nearby sizes share blocks."""
-    if nbytes <= 512:
-        return (nbytes + ALIGN - 1) // ALIGN * ALIGN
-    if nbytes <= 1 << 20:
-        return (nbytes + 511) // 512 * 512
-    step = 1 << (nbytes.bit_length() - 4)
-    return (nbytes + step - 1) // step * step
+    """The block size the pool hands out for nbytes: multiples of 16 bytes up to 512, of 512 bytes up
+    to 1 MiB, then eight classes per power of two (at most 12.5 % slack), so tensors of nearby sizes
+    share blocks. The C++ core decides; this asks it."""
+    from . import _core
 
-
-def round_up(nbytes: int) -> int:
-    return size_class(nbytes)
-
-
-def allocate(device, nbytes: int):
-    """A `void*` cdata of at least nbytes on the device (NULL for zero bytes)."""
-    if nbytes == 0:
-        return ffi.NULL
-    size = size_class(nbytes)
-    blocks = device.pool.get(size)
-    if blocks:
-        ptr = blocks.pop()
-        device.cached -= size
-        device.pool_hits += 1
-    else:
-        device.pool_misses += 1
-        try:
-            ptr = device.plugin.malloc_ptr(device.local, size)
-        except torch.OutOfMemoryError as first:
-            if not device.cached:
-                raise _oom(device, size, first, 0) from None
-            flushed = device.cached
-            empty_cache(device)  # cached blocks of other sizes may make room
-            try:
-                ptr = device.plugin.malloc_ptr(device.local, size)
-            except torch.OutOfMemoryError as e:
-                raise _oom(device, size, e, flushed) from None
-    device.allocated += size
-    device.allocations += 1
-    if device.allocated > device.peak:
-        device.peak = device.allocated
-    return ptr
-
-
-def release(device, ptr, nbytes: int) -> None:
-    if ptr == ffi.NULL:
-        return
-    size = size_class(nbytes)
-    device.allocated -= size
-    device.allocations -= 1
-    if POOL_ENABLED and device.cached + size <= device.pool_limit:
-        blocks = device.pool.get(size)
-        if blocks is None:
-            blocks = device.pool[size] = []
-        blocks.append(ptr)
-        device.cached += size
-    else:
-        device.plugin.free_ptr(device.local, ptr)
+    return int(_core.lib().fl_core_size_class(int(nbytes)))
 
 
 def empty_cache(device) -> None:
-    """Return every cached block to the plugin."""
-    pool, device.pool = device.pool, {}
-    device.cached = 0
-    for blocks in pool.values():
-        for ptr in blocks:
-            device.plugin.free_ptr(device.local, ptr)
+    """Return every cached block of the device to its plugin."""
+    from . import _core
 
-
-def _oom(device, size: int, cause: Exception, flushed: int) -> torch.OutOfMemoryError:
-    total = device.props.total_memory
-    pool = (f"the pool held {_fmt(flushed)} of cached blocks and gave them back before retrying"
-            if flushed else "the pool held no cached blocks")
-    return torch.OutOfMemoryError(
-        f"fl:{device.index} ({device.backend.name}) out of memory: tried to allocate {_fmt(size)}; "
-        f"{_fmt(device.allocated)} allocated by live tensors in {device.allocations} buffers; {pool}; "
-        f"device capacity {_fmt(total)}. Free tensors (del, then gc.collect()) or use a smaller batch. "
-        f"Plugin said: {cause}"
-    )
-
-
-def _fmt(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-        n /= 1024
-    return f"{n} B"
+    _core.lib().fl_core_empty_cache(device.index)

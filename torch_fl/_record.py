@@ -32,13 +32,28 @@ LISTENERS: list = []
 DEPTH = [0]
 
 
+FAST_KERNELS = [lambda: 0]  # kernels the C++ core's fast path launched (it runs only while nobody listens)
+
+
+def kernel_count() -> int:
+    """Kernels launched so far in this process, by either path (read deltas around a piece of work)."""
+    return KERNELS[0] + FAST_KERNELS[0]()
+
+
+ON_LISTENERS: list = []  # called with no argument when listeners come or go (the C++ fast path steps aside)
+
+
 def add_listener(fn) -> None:
     LISTENERS.append(fn)
+    for hook in ON_LISTENERS:
+        hook()
 
 
 def remove_listener(fn) -> None:
     if fn in LISTENERS:
         LISTENERS.remove(fn)
+    for hook in ON_LISTENERS:
+        hook()
 
 
 def emit(event: OpEvent) -> None:

@@ -15,7 +15,7 @@ from importlib import metadata
 
 import torch
 
-from . import _config, _memory
+from . import _config, _core, _memory
 from ._plugin import DeviceProps, Plugin
 from .errors import BackendNotFoundError, FlError, PluginLoadError
 
@@ -42,7 +42,8 @@ class Candidate:
 
 
 class Device:
-    """One fl device: a plugin's local device behind a global fl index."""
+    """One fl device: a plugin's local device behind a global fl index. Its memory is managed by the
+    C++ core's caching allocator (one pool per device); the stats below are read from there."""
 
     def __init__(self, backend: Backend, local: int, index: int, props: DeviceProps):
         self.backend = backend
@@ -52,15 +53,40 @@ class Device:
         self.props = props
         self.torch_device = torch.device("fl", index)
         self.host_accessible = props.host_accessible
-        self.allocated = 0
-        self.peak = 0
-        self.allocations = 0
-        # the caching pool (see _memory): size -> free blocks
-        self.pool: dict[int, list] = {}
-        self.cached = 0
-        self.pool_hits = 0
-        self.pool_misses = 0
-        self.pool_limit = _memory.default_pool_limit(props.total_memory)
+        _core.add_device(self, _memory.default_pool_limit(props.total_memory))
+
+    def memory(self) -> dict[str, int]:
+        """allocated (live tensor bytes), peak, cached (pool), allocations, hits, misses, limit, ..."""
+        return _core.memory_stats(self.index)
+
+    @property
+    def allocated(self) -> int:
+        return self.memory()["allocated"]
+
+    @property
+    def peak(self) -> int:
+        return self.memory()["peak"]
+
+    @peak.setter
+    def peak(self, value: int) -> None:
+        """The peak becomes max(value, allocated) (0 resets it)."""
+        _core.lib().fl_core_set_peak(self.index, int(value))
+
+    @property
+    def pool_hits(self) -> int:
+        return self.memory()["hits"]
+
+    @property
+    def pool_misses(self) -> int:
+        return self.memory()["misses"]
+
+    @property
+    def cached(self) -> int:
+        return self.memory()["cached"]
+
+    @property
+    def pool_limit(self) -> int:
+        return self.memory()["limit"]
 
     def __repr__(self) -> str:
         return f"<fl:{self.index} {self.backend.name}:{self.local} {self.props.name}>"
@@ -74,8 +100,15 @@ class Backend:
         self.name = plugin.name
         self.devices = [Device(self, i, first_index + i, p) for i, p in enumerate(plugin.devices)]
         self.plans: dict = {}  # dispatcher decisions, keyed by (op, dtypes)
-        self.counts: dict = {}  # (op name, path) -> calls, always on
+        self.own_counts: dict = {}  # (op name, path) -> calls the Python dispatcher served
         self._capabilities = None
+
+    @property
+    def counts(self) -> dict:
+        """(op name, path) -> calls, always on: the Python dispatcher's counts plus the calls the C++ core's
+        fast path served."""
+        _core.drain_counts()
+        return self.own_counts
 
     @property
     def capabilities(self):
@@ -108,9 +141,7 @@ class Registry:
         # the C++ device guard answers PyTorch's "which fl device is current"
         self._current_device = dev
         if dev is not None:
-            from . import _guard
-
-            _guard.set_current(dev.index)
+            _core.set_current(dev.index)
 
     # -- discovery ------------------------------------------------------------
     def _candidate_paths(self) -> list[tuple[str, str]]:

@@ -365,13 +365,11 @@ def _record_function_ranges():
         with torch.profiler.record_function(f"fl::{_dispatch.op_name(func)}"):
             return original(func, args, kwargs)
 
-    from . import _tensor
-
-    _tensor.set_dispatch(ranged)
+    _dispatch.set_dispatch(ranged)
     try:
         yield
     finally:
-        _tensor.set_dispatch(original)
+        _dispatch.set_dispatch(None)
 
 
 # -- aggregation -----------------------------------------------------------------

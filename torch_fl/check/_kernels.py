@@ -14,7 +14,7 @@ import torch
 
 from .. import _dispatch
 from .._dispatch import _NOT_HANDLED, _run_native, facts, fl_to_cpu
-from .._tensor import Buffer, FlTensor
+from .._tensor import is_fl
 from ._samples import snapshot
 
 TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.float16: 1e-2, torch.bfloat16: 2e-2}
@@ -29,16 +29,17 @@ SAME_LAYOUT_REFERENCE = {"aten::_linalg_det", "aten::_linalg_slogdet"}
 LAYOUT_DEPENDENT = {"aten::as_strided_scatter"}
 
 
-def to_device(dev, t: torch.Tensor) -> FlTensor:
+def to_device(dev, t: torch.Tensor) -> torch.Tensor:
     """t on the device with its sizes, strides and storage offset (the storage span is copied)."""
     lo, hi = _dispatch.span(t)
     item = t.element_size()
-    buf = Buffer(dev, max(hi, lo, 1) * item)
+    buf = torch.empty(max(hi, lo, 1) * item, dtype=torch.uint8, device=dev.torch_device)
     if hi > lo:
         host = torch.as_strided(t, (hi - lo,), (1,), lo).contiguous() if t.numel() else None
         if host is not None:
-            dev.plugin.copy_h2d(dev.local, buf.ptr + lo * item, host.data_ptr(), (hi - lo) * item)
-    return FlTensor(buf, t.shape, t.stride(), t.storage_offset(), t.dtype)
+            dev.plugin.copy_h2d(dev.local, buf.data_ptr() + lo * item, host.data_ptr(), (hi - lo) * item)
+    out = torch.empty(0, dtype=t.dtype, device=dev.torch_device)
+    return out.set_(buf.untyped_storage(), t.storage_offset(), t.shape, t.stride())
 
 
 def noncontiguous(t: torch.Tensor) -> torch.Tensor:
@@ -168,7 +169,7 @@ def run_calls(dev, kernel, calls, variants: bool = True) -> Outcome:
                             _compare(fl_to_cpu(r).clone(), e, f"{shape}{label} output {i}", out,
                                      TOL_FLOOR.get(f.name, 0.0))
                 for idx in f.mutable:
-                    if idx < len(vals) and isinstance(vals[idx], FlTensor) and not random:
+                    if idx < len(vals) and is_fl(vals[idx]) and not random:
                         _compare(fl_to_cpu(vals[idx]).clone(), cpu_args[idx], f"{shape}{label} mutated arg {idx}", out)
             if len(out.failures) >= 3:
                 return out

@@ -27,7 +27,7 @@ from torch import nn
 
 from .. import _record
 from .._registry import REGISTRY
-from .._tensor import FlTensor
+from .._tensor import device_of, is_fl
 from . import _capture
 from . import passes as _passes
 from .passes import PASSES, Record
@@ -89,8 +89,8 @@ def _enabled_passes(passes: Mapping[str, bool] | Iterable[str] | None) -> list[s
 def _backend_of(values) -> tuple[str, dict, int, bool]:
     """(name, kernels, device features, native) of the backend the call's tensors live on."""
     for v in values:
-        if isinstance(v, FlTensor):
-            dev = v._buf.device
+        if is_fl(v):
+            dev = device_of(v)
             return dev.backend.name, dev.backend.plugin.kernels, dev.props.features, False
     # native PyTorch tensors: PyTorch's own SDPA kernels serve attention; no fused conv kernel
     return "native", dict.fromkeys(_passes.SDPA_KERNELS), 0, True
@@ -252,11 +252,11 @@ class _Timed(fx.Interpreter):
         idx = self.owner(n)
         if idx is None:
             return super().run_node(n)
-        k0, t0 = _record.KERNELS[0], time.perf_counter()
+        k0, t0 = _record.kernel_count(), time.perf_counter()
         out = super().run_node(n)
         _sync()
         c = self.cost.setdefault(idx, [0, 0.0])
-        c[0] += _record.KERNELS[0] - k0
+        c[0] += _record.kernel_count() - k0
         c[1] += time.perf_counter() - t0
         return out
 

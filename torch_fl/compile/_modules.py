@@ -187,9 +187,9 @@ class FusedSelfAttention(nn.Module):
 
 def _fused_attention(q: torch.Tensor, dropout_p: float) -> bool:
     from .._dispatch import sdpa_fused_eligible
-    from .._tensor import FlTensor
+    from .._tensor import is_fl
 
-    return isinstance(q, FlTensor) and sdpa_fused_eligible(q, q, q, dropout_p, False)
+    return is_fl(q) and sdpa_fused_eligible(q, q, q, dropout_p, False)
 
 
 def _merged_mask(attn_mask, key_padding_mask, b, h, length, dtype):

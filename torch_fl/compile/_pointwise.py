@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 
 from .. import _async, _jit, _record
-from .._tensor import FlTensor
+from .._tensor import device_of, is_fl
 
 STATS = {"compiled": 0, "runs": 0, "eager": 0}
 
@@ -44,6 +44,7 @@ class _ChainFacts:
         self.name, self.func = name, fn
         self.arg_names = [f"x{i}" for i in range(n)]
         self.kwarg_only = [False] * n
+        self.tensor_arg = [True] * n
 
     def call(self, vals):
         return self.func(*vals)
@@ -93,10 +94,10 @@ class PointwiseChain:
 
 def kernel_ready(tensors) -> tuple | None:
     """(device, dtype) when these tensors can run a generated kernel, else None."""
-    if not tensors or not all(isinstance(t, FlTensor) for t in tensors):
+    if not tensors or not all(is_fl(t) for t in tensors):
         return None
-    dev, dtype = tensors[0]._buf.device, tensors[0].dtype
-    if any(t._buf.device is not dev or t.dtype != dtype for t in tensors) or dtype not in _jit._DTYPES:
+    dev, dtype = device_of(tensors[0]), tensors[0].dtype
+    if any(device_of(t) is not dev or t.dtype != dtype for t in tensors) or dtype not in _jit._DTYPES:
         return None
     if not dev.plugin.optional.get("jit_compile") or not (dev.props.dtypes >> _jit._dtype_code(dtype)) & 1:
         return None

@@ -53,7 +53,7 @@ from torch._C._distributed_c10d import (
 from .. import _async, _record
 from .._abi import ffi
 from .._registry import REGISTRY
-from .._tensor import is_fl
+from .._tensor import desc, device_of, is_fl
 from ._work import BackendMismatchError, CollectiveError, FlWork, Worker
 
 BACKEND_NAME = "fl"
@@ -138,7 +138,7 @@ def _reduce_name(op) -> str:
 
 
 def _ptr(t: torch.Tensor) -> int:
-    return t._buf.ptr + t.storage_offset() * t.element_size()
+    return t.data_ptr()
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -265,7 +265,7 @@ class ProcessGroupFl(dist.ProcessGroup):
             if t.device.type != "cpu":
                 raise ValueError(f"{public}: the fl process group takes fl and CPU tensors, not {t.device}; "
                                  "use a process group of that device's backend")
-        devices = {t._buf.device for t in fl}
+        devices = {device_of(t) for t in fl}
         if len(devices) > 1:
             raise ValueError(f"{public}: the tensors of one collective must all be on one fl device; got "
                              f"{sorted(str(d.torch_device) for d in devices)}")
@@ -342,7 +342,7 @@ class ProcessGroupFl(dist.ProcessGroup):
         what = f"the '{self.backend.name}' plugin's comm"
 
         def d(t: torch.Tensor):
-            return ffi.new("fl_tensor_t*", t._desc())
+            return ffi.new("fl_tensor_t*", desc(t))
 
         def check(st: int, name: str) -> None:
             if st:  # FlWork turns it into a CollectiveError (a CollectiveTimeoutError for timeouts)

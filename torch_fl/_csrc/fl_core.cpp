@@ -1,0 +1,1064 @@
+// torch_fl's C++ core: makes fl tensors real PyTorch tensors on the PrivateUse1
+// device whose storage is plugin memory.
+//
+// What lives here, and why in C++: the pieces PyTorch calls on every tensor
+// without going through an operator, or so often that Python would dominate:
+//   - the device table (global fl index -> plugin, local device), filled by Python;
+//   - the device guard and PrivateUse1 hooks (current device, device count,
+//     streams and events over the plugin's, pinned host memory, storage resize);
+//   - a caching allocator over the plugin's malloc/free (size classes, a cap on
+//     cached bytes, stats, an out-of-memory message that says what the pool held);
+//   - the metadata ops every backend must provide (empty, empty_strided,
+//     as_strided, view, _reshape_alias, resize_, set_, ...), which never touch
+//     device memory except resize_ growing a storage;
+//   - the boxed fallback for every other op: a call whose plan is a native
+//     kernel runs from a per-signature cache without entering Python (the fast
+//     path); everything else is handed to torch_fl's Python dispatcher, which
+//     PyTorch reaches through the PrivateUse3 key (see fl_core_fallback).
+// Plain C entry points (extern "C") are what Python calls, through ctypes; no
+// Python API is used here, so the library depends on libtorch only.
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_cpu_dispatch.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include "fl_plugin.h"
+
+#define FL_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+constexpr size_t kAlign = 16;
+
+// ---------------------------------------------------------------- devices ---
+
+struct Pool {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> blocks
+  std::unordered_map<void*, void*> pending;                    // block -> plugin event of an async copy into it
+  int64_t allocated = 0, peak = 0, cached = 0, allocations = 0;
+  int64_t hits = 0, misses = 0, device_allocs = 0, device_frees = 0, ooms = 0, retries = 0;
+  int64_t alloc_requests = 0;
+  int64_t limit = 0;
+};
+
+struct Device {
+  const fl_plugin_t* plugin = nullptr;
+  int local = 0;
+  uint64_t total = 0;
+  uint32_t features = 0;
+  std::string label;  // "fl:1 (rocm)"
+  Pool pool;
+  std::mutex stream_mu;
+  std::vector<fl_stream_t> streams;  // stream id k >= 1 is streams[k - 1]; id 0 is the default (NULL) stream
+};
+
+Device* g_devices[kMaxDevices] = {};
+std::atomic<int> g_count{0};
+std::atomic<int> g_default{0};
+std::atomic<bool> g_pool_enabled{true};
+thread_local int t_current = -1;
+
+Device& device_at(int index) {
+  TORCH_CHECK(index >= 0 && index < g_count.load() && g_devices[index] != nullptr,
+              "fl:", index, " does not exist: ", g_count.load(), " fl device(s) are available "
+              "(torch.fl.device_count()); pick one of them");
+  return *g_devices[index];
+}
+
+int current_index() {
+  int i = t_current >= 0 ? t_current : g_default.load();
+  return i;
+}
+
+std::string plugin_error(const Device& d) {
+  const char* msg = d.plugin->last_error ? d.plugin->last_error() : nullptr;
+  return msg && *msg ? std::string(msg) : std::string("(the plugin left no message)");
+}
+
+void check_status(const Device& d, int status, const char* what) {
+  TORCH_CHECK(status == FL_OK, "fl plugin ", d.label, " failed in ", what, " (status ", status, "): ",
+              plugin_error(d));
+}
+
+std::string fmt_bytes(double n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::abs(n) >= 1024 && u < 4) {
+    n /= 1024;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%.0f B", n);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", n, units[u]);
+  return buf;
+}
+
+// Blocks are cached and reused by size class: multiples of 16 bytes up to 512,
+// of 512 bytes up to 1 MiB, then eight classes per power of two (at most
+// 12.5 % slack), so tensors of nearby sizes share blocks.
+size_t size_class(size_t n) {
+  if (n <= 512) return (n + kAlign - 1) / kAlign * kAlign;
+  if (n <= (size_t(1) << 20)) return (n + 511) / 512 * 512;
+  int bits = 64 - __builtin_clzll(static_cast<unsigned long long>(n));
+  size_t step = size_t(1) << (bits - 4);
+  return (n + step - 1) / step * step;
+}
+
+// ------------------------------------------------------------- allocator ---
+
+struct Block {
+  void* ptr;
+  int device;
+  size_t size;
+};
+
+std::atomic<int> g_pending_total{0};  // async copies in flight: the fast path steps aside while any is
+
+void settle_pending_locked(Device& d, void* ptr) {
+  auto it = d.pool.pending.find(ptr);
+  if (it == d.pool.pending.end()) return;
+  void* ev = it->second;
+  d.pool.pending.erase(it);
+  g_pending_total--;
+  if (d.plugin->event_synchronize) d.plugin->event_synchronize(d.local, ev);
+  if (d.plugin->event_destroy) d.plugin->event_destroy(d.local, ev);
+}
+
+void free_cached_locked(Device& d) {
+  for (auto& kv : d.pool.free_blocks) {
+    for (void* p : kv.second) {
+      d.plugin->free(d.local, p);
+      d.pool.device_frees++;
+    }
+  }
+  d.pool.free_blocks.clear();
+  d.pool.cached = 0;
+}
+
+void release_block(void* ctx) {
+  auto* b = static_cast<Block*>(ctx);
+  Device* d = (b->device >= 0 && b->device < kMaxDevices) ? g_devices[b->device] : nullptr;
+  if (d != nullptr) {
+    std::lock_guard<std::mutex> lock(d->pool.mu);
+    settle_pending_locked(*d, b->ptr);  // an async copy must land before the memory is reused
+    d->pool.allocated -= static_cast<int64_t>(b->size);
+    d->pool.allocations -= 1;
+    if (g_pool_enabled.load() && d->pool.cached + static_cast<int64_t>(b->size) <= d->pool.limit) {
+      d->pool.free_blocks[b->size].push_back(b->ptr);
+      d->pool.cached += static_cast<int64_t>(b->size);
+    } else {
+      d->plugin->free(d->local, b->ptr);
+      d->pool.device_frees++;
+    }
+  }
+  delete b;
+}
+
+void noop_delete(void*) {}
+
+c10::DataPtr allocate_on(int index, size_t nbytes) {
+  c10::Device where(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index));
+  Device& d = device_at(index);
+  if (nbytes == 0) return {nullptr, nullptr, &noop_delete, where};
+  TORCH_CHECK(nbytes <= (size_t(1) << 62), "fl:", index, " cannot allocate ", nbytes, " bytes");
+  size_t size = size_class(nbytes);
+  void* ptr = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(d.pool.mu);
+    d.pool.alloc_requests++;
+    auto it = d.pool.free_blocks.find(size);
+    if (it != d.pool.free_blocks.end() && !it->second.empty()) {
+      ptr = it->second.back();
+      it->second.pop_back();
+      d.pool.cached -= static_cast<int64_t>(size);
+      d.pool.hits++;
+    } else {
+      d.pool.misses++;
+      int status = d.plugin->malloc(d.local, size, &ptr);
+      int64_t flushed = 0;
+      if (status == FL_ERR_OOM && d.pool.cached > 0) {  // cached blocks of other sizes may make room
+        flushed = d.pool.cached;
+        free_cached_locked(d);
+        d.pool.retries++;
+        status = d.plugin->malloc(d.local, size, &ptr);
+      }
+      if (status == FL_ERR_OOM) {
+        d.pool.ooms++;
+        std::string pool = flushed ? "the pool held " + fmt_bytes(flushed) +
+                                         " of cached blocks and gave them back before retrying"
+                                   : std::string("the pool held no cached blocks");
+        TORCH_CHECK_WITH(OutOfMemoryError, false, d.label, " out of memory: tried to allocate ", fmt_bytes(size),
+                         "; ", fmt_bytes(d.pool.allocated), " allocated by live tensors in ", d.pool.allocations,
+                         " buffers; ", pool, "; device capacity ", fmt_bytes(d.total),
+                         ". Free tensors (del, then gc.collect()) or use a smaller batch. Plugin said: ",
+                         plugin_error(d));
+      }
+      check_status(d, status, "malloc");
+      TORCH_CHECK(ptr != nullptr, "fl plugin ", d.label, " broke the malloc contract: it returned FL_OK with a NULL "
+                  "pointer for ", size, " bytes (fl_plugin.h: malloc returns a valid pointer or an error status); "
+                  "fix the plugin");
+      d.pool.device_allocs++;
+    }
+    d.pool.allocated += static_cast<int64_t>(size);
+    d.pool.allocations += 1;
+    if (d.pool.allocated > d.pool.peak) d.pool.peak = d.pool.allocated;
+  }
+  return {ptr, new Block{ptr, index, size}, &release_block, where};
+}
+
+struct FlAllocator final : public c10::DeviceAllocator {
+  c10::DataPtr allocate(size_t n) override { return allocate_on(current_index(), n); }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    if (count == 0) return;
+    Device& d = device_at(current_index());
+    check_status(d, d.plugin->copy_d2d(d.local, dest, src, count, nullptr), "copy_d2d");
+  }
+  bool initialized() override { return g_count.load() > 0; }
+  void emptyCache(c10::MempoolId_t) override {
+    for (int i = 0; i < g_count.load(); ++i) {
+      if (!g_devices[i]) continue;
+      std::lock_guard<std::mutex> lock(g_devices[i]->pool.mu);
+      free_cached_locked(*g_devices[i]);
+    }
+  }
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex index) override {
+    Device& d = device_at(index);
+    std::lock_guard<std::mutex> lock(d.pool.mu);
+    c10::CachingDeviceAllocator::DeviceStats s;
+    auto set = [](c10::CachingAllocator::StatArray& a, int64_t cur, int64_t peak) {
+      for (auto& st : a) {
+        st.current = cur;
+        st.peak = peak;
+      }
+    };
+    set(s.allocated_bytes, d.pool.allocated, d.pool.peak);
+    set(s.active_bytes, d.pool.allocated, d.pool.peak);
+    set(s.requested_bytes, d.pool.allocated, d.pool.peak);
+    set(s.reserved_bytes, d.pool.allocated + d.pool.cached, d.pool.peak + d.pool.cached);
+    set(s.allocation, d.pool.allocations, d.pool.allocations);
+    set(s.active, d.pool.allocations, d.pool.allocations);
+    s.num_alloc_retries = d.pool.retries;
+    s.num_ooms = d.pool.ooms;
+    s.num_device_alloc = d.pool.device_allocs;
+    s.num_device_free = d.pool.device_frees;
+    return s;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex index) override {
+    Device& d = device_at(index);
+    std::lock_guard<std::mutex> lock(d.pool.mu);
+    d.pool.hits = d.pool.misses = d.pool.retries = d.pool.ooms = 0;
+  }
+  void resetPeakStats(c10::DeviceIndex index) override {
+    Device& d = device_at(index);
+    std::lock_guard<std::mutex> lock(d.pool.mu);
+    d.pool.peak = d.pool.allocated;
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex index) override {
+    Device& d = device_at(index);
+    uint64_t used = 0;
+    if (d.plugin->memory_used) check_status(d, d.plugin->memory_used(d.local, &used), "memory_used");
+    uint64_t free_bytes = d.total > used ? d.total - used : 0;
+    return {static_cast<size_t>(free_bytes), static_cast<size_t>(d.total)};
+  }
+};
+FlAllocator g_allocator;
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
+
+// Grows (or shrinks) a storage to nbytes on its device, keeping its first bytes:
+// resize_ and UntypedStorage.resize_ (PyTorch's CPU version would memcpy device memory).
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
+  int index = storage.device().index();
+  size_t old = storage.nbytes();
+  c10::DataPtr fresh = allocate_on(index, nbytes);
+  size_t keep = std::min(old, nbytes);
+  if (keep > 0 && storage.data() != nullptr) {
+    Device& d = device_at(index);
+    check_status(d, d.plugin->copy_d2d(d.local, fresh.get(), storage.data(), keep, nullptr), "copy_d2d (resize)");
+  }
+  storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
+  storage.unsafeGetStorageImpl()->set_nbytes(nbytes);
+}
+
+// ----------------------------------------------------------------- guard ---
+
+fl_stream_t stream_handle(Device& d, c10::StreamId id) {
+  if (id <= 0) return nullptr;
+  std::lock_guard<std::mutex> lock(d.stream_mu);
+  size_t k = static_cast<size_t>(id) - 1;
+  return k < d.streams.size() ? d.streams[k] : nullptr;
+}
+
+thread_local std::map<int, c10::StreamId> t_stream;  // current stream per device on this thread
+
+struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
+  c10::Device getDevice() const override {
+    return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(current_index()));
+  }
+  void setDevice(c10::Device d) const override {
+    if (d.index() >= 0) t_current = d.index();
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0) t_current = d.index();
+  }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old = getDevice();
+    setDevice(d);
+    return old;
+  }
+  c10::Stream getStream(c10::Device d) const noexcept override {
+    int i = d.index() >= 0 ? d.index() : current_index();
+    auto it = t_stream.find(i);
+    c10::StreamId id = it == t_stream.end() ? 0 : it->second;
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, i), id);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getNewStream(c10::Device dev, int priority = 0) const override {
+    (void)priority;
+    int i = dev.index() >= 0 ? dev.index() : current_index();
+    Device& d = device_at(i);
+    if (!d.plugin->stream_create) return c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::DeviceType::PrivateUse1, i));
+    fl_stream_t s = nullptr;
+    check_status(d, d.plugin->stream_create(d.local, &s), "stream_create");
+    std::lock_guard<std::mutex> lock(d.stream_mu);
+    d.streams.push_back(s);
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, i),
+                       static_cast<c10::StreamId>(d.streams.size()));
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority = false) const override {
+    return getNewStream(d, high_priority ? -1 : 0);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override {
+    c10::Stream old = getStream(s.device());
+    t_stream[s.device_index()] = s.id();
+    return old;
+  }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    int n = g_count.load();
+    return static_cast<c10::DeviceIndex>(n > 0 ? n : 1);
+  }
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag) const override {
+    int i = device_index >= 0 ? device_index : stream.device_index();
+    Device& d = device_at(i);
+    if (!d.plugin->event_create || !d.plugin->event_record) return;  // synchronous device: nothing to wait for
+    if (*event == nullptr) check_status(d, d.plugin->event_create(d.local, event), "event_create");
+    check_status(d, d.plugin->event_record(d.local, *event, stream_handle(d, stream.id())), "event_record");
+  }
+  void block(void* event, const c10::Stream& stream) const override {
+    if (event == nullptr) return;
+    Device& d = device_at(stream.device_index());
+    // the plugin ABI has no stream-waits-on-event call: waiting on the host is the safe equivalent
+    if (d.plugin->event_synchronize) check_status(d, d.plugin->event_synchronize(d.local, event), "event_synchronize");
+  }
+  bool queryEvent(void* event) const override {
+    if (event == nullptr) return true;
+    Device& d = device_at(current_index());
+    if (!d.plugin->event_query) return true;
+    int done = 1;
+    check_status(d, d.plugin->event_query(d.local, event, &done), "event_query");
+    return done != 0;
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {
+    if (event == nullptr || device_index < 0 || device_index >= g_count.load() || !g_devices[device_index]) return;
+    Device& d = *g_devices[device_index];
+    if (d.plugin->event_destroy) d.plugin->event_destroy(d.local, event);
+  }
+  void synchronizeEvent(void* event) const override {
+    if (event == nullptr) return;
+    Device& d = device_at(current_index());
+    if (d.plugin->event_synchronize) check_status(d, d.plugin->event_synchronize(d.local, event), "event_synchronize");
+  }
+  bool queryStream(const c10::Stream& stream) const override {
+    synchronizeStream(stream);
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& stream) const override {
+    Device& d = device_at(stream.device_index());
+    if (d.plugin->stream_synchronize)
+      check_status(d, d.plugin->stream_synchronize(d.local, stream_handle(d, stream.id())), "stream_synchronize");
+  }
+  void synchronizeDevice(const c10::DeviceIndex index) const override {
+    Device& d = device_at(index);
+    if (d.plugin->synchronize) check_status(d, d.plugin->synchronize(d.local), "synchronize");
+  }
+  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+};
+FlGuard g_guard;
+
+// ------------------------------------------------------ pinned host memory ---
+// PyTorch asks the PrivateUse1 hooks for a host allocator (Tensor.pin_memory(),
+// DataLoader(pin_memory=True)). Blocks are 64-byte aligned host memory the
+// allocator remembers, so is_pinned() can answer; torch_fl copies from them
+// asynchronously on devices that declare FL_FEATURE_ASYNC_COPY.
+
+std::mutex g_pin_mutex;
+std::map<uintptr_t, size_t> g_pinned;
+
+void pinned_free(void* p) {
+  if (!p) return;
+  {
+    std::lock_guard<std::mutex> lock(g_pin_mutex);
+    g_pinned.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  std::free(p);
+}
+
+struct PinnedAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    void* p = nullptr;
+    if (n > 0) {
+      TORCH_CHECK_WITH(OutOfMemoryError, posix_memalign(&p, 64, n) == 0, "torch_fl: cannot allocate ", n,
+                       " bytes of pinned host memory");
+      std::lock_guard<std::mutex> lock(g_pin_mutex);
+      g_pinned[reinterpret_cast<uintptr_t>(p)] = n;
+    }
+    return {p, p, &pinned_free, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+};
+PinnedAllocator g_pinned_allocator;
+
+bool is_pinned(const void* data) {
+  auto a = reinterpret_cast<uintptr_t>(data);
+  std::lock_guard<std::mutex> lock(g_pin_mutex);
+  auto it = g_pinned.upper_bound(a);
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return a >= it->first && a < it->first + it->second;
+}
+
+struct FlHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return g_count.load() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return g_guard.deviceCount(); }
+  c10::DeviceIndex getCurrentDevice() const override { return g_guard.getDevice().index(); }
+  void setCurrentDevice(c10::DeviceIndex d) const override {
+    g_guard.setDevice(c10::Device(c10::DeviceType::PrivateUse1, d));
+  }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    return g_guard.exchangeDevice(c10::Device(c10::DeviceType::PrivateUse1, d)).index();
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned(data); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    resize_storage_bytes(storage, newsize);
+  }
+};
+FlHooks* g_hooks = nullptr;
+
+// ---------------------------------------------------------- metadata ops ---
+
+constexpr c10::DispatchKeySet kFlKeys(c10::DispatchKey::PrivateUse1);
+
+c10::Device target_device(std::optional<c10::Device> device_opt) {
+  c10::Device d = c10::device_or_default(device_opt);
+  if (d.index() < 0) d = g_guard.getDevice();
+  return d;
+}
+
+void check_factory_options(std::optional<c10::Layout> layout_opt, std::optional<bool> pin_memory_opt) {
+  TORCH_CHECK(c10::layout_or_default(layout_opt) == c10::Layout::Strided,
+              "fl tensors are strided: create a ", c10::layout_or_default(layout_opt),
+              " tensor on the CPU, or a strided one on fl");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory_opt),
+              "pin_memory=True is for CPU tensors that will be copied to fl; fl tensors cannot be pinned");
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype_opt,
+                               std::optional<c10::Layout> layout_opt, std::optional<c10::Device> device_opt,
+                               std::optional<bool> pin_memory_opt, std::optional<c10::MemoryFormat> memory_format_opt) {
+  check_factory_options(layout_opt, pin_memory_opt);
+  const c10::DeviceGuard guard(target_device(device_opt));
+  return at::detail::empty_generic(size, &g_allocator, kFlKeys, c10::dtype_or_default(dtype_opt), memory_format_opt);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype_opt,
+                         std::optional<c10::Layout> layout_opt, std::optional<c10::Device> device_opt,
+                         std::optional<bool> pin_memory_opt) {
+  check_factory_options(layout_opt, pin_memory_opt);
+  const c10::DeviceGuard guard(target_device(device_opt));
+  return at::detail::empty_strided_generic(size, stride, &g_allocator, kFlKeys, c10::dtype_or_default(dtype_opt));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
+                      std::optional<c10::SymInt> storage_offset) {
+  return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+// New sizes (contiguous in the given memory format); the storage grows on the
+// device when it is too small, keeping its bytes, as resize_ does on CUDA.
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  at::TensorImpl* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(sizes);
+  auto mf = memory_format.value_or(c10::MemoryFormat::Contiguous);
+  if (mf != c10::MemoryFormat::Preserve) impl->empty_tensor_restride(mf);
+  if (impl->numel() > 0) {
+    size_t need = at::detail::computeStorageNbytes(sizes, impl->strides(), self.dtype().itemsize(),
+                                                   impl->storage_offset());
+    const c10::Storage& storage = impl->unsafe_storage();
+    if (need > storage.nbytes()) resize_storage_bytes(storage, need);
+  }
+  return self;
+}
+
+void check_in_bounds(const c10::Storage& storage, int64_t offset, c10::IntArrayRef size, c10::IntArrayRef stride,
+                     const caffe2::TypeMeta& dtype) {
+  TORCH_CHECK(offset >= 0, "Tensor: invalid storage offset ", offset);
+  bool empty = false;
+  for (auto s : size) empty = empty || s == 0;
+  if (empty) return;
+  size_t need = at::detail::computeStorageNbytes(size, stride, dtype.itemsize(), offset);
+  TORCH_CHECK(need <= storage.nbytes(), "setStorage: sizes ", size, ", strides ", stride, ", storage offset ", offset,
+              ", and itemsize ", dtype.itemsize(), " requiring a storage size of ", need,
+              " are out of bounds for storage of size ", storage.nbytes());
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t storage_offset, c10::IntArrayRef size,
+                        c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == c10::DeviceType::PrivateUse1,
+              "set_: an fl tensor can only take the storage of another fl tensor, not of a ", source.device(),
+              " one");
+  std::vector<int64_t> st;
+  if (stride.data() == nullptr || stride.empty() != size.empty()) {
+    st.resize(size.size());
+    int64_t acc = 1;
+    for (int64_t i = static_cast<int64_t>(size.size()) - 1; i >= 0; --i) {
+      st[i] = acc;
+      acc *= std::max<int64_t>(size[i], 1);
+    }
+    stride = st;
+  }
+  check_in_bounds(source, storage_offset, size, stride, self.dtype());
+  at::TensorImpl* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(std::move(source));
+  impl->set_sizes_and_strides(size, stride, storage_offset);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return set_storage(self, std::move(source), 0, {n}, {1});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) return self;
+  TORCH_CHECK(self.dtype() == source.dtype(), "set_: expected the source tensor to have dtype ", self.dtype(),
+              " but got ", source.dtype());
+  return set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage fresh(c10::Storage::use_byte_size_t(), 0, &g_allocator, true);
+  return set_storage(self, std::move(fresh), 0, {0}, {1});
+}
+
+// Module conversion (nn.Module._apply) keeps a Parameter object, and so tied
+// weights, only when the converted tensor's type is shallow-copy compatible:
+// c10's list of dense backends leaves PrivateUse1 out, so say it here for
+// strided CPU and fl tensors.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::Layout::Strided &&
+           (t.device().type() == c10::DeviceType::CPU || t.device().type() == c10::DeviceType::PrivateUse1) &&
+           !t.is_quantized();
+  };
+  if (dense(self) && dense(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
+// ------------------------------------------------------------- fallback ---
+// Every op without a kernel above reaches this boxed fallback. The Python
+// dispatcher decides each op signature's plan once; when the plan was a native
+// kernel called on the op's own arguments, Python commits the call's marshalling
+// here (fl_core_fast_commit) and later calls with the same signature run from
+// this cache: descriptors patched with the new data pointers and floats, fresh
+// outputs allocated, the plugin kernel called, no Python. Everything else goes
+// to the Python dispatcher, which Python registers as the fallback of the
+// otherwise unused PrivateUse3 key (so no Python API is needed here).
+
+// What a call's marshalling depends on besides the values the fast path patches
+// (data pointers, storage offsets, floats): the op, each tensor's device, dtype,
+// sizes, strides, math bits and which earlier argument it aliases, and the
+// value of every other argument.
+struct KeyBuilder {
+  std::vector<int64_t> k;
+  std::vector<const void*> bases;  // storage base of every tensor seen, in order
+  std::vector<int64_t> offsets;    // and its storage offset
+  bool ok = true;
+
+  void tensor(const at::Tensor& t, int64_t tag) {
+    if (!t.defined()) {
+      k.push_back(-7);
+      return;
+    }
+    k.push_back(tag);
+    const auto dev = t.device();
+    if (dev.type() == c10::DeviceType::PrivateUse1) {
+      k.push_back(dev.index());
+    } else if (dev.type() == c10::DeviceType::CPU && t.dim() == 0) {
+      k.push_back(-1000 - static_cast<int64_t>(t.unsafeGetTensorImpl()->is_wrapped_number()));
+    } else {
+      ok = false;  // a CPU tensor in an fl op: the Python dispatcher says what is wrong
+      return;
+    }
+    k.push_back(static_cast<int64_t>(t.scalar_type()));
+    k.push_back(t.dim());
+    for (auto s : t.sizes()) k.push_back(s);
+    for (auto s : t.strides()) k.push_back(s);
+    k.push_back((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0));
+    // aliasing: the index of an earlier tensor with the same storage, and the offset between them: the
+    // same key then means the same overlap, which the Python path judged when it committed the plan
+    const void* base = t.storage().data();
+    int64_t alias = -1;
+    if (base != nullptr && dev.type() == c10::DeviceType::PrivateUse1) {
+      for (size_t i = 0; i < bases.size(); ++i) {
+        if (bases[i] == base) {
+          alias = static_cast<int64_t>(i);
+          break;
+        }
+      }
+    }
+    k.push_back(alias);
+    k.push_back(alias >= 0 ? t.storage_offset() - offsets[alias] : 0);
+    bases.push_back(dev.type() == c10::DeviceType::PrivateUse1 ? base : nullptr);
+    offsets.push_back(t.storage_offset());
+  }
+
+  void value(const c10::IValue& v) {
+    if (v.isTensor()) {
+      tensor(v.toTensor(), -1);
+    } else if (v.isNone()) {
+      k.push_back(-2);
+    } else if (v.isDouble()) {
+      k.push_back(-3);  // patched per call
+    } else if (v.isInt()) {
+      k.push_back(-4);
+      k.push_back(v.toInt());
+    } else if (v.isBool()) {
+      k.push_back(-5);
+      k.push_back(v.toBool());
+    } else if (v.isIntList()) {
+      auto l = v.toIntList();
+      k.push_back(-6);
+      k.push_back(static_cast<int64_t>(l.size()));
+      for (auto x : l) k.push_back(x);
+    } else if (v.isTensorList()) {
+      auto l = v.toTensorList();
+      k.push_back(-8);
+      k.push_back(static_cast<int64_t>(l.size()));
+      for (const at::Tensor& x : l) tensor(x, -9);
+    } else if (v.isScalar()) {
+      auto sc = v.toScalar();
+      if (sc.isFloatingPoint()) {
+        k.push_back(-10);
+      } else if (sc.isBoolean()) {
+        k.push_back(-11);
+        k.push_back(sc.toBool());
+      } else if (sc.isIntegral(false)) {
+        k.push_back(-12);
+        k.push_back(sc.toLong());
+      } else {
+        ok = false;
+      }
+    } else if (v.isString()) {
+      k.push_back(-13);
+      for (char c : v.toStringRef()) k.push_back(c);
+      k.push_back(0);
+    } else {
+      ok = false;  // generators, devices, layouts ...: the Python path
+    }
+  }
+};
+
+struct VecHash {
+  size_t operator()(const std::vector<int64_t>& v) const noexcept {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t x : v) {
+      h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+struct Patch {
+  int32_t arg;    // index into the args array
+  int32_t stack;  // the stack value it comes from
+  int32_t kind;   // 0: double, 1: wrapped number (0-dim CPU tensor), 2: Scalar
+};
+
+struct FastPlan {
+  fl_kernel_fn fn = nullptr;
+  int device = 0;  // fl index
+  int local = 0;
+  std::vector<fl_tensor_t> in, out;
+  std::vector<fl_arg_t> args;
+  std::vector<std::pair<int32_t, int32_t>> in_src;  // (stack index, list index or -1) per input
+  std::vector<int32_t> out_src;                     // stack index, or -1 for a fresh output
+  std::vector<c10::ScalarType> out_dtype;
+  std::vector<int32_t> returns;                     // per return: index into out
+  std::vector<Patch> patches;
+  int64_t slot = -1;                                // Python's counter slot for this plan
+};
+
+std::mutex g_fast_mu;
+std::unordered_map<std::vector<int64_t>, std::shared_ptr<FastPlan>, VecHash> g_fast;
+std::atomic<bool> g_fast_enabled{true};
+std::atomic<int64_t> g_fast_hits{0};
+std::mutex g_counts_mu;
+std::vector<int64_t> g_slot_counts;
+constexpr size_t kFastMax = 16384;
+
+struct InFlight {
+  std::vector<int64_t> key;  // empty: this call cannot be keyed
+  const c10::OperatorName* name;
+};
+thread_local std::vector<InFlight> t_pending;  // the fallback calls in flight on this thread, innermost last
+
+void fill_desc(fl_tensor_t& d, const at::Tensor& t) {
+  d.data = const_cast<void*>(t.storage().data());
+  d.offset = t.storage_offset();
+}
+
+// Runs a committed plan on the stack. Returns false (stack untouched) when the
+// kernel declines or fails: the Python path then serves the call and reports.
+bool run_fast(const FastPlan& plan, torch::jit::Stack* stack, size_t n_args_on_stack) {
+  const size_t base = stack->size() - n_args_on_stack;
+  auto arg = [&](int32_t i) -> const c10::IValue& { return (*stack)[base + i]; };
+  std::vector<fl_tensor_t> in = plan.in;
+  for (size_t j = 0; j < in.size(); ++j) {
+    auto [si, li] = plan.in_src[j];
+    if (si < 0) continue;  // an undefined entry of a Tensor?[]
+    if (li < 0) {
+      fill_desc(in[j], arg(si).toTensor());
+    } else {
+      auto l = arg(si).toTensorList();
+      fill_desc(in[j], l.get(li));
+    }
+  }
+  std::vector<fl_arg_t> args = plan.args;
+  for (const Patch& p : plan.patches) {
+    const c10::IValue& v = arg(p.stack);
+    if (p.kind == 0) {
+      args[p.arg].f = v.toDouble();
+    } else if (p.kind == 2) {
+      args[p.arg].f = v.toScalar().toDouble();
+    } else {
+      const at::Tensor& w = v.toTensor();
+      if (args[p.arg].kind == FL_ARG_FLOAT)
+        args[p.arg].f = w.item<double>();
+      else
+        args[p.arg].i = w.item<int64_t>();
+    }
+  }
+  std::vector<at::Tensor> fresh(plan.out.size());
+  std::vector<fl_tensor_t> out = plan.out;
+  c10::Device where(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(plan.device));
+  for (size_t j = 0; j < out.size(); ++j) {
+    int32_t si = plan.out_src[j];
+    if (si >= 0) {
+      fill_desc(out[j], arg(si).toTensor());
+    } else if (out[j].ndim >= 0) {
+      const c10::DeviceGuard guard(where);
+      fresh[j] = at::detail::empty_strided_generic(
+          c10::IntArrayRef(out[j].sizes, out[j].ndim), c10::IntArrayRef(out[j].strides, out[j].ndim), &g_allocator,
+          kFlKeys, plan.out_dtype[j]);
+      fill_desc(out[j], fresh[j]);
+    }
+  }
+  int status = plan.fn(nullptr, plan.local, in.data(), static_cast<int>(in.size()), out.data(),
+                       static_cast<int>(out.size()), args.data(), static_cast<int>(args.size()));
+  if (status != FL_OK) return false;
+  std::vector<c10::IValue> results;
+  results.reserve(plan.returns.size());
+  for (int32_t r : plan.returns) {
+    int32_t si = plan.out_src[r];
+    results.emplace_back(si >= 0 ? arg(si) : c10::IValue(fresh[r]));
+  }
+  torch::jit::drop(*stack, n_args_on_stack);
+  for (auto& v : results) stack->push_back(std::move(v));
+  if (plan.slot >= 0) {
+    std::lock_guard<std::mutex> lock(g_counts_mu);
+    if (static_cast<size_t>(plan.slot) < g_slot_counts.size()) g_slot_counts[plan.slot]++;
+  }
+  g_fast_hits++;
+  return true;
+}
+
+void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  bool try_fast = g_fast_enabled.load() && g_pending_total.load() == 0;
+  KeyBuilder kb;
+  if (try_fast) {
+    kb.k.reserve(64);
+    kb.k.push_back(reinterpret_cast<int64_t>(&op.operator_name()));
+    for (size_t i = stack->size() - n; i < stack->size() && kb.ok; ++i) kb.value((*stack)[i]);
+    if (kb.ok) {
+      std::shared_ptr<FastPlan> plan;
+      {
+        std::lock_guard<std::mutex> lock(g_fast_mu);
+        auto it = g_fast.find(kb.k);
+        if (it != g_fast.end()) plan = it->second;
+      }
+      if (plan && run_fast(*plan, stack, n)) return;
+    }
+  }
+  t_pending.push_back({kb.ok && try_fast ? std::move(kb.k) : std::vector<int64_t>(), &op.operator_name()});
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse3), stack);
+  } catch (...) {
+    t_pending.pop_back();
+    throw;
+  }
+  t_pending.pop_back();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("view", view);
+  m.impl("_reshape_alias", reshape_alias);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage_storage_offset", set_storage);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_", set_empty);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+}
+
+// Copies that involve a lazily conjugated or negated fl tensor reach torch_fl's copy with the flag set
+// (it resolves the flag while copying): PyTorch's math-bit fallback would materialise the source with
+// clone, which copies through _copy_from again, forever.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
+}
+
+// ------------------------------------------------------------------ C API ---
+
+FL_API int fl_core_abi(void) { return FL_ABI_VERSION; }
+
+// Installs the guard (replacing PyTorch's Python one) and the hooks.
+// Returns 1 when torch_fl's hooks are in place, 0 when another extension's are.
+FL_API int fl_core_install(void) {
+  c10::impl::device_guard_impl_registry[static_cast<size_t>(c10::DeviceType::PrivateUse1)].store(&g_guard);
+  if (g_hooks) return 1;
+  if (at::isPrivateUse1HooksRegistered()) return 0;
+  g_hooks = new FlHooks();
+  at::RegisterPrivateUse1HooksInterface(g_hooks);
+  return 1;
+}
+
+// Device fl:index is the plugin's local device. Called before any tensor lives on it.
+FL_API int fl_core_add_device(int index, const fl_plugin_t* plugin, int local, uint64_t total_memory,
+                              uint32_t features, int64_t pool_limit, const char* label) {
+  if (index < 0 || index >= kMaxDevices || plugin == nullptr) return -1;
+  if (g_devices[index] == nullptr) g_devices[index] = new Device();
+  Device& d = *g_devices[index];
+  d.plugin = plugin;
+  d.local = local;
+  d.total = total_memory;
+  d.features = features;
+  d.label = label ? label : "fl";
+  d.pool.limit = pool_limit;
+  if (index + 1 > g_count.load()) g_count = index + 1;
+  return 0;
+}
+
+FL_API void fl_core_set_default(int index) {
+  g_default = index;
+  t_current = -1;
+}
+FL_API int fl_core_current(void) { return current_index(); }
+
+FL_API void fl_core_set_pool_enabled(int enabled) { g_pool_enabled = enabled != 0; }
+
+FL_API int fl_core_set_pool_limit(int index, int64_t nbytes) {
+  if (index < 0 || index >= g_count.load() || !g_devices[index]) return -1;
+  Device& d = *g_devices[index];
+  std::lock_guard<std::mutex> lock(d.pool.mu);
+  d.pool.limit = nbytes;
+  if (d.pool.cached > d.pool.limit) free_cached_locked(d);
+  return 0;
+}
+
+FL_API int fl_core_empty_cache(int index) {
+  if (index < 0 || index >= g_count.load() || !g_devices[index]) return -1;
+  Device& d = *g_devices[index];
+  std::lock_guard<std::mutex> lock(d.pool.mu);
+  free_cached_locked(d);
+  return 0;
+}
+
+// allocated, peak, cached, allocations, hits, misses, limit, device mallocs, device frees, ooms
+FL_API int fl_core_memory_stats(int index, int64_t* out) {
+  if (index < 0 || index >= g_count.load() || !g_devices[index]) return -1;
+  Device& d = *g_devices[index];
+  std::lock_guard<std::mutex> lock(d.pool.mu);
+  int64_t v[] = {d.pool.allocated, d.pool.peak, d.pool.cached, d.pool.allocations, d.pool.hits,
+                 d.pool.misses, d.pool.limit, d.pool.device_allocs, d.pool.device_frees, d.pool.ooms};
+  std::memcpy(out, v, sizeof v);
+  return 0;
+}
+
+// The peak becomes max(value, allocated): reset with 0, restore a saved figure after a profile.
+FL_API int fl_core_set_peak(int index, int64_t value) {
+  if (index < 0 || index >= g_count.load() || !g_devices[index]) return -1;
+  Device& d = *g_devices[index];
+  std::lock_guard<std::mutex> lock(d.pool.mu);
+  d.pool.peak = std::max(value, d.pool.allocated);
+  return 0;
+}
+
+FL_API uint64_t fl_core_size_class(uint64_t nbytes) { return size_class(nbytes); }
+
+// An async copy into the block at ptr is in flight until event completes:
+// freeing the block first waits for it (the Python side waits before any use).
+FL_API int fl_core_set_pending(int index, void* ptr, void* event) {
+  if (index < 0 || index >= g_count.load() || !g_devices[index]) return -1;
+  Device& d = *g_devices[index];
+  std::lock_guard<std::mutex> lock(d.pool.mu);
+  settle_pending_locked(d, ptr);
+  d.pool.pending[ptr] = event;
+  g_pending_total++;
+  return 0;
+}
+
+// 1 if an async copy into the block at ptr is still registered (0 once settled or freed).
+FL_API int fl_core_is_pending(int index, void* ptr) {
+  if (index < 0 || index >= g_count.load() || !g_devices[index]) return 0;
+  Device& d = *g_devices[index];
+  std::lock_guard<std::mutex> lock(d.pool.mu);
+  return d.pool.pending.count(ptr) > 0 ? 1 : 0;
+}
+
+// Settles the copy into ptr, if one is in flight. Returns 1 if there was one.
+FL_API int fl_core_wait_pending(int index, void* ptr) {
+  if (index < 0 || index >= g_count.load() || !g_devices[index]) return -1;
+  Device& d = *g_devices[index];
+  std::lock_guard<std::mutex> lock(d.pool.mu);
+  bool had = d.pool.pending.count(ptr) > 0;
+  settle_pending_locked(d, ptr);
+  return had ? 1 : 0;
+}
+
+// ------------------------------------------------------- fast path (C API) ---
+
+FL_API void fl_core_fast_enable(int on) { g_fast_enabled = on != 0; }
+
+FL_API void fl_core_fast_clear(void) {
+  std::lock_guard<std::mutex> lock(g_fast_mu);
+  g_fast.clear();
+}
+
+FL_API int64_t fl_core_fast_size(void) {
+  std::lock_guard<std::mutex> lock(g_fast_mu);
+  return static_cast<int64_t>(g_fast.size());
+}
+
+FL_API int64_t fl_core_fast_hits(void) { return g_fast_hits.load(); }
+
+// 1 if the op Python is handling (its qualified name, "aten::add.out") is the innermost call the
+// fallback handed over, with a signature the fast path can key.
+bool pending_is(const char* name) {
+  if (t_pending.empty() || t_pending.back().key.empty() || name == nullptr) return false;
+  const c10::OperatorName& op = *t_pending.back().name;
+  std::string full = op.name;
+  if (!op.overload_name.empty()) full += "." + op.overload_name;
+  return full == name;
+}
+
+FL_API int fl_core_fast_can_commit(const char* name) { return pending_is(name) ? 1 : 0; }
+
+// The Python dispatcher ran the op now in flight as one native kernel call on
+// its own arguments: remember the marshalling for this signature. in_src and
+// out_src index the op's arguments (out_src -1: a fresh output with the
+// descriptor's sizes, strides and out_dtypes' dtype); returns index out;
+// patches are (arg, stack, kind) triples.
+FL_API int fl_core_fast_commit(const char* name, void* fn, int device, int local, const fl_tensor_t* in, int n_in, const int32_t* in_src,
+                               const fl_tensor_t* out, int n_out, const int32_t* out_src, const int32_t* out_dtypes,
+                               const fl_arg_t* args, int n_args, const int32_t* patches, int n_patches,
+                               const int32_t* returns, int n_returns, int64_t slot) {
+  if (!pending_is(name) || fn == nullptr) return 0;
+  auto plan = std::make_shared<FastPlan>();
+  plan->fn = reinterpret_cast<fl_kernel_fn>(fn);
+  plan->device = device;
+  plan->local = local;
+  plan->in.assign(in, in + n_in);
+  plan->out.assign(out, out + n_out);
+  plan->args.assign(args, args + n_args);
+  for (int j = 0; j < n_in; ++j) plan->in_src.emplace_back(in_src[2 * j], in_src[2 * j + 1]);
+  plan->out_src.assign(out_src, out_src + n_out);
+  for (int j = 0; j < n_out; ++j) plan->out_dtype.push_back(static_cast<c10::ScalarType>(out_dtypes[j]));
+  for (int j = 0; j < n_patches; ++j) plan->patches.push_back({patches[3 * j], patches[3 * j + 1], patches[3 * j + 2]});
+  plan->returns.assign(returns, returns + n_returns);
+  plan->slot = slot;
+  if (slot >= 0) {
+    std::lock_guard<std::mutex> lock(g_counts_mu);
+    if (static_cast<size_t>(slot) >= g_slot_counts.size()) g_slot_counts.resize(slot + 1, 0);
+  }
+  std::lock_guard<std::mutex> lock(g_fast_mu);
+  if (g_fast.size() >= kFastMax) g_fast.clear();
+  g_fast[t_pending.back().key] = std::move(plan);
+  return 1;
+}
+
+// Calls each counter slot served from the fast path since the last read (the counters are reset).
+FL_API int64_t fl_core_fast_take_counts(int64_t* out, int64_t n) {
+  std::lock_guard<std::mutex> lock(g_counts_mu);
+  int64_t m = std::min<int64_t>(n, static_cast<int64_t>(g_slot_counts.size()));
+  for (int64_t i = 0; i < m; ++i) {
+    out[i] = g_slot_counts[i];
+    g_slot_counts[i] = 0;
+  }
+  return m;
+}
