@@ -7,7 +7,7 @@ fallback, recording which path each op took."""
 
 from __future__ import annotations
 
-from . import _device, _dispatch, amp
+from . import _device, _dispatch, _multiprocessing, amp
 from ._api import (
     BackendReport,
     Explanation,
@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 _device.register()  # the fl device, its C++ core and the plugins
 _dispatch.install()  # every op the core does not serve goes to the dispatcher
 amp.register()  # autocast kernels for the fl device
+_multiprocessing.install()  # fl tensors through multiprocessing queues and DataLoader workers
 
 try:  # registers the "fl" process-group backend with torch.distributed
     from . import distributed  # noqa: E402

@@ -53,7 +53,7 @@ from torch._C._distributed_c10d import (
 from .. import _async, _record
 from .._abi import ffi
 from .._registry import REGISTRY
-from .._tensor import desc, device_of, is_fl
+from .._tensor import desc, device_of, host_view, is_fl
 from ._work import BackendMismatchError, CollectiveError, FlWork, Worker
 
 BACKEND_NAME = "fl"
@@ -424,7 +424,7 @@ class ProcessGroupFl(dist.ProcessGroup):
             return obj
 
         if device.host_accessible:
-            host_args = [build(a, r, lambda t, _: t._host_view()) if r else a
+            host_args = [build(a, r, lambda t, _: host_view(t)) if r else a
                          for a, r in zip(args, roles, strict=True)]
 
             def run_zero_copy() -> None:

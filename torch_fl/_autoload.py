@@ -1,0 +1,19 @@
+"""`import torch` alone makes the fl device available: PyTorch calls every
+`torch.backends` entry point at the end of its import (set
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 to stop it). This module is what the entry
+point names; it imports nothing itself, so a torch_fl that cannot load (no C++
+compiler, a broken plugin) costs `import torch` a warning naming the problem,
+never the import."""
+
+from __future__ import annotations
+
+import warnings
+
+
+def load() -> None:
+    try:
+        import torch_fl  # noqa: F401  (registers the device, its core and the dispatcher)
+    except Exception as e:  # noqa: BLE001 - torch itself must stay importable
+        warnings.warn(f"torch_fl could not register the fl device at `import torch`: {type(e).__name__}: {e} "
+                      f"(import torch_fl to see the full error; TORCH_DEVICE_BACKEND_AUTOLOAD=0 stops the attempt)",
+                      RuntimeWarning, stacklevel=2)
