@@ -117,9 +117,16 @@ def _backends(args) -> int:
 def _explain(args) -> int:
     import torch_fl as fl
 
-    dtype = getattr(torch, args.dtype)
-    print(fl.explain(args.op, dtype, backend=args.backend).render())
+    print(fl.explain(args.op, args.dtype, backend=args.backend).render())
     return 0
+
+
+def _dtype(name: str) -> torch.dtype:
+    """--dtype NAME; a name that is no dtype is a one-line error (exit 2), not a traceback."""
+    found = getattr(torch, name, None)
+    if not isinstance(found, torch.dtype):
+        raise ValueError(f"--dtype {name!r} is not a torch dtype (float32, bfloat16, int64, ...)")
+    return found
 
 
 def _coverage(args) -> int:
@@ -132,7 +139,7 @@ def _coverage(args) -> int:
     import torch_fl as fl
     from torch_fl.opcoverage import CoverageReport, OpResult, run_coverage
 
-    dtype = getattr(torch, args.dtype)
+    dtype = _dtype(args.dtype)
     if args.worker:
         def progress(k, n, name):
             print(f"@@BEGIN {name}", flush=True)
