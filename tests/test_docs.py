@@ -48,3 +48,21 @@ def test_every_doc_with_code_is_checked_and_skips_stay_rare():
     blocks = [s for d in DOCS for s in samples(os.path.join(ROOT, d))]
     assert sum(s.is_doctest for s in blocks) >= 4  # the samples that show output are compared
     assert "README.md" in WITH_SAMPLES and os.path.join("docs", "user-guide.md") in WITH_SAMPLES
+
+
+def test_extras_named_in_the_docs_exist():
+    """An install command in the docs may only name extras pyproject.toml defines (issue 13: how to open the
+    notebooks in JupyterLab from a fresh environment)."""
+    import re
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        extras = set(tomllib.load(f)["project"]["optional-dependencies"])
+    named = set()
+    for d in DOCS:
+        with open(os.path.join(ROOT, d)) as f:
+            named |= {x for group in re.findall(r"pip install [^\n]*?'\.\[([\w,-]+)\]'", f.read())
+                      for x in group.split(",")}
+    assert "notebook" in named and named <= extras, (named, extras)
+    with open(os.path.join(ROOT, "docs", "notebooks.md")) as f:
+        assert "jupyter lab notebooks/" in f.read()
