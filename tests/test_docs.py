@@ -63,6 +63,6 @@ def test_extras_named_in_the_docs_exist():
         with open(os.path.join(ROOT, d)) as f:
             named |= {x for group in re.findall(r"pip install [^\n]*?'\.\[([\w,-]+)\]'", f.read())
                       for x in group.split(",")}
-    assert "notebook" in named and named <= extras, (named, extras)
+    assert "jupyter" in named and named <= extras, (named, extras)
     with open(os.path.join(ROOT, "docs", "notebooks.md")) as f:
         assert "jupyter lab notebooks/" in f.read()

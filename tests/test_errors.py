@@ -139,8 +139,17 @@ def test_privateuse1_taken_by_another_package():
             import torch_fl
         except Exception as e:
             print(type(e).__name__, e)
-    """)
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})  # the other package got there first
     assert "PrivateUse1TakenError PyTorch's PrivateUse1 device slot is already owned by 'npu'" in r.stdout, r.stderr
+    # with autoload, torch_fl registers fl at `import torch`: the other package is told, PyTorch's words
+    r = run_py("""
+        import torch
+        try:
+            torch.utils.rename_privateuse1_backend("npu")
+        except RuntimeError as e:
+            print("ERR", e)
+    """)
+    assert "ERR torch.register_privateuse1_backend() has already been set! Current backend: fl" in r.stdout, r.stderr
 
 
 def test_cpu_fallback_off_raises_clearly():

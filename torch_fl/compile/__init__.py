@@ -212,6 +212,11 @@ def _sync() -> None:
 
 
 def _run(gm, tensors, backward: bool):
+    """One call; with backward, a training step as PyTorch's default loop runs it: gradients set to None
+    first (optimizer.zero_grad()), so backward writes them instead of adding into the last step's."""
+    if backward:
+        for p in gm.parameters():
+            p.grad = None
     out = gm(*tensors)
     if backward:
         outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
