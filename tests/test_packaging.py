@@ -69,7 +69,7 @@ def test_wheel_carries_every_module_plugin_header_and_source(wheel):
         expected |= _source_files(package, (".py",))
     expected |= _source_files("torch_fl/_csrc", (".cpp",))  # compiled at first use, against the installed torch
     expected |= _bundled_plugins()
-    expected |= {"torch_fl/_include/fl_plugin.h", "torch_fl/_include/fl_special_math.h"}
+    expected |= {"torch_fl/_include/fl_plugin.h", "torch_fl/_include/fl_special_math.h", "torch_fl_autoload.py"}
     missing = sorted(expected - names)
     assert not missing, f"the wheel lacks {missing}"
     stray = sorted(n for n in names if n.split("/")[0] in ("tests", "notebooks", "bench", "plugins_cffi"))
@@ -88,13 +88,15 @@ def test_wheel_declares_its_dependencies_and_command(wheel):
         assert any(r.startswith(dep) for r in test_extra), f"{dep} not in the test extra"
     entry_points = z.read(info.replace("METADATA", "entry_points.txt")).decode()
     assert "torch-fl = torch_fl.cli:main" in entry_points
+    assert "[torch.backends]" in entry_points and "torch_fl = torch_fl_autoload:load" in entry_points
 
 
 def test_sdist_carries_what_the_build_compiles(sdist):
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     expected = _source_files("plugins_cffi", (".c", ".h")) | _source_files("torch_fl", (".py", ".cpp"))
-    expected |= _source_files("fl_magics", (".py",)) | {"setup.py", "pyproject.toml", "README.md"}
+    expected |= _source_files("fl_magics", (".py",)) | {"setup.py", "pyproject.toml", "README.md",
+                                                         "torch_fl_autoload.py"}
     missing = sorted(expected - names)
     assert not missing, f"the sdist lacks {missing}"
 

@@ -230,3 +230,16 @@ def test_import_torch_alone_registers_fl_and_can_be_turned_off():
         print("NAME", torch._C._get_privateuse1_backend_name())
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert "NAME privateuseone" in r.stdout, r.stderr
+
+
+def test_without_a_cxx_compiler_the_error_says_what_to_install(tmp_path):
+    r = run_py("""
+        try:
+            import torch_fl
+        except Exception as e:
+            print(type(e).__name__, e)
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "CXX": "/nonexistent/g++", "FL_CACHE_DIR": str(tmp_path)})
+    assert "FlError" in r.stdout and "no C++ compiler was found ('/nonexistent/g++')" in r.stdout, r.stdout + r.stderr
+    assert "apt install g++" in r.stdout
+    r = run_py("import torch; print('IMPORTED')", env={"CXX": "/nonexistent/g++", "FL_CACHE_DIR": str(tmp_path)})
+    assert "IMPORTED" in r.stdout and "torch_fl could not register the fl device" in r.stderr  # autoload warns

@@ -1,9 +1,10 @@
 """`import torch` alone makes the fl device available: PyTorch calls every
 `torch.backends` entry point at the end of its import (set
 TORCH_DEVICE_BACKEND_AUTOLOAD=0 to stop it). This module is what the entry
-point names; it imports nothing itself, so a torch_fl that cannot load (no C++
-compiler, a broken plugin) costs `import torch` a warning naming the problem,
-never the import."""
+point names. It is a top-level module, outside the torch_fl package (importing
+torch_fl.anything would import torch_fl first), so a torch_fl that cannot load
+(no C++ compiler, a broken plugin) costs `import torch` a warning naming the
+problem, never the import."""
 
 from __future__ import annotations
 
