@@ -182,7 +182,8 @@ def _opinfo_cases(op, sample, inp, expected):
     if op.supports_out and expected.numel() > 1:
         def expanded(d):
             args, kwargs = on(d)
-            op(inp.clone().to(d), *args, **kwargs, out=torch.zeros(1, dtype=expected.dtype, device=d).expand(expected.shape))
+            out = torch.zeros(1, dtype=expected.dtype, device=d).expand(expected.shape)
+            op(inp.clone().to(d), *args, **kwargs, out=out)
         cases.append(("out expanded", expanded))
     inplace = op.get_inplace()
     if inplace is not None and expected.shape == inp.shape:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch._decomp import decomposition_table
 
-from . import _abi, _async, _decompositions, _decompositions_linalg, _decompositions_nn, _overlap, _record
+from . import _abi, _argcheck, _async, _decompositions, _decompositions_linalg, _decompositions_nn, _overlap, _record
 from . import fused as _fused
 from ._abi import ffi
 from ._dtypes import COMPLEX_CODES, TO_CODE, dtype_name
@@ -68,7 +68,7 @@ class OpFacts:
     """What the schema says about an op, computed once per OpOverload."""
 
     __slots__ = ("func", "name", "arg_names", "kwarg_only", "defaults", "has_default", "mutable", "is_out",
-                 "is_view", "pointwise", "ret_alias", "n_returns", "handler", "overlap")
+                 "is_view", "pointwise", "ret_alias", "n_returns", "handler", "overlap", "precheck")
 
     def __init__(self, func):
         schema = func._schema
@@ -102,6 +102,7 @@ class OpFacts:
         self.pointwise = torch.Tag.pointwise in func.tags
         self.handler = None
         self.overlap = _overlap.rule_for(func, self.mutable)  # what CPU refuses when outputs alias inputs
+        self.precheck = _argcheck.precheck_for(func)  # PyTorch's argument checks its meta function skips
 
     def normalize(self, args, kwargs) -> list:
         n = len(args)
@@ -556,6 +557,8 @@ def _compute(f: OpFacts, args, kwargs):
         # PyTorch's overlap checks on the user's call, before any tier; the sub-ops of a
         # decomposition are its own business (an out= wrapper copies a view into out)
         _overlap.check(f.overlap, f.mutable, vals)
+    if f.precheck is not None:
+        f.precheck(vals)
     site_key = None
     if not _record.LISTENERS:
         site_key = _site_key(f.func, vals)

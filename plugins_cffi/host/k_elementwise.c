@@ -852,7 +852,7 @@ static int int_divlike(FL_KERNEL_ARGS, const ewfn *tab) {
     CHECK_OUT;
     if (n_args < 2) return UNSUP;
     if (ct_of(out[0].dtype) == CT_I && has_int_zero(in, n_in, &args[1]))
-        FL_FAIL(FL_ERR_INVALID, "ZeroDivisionError: integer division by zero");
+        FL_FAIL(FL_ERR_INVALID, "ZeroDivisionError"); /* PyTorch's words */
     kp_t p = {{0}};
     return ew_simple(in, n_in, out, n_out, args, n_args, 2, (int[]){0, 1}, tab, &p, -1);
 }

@@ -560,8 +560,9 @@ static int empty_reduce_check(const fl_tensor_t *x, const fl_arg_t *dims) {
 static int extreme(FL_KERNEL_ARGS, int op, const fl_arg_t *dims, int keepdim, int nouts) {
     FL_UNUSED_KERNEL_ARGS;
     GET_X;
-    if (fl_numel(x) == 0 && empty_reduce_check(x, dims))
-        FL_FAIL(FL_ERR_INVALID, "max(): Expected reduction dim to be specified for input.numel() == 0, or a non-zero size");
+    if (fl_numel(x) == 0 && empty_reduce_check(x, dims)) /* the runtime raises PyTorch's exact error first */
+        FL_FAIL(FL_ERR_INVALID, "%s(): Expected reduction dim to be specified for input.numel() == 0, or a non-zero "
+                "size", op == OP_MAX ? "max" : "min");
     if (nouts > n_out) return UNSUP;
     fl_tensor_t outs[2] = {out[0], {.data = NULL, .ndim = -1}};
     if (nouts == 2) outs[1] = out[1];
@@ -585,7 +586,8 @@ static int argext(FL_KERNEL_ARGS, int op) { /* argmax(self, dim?, keepdim) */
     const fl_arg_t *dims = n_args > 1 ? &args[1] : NULL;
     if (dims && dims->kind != FL_ARG_NONE && dims->kind != FL_ARG_INT) return UNSUP;
     if (empty_reduce_check(x, dims) || (fl_numel(x) == 0 && (!dims || dims->kind == FL_ARG_NONE)))
-        FL_FAIL(FL_ERR_INVALID, "argmax(): Expected reduction dim to be specified for input.numel() == 0.");
+        FL_FAIL(FL_ERR_INVALID, "%s(): Expected reduction dim to be specified for input.numel() == 0.",
+                op == OP_MAX ? "argmax" : "argmin");
     return run_reduce(x, dims, bool_arg(args, n_args, 2), out, 1, op, NULL, fin_argidx, 0, 0, 0);
 }
 static int k_argmax(FL_KERNEL_ARGS) { return argext(stream, device, in, n_in, out, n_out, args, n_args, OP_MAX); }
