@@ -64,7 +64,27 @@ def _arg_extreme(name: str) -> Callable:
     return check
 
 
+def _wrap64(v: int) -> int:
+    return (v + 2 ** 63) % 2 ** 64 - 2 ** 63
+
+
+def _arange_size(vals: list) -> None:
+    """ATen's compute_arange_size for int64 results computes the length in int64 arithmetic,
+    (end - start + step - sign) / step, and refuses a negative one (a range wider than int64 wraps
+    around); the meta function computes it exactly and would let it through."""
+    start, end, step = vals[0], vals[1], vals[2] if len(vals) > 2 else 1
+    dtype = vals[3] if len(vals) > 3 else None
+    ints = all(isinstance(v, int) for v in (start, end, step))
+    if not (dtype is torch.int64 or (dtype is None and ints)) or not ints or step == 0:
+        return
+    sign = (step > 0) - (step < 0)
+    span = _wrap64(_wrap64(_wrap64(end - start) + step) - sign)
+    if span != 0 and (span < 0) != (step < 0) and abs(span) >= abs(step):  # C's division truncates
+        raise RuntimeError("invalid size, possible overflow?")
+
+
 _CHECKS: dict = {
+    aten.arange.start_step: _arange_size,
     aten.max.default: _whole("max"), aten.min.default: _whole("min"),
     aten.max.dim: _over_dims("max", wrap=True), aten.min.dim: _over_dims("min", wrap=True),
     aten.amax.default: _over_dims("amax", wrap=False), aten.amin.default: _over_dims("amin", wrap=False),

@@ -538,7 +538,14 @@ def _prims_bitwise(packet):
     return fn
 
 
+def _relu(a):
+    """relu as PyTorch's CPU kernel computes it, where(a < 0, 0, a): -0.0 and NaN pass through
+    (torch._decomp's where(a <= 0, 0, a) turns -0.0 into 0.0)."""
+    return torch.where(a < 0, torch.zeros((), dtype=a.dtype, device=a.device), a)
+
+
 def register(table: dict) -> None:
+    table[aten.relu.default] = _relu
     table[aten.roll.default] = _roll
     table[aten.histogram.bin_ct] = _histogram
     table[aten.histogram.bins_tensor] = _histogram_edges

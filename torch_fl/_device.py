@@ -245,6 +245,8 @@ def _native_factory(op, dev, args, kwargs):
     if entry is None or NATIVE in SETTINGS.disabled or "device" not in f.arg_names:
         return None
     vals = f.normalize(args, dict(kwargs, device=torch.device("meta")))
+    if f.precheck is not None:  # what CPU refuses and the meta function lets through
+        f.precheck(vals)
     layouts = _output_layouts(f, vals)  # on the meta device, cached: the same call _run_native makes
     if not layouts or not isinstance(layouts[0], tuple) or len(layouts[0]) != 3:
         return None  # arguments the factory rejects: the host path reports them

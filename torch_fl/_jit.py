@@ -160,7 +160,19 @@ static inline void fl_st_bf16(uint16_t *p, double v) {
     u += 0x7fffu + ((u >> 16) & 1u); *p = (uint16_t)(u >> 16);
 }
 static inline double fl_rnd_bf16(double v) { uint16_t h; fl_st_bf16(&h, v); return fl_ld_bf16(&h); }
-static inline double fl_relu(double x) { return x > 0.0 ? x : (x != x ? x : 0.0); }
+/* as PyTorch's CPU kernels: relu and the clamps keep x when it equals the bound (relu(-0.0) is -0.0),
+ * a NaN input or bound gives NaN, and floor division follows ATen's div_floor_floating */
+static inline double fl_relu(double x) { return x < 0.0 ? 0.0 : x; }
+static inline double fl_clamp_lo(double x, double lo) { return lo != lo ? lo : (x < lo ? lo : x); }
+static inline double fl_clamp_hi(double x, double hi) { return hi != hi ? hi : (x > hi ? hi : x); }
+static inline double fl_div_floor(double a, double b) {
+    if (b == 0.0) return a / b;
+    double mod = fmod(a, b), div = (a - mod) / b;
+    if (mod != 0.0 && ((b < 0.0) != (mod < 0.0))) div -= 1.0;
+    if (div == 0.0) return copysign(0.0, a / b);
+    double fd = floor(div);
+    return div - fd > 0.5 ? fd + 1.0 : fd;
+}
 static inline double fl_max(double a, double b) { return (a != a || b != b) ? NAN : (a > b ? a : b); }
 static inline double fl_min(double a, double b) { return (a != a || b != b) ? NAN : (a < b ? a : b); }
 /* as PyTorch's CPU kernel, (0 < x) - (x < 0): NaN and -0.0 give +0.0 */
@@ -485,9 +497,12 @@ def _float_expr(t, packet: str, n, operand, dtype, node_dtype) -> str:
     if packet in _COMPARISONS:
         math = _promoted([operand(x) for x in n.args[:2] if _is_operand(x)]) or dtype
 
-    def a(k, node=n):
-        v = node.args[k] if k < len(node.args) else None
+    def a(i, node=n):
+        v = node.args[i] if i < len(node.args) else None
         return _in(operand(v), math) if _is_operand(v) else _c(v)
+
+    def k(v) -> str:  # a constant of the op (slope, alpha, beta), as PyTorch's kernel holds it
+        return _in(_constant(v), math)
 
     if t in _UNARY:
         return _UNARY[t].format(a(0))
@@ -501,7 +516,7 @@ def _float_expr(t, packet: str, n, operand, dtype, node_dtype) -> str:
         if packet == "div" and mode == "trunc":
             expr = f"trunc({expr})"
         elif packet == "div" and mode == "floor":
-            expr = f"floor({expr})"
+            expr = f"fl_div_floor({x}, {y})"
         elif packet == "div" and mode is not None:
             raise _Unsupported(f"div rounding {mode}")
         return expr
@@ -525,7 +540,7 @@ def _float_expr(t, packet: str, n, operand, dtype, node_dtype) -> str:
         return (f"(double)fl_sp_round_decimalsf((float)({a(0)}), {d})" if dtype != torch.float64
                 else f"fl_sp_round_decimals({a(0)}, {d})")
     if packet == "rsub":
-        return f"(({a(1)}) - ({a(0)}) * {_c(kw.get('alpha', 1))})"
+        return f"(({a(1)}) - ({a(0)}) * {k(kw.get('alpha', 1))})"
     if packet == "where":
         return f"((({operand(n.args[0]).expr}) != 0) ? ({a(1)}) : ({a(2)}))"
     if packet in _CLAMPS or packet == "hardtanh":
@@ -533,9 +548,9 @@ def _float_expr(t, packet: str, n, operand, dtype, node_dtype) -> str:
                   (n.args[1] if len(n.args) > 1 else -1.0, n.args[2] if len(n.args) > 2 else 1.0))
         expr = a(0)
         if lo is not None:
-            expr = f"fl_max({expr}, {_in(operand(lo), math)})"
+            expr = f"fl_clamp_lo({expr}, {_in(operand(lo), math)})"
         if hi is not None:
-            expr = f"fl_min({expr}, {_in(operand(hi), math)})"
+            expr = f"fl_clamp_hi({expr}, {_in(operand(hi), math)})"
         return expr
     if packet == "gelu":
         approx = n.args[1] if len(n.args) > 1 else kw.get("approximate", "none")
@@ -547,10 +562,11 @@ def _float_expr(t, packet: str, n, operand, dtype, node_dtype) -> str:
         scale = n.args[2] if len(n.args) > 2 else kw.get("scale", 1.0)
         inscale = n.args[3] if len(n.args) > 3 else kw.get("input_scale", 1.0)
         x = a(0)
-        return f"(({x}) > 0.0 ? {_c(scale)}*({x}) : {_c(scale)}*{_c(alpha)}*(exp(({x})*{_c(inscale)})-1.0))"
+        scale, alpha, inscale = k(scale), k(alpha), k(inscale)
+        return f"(({x}) > 0.0 ? {scale}*({x}) : {scale}*{alpha}*expm1(({x})*{inscale}))"
     if packet == "leaky_relu":
         slope = n.args[1] if len(n.args) > 1 else kw.get("negative_slope", 0.01)
-        return f"(({a(0)}) > 0.0 ? ({a(0)}) : ({a(0)})*{_c(slope)})"
+        return f"(({a(0)}) > 0.0 ? ({a(0)}) : ({a(0)})*{k(slope)})"
     if packet == "silu":
         return f"(({a(0)})/(1.0+exp(-({a(0)}))))"
     if packet == "mish":
@@ -559,7 +575,8 @@ def _float_expr(t, packet: str, n, operand, dtype, node_dtype) -> str:
         beta = n.args[1] if len(n.args) > 1 else 1.0
         thr = n.args[2] if len(n.args) > 2 else 20.0
         x = a(0)
-        return f"((({x})*{_c(beta)}) > {_c(thr)} ? ({x}) : log1p(exp(({x})*{_c(beta)}))/{_c(beta)})"
+        beta, thr = k(beta), k(thr)
+        return f"((({x})*{beta}) > {thr} ? ({x}) : log1p(exp(({x})*{beta}))/{beta})"
     if packet in ("_to_copy", "clone", "alias", "lift_fresh_copy", "detach"):
         if kw.get("dtype") is torch.bool:  # any nonzero, NaN included, is True
             return f"((double)(({operand(n.args[0]).expr}) != 0))"
