@@ -346,3 +346,18 @@ def test_unary_functions_of_special_values_like_cpu(backend):
     x = torch.tensor([-0.0, 0.0, float("inf"), -float("inf"), float("nan")] * 4)
     for name in UNARY_FLOAT:
         check_like_cpu(getattr(torch, name), x)
+
+
+@pytest.mark.parametrize("bounds", [(2 ** 62, 2 ** 62 + 5, 1), (-(2 ** 62), 2 ** 62, 2 ** 61 + 1),
+                                    (INT64_MAX - 10, INT64_MAX, 3), (-5, 2 ** 60, 2 ** 58), (10, -(2 ** 61), -(2 ** 59))])
+def test_arange_of_big_int64_bounds(backend, bounds):
+    """arange computes integer results in int64 as PyTorch's CPU kernel does (the host kernel went
+    through double: arange(2**62, 2**62 + 5) gave five 2**62), and refuses a range whose length
+    overflows int64 in PyTorch's own size arithmetic, with its message."""
+    def make(dev):
+        return torch.arange(*bounds, device=dev)
+    want, got = outcome(make, "cpu"), outcome(make, "fl")
+    if want[0] == "raise":
+        assert got[0] == "raise" and str(got[1]) == str(want[1]), (want, got)
+    else:
+        assert got[0] == "ok" and same(want[1], got[1]), (want, got)
