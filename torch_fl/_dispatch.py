@@ -430,6 +430,8 @@ for _name, _fn in _PRIMS.items():
     _op = getattr(getattr(torch.ops.prims, _name, None), "default", None)
     if _op is not None:
         DECOMPOSITIONS[_op] = _fn
+
+
 class _ThreadState(threading.local):
     """Per-thread dispatcher state; class defaults make the hot-path reads cheap."""
 
