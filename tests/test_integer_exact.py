@@ -349,7 +349,8 @@ def test_unary_functions_of_special_values_like_cpu(backend):
 
 
 @pytest.mark.parametrize("bounds", [(2 ** 62, 2 ** 62 + 5, 1), (-(2 ** 62), 2 ** 62, 2 ** 61 + 1),
-                                    (INT64_MAX - 10, INT64_MAX, 3), (-5, 2 ** 60, 2 ** 58), (10, -(2 ** 61), -(2 ** 59))])
+                                    (INT64_MAX - 10, INT64_MAX, 3), (-5, 2 ** 60, 2 ** 58),
+                                    (10, -(2 ** 61), -(2 ** 59))])
 def test_arange_of_big_int64_bounds(backend, bounds):
     """arange computes integer results in int64 as PyTorch's CPU kernel does (the host kernel went
     through double: arange(2**62, 2**62 + 5) gave five 2**62), and refuses a range whose length
