@@ -12,6 +12,11 @@ namespace and displays the result."""
 
 from __future__ import annotations
 
+import ast
+import builtins
+import keyword
+import types
+
 import torch
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -26,6 +31,82 @@ def _backend_or_usage(name: str) -> str:
     if name not in choices:
         raise UsageError(f"unknown fl backend {name!r}; choose one of: {', '.join(choices)}")
     return name
+
+
+def _parse(magic, line: str):
+    """parse_argstring, with a line shlex cannot split (an unterminated quote)
+    reported as a UsageError like every other bad argument, not a traceback."""
+    try:
+        return parse_argstring(magic, line)
+    except ValueError as e:
+        raise UsageError(f"cannot parse the arguments {line!r}: {e}") from None
+
+
+def output_name(name: str | None) -> str | None:
+    """The variable an `-o NAME` option may write: a plain identifier that
+    shadows nothing Python or IPython rely on (`-o __builtins__` would break
+    every later cell, `-o 1bad` could never be read back)."""
+    if name is None:
+        return None
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise UsageError(f"-o {name!r} is not a valid Python variable name")
+    if hasattr(builtins, name) or (name.startswith("__") and name.endswith("__")):
+        raise UsageError(f"-o {name!r} would shadow a Python builtin or special name; choose another name")
+    return name
+
+
+def _cell_number(shell) -> int:
+    """The In[N] of the cell being run: IPython counts a stored cell before it
+    runs it, so during the run the counter is already one ahead."""
+    return max(shell.execution_count - 1, 0)
+
+
+def _hide_internal_frames(tb: types.TracebackType | None) -> None:
+    """Mark torch_fl's and fl_magics' frames in a traceback with IPython's
+    `__tracebackhide__`, so the user's own line comes first and the
+    dispatcher's internals fold into "[... skipping hidden N frame]"."""
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if module.split(".", 1)[0] in ("torch_fl", "fl_magics"):
+            tb.tb_frame.f_locals["__tracebackhide__"] = True
+        tb = tb.tb_next
+
+
+def _render_from_cell(shell, exc: BaseException, filename: str) -> None:
+    """Give the exception IPython's `_render_traceback_` hook, so the shell
+    shows its traceback from the cell's own line on, as for a cell without the
+    magic, instead of starting at `get_ipython().run_cell_magic(...)`."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    if tb is None:
+        return
+    try:
+        exc._render_traceback_ = lambda: shell.InteractiveTB.structured_traceback(type(exc), exc, tb, tb_offset=0)
+    except AttributeError:  # an exception type without an instance dict keeps IPython's rendering
+        pass
+
+
+def run_cell_code(shell, cell: str, *, display: bool = True) -> None:
+    """Run a cell's code in the user namespace as IPython would -- its magics
+    transformed, the last expression displayed, tracebacks pointing at the
+    cell's own In[N] -- but let an exception propagate, so a profiling magic
+    records what ran and the notebook still stops at the failing cell."""
+    __tracebackhide__ = True
+    source = shell.transform_cell(cell)
+    filename = shell.compile.cache(source, _cell_number(shell), raw_code=cell)
+    tree = shell.compile.ast_parse(source, filename=filename)
+    last = tree.body.pop() if display and tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    try:
+        with shell.builtin_trap, shell.display_trap:
+            exec(shell.compile(tree, filename, "exec"), shell.user_global_ns, shell.user_ns)
+            if last is not None:  # "single" mode hands the value to the display hook (Out[N])
+                exec(shell.compile(ast.Interactive([last]), filename, "single"), shell.user_global_ns,
+                     shell.user_ns)
+    except BaseException as e:
+        _hide_internal_frames(e.__traceback__)
+        _render_from_cell(shell, e, filename)
+        raise
 
 
 @magics_class
@@ -47,7 +128,7 @@ class FlMagics(Magics):
         """Show the current fl backend and the available ones, or switch backend
         live: new tensors go to the new backend, existing ones stay valid where
         they are (move named ones with --move)."""
-        args = parse_argstring(self.fl_backend, line)
+        args = _parse(self.fl_backend, line)
         if not args.backend:
             if args.move:
                 raise UsageError("--move needs a backend to move to: %fl_backend NAME --move ...")
@@ -55,16 +136,24 @@ class FlMagics(Magics):
             print(fl.list_backends().render())
             return None
         name = _backend_or_usage(args.backend)
+        movable = {n: self._movable(n) for n in args.move}  # every argument checked before anything changes
         fl.set_backend(name)
         device = fl.current_device()
-        moved = [self._move(n, device) for n in args.move]
-        print(f"fl backend: {name} ({device})" + (f"; moved {', '.join(moved)}" if moved else ""))
+        for n, obj in movable.items():
+            self._move(n, obj, device)
+        print(f"fl backend: {name} ({device})" + (f"; moved {', '.join(movable)}" if movable else ""))
         if args.caps:
             display(fl.capabilities(name))
         return None
 
-    def _move(self, name: str, device: torch.device) -> str:
+    def _movable(self, name: str):
+        """The namespace object `--move NAME` names, if it is one that can move."""
         obj = self._lookup(name)
+        if not isinstance(obj, (torch.nn.Module, torch.Tensor, torch.optim.Optimizer)):
+            raise UsageError(f"--move: {name!r} is a {type(obj).__name__}; only modules, tensors and optimizers move")
+        return obj
+
+    def _move(self, name: str, obj, device: torch.device) -> None:
         if isinstance(obj, torch.nn.Module):
             obj.to(device)
         elif isinstance(obj, torch.Tensor):
@@ -74,9 +163,6 @@ class FlMagics(Magics):
                 for k, v in list(state.items()):
                     if isinstance(v, torch.Tensor) and v.dim() > 0:
                         state[k] = v.to(device)
-        else:
-            raise UsageError(f"--move: {name!r} is a {type(obj).__name__}; only modules, tensors and optimizers move")
-        return name
 
     # -- %%fl_profile -------------------------------------------------------------
     @cell_magic
@@ -94,46 +180,59 @@ class FlMagics(Magics):
         """Run the cell under fl.profile(): per-op time, calls, path, kernel
         launches and bytes copied, and where the time went by path. The cell's
         last expression still displays."""
-        from torch_fl.notebook import comparison_kernels, fallback_paths, time_by_path
-
-        args = parse_argstring(self.fl_profile, line)
+        __tracebackhide__ = True
+        args = _parse(self.fl_profile, line)
+        output = output_name(args.output)
         if args.fusion:
             if args.compare:
                 raise UsageError("--fusion compares the cell with and without fusion; use it without --compare "
                                  "(fl.compare_backends(fn, a, b, fusion=True) compares two backends both ways)")
-            return self._profile_fusion(args, cell)
+            return self._profile_fusion(args, output, cell)
         previous = fl.get_current_backend_name()
         first = _backend_or_usage(args.backend) if args.backend else previous
         second = _backend_or_usage(args.compare) if args.compare else None
         try:
-            fl.set_backend(first)
-            with fl.profile(label=first) as prof:
-                result = self.shell.run_cell(cell)
-            if not result.success:
-                return None
-            if second is None:
-                print(prof.render(args.top))
-                if not args.no_plot:
-                    display(time_by_path(prof))
-                    display(fallback_paths(prof))
-                out = prof
-            else:
-                fl.set_backend(second)
-                with fl.profile(label=second) as other:
-                    result = self.shell.run_cell(cell, silent=True)
-                if not result.success:
-                    return None
-                out = prof.compare(other, (first, second))
-                print(out.render(args.top))
-                if not args.no_plot:
-                    display(comparison_kernels(out))
+            out = self._profile_on(first, cell, output)
+            if second is not None:
+                other = self._profile_on(second, cell, None, display=False)
+                out = out.compare(other, (first, second))
         finally:
             fl.set_backend(previous)
-        if args.output:
-            self.shell.user_ns[args.output] = out
+        self._show_profile(out, args)
+        if output:
+            self.shell.user_ns[output] = out
         return None
 
-    def _profile_fusion(self, args, cell: str):
+    def _profile_on(self, backend: str, cell: str, output: str | None, *, display: bool = True) -> fl.Profile:
+        """The cell run once under fl.profile() on a backend. If the cell
+        raises, the profile of what ran is stored (in `output`) first and the
+        exception goes on, so the notebook stops at this cell."""
+        __tracebackhide__ = True
+        fl.set_backend(backend)
+        with fl.profile(label=backend) as prof:
+            try:
+                run_cell_code(self.shell, cell, display=display)
+            except BaseException:
+                if output:
+                    self.shell.user_ns[output] = prof
+                raise
+        return prof
+
+    @staticmethod
+    def _show_profile(out, args) -> None:
+        from torch_fl.notebook import comparison_kernels, fallback_paths, time_by_path
+
+        print(out.render(args.top))
+        if args.no_plot:
+            return
+        if isinstance(out, fl.Comparison):
+            display(comparison_kernels(out))
+        else:
+            display(time_by_path(out))
+            display(fallback_paths(out))
+
+    def _profile_fusion(self, args, output: str | None, cell: str):
+        __tracebackhide__ = True
         from torch_fl.compile import CompiledModel, disabled
         from torch_fl.notebook.figures import comparison_kernels, fusion_patterns
 
@@ -142,16 +241,9 @@ class FlMagics(Magics):
         try:
             fl.set_backend(name)
             with disabled(), fl.profile(label="unfused") as before:
-                result = self.shell.run_cell(cell, silent=True)
-            if not result.success:
-                return None
-            result = self.shell.run_cell(cell, silent=True)  # one-time work: capture, JIT compiles, folds
-            if not result.success:
-                return None
-            with fl.profile(label="fused") as after:
-                result = self.shell.run_cell(cell)
-            if not result.success:
-                return None
+                run_cell_code(self.shell, cell, display=False)
+            run_cell_code(self.shell, cell, display=False)  # one-time work: capture, JIT compiles, folds
+            after = self._profile_on(name, cell, None)
         finally:
             fl.set_backend(previous)
         out = before.compare(after, ("unfused", "fused"))
@@ -168,8 +260,8 @@ class FlMagics(Magics):
             display(comparison_kernels(out))
             for k in sorted(compiled):
                 display(fusion_patterns(compiled[k].fusion_report))
-        if args.output:
-            self.shell.user_ns[args.output] = out
+        if output:
+            self.shell.user_ns[output] = out
         return None
 
     # -- %fl_caps ----------------------------------------------------------------------
@@ -180,7 +272,7 @@ class FlMagics(Magics):
         """The capability explorer: devices, op coverage, fused kernels, collectives, comparison."""
         from torch_fl.notebook import CapabilityExplorer
 
-        args = parse_argstring(self.fl_caps, line)
+        args = _parse(self.fl_caps, line)
         backend = _backend_or_usage(args.backend) if args.backend else None
         explorer = CapabilityExplorer(backend)
         display(explorer)
@@ -193,12 +285,9 @@ class FlMagics(Magics):
     @argument("--dtype", default="float32")
     def fl_explain(self, line: str):
         """Which path OP takes on every backend, and why."""
-        args = parse_argstring(self.fl_explain, line)
-        dtype = getattr(torch, args.dtype, None)
-        if not isinstance(dtype, torch.dtype):
-            raise UsageError(f"--dtype {args.dtype!r} is not a torch dtype (float32, bfloat16, int64, ...)")
+        args = _parse(self.fl_explain, line)
         try:
-            explanations = [fl.explain(args.op, dtype, backend=b) for b in fl.available_backends()]
+            explanations = [fl.explain(args.op, args.dtype, backend=b) for b in fl.available_backends()]
         except ValueError as e:
             raise UsageError(str(e)) from None
         print("\n".join(e.render() for e in explanations))
@@ -220,7 +309,8 @@ class FlMagics(Magics):
         outputs, gradients, autocast, and a short training run."""
         from torch_fl.notebook import alignment_layers, alignment_losses
 
-        args = parse_argstring(self.fl_align, line)
+        args = _parse(self.fl_align, line)
+        output = output_name(args.output)
         model, inputs = self._lookup(args.model), self._lookup(args.inputs)
         target = self._lookup(args.target) if args.target else None
         if not isinstance(model, torch.nn.Module):
@@ -234,8 +324,8 @@ class FlMagics(Magics):
             display(alignment_layers(report))
             if report.training:
                 display(alignment_losses(report))
-        if args.output:
-            self.shell.user_ns[args.output] = report
+        if output:
+            self.shell.user_ns[output] = report
         return None
 
 

@@ -10,6 +10,18 @@ import torch_fl as fl
 from torch_fl._abi import header_path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def pytest_configure(config):
+    """scripts/test.sh installs torch_fl from a wheel and sets FL_TEST_INSTALLED: then the tests must
+    be testing that installed copy, never the source tree they sit beside (a module the wheel left out
+    would otherwise be found here and hide the fault)."""
+    if os.environ.get("FL_TEST_INSTALLED"):
+        here = os.path.realpath(os.path.dirname(fl.__file__))
+        if here.startswith(os.path.realpath(ROOT) + os.sep):
+            raise pytest.UsageError(f"FL_TEST_INSTALLED is set but torch_fl was imported from the source tree "
+                                    f"({here}); run the tests through scripts/test.sh")
 
 
 @pytest.fixture(scope="session")

@@ -197,3 +197,57 @@ def test_sparse_tensors_on_fl_get_a_clear_error():
     assert csr.layout == torch.sparse_csr and csr.device.type == "fl"
     with pytest.raises(RuntimeError, match="torch.sparse_csr tensor on fl:0 is not supported by torch_fl"):
         torch.sparse.sampled_addmm(csr, torch.randn(3, 3, device="fl"), torch.randn(3, 3, device="fl"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["explain", "aten::add.Tensor", "--dtype", "float99"], "'float99' is not a torch dtype"),
+    (["explain", "add"], "aten::add needs an overload name: aten::add.Tensor, aten::add.Scalar"),
+    (["coverage", "--dtype", "float99"], "'float99' is not a torch dtype"),
+])
+def test_cli_bad_arguments_are_one_line_errors(argv, message):
+    """Issue 15: a bad dtype (AttributeError) and an op without its overload (RuntimeError) were tracebacks."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", *argv], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [f"torch-fl: error: {r.stderr.strip()[17:]}"], r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_no_path_error_says_each_thing_once():
+    """Issue 13: float64 randn on ascend with the fallback off repeated the op's tiers and the advice."""
+    fl.set_backend("ascend")
+    fl.set_cpu_fallback(False)
+    try:
+        with pytest.raises(NotImplementedError) as info:
+            torch.randn(3, dtype=torch.float64, device="fl")
+    finally:
+        fl.set_cpu_fallback(True)
+    msg = str(info.value)
+    assert msg.startswith("aten::normal_ (float64) cannot run on fl backend 'ascend': native kernel aten::normal_ "
+                          "does not serve float64"), msg
+    assert msg.count("cannot run") == 1 and msg.count("Enable the CPU fallback") == 1, msg
+    assert msg.count("no JIT kernel") == 1 and msg.endswith("or use a backend that implements it."), msg
+
+
+def test_jit_compile_failure_is_said_not_listed_as_a_kernel(tmp_path):
+    """Issue 15: with no C compiler and the fallback off, the error and fl.explain listed a 'JIT-compiled
+    kernel' that had failed to compile."""
+    r = run_py("""
+        import warnings, torch, torch_fl as fl
+        warnings.simplefilter("ignore")
+        fl.initialize("minimal")
+        fl.set_cpu_fallback(False)
+        x = torch.randn(4, device="fl")
+        try:
+            torch.cumprod(x, 0)
+        except NotImplementedError as e:
+            print("ERR", e)
+        print(fl.explain("aten::cumprod"))
+    """, env={"FL_JIT_CACHE": str(tmp_path), "CC": "/nonexistent/cc"})
+    err = next(line for line in r.stdout.splitlines() if line.startswith("ERR"))
+    assert "JIT-compiled kernel" not in r.stdout, r.stdout + r.stderr
+    assert "the JIT kernel for aten::cumprod failed to compile: " in err and "/nonexistent/cc" in err, err
+    assert "aten::cumprod (float32) on backend 'minimal': NO PATH" in r.stdout
+    assert "  - the JIT kernel for aten::cumprod failed to compile: " in r.stdout

@@ -3,6 +3,7 @@ its UsageError paths and what it displays; the capability explorer driven by
 its widgets' values; figures built from torch_fl results."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -160,3 +161,60 @@ def test_figures_are_deterministic_and_built_from_results():
     layers = alignment_layers(rep)
     assert list(layers.data[0].x) == ["0 (Linear)", "1 (Tanh)"]
     assert len(alignment_losses(rep).data) == 3
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_fl_backend_validates_every_argument_before_switching(shell):
+    """Issue 13: `--move nosuchvar` raised a UsageError but had switched the backend already."""
+    shell.run_cell("s = 'text'")
+    for line in ("minimal --move nosuchvar", "minimal --move s"):
+        with pytest.raises(UsageError):
+            shell.run_line_magic("fl_backend", line)
+        assert fl.get_current_backend_name() == "cpu"
+
+
+@pytest.mark.parametrize("magic, line, message", [
+    ("fl_backend", '"unterminated', "cannot parse the arguments"),
+    ("fl_explain", "add", r"aten::add needs an overload name: aten::add\.Tensor"),
+    ("fl_explain", "aten::add.Tensor --dtype float99", "'float99' is not a torch dtype"),
+])
+def test_bad_lines_are_usage_errors(shell, magic, line, message):
+    """Issue 15: an unterminated quote (ValueError) and an op without its overload (RuntimeError) were raw
+    tracebacks."""
+    with pytest.raises(UsageError, match=message):
+        shell.run_line_magic(magic, line)
+
+
+@pytest.mark.parametrize("name", ["__builtins__", "1bad", "class", "print", "__name__", "a-b"])
+def test_profile_output_must_be_a_plain_identifier(shell, name):
+    """Issue 15: `-o __builtins__` broke every later cell; `-o 1bad` was accepted."""
+    with pytest.raises(UsageError, match="-o"):
+        shell.run_cell_magic("fl_profile", f"-o {name} --no-plot", "x = 1")
+    with pytest.raises(UsageError, match="-o"):
+        shell.run_line_magic("fl_align", f"net xin -o {name}")
+    assert shell.run_cell("y = len([1, 2])").success and shell.user_ns["y"] == 2
+
+
+def test_exception_in_profiled_cell_stops_the_notebook_and_shows_the_users_line(shell, capsys):
+    """Issues 13 and 15: the error was swallowed (error_in_exec None, so nbval carried on), its traceback ran
+    through torch_fl's internals and named the wrong cell."""
+    shell.run_cell("fl.set_backend('ascend'); fl.set_cpu_fallback(False)")
+    capsys.readouterr()
+    try:
+        result = shell.run_cell("%%fl_profile -o partial --no-plot\n"
+                                "x = torch.ones(3, device='fl')\n"
+                                "y = torch.randn(3, dtype=torch.float64, device='fl')\n", store_history=True)
+    finally:
+        fl.set_cpu_fallback(True)
+    assert isinstance(result.error_in_exec, NotImplementedError)
+    tb = ANSI.sub("", capsys.readouterr().out)
+    lines = [ln for ln in tb.splitlines() if ln.strip() and not set(ln) <= {"-"}]
+    assert lines[1] == f"Cell In[{result.execution_count}], line 2", tb  # the user's cell, its own number
+    assert "----> 2 y = torch.randn(3, dtype=torch.float64, device='fl')" in tb
+    assert "run_cell_magic" not in tb and "__torch_dispatch__" not in tb and "skipping hidden" in tb
+    assert {s.op for s in shell.user_ns["partial"].ops()} >= {"aten::fill_.Scalar"}  # recorded before re-raising
+    assert fl.get_current_backend_name() == "ascend"  # the backend the cell ran on stays current
+    result = shell.run_cell("%%fl_profile --no-plot --compare minimal\n1 / 0", store_history=True)
+    assert isinstance(result.error_in_exec, ZeroDivisionError)

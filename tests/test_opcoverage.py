@@ -73,3 +73,16 @@ def test_cli_reports_json():
     data = json.loads(r.stdout)
     assert data["summary"]["forward_pass"] == 1 and data["results"][0]["op"] == "exp"
     assert data["results"][0]["paths"]["native"] >= 1
+
+
+def test_settings_restored_when_opinfo_import_fails(monkeypatch):
+    """Issue 13: a failed OpInfo import (numpy missing) left the fallback off for the rest of the process."""
+    monkeypatch.setitem(sys.modules, "torch.testing._internal.common_methods_invocations", None)
+    assert fl.cpu_fallback_enabled()
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    with pytest.raises(ImportError):
+        run_coverage("minimal", ["add"], cpu_fallback=False)
+    assert fl.cpu_fallback_enabled()
+    assert torch.equal(torch.rand(3), expected)  # the random state too

@@ -84,3 +84,19 @@ def test_check_by_backend_name_and_bad_targets():
     assert not missing.passed and "no such file" in missing.rows[0].detail
     unknown = check_plugin("no_such_backend")
     assert not unknown.passed and "unknown fl backend" in unknown.rows[-1].detail
+
+
+def test_missing_python_module_is_blamed_on_the_environment(tmp_path):
+    """Issue 13: without numpy (OpInfo's samples import it) the checker said 'the plugin crashed the process'
+    and cut the message before the module's name. A package that raises what a missing one does stands in."""
+    (tmp_path / "numpy").mkdir()
+    (tmp_path / "numpy" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check", "minimal", "--ops", "aten::mm"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    out = " ".join(r.stdout.split())
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "crashed" not in out, out
+    assert ("recording samples FAIL the environment, not the plugin: Python module 'numpy' is not installed" in out
+            and "pip install numpy" in out), out

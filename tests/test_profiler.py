@@ -123,3 +123,32 @@ def test_no_listener_no_events():
         pass
     (x + x).cpu()
     assert prof.events == [] and not _record.LISTENERS
+
+
+def test_self_time_never_exceeds_total_time():
+    """Issue 13: an op called both directly and inside a decomposition showed self > total (total counted
+    the user's calls only, self every call)."""
+    fl.set_backend("minimal")  # gelu decomposes into mul/add/erf; add is also called directly
+    x = torch.randn(16, 16, device="fl")
+    with fl.profile() as prof:
+        for _ in range(3):
+            y = F.gelu(x) + x
+            y = F.layer_norm(y, (16,))
+    ops = {s.op: s for s in prof.ops()}
+    add = ops["aten::add.Tensor"]
+    assert add.calls == 3 and add.nested_calls > 0  # the case of the issue
+    for s in ops.values():
+        assert s.self_s <= s.total_s, (s.op, s.self_s, s.total_s)
+        assert s.total_s > 0 and s.mean_us > 0, s.op  # ops reached only inside others are timed too
+    assert f"{add.calls}+{add.nested_calls}" in prof.table(50)
+
+
+def test_comparison_table_names_the_backend_of_every_column():
+    """Issue 13: two numbers under one "kernels" and one "ms" header, without the backends' names."""
+    c = fl.compare_backends(lambda: F.layer_norm(torch.randn(4, 6, device="fl"), (6,)).cpu(), "rocm", "minimal")
+    header = c.render().splitlines()[1].split()
+    assert header == ["op", "path", "rocm", "path", "minimal", "kernels", "rocm", "kernels", "minimal", "ms", "rocm",
+                      "ms", "minimal"]
+    row = next(line for line in c.render().splitlines() if line.startswith("aten::native_layer_norm"))
+    path_a, path_b, kernels_a, kernels_b = row.split()[1:5]
+    assert (path_a, path_b, kernels_a) == ("native", "decomposition", "1") and int(kernels_b) > 1

@@ -38,7 +38,8 @@ def _cdef_source(text: str) -> str:
 
 
 ffi = cffi.FFI()
-ffi.cdef(_cdef_source(open(header_path(), encoding="utf-8").read()))
+with open(header_path(), encoding="utf-8") as _header:
+    ffi.cdef(_cdef_source(_header.read()))
 
 ABI_VERSION: int = 1
 MAX_DIMS: int = 8

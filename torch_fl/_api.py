@@ -149,17 +149,20 @@ class Explanation:
     __str__ = render
 
 
-def explain(op, dtype: torch.dtype | tuple = torch.float32, backend: str | None = None) -> Explanation:
+def explain(op, dtype: torch.dtype | str | tuple = torch.float32, backend: str | None = None) -> Explanation:
     """Which path `op` takes on a backend for a dtype, and why.
 
     op: an OpOverload (torch.ops.aten.mm.default), a packet (its default
-    overload), or a name such as "aten::add.Tensor" / "add.Tensor" / "mm"."""
+    overload), or a name such as "aten::add.Tensor" / "add.Tensor" / "mm".
+    dtype: a torch.dtype, its name ("bfloat16", as a user types it in a magic
+    or on the command line), or a tuple of them. A name that is no operator
+    or no dtype raises ValueError."""
     from ._dispatch import facts, resolve
 
     func = _resolve_op(op)
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     f = facts(func)
-    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+    dtypes = tuple(_dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,)))
     plan = b.plans.get((func, dtypes)) or resolve(f, b, dtypes)
     if f.is_view:
         path, reasons = "view", [f"{f.name} is a view: metadata only, shares the input's plugin buffer"]
@@ -167,6 +170,15 @@ def explain(op, dtype: torch.dtype | tuple = torch.float32, backend: str | None 
         path, reasons = plan.first, plan.reasons
     calls = {p: n for (name, p), n in b.counts.items() if name == f.name}
     return Explanation(f.name, b.name, tuple(str(d).replace("torch.", "") for d in dtypes), path, reasons, calls)
+
+
+def _dtype(d: torch.dtype | str) -> torch.dtype:
+    if isinstance(d, torch.dtype):
+        return d
+    found = getattr(torch, str(d).removeprefix("torch."), None)
+    if not isinstance(found, torch.dtype):
+        raise ValueError(f"{d!r} is not a torch dtype (float32, bfloat16, int64, ...)")
+    return found
 
 
 def _resolve_op(op):
@@ -182,8 +194,22 @@ def _resolve_op(op):
         packet = getattr(getattr(torch.ops, ns, None), base, None)
         if packet is None:
             raise ValueError(f"unknown operator {op!r}")
+        overloads = [o for o in packet.overloads() if _in_dispatcher(packet, o)]
+        if not overload and "default" not in overloads:  # aten::add's "default" is TorchScript's scalar add
+            raise ValueError(f"{ns}::{base} needs an overload name: "
+                             + ", ".join(f"{ns}::{base}.{o}" for o in overloads))
         overload = overload or "default"
-        if overload not in packet.overloads():
-            raise ValueError(f"{ns}::{base} has no overload {overload!r}; overloads: {', '.join(packet.overloads())}")
+        if overload not in overloads:
+            raise ValueError(f"{ns}::{base} has no overload {overload!r}; overloads: {', '.join(overloads)}")
         return getattr(packet, overload)
     raise TypeError(f"explain() takes an aten op or its name, not {type(op).__name__}")
+
+
+def _in_dispatcher(packet, overload: str) -> bool:
+    """Whether an overload is a dispatcher operator: torch.ops also lists
+    TorchScript-only ones (aten::add's scalar "default") that have no kernels."""
+    try:
+        torch._C._dispatch_find_schema_or_throw(packet._qualified_op_name, "" if overload == "default" else overload)
+    except RuntimeError:
+        return False
+    return True

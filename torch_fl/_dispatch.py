@@ -350,10 +350,11 @@ class Plan:
     decomposition: object = None
     jit: object = None
     reasons: list = field(default_factory=list)
+    failed: set = field(default_factory=set)  # paths found broken at run time (a JIT compile that failed)
 
     @property
     def first(self) -> str | None:
-        return self.paths[0] if self.paths else None
+        return next((p for p in self.paths if p not in self.failed), None)
 
 
 DECOMPOSITIONS: dict = dict(decomposition_table)
@@ -513,7 +514,7 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     if jit is not None:
         plan.paths.append(JIT)
         plan.jit = jit
-        plan.reasons.append(f"JIT-compiled kernel for {f.name}")
+        plan.reasons.append(_jit_claim(f.name))
     else:
         plan.reasons.append("no JIT kernel")
     if SETTINGS.cpu_fallback:
@@ -522,6 +523,25 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     else:
         plan.reasons.append("CPU fallback is switched off (FL_CPU_FALLBACK=0)")
     return plan
+
+
+def _jit_claim(name: str) -> str:
+    return f"JIT-compiled kernel for {name}"
+
+
+def _note_jit_failure(plan: Plan, f: OpFacts, backend) -> None:
+    """A JIT kernel that failed to compile is said so, with the compiler's
+    reason, in the plan's reasons -- which the no-path error and fl.explain
+    print -- instead of being listed as if it were there."""
+    from . import _jit
+
+    why = _jit.compile_failure(backend.name, f.name)
+    if why is None:
+        return
+    plan.failed.add(JIT)
+    text = f"the JIT kernel for {f.name} failed to compile: {why}"
+    plan.reasons[:] = [text if r == _jit_claim(f.name) or r.startswith(f"the JIT kernel for {f.name} failed")
+                       else r for r in plan.reasons]
 
 
 def _unserved_complex(entry, dtypes) -> str | None:
@@ -603,7 +623,7 @@ def _compute(f: OpFacts, args, kwargs):
                 try:
                     result = plan.decomposition(*args, **kwargs)
                 except NotImplementedError as e:  # a sub-op had no path: say so for this op
-                    failures.append(f"its decomposition needs {e}")
+                    failures.append(_decomposition_needs(f, plan, e))
                     continue
                 finally:
                     active.discard(f.func)
@@ -614,6 +634,8 @@ def _compute(f: OpFacts, args, kwargs):
                     continue
             elif path == JIT:
                 result = plan.jit(f, dev, vals)
+                if result is _NOT_HANDLED:
+                    _note_jit_failure(plan, f, backend)
             else:
                 if getattr(_tls, "device_only", 0):  # inside a decomposition that must stay on the device
                     failures.append("the CPU fallback is not used inside a device-only decomposition")
@@ -628,14 +650,32 @@ def _compute(f: OpFacts, args, kwargs):
     finally:
         if listening:
             _record.DEPTH[0] -= 1
-    raise NotImplementedError(_no_path_message(f, backend, plan, failures))
+    raise _no_path_error(f, backend, plan, failures)
 
 
-def _no_path_message(f: OpFacts, backend, plan: Plan, failures=()) -> str:
+def _no_path_error(f: OpFacts, backend, plan: Plan, failures=()) -> NotImplementedError:
+    """The error of an op none of whose paths could run: a plain
+    NotImplementedError (what users and PyTorch expect) that also carries the
+    message without its advice (`fl_what`), so an enclosing op whose
+    decomposition needed this one quotes it once and the advice comes once."""
     tried = "; ".join(list(plan.reasons) + list(failures))
-    return (f"{f.name} ({', '.join(plan.dtypes) or 'no tensors'}) cannot run on fl backend '{backend.name}': "
-            f"{tried}. Enable the CPU fallback (FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)) "
-            f"or use a backend that implements it.")
+    what = f"{f.name} ({', '.join(plan.dtypes) or 'no tensors'}) cannot run on fl backend '{backend.name}': {tried}"
+    e = NotImplementedError(f"{what}. Enable the CPU fallback (FL_CPU_FALLBACK=1 or "
+                            f"torch_fl.set_cpu_fallback(True)) or use a backend that implements it.")
+    e.fl_what, e.fl_op = what, (f.name, plan.dtypes)
+    return e
+
+
+def _decomposition_needs(f: OpFacts, plan: Plan, e: NotImplementedError) -> str:
+    """Why a decomposition failed, for the enclosing op's message: the sub-op's
+    own tiers without its advice, and only a short note when the sub-op is the
+    op itself again (its other tiers are already listed)."""
+    what = getattr(e, "fl_what", None)
+    if what is None:
+        return f"its decomposition needs {e}"
+    if getattr(e, "fl_op", None) == (f.name, plan.dtypes):
+        return f"its decomposition calls {f.name} ({', '.join(plan.dtypes)}) itself again"
+    return f"its decomposition needs {what}"
 
 
 def _count(backend, name: str, path: str) -> None:

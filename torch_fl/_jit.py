@@ -793,6 +793,7 @@ def compile_source(name: str, dev: Any, src: str, symbol: str, t0: float | None 
         _record.emit(_record.OpEvent(name, dev.backend.name, "jit-compile", seconds, 0, 0, _record.DEPTH[0], t0))
     if status != _abi.FL_OK:
         STATS["failures"] += 1
+        _FAILURES[(dev.backend.name, name)] = " ".join((plugin.last_error() or "compile failed").split())
         if warn:
             import warnings
 
@@ -802,6 +803,16 @@ def compile_source(name: str, dev: Any, src: str, symbol: str, t0: float | None 
         return None
     STATS["compiled"] += 1
     return _Entry(out[0])
+
+
+_FAILURES: dict[tuple[str, str], str] = {}
+
+
+def compile_failure(backend: str, op: str) -> str | None:
+    """The plugin's message from the last failed JIT compile of `op` on a
+    backend (None if none failed): the dispatcher reports it instead of
+    listing a kernel that does not exist."""
+    return _FAILURES.get((backend, op))
 
 
 def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:

@@ -1,7 +1,8 @@
 """`torch-fl`: the command line.
 
-    torch-fl doctor [--full] [--backend NAME]   discover backends, print capability tables,
-                                                train the reference models on each and compare with CPU
+    torch-fl doctor [--full] [--backend NAME]   discover backends, print capability tables, train
+                                                ResNet-50 and a Transformer encoder a few SGD steps on
+                                                each, judged against float64 beside native CPU
     torch-fl backends                           every plugin found, and why any was rejected
     torch-fl explain OP [--dtype D] [--backend NAME]
     torch-fl coverage [--backend NAME] [--ops GLOB] [--no-fallback] [--state FILE] [--json]
@@ -15,16 +16,17 @@
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
-import time
 
 import torch
 
 
 def _doctor(args) -> int:
+    """Every backend end to end: the plugins found, each capability table, and
+    ResNet-50 and a Transformer encoder trained a few steps on each, judged
+    against float64 beside native CPU float32 (torch_fl.doctor says how)."""
     import torch_fl as fl
-    from torch_fl.models import resnet50, transformer_encoder
+    from torch_fl import doctor
 
     print(f"torch {torch.__version__}, torch_fl {fl.__version__}")
     report = fl.list_backends()
@@ -40,20 +42,17 @@ def _doctor(args) -> int:
     if not names:
         print("no backend could be loaded")
         return 1
-    if args.full:  # the article's section 4.2 sizes
-        cases = [("ResNet-50", lambda: resnet50(), (8, 3, 224, 224)),
-                 ("TransformerEncoder", lambda: transformer_encoder(512, 8, 6, dropout=0.0), (16, 128, 512))]
-    else:
-        cases = [("ResNet-50", lambda: resnet50(num_classes=10), (2, 3, 64, 64)),
-                 ("TransformerEncoder", lambda: transformer_encoder(128, 8, 2, dropout=0.0, dim_feedforward=256),
-                  (4, 32, 128))]
+    print("\nreference runs on the CPU (float64 and float32), once for every backend ...")
+    refs = [doctor.reference(case) for case in doctor.default_cases(args.full)]
     failures = 0
     for name in names:
         fl.set_backend(name)
         print()
         print(fl.capabilities(name).render())
-        for label, make, shape in cases:
-            failures += not _check_model(fl, label, make, shape)
+        for ref in refs:
+            check = doctor.check_model(ref, fl.current_device())
+            print(check.render())
+            failures += not check.ok
         paths: dict[str, int] = {}
         for (_op, path), n in fl._registry.REGISTRY.get(name).counts.items():
             paths[path] = paths.get(path, 0) + n
@@ -61,50 +60,6 @@ def _doctor(args) -> int:
     print()
     print("doctor: all backends OK" if not failures else f"doctor: {failures} check(s) FAILED")
     return 0 if not failures else 1
-
-
-def _rel_err(value: torch.Tensor, ref: torch.Tensor) -> float:
-    value, ref = value.detach().cpu().double(), ref.detach().cpu().double()
-    return (value - ref).abs().max().item() / max(ref.abs().max().item(), 1e-12)
-
-
-def _check_model(fl, label: str, make, shape) -> bool:
-    """Forward+backward on the current backend against native CPU.
-
-    fp32 outputs and gradients of a randomly initialised deep network differ
-    between any two correct implementations (summation order; ResNet-50's fp32
-    gradients are ~1e-2 from fp64 even natively), so both fp32 runs are judged
-    against a float64 reference: the device passes when its error is within
-    1e-4 of the scale or no worse than twice native CPU's own."""
-    torch.manual_seed(0)
-    model = make()
-    x = torch.randn(*shape)
-    ref64 = copy.deepcopy(model).double()
-    out64 = ref64(x.double())
-    out64.pow(2).mean().backward()
-    t0 = time.perf_counter()
-    out_ref = model(x)
-    out_ref.float().pow(2).mean().backward()
-    t_ref = time.perf_counter() - t0
-    dev_model = copy.deepcopy(model).to(fl.current_device())
-    dev_model.zero_grad()
-    t0 = time.perf_counter()
-    out = dev_model(x.to(fl.current_device()))
-    out.float().pow(2).mean().backward()
-    torch.fl.synchronize()
-    t_dev = time.perf_counter() - t0
-    grads_ok = all(p.grad is not None and p.grad.device.type == "fl" for p in dev_model.parameters())
-    e_out, n_out = _rel_err(out, out64), _rel_err(out_ref, out64)
-    e_grad = n_grad = 0.0
-    if grads_ok:
-        for p_dev, p_nat, p64 in zip(dev_model.parameters(), model.parameters(), ref64.parameters(), strict=True):
-            e_grad = max(e_grad, _rel_err(p_dev.grad, p64.grad))
-            n_grad = max(n_grad, _rel_err(p_nat.grad, p64.grad))
-    ok = grads_ok and e_out <= max(1e-4, 2 * n_out) and e_grad <= max(1e-4, 2 * n_grad)
-    print(f"  {label:<19} forward+backward {tuple(shape)}: error vs fp64 output {e_out:.1e} (native {n_out:.1e}), "
-          f"grads {e_grad:.1e} (native {n_grad:.1e}) {'OK' if ok else 'MISMATCH'}; "
-          f"grads on device {'yes' if grads_ok else 'NO'}; {t_dev:.2f}s on fl vs {t_ref:.2f}s native CPU")
-    return ok
 
 
 def _backends(args) -> int:
@@ -117,9 +72,16 @@ def _backends(args) -> int:
 def _explain(args) -> int:
     import torch_fl as fl
 
-    dtype = getattr(torch, args.dtype)
-    print(fl.explain(args.op, dtype, backend=args.backend).render())
+    print(fl.explain(args.op, args.dtype, backend=args.backend).render())
     return 0
+
+
+def _dtype(name: str) -> torch.dtype:
+    """--dtype NAME; a name that is no dtype is a one-line error (exit 2), not a traceback."""
+    found = getattr(torch, name, None)
+    if not isinstance(found, torch.dtype):
+        raise ValueError(f"--dtype {name!r} is not a torch dtype (float32, bfloat16, int64, ...)")
+    return found
 
 
 def _coverage(args) -> int:
@@ -132,7 +94,7 @@ def _coverage(args) -> int:
     import torch_fl as fl
     from torch_fl.opcoverage import CoverageReport, OpResult, run_coverage
 
-    dtype = getattr(torch, args.dtype)
+    dtype = _dtype(args.dtype)
     if args.worker:
         def progress(k, n, name):
             print(f"@@BEGIN {name}", flush=True)

@@ -14,6 +14,7 @@ that kills the process is recorded as a crash and the run goes on)."""
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
@@ -24,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ._api import cpu_fallback_enabled, set_cpu_fallback
 from ._registry import REGISTRY
 
 UNSPECIFIED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted")
@@ -358,18 +360,22 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
     return result
 
 
-def run_coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: torch.dtype = torch.float32,
-                 samples: int = 4, cpu_fallback: bool | None = None, state_file: str | None = None,
-                 progress: Callable[[int, int, str], None] | None = None) -> CoverageReport:
-    """OpInfo coverage of a backend. ops: a glob over OpInfo names or a list of
-    names. state_file: JSON lines of finished ops; a rerun skips them."""
-    from ._dispatch import SETTINGS
+@contextlib.contextmanager
+def _settings_restored():
+    """Everything a coverage run changes for the process -- the CPU fallback
+    switch and the CPU random state it seeds per sample -- is put back however
+    the run ends (an OpInfo import that fails included), so the caller's later
+    code runs as it did before."""
+    fallback, rng = cpu_fallback_enabled(), torch.random.get_rng_state()
+    try:
+        yield
+    finally:
+        set_cpu_fallback(fallback)
+        torch.random.set_rng_state(rng)
 
-    b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
-    previous = SETTINGS.cpu_fallback
-    if cpu_fallback is not None:
-        SETTINGS.cpu_fallback = cpu_fallback
-    report = CoverageReport(b.name, str(dtype).replace("torch.", ""), SETTINGS.cpu_fallback)
+
+def _finished_ops(state_file: str | None) -> dict[str, OpResult]:
+    """The ops a previous run recorded in the state file (a rerun skips them)."""
     done: dict[str, OpResult] = {}
     if state_file and os.path.exists(state_file):
         with open(state_file) as f:
@@ -377,9 +383,22 @@ def run_coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: 
                 if line.strip():
                     r = OpResult(**json.loads(line))
                     done[r.op] = r
-    infos = [i for i in _op_db() if (_name(i) in ops if isinstance(ops, list) else
-                                     fnmatch.fnmatch(i.name, ops) or fnmatch.fnmatch(_name(i), ops))]
-    try:
+    return done
+
+
+def run_coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: torch.dtype = torch.float32,
+                 samples: int = 4, cpu_fallback: bool | None = None, state_file: str | None = None,
+                 progress: Callable[[int, int, str], None] | None = None) -> CoverageReport:
+    """OpInfo coverage of a backend. ops: a glob over OpInfo names or a list of
+    names. state_file: JSON lines of finished ops; a rerun skips them."""
+    b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
+    with _settings_restored():
+        if cpu_fallback is not None:
+            set_cpu_fallback(cpu_fallback)
+        report = CoverageReport(b.name, str(dtype).replace("torch.", ""), cpu_fallback_enabled())
+        done = _finished_ops(state_file)
+        infos = [i for i in _op_db() if (_name(i) in ops if isinstance(ops, list) else
+                                         fnmatch.fnmatch(i.name, ops) or fnmatch.fnmatch(_name(i), ops))]
         for k, info in enumerate(infos):
             name = _name(info)
             if progress:
@@ -392,8 +411,6 @@ def run_coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: 
             if state_file:
                 with open(state_file, "a") as f:
                     f.write(json.dumps(asdict(r)) + "\n")
-    finally:
-        SETTINGS.cpu_fallback = previous
     return report
 
 

@@ -31,18 +31,23 @@ NATIVE, DECOMPOSITION, JIT, FALLBACK = _record.NATIVE, _record.DECOMPOSITION, _r
 class OpStats:
     """One op (aten overload) on one backend, over a profile. Calls made by
     the user's code (depth 0) are counted in `calls`; the same op reached
-    inside another op's decomposition is counted in `nested_calls`."""
+    inside another op's decomposition is counted in `nested_calls`.
+
+    Both times cover every call, at any depth, so self time never exceeds
+    total time: `total_s` is inclusive (a call inside another call of the
+    same op is not counted twice), `self_s` excludes the sub-ops."""
 
     op: str
     backend: str
     calls: int = 0
     nested_calls: int = 0
-    total_s: float = 0.0  # inclusive time of the depth-0 calls
+    total_s: float = 0.0  # inclusive time of every call not inside a call of the same op
     self_s: float = 0.0  # time not spent in sub-ops, at any depth
     kernels: int = 0  # kernel launches of the depth-0 calls, their sub-ops included
     bytes_copied: int = 0
     paths: dict[str, int] = field(default_factory=dict)
     comm_bytes: int = 0  # collectives (torch_fl.distributed): message bytes on this rank
+    timed_calls: int = 0  # the calls total_s covers
 
     @property
     def is_collective(self) -> bool:
@@ -50,7 +55,12 @@ class OpStats:
 
     @property
     def mean_us(self) -> float:
-        return self.total_s / self.calls * 1e6 if self.calls else 0.0
+        return self.total_s / self.timed_calls * 1e6 if self.timed_calls else 0.0
+
+    @property
+    def calls_text(self) -> str:
+        """`calls` for a table: "2+5" when 5 more calls came from inside other ops."""
+        return f"{self.calls}+{self.nested_calls}" if self.nested_calls else str(self.calls)
 
     @property
     def path(self) -> str:
@@ -175,10 +185,10 @@ class Profile:
         rows = self.top(n, by)
         w = max([len(s.op) for s in rows] + [10])
         pw = max([len(s.path) for s in rows] + [14])
-        lines = [f"{'op':<{w}}  {'backend':<8} {'path':<{pw}} {'calls':>6} {'total ms':>9} {'mean us':>9} "
+        lines = [f"{'op':<{w}}  {'backend':<8} {'path':<{pw}} {'calls':>9} {'total ms':>9} {'mean us':>9} "
                  f"{'self ms':>8} {'kernels':>7} {'copied':>10}"]
         for s in rows:
-            lines.append(f"{s.op:<{w}}  {s.backend:<8} {s.path:<{pw}} {s.calls:>6} {s.total_s * 1e3:>9.3f} "
+            lines.append(f"{s.op:<{w}}  {s.backend:<8} {s.path:<{pw}} {s.calls_text:>9} {s.total_s * 1e3:>9.3f} "
                          f"{s.mean_us:>9.1f} {s.self_s * 1e3:>8.3f} {s.kernels:>7} {_fmt_bytes(s.bytes_copied):>10}")
         return "\n".join(lines)
 
@@ -250,14 +260,19 @@ class Comparison:
         a, b = self.names
         rows = self.rows()[:n]
         w = max([len(r["op"]) for r in rows] + [10])
+        # every number column is named after its backend: "kernels rocm", "ms minimal"
+        longest = max(len(a), len(b))
+        pw = max(16, 5 + longest)
+        kw, mw = 8 + longest, max(9, 3 + longest)
         lines = [f"{a} vs {b}: kernels {self.a.kernels} vs {self.b.kernels}, wall {self.a.wall_s * 1e3:.1f} ms vs "
                  f"{self.b.wall_s * 1e3:.1f} ms",
                  *([f"{a} vs {b} without fusion {self.unfused.a.kernels} vs {self.unfused.b.kernels} kernels, "
                     f"with fusion {self.a.kernels} vs {self.b.kernels}"] if self.unfused is not None else []),
-                 f"{'op':<{w}}  {'path ' + a:<16} {'path ' + b:<16} {'kernels':>13} {'ms':>17}"]
+                 f"{'op':<{w}}  {'path ' + a:<{pw}} {'path ' + b:<{pw}} {'kernels ' + a:>{kw}} "
+                 f"{'kernels ' + b:>{kw}} {'ms ' + a:>{mw}} {'ms ' + b:>{mw}}"]
         for r in rows:
-            lines.append(f"{r['op']:<{w}}  {r['path'][0]:<16} {r['path'][1]:<16} "
-                         f"{r['kernels'][0]:>6} {r['kernels'][1]:>6} {r['ms'][0]:>8.3f} {r['ms'][1]:>8.3f}")
+            lines.append(f"{r['op']:<{w}}  {r['path'][0]:<{pw}} {r['path'][1]:<{pw}} "
+                         f"{r['kernels'][0]:>{kw}} {r['kernels'][1]:>{kw}} {r['ms'][0]:>{mw}.3f} {r['ms'][1]:>{mw}.3f}")
         return "\n".join(lines)
 
     __str__ = render
@@ -377,33 +392,62 @@ def _record_function_ranges():
 # -- aggregation -----------------------------------------------------------------
 
 
-def _aggregate(events: list[_record.OpEvent]) -> dict[tuple[str, str], OpStats]:
-    """Per (op, backend) totals. Events arrive when ops end, so an op's
-    sub-ops (depth + 1) precede it; the time of direct children is subtracted
-    to get self time."""
-    stats: dict[tuple[str, str], OpStats] = {}
-    child_time: dict[int, float] = {}  # depth -> time of finished children waiting for their parent
+@dataclass
+class _Call:
+    """One recorded op call with the calls made inside it."""
+
+    event: _record.OpEvent
+    children: list  # its direct sub-ops: their time is not its self time
+    orphans: list  # deeper calls whose own parent was not recorded: inside it, but not subtracted
+
+
+def _call_tree(events: list[_record.OpEvent]) -> list[_Call]:
+    """Events arrive when ops end, so an op's sub-ops (depth + 1) precede it:
+    rebuild the calls as trees, one per depth-0 call (plus any calls left
+    without a parent, e.g. when the block raised inside an op)."""
+    pending: dict[int, list[_Call]] = {}
+    roots: list[_Call] = []
     for e in events:
-        s = stats.get((e.op, e.backend))
-        if s is None:
-            s = stats[(e.op, e.backend)] = OpStats(e.op, e.backend)
-        children = child_time.pop(e.depth + 1, 0.0)
-        for d in [d for d in child_time if d > e.depth + 1]:  # deeper leftovers belong to this op too
-            child_time.pop(d)
-        s.self_s += max(e.seconds - children, 0.0)
-        s.paths[e.path] = s.paths.get(e.path, 0) + 1
+        children = pending.pop(e.depth + 1, [])
+        orphans = [c for d in sorted(d for d in pending if d > e.depth + 1) for c in pending.pop(d)]
+        call = _Call(e, children, orphans)
         if e.depth == 0:
-            s.calls += 1
-            s.total_s += e.seconds
-            s.kernels += e.kernels
-            s.bytes_copied += e.bytes_copied
-            s.comm_bytes += getattr(e, "comm_bytes", 0)
+            roots.append(call)
         else:
-            s.nested_calls += 1
-            if e.path == FALLBACK:
-                s.bytes_copied += e.bytes_copied
-        child_time[e.depth] = child_time.get(e.depth, 0.0) + e.seconds
+            pending.setdefault(e.depth, []).append(call)
+    return roots + [c for d in sorted(pending) for c in pending[d]]
+
+
+def _aggregate(events: list[_record.OpEvent]) -> dict[tuple[str, str], OpStats]:
+    """Per (op, backend) totals over every call tree of the block."""
+    stats: dict[tuple[str, str], OpStats] = {}
+    for root in _call_tree(events):
+        _account(root, stats, frozenset())
     return stats
+
+
+def _account(call: _Call, stats: dict[tuple[str, str], OpStats], enclosing: frozenset) -> None:
+    e = call.event
+    key = (e.op, e.backend)
+    s = stats.get(key)
+    if s is None:
+        s = stats[key] = OpStats(e.op, e.backend)
+    s.self_s += max(e.seconds - sum(c.event.seconds for c in call.children), 0.0)
+    s.paths[e.path] = s.paths.get(e.path, 0) + 1
+    if key not in enclosing:  # a call inside a call of the same op is already in that one's time
+        s.total_s += e.seconds
+        s.timed_calls += 1
+    if e.depth == 0:
+        s.calls += 1
+        s.kernels += e.kernels
+        s.bytes_copied += e.bytes_copied
+        s.comm_bytes += getattr(e, "comm_bytes", 0)
+    else:
+        s.nested_calls += 1
+        if e.path == FALLBACK:
+            s.bytes_copied += e.bytes_copied
+    for sub in call.children + call.orphans:
+        _account(sub, stats, enclosing | {key})
 
 
 def _merge_backends(ops: list[OpStats]) -> list[OpStats]:
@@ -412,7 +456,7 @@ def _merge_backends(ops: list[OpStats]) -> list[OpStats]:
         m = merged.get(s.op)
         if m is None:
             merged[s.op] = OpStats(s.op, s.backend, s.calls, s.nested_calls, s.total_s, s.self_s, s.kernels,
-                                   s.bytes_copied, dict(s.paths), s.comm_bytes)
+                                   s.bytes_copied, dict(s.paths), s.comm_bytes, s.timed_calls)
         else:
             m.calls += s.calls
             m.nested_calls += s.nested_calls
@@ -421,6 +465,7 @@ def _merge_backends(ops: list[OpStats]) -> list[OpStats]:
             m.kernels += s.kernels
             m.bytes_copied += s.bytes_copied
             m.comm_bytes += s.comm_bytes
+            m.timed_calls += s.timed_calls
             for p, n in s.paths.items():
                 m.paths[p] = m.paths.get(p, 0) + n
     return list(merged.values())

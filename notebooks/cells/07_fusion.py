@@ -59,7 +59,7 @@ CELLS = [
              "xr = seq.clone().requires_grad_()\n"
              "ref(xr).square().sum().backward()\n"
              "grads_ok = all(torch.allclose(a.grad.cpu(), b.grad, atol=1e-5, rtol=1e-4)\n"
-             "               for a, b in zip(enc.model.parameters(), ref.parameters()))\n"
+             "               for a, b in zip(enc.model.parameters(), ref.parameters(), strict=True))\n"
              "print('input grad matches:', torch.allclose(xs.grad.cpu(), xr.grad, atol=1e-5, rtol=1e-4),\n"
              "      '| parameter grads match:', grads_ok)\n"
              "print(enc.fusion_report.latest())"),

@@ -78,7 +78,7 @@ CELLS = [
              "for step in range(4):\n"
              "    batches = [(torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g))\n"
              "               for g in (torch.Generator().manual_seed(100 * step + r) for r in range(2))]\n"
-             "    x, y = (torch.cat(t) for t in zip(*batches))\n"
+             "    x, y = (torch.cat(t) for t in zip(*batches, strict=True))\n"
              "    opt.zero_grad()\n"
              "    torch.nn.functional.mse_loss(ref(x), y).backward()\n"
              "    opt.step()\n"

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import textwrap
 from dataclasses import asdict, dataclass, field
 
 from ._contract import FAIL, PASS, SKIP, WARN
@@ -56,9 +58,14 @@ class CheckReport:
     def render(self, width: int = 120) -> str:
         name_w = min(max((len(r.check) for r in self.rows), default=10), 60)
         lines = [f"torch_fl plugin check: {self.target}", f"{'check':<{name_w}}  status  detail"]
+        room = max(width - name_w - 10, 40)
         for r in self.rows:
-            detail = r.detail if len(r.detail) <= width - name_w - 10 else r.detail[: width - name_w - 13] + "..."
-            lines.append(f"{r.check[:name_w]:<{name_w}}  {r.status:<6}  {detail}")
+            if r.status == FAIL:  # a failure is read in full: wrapped, never cut
+                first, *rest = textwrap.wrap(r.detail, room) or [""]
+            else:
+                first, rest = (r.detail if len(r.detail) <= room else r.detail[: room - 3] + "..."), []
+            lines.append(f"{r.check[:name_w]:<{name_w}}  {r.status:<6}  {first}")
+            lines += [f"{'':<{name_w + 10}}{more}" for more in rest]
         c = self.counts()
         lines.append(f"{'PASSED' if self.passed else 'FAILED'}: {c[PASS]} passed, {c[FAIL]} failed, "
                      f"{c[WARN]} warnings, {c[SKIP]} skipped")
@@ -114,15 +121,29 @@ def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: floa
         if current is None:
             report.rows.append(CheckRow("checker", FAIL, f"the checking process failed to start: {stderr[-500:]}"))
             break
-        rc = proc.returncode
-        why = f"killed by signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exit status {rc}"
-        tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
-        report.rows.append(CheckRow(current, FAIL, f"the plugin crashed the process ({why}) during this check"
-                                    + (f": {tail}" if tail else "")))
+        report.rows.append(CheckRow(current, FAIL, _why_the_process_ended(proc.returncode, stderr)))
         done.add(current)
         if current in ("load", "recording samples"):
             break
     return report
+
+
+_MISSING_MODULE = re.compile(r"^(?:ModuleNotFoundError|ImportError): No module named '([^']+)'", re.M)
+
+
+def _why_the_process_ended(rc: int | None, stderr: str) -> str:
+    """What killed a checking process. A missing Python module is the
+    environment's fault, not the plugin's: name the module and say so, rather
+    than blame the plugin for a crash."""
+    missing = _MISSING_MODULE.findall(stderr)
+    if missing:
+        module = missing[-1].split(".")[0]
+        return (f"the environment, not the plugin: Python module '{module}' is not installed, so the checker "
+                f"could not run this check (install the package that provides '{module}', e.g. "
+                f"pip install {module}, and check again)")
+    why = f"killed by signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exit status {rc}"
+    tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    return f"the plugin crashed the process ({why}) during this check" + (f": {tail}" if tail else "")
 
 
 __all__ = ["CheckReport", "CheckRow", "check_plugin", "PASS", "FAIL", "WARN", "SKIP"]

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The README's test command (and CI's, through .ci/run).
+#
+# Why a script: the tests must see torch_fl the way a user gets it. So every run
+# makes a brand-new virtual environment, builds an sdist from this tree and a
+# wheel from that sdist (what `pip install torch_fl` from an index would do),
+# installs the wheel with its test extra, and runs pytest against the installed
+# package. Nothing left on the machine by hand, and nothing in this checkout
+# that the sdist or wheel would leave out, can make a test pass.
+#
+#   scripts/test.sh                     every test, the notebooks included
+#   scripts/test.sh tests/test_device.py -x    arguments go to pytest
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+work=$(mktemp -d "${TMPDIR:-/tmp}/torch_fl-test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+step() { printf '\n== %s\n' "$*" >&2; }
+
+step "fresh virtual environment in $work/venv"
+"$python" -m venv "$work/venv"
+# shellcheck disable=SC1091
+. "$work/venv/bin/activate"
+# torch first: this wheel lies on disk; a bare torch>=2.9 would make pip fetch a multi-GB CUDA build
+pip install -q torch==2.13.0
+pip install -q build
+
+step "sdist from the tree, wheel from the sdist"
+python -m build --outdir "$work/dist" "$root" >"$work/build.log" 2>&1 || { tail -50 "$work/build.log"; exit 1; }
+wheel=$(ls "$work"/dist/torch_fl-*.whl)
+sdist=$(ls "$work"/dist/torch_fl-*.tar.gz)
+
+step "pip install $(basename "$wheel")[test]"
+pip install -q "$wheel[test]"
+
+step "pytest against the installed package"
+cd "$root"
+export FL_TEST_INSTALLED=1 FL_TEST_WHEEL="$wheel" FL_TEST_SDIST="$sdist"
+# `python -m torch_fl.cli ...` started by a test from this directory must not import the source tree
+export PYTHONSAFEPATH=1
+set +e
+pytest -p no:cacheprovider "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "scripts/test.sh: pytest collected no tests (exit status 5); that is a failure, not a pass" >&2
+  exit 1
+fi
+exit "$rc"
