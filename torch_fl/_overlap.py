@@ -135,6 +135,8 @@ def rule_for(func, mutable: list) -> Rule | None:
 
 
 # -- the storage questions: the one place that knows how an fl tensor holds its memory ---------
+# With real PrivateUse1 tensors (issue 16) these become: same_storage -> base_ptr(a) == base_ptr(b),
+# _strides -> t.stride(), and check()'s `type(v) is FlTensor` tests -> is_fl(v).
 
 
 def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -157,7 +159,7 @@ def _dense(t: torch.Tensor) -> bool:
 
 def _strides(t: torch.Tensor) -> tuple:
     """t.stride(), from the layout signature the dispatcher caches on an fl tensor when it has one."""
-    sig = t._s
+    sig = getattr(t, "_s", None)
     return sig[3] if sig is not None else t.stride()
 
 
