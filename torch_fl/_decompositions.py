@@ -528,7 +528,24 @@ def _roll(a, shifts, dims=()):
     return out
 
 
+def _prims_bitwise(packet):
+    """prims.bitwise_and & co as the aten overload for their operands: `t & 5` reaches the prim
+    with a Python number, which the .Tensor overload would refuse."""
+    def fn(a, b):
+        if isinstance(b, torch.Tensor):
+            return packet.Tensor(a, b) if isinstance(a, torch.Tensor) else packet.Scalar_Tensor(a, b)
+        return packet.Scalar(a, b)
+    return fn
+
+
+def _relu(a):
+    """relu as PyTorch's CPU kernel computes it, where(a < 0, 0, a): -0.0 and NaN pass through
+    (torch._decomp's where(a <= 0, 0, a) turns -0.0 into 0.0)."""
+    return torch.where(a < 0, torch.zeros((), dtype=a.dtype, device=a.device), a)
+
+
 def register(table: dict) -> None:
+    table[aten.relu.default] = _relu
     table[aten.roll.default] = _roll
     table[aten.histogram.bin_ct] = _histogram
     table[aten.histogram.bins_tensor] = _histogram_edges
@@ -551,7 +568,7 @@ def register(table: dict) -> None:
     table[aten._unique2.default] = _unique2
     table[aten.unique_consecutive.default] = _unique_consecutive
     for name in ("and", "or", "xor"):
-        table[getattr(prims, f"bitwise_{name}").default] = getattr(aten, f"bitwise_{name}").Tensor
+        table[getattr(prims, f"bitwise_{name}").default] = _prims_bitwise(getattr(aten, f"bitwise_{name}"))
     table[prims.bitwise_not.default] = aten.bitwise_not.default
     table[aten.index_add.default] = _scalar_as_vector(_index_add)
     table[aten.index_copy.default] = _scalar_as_vector(_index_copy)

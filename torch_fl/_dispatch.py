@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from torch._decomp import decomposition_table
 
-from . import _abi, _async, _decompositions, _decompositions_linalg, _decompositions_nn, _record
+from . import _abi, _argcheck, _async, _decompositions, _decompositions_linalg, _decompositions_nn, _overlap, _record
 from . import fused as _fused
 from ._abi import ffi
 from ._dtypes import COMPLEX_CODES, TO_CODE, dtype_name
@@ -72,7 +72,8 @@ class OpFacts:
     """What the schema says about an op, computed once per OpOverload."""
 
     __slots__ = ("func", "name", "arg_names", "kwarg_only", "defaults", "has_default", "mutable", "is_out",
-                 "is_view", "pointwise", "ret_alias", "n_returns", "handler", "_functional", "tensor_arg")
+                 "is_view", "pointwise", "ret_alias", "n_returns", "handler", "_functional", "tensor_arg", "overlap",
+                 "precheck")
 
     def __init__(self, func):
         schema = func._schema
@@ -107,6 +108,8 @@ class OpFacts:
         self.pointwise = torch.Tag.pointwise in func.tags
         self.handler = None
         self._functional: tuple | None = None
+        self.overlap = _overlap.rule_for(func, self.mutable)  # what CPU refuses when outputs alias inputs
+        self.precheck = _argcheck.precheck_for(func)  # PyTorch's argument checks its meta function skips
 
     @property
     def functional(self) -> tuple | None:
@@ -350,10 +353,20 @@ def cpu_into_fl(dst: torch.Tensor, src: torch.Tensor) -> None:
         dev.plugin.copy_h2d(dev.local, base_ptr(dst) + lo * item, data.data_ptr(), (hi - lo) * item)
     else:
         mirror = fl_to_cpu(dst)  # read-modify-write keeps bytes between strided elements
-        mirror.copy_(src)
+        _copy_unique(mirror, src.expand(dst.shape))
         base = mirror.as_strided((hi - lo,), (1,), 0)
         dev.plugin.copy_h2d(dev.local, base_ptr(dst) + lo * item, base.data_ptr(), (hi - lo) * item)
     _record.BYTES[0] += (hi - lo) * item
+
+
+def _copy_unique(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """dst.copy_(src) where dst may be expanded (an out= tensor CPU let an op write into): each
+    memory location takes the last value written to it along a stride-0 dim, as a kernel walking
+    in order leaves it; PyTorch's copy_ refuses such a destination."""
+    for d, (size, stride) in enumerate(zip(dst.shape, dst.stride(), strict=True)):
+        if stride == 0 and size > 1:
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, size - 1, 1)
+    dst.copy_(src)
 
 
 def cpu_to_new_fl(dev, src: torch.Tensor) -> torch.Tensor:
@@ -458,7 +471,16 @@ for _name, _fn in _PRIMS.items():
     _op = getattr(getattr(torch.ops.prims, _name, None), "default", None)
     if _op is not None:
         DECOMPOSITIONS[_op] = _fn
-_tls = threading.local()
+
+
+class _ThreadState(threading.local):
+    """Per-thread dispatcher state; class defaults make the hot-path reads cheap."""
+
+    active: set | None = None  # ops whose decomposition is running (see _decomposing)
+    device_only = 0  # > 0 inside a decomposition that must stay on the device
+
+
+_tls = _ThreadState()
 
 
 def _decomposing() -> set:
@@ -597,37 +619,16 @@ def _complex_note(backend, dtypes, dev_mask: int) -> str | None:
 _NOT_HANDLED = object()
 
 
-def _check_overlap(f: OpFacts, vals) -> None:
-    """PyTorch's rule for in-place and out= ops (TensorIterator's
-    assert_no_partial_overlap): a written tensor may not partly overlap an
-    input in memory. As there, only dense layouts are judged."""
-    for idx in f.mutable:
-        out = vals[idx] if idx < len(vals) else None
-        if not is_fl(out) or not out.numel() or not out.is_contiguous():
-            continue
-        item = out.element_size()
-        base = base_ptr(out)
-        o_lo, o_hi = out.storage_offset() * item, (out.storage_offset() + out.numel()) * item
-        for j, t in enumerate(vals):
-            if j == idx or not is_fl(t) or not t.numel() or base_ptr(t) != base:
-                continue
-            if not t.is_contiguous():
-                continue
-            ti = t.element_size()
-            t_lo, t_hi = t.storage_offset() * ti, (t.storage_offset() + t.numel()) * ti
-            if (t_lo, t_hi) == (o_lo, o_hi) or t_hi <= o_lo or o_hi <= t_lo:
-                continue
-            raise RuntimeError(
-                "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
-                "single memory location. Please clone() the tensor before performing the operation.")
-
-
 def _compute(f: OpFacts, args, kwargs):
     vals = f.normalize(args, kwargs)
     if _async.PENDING:  # an async copy may still be writing one of these tensors
         _async.wait_for(_iter_tensors(vals))
-    if f.mutable:
-        _check_overlap(f, vals)
+    if f.overlap is not None and not _tls.active:
+        # PyTorch's overlap checks on the user's call, before any tier; the sub-ops of a
+        # decomposition are its own business (an out= wrapper copies a view into out)
+        _overlap.check(f.overlap, f.mutable, vals)
+    if f.precheck is not None:
+        f.precheck(vals)
     dev = _device_of(f.name, vals)
     if dev is None:  # no fl tensor among the arguments: a factory asked for the fl device
         return _factory(f, args, kwargs)

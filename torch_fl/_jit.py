@@ -11,17 +11,21 @@ kernel function in memory per signature. An op whose traced graph uses
 anything outside the supported set, or whose compile fails, is not served:
 the dispatcher moves on to the CPU fallback, and `explain` says why.
 
-Supported: float32 / float64 / bfloat16 / bool / int64 / int32 tensors (integers through double: exact
-below 2**53), with Python scalars and
+Supported: float32 / float64 / bfloat16 / bool / int64 / int32 tensors, with Python scalars and
 wrapped numbers as arguments; the element-wise arithmetic, comparison,
-transcendental and activation ops listed in _UNARY/_BINARY below."""
+transcendental and activation ops listed in _UNARY/_BINARY below. Each graph
+node is computed in the C type of its own dtype: floating nodes in double,
+integer and bool nodes in int64_t with PyTorch's integer semantics (two's
+complement wrap-around, floor division and Python's remainder sign, shifts
+past the width, ZeroDivisionError), so integers are exact at any magnitude,
+not only below 2**53."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -49,6 +53,29 @@ def _c(v) -> str:
 
 class _Unsupported(Exception):
     pass
+
+
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def c_int(v: int) -> str:
+    """An int64_t literal (INT64_MIN has no literal of its own in C)."""
+    v = int(v)
+    if not _INT64_MIN <= v <= _INT64_MAX:
+        raise _Unsupported(f"integer constant {v} does not fit int64")
+    if v == _INT64_MIN:
+        return "(-INT64_C(9223372036854775807) - 1)"
+    return f"INT64_C({v})"
+
+
+def exact(dtype) -> bool:
+    """Whether a dtype computes in int64_t (integers and bool) rather than in double."""
+    return dtype is not None and not dtype.is_floating_point and not dtype.is_complex
+
+
+def value_type(dtype) -> str:
+    """The C type generated code computes a dtype's values in."""
+    return "int64_t" if exact(dtype) else "double"
 
 
 _UNARY = {
@@ -132,14 +159,78 @@ static inline void fl_st_bf16(uint16_t *p, double v) {
     if ((u & 0x7fffffffu) > 0x7f800000u) { *p = (uint16_t)((u >> 16) | 0x40); return; }
     u += 0x7fffu + ((u >> 16) & 1u); *p = (uint16_t)(u >> 16);
 }
-static inline double fl_relu(double x) { return x > 0.0 ? x : (x != x ? x : 0.0); }
+static inline double fl_rnd_bf16(double v) { uint16_t h; fl_st_bf16(&h, v); return fl_ld_bf16(&h); }
+/* as PyTorch's CPU kernels: relu and the clamps keep x when it equals the bound (relu(-0.0) is -0.0),
+ * a NaN input or bound gives NaN, and floor division follows ATen's div_floor_floating */
+static inline double fl_relu(double x) { return x < 0.0 ? 0.0 : x; }
+static inline double fl_clamp_lo(double x, double lo) { return lo != lo ? lo : (x < lo ? lo : x); }
+static inline double fl_clamp_hi(double x, double hi) { return hi != hi ? hi : (x > hi ? hi : x); }
+static inline double fl_div_floor(double a, double b) {
+    if (b == 0.0) return a / b;
+    double mod = fmod(a, b), div = (a - mod) / b;
+    if (mod != 0.0 && ((b < 0.0) != (mod < 0.0))) div -= 1.0;
+    if (div == 0.0) return copysign(0.0, a / b);
+    double fd = floor(div);
+    return div - fd > 0.5 ? fd + 1.0 : fd;
+}
 static inline double fl_max(double a, double b) { return (a != a || b != b) ? NAN : (a > b ? a : b); }
 static inline double fl_min(double a, double b) { return (a != a || b != b) ? NAN : (a < b ? a : b); }
-static inline double fl_sign(double x) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x); }
+/* as PyTorch's CPU kernel, (0 < x) - (x < 0): NaN and -0.0 give +0.0 */
+static inline double fl_sign(double x) { return (double)((x > 0.0) - (x < 0.0)); }
 static inline double fl_rem(double a, double b) {
     double m = fmod(a, b); return (m != 0.0 && ((m < 0.0) != (b < 0.0))) ? m + b : m;
 }
 static inline double fl_num(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
+static inline int64_t fl_inum(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? (int64_t)a->f : a->i; }
+/* integers as PyTorch computes them: two's complement wrap-around (through uint64_t: signed
+ * overflow is undefined in C), C division truncating, floor division and remainder with
+ * Python's signs, INT64_MIN / -1 wrapping, a zero divisor flagged in *err (PyTorch raises
+ * ZeroDivisionError), shifts by a negative or too large count giving 0 (left) or the sign (right) */
+static inline int64_t fl_iadd(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static inline int64_t fl_isub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+static inline int64_t fl_imul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+static inline int64_t fl_ineg(int64_t a) { return (int64_t)(0u - (uint64_t)a); }
+static inline int64_t fl_iabs(int64_t a) { return a < 0 ? fl_ineg(a) : a; }
+static inline int64_t fl_isign(int64_t a) { return (int64_t)(a > 0) - (int64_t)(a < 0); }
+static inline int64_t fl_imax(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t fl_imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t fl_idiv_trunc(int64_t a, int64_t b, int *err) {
+    if (b == 0) { *err = 1; return 0; }
+    return b == -1 ? fl_ineg(a) : a / b;
+}
+static inline int64_t fl_idiv_floor(int64_t a, int64_t b, int *err) {
+    if (b == 0) { *err = 1; return 0; }
+    if (b == -1) return fl_ineg(a);
+    int64_t q = a / b, r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t fl_ifmod(int64_t a, int64_t b, int *err) {
+    if (b == 0) { *err = 1; return 0; }
+    return b == -1 ? 0 : a % b;
+}
+static inline int64_t fl_irem(int64_t a, int64_t b, int *err) {
+    if (b == 0) { *err = 1; return 0; }
+    if (b == -1) return 0;
+    int64_t m = a % b;
+    return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m;
+}
+static inline int64_t fl_ipow(int64_t a, int64_t b) {
+    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+    uint64_t r = 1, x = (uint64_t)a;
+    while (b) { if (b & 1) r *= x; x *= x; b >>= 1; }
+    return (int64_t)r;
+}
+static inline int64_t fl_ishl(int64_t a, int64_t b) { return (b < 0 || b >= 64) ? 0 : (int64_t)((uint64_t)a << b); }
+static inline int64_t fl_ishr(int64_t a, int64_t b) { return (b < 0 || b >= 63) ? (a < 0 ? -1 : 0) : (a >> b); }
+static inline int64_t fl_igcd(int64_t a, int64_t b) {
+    a = fl_iabs(a); b = fl_iabs(b);
+    while (b != 0) { int64_t t = a % b; a = b; b = t; }
+    return a;
+}
+static inline int64_t fl_ilcm(int64_t a, int64_t b) {
+    int64_t g = fl_igcd(a, b);
+    return g == 0 ? 0 : fl_iabs(fl_imul(a / g, b));
+}
 """
 
 
@@ -166,31 +257,211 @@ def _ctype(dtype) -> str:
 
 
 def c_load(t: str, dtype, off: str) -> str:
-    """C for element `off` of tensor descriptor `t` (e.g. "in[0]"), as a double."""
+    """C for element `off` of tensor descriptor `t` (e.g. "in[0]"), in value_type(dtype):
+    int64_t for integers and bool (exact), double for floating dtypes."""
     c = _ctype(dtype)
     if c == "bf16":
         return f"fl_ld_bf16((const uint16_t *){t}.data + {off})"
+    if exact(dtype):
+        return f"(int64_t)((const {c} *){t}.data)[{off}]"
     return f"(double)((const {c} *){t}.data)[{off}]"
 
 
-def c_store(t: str, dtype, off: str, expr: str) -> str:
-    """C storing the double `expr` as element `off` of `t` (integers truncate, bool is != 0)."""
+def c_store(t: str, dtype, off: str, expr: str, integer: bool = False) -> str:
+    """C storing `expr` as element `off` of `t`: a double expression (integers truncate, bool is
+    != 0), or with `integer` an int64_t one (integers wrap to the width, floats round once)."""
     c = _ctype(dtype)
     if dtype is torch.bool:
-        return f"((uint8_t *){t}.data)[{off}] = (uint8_t)(({expr}) != 0.0);"
+        zero = "0" if integer else "0.0"
+        return f"((uint8_t *){t}.data)[{off}] = (uint8_t)(({expr}) != {zero});"
     if c == "bf16":
-        return f"fl_st_bf16((uint16_t *){t}.data + {off}, {expr});"
-    if not dtype.is_floating_point:
-        return f"(({c} *){t}.data)[{off}] = ({c})trunc({expr});"
-    return f"(({c} *){t}.data)[{off}] = ({c})({expr});"
+        value = f"(double)(float)({expr})" if integer else expr
+        return f"fl_st_bf16((uint16_t *){t}.data + {off}, {value});"
+    if integer or dtype.is_floating_point:
+        return f"(({c} *){t}.data)[{off}] = ({c})({expr});"
+    return f"(({c} *){t}.data)[{off}] = ({c})trunc({expr});"
 
 
-def _emit(graph, inputs: dict, node_dtype) -> tuple[list[str], str]:
-    """C statements computing each graph node into a local double; the output's name."""
-    lines, names = [], {}
+class _Value(NamedTuple):
+    """A C expression, whether it is an int64_t (else a double), the dtype it holds a value of, and
+    whether it is a scalar (a Python number or a wrapped number: lowest in type promotion)."""
+
+    expr: str
+    integer: bool
+    dtype: Any = None
+    scalar: bool = False
+
+
+def _as(v: _Value, integer: bool) -> str:
+    """v's expression converted to int64_t or double (C's conversions: floats truncate)."""
+    if v.integer == integer:
+        return v.expr
+    return f"((int64_t)({v.expr}))" if integer else f"((double)({v.expr}))"
+
+
+def _round(expr: str, dtype) -> str:
+    """A double rounded to dtype's precision: float32 and bfloat16 values are kept as PyTorch
+    stores them, so a chain of ops and a comparison see what PyTorch's kernels see."""
+    if dtype == torch.float32:
+        return f"((double)(float)({expr}))"
+    if dtype == torch.bfloat16:
+        return f"fl_rnd_bf16({expr})"
+    return expr
+
+
+def _in(v: _Value, math) -> str:
+    """An operand as a double in an op computed in dtype `math`: a value of another dtype (an
+    integer, a float64 scalar) is first converted to it, as PyTorch's type promotion does, so
+    x_f32 == 0.1 compares with 0.1f and int64 2**30 + 1 becomes float32 2**30. Reduced float
+    dtypes compute in float32 (PyTorch's opmath); only comparisons see a bfloat16 operand."""
+    expr = _as(v, False)
+    if v.dtype == math or math not in (torch.float32, torch.bfloat16):
+        return expr
+    if v.integer and math == torch.bfloat16:
+        return _round(_round(expr, torch.float32), math)
+    return _round(expr, math)
+
+
+# integer dtypes narrower than int64: a node of one wraps to its width, as PyTorch stores it
+_NARROW = {torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t"}
+
+
+def _narrow(expr: str, dtype) -> str:
+    if dtype is torch.bool:
+        return f"((int64_t)(({expr}) != 0))"
+    c = _NARROW.get(dtype)
+    return f"((int64_t)({c})({expr}))" if c else expr
+
+
+def _node_dtype(n, default):
+    return getattr(n.meta.get("val"), "dtype", default)
+
+
+def _constant(v) -> _Value:
+    if isinstance(v, bool):
+        return _Value("INT64_C(1)" if v else "INT64_C(0)", True, torch.bool, True)
+    if isinstance(v, int):
+        return _Value(c_int(v), True, torch.int64, True)
+    return _Value(_c(v), False, torch.float64, True)
+
+
+_COMPARISONS = {"eq", "ne", "gt", "ge", "lt", "le", "logical_and", "logical_or", "logical_xor"}
+
+
+def _promoted(operands: list) -> Any:
+    """torch.result_type of a node's operands (scalars as Python numbers), or None."""
+    items = []
+    for v in operands:
+        if v.dtype is None:
+            return None
+        if v.scalar:
+            items.append(True if v.dtype is torch.bool else (0 if exact(v.dtype) else 0.0))
+        else:
+            items.append(torch.empty((1,), dtype=v.dtype))
+    if len(items) != 2:
+        return None
+    if not isinstance(items[0], torch.Tensor) and not isinstance(items[1], torch.Tensor):
+        return None
+    return torch.result_type(*items)
+
+
+# integer forms of the ops, over int64_t operands; `err` flags a zero divisor
+_INT_BINARY = {
+    "add": "fl_iadd({0}, {1})", "sub": "fl_isub({0}, {1})", "mul": "fl_imul({0}, {1})",
+    "maximum": "fl_imax({0}, {1})", "minimum": "fl_imin({0}, {1})", "pow": "fl_ipow({0}, {1})",
+    "fmod": "fl_ifmod({0}, {1}, &err)", "remainder": "fl_irem({0}, {1}, &err)",
+    "eq": "(({0}) == ({1}))", "ne": "(({0}) != ({1}))", "gt": "(({0}) > ({1}))", "ge": "(({0}) >= ({1}))",
+    "lt": "(({0}) < ({1}))", "le": "(({0}) <= ({1}))",
+    "bitwise_and": "(({0}) & ({1}))", "bitwise_or": "(({0}) | ({1}))", "bitwise_xor": "(({0}) ^ ({1}))",
+    "bitwise_left_shift": "fl_ishl({0}, {1})", "bitwise_right_shift": "fl_ishr({0}, {1})",
+    "__lshift__": "fl_ishl({0}, {1})", "__rshift__": "fl_ishr({0}, {1})",
+    "logical_and": "((({0}) != 0) && (({1}) != 0))", "logical_or": "((({0}) != 0) || (({1}) != 0))",
+    "logical_xor": "((({0}) != 0) != (({1}) != 0))", "gcd": "fl_igcd({0}, {1})", "lcm": "fl_ilcm({0}, {1})",
+}
+_INT_UNARY = {
+    "abs": "fl_iabs({0})", "neg": "fl_ineg({0})", "sign": "fl_isign({0})", "sgn": "fl_isign({0})",
+    "relu": "(({0}) > 0 ? ({0}) : 0)", "floor": "({0})", "ceil": "({0})", "trunc": "({0})", "round": "({0})",
+    "logical_not": "(({0}) == 0)", "isnan": "0", "signbit": "(({0}) < 0)", "square": "fl_imul({0}, {0})",
+    "_to_copy": "({0})", "clone": "({0})", "alias": "({0})", "lift_fresh_copy": "({0})", "detach": "({0})",
+}
+_CLAMPS = ("clamp", "clamp_min", "clamp_max")
+
+
+def _int_expr(packet: str, n, operand, dtype) -> str:
+    """The int64_t C expression of an integer node whose operands are all integers; raises
+    _Unsupported for an op without an exact integer form (the next tier serves the call)."""
+    args, kw = n.args, n.kwargs
+
+    def i(x) -> str:
+        return _as(operand(x), True)
+
+    if packet in ("add", "sub") and len(args) >= 2:
+        alpha = kw.get("alpha", args[2] if len(args) > 2 else 1)
+        y = i(args[1]) if alpha == 1 else f"fl_imul({i(args[1])}, {c_int(alpha)})"
+        return f"fl_i{packet}({i(args[0])}, {y})"
+    if packet == "rsub":
+        alpha = kw.get("alpha", 1)
+        return f"fl_isub({i(args[1])}, fl_imul({i(args[0])}, {c_int(alpha)}))"
+    if packet == "div":
+        mode = kw.get("rounding_mode")
+        if mode in ("trunc", "floor"):
+            return f"fl_idiv_{mode}({i(args[0])}, {i(args[1])}, &err)"
+        raise _Unsupported(f"integer div with rounding {mode}")
+    if packet in _INT_BINARY and len(args) >= 2:
+        return _INT_BINARY[packet].format(i(args[0]), i(args[1]))
+    if packet == "bitwise_not":
+        return f"(({i(args[0])}) == 0)" if dtype is torch.bool else f"(~({i(args[0])}))"
+    if packet in _INT_UNARY and args:
+        return _INT_UNARY[packet].format(i(args[0]))
+    if packet == "where":
+        return f"(({operand(args[0]).expr}) != 0 ? ({i(args[1])}) : ({i(args[2])}))"
+    if packet in _CLAMPS:
+        lo, hi = _clamp_bounds(packet, n)
+        expr = i(args[0])
+        if lo is not None:
+            expr = f"fl_imax({expr}, {i(lo)})"
+        if hi is not None:
+            expr = f"fl_imin({expr}, {i(hi)})"
+        return expr
+    if packet in ("full", "scalar_tensor"):
+        return i(_fill_value(packet, n))
+    raise _Unsupported(f"{packet} on integers")
+
+
+def _clamp_bounds(packet: str, n) -> tuple:
+    args, kw = n.args, n.kwargs
+    if packet == "clamp_max":
+        return None, args[1] if len(args) > 1 else kw.get("max")
+    if packet == "clamp_min":
+        return (args[1] if len(args) > 1 else kw.get("min")), None
+    return (args[1] if len(args) > 1 else kw.get("min")), (args[2] if len(args) > 2 else kw.get("max"))
+
+
+def _fill_value(packet: str, n):
+    if packet == "full" and list(n.args[0]) not in ([], [1]):
+        raise _Unsupported("full of a shape")
+    return n.args[1] if packet == "full" else n.args[0]
+
+
+def _is_operand(x) -> bool:
+    """A graph node or a number (not a dtype, a shape, a string)."""
+    return hasattr(x, "op") or isinstance(x, (int, float))
+
+
+def _emit(graph, inputs: dict, node_dtype, scalars: frozenset = frozenset()) -> tuple[list[str], _Value]:
+    """C statements computing each graph node into a local of its own C type (int64_t for integer
+    and bool nodes, double for floating ones, rounded to their dtype); the output's value.
+    `scalars` names the placeholders that are wrapped numbers."""
+    lines: list[str] = []
+    values: dict = {}
+
+    def operand(x) -> _Value:
+        return values[x] if hasattr(x, "op") else _constant(x)
+
     for n in graph.nodes:
         if n.op == "placeholder":
-            names[n] = inputs[n.name]
+            dtype = _node_dtype(n, node_dtype)
+            values[n] = _Value(inputs[n.name], exact(dtype), dtype, n.name in scalars)
             continue
         if n.op == "output":
             out = n.args[0]
@@ -198,117 +469,121 @@ def _emit(graph, inputs: dict, node_dtype) -> tuple[list[str], str]:
                 if len(out) != 1:
                     raise _Unsupported("several outputs")
                 out = out[0]
-            return lines, names[out]
+            return lines, values[out]
         if n.op != "call_function":
             raise _Unsupported(n.op)
         t = n.target
-
-        def a(k, node=n):
-            v = node.args[k] if k < len(node.args) else None
-            return names[v] if hasattr(v, "op") else _c(v)
-
         packet = getattr(t, "_opname", str(t).split(".")[1] if "." in str(t) else str(t))
-        kw = n.kwargs
-        if t in _UNARY:
-            expr = _UNARY[t].format(a(0))
-        elif packet in _BINARY and len(n.args) >= 2:
-            x, y = a(0), a(1)
-            alpha = n.kwargs.get("alpha", n.args[2] if len(n.args) > 2 and packet in ("add", "sub") else None)
-            if alpha is not None and packet in ("add", "sub"):
-                y = f"(({y}) * {_c(alpha)})"
-            mode = kw.get("rounding_mode")
-            expr = _BINARY[packet].format(x, y)
-            if packet == "div" and mode == "trunc":
-                expr = f"trunc({expr})"
-            elif packet == "div" and mode == "floor":
-                expr = f"floor({expr})"
-            elif packet == "div" and mode is not None:
-                raise _Unsupported(f"div rounding {mode}")
-        elif packet in _SPECIAL_UNARY and len(n.args) == 1:
-            expr = _SPECIAL_UNARY[packet].format(a(0))
-        elif packet in _SPECIAL_BINARY and len(n.args) == 2:
-            expr = _SPECIAL_BINARY[packet].format(a(0), a(1))
-        elif packet in _SPECIAL_POLY:
-            f32 = int(getattr(n.meta.get("val"), "dtype", node_dtype) == torch.float32)
-            expr = f"{_SPECIAL_POLY[packet]}({a(0)}, {a(1)}, {f32})"
-        elif packet == "nextafter":  # the next representable value in the tensor's own precision
-            f32 = getattr(n.meta.get("val"), "dtype", node_dtype) == torch.float32
-            expr = (f"(double)nextafterf((float)({a(0)}), (float)({a(1)}))" if f32
-                    else f"nextafter({a(0)}, {a(1)})")
-        elif packet == "polygamma":  # the float flavour keeps float32's finite values at the poles
-            f32 = getattr(n.meta.get("val"), "dtype", node_dtype) != torch.float64
-            expr = f"fl_sp_polygamma{'f' if f32 else ''}((int64_t){int(n.args[0])}, {a(1)})"
-        elif packet == "mvlgamma":
-            expr = f"fl_sp_mvlgamma({a(0)}, (int64_t){int(n.args[1] if len(n.args) > 1 else kw['p'])})"
-        elif packet == "bitwise_not":
-            val = n.meta.get("val")
-            boolean = getattr(val, "dtype", node_dtype) is torch.bool
-            expr = f"(({a(0)}) == 0.0)" if boolean else f"(double)(~(int64_t)({a(0)}))"
-        elif packet == "round" and len(n.args) + len(kw) > 1:  # round(x, decimals=d), in the tensor's precision
-            d = int(n.args[1] if len(n.args) > 1 else kw["decimals"])
-            f32 = getattr(n.meta.get("val"), "dtype", node_dtype) != torch.float64
-            expr = (f"(double)fl_sp_round_decimalsf((float)({a(0)}), {d})" if f32
-                    else f"fl_sp_round_decimals({a(0)}, {d})")
-        elif packet == "rsub":
-            alpha = kw.get("alpha", 1)
-            expr = f"(({a(1)}) - ({a(0)}) * {_c(alpha)})"
-        elif packet == "where":
-            expr = f"((({a(0)}) != 0.0) ? ({a(1)}) : ({a(2)}))"
-        elif packet in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
-            lo = n.args[1] if len(n.args) > 1 else kw.get("min")
-            hi = n.args[2] if len(n.args) > 2 else kw.get("max")
-            if packet == "clamp_max":
-                lo, hi = None, n.args[1]
-            if packet == "hardtanh":
-                lo = n.args[1] if len(n.args) > 1 else -1.0
-                hi = n.args[2] if len(n.args) > 2 else 1.0
-            expr = a(0)
-            if lo is not None:
-                expr = f"fl_max({expr}, {names[lo] if hasattr(lo, 'op') else _c(lo)})"
-            if hi is not None:
-                expr = f"fl_min({expr}, {names[hi] if hasattr(hi, 'op') else _c(hi)})"
-        elif packet == "gelu":
-            approx = n.args[1] if len(n.args) > 1 else kw.get("approximate", "none")
-            x = a(0)
-            expr = (f"(0.5*({x})*(1.0+tanh(0.7978845608028654*(({x})+0.044715*({x})*({x})*({x})))))"
-                    if approx == "tanh" else f"(0.5*({x})*(1.0+erf(({x})*0.7071067811865476)))")
-        elif packet == "elu":
-            alpha = n.args[1] if len(n.args) > 1 else kw.get("alpha", 1.0)
-            scale = n.args[2] if len(n.args) > 2 else kw.get("scale", 1.0)
-            inscale = n.args[3] if len(n.args) > 3 else kw.get("input_scale", 1.0)
-            x = a(0)
-            expr = (f"(({x}) > 0.0 ? {_c(scale)}*({x}) : "
-                    f"{_c(scale)}*{_c(alpha)}*(exp(({x})*{_c(inscale)})-1.0))")
-        elif packet == "leaky_relu":
-            slope = n.args[1] if len(n.args) > 1 else kw.get("negative_slope", 0.01)
-            expr = f"(({a(0)}) > 0.0 ? ({a(0)}) : ({a(0)})*{_c(slope)})"
-        elif packet == "silu":
-            expr = f"(({a(0)})/(1.0+exp(-({a(0)}))))"
-        elif packet == "mish":
-            expr = f"(({a(0)})*tanh(log1p(exp({a(0)}))))"
-        elif packet == "softplus":
-            beta = n.args[1] if len(n.args) > 1 else 1.0
-            thr = n.args[2] if len(n.args) > 2 else 20.0
-            x = a(0)
-            expr = f"((({x})*{_c(beta)}) > {_c(thr)} ? ({x}) : log1p(exp(({x})*{_c(beta)}))/{_c(beta)})"
-        elif packet in ("_to_copy", "clone", "alias", "lift_fresh_copy", "detach"):
-            dt = kw.get("dtype")
-            expr = a(0)
-            if dt is torch.bool:
-                expr = f"((double)(({expr}) != 0.0))"
-            elif dt is not None and not dt.is_floating_point:
-                expr = f"trunc({expr})"
-        elif packet in ("full", "scalar_tensor"):
-            v = n.args[1] if packet == "full" else n.args[0]
-            if packet == "full" and list(n.args[0]) not in ([], [1]):
-                raise _Unsupported("full of a shape")
-            expr = _c(v)
+        dtype = _node_dtype(n, node_dtype)
+        integer = exact(dtype)
+        inputs_integer = all(operand(x).integer for x in list(n.args) + list(n.kwargs.values()) if _is_operand(x))
+        if integer and inputs_integer:
+            value = _Value(_int_expr(packet, n, operand, dtype), True)
         else:
-            raise _Unsupported(str(t))
-        name = f"v{len(names)}"
-        names[n] = name
-        lines.append(f"double {name} = {expr};")
+            value = _Value(_float_expr(t, packet, n, operand, dtype, node_dtype), False)
+        name = f"v{len(values)}"
+        expr = _as(value, integer)
+        expr = _narrow(expr, dtype) if integer else _round(expr, dtype)
+        lines.append(f"{value_type(dtype)} {name} = {expr};")
+        values[n] = _Value(name, integer, dtype)
     raise _Unsupported("no output")
+
+
+def _float_expr(t, packet: str, n, operand, dtype, node_dtype) -> str:
+    """The double C expression of a node, its operands converted into the dtype it computes in
+    (its own; for a comparison, its operands' promoted dtype)."""
+    kw = n.kwargs
+    math = dtype
+    if packet in _COMPARISONS:
+        math = _promoted([operand(x) for x in n.args[:2] if _is_operand(x)]) or dtype
+
+    def a(i, node=n):
+        v = node.args[i] if i < len(node.args) else None
+        return _in(operand(v), math) if _is_operand(v) else _c(v)
+
+    def k(v) -> str:  # a constant of the op (slope, alpha, beta), as PyTorch's kernel holds it
+        return _in(_constant(v), math)
+
+    if t in _UNARY:
+        return _UNARY[t].format(a(0))
+    if packet in _BINARY and len(n.args) >= 2:
+        x, y = a(0), a(1)
+        alpha = n.kwargs.get("alpha", n.args[2] if len(n.args) > 2 and packet in ("add", "sub") else None)
+        if alpha is not None and packet in ("add", "sub"):
+            y = f"(({y}) * {_in(_constant(alpha), math)})"
+        mode = kw.get("rounding_mode")
+        expr = _BINARY[packet].format(x, y)
+        if packet == "div" and mode == "trunc":
+            expr = f"trunc({expr})"
+        elif packet == "div" and mode == "floor":
+            expr = f"fl_div_floor({x}, {y})"
+        elif packet == "div" and mode is not None:
+            raise _Unsupported(f"div rounding {mode}")
+        return expr
+    if packet in _SPECIAL_UNARY and len(n.args) == 1:
+        return _SPECIAL_UNARY[packet].format(a(0))
+    if packet in _SPECIAL_BINARY and len(n.args) == 2:
+        return _SPECIAL_BINARY[packet].format(a(0), a(1))
+    f32 = dtype == torch.float32
+    if packet in _SPECIAL_POLY:
+        return f"{_SPECIAL_POLY[packet]}({a(0)}, {a(1)}, {int(f32)})"
+    if packet == "nextafter":  # the next representable value in the tensor's own precision
+        return f"(double)nextafterf((float)({a(0)}), (float)({a(1)}))" if f32 else f"nextafter({a(0)}, {a(1)})"
+    if packet == "polygamma":  # the float flavour keeps float32's finite values at the poles
+        return f"fl_sp_polygamma{'f' if dtype != torch.float64 else ''}((int64_t){int(n.args[0])}, {a(1)})"
+    if packet == "mvlgamma":
+        return f"fl_sp_mvlgamma({a(0)}, (int64_t){int(n.args[1] if len(n.args) > 1 else kw['p'])})"
+    if packet == "bitwise_not":
+        return f"(({a(0)}) == 0.0)" if dtype is torch.bool else f"(double)(~(int64_t)({a(0)}))"
+    if packet == "round" and len(n.args) + len(kw) > 1:  # round(x, decimals=d), in the tensor's precision
+        d = int(n.args[1] if len(n.args) > 1 else kw["decimals"])
+        return (f"(double)fl_sp_round_decimalsf((float)({a(0)}), {d})" if dtype != torch.float64
+                else f"fl_sp_round_decimals({a(0)}, {d})")
+    if packet == "rsub":
+        return f"(({a(1)}) - ({a(0)}) * {k(kw.get('alpha', 1))})"
+    if packet == "where":
+        return f"((({operand(n.args[0]).expr}) != 0) ? ({a(1)}) : ({a(2)}))"
+    if packet in _CLAMPS or packet == "hardtanh":
+        lo, hi = (_clamp_bounds(packet, n) if packet != "hardtanh" else
+                  (n.args[1] if len(n.args) > 1 else -1.0, n.args[2] if len(n.args) > 2 else 1.0))
+        expr = a(0)
+        if lo is not None:
+            expr = f"fl_clamp_lo({expr}, {_in(operand(lo), math)})"
+        if hi is not None:
+            expr = f"fl_clamp_hi({expr}, {_in(operand(hi), math)})"
+        return expr
+    if packet == "gelu":
+        approx = n.args[1] if len(n.args) > 1 else kw.get("approximate", "none")
+        x = a(0)
+        return (f"(0.5*({x})*(1.0+tanh(0.7978845608028654*(({x})+0.044715*({x})*({x})*({x})))))"
+                if approx == "tanh" else f"(0.5*({x})*(1.0+erf(({x})*0.7071067811865476)))")
+    if packet == "elu":
+        alpha = n.args[1] if len(n.args) > 1 else kw.get("alpha", 1.0)
+        scale = n.args[2] if len(n.args) > 2 else kw.get("scale", 1.0)
+        inscale = n.args[3] if len(n.args) > 3 else kw.get("input_scale", 1.0)
+        x = a(0)
+        scale, alpha, inscale = k(scale), k(alpha), k(inscale)
+        return f"(({x}) > 0.0 ? {scale}*({x}) : {scale}*{alpha}*expm1(({x})*{inscale}))"
+    if packet == "leaky_relu":
+        slope = n.args[1] if len(n.args) > 1 else kw.get("negative_slope", 0.01)
+        return f"(({a(0)}) > 0.0 ? ({a(0)}) : ({a(0)})*{k(slope)})"
+    if packet == "silu":
+        return f"(({a(0)})/(1.0+exp(-({a(0)}))))"
+    if packet == "mish":
+        return f"(({a(0)})*tanh(log1p(exp({a(0)}))))"
+    if packet == "softplus":
+        beta = n.args[1] if len(n.args) > 1 else 1.0
+        thr = n.args[2] if len(n.args) > 2 else 20.0
+        x = a(0)
+        beta, thr = k(beta), k(thr)
+        return f"((({x})*{beta}) > {thr} ? ({x}) : log1p(exp(({x})*{beta}))/{beta})"
+    if packet in ("_to_copy", "clone", "alias", "lift_fresh_copy", "detach"):
+        if kw.get("dtype") is torch.bool:  # any nonzero, NaN included, is True
+            return f"((double)(({operand(n.args[0]).expr}) != 0))"
+        return a(0)  # the local's own type truncates a float stored as an integer
+    if packet in ("full", "scalar_tensor"):
+        return _as(_constant(_fill_value(packet, n)), False)
+    raise _Unsupported(str(t))
 
 
 def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
@@ -318,7 +593,7 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
 
     from ._tensor import is_fl
 
-    example, inputs, slot = [], {}, 0
+    example, inputs, slot, scalars = [], {}, 0, set()
     n_in = 0
     for i, v in enumerate(vals):
         if is_fl(v):
@@ -330,7 +605,8 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
             slot += 1
         elif isinstance(v, torch.Tensor):  # a wrapped number: passed as a scalar argument
             example.append(v.clone())
-            inputs[f"arg{slot}_1"] = f"fl_num(&args[{i}])"
+            inputs[f"arg{slot}_1"] = f"fl_{'i' if exact(v.dtype) else ''}num(&args[{i}])"
+            scalars.add(f"arg{slot}_1")
             slot += 1
         elif isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
             raise _Unsupported("tensor lists")
@@ -361,12 +637,12 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
             return func(*pos, **kw)
 
     gm = make_fx(fn, decomposition_table=core_aten_decompositions())(*example)
-    lines, result = _emit(gm.graph, inputs, dtype)
-    loads = "\n        ".join(f"double x{k} = {c_load(f'in[{k}]', dtype, f'o{k}')};" for k in range(n_in))
+    lines, result = _emit(gm.graph, inputs, dtype, frozenset(scalars))
+    loads = "\n        ".join(f"{value_type(dtype)} x{k} = {c_load(f'in[{k}]', dtype, f'o{k}')};" for k in range(n_in))
     offsets = " ".join(f"int64_t o{k} = in[{k}].offset;" for k in range(n_in))
     steps = " ".join(f"o{k} += idx * in[{k}].strides[d];" for k in range(n_in))
     body = "\n        ".join(lines)
-    digest = hashlib.sha256(("|".join([f.name, str(dtype), str(out_dtype)] + lines + [result])).encode()
+    digest = hashlib.sha256(("|".join([f.name, str(dtype), str(out_dtype)] + lines + [result.expr])).encode()
                             ).hexdigest()[:16]
     symbol = f"fl_jit_{digest}"
     src = _prelude(special="fl_sp_" in body) + f"""
@@ -378,6 +654,7 @@ int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, co
     if (n_in != {n_in} || n_out < 1) return 3;
     int nd = out[0].ndim;
     int64_t n = 1;
+    int err = 0; /* set by an integer division by zero */
     for (int d = 0; d < nd; d++) n *= out[0].sizes[d];
     for (int64_t lin = 0; lin < n; lin++) {{
         int64_t rem = lin, oo = out[0].offset; {offsets}
@@ -387,7 +664,8 @@ int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, co
         }}
         {loads}
         {body}
-        {c_store("out[0]", out_dtype or dtype, "oo", result)}
+        if (err) return 2; /* PyTorch raises ZeroDivisionError; the runtime says so */
+        {c_store("out[0]", out_dtype or dtype, "oo", result.expr, integer=result.integer)}
     }}
     return 0;
 }}
@@ -452,7 +730,7 @@ class JitKernel:
         return tuple(sig)
 
     def __call__(self, f, dev, vals):
-        from ._dispatch import _NOT_HANDLED, _output_layouts, _run_native
+        from ._dispatch import _NOT_HANDLED, _output_layouts
 
         vals = wrap_numbers(f, vals)
         if f.mutable:  # in-place: the output is the first argument itself
@@ -476,7 +754,7 @@ class JitKernel:
             STATS["memory_hits"] += 1
         if entry is None:
             return _NOT_HANDLED
-        return _run_native(f, entry, dev, vals)
+        return run(f, entry, dev, vals)
 
     def _compile(self, f, dev, vals):
         return self._compile_with(f, dev, lambda: generate(f, vals, self.dtype, self.out_dtype))
@@ -500,6 +778,20 @@ class JitKernel:
         except Exception:  # noqa: BLE001 - a trace that fails means no JIT kernel for this call
             return None
         return compile_source(f.name, dev, src, symbol, t0)
+
+
+def run(f: Any, entry: Any, dev: Any, vals: list) -> Any:
+    """Run a generated pointwise kernel through the native path. Its only failure status is
+    FL_ERR_INVALID for an integer division by zero, which PyTorch reports as ZeroDivisionError."""
+    from ._dispatch import _run_native
+    from .errors import KernelError
+
+    try:
+        return _run_native(f, entry, dev, vals)
+    except KernelError as e:
+        if e.status == _abi.FL_ERR_INVALID:
+            raise RuntimeError("ZeroDivisionError") from None
+        raise
 
 
 def compile_source(name: str, dev: Any, src: str, symbol: str, t0: float | None = None, *, warn: bool = True):

@@ -25,9 +25,12 @@ from .errors import KernelError
 
 aten = torch.ops.aten
 
-# op -> (kind, reduce fold or None, include_self from vals or None)
+# reduce name -> fold of the current value `a` and the incoming `v` (floating dtypes, in double)
 _SCATTER_FOLDS = {"sum": "a + v", "prod": "a * v", "mean": "a + v", "amax": "fl_max(a, v)", "amin": "fl_min(a, v)",
                   "add": "a + v", "multiply": "a * v"}
+# the same folds for integer and bool dtypes, exact in int64_t (wrapping as PyTorch does)
+_INT_FOLDS = {"a + v": "fl_iadd(a, v)", "a * v": "fl_imul(a, v)", "fl_max(a, v)": "fl_imax(a, v)",
+              "fl_min(a, v)": "fl_imin(a, v)", "v": "v"}
 
 
 def _spec(f, vals) -> tuple:
@@ -78,13 +81,22 @@ _WALK = """
 
 def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtype=torch.int64) -> tuple[str, str]:
     kind, fold, include_self, value_arg = spec
+    integer = _jit.exact(dtype)  # integers move and fold as int64_t, exactly
+    vt = _jit.value_type(dtype)
+    if integer and fold is not None:
+        fold = _INT_FOLDS[fold]
+
+    def store(t: str, off: str, expr: str) -> str:
+        return _store(t, dtype, off, expr, integer=integer)
+
     pre, post = "", ""
     if kind == "gather":  # T = self (read at the index), S = out (written where the index is)
         setup = "const fl_tensor_t *T = &in[0], *S = &out[0];"
-        body = _store("(*S)", dtype, "so", _load("(*T)", dtype, "to"))
+        body = store("(*S)", "so", _load("(*T)", dtype, "to"))
     else:  # T = out (written at the index), S = src (read where the index is)
         setup = "const fl_tensor_t *T = &out[0], *S = &in[2];"
-        v = f"fl_num(&args[{value_arg}])" if value_arg is not None else _load("(*S)", dtype, "so")
+        number = f"fl_{'i' if integer else ''}num(&args[{value_arg}])"
+        v = number if value_arg is not None else _load("(*S)", dtype, "so")
         if not inplace:  # the functional form starts from a copy of self
             pre += f"""
     {{
@@ -96,14 +108,14 @@ def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtyp
                 int64_t i = rem % in[0].sizes[d]; rem /= in[0].sizes[d];
                 a += i * in[0].strides[d]; b += i * out[0].strides[d];
             }}
-            {_store("out[0]", dtype, "b", _load("in[0]", dtype, "a"))}
+            {store("out[0]", "b", _load("in[0]", dtype, "a"))}
         }}
     }}"""
         if value_arg is not None:
             setup = "const fl_tensor_t *T = &out[0], *S = &in[1];"  # no src: walk the index's own strides
         if include_self and kind == "scatter":
             load = _load('(*T)', dtype, 'to')
-            body = f"{{ double a = {load}, v = {v}; (void)a; {_store('(*T)', dtype, 'to', fold)} }}"
+            body = f"{{ {vt} a = {load}, v = {v}; (void)a; {store('(*T)', 'to', fold)} }}"
         else:  # positions the index reaches start over (from src alone, or counted for the mean)
             pre += """
     int64_t span = 1;
@@ -111,8 +123,8 @@ def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtyp
     int64_t *count = calloc((size_t)(span > 0 ? span : 1), sizeof *count);
     if (!count) return 1;"""
             cond = "0" if include_self else "count[c] == 0"
-            body = (f"{{ double a = {_load('(*T)', dtype, 'to')}, v = {v}; int64_t c = to - T->offset;\n"
-                    f"          a = ({cond}) ? v : ({fold}); count[c]++; {_store('(*T)', dtype, 'to', 'a')} }}")
+            body = (f"{{ {vt} a = {_load('(*T)', dtype, 'to')}, v = {v}; int64_t c = to - T->offset;\n"
+                    f"          a = ({cond}) ? v : ({fold}); count[c]++; {store('(*T)', 'to', 'a')} }}")
             if kind == "scatter_mean":
                 walk_out = f"""
     {{
@@ -125,8 +137,7 @@ def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtyp
             }}
             int64_t c = count[to - T->offset] + {1 if include_self else 0};
             if (count[to - T->offset] > 0) {{
-                double a = {_load('(*T)', dtype, 'to')} / (double)c;
-                {_store('(*T)', dtype, 'to', 'a' if dtype.is_floating_point else 'floor(a)')}
+                {_mean_store(dtype, integer)}
             }}
         }}
     }}"""
@@ -157,6 +168,14 @@ int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, co
 }}
 """
     return src, symbol
+
+
+def _mean_store(dtype, integer: bool) -> str:
+    """The mean of the folded sum `a` over `c` values: floor division for integers, as PyTorch."""
+    if integer:
+        return (f"int err = 0; int64_t a = fl_idiv_floor({_load('(*T)', dtype, 'to')}, c, &err); (void)err; "
+                + _store("(*T)", dtype, "to", "a", integer=True))
+    return f"double a = {_load('(*T)', dtype, 'to')} / (double)c; " + _store("(*T)", dtype, "to", "a")
 
 
 class IndexKernel(_jit.JitKernel):

@@ -6,8 +6,10 @@ changes between ops is the fold (and, for var/std, a second pass), so the
 generated C is that loop with the op's fold spliced in. The reduced dims,
 keepdim and the rank are fixed in the source (they decide the loop nest);
 sizes and strides are read from the tensor descriptors at run time, so one
-compiled kernel serves every shape of that rank. Accumulation is in double,
-which is at least as accurate as PyTorch's float kernels.
+compiled kernel serves every shape of that rank. Floating inputs accumulate in
+double, which is at least as accurate as PyTorch's float kernels; integer and
+bool inputs in int64_t, wrapping on overflow as PyTorch does (exact at any
+magnitude). A reduction with no identity over nothing raises PyTorch's error.
 
 Both PyTorch's prims reductions (what torch._decomp lowers mean, var, norms
 and losses to) and the aten reductions themselves are served, so a backend
@@ -79,7 +81,8 @@ OPS: dict[Any, Callable[[list], Spec]] = {
     prims.var.default: lambda v: Spec("var", _dims(v[1], _n(v), False), False, _corr(v[2])),
 }
 
-# per kind: accumulator declarations, the fold of one value `v` at reduced position `r`, and the result(s)
+# per kind: accumulator declarations, the fold of one value `v` at reduced position `r`, and the
+# result(s); `at` (an index) is an int64_t whatever the values are
 _FOLD = {
     "sum": ("double acc = 0.0;", "acc += v;", ["acc"]),
     "mean": ("double acc = 0.0;", "acc += v;", ["acc / (double)nred"]),
@@ -91,12 +94,24 @@ _FOLD = {
              "if (v != v) { acc = v; nan = 1; } else if (!nan && v < acc) acc = v;", ["acc"]),
     # first index of the extreme; the first NaN counts as the extreme
     "argmax": ("double acc = -INFINITY; int64_t at = 0; int nan = 0;",
-               "if (!nan && (v != v || v > acc)) { acc = v; at = r; nan = (v != v); }", ["(double)at"]),
+               "if (!nan && (v != v || v > acc)) { acc = v; at = r; nan = (v != v); }", ["at"]),
     "argmin": ("double acc = INFINITY; int64_t at = 0; int nan = 0;",
-               "if (!nan && (v != v || v < acc)) { acc = v; at = r; nan = (v != v); }", ["(double)at"]),
+               "if (!nan && (v != v || v < acc)) { acc = v; at = r; nan = (v != v); }", ["at"]),
 }
-_FOLD["max"] = (_FOLD["argmax"][0], _FOLD["argmax"][1], ["acc", "(double)at"])
-_FOLD["min"] = (_FOLD["argmin"][0], _FOLD["argmin"][1], ["acc", "(double)at"])
+# integer and bool inputs: exact int64_t folds (sums and products wrap as PyTorch's do)
+_FOLD_INT = {
+    "sum": ("int64_t acc = 0;", "acc = fl_iadd(acc, v);", ["acc"]),
+    "prod": ("int64_t acc = 1;", "acc = fl_imul(acc, v);", ["acc"]),
+    "amax": ("int64_t acc = INT64_MIN;", "if (v > acc) acc = v;", ["acc"]),
+    "amin": ("int64_t acc = INT64_MAX;", "if (v < acc) acc = v;", ["acc"]),
+    "argmax": ("int64_t acc = INT64_MIN; int64_t at = -1;", "if (at < 0 || v > acc) { acc = v; at = r; }", ["at"]),
+    "argmin": ("int64_t acc = INT64_MAX; int64_t at = -1;", "if (at < 0 || v < acc) { acc = v; at = r; }", ["at"]),
+}
+for _folds in (_FOLD, _FOLD_INT):
+    _folds["max"] = (_folds["argmax"][0], _folds["argmax"][1], ["acc", "at"])
+    _folds["min"] = (_folds["argmin"][0], _folds["argmin"][1], ["acc", "at"])
+# the results that are integers whatever the input is (indices)
+_INDEX_RESULTS = {"at"}
 # var/std: the mean in a first pass, then squared deviations (two-pass: no cancellation)
 _VAR_INIT = "double acc = 0.0;"
 _VAR_FOLD = "acc += v;"
@@ -106,12 +121,15 @@ _VAR_RESULTS = {"var": ["var"], "std": ["sqrt(var)"], "var_mean": ["var", "mean"
 def generate(name: str, spec: Spec, ndim: int, in_dtype, out_dtypes: tuple) -> tuple[str, str]:
     """C source and symbol of the kernel for one (op kind, rank, reduced dims, dtypes)."""
     red = [1 if spec.dims is None or d in spec.dims else 0 for d in range(ndim)]
+    integer = _jit.exact(in_dtype)
     walk = """for (int64_t r = 0; r < nred; r++) {
             int64_t rr = r, io = ib;
             for (int k = nr - 1; k >= 0; k--) { int64_t i = rr % rsz[k]; rr /= rsz[k]; io += i * ris[k]; }
-            double v = LOAD;
+            VT v = LOAD;
             FOLD
-        }""".replace("LOAD", _jit.c_load("in[0]", in_dtype, "io"))
+        }""".replace("LOAD", _jit.c_load("in[0]", in_dtype, "io")).replace("VT", _jit.value_type(in_dtype))
+    if integer and spec.kind not in _FOLD_INT:  # mean/var/std of integers: PyTorch refuses them
+        raise _jit._Unsupported(f"{spec.kind} of {in_dtype}")
     if spec.kind in _VAR_RESULTS:
         divisor = f"fmax(0.0, (double)nred - {_jit._c(spec.correction)})"
         body = (_VAR_INIT + "\n        " + walk.replace("FOLD", _VAR_FOLD)
@@ -120,12 +138,13 @@ def generate(name: str, spec: Spec, ndim: int, in_dtype, out_dtypes: tuple) -> t
                 + f"\n        double var = acc / {divisor};")
         results = _VAR_RESULTS[spec.kind]
     else:
-        init, fold, results = _FOLD[spec.kind]
+        init, fold, results = (_FOLD_INT if integer else _FOLD)[spec.kind]
         body = init + "\n        " + walk.replace("FOLD", fold)
     if len(results) != len(out_dtypes):
         raise _jit._Unsupported("outputs")
     pairs = zip(out_dtypes, results, strict=True)
-    stores = "\n        ".join(_jit.c_store(f"out[{k}]", dt, f"ob[{k}]", e) for k, (dt, e) in enumerate(pairs))
+    stores = "\n        ".join(_jit.c_store(f"out[{k}]", dt, f"ob[{k}]", e, integer=integer or e in _INDEX_RESULTS)
+                                for k, (dt, e) in enumerate(pairs))
     key = "|".join([name, spec.kind, str(red), str(spec.keepdim), str(spec.correction), str(in_dtype),
                     str(out_dtypes)])
     symbol = "fl_jitr_" + hashlib.sha256(key.encode()).hexdigest()[:16]

@@ -6,7 +6,9 @@ the other dims) at a time. The generated kernel copies a row into a scratch
 array of (value, position) pairs, runs the op's step on it, and writes the
 row's results through the output descriptors' strides. Sorting is a stable
 merge sort with PyTorch's order (NaN is the largest value), so values and
-indices match PyTorch's stable sort exactly.
+indices match PyTorch's stable sort exactly. Rows of floating dtypes are
+handled as doubles, rows of integers and bool as int64_t (exact at any
+magnitude; sums and products wrap as PyTorch's do).
 
 The rank, dtypes and the op are fixed in the source; `dim`, sizes and strides
 are read at run time."""
@@ -46,7 +48,7 @@ OPS: dict = {
 
 _PRELUDE = r"""
 #include <stdlib.h>
-typedef struct { double v; int64_t i; } fl_vi;
+typedef struct { VT v; int64_t i; } fl_vi;
 /* PyTorch's order: NaN above everything; equal values keep their positions (stable) */
 static inline int fl_before(const fl_vi *a, const fl_vi *b, int desc) {
     int an = a->v != a->v, bn = b->v != b->v;
@@ -70,53 +72,67 @@ static void fl_msort(fl_vi *x, fl_vi *tmp, int64_t n, int desc) {
 }
 """
 
-# per kind: the step over the row `r[0..n)` (positions r[j].i); writes through PUT(k, j, value)
+# per kind: the step over the row `r[0..n)` (positions r[j].i); writes through PUT(k, j, value).
+# VT is the row's value type (double, or int64_t for integers); ADD and MUL its arithmetic
 _STEPS = {
-    "cumsum": "double acc = 0.0; for (int64_t j = 0; j < n; j++) { acc += r[j].v; PUT(0, j, acc); }",
-    "cumprod": "double acc = 1.0; for (int64_t j = 0; j < n; j++) { acc *= r[j].v; PUT(0, j, acc); }",
+    "cumsum": "VT acc = 0; for (int64_t j = 0; j < n; j++) { acc = ADD(acc, r[j].v); PUT(0, j, acc); }",
+    "cumprod": "VT acc = 1; for (int64_t j = 0; j < n; j++) { acc = MUL(acc, r[j].v); PUT(0, j, acc); }",
     # PyTorch: a NaN, or a value >= the running extreme, takes over (so ties report the last position)
-    "cummax": ("double acc = 0.0; int64_t at = 0; for (int64_t j = 0; j < n; j++) {"
-               " double x = r[j].v; if (j == 0 || x != x || (acc == acc && x >= acc)) { acc = x; at = j; }"
-               " PUT(0, j, acc); PUT(1, j, (double)at); }"),
-    "cummin": ("double acc = 0.0; int64_t at = 0; for (int64_t j = 0; j < n; j++) {"
-               " double x = r[j].v; if (j == 0 || x != x || (acc == acc && x <= acc)) { acc = x; at = j; }"
-               " PUT(0, j, acc); PUT(1, j, (double)at); }"),
+    "cummax": ("VT acc = 0; int64_t at = 0; for (int64_t j = 0; j < n; j++) {"
+               " VT x = r[j].v; if (j == 0 || x != x || (acc == acc && x >= acc)) { acc = x; at = j; }"
+               " PUT(0, j, acc); PUT(1, j, (VT)at); }"),
+    "cummin": ("VT acc = 0; int64_t at = 0; for (int64_t j = 0; j < n; j++) {"
+               " VT x = r[j].v; if (j == 0 || x != x || (acc == acc && x <= acc)) { acc = x; at = j; }"
+               " PUT(0, j, acc); PUT(1, j, (VT)at); }"),
     "logcumsumexp": ("double acc = -INFINITY; for (int64_t j = 0; j < n; j++) { double x = r[j].v;"
                      " double hi = acc > x ? acc : x, lo = acc > x ? x : acc;"
                      " acc = (x != x || acc != acc) ? NAN : (lo == -INFINITY ? hi : hi + log1p(exp(lo - hi)));"
                      " PUT(0, j, acc); }"),
     "sort": ("fl_msort(r, tmp, n, (int)EXTRA);"
-             " for (int64_t j = 0; j < n; j++) { PUT(0, j, r[j].v); PUT(1, j, (double)r[j].i); }"),
+             " for (int64_t j = 0; j < n; j++) { PUT(0, j, r[j].v); PUT(1, j, (VT)r[j].i); }"),
     "topk": ("fl_msort(r, tmp, n, (int)EXTRA); int64_t k = out[0].ndim ? out[0].sizes[dim] : 1;"
-             " for (int64_t j = 0; j < k; j++) { PUT(0, j, r[j].v); PUT(1, j, (double)r[j].i); }"),
+             " for (int64_t j = 0; j < k; j++) { PUT(0, j, r[j].v); PUT(1, j, (VT)r[j].i); }"),
     "kthvalue": ("if (EXTRA < 1 || EXTRA > n) return 2; fl_msort(r, tmp, n, 0);"
-                 " PUT(0, 0, r[EXTRA - 1].v); PUT(1, 0, (double)r[EXTRA - 1].i);"),
+                 " PUT(0, 0, r[EXTRA - 1].v); PUT(1, 0, (VT)r[EXTRA - 1].i);"),
     # the lower median; a NaN in the row makes it NaN (at the first NaN's position), as PyTorch
     "median": ("if (n == 0) return 2; fl_msort(r, tmp, n, 0); int64_t m = (n - 1) / 2;"
                " if (r[n - 1].v != r[n - 1].v) {"
                " int64_t f = n - 1; while (f > 0 && r[f - 1].v != r[f - 1].v) f--; m = f; }"
-               " PUT(0, 0, r[m].v); PUT(1, 0, (double)r[m].i);"),
+               " PUT(0, 0, r[m].v); PUT(1, 0, (VT)r[m].i);"),
     "nanmedian": ("if (n == 0) return 2; fl_msort(r, tmp, n, 0); int64_t c = n;"
                   " while (c > 0 && r[c - 1].v != r[c - 1].v) c--;"
-                  " int64_t m = c ? (c - 1) / 2 : 0; PUT(0, 0, r[m].v); PUT(1, 0, (double)r[m].i);"),
+                  " int64_t m = c ? (c - 1) / 2 : 0; PUT(0, 0, r[m].v); PUT(1, 0, (VT)r[m].i);"),
 }
+# arithmetic of a row's values: plain for doubles, wrapping for int64_t
+_ARITH = {False: {"ADD": "fl_dadd", "MUL": "fl_dmul"}, True: {"ADD": "fl_iadd", "MUL": "fl_imul"}}
+_DOUBLE_ARITH = """
+static inline double fl_dadd(double a, double b) { return a + b; }
+static inline double fl_dmul(double a, double b) { return a * b; }
+"""
 _REDUCING = {"kthvalue", "median", "nanmedian"}
 
 
-def _put(dtypes: tuple) -> str:
-    """PUT(k, j, value): store into output k at position j along dim of the current row."""
-    cases = [f"if ((k_) == {k}) {_jit.c_store(f'out[{k}]', dt, f'ob[{k}] + (j_) * os[{k}]', '(v_)')}"
+def _put(dtypes: tuple, integer: bool) -> str:
+    """PUT(k, j, value): store into output k at position j along dim of the current row (values
+    of the row's type: int64_t when `integer`, else double)."""
+    cases = [f"if ((k_) == {k}) {_jit.c_store(f'out[{k}]', dt, f'ob[{k}] + (j_) * os[{k}]', '(v_)', integer=integer)}"
              for k, dt in enumerate(dtypes)]
     return "#define PUT(k_, j_, v_) do { " + " else ".join(cases) + " } while (0)"
 
 
 def generate(name: str, kind: str, extra: int, ndim: int, in_dtype, out_dtypes: tuple) -> tuple[str, str]:
-    step = _STEPS[kind].replace("EXTRA", f"((int64_t){extra})")
+    integer = _jit.exact(in_dtype)
+    if integer and kind == "logcumsumexp":
+        raise _jit._Unsupported("logcumsumexp of integers")
+    vt = _jit.value_type(in_dtype)
+    step = _STEPS[kind].replace("EXTRA", f"((int64_t){extra})").replace("VT", vt)
+    for macro, fn in _ARITH[integer].items():
+        step = step.replace(macro, fn)
     load = _jit.c_load("in[0]", in_dtype, "io")
     n_out = len(out_dtypes)
     key = "|".join(map(str, [name, kind, extra, ndim, in_dtype, out_dtypes]))
     symbol = "fl_jits_" + hashlib.sha256(key.encode()).hexdigest()[:16]
-    src = _jit._prelude() + _PRELUDE + _put(out_dtypes) + f"""
+    src = _jit._prelude() + _PRELUDE.replace("VT", vt) + _DOUBLE_ARITH + _put(out_dtypes, integer) + f"""
 /* JIT row kernel for {name} ({kind}), generated by torch_fl */
 __attribute__((visibility("default")))
 int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, const fl_tensor_t *out, int n_out,

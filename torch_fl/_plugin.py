@@ -175,7 +175,7 @@ class Plugin:
         if status == _abi.FL_ERR_OOM:
             raise torch.OutOfMemoryError(f"fl backend '{self.name}': out of memory in {what}: {msg}")
         raise KernelError(
-            f"fl backend '{self.name}': {what} failed with {_abi.STATUS_NAMES.get(status, status)}: {msg}"
+            f"fl backend '{self.name}': {what} failed with {_abi.STATUS_NAMES.get(status, status)}: {msg}", status
         )
 
     # -- probing ------------------------------------------------------------

@@ -16,7 +16,11 @@ class BackendNotFoundError(FlError, ValueError):
 
 
 class KernelError(FlError):
-    """A plugin kernel returned an error status."""
+    """A plugin kernel returned an error status (`status`: the FL_ERR_* code, when known)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class PrivateUse1TakenError(FlError):

@@ -438,7 +438,7 @@ static inline float vtanhf(float x) {
                    3.33332819422E-1f) * z * x + x;
     float big = 1.0f - 2.0f / (vexpf(2.0f * ax) + 1.0f);
     big = x < 0 ? -big : big;
-    return ax < 0.625f ? small : big;
+    return ax < 0.625f ? (x == 0.0f ? x : small) : big; /* tanh(-0.0) is -0.0 */
 }
 static inline float sigm_f(float x) { return 1.0f / (1.0f + vexpf(-x)); }
 static inline double sigm_d(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -485,7 +485,10 @@ static inline double gelut_bw_sd(double g, double x) {
     return g * (ld + rd);
 }
 #define SGN(a) ((a) > 0 ? 1 : ((a) < 0 ? -1 : 0))
-#define CLAMP(a, lo, hi) ({ __typeof__(a) t_ = (a) < (lo) ? (lo) : (a); t_ > (hi) ? (hi) : t_; })
+/* as PyTorch: a NaN bound gives NaN (x != x is false for integers), x is kept when it equals a bound */
+#define CLAMP_LO(a, lo) ((lo) != (lo) ? (lo) : ((a) < (lo) ? (lo) : (a)))
+#define CLAMP_HI(a, hi) ((hi) != (hi) ? (hi) : ((a) > (hi) ? (hi) : (a)))
+#define CLAMP(a, lo, hi) ({ __typeof__(a) t_ = CLAMP_LO(a, lo); CLAMP_HI(t_, hi); })
 
 /* ---- unary ---- */
 OP1(neg, -a, -a, (int64_t)(0ull - (uint64_t)a))
@@ -516,10 +519,10 @@ OP1F(silu, a * sigm_f(a), a * sigm_d(a))
 OP1F(gelu, gelu_sf(a), gelu_sd(a))
 OP1F(gelut, gelut_sf(a), gelut_sd(a))
 OP1(clamp, CLAMP(a, s0, s1), CLAMP(a, s0, s1), CLAMP(a, s0, s1))
-OP1(clampmin, a < s0 ? s0 : a, a < s0 ? s0 : a, a < s0 ? s0 : a)
-OP1(clampmax, a > s0 ? s0 : a, a > s0 ? s0 : a, a > s0 ? s0 : a)
+OP1(clampmin, CLAMP_LO(a, s0), CLAMP_LO(a, s0), a < s0 ? s0 : a)
+OP1(clampmax, CLAMP_HI(a, s0), CLAMP_HI(a, s0), a > s0 ? s0 : a)
 OP1F(leaky, a > 0 ? a : a * s0, a > 0 ? a : a * s0)
-OP1F(elu, a > 0 ? a * s1 : s0 * s1 * (vexpf(a * s2) - 1.0f), a > 0 ? a * s1 : s0 * s1 * (exp(a * s2) - 1.0))
+OP1F(elu, a > 0 ? a * s1 : s0 * s1 * expm1f(a * s2), a > 0 ? a * s1 : s0 * s1 * expm1(a * s2)) /* elu(-0.0) = -0.0 */
 OP1(threshold, a <= s0 ? s1 : a, a <= s0 ? s1 : a, a <= s0 ? s1 : a)
 OP1(isnan, (float)(a != a), (double)(a != a), 0)
 OP1(isinf, (float)(isinf(a) != 0), (double)(isinf(a) != 0), 0)
@@ -852,7 +855,7 @@ static int int_divlike(FL_KERNEL_ARGS, const ewfn *tab) {
     CHECK_OUT;
     if (n_args < 2) return UNSUP;
     if (ct_of(out[0].dtype) == CT_I && has_int_zero(in, n_in, &args[1]))
-        FL_FAIL(FL_ERR_INVALID, "ZeroDivisionError: integer division by zero");
+        FL_FAIL(FL_ERR_INVALID, "ZeroDivisionError"); /* PyTorch's words */
     kp_t p = {{0}};
     return ew_simple(in, n_in, out, n_out, args, n_args, 2, (int[]){0, 1}, tab, &p, -1);
 }

@@ -560,8 +560,9 @@ static int empty_reduce_check(const fl_tensor_t *x, const fl_arg_t *dims) {
 static int extreme(FL_KERNEL_ARGS, int op, const fl_arg_t *dims, int keepdim, int nouts) {
     FL_UNUSED_KERNEL_ARGS;
     GET_X;
-    if (fl_numel(x) == 0 && empty_reduce_check(x, dims))
-        FL_FAIL(FL_ERR_INVALID, "max(): Expected reduction dim to be specified for input.numel() == 0, or a non-zero size");
+    if (fl_numel(x) == 0 && empty_reduce_check(x, dims)) /* the runtime raises PyTorch's exact error first */
+        FL_FAIL(FL_ERR_INVALID, "%s(): Expected reduction dim to be specified for input.numel() == 0, or a non-zero "
+                "size", op == OP_MAX ? "max" : "min");
     if (nouts > n_out) return UNSUP;
     fl_tensor_t outs[2] = {out[0], {.data = NULL, .ndim = -1}};
     if (nouts == 2) outs[1] = out[1];
@@ -585,7 +586,8 @@ static int argext(FL_KERNEL_ARGS, int op) { /* argmax(self, dim?, keepdim) */
     const fl_arg_t *dims = n_args > 1 ? &args[1] : NULL;
     if (dims && dims->kind != FL_ARG_NONE && dims->kind != FL_ARG_INT) return UNSUP;
     if (empty_reduce_check(x, dims) || (fl_numel(x) == 0 && (!dims || dims->kind == FL_ARG_NONE)))
-        FL_FAIL(FL_ERR_INVALID, "argmax(): Expected reduction dim to be specified for input.numel() == 0.");
+        FL_FAIL(FL_ERR_INVALID, "%s(): Expected reduction dim to be specified for input.numel() == 0.",
+                op == OP_MAX ? "argmax" : "argmin");
     return run_reduce(x, dims, bool_arg(args, n_args, 2), out, 1, op, NULL, fin_argidx, 0, 0, 0);
 }
 static int k_argmax(FL_KERNEL_ARGS) { return argext(stream, device, in, n_in, out, n_out, args, n_args, OP_MAX); }
@@ -1248,13 +1250,28 @@ static int k_scatter_add(FL_KERNEL_ARGS) {
 
 /* cat(Tensor[] tensors, dim) */
 /* aten::arange / arange.start / arange.start_step: a factory (no tensor input). out[i] = start + i * step,
- * computed in double as PyTorch's CPU kernel does (its accumulate type), then stored in the output dtype. */
+ * computed in PyTorch's CPU accumulate type: double for floating outputs, int64 for integer ones (exact
+ * beyond 2^53, wrapping as PyTorch's does; a float bound is truncated first, as Scalar::to<int64_t>). */
 static double arg_num(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
-static int arange_fill(const fl_tensor_t *o, double start, double step) {
-    if (o->ndim != 1) return UNSUP;
+static int64_t arg_int(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? (int64_t)a->f : a->i; }
+static int arange_fill_int(const fl_tensor_t *o, int64_t start, int64_t step) {
     int64_t n = o->sizes[0];
     for (int64_t i = 0; i < n; i++) {
-        double v = start + (double)i * step;
+        int64_t v = (int64_t)((uint64_t)start + (uint64_t)i * (uint64_t)step);
+        fl_cvt_row(o->dtype, fl_elem(o, o->offset + i * o->strides[0]), 1, FL_INT64, &v, 0, 1);
+    }
+    return FL_OK;
+}
+static int arange_fill(const fl_tensor_t *o, const fl_arg_t *start, const fl_arg_t *step) {
+    static const fl_arg_t zero = {.kind = FL_ARG_INT, .i = 0}, one = {.kind = FL_ARG_INT, .i = 1};
+    if (o->ndim != 1) return UNSUP;
+    if (!start) start = &zero;
+    if (!step) step = &one;
+    if (!fl_is_floating(o->dtype) && !fl_is_complex(o->dtype)) return arange_fill_int(o, arg_int(start), arg_int(step));
+    int64_t n = o->sizes[0];
+    double start_d = arg_num(start), step_d = arg_num(step);
+    for (int64_t i = 0; i < n; i++) {
+        double v = start_d + (double)i * step_d;
         char *p = fl_elem(o, o->offset + i * o->strides[0]);
         switch (o->dtype) {
         case FL_FLOAT32: *(float *)p = (float)v; break;
@@ -1269,17 +1286,17 @@ static int arange_fill(const fl_tensor_t *o, double start, double step) {
 static int k_arange(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     if (n_out < 1 || n_args < 1) return UNSUP;
-    return arange_fill(&out[0], 0.0, 1.0);
+    return arange_fill(&out[0], NULL, NULL);
 }
 static int k_arange_start(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     if (n_out < 1 || n_args < 2) return UNSUP;
-    return arange_fill(&out[0], arg_num(&args[0]), 1.0);
+    return arange_fill(&out[0], &args[0], NULL);
 }
 static int k_arange_start_step(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     if (n_out < 1 || n_args < 3) return UNSUP;
-    return arange_fill(&out[0], arg_num(&args[0]), arg_num(&args[2]));
+    return arange_fill(&out[0], &args[0], &args[2]);
 }
 
 /* aten::flip(Tensor self, int[] dims): out[i] = self[i with the listed dims reversed]; any dtype, any strides */

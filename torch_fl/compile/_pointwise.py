@@ -108,7 +108,7 @@ def kernel_ready(tensors) -> tuple | None:
 
 def _launch(chain: PointwiseChain, facts: _ChainFacts, key, vals, dev, dtype):
     """Runs one generated kernel on vals; None when there is none for them."""
-    from .._dispatch import _NOT_HANDLED, _run_native
+    from .._dispatch import _NOT_HANDLED
 
     entry = chain._kernel(key, facts, vals, dtype, dev)[0]
     if entry is None:
@@ -117,7 +117,7 @@ def _launch(chain: PointwiseChain, facts: _ChainFacts, key, vals, dev, dtype):
         _async.wait_for(vals)
     listening = bool(_record.LISTENERS)
     t0, k0 = time.perf_counter(), _record.KERNELS[0]
-    out = _run_native(facts, entry, dev, list(vals))
+    out = _jit.run(facts, entry, dev, list(vals))
     if out is _NOT_HANDLED:
         return None
     if listening:

@@ -1,0 +1,97 @@
+"""PyTorch's argument checks that its meta functions skip, run before any tier.
+
+A reduction without an identity (max, min, amax, amin, argmax, argmin) over no
+elements is an error in PyTorch, raised by the CPU kernel (ATen's
+zero_numel_check_dims), not by the meta function torch_fl shapes its outputs
+with. Left to the tiers, a JIT kernel returns -inf, a plugin kernel words the
+error its own way, a decomposition raises whatever its sub-op says. Checked here
+once, every backend and tier raises what CPU raises, with CPU's words."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _no_dim(name: str, index_error: bool = False) -> Exception:
+    if index_error:  # argmax/argmin word it without the advice
+        return IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    return RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                        "Specify the reduction dim with the 'dim' argument.")
+
+
+def _zero_size(name: str, dim: int) -> IndexError:
+    return IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
+
+
+def _dims_check(name: str, x: torch.Tensor, dims, wrap: bool) -> None:
+    """ATen's zero_numel_check_dims for an empty x: a dim must be given and each must be non-empty
+    (named as the user gave it, or wrapped into range where ATen wraps it first)."""
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        raise _no_dim(name)
+    for d in (dims if isinstance(dims, (list, tuple)) else (dims,)):
+        if x.dim() and x.shape[d] == 0:
+            raise _zero_size(name, d % x.dim() if wrap else d)
+
+
+def _whole(name: str) -> Callable:
+    def check(vals: list) -> None:
+        if vals[0].numel() == 0:
+            raise _no_dim(name)
+    return check
+
+
+def _over_dims(name: str, wrap: bool) -> Callable:
+    def check(vals: list) -> None:
+        x = vals[0]
+        if x.numel() == 0:
+            _dims_check(name, x, vals[1] if len(vals) > 1 else None, wrap)
+    return check
+
+
+def _arg_extreme(name: str) -> Callable:
+    def check(vals: list) -> None:
+        x = vals[0]
+        if x.numel() != 0:
+            return
+        dim = vals[1] if len(vals) > 1 else None
+        if dim is None:
+            raise _no_dim(name, index_error=True)
+        _dims_check(name, x, dim, wrap=True)
+    return check
+
+
+def _wrap64(v: int) -> int:
+    return (v + 2 ** 63) % 2 ** 64 - 2 ** 63
+
+
+def _arange_size(vals: list) -> None:
+    """ATen's compute_arange_size for int64 results computes the length in int64 arithmetic,
+    (end - start + step - sign) / step, and refuses a negative one (a range wider than int64 wraps
+    around); the meta function computes it exactly and would let it through."""
+    start, end, step = vals[0], vals[1], vals[2] if len(vals) > 2 else 1
+    dtype = vals[3] if len(vals) > 3 else None
+    ints = all(isinstance(v, int) for v in (start, end, step))
+    if not (dtype is torch.int64 or (dtype is None and ints)) or not ints or step == 0:
+        return
+    sign = (step > 0) - (step < 0)
+    span = _wrap64(_wrap64(_wrap64(end - start) + step) - sign)
+    if span != 0 and (span < 0) != (step < 0) and abs(span) >= abs(step):  # C's division truncates
+        raise RuntimeError("invalid size, possible overflow?")
+
+
+_CHECKS: dict = {
+    aten.arange.start_step: _arange_size,
+    aten.max.default: _whole("max"), aten.min.default: _whole("min"),
+    aten.max.dim: _over_dims("max", wrap=True), aten.min.dim: _over_dims("min", wrap=True),
+    aten.amax.default: _over_dims("amax", wrap=False), aten.amin.default: _over_dims("amin", wrap=False),
+    aten.argmax.default: _arg_extreme("argmax"), aten.argmin.default: _arg_extreme("argmin"),
+}
+
+
+def precheck_for(func) -> Callable | None:
+    """The check to run on an op's normalized arguments before any tier, or None."""
+    return _CHECKS.get(func)
