@@ -544,7 +544,24 @@ def _relu(a):
     return torch.where(a < 0, torch.zeros((), dtype=a.dtype, device=a.device), a)
 
 
+def _compare_in_dtype(op, refs_decomposition):
+    """A comparison of a tensor with a Python number, decomposed the way eager PyTorch computes it: the
+    number is first converted to the tensor's dtype (x_bf16 == 0.1 compares with bfloat16(0.1)), where
+    torch._refs compares in a wider computation dtype with the number as given."""
+    def compare(self, other):
+        if isinstance(other, float) and self.is_floating_point() and self.dtype != torch.float64:
+            other = torch.tensor(other, dtype=self.dtype).item()
+        return refs_decomposition(self, other)
+
+    compare.__name__ = f"{op._schema.name.split('::')[1]}_in_dtype"
+    return compare
+
+
 def register(table: dict) -> None:
+    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        op = getattr(aten, name).Scalar
+        if op in table:
+            table[op] = _compare_in_dtype(op, table[op])
     table[aten.relu.default] = _relu
     table[aten.roll.default] = _roll
     table[aten.histogram.bin_ct] = _histogram

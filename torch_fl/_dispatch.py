@@ -73,7 +73,7 @@ class OpFacts:
 
     __slots__ = ("func", "name", "arg_names", "kwarg_only", "defaults", "has_default", "mutable", "is_out",
                  "is_view", "pointwise", "ret_alias", "n_returns", "handler", "_functional", "tensor_arg", "overlap",
-                 "precheck")
+                 "precheck", "_inplace_overlap")
 
     def __init__(self, func):
         schema = func._schema
@@ -110,6 +110,23 @@ class OpFacts:
         self._functional: tuple | None = None
         self.overlap = _overlap.rule_for(func, self.mutable)  # what CPU refuses when outputs alias inputs
         self.precheck = _argcheck.precheck_for(func)  # PyTorch's argument checks its meta function skips
+        self._inplace_overlap: tuple | None = None
+
+    def overlap_rule(self, vals):
+        """The overlap rule for this call: PyTorch hands an in-place op (a.addmm_(b, c)) to a backend as
+        its out= overload writing into self, and CPU judges it by the in-place op's rule."""
+        if not self.is_out or vals[0] is not vals[self.mutable[0]]:
+            return self.overlap
+        if self._inplace_overlap is None:
+            sibling = inplace_sibling(self)
+            if sibling is None:  # no in-place form (gather): CPU judges the out= call as it is
+                rule = self.overlap
+            else:  # self is the written tensor itself here: it may overlap it fully
+                rule = sibling.overlap
+                if rule is not None:
+                    rule = _overlap.Rule(rule.internal, rule.partial, rule.full, 0)
+            self._inplace_overlap = (rule,)
+        return self._inplace_overlap[0]
 
     @property
     def functional(self) -> tuple | None:
@@ -193,6 +210,22 @@ def functional_twin(f: OpFacts) -> tuple | None:
             continue
         if [(a.name, str(a.type)) for a in s.arguments] == want:
             return facts(op), tuple(inputs), tuple(outs)
+    return None
+
+
+def inplace_sibling(f: OpFacts) -> OpFacts | None:
+    """The in-place overload (addmm_) with the arguments of an out= overload's functional twin."""
+    twin = f.functional
+    if twin is None:
+        return None
+    want = [(a.name, str(a.type)) for a in twin[0].func._schema.arguments]
+    packet = getattr(aten, twin[0].func._schema.name.split("::")[1] + "_", None)
+    if packet is None:
+        return None
+    for name in packet.overloads():
+        op = getattr(packet, name)
+        if [(a.name, str(a.type)) for a in op._schema.arguments] == want:
+            return facts(op)
     return None
 
 
@@ -626,7 +659,9 @@ def _compute(f: OpFacts, args, kwargs):
     if f.overlap is not None and not _tls.active:
         # PyTorch's overlap checks on the user's call, before any tier; the sub-ops of a
         # decomposition are its own business (an out= wrapper copies a view into out)
-        _overlap.check(f.overlap, f.mutable, vals)
+        rule = f.overlap_rule(vals)
+        if rule is not None:
+            _overlap.check(rule, f.mutable, vals)
     if f.precheck is not None:
         f.precheck(vals)
     dev = _device_of(f.name, vals)
@@ -736,8 +771,9 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals):
             return outs[0] if len(outs) == 1 else tuple(outs)
     result = _run_plan(ff, dev, fvals, plan)
     results = (result,) if ff.n_returns == 1 else tuple(result)
+    rule = f.overlap_rule(vals)
     for out, r in zip(outs, results, strict=True):
-        _write_out(f, out, r)
+        _write_out(f, out, r, rule)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
@@ -848,7 +884,7 @@ def _writes_in_place(ff: OpFacts, fvals, outs) -> bool:
     return True
 
 
-def _write_out(f: OpFacts, out: torch.Tensor, r) -> None:
+def _write_out(f: OpFacts, out: torch.Tensor, r, rule=None) -> None:
     if not isinstance(r, torch.Tensor):
         return
     if _adopt(out, r):
@@ -864,7 +900,10 @@ def _write_out(f: OpFacts, out: torch.Tensor, r) -> None:
         out.resize_(r.shape)
         if r.dim() and not r.is_contiguous() and _dense(r):
             out.as_strided_(r.shape, r.stride())
-    out.copy_(r)
+    if _overlap.has_internal_overlap(out) and not (rule is not None and rule.internal):
+        _copy_unique(out, r)  # an expanded out= tensor the op's CPU kernel writes into without complaint
+    else:
+        out.copy_(r)
 
 
 def _adopt(out: torch.Tensor, r: torch.Tensor) -> bool:
@@ -1566,7 +1605,7 @@ def install() -> None:
     from . import _core
 
     _record.FAST_KERNELS[0] = _core.lib().fl_core_fast_hits
-    direct = set(DIRECT) | _own_decomposed_ops()
+    direct = set(DIRECT) | _own_decomposed_ops() | _generic_out_ops()
     GENERIC.update(_native_generic_ops() - direct)
     libs: dict = {}
     for op in sorted(direct | GENERIC | _prims_served(), key=str):
@@ -1598,6 +1637,35 @@ def _own_decomposed_ops() -> set:
             continue
         if any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), k)
                for k in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")):
+            found.add(op)
+    return found
+
+
+# private ops that move or wrap memory rather than compute, or belong to other layouts and libraries
+_PLUMBING = ("__", "_copy_from", "_to_copy", "_pin_memory", "_resize_output", "_unsafe_view", "_to_dense", "_nested",
+             "_sparse", "_cudnn", "_mkldnn", "_miopen", "_foreach", "_fbgemm", "_make_", "_new_", "_pack", "_pad")
+
+
+def _generic_out_ops() -> set:
+    """out= overloads whose kernel for other backends is PyTorch's generic out= wrapper (compute, then
+    copy into out): taken at the fl key, so an out= call is judged as CPU judges it (the overlap rules
+    run before any tier; an expanded out= tensor the CPU kernel writes into is written the same way)
+    and served by its functional twin's plan."""
+    found = set()
+    for qualified in torch._C._dispatch_get_all_op_names():  # every registered op (torch.ops.aten is lazy)
+        if not qualified.startswith("aten::") or qualified[6:].startswith(_PLUMBING):
+            continue
+        op = overload_named(qualified)
+        if op is None:
+            continue
+        schema = op._schema
+        mutable = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+        if not mutable or not any(schema.arguments[i].kwarg_only for i in mutable):
+            continue
+        if op in _NEVER_DIRECT:
+            continue
+        if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeExplicitAutograd") and \
+                functional_twin(facts(op)) is not None:
             found.add(op)
     return found
 

@@ -90,7 +90,7 @@ _NO_INTERNAL = frozenset({
     "aten::masked_fill_.Tensor", "aten::index_fill_.int_Scalar", "aten::index_fill_.int_Tensor",
     "aten::index_put_", "aten::_index_put_impl_", "aten::conj_physical_", "aten::threshold_", "aten::tril_",
     "aten::triu_", "aten::tril.out", "aten::triu.out", "aten::addmv_", "aten::baddbmm_", "aten::bmm.out",
-    "aten::mv.out", "aten::mm.out", "aten::linear.out", "aten::multinomial.out", "aten::resize_as_", "aten::set_",
+    "aten::mv.out", "aten::linear.out", "aten::resize_as_", "aten::set_",
     "aten::embedding_renorm_",
 })
 _NO_INTERNAL_OPS = frozenset({
