@@ -25,6 +25,9 @@ import warnings
 
 import torch
 
+from . import _private
+from .errors import CacheDirError
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(_HERE, "_csrc", "device_guard.cpp")
 
@@ -33,8 +36,8 @@ STATUS = "not installed"  # for doctor / list_backends
 
 
 def cache_dir() -> str:
-    return os.environ.get("FL_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "torch_fl")
+    """The private cache folder (see _private): the guard is a library every process loads."""
+    return _private.private_dir(_private.cache_root())
 
 
 def _library_path() -> str:
@@ -46,24 +49,35 @@ def _library_path() -> str:
 
 
 def _build(path: str) -> None:
+    """Compiles the guard in a private temporary folder, records its digest, and renames it into
+    place (atomic: concurrent processes may build at once; no planted file is ever written through)."""
     torch_dir = os.path.dirname(torch.__file__)
     include, lib = os.path.join(torch_dir, "include"), os.path.join(torch_dir, "lib")
     cxx = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
     cxx = cxx.split()[0]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
-    os.close(fd)
-    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
-           f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", "-I", include, SOURCE,
-           "-L", lib, "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}", "-o", tmp]
-    try:
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=os.path.dirname(path)) as tmp_dir:
+        tmp = os.path.join(tmp_dir, os.path.basename(path))
+        cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
+               f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", "-I", include, SOURCE,
+               "-L", lib, "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}", "-o", tmp]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise OSError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
-        os.replace(tmp, path)  # atomic: concurrent processes may build at once
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _private.record_digest(tmp)
+        os.replace(tmp + _private.DIGEST_SUFFIX, path + _private.DIGEST_SUFFIX)
+        os.replace(tmp, path)
+
+
+def _ensure_built(path: str) -> None:
+    """Builds the guard unless a cached copy is the one this user's compiler produced; a cached
+    copy that is not (truncated, replaced, built by an older torch_fl) is rebuilt, with a warning."""
+    if not os.path.lexists(path) or not os.path.lexists(path + _private.DIGEST_SUFFIX):  # new, or pre-digest
+        _build(path)
+        return
+    problem = _private.digest_problem(path)
+    if problem:
+        warnings.warn(f"torch_fl: rebuilding the cached device guard: {problem}", RuntimeWarning, stacklevel=4)
+        _build(path)
 
 
 def install(device_count: int) -> bool:
@@ -72,11 +86,15 @@ def install(device_count: int) -> bool:
     if _lib is not None:
         _lib.fl_guard_set_count(max(device_count, 1))
         return True
-    path = _library_path()
     try:
-        if not os.path.exists(path):
-            _build(path)
+        path = _library_path()
+        _ensure_built(path)
         lib = ctypes.CDLL(path)
+    except CacheDirError as e:
+        STATUS = f"PyTorch's Python device guard (the cache folder was refused: {e})"
+        warnings.warn(f"torch_fl keeps PyTorch's Python device guard (autograd on fl:0 only): {e}", RuntimeWarning,
+                      stacklevel=3)
+        return False
     except (OSError, subprocess.SubprocessError) as e:
         STATUS = f"PyTorch's Python device guard (the C++ guard could not be built: {str(e).splitlines()[0]})"
         warnings.warn(

@@ -11,35 +11,27 @@ free goes straight to the plugin), as PYTORCH_NO_CUDA_MEMORY_CACHING does."""
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from . import _config
 from ._abi import ffi
 
 ALIGN = 16
-POOL_ENABLED = os.environ.get("FL_MEMORY_POOL", "1").strip() not in ("0", "false", "no", "off")
+POOL_ENABLED = _config.env_bool("FL_MEMORY_POOL", True)
 # Cached bytes per device stay below a limit: FL_MEMORY_POOL_LIMIT (bytes, or
 # "512M", "2G"), set_pool_limit(), else a quarter of the device's memory (host
 # memory is shared with everything else in the process).
 POOL_SHARE = 4
 
 
-def parse_bytes(text: str) -> int:
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    try:
-        value = float(t[:-1] if scale != 1 else t) * scale
-    except ValueError:
-        raise ValueError(f"cannot read {text!r} as a size in bytes: write e.g. 1073741824, 512M or 2G") from None
-    if value < 0:
-        raise ValueError(f"a memory size cannot be negative: {text!r}")
-    return int(value)
+def parse_bytes(text: str, name: str = "size") -> int:
+    """Bytes from "4096", "512M", "2G" (the one size grammar: _config.parse_size)."""
+    return _config.parse_size(text, name)
 
 
 def default_pool_limit(total_memory: int) -> int:
-    env = os.environ.get("FL_MEMORY_POOL_LIMIT")
-    return parse_bytes(env) if env else total_memory // POOL_SHARE
+    limit = _config.env_size("FL_MEMORY_POOL_LIMIT")
+    return limit if limit is not None else total_memory // POOL_SHARE
 
 
 def set_pool_limit(nbytes: int, device=None) -> None:
@@ -92,6 +84,8 @@ def allocate(device, nbytes: int):
         device.pool_hits += 1
     else:
         device.pool_misses += 1
+        if size > _config.SIZE_MAX:  # beyond any size_t: no plugin can be asked for it
+            raise _oom(device, size, "the request does not fit in a size_t", 0)
         try:
             ptr = device.plugin.malloc_ptr(device.local, size)
         except torch.OutOfMemoryError as first:
@@ -135,7 +129,7 @@ def empty_cache(device) -> None:
             device.plugin.free_ptr(device.local, ptr)
 
 
-def _oom(device, size: int, cause: Exception, flushed: int) -> torch.OutOfMemoryError:
+def _oom(device, size: int, cause: Exception | str, flushed: int) -> torch.OutOfMemoryError:
     total = device.props.total_memory
     pool = (f"the pool held {_fmt(flushed)} of cached blocks and gave them back before retrying"
             if flushed else "the pool held no cached blocks")
@@ -143,7 +137,7 @@ def _oom(device, size: int, cause: Exception, flushed: int) -> torch.OutOfMemory
         f"fl:{device.index} ({device.backend.name}) out of memory: tried to allocate {_fmt(size)}; "
         f"{_fmt(device.allocated)} allocated by live tensors in {device.allocations} buffers; {pool}; "
         f"device capacity {_fmt(total)}. Free tensors (del, then gc.collect()) or use a smaller batch. "
-        f"Plugin said: {cause}"
+        + (f"Plugin said: {cause}" if isinstance(cause, Exception) else f"Not attempted: {cause}.")
     )
 
 
