@@ -124,7 +124,10 @@ def _check_random(name: str, results, expected_shapes, out: Outcome) -> None:
             out.failures.append(f"{name} output {i}: non-finite random values")
 
 
-def run_calls(dev, kernel, calls, variants: bool = True) -> Outcome:
+def run_calls(dev, kernel, calls, variants: bool = True, guard=None) -> Outcome:
+    """Runs the kernel on each recorded call (and a non-contiguous variant) and compares with
+    PyTorch CPU. With `guard` (a _guarded.GuardedMemory), a write outside any tensor's span is
+    a failure naming the tensor and how many bytes it went past."""
     out = Outcome()
     for func, args, kwargs in calls:
         f = facts(func)
@@ -155,6 +158,8 @@ def run_calls(dev, kernel, calls, variants: bool = True) -> Outcome:
                 continue
             out.compared += 1
             results = result if isinstance(result, tuple) else (result,)
+            if guard is not None:
+                out.failures += _guard_failures(guard, dev_args, dev_kw, results, f"{_shape_of(args)}{label}")
             expects = expected if isinstance(expected, tuple) else (expected,)
             shape = _shape_of(args)
             if random:
@@ -173,6 +178,24 @@ def run_calls(dev, kernel, calls, variants: bool = True) -> Outcome:
             if len(out.failures) >= 3:
                 return out
     return out
+
+
+def _guard_failures(guard, dev_args, dev_kw, results, what: str) -> list[str]:
+    """One message per tensor the kernel wrote outside of (inputs, keyword tensors, outputs)."""
+    named = [(f"input {i}", t) for i, t in enumerate(_flat(dev_args)) if isinstance(t, FlTensor)]
+    named += [(f"argument {k}", t) for k, v in dev_kw.items() for t in _flat([v]) if isinstance(t, FlTensor)]
+    named += [(f"output {i}", t) for i, t in enumerate(_flat(results)) if isinstance(t, FlTensor)]
+    failures, seen = [], set()
+    for name, t in named:
+        key = (id(t._buf), _dispatch.span(t))
+        if key in seen:  # an in-place op's output is its input
+            continue
+        seen.add(key)
+        damage = guard.damage(t)
+        if damage:
+            failures.append(f"{what}: the kernel wrote {damage} of {name} (shape {tuple(t.shape)}, "
+                            f"{t.dtype}): out-of-bounds write")
+    return failures
 
 
 def _references() -> dict:
