@@ -7,7 +7,7 @@ fallback, recording which path each op took."""
 
 from __future__ import annotations
 
-from . import _device, _dispatch, amp  # noqa: F401  (registers the device and the dispatcher)
+from . import _device, _dispatch, _sharing, amp  # noqa: F401  (registers the device and the dispatcher)
 from ._api import (
     BackendReport,
     Explanation,
@@ -45,6 +45,7 @@ from .transfer import non_blocking_to
 __version__ = "0.1.0"
 
 _device.register()
+_sharing.register(FlTensor)  # fl tensors refuse to be sent to other processes, with a message
 
 try:  # registers the "fl" process-group backend with torch.distributed
     from . import distributed  # noqa: E402

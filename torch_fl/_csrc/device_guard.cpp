@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 namespace {
@@ -105,12 +106,38 @@ struct FlHooks final : public at::PrivateUse1HooksInterface {
   c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
 };
 FlHooks* g_hooks = nullptr;
+
+// The allocator PyTorch uses for fl storage made outside torch_fl's factories:
+// torch.UntypedStorage(n, device="fl"), and a DataLoader worker that collates fl
+// tensors into shared memory. torch_fl's tensors own plugin buffers from Python
+// (wrapper subclass, docs/runtime.md), so there is no C++ allocator to hand out;
+// without one registered PyTorch calls through a null allocator and the process
+// dies with SIGSEGV. This one refuses with an error that says what to do instead.
+void refused_delete(void*) {}
+
+struct RefusingAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    TORCH_CHECK(n == 0, "torch_fl: fl memory is allocated by fl tensors only (torch.empty(..., device='fl'), "
+                "x.to('fl')); a raw fl storage of ", n, " bytes (torch.UntypedStorage(n, device='fl'), or fl tensors "
+                "shared with another process such as a DataLoader worker or a multiprocessing child) is not "
+                "supported. Keep data on the CPU there and move it with .to('fl') in the main process.");
+    return {nullptr, nullptr, &refused_delete, c10::Device(c10::DeviceType::PrivateUse1)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &refused_delete; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    TORCH_CHECK(count == 0, "torch_fl: fl storage cannot be copied as raw bytes; copy fl tensors instead");
+    (void)dest;
+    (void)src;
+  }
+};
+RefusingAllocator g_refusing_allocator;
 }  // namespace
 
 extern "C" {
 __attribute__((visibility("default"))) int fl_guard_install(int count) {
   g_count = count > 0 ? count : 1;
   c10::impl::device_guard_impl_registry[static_cast<size_t>(c10::DeviceType::PrivateUse1)].store(&g_guard);
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, &g_refusing_allocator);
   return 0;
 }
 // Registers the hooks (pinned memory, device count) when no other hooks are:
