@@ -261,6 +261,7 @@ int fl_plugin_abi_version(void) { return FL_ABI_VERSION; }
 
 int fl_plugin_init(fl_plugin_t *p) {
     memset(p, 0, sizeof *p);
+    p->last_error = fl_host_last_error; /* first: a bad setting is reported through it */
     int st = configure();
     if (st) return st;
     p->abi_version = FL_ABI_VERSION;
