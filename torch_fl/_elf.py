@@ -29,8 +29,8 @@ def regular_file_problem(path: str) -> str | None:
         return e.strerror or str(e)
     if not stat.S_ISREG(st.st_mode):
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else ("a folder" if stat.S_ISDIR(st.st_mode) else
-                                                            "not a regular file")
-        return f"{kind}, not a shared library file"
+                                                            "a special file")
+        return f"{kind}, not a regular file"
     return None
 
 
@@ -59,10 +59,10 @@ def elf_problem(path: str) -> str | None:
 def _layout_problem(f, size: int) -> str | None:
     ident = f.read(16)
     if len(ident) < 16 or ident[:4] != b"\x7fELF":
-        return "not an ELF shared library (no ELF header)"
+        return "no ELF header"
     cls, data = ident[4], ident[5]
     if cls not in _ELF_HEADER or data not in (1, 2):
-        return "not an ELF shared library (unknown ELF class or byte order)"
+        return "unknown ELF class or byte order"
     bits = 64 if cls == _CLASS_64 else 32
     if bits != struct.calcsize("P") * 8:
         return f"a {bits}-bit library; this Python is {struct.calcsize('P') * 8}-bit"

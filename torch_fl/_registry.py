@@ -176,8 +176,10 @@ class Registry:
         would hang it, a truncated library crashes it); plugins not bundled with torch_fl are
         loaded once in a throwaway process first (see _probe), the verdict cached."""
         problem = _elf.elf_problem(cand.path)
-        if problem is None and cand.origin != "bundled":
-            problem = _isolation.crash_verdict(cand.path)
+        if problem is not None:
+            cand.status, cand.reason = "rejected", f"{cand.path} is not a loadable shared library: {problem}"
+            return
+        problem = _isolation.crash_verdict(cand.path) if cand.origin != "bundled" else None
         if problem is not None:
             cand.status, cand.reason = "rejected", f"{cand.path}: {problem}"
             return
