@@ -109,7 +109,8 @@ def test_emulator_device_count_out_of_range_is_named():
         print("CPU", fl.initialize("cpu"))
     """, env={"FL_ROCM_DEVICES": "100000"})
     assert "ROW rejected" in r.stdout, r.stdout + r.stderr
-    assert "FL_ROCM_DEVICES='100000' is not valid: the rocm emulator supports 1 to 8" in r.stdout
+    assert "FL_ROCM_DEVICES='100000' is not valid: the rocm emulator's device count must be a whole number " \
+           "from 1 to 8" in r.stdout
     assert "ERR unknown fl backend 'rocm'" in r.stdout and "CPU cpu" in r.stdout
 
 

@@ -36,7 +36,7 @@ static int configure(void) {
     int n = 0;
     if (!st) {
         snprintf(key, sizeof key, "FL_%s_DEVICES", fl_emu_profile.env_prefix);
-        snprintf(what, sizeof what, "the %s emulator", fl_emu_profile.name);
+        snprintf(what, sizeof what, "the %s emulator's device count", fl_emu_profile.name);
         st = fl_host_env_count(key, fl_emu_profile.default_devices, 1, MAX_DEVICES, what, &n);
     }
     if (st) {

@@ -77,7 +77,8 @@ int fl_host_env_count(const char *name, int dflt, int lo, int hi, const char *wh
     long v = strtol(text, &end, 10);
     while (*end == ' ' || *end == '\t') end++;
     if (end == text || *end || errno || v < lo || v > hi)
-        FL_FAIL(FL_ERR_INVALID, "%s='%s' is not valid: %s supports %d to %d", name, text, what, lo, hi);
+        FL_FAIL(FL_ERR_INVALID, "%s='%s' is not valid: %s must be a whole number from %d to %d", name, text, what, lo,
+                hi);
     *out = (int)v;
     return FL_OK;
 }
