@@ -18,7 +18,6 @@ import pytest
 from conftest import HERE, run_py
 
 import torch_fl as fl
-from torch_fl import _private
 from torch_fl._abi import header_path
 
 BUNDLED = os.path.join(os.path.dirname(fl.__file__), "_plugins")
@@ -100,6 +99,8 @@ def test_compiler_errors_are_reported(tmp_path):
 def test_cache_root_without_home_is_the_users_own(monkeypatch):
     import pwd
 
+    from torch_fl import _private
+
     for name in ("HOME", "FL_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     assert _private.cache_root() == os.path.join(pwd.getpwuid(os.geteuid()).pw_dir, ".cache", "torch_fl")
@@ -107,6 +108,8 @@ def test_cache_root_without_home_is_the_users_own(monkeypatch):
 
 def test_last_resort_cache_is_per_user_and_checked(monkeypatch, tmp_path):
     import tempfile
+
+    from torch_fl import _private
 
     for name in ("HOME", "FL_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
@@ -125,6 +128,8 @@ def test_last_resort_cache_is_per_user_and_checked(monkeypatch, tmp_path):
 
 @AS_ROOT
 def test_cache_folder_of_another_user_is_refused(tmp_path):
+    from torch_fl import _private
+
     folder = tmp_path / "theirs"
     folder.mkdir(mode=0o777)
     os.chown(folder, NOBODY, NOBODY)
