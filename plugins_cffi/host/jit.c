@@ -218,6 +218,7 @@ static int run_compiler(const char *work, char *msg, size_t nmsg) {
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
     char tail[360];
     log_tail(log, tail, sizeof tail);
+    if (!tail[0]) snprintf(tail, sizeof tail, "(it printed nothing)");
     if (WIFEXITED(status))
         snprintf(msg, nmsg, "the C compiler '%s' exited with status %d: %s", argv[0], WEXITSTATUS(status), tail);
     else
