@@ -38,15 +38,17 @@ def test_plugins(tmp_path_factory):
     return out
 
 
-def run_py(code: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Runs a snippet in a fresh interpreter (plugin discovery happens once per process)."""
+def run_py(code: str, env: dict | None = None, timeout: int = 300, cwd: str | None = None,
+           unset: tuple = ()) -> subprocess.CompletedProcess:
+    """Runs a snippet in a fresh interpreter (plugin discovery happens once per process), in `cwd`
+    (default: tests/), with `env` added and the variables in `unset` removed."""
     full_env = dict(os.environ)
     for k in ("FL_BACKEND", "FL_PLUGIN_PATH", "FL_CPU_FALLBACK", "FL_CONFIG", "FL_CPU_MEMORY_LIMIT", "FL_MEMORY_POOL",
-              "FL_MEMORY_POOL_LIMIT"):
+              "FL_MEMORY_POOL_LIMIT", *unset):
         full_env.pop(k, None)
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, cwd=HERE)
+                          env=full_env, timeout=timeout, cwd=cwd or HERE)
 
 
 @pytest.fixture(autouse=True)

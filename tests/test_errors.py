@@ -183,14 +183,10 @@ def test_cpu_fallback_env_switch():
 
 
 def test_bad_env_value():
-    r = run_py("""
-        import torch, torch_fl as fl
-        try:
-            torch.ones(2, device="fl") + 1
-        except fl.FlError as e:
-            print("ERR", e)
-    """, env={"FL_CPU_FALLBACK": "maybe"})
-    assert "ERR FL_CPU_FALLBACK='maybe' is not a boolean: use 1 or 0" in r.stdout, r.stdout + r.stderr
+    """Every FL_* variable is checked at import, before any plugin loads (tests/test_config.py)."""
+    r = run_py("import torch_fl", env={"FL_CPU_FALLBACK": "maybe"})
+    assert r.returncode != 0
+    assert "ConfigError: FL_CPU_FALLBACK='maybe' is not a boolean: use 1 or 0" in r.stderr, r.stdout + r.stderr
 
 
 def test_explain_rejects_unknown_ops():

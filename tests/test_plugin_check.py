@@ -100,3 +100,49 @@ def test_missing_python_module_is_blamed_on_the_environment(tmp_path):
     assert "crashed" not in out, out
     assert ("recording samples FAIL the environment, not the plugin: Python module 'numpy' is not installed" in out
             and "pip install numpy" in out), out
+
+
+def test_writes_past_the_output_fail_with_the_op_and_the_size(test_plugins):
+    """sloppydev's add and mul compute the right values but write 4 and 64 floats past their output:
+    that passed the checker, then corrupted the heap of a real run."""
+    report = check_plugin(str(test_plugins / "libsloppyplugin.so"), ops="aten::[amn]*")
+    rows = _rows(report)
+    assert not report.passed
+    assert rows["kernel aten::add.Tensor"].status == "FAIL"
+    assert "the kernel wrote 16 bytes past the end of output 0" in rows["kernel aten::add.Tensor"].detail
+    assert rows["kernel aten::mul.Tensor"].status == "FAIL"
+    assert "the kernel wrote 256 bytes past the end of output 0" in rows["kernel aten::mul.Tensor"].detail
+    assert rows["kernel aten::neg"].status == "PASS"  # a kernel that stays in bounds passes
+
+
+def test_optional_rng_left_null_is_skipped_with_a_note(test_plugins):
+    rows = _rows(check_plugin(str(test_plugins / "libsloppyplugin.so"), ops="aten::neg"))
+    assert rows["rng state round trip"].status == "SKIP"
+    assert "not provided (optional" in rows["rng state round trip"].detail
+
+
+def test_hanging_kernel_is_stopped_by_the_timeout(test_plugins):
+    """sloppydev's relu never returns: the check of it fails after --timeout seconds and the
+    checks after it still run (the stdout read used to block before the timeout was looked at)."""
+    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check",
+                        str(test_plugins / "libsloppyplugin.so"), "--ops", "aten::[nr]e*", "--timeout", "20", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    rows = {row["check"]: row for row in json.loads(r.stdout)["rows"]}
+    assert rows["kernel aten::relu"]["status"] == "FAIL"
+    assert rows["kernel aten::relu"]["detail"].startswith("did not finish within 20 s")
+    assert rows["kernel aten::neg"]["status"] == "PASS"
+
+
+def test_timeout_must_be_positive():
+    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check", "minimal", "--timeout", "0"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "argument --timeout: '0' is not a positive number of seconds" in r.stderr
+
+
+def test_ops_matching_nothing_is_an_error():
+    report = check_plugin("minimal", ops="aten::no_such_op*")
+    rows = _rows(report)
+    assert not report.passed
+    assert rows["kernel selection"].status == "FAIL"
+    assert "--ops 'aten::no_such_op*' matches none of the plugin's" in rows["kernel selection"].detail

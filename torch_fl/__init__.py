@@ -28,7 +28,16 @@ from .align import AlignmentReport, align
 from .amp import autocast, keep_float32
 from .compile import CompiledModel, FusionReport, compile  # noqa: A004 - fl.compile, like torch.compile
 from .coverage import Coverage, coverage
-from .errors import BackendNotFoundError, FlError, KernelError, PluginLoadError, PrivateUse1TakenError
+from .errors import (
+    BackendNotFoundError,
+    CacheDirError,
+    ConfigError,
+    FlError,
+    KernelError,
+    PluginError,
+    PluginLoadError,
+    PrivateUse1TakenError,
+)
 from .profiler import Comparison, Profile, compare_backends, profile
 from .transfer import non_blocking_to
 
@@ -62,10 +71,13 @@ __all__ = [
     "profile",
     "BackendNotFoundError",
     "BackendReport",
+    "CacheDirError",
+    "ConfigError",
     "CapabilityTable",
     "Explanation",
     "FlError",
     "KernelError",
+    "PluginError",
     "PluginLoadError",
     "PrivateUse1TakenError",
     "available_backends",

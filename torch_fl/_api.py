@@ -82,9 +82,14 @@ class BackendReport:
         return [e["name"] for e in self.entries if e["status"] == status]
 
     def render(self) -> str:
+        """One row per plugin file: name, status, where it came from (bundled, entry point,
+        FL_PLUGIN_PATH, config file) and its path; then which entry or file named it, and
+        why it was rejected or shadowed."""
         lines = [f"{'name':<10} {'status':<9} {'origin':<15} path / reason"]
         for e in self.entries:
             lines.append(f"{e['name'] or '?':<10} {e['status']:<9} {e['origin']:<15} {e['path']}")
+            if e.get("source"):
+                lines.append(f"{'':<36}from {e['source']}")
             if e["reason"]:
                 lines.append(f"{'':<36}{e['reason']}")
         return "\n".join(lines)

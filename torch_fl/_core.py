@@ -21,9 +21,11 @@ import os
 import subprocess
 import sysconfig
 import tempfile
+import warnings
 
 import torch
 
+from . import _private
 from ._abi import header_path
 from .errors import FlError
 
@@ -37,8 +39,8 @@ STATUS = "not built"  # for doctor / list_backends
 
 
 def cache_dir() -> str:
-    return os.environ.get("FL_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "torch_fl")
+    """The private cache folder (see _private): the core is a library every torch_fl process loads."""
+    return _private.private_dir(_private.cache_root())
 
 
 def _key() -> str:
@@ -61,17 +63,17 @@ def _compiler() -> str:
 
 
 def _build(path: str) -> None:
+    """Compiles the core in a private temporary folder, records its digest, and renames both into place
+    (atomic: concurrent processes may build at once; a file planted at the name is never written through)."""
     torch_dir = os.path.dirname(torch.__file__)
     include, lib = os.path.join(torch_dir, "include"), os.path.join(torch_dir, "lib")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
-    os.close(fd)
-    cmd = [_compiler(), "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
-           f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-           "-I", include, "-I", os.path.join(include, "torch", "csrc", "api", "include"),
-           "-I", os.path.dirname(header_path()), SOURCE,
-           "-L", lib, "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{lib}", "-o", tmp]
-    try:
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=os.path.dirname(path)) as tmp_dir:
+        tmp = os.path.join(tmp_dir, os.path.basename(path))
+        cmd = [_compiler(), "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
+               f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+               "-isystem", include, "-isystem", os.path.join(include, "torch", "csrc", "api", "include"),
+               "-I", os.path.dirname(header_path()), SOURCE,
+               "-L", lib, "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{lib}", "-o", tmp]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         except FileNotFoundError:
@@ -80,11 +82,23 @@ def _build(path: str) -> None:
                           f"Fedora: dnf install gcc-c++; conda: conda install gxx_linux-64) or point CXX at "
                           f"it, then import torch_fl again.") from None
         if r.returncode != 0:
-            raise FlError(f"building torch_fl's C++ core failed:\n{' '.join(cmd)}\n{r.stderr[-3000:]}")
-        os.replace(tmp, path)  # atomic: concurrent processes may build at once
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+            raise FlError(f"building torch_fl's C++ core failed:\n{' '.join(cmd)}\n"
+                          f"{r.stderr[-3000:] or '(the compiler printed nothing)'}")
+        _private.record_digest(tmp)
+        os.replace(tmp + _private.DIGEST_SUFFIX, path + _private.DIGEST_SUFFIX)
+        os.replace(tmp, path)
+
+
+def _ensure_built(path: str) -> None:
+    """Builds the core unless the cached copy is the one this user's compiler produced; a cached copy
+    that is not (truncated, replaced, recorded by no digest) is rebuilt, with a warning."""
+    if not os.path.lexists(path) or not os.path.lexists(path + _private.DIGEST_SUFFIX):
+        _build(path)
+        return
+    problem = _private.digest_problem(path)
+    if problem:
+        warnings.warn(f"torch_fl: rebuilding the cached C++ core: {problem}", RuntimeWarning, stacklevel=4)
+        _build(path)
 
 
 def load() -> ctypes.CDLL:
@@ -93,8 +107,7 @@ def load() -> ctypes.CDLL:
     if _lib is not None:
         return _lib
     path = library_path()
-    if not os.path.exists(path):
-        _build(path)
+    _ensure_built(path)
     torch.ops.load_library(path)
     lib = ctypes.CDLL(path)
     _declare(lib)

@@ -13,52 +13,44 @@ free goes straight to the plugin), as PYTORCH_NO_CUDA_MEMORY_CACHING does."""
 
 from __future__ import annotations
 
-import os
+from . import _config
 
-POOL_ENABLED = os.environ.get("FL_MEMORY_POOL", "1").strip() not in ("0", "false", "no", "off")
+POOL_ENABLED = _config.env_bool("FL_MEMORY_POOL", True)
 # Cached bytes per device stay below a limit: FL_MEMORY_POOL_LIMIT (bytes, or
 # "512M", "2G"), set_pool_limit(), else a quarter of the device's memory (host
 # memory is shared with everything else in the process).
 POOL_SHARE = 4
 
 
-def parse_bytes(text: str) -> int:
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    try:
-        value = float(t[:-1] if scale != 1 else t) * scale
-    except ValueError:
-        raise ValueError(f"cannot read {text!r} as a size in bytes: write e.g. 1073741824, 512M or 2G") from None
-    if value < 0:
-        raise ValueError(f"a memory size cannot be negative: {text!r}")
-    return int(value)
+def parse_bytes(text: str, name: str = "size") -> int:
+    """Bytes from "4096", "512M", "2G" (the one size grammar: _config.parse_size)."""
+    return _config.parse_size(text, name)
 
 
 def default_pool_limit(total_memory: int) -> int:
-    env = os.environ.get("FL_MEMORY_POOL_LIMIT")
-    return parse_bytes(env) if env else total_memory // POOL_SHARE
+    limit = _config.env_size("FL_MEMORY_POOL_LIMIT")
+    return limit if limit is not None else total_memory // POOL_SHARE
 
 
 def set_pool_limit(nbytes: int, device=None) -> None:
     """Cap the bytes the pool keeps cached on a device (all devices when None);
     blocks above the new cap go back to the plugin at once."""
+    from . import _core
     from ._registry import REGISTRY
 
     if nbytes < 0:
         raise ValueError("the pool limit cannot be negative")
-    from . import _core
-
     devices = REGISTRY.devices if device is None else [REGISTRY.device(_index_of(device))]
     for dev in devices:
         _core.lib().fl_core_set_pool_limit(dev.index, int(nbytes))
 
 
 def _index_of(device) -> int | None:
-    import torch as _torch
+    import torch
 
     if isinstance(device, int):
         return device
-    return _torch.device(device).index
+    return torch.device(device).index
 
 
 def size_class(nbytes: int) -> int:

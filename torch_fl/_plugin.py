@@ -14,7 +14,7 @@ import torch
 from . import _abi
 from ._abi import ffi
 from ._dtypes import mask_to_names
-from .errors import KernelError, PluginLoadError
+from .errors import KernelError, PluginError, PluginLoadError
 
 
 @dataclass(frozen=True)
@@ -208,9 +208,7 @@ class Plugin:
 
     # -- memory and copies ----------------------------------------------------
     def malloc(self, device: int, nbytes: int) -> int:
-        ptr = ffi.new("void**")
-        self.check(self.table.malloc(device, nbytes, ptr), f"malloc({nbytes} bytes)")
-        return int(ffi.cast("uintptr_t", ptr[0]))
+        return int(ffi.cast("uintptr_t", self.malloc_ptr(device, nbytes)))
 
     def free(self, device: int, ptr: int) -> None:
         self.check(self.table.free(device, ffi.cast("void*", ptr)), "free")
@@ -221,7 +219,19 @@ class Plugin:
         status = self.table.malloc(device, nbytes, out)
         if status:
             self.check(status, f"malloc({nbytes} bytes)")
-        return out[0]
+        ptr = out[0]
+        if ptr == ffi.NULL and nbytes:
+            raise self._null_malloc(device, nbytes)
+        return ptr
+
+    def _null_malloc(self, device: int, nbytes: int) -> PluginError:
+        """fl_plugin.h: malloc returns a valid pointer or an error status; a NULL with FL_OK
+        would be written through by the next kernel or copy and crash the process."""
+        return PluginError(
+            f"fl backend '{self.name}' ({self.path}): malloc({nbytes} bytes) on device {device} returned FL_OK "
+            f"with a NULL pointer, which breaks the plugin contract (fl_plugin.h: return FL_ERR_OOM with a "
+            f"message when memory runs out). Report it to the plugin's vendor; `torch-fl plugin check "
+            f"{self.path}` checks the contract")
 
     def free_ptr(self, device: int, ptr) -> None:
         status = self.table.free(device, ptr)

@@ -15,18 +15,23 @@ from importlib import metadata
 
 import torch
 
-from . import _config, _core, _memory
+from . import _config, _core, _elf, _isolation, _memory
 from ._plugin import DeviceProps, Plugin
 from .errors import BackendNotFoundError, FlError, PluginLoadError
 
 ENTRY_POINT_GROUP = "torch_fl.plugins"
 _BUNDLED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_plugins")
-_ORIGIN_RANK = {"FL_PLUGIN_PATH": 0, "entry point": 1, "bundled": 2}
+# which plugin wins a name: the environment, then the config file, then pip entry points, then bundled
+_ORIGIN_RANK = {"FL_PLUGIN_PATH": 0, "config file": 1, "entry point": 2, "bundled": 3}
 
 
 @dataclass
 class Candidate:
-    """One plugin file the loader looked at, and what became of it."""
+    """One plugin file the loader looked at, and what became of it.
+
+    origin is the kind of place it came from (bundled, entry point, FL_PLUGIN_PATH,
+    config file); source says exactly which (the entry point, the variable's entry,
+    the config file's path)."""
 
     path: str
     origin: str
@@ -34,11 +39,12 @@ class Candidate:
     reason: str = ""
     name: str | None = None
     emulated: bool | None = None
+    source: str = ""
     plugin: Plugin | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "path": self.path, "origin": self.origin, "status": self.status,
-                "reason": self.reason, "emulated": self.emulated}
+        return {"name": self.name, "path": self.path, "origin": self.origin, "source": self.source,
+                "status": self.status, "reason": self.reason, "emulated": self.emulated}
 
 
 class Device:
@@ -144,55 +150,95 @@ class Registry:
             _core.set_current(dev.index)
 
     # -- discovery ------------------------------------------------------------
-    def _candidate_paths(self) -> list[tuple[str, str]]:
-        found: list[tuple[str, str]] = []
-        for path in sorted(glob.glob(os.path.join(_BUNDLED_DIR, "lib*.so"))):
-            found.append((path, "bundled"))
+    def _candidate_paths(self) -> list[tuple[str, str, str]]:
+        """(path, origin, source) of every plugin file to try; entries that cannot be used
+        (missing, relative, writable by every user) become rejected candidates at once."""
+        found = [(path, "bundled", "") for path in sorted(glob.glob(os.path.join(_BUNDLED_DIR, "lib*.so")))]
+        found += self._entry_point_paths()
+        for entry in [p for p in os.environ.get("FL_PLUGIN_PATH", "").split(os.pathsep) if p]:
+            if not os.path.isabs(entry):
+                self._reject(entry, "FL_PLUGIN_PATH", f"FL_PLUGIN_PATH={entry}",
+                             "a relative path: it would load plugins from whatever folder the program runs in; "
+                             "give an absolute path (e.g. FL_PLUGIN_PATH=$PWD/" + entry + ")")
+                continue
+            found += self._expand(entry, "FL_PLUGIN_PATH", f"FL_PLUGIN_PATH={entry}")
+        cfg = _config.load_config()
+        for entry in cfg.get("plugin_path", []):
+            found += self._expand(entry, "config file", cfg["_path"])
+        return found
+
+    def _entry_point_paths(self) -> list[tuple[str, str, str]]:
+        found = []
         try:
             eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
         except Exception:  # a broken distribution must not stop discovery
             eps = []
         for ep in eps:
+            source = f"entry point {ep.name} = {ep.value}"
             try:
                 target = ep.load()
                 path = target() if callable(target) else target
-                found.append((os.fspath(path), "entry point"))
+                found.append((os.path.abspath(os.fspath(path)), "entry point", source))
             except Exception as e:
-                self.candidates.append(Candidate(f"{ep.value}", "entry point", "rejected",
-                                                 f"entry point {ep.name!r} failed to load: {e}"))
-        search = os.environ.get("FL_PLUGIN_PATH", "")
-        cfg_paths = _config.load_config().get("plugin_path", [])
-        for entry in [p for p in search.split(os.pathsep) if p] + list(cfg_paths):
-            if os.path.isdir(entry):
-                for path in sorted(glob.glob(os.path.join(entry, "*.so"))):
-                    found.append((path, "FL_PLUGIN_PATH"))
-            elif os.path.exists(entry):
-                found.append((entry, "FL_PLUGIN_PATH"))
-            else:
-                self.candidates.append(Candidate(entry, "FL_PLUGIN_PATH", "rejected", "no such file or directory"))
+                self._reject(f"{ep.value}", "entry point", source, f"entry point {ep.name!r} failed to load: {e}")
         return found
+
+    def _expand(self, entry: str, origin: str, source: str) -> list[tuple[str, str, str]]:
+        """The plugin files a path-list entry names: a folder's *.so files, or the file itself.
+        A folder or file every user can write is refused: anyone could plant a plugin there."""
+        if not os.path.exists(entry):
+            self._reject(entry, origin, source, "no such file or directory")
+            return []
+        unsafe = _config.untrusted_reason(os.stat(entry))
+        if unsafe and unsafe.startswith("is writable by every user"):
+            self._reject(entry, origin, source, f"{unsafe}: any user could plant a plugin there, and a plugin is "
+                                                f"code that runs in your process; keep plugins in a folder only you "
+                                                f"(or root) can write")
+            return []
+        if os.path.isdir(entry):
+            return [(path, origin, source) for path in sorted(glob.glob(os.path.join(entry, "*.so")))]
+        return [(entry, origin, source)]
+
+    def _reject(self, path: str, origin: str, source: str, reason: str) -> None:
+        self.candidates.append(Candidate(path, origin, "rejected", reason, source=source))
+
+    def _load(self, cand: Candidate) -> None:
+        """Loads one candidate, or records why not. Files are checked before dlopen (a FIFO
+        would hang it, a truncated library crashes it); plugins not bundled with torch_fl are
+        loaded once in a throwaway process first (see _probe), the verdict cached."""
+        problem = _elf.elf_problem(cand.path)
+        if problem is not None:
+            cand.status, cand.reason = "rejected", f"{cand.path} is not a loadable shared library: {problem}"
+            return
+        problem = _isolation.crash_verdict(cand.path) if cand.origin != "bundled" else None
+        if problem is not None:
+            cand.status, cand.reason = "rejected", f"{cand.path}: {problem}"
+            return
+        try:
+            cand.plugin = Plugin(cand.path, cand.origin)
+        except PluginLoadError as e:
+            cand.status, cand.reason = "rejected", str(e)
+        except Exception as e:  # noqa: BLE001 - any failure of a foreign library is a rejection
+            cand.status, cand.reason = "rejected", f"{type(e).__name__}: {e}"
 
     def discover(self) -> None:
         with self.lock:
             if self.discovered:
                 return
+            _config.validate_environment()  # a bad setting raises here, before anything loads
+            paths = self._candidate_paths()
             self.discovered = True
             loaded: list[Candidate] = []
-            for path, origin in self._candidate_paths():
-                cand = Candidate(path, origin)
+            for path, origin, source in paths:
+                cand = Candidate(path, origin, source=source)
                 self.candidates.append(cand)
-                try:
-                    cand.plugin = Plugin(path, origin)
-                except PluginLoadError as e:
-                    cand.status, cand.reason = "rejected", str(e)
-                    continue
-                except Exception as e:  # noqa: BLE001 - any failure of a foreign library is a rejection
-                    cand.status, cand.reason = "rejected", f"{type(e).__name__}: {e}"
+                self._load(cand)
+                if cand.plugin is None:
                     continue
                 cand.name, cand.emulated = cand.plugin.name, cand.plugin.emulated
                 loaded.append(cand)
             # One plugin per name: a real plugin beats an emulator; then the
-            # search path beats entry points beats bundled.
+            # environment beats the config file beats entry points beats bundled.
             by_name: dict[str, Candidate] = {}
             for cand in sorted(loaded, key=lambda c: (c.emulated, _ORIGIN_RANK[c.origin])):
                 if cand.name in by_name:

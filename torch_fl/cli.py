@@ -8,7 +8,7 @@
     torch-fl coverage [--backend NAME] [--ops GLOB] [--no-fallback] [--state FILE] [--json]
                                                 OpInfo coverage: every op's samples on fl vs CPU, forward and
                                                 backward, with the path each call took (resumable)
-    torch-fl plugin check PATH_OR_NAME [--ops GLOB] [--json]
+    torch-fl plugin check PATH_OR_NAME [--ops GLOB] [--timeout S] [--json]
                                                 conformance of a plugin: entry-point contract and every
                                                 declared kernel against PyTorch CPU; exit status 1 on failure
 """
@@ -105,8 +105,11 @@ def _coverage(args) -> int:
         return 0
     state = args.state or tempfile.mkstemp(suffix=".jsonl", prefix="fl_coverage_")[1]
     backend = args.backend or fl.get_current_backend_name()
-    cmd = [sys.executable, "-m", "torch_fl.cli", "coverage", "--worker", "--backend", backend, "--ops", args.ops,
-           "--dtype", args.dtype, "--samples", str(args.samples), "--state", state]
+    # not `python -m`: that would put the working directory first on the worker's sys.path
+    from torch_fl import _subprocess
+
+    cmd = _subprocess.python_command("torch_fl.cli", "coverage", "--worker", "--backend", backend, "--ops", args.ops,
+                                     "--dtype", args.dtype, "--samples", str(args.samples), "--state", state)
     if args.no_fallback:
         cmd.append("--no-fallback")
     for _attempt in range(100):
@@ -138,9 +141,19 @@ def _coverage(args) -> int:
 def _plugin(args) -> int:
     from torch_fl.check import check_plugin
 
-    report = check_plugin(args.target, ops=args.ops, samples=args.samples)
+    report = check_plugin(args.target, ops=args.ops, samples=args.samples, timeout=args.timeout)
     print(report.to_json(indent=1) if args.json else report.render())
     return 0 if report.passed else 1
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("target", help="path of the plugin's lib*.so, or the name of a discovered backend")
     c.add_argument("--ops", default="*", help="only kernels whose aten name matches this glob")
     c.add_argument("--samples", type=int, default=4, help="recorded calls per kernel and dtype (default 4)")
+    c.add_argument("--timeout", type=_positive_seconds, default=300.0,
+                   help="seconds one check (a contract group, one kernel's calls) may take before it is reported "
+                        "as hung and the checker goes on (default 300)")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     command = args.command or "doctor"

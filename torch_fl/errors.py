@@ -25,3 +25,17 @@ class KernelError(FlError):
 
 class PrivateUse1TakenError(FlError):
     """Another package already owns PyTorch's PrivateUse1 device slot."""
+
+
+class ConfigError(FlError, ValueError):
+    """A setting (an FL_* variable or a config-file key) with a value torch_fl does not accept.
+    The message names the setting, the value and what is accepted."""
+
+
+class PluginError(FlError):
+    """A loaded plugin broke the fl_plugin.h contract at run time (e.g. malloc returned FL_OK
+    with a NULL pointer). The message names the plugin and the entry point."""
+
+
+class CacheDirError(FlError):
+    """A cache folder torch_fl would compile into or load code from is not private to this user."""

@@ -403,16 +403,6 @@ static const reduce_fn reducers[FL_DTYPE_COUNT][5] = {
 
 /* ---------------------------------------------------------------- init / destroy */
 
-static uint64_t parse_bytes(const char *env, uint64_t dflt) {
-    if (!env || !*env) return dflt;
-    char *end;
-    double v = strtod(env, &end);
-    if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024.0 * 1024.0;
-    else if (*end == 'M' || *end == 'm') v *= 1024.0 * 1024.0;
-    else if (*end == 'K' || *end == 'k') v *= 1024.0;
-    return v > 0 ? (uint64_t)v : dflt;
-}
-
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 static void layout(shm_header_t *h, int world, uint64_t set_bytes) {
@@ -449,7 +439,9 @@ static void sleep_ms(double ms) {
 static int create_segment(comm_t *c) {
     char key[96];
     snprintf(key, sizeof key, "FL_%s_COMM_CHUNK_BYTES", fl_emu_profile.env_prefix);
-    uint64_t set_bytes = parse_bytes(getenv(key), DEFAULT_SET_BYTES);
+    uint64_t set_bytes;
+    int bad = fl_host_env_size(key, DEFAULT_SET_BYTES, &set_bytes);
+    if (bad) return bad;
     if (set_bytes < MIN_SET_BYTES) set_bytes = MIN_SET_BYTES;
     if (set_bytes > MAX_SET_BYTES) set_bytes = MAX_SET_BYTES;
     set_bytes = round_up(set_bytes, PAGE);

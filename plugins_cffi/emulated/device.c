@@ -20,28 +20,50 @@ static uint64_t mem_limit;
 static atomic_uint_fast64_t used[MAX_DEVICES];
 static uint64_t rng_seed[MAX_DEVICES], rng_offset[MAX_DEVICES];
 
-static void configure(void) {
-    if (n_devices >= 0) return;
-    char key[96];
+/* The emulator's settings, read once. torch_fl validated and normalised them (plain integers)
+ * before loading the plugin; a value a plugin cannot use still fails loudly here, naming it. */
+static int config_status = -1;
+static char config_error[256];
+
+static int configure(void) {
+    if (config_status >= 0) {
+        if (config_status) FL_FAIL(config_status, "%s", config_error);
+        return FL_OK;
+    }
+    char key[96], what[96];
     snprintf(key, sizeof key, "FL_%s_MEMORY_LIMIT", fl_emu_profile.env_prefix);
-    mem_limit = fl_host_parse_bytes(getenv(key), fl_emu_profile.default_memory);
-    snprintf(key, sizeof key, "FL_%s_DEVICES", fl_emu_profile.env_prefix);
-    const char *d = getenv(key);
-    int n = d && *d ? atoi(d) : fl_emu_profile.default_devices;
-    if (n < 1) n = 1;
-    if (n > MAX_DEVICES) n = MAX_DEVICES;
+    int st = fl_host_env_size(key, fl_emu_profile.default_memory, &mem_limit);
+    int n = 0;
+    if (!st) {
+        snprintf(key, sizeof key, "FL_%s_DEVICES", fl_emu_profile.env_prefix);
+        snprintf(what, sizeof what, "the %s emulator's device count", fl_emu_profile.name);
+        st = fl_host_env_count(key, fl_emu_profile.default_devices, 1, MAX_DEVICES, what, &n);
+    }
+    if (st) {
+        snprintf(config_error, sizeof config_error, "%s", fl_host_last_error());
+        config_status = st;
+        return st;
+    }
     for (int i = 0; i < n; i++) rng_seed[i] = 67280421310721ull + (uint64_t)i;
     n_devices = n;
+    config_status = FL_OK;
+    return FL_OK;
 }
 
 static int check_device(int device) {
-    configure();
+    int st = configure();
+    if (st) return st;
     if (device < 0 || device >= n_devices)
         FL_FAIL(FL_ERR_INVALID, "%s: no device %d (this emulator has %d)", fl_emu_profile.name, device, n_devices);
     return FL_OK;
 }
 
-static int device_count(int *count) { configure(); *count = n_devices; return FL_OK; }
+static int device_count(int *count) {
+    int st = configure();
+    if (st) return st;
+    *count = n_devices;
+    return FL_OK;
+}
 
 static int device_props(int device, fl_device_props_t *p) {
     int st = check_device(device);
@@ -239,7 +261,9 @@ int fl_plugin_abi_version(void) { return FL_ABI_VERSION; }
 
 int fl_plugin_init(fl_plugin_t *p) {
     memset(p, 0, sizeof *p);
-    configure();
+    p->last_error = fl_host_last_error; /* first: a bad setting is reported through it */
+    int st = configure();
+    if (st) return st;
     p->abi_version = FL_ABI_VERSION;
     p->struct_size = sizeof *p;
     p->name = fl_emu_profile.name;

@@ -2,6 +2,7 @@
  * error message and the strided iterator. The device entry points (memory,
  * copies, RNG, the kernel table) live in each plugin's own file: plugin.c for
  * the host plugin, ../emulated/device.c for the emulators. */
+#include <errno.h>
 #include <stdlib.h>
 
 #include "fl_host.h"
@@ -16,15 +17,70 @@ void fl_host_set_error(const char *fmt, ...) {
 }
 const char *fl_host_last_error(void) { return last_error; }
 
-/* ---- "4G", "512M", "64K" or bytes, from an environment variable; dflt when unset or not positive ---- */
-uint64_t fl_host_parse_bytes(const char *text, uint64_t dflt) {
-    if (!text || !*text) return dflt;
+/* ---- sizes and counts from the environment ----
+ * torch_fl's Python side validates every FL_* variable before it loads a plugin and rewrites the
+ * ones plugins read as plain integers (torch_fl/_config.py), so in a torch_fl process these see
+ * digits only. The grammar is the same as Python's for any other host: a number of bytes with an
+ * optional binary K/M/G/T suffix and optional B/iB ("4096", "512M", "1.5G", "2 GiB"). A value
+ * outside it is an error naming the variable, never a silent default. */
+static int size_suffix(char c, uint64_t *unit) {
+    switch (c) {
+    case 'k': case 'K': *unit = 1ull << 10; return 1;
+    case 'm': case 'M': *unit = 1ull << 20; return 1;
+    case 'g': case 'G': *unit = 1ull << 30; return 1;
+    case 't': case 'T': *unit = 1ull << 40; return 1;
+    default: *unit = 1; return 0;
+    }
+}
+
+int fl_host_parse_size(const char *text, uint64_t *out) {
+    const char *p = text;
+    unsigned __int128 whole = 0, frac = 0, scale = 1;
+    int digits = 0;
+    while (*p == ' ' || *p == '\t') p++;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        whole = whole * 10 + (unsigned)(*p - '0');
+        if (whole > UINT64_MAX) return -1;
+    }
+    if (*p == '.') {
+        for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+            if (scale < 1000000000000000000ull) { frac = frac * 10 + (unsigned)(*p - '0'); scale *= 10; }
+    }
+    if (!digits) return -1;
+    while (*p == ' ' || *p == '\t') p++;
+    uint64_t unit;
+    if (size_suffix(*p, &unit)) p++;
+    if (unit > 1 && (*p == 'i' || *p == 'I')) p++;
+    if (*p == 'b' || *p == 'B') p++;
+    while (*p == ' ' || *p == '\t') p++;
+    if (*p) return -1;
+    unsigned __int128 v = whole * unit + frac * unit / scale;
+    if (v > UINT64_MAX) return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int fl_host_env_size(const char *name, uint64_t dflt, uint64_t *out) {
+    const char *text = getenv(name);
+    if (!text || !*text) { *out = dflt; return FL_OK; }
+    if (fl_host_parse_size(text, out) || *out == 0)
+        FL_FAIL(FL_ERR_INVALID, "%s='%s' is not a size: use a number of bytes greater than 0, optionally with a "
+                "K, M, G or T suffix (512M, 2G)", name, text);
+    return FL_OK;
+}
+
+int fl_host_env_count(const char *name, int dflt, int lo, int hi, const char *what, int *out) {
+    const char *text = getenv(name);
+    if (!text || !*text) { *out = dflt; return FL_OK; }
     char *end;
-    double v = strtod(text, &end);
-    if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024.0 * 1024.0;
-    else if (*end == 'M' || *end == 'm') v *= 1024.0 * 1024.0;
-    else if (*end == 'K' || *end == 'k') v *= 1024.0;
-    return v > 0 ? (uint64_t)v : dflt;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    while (*end == ' ' || *end == '\t') end++;
+    if (end == text || *end || errno || v < lo || v > hi)
+        FL_FAIL(FL_ERR_INVALID, "%s='%s' is not valid: %s must be a whole number from %d to %d", name, text, what, lo,
+                hi);
+    *out = (int)v;
+    return FL_OK;
 }
 
 /* ---- iterator ---- */

@@ -135,8 +135,23 @@ typedef struct {
 
 void fl_iter_init(fl_iter_t *it, int ntensor, const fl_tensor_t *const *ts);
 
-/* a byte count from the environment ("4G", "512M", "64K", bytes); dflt when unset (common.c) */
-uint64_t fl_host_parse_bytes(const char *text, uint64_t dflt);
+/* sizes and counts from the environment (common.c): the grammar of torch_fl/_config.py. parse_size
+ * returns 0 or -1; the env_ functions give dflt when the variable is unset or empty and fail with
+ * FL_ERR_INVALID and a message naming the variable when its value is not accepted. */
+int fl_host_parse_size(const char *text, uint64_t *out);
+int fl_host_env_size(const char *name, uint64_t dflt, uint64_t *out);
+int fl_host_env_count(const char *name, int dflt, int lo, int hi, const char *what, int *out);
+
+/* SHA-256 (sha256.c): the JIT cache records the digest of every library it builds */
+typedef struct {
+    uint32_t h[8];
+    uint64_t len;
+    size_t used;
+    unsigned char buf[64];
+} fl_sha256_t;
+void fl_sha256_init(fl_sha256_t *s);
+void fl_sha256_update(fl_sha256_t *s, const void *data, size_t n);
+void fl_sha256_hex(fl_sha256_t *s, char out[65]);
 
 /* dst[i*ds] = (dtype dd) src[i*ss] for i < n, strides in elements (common.c) */
 void fl_cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int64_t ss, int64_t n);

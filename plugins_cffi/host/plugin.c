@@ -13,12 +13,17 @@
 static atomic_uint_fast64_t used_bytes;
 static uint64_t limit_bytes;
 
-static uint64_t total_memory(void) {
-    if (limit_bytes) return limit_bytes;
-    uint64_t v = fl_host_parse_bytes(getenv("FL_CPU_MEMORY_LIMIT"), 0);
-    if (v) return limit_bytes = v;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return limit_bytes = (uint64_t)pages * (uint64_t)page;
+/* FL_CPU_MEMORY_LIMIT (validated and normalised to bytes by torch_fl), else physical memory */
+static int total_memory(uint64_t *out) {
+    if (!limit_bytes) {
+        uint64_t v;
+        int st = fl_host_env_size("FL_CPU_MEMORY_LIMIT", 0, &v);
+        if (st) return st;
+        if (!v) v = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+        limit_bytes = v;
+    }
+    *out = limit_bytes;
+    return FL_OK;
 }
 
 static int device_count(int *count) { *count = 1; return FL_OK; }
@@ -31,9 +36,12 @@ static int check_device(int device) {
 static int device_props(int device, fl_device_props_t *p) {
     int st = check_device(device);
     if (st) return st;
+    uint64_t total;
+    st = total_memory(&total);
+    if (st) return st;
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "host CPU (%ld cores)", sysconf(_SC_NPROCESSORS_ONLN));
-    p->total_memory = total_memory();
+    p->total_memory = total;
     p->dtypes = FL_ALL_DTYPES | FL_COMPLEX;
     p->features = FL_FEATURE_HOST_ACCESSIBLE;
     p->compute_units = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
@@ -45,7 +53,9 @@ static int device_props(int device, fl_device_props_t *p) {
 static int host_malloc(int device, size_t nbytes, void **ptr) {
     int st = check_device(device);
     if (st) return st;
-    uint64_t total = total_memory();
+    uint64_t total;
+    st = total_memory(&total);
+    if (st) return st;
     uint64_t now = atomic_fetch_add(&used_bytes, nbytes) + nbytes;
     if (now > total) {
         atomic_fetch_sub(&used_bytes, nbytes);

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
-import sys
+import tempfile
 import textwrap
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 
+from .. import _subprocess
 from ._contract import FAIL, PASS, SKIP, WARN
 
 
@@ -85,43 +89,45 @@ class CheckReport:
                              f"<table><tr><th>check</th><th>status</th><th>detail</th></tr>{rows}</table>"}
 
 
-def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: float = 1800.0) -> CheckReport:
-    """Check the plugin at a path (a lib*.so file) or a discovered backend by name."""
+# Phases that are not the plugin's work (importing torch and the OpInfo database, recording
+# PyTorch's own calls) get at least this long, whatever the per-check timeout.
+SETUP_S = 600.0
+_SETUP_PHASES = (None, "load", "recording samples")
+
+
+def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: float = 300.0) -> CheckReport:
+    """Check the plugin at a path (a lib*.so file) or a discovered backend by name.
+
+    timeout: seconds one check (one contract group, or one kernel's calls) may take; a check
+    that takes longer (a kernel that never returns) is reported as FAIL, its worker is
+    stopped, and a fresh worker goes on with the remaining checks."""
     report = CheckReport(target)
     env = dict(os.environ)
+    env["FL_MEMORY_POOL"] = "0"  # every buffer a fresh guarded block (see _guarded)
     if os.path.exists(target):
-        env["FL_PLUGIN_PATH"] = os.path.abspath(target)
+        target = os.path.abspath(target)
+        env["FL_PLUGIN_PATH"] = target
     elif os.sep in target or target.endswith(".so"):
         report.rows.append(CheckRow("load", FAIL, f"{target}: no such file"))
         return report
     done: set[str] = set()
-    for _attempt in range(64):  # each crash costs one attempt
-        cmd = [sys.executable, "-m", "torch_fl.check._worker", target, "--ops", ops, "--samples", str(samples),
-               "--skip", ",".join(sorted(done))]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        current, finished = None, False
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if line.startswith("@@BEGIN "):
-                    if current:
-                        done.add(current)
-                    current = line[8:].strip()
-                elif line.startswith("@@ROW "):
-                    report.rows.append(CheckRow(**json.loads(line[6:])))
-                elif line.startswith("@@DONE"):
-                    finished = True
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        stderr = proc.stderr.read() if proc.stderr else ""
-        if finished:
+    for _attempt in range(64):  # each crash or hang costs one attempt
+        cmd = _subprocess.python_command("torch_fl.check._worker", target, "--ops", ops, "--samples", str(samples),
+                                         "--skip", ",".join(sorted(done)))
+        run = _WorkerRun(cmd, env, timeout)
+        for kind, payload in run.events():
+            if kind == "ROW":
+                report.rows.append(CheckRow(**payload))
+            elif kind == "BEGIN" and run.previous:
+                done.add(run.previous)
+        if run.finished:
             break
+        current = run.current
         if current is None:
-            report.rows.append(CheckRow("checker", FAIL, f"the checking process failed to start: {stderr[-500:]}"))
+            why = f"the checking process failed to start: {run.stderr_tail(500)}"
+            report.rows.append(CheckRow("checker", FAIL, why))
             break
-        report.rows.append(CheckRow(current, FAIL, _why_the_process_ended(proc.returncode, stderr)))
+        report.rows.append(CheckRow(current, FAIL, run.failure()))
         done.add(current)
         if current in ("load", "recording samples"):
             break
@@ -144,6 +150,69 @@ def _why_the_process_ended(rc: int | None, stderr: str) -> str:
     why = f"killed by signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exit status {rc}"
     tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     return f"the plugin crashed the process ({why}) during this check" + (f": {tail}" if tail else "")
+
+
+class _WorkerRun:
+    """One checking process, read line by line against a deadline per check.
+
+    Why a reader thread: reading the worker's stdout blocks until a line comes,
+    so a kernel that never returns would block the checker too; lines go through
+    a queue that the parent waits on with a timeout instead. stderr goes to a
+    file, so a chatty worker can never fill a pipe and stall."""
+
+    def __init__(self, cmd: list[str], env: dict, timeout: float) -> None:
+        self.timeout = timeout
+        self.current: str | None = None
+        self.previous: str | None = None
+        self.finished = False
+        self.timed_out = False
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL,
+                                     text=True, env=env)
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _limit(self) -> float:
+        return max(self.timeout, SETUP_S) if self.current in _SETUP_PHASES else self.timeout
+
+    def events(self):
+        """(kind, payload) for each @@ line, until the worker ends or a check overruns."""
+        deadline = time.monotonic() + self._limit()
+        while True:
+            try:
+                line = self._lines.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                self.timed_out = True
+                self.proc.kill()
+                break
+            if line is None:
+                break
+            if line.startswith("@@BEGIN "):
+                self.previous, self.current = self.current, line[8:].strip()
+                deadline = time.monotonic() + self._limit()
+                yield "BEGIN", self.current
+            elif line.startswith("@@ROW "):
+                yield "ROW", json.loads(line[6:])
+            elif line.startswith("@@DONE"):
+                self.finished = True
+        self.proc.wait()
+
+    def stderr_tail(self, n: int) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read()[-n:]
+
+    def failure(self) -> str:
+        """Why the check that was running did not finish."""
+        if self.timed_out:
+            return (f"did not finish within {self._limit():g} s (a kernel or entry point that never returns?); "
+                    f"the checking process was stopped. Raise --timeout if the check is only slow")
+        return _why_the_process_ended(self.proc.returncode, self.stderr_tail(1 << 20))
 
 
 __all__ = ["CheckReport", "CheckRow", "check_plugin", "PASS", "FAIL", "WARN", "SKIP"]

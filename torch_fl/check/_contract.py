@@ -64,8 +64,11 @@ def memory(plugin) -> Iterator[Row]:
     ptrs = []
     for n in sizes:
         st = t.malloc(0, n, out)
-        if st != _abi.FL_OK or out[0] == ffi.NULL:
+        if st != _abi.FL_OK:
             yield f"malloc({n})", FAIL, f"{_status(st)}: {plugin.last_error()}"
+            continue
+        if out[0] == ffi.NULL:
+            yield f"malloc({n})", FAIL, "returned FL_OK with a NULL pointer: return a valid block or FL_ERR_OOM"
             continue
         ptrs.append(out[0])
     distinct = len({int(ffi.cast("uintptr_t", p)) for p in ptrs}) == len(ptrs)
@@ -98,8 +101,8 @@ def copies(plugin) -> Iterator[Row]:
     src = torch.randint(0, 255, (n,), dtype=torch.uint8)
     back = torch.zeros(n, dtype=torch.uint8)
     out = ffi.new("void**")
-    if t.malloc(0, 2 * n + 16, out) != _abi.FL_OK:
-        yield "copies", FAIL, f"malloc for the copy test failed: {plugin.last_error()}"
+    if t.malloc(0, 2 * n + 16, out) != _abi.FL_OK or out[0] == ffi.NULL:
+        yield "copies", FAIL, f"malloc for the copy test failed: {plugin.last_error() or 'a NULL block'}"
         return
     base = int(ffi.cast("uintptr_t", out[0]))
     try:
@@ -139,7 +142,17 @@ def copies(plugin) -> Iterator[Row]:
 
 
 def rng(plugin) -> Iterator[Row]:
+    """The RNG state pair is optional (fl_plugin.h): both NULL is a note, one of the two is a fault."""
     t = plugin.table
+    have = [n for n in ("rng_set_state", "rng_get_state") if plugin.optional.get(n)]
+    if not have:
+        yield "rng state round trip", SKIP, ("not provided (optional: rng_set_state and rng_get_state are NULL, so "
+                                             "torch.manual_seed does not reach the device)")
+        return
+    if len(have) == 1:
+        missing = "rng_get_state" if have == ["rng_set_state"] else "rng_set_state"
+        yield "rng state round trip", FAIL, f"{have[0]} is provided but {missing} is NULL: provide both or neither"
+        return
     seed, off = ffi.new("uint64_t*"), ffi.new("uint64_t*")
     s1 = t.rng_set_state(0, 123456789, 7)
     s2 = t.rng_get_state(0, seed, off)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import _dispatch
-from .._dispatch import _NOT_HANDLED, _run_native, facts, fl_to_cpu
-from .._tensor import is_fl
+from .._dispatch import _NOT_HANDLED, _output_layouts, _run_native, facts, fl_to_cpu
+from .._tensor import base_ptr, is_fl
 from ._samples import snapshot
 
 TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.float16: 1e-2, torch.bfloat16: 2e-2}
@@ -29,17 +29,22 @@ SAME_LAYOUT_REFERENCE = {"aten::_linalg_det", "aten::_linalg_slogdet"}
 LAYOUT_DEPENDENT = {"aten::as_strided_scatter"}
 
 
-def to_device(dev, t: torch.Tensor) -> torch.Tensor:
-    """t on the device with its sizes, strides and storage offset (the storage span is copied)."""
+def to_device(dev, t: torch.Tensor, guard=None) -> torch.Tensor:
+    """t on the device with its sizes, strides and storage offset (the storage span is copied); with
+    guard (a _guarded.GuardedMemory), in a block with canary zones around the span."""
     lo, hi = _dispatch.span(t)
     item = t.element_size()
-    buf = torch.empty(max(hi, lo, 1) * item, dtype=torch.uint8, device=dev.torch_device)
-    if hi > lo:
-        host = torch.as_strided(t, (hi - lo,), (1,), lo).contiguous() if t.numel() else None
-        if host is not None:
-            dev.plugin.copy_h2d(dev.local, buf.data_ptr() + lo * item, host.data_ptr(), (hi - lo) * item)
-    out = torch.empty(0, dtype=t.dtype, device=dev.torch_device)
-    return out.set_(buf.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+    if guard is not None:
+        out = guard.empty(dev, t.shape, t.stride(), t.storage_offset(), t.dtype)
+    else:
+        buf = torch.empty(max(hi, lo, 1) * item, dtype=torch.uint8, device=dev.torch_device)
+        out = torch.empty(0, dtype=t.dtype, device=dev.torch_device)
+        out.set_(buf.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+    if hi > lo and t.numel():
+        host = torch.as_strided(t, (hi - lo,), (1,), lo).contiguous()
+        start = out.data_ptr() - out.storage_offset() * item + (out.storage_offset() - t.storage_offset() + lo) * item
+        dev.plugin.copy_h2d(dev.local, start, host.data_ptr(), (hi - lo) * item)
+    return out
 
 
 def noncontiguous(t: torch.Tensor) -> torch.Tensor:
@@ -125,7 +130,10 @@ def _check_random(name: str, results, expected_shapes, out: Outcome) -> None:
             out.failures.append(f"{name} output {i}: non-finite random values")
 
 
-def run_calls(dev, kernel, calls, variants: bool = True) -> Outcome:
+def run_calls(dev, kernel, calls, variants: bool = True, guard=None) -> Outcome:
+    """Runs the kernel on each recorded call (and a non-contiguous variant) and compares with
+    PyTorch CPU. With `guard` (a _guarded.GuardedMemory), a write outside any tensor's span is
+    a failure naming the tensor and how many bytes it went past."""
     out = Outcome()
     for func, args, kwargs in calls:
         f = facts(func)
@@ -146,16 +154,18 @@ def run_calls(dev, kernel, calls, variants: bool = True) -> Outcome:
                     continue
                 cpu_args = _map(snapshot, args)
                 expected = reference(*cpu_args, **kw)
-            dev_args = _map(lambda t: to_device(dev, t), _map(snapshot, a))
+            dev_args = _map(lambda t: to_device(dev, t, guard), _map(snapshot, a))
             # keyword tensors (searchsorted's sorter, segment_reduce's lengths) go to the device too
-            dev_kw = {k: _map(lambda t: to_device(dev, t), _map(snapshot, v)) for k, v in kw.items()}
+            dev_kw = {k: _map(lambda t: to_device(dev, t, guard), _map(snapshot, v)) for k, v in kw.items()}
             vals = f.normalize(dev_args, dev_kw)
-            result = _run_native(f, kernel, dev, vals)
+            result = _run_native(f, kernel, dev, vals, _guarded_outputs(f, dev, vals, guard))
             if result is _NOT_HANDLED:
                 out.declined += 1
                 continue
             out.compared += 1
             results = result if isinstance(result, tuple) else (result,)
+            if guard is not None:
+                out.failures += _guard_failures(guard, dev_args, dev_kw, results, f"{_shape_of(args)}{label}")
             expects = expected if isinstance(expected, tuple) else (expected,)
             shape = _shape_of(args)
             if random:
@@ -174,6 +184,43 @@ def run_calls(dev, kernel, calls, variants: bool = True) -> Outcome:
             if len(out.failures) >= 3:
                 return out
     return out
+
+
+def _guarded_outputs(f, dev, vals, guard):
+    """The outputs the kernel writes, allocated guarded (None: let the native path allocate them)."""
+    if guard is None:
+        return None
+    layouts = _output_layouts(f, vals) if any(a is None for a in f.ret_alias) else ()
+    if layouts is None:
+        return None
+    outs = []
+    for r, a in enumerate(f.ret_alias):
+        if a is not None:
+            outs.append(vals[a])
+            continue
+        lay = layouts[r]
+        if lay is None or not isinstance(lay, tuple) or len(lay) != 3 or not isinstance(lay[2], torch.dtype):
+            return None  # an undefined or non-tensor return: the native path handles those
+        outs.append(guard.empty(dev, lay[0], lay[1], 0, lay[2]))
+    return outs
+
+
+def _guard_failures(guard, dev_args, dev_kw, results, what: str) -> list[str]:
+    """One message per tensor the kernel wrote outside of (inputs, keyword tensors, outputs)."""
+    named = [(f"input {i}", t) for i, t in enumerate(_flat(dev_args)) if is_fl(t)]
+    named += [(f"argument {k}", t) for k, v in dev_kw.items() for t in _flat([v]) if is_fl(t)]
+    named += [(f"output {i}", t) for i, t in enumerate(_flat(results)) if is_fl(t)]
+    failures, seen = [], set()
+    for name, t in named:
+        key = (base_ptr(t), _dispatch.span(t))
+        if key in seen:  # an in-place op's output is its input
+            continue
+        seen.add(key)
+        damage = guard.damage(t)
+        if damage:
+            failures.append(f"{what}: the kernel wrote {damage} of {name} (shape {tuple(t.shape)}, "
+                            f"{t.dtype}): out-of-bounds write")
+    return failures
 
 
 def _references() -> dict:

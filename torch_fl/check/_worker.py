@@ -53,9 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     warnings.simplefilter("ignore")
+    # every device buffer must be a fresh guarded block (see _guarded): no pool reuse
+    os.environ["FL_MEMORY_POOL"] = "0"
     import torch
 
-    from torch_fl.check import _contract, _kernels, _samples
+    from torch_fl.check import _contract, _guarded, _kernels, _samples
 
     if "load" not in skip:
         _emit("BEGIN", "load")
@@ -84,13 +86,21 @@ def main(argv: list[str] | None = None) -> int:
     dev_mask = dev.props.dtypes
     from torch_fl._dtypes import FROM_CODE
 
+    selected = [op for op in plugin.kernels if fnmatch.fnmatch(op, args.ops)]
+    if not selected:
+        _row("kernel selection", _contract.FAIL,
+             f"--ops {args.ops!r} matches none of the plugin's {len(plugin.kernels)} kernels"
+             + (f" (for example {', '.join(sorted(plugin.kernels)[:3])})" if plugin.kernels else "")
+             + "; give a glob over aten names such as 'aten::add*'")
     targets = {}
-    for op, k in plugin.kernels.items():
-        if f"kernel {op}" in skip or not fnmatch.fnmatch(op, args.ops):
+    for op in selected:
+        k = plugin.kernels[op]
+        if f"kernel {op}" in skip:
             continue
         dts = [FROM_CODE[c] for c in sorted(FROM_CODE) if (k.dtypes >> c) & 1 and (dev_mask >> c) & 1]
         if dts:
             targets[op] = dts
+    guard = _guarded.GuardedMemory(plugin)
     if targets:
         _emit("BEGIN", "recording samples")
         calls = _samples.record(targets, limit=args.samples)
@@ -106,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append(f"{name}: no sample")
                 continue
             try:
-                out = _kernels.run_calls(dev, kernel, recorded)
+                out = _kernels.run_calls(dev, kernel, recorded, guard=guard)
             except Exception as e:  # noqa: BLE001
                 failures.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
                 continue

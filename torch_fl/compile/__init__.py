@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from .. import _record
+from .. import _config, _record
 from .._registry import REGISTRY
 from .._tensor import device_of, is_fl
 from . import _capture
@@ -117,7 +117,7 @@ class CompiledModel(nn.Module):
 
     # -- calling ---------------------------------------------------------------------
     def forward(self, *args, **kwargs):
-        if _DISABLED[0] or os.environ.get("FL_COMPILE", "1") == "0":
+        if _DISABLED[0] or not _config.env_bool("FL_COMPILE", True):
             return self.model(*args, **kwargs)
         entry, tensors = self._entry(args, kwargs)
         if entry.gm is None:

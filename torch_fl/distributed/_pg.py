@@ -50,7 +50,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from .. import _async, _record
+from .. import _async, _config, _record
 from .._abi import ffi
 from .._registry import REGISTRY
 from .._tensor import desc, device_of, host_view, is_fl
@@ -185,7 +185,7 @@ class ProcessGroupFl(dist.ProcessGroup):
         caps = self.backend.capabilities
         mine = {"rank": self._rank, "backend": self.backend.name, "plugin": os.path.basename(caps.plugin_path),
                 "emulated": caps.emulated, "collectives": caps.collectives_path, "host": _host_id(),
-                "relay_forced": os.environ.get(RELAY_ENV, "0") not in ("", "0"), "pid": os.getpid()}
+                "relay_forced": _config.env_bool(RELAY_ENV, False), "pid": os.getpid()}
         store.set(f"{_KEY}rank/{self._rank}", json.dumps(mine))
         keys = [f"{_KEY}rank/{r}" for r in range(self._world)]
         try:
