@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch._decomp import decomposition_table
 
-from . import _abi, _async, _decompositions, _decompositions_linalg, _decompositions_nn, _record
+from . import _abi, _async, _decompositions, _decompositions_linalg, _decompositions_nn, _decompositions_rnn, _record
 from . import fused as _fused
 from ._abi import ffi
 from ._dtypes import COMPLEX_CODES, TO_CODE, dtype_name
@@ -350,6 +350,7 @@ _fused.register_decompositions(DECOMPOSITIONS)
 _decompositions.register(DECOMPOSITIONS)
 _decompositions_nn.register(DECOMPOSITIONS)
 _decompositions_linalg.register(DECOMPOSITIONS)
+_decompositions_rnn.register(DECOMPOSITIONS)
 
 
 def _full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
