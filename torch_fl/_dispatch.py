@@ -415,6 +415,7 @@ DECOMPOSITIONS[aten.equal.default] = _equal
 
 _PRIMS = {"clone": _prims_clone, "copy_to": _prims_copy_to, "div": _prims_div,
           "mul": lambda a, b: torch.mul(a, b), "gt": lambda a, b: torch.gt(a, b),  # b may be a Python number
+          "add": lambda a, b: torch.add(a, b), "sub": lambda a, b: torch.sub(a, b),
           "abs": lambda a: aten.abs.default(a), "signbit": lambda a: aten.signbit.default(a)}
 for _name, _fn in _PRIMS.items():
     _op = getattr(getattr(torch.ops.prims, _name, None), "default", None)

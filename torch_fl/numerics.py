@@ -35,13 +35,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
 
+SCALE_FLOOR = 1e-3  # a tensor's scale is never taken below this fraction of the largest of its kind
 BAND = 1e-4  # a float64 value this close to a branch (relative to its tensor's scale) is within rounding
 FLOOR = 1e-6  # errors below this (relative) are rounding noise of an exact result: ratios use it as a floor
 LIMIT = 10.0  # the project's bound: a device's error may be at most this many times native float32's
 
 
-def scaled_error(got: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |got - ref| / max |ref|: the error relative to the tensor's own scale."""
+def scaled_error(got: torch.Tensor, ref: torch.Tensor, scale_floor: float = 0.0) -> float:
+    """max |got - ref| / max |ref|: the error relative to the tensor's own scale (never below
+    `scale_floor`)."""
     got, ref = got.detach().cpu().double(), ref.detach().cpu().double()
     if got.shape != ref.shape:
         return math.inf
@@ -52,8 +54,15 @@ def scaled_error(got: torch.Tensor, ref: torch.Tensor) -> float:
     diff = (got - ref).abs()
     both_nan = got.isnan() & ref.isnan()
     diff = torch.where(both_nan, torch.zeros_like(diff), diff.nan_to_num(math.inf))
-    scale = ref.abs().nan_to_num(0.0, 0.0, 0.0).max().item()
+    scale = max(_scale(ref), scale_floor)
     return diff.max().item() / max(scale, 1e-30)
+
+
+def _scale(t: torch.Tensor) -> float:
+    t = t.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t.resolve_conj())
+    return t.abs().double().nan_to_num(0.0, 0.0, 0.0).max().item() if t.numel() else 0.0
 
 
 # -- branch points ------------------------------------------------------------------
@@ -235,17 +244,75 @@ class RunErrors:
         return max(self.errors, key=self.errors.get) if self.errors else None
 
 
-def run_against_float64(run: Callable, device, dtype: torch.dtype = torch.float32, band: float = BAND) -> RunErrors:
-    """`run(device, dtype)` returns a tensor or a (nested) dict/list of tensors; it is called once
-    on `device` in `dtype` (recording its branches) and once on the CPU in float64 (taking them)."""
+@dataclass
+class Recorded:
+    """One run's tensors (on the CPU) and the branch decisions it took."""
+
+    outputs: dict[str, torch.Tensor]
+    decisions: list[BranchRecord]
+
+
+def record(run: Callable, device, dtype: torch.dtype = torch.float32) -> Recorded:
+    """`run(device, dtype)` returns a tensor or a (nested) dict/list of tensors (None allowed)."""
     with BranchRecorder() as rec:
-        got = _flatten(run(device, dtype))
-    got = {k: v.detach().cpu() for k, v in got.items()}
-    with BranchReplayer(rec.records, band) as rep:
-        ref = _flatten(run("cpu", torch.float64))
-    aligned = not rep.misaligned and rep.k == len(rec.records)
-    errors = {k: scaled_error(got[k], ref[k]) if k in ref else math.inf for k in got}
-    return RunErrors(errors, rep.matched, rep.unmatched, aligned)
+        out = _flatten(run(device, dtype))
+    return Recorded({k: v.detach().cpu() for k, v in out.items()}, rec.records)
+
+
+def _same_decisions(a: list[BranchRecord], b: list[BranchRecord]) -> bool:
+    return len(a) == len(b) and all(x.op == y.op and x.decision.shape == y.decision.shape
+                                    and torch.equal(x.decision, y.decision) for x, y in zip(a, b, strict=True))
+
+
+class Float64Reference:
+    """The float64 CPU run of `run`, taking the branch decisions of the float32 run it judges.
+    Runs that took the same decisions share one reference run (a backend-independent baseline
+    is computed once and reused for every backend)."""
+
+    def __init__(self, run: Callable, band: float = BAND) -> None:
+        self.run = run
+        self.band = band
+        self._cache: list[tuple[list[BranchRecord], dict[str, torch.Tensor], tuple[int, int, bool]]] = []
+
+    def outputs_for(self, decisions: list[BranchRecord]) -> tuple[dict[str, torch.Tensor], tuple[int, int, bool]]:
+        for known, outputs, stats in self._cache:
+            if _same_decisions(known, decisions):
+                return outputs, stats
+        with BranchReplayer(decisions, self.band) as rep:
+            outputs = {k: v.detach().cpu() for k, v in _flatten(self.run("cpu", torch.float64)).items()}
+        stats = (rep.matched, rep.unmatched, not rep.misaligned and rep.k == len(decisions))
+        self._cache.append((decisions, outputs, stats))
+        return outputs, stats
+
+    def against(self, rec: Recorded) -> RunErrors:
+        ref, (matched, unmatched, aligned) = self.outputs_for(rec.decisions)
+        got = rec.outputs
+        # a tensor only one side has (a gradient that is None on the other) is an infinite error
+        floors = _scale_floors(ref)
+        errors = {k: scaled_error(got[k], ref[k], floors[_kind(k)]) if k in ref and k in got else math.inf
+                  for k in {*got, *ref}}
+        return RunErrors(errors, matched, unmatched, aligned)
+
+
+def run_against_float64(run: Callable, device, dtype: torch.dtype = torch.float32, band: float = BAND) -> RunErrors:
+    """`run(device, dtype)` once on `device` in `dtype` (recording its branches) and once on the
+    CPU in float64 (taking them), compared tensor by tensor."""
+    return Float64Reference(run, band).against(record(run, device, dtype))
+
+
+def _kind(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def _scale_floors(ref: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Per kind of tensor (the name up to its first dot: "grad", "output", ...), SCALE_FLOOR of the
+    largest scale among them. An analytically zero gradient (a key projection's bias, which softmax
+    cancels) holds only rounding noise: divided by its own ~0 scale, the noise would look like an
+    error of 1e9; against the gradients around it, it is what it is, negligible."""
+    floors: dict[str, float] = {}
+    for k, v in ref.items():
+        floors[_kind(k)] = max(floors.get(_kind(k), 0.0), _scale(v) * SCALE_FLOOR)
+    return floors
 
 
 @dataclass
@@ -258,6 +325,11 @@ class Float64Comparison:
     floor: float = FLOOR
     per_tensor: dict[str, float] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not self.per_tensor:
+            self.per_tensor = {k: max(e, self.floor) / max(self.native.errors.get(k, 0.0), self.floor)
+                               for k, e in self.device.errors.items()}
+
     @property
     def device_error(self) -> float:
         return self.device.worst
@@ -268,8 +340,9 @@ class Float64Comparison:
 
     @property
     def ratio(self) -> float:
-        """The device's worst error over native float32's (floored at `floor`, where both are noise)."""
-        return max(self.device_error, self.floor) / max(self.native_error, self.floor)
+        """The worst, over tensors, of the device's error over native float32's on the same tensor
+        (each floored at `floor`, below which both are rounding noise)."""
+        return max(self.per_tensor.values(), default=1.0)
 
     @property
     def ok(self) -> bool:
@@ -286,7 +359,7 @@ def compare_with_float64(run: Callable, device, *, band: float = BAND, limit: fl
                          floor: float = FLOOR) -> Float64Comparison:
     """`run(device, dtype)` on `device` in float32 and natively on the CPU in float32, each
     against its own branch-matched float64 CPU reference (see the module docstring)."""
-    dev = run_against_float64(run, device, torch.float32, band)
-    nat = run_against_float64(run, "cpu", torch.float32, band)
-    per = {k: max(e, floor) / max(nat.errors.get(k, 0.0), floor) for k, e in dev.errors.items()}
-    return Float64Comparison(dev, nat, limit, floor, per)
+    reference = Float64Reference(run, band)
+    dev = reference.against(record(run, device))
+    nat = reference.against(record(run, "cpu"))
+    return Float64Comparison(dev, nat, limit, floor)
