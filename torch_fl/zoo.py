@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from .models import GruClassifier, LstmLM
 from .numerics import FLOOR, LIMIT, Float64Comparison, Float64Reference, record, scaled_error
 
 SEED = 0
@@ -179,32 +180,6 @@ _add("clip", "multimodal (text + vision)", _hf(
     text_config=dict(vocab_size=96, hidden_size=32, max_position_embeddings=16, **_LAYERS),
     vision_config=dict(image_size=16, patch_size=4, hidden_size=32, **_LAYERS)),
     lambda: {"input_ids": _tokens(), "pixel_values": _floats(_B, 3, 16, 16)})
-
-
-class LstmLM(nn.Module):
-    """A word-level LSTM language model (embedding, 2-layer LSTM, tied-free output layer)."""
-
-    def __init__(self, vocab: int = 96, dim: int = 32):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.lstm = nn.LSTM(dim, dim, num_layers=2, batch_first=True)
-        self.head = nn.Linear(dim, vocab)
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.lstm(self.embed(input_ids))[0])
-
-
-class GruClassifier(nn.Module):
-    """A bidirectional GRU over token embeddings, mean-pooled, into class logits."""
-
-    def __init__(self, vocab: int = 96, dim: int = 32, classes: int = 5):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.gru = nn.GRU(dim, dim, batch_first=True, bidirectional=True)
-        self.head = nn.Linear(2 * dim, classes)
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.gru(self.embed(input_ids))[0].mean(1))
 
 
 def _seeded(cls: type) -> Callable[[], nn.Module]:
