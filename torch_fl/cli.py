@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--backend")
     cov = sub.add_parser("coverage", help="OpInfo coverage of a backend (forward, backward, paths)")
     cov.add_argument("--backend", help="backend to cover (default: the current one)")
-    cov.add_argument("--ops", default="*", help="glob over OpInfo names (default: all ~700)")
+    cov.add_argument("--ops", default="*", help="globs over OpInfo names, comma-separated (default: all ~700)")
     cov.add_argument("--dtype", default="float32")
     cov.add_argument("--samples", type=int, default=4, help="sample inputs per op (default 4)")
     cov.add_argument("--no-fallback", action="store_true", help="switch the CPU fallback off (FL_CPU_FALLBACK=0)")
