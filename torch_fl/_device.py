@@ -331,7 +331,9 @@ def register() -> None:
     from . import _guard
 
     REGISTRY.discover()
-    if not _guard.install(len(REGISTRY.devices)):
+    if _guard.install(len(REGISTRY.devices)):
+        _guard.set_sync_hook(FlDeviceModule.synchronize)  # torch.Stream/Event/accelerator synchronize
+    else:
         _patch_to()
     # no-ops where the C++ guard and hooks are registered already (first registration wins)
     torch._C._acc.register_python_privateuseone_hook(_Hooks())

@@ -9,6 +9,10 @@ fails with an internal assert for any fl:N with N >= 1. The replacement
 (_csrc/device_guard.cpp, a few dozen lines over c10's DeviceGuardImplInterface)
 is compiled once per torch build with the system C++ compiler, cached, and
 loaded with ctypes; the current device it reports is the one torch_fl selects.
+It also keeps PyTorch's stream bookkeeping, which the autograd engine and
+torch.Stream / torch.Event rely on: a current stream per thread and device,
+distinct new streams, events that record (with a time) and synchronize
+through torch_fl (`set_sync_hook`).
 
 Without a C++ compiler torch_fl keeps PyTorch's guard, says so once, and
 still resolves a bare "fl" in Tensor.to/Module.to to the current device."""
@@ -97,6 +101,28 @@ def install(device_count: int) -> bool:
 
 
 HOOKS = False  # torch_fl's C++ PrivateUse1 hooks (pinned memory) are registered
+
+_SYNC_HOOK_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int)
+_sync_hook = None  # the ctypes callback object: kept alive as long as the guard may call it
+
+
+def set_sync_hook(synchronize) -> None:
+    """What the guard's synchronize calls run (torch.Stream.synchronize, torch.Event.synchronize,
+    torch.accelerator.synchronize): `synchronize(index)` waits for fl:index's in-flight work (async
+    copies, plugin streams). fl kernels themselves are done when their call returns."""
+    global _sync_hook
+    if _lib is None:
+        return
+
+    def hook(index: int) -> None:
+        try:
+            synchronize(index)
+        except Exception as e:  # noqa: BLE001 - an exception cannot cross into C++; say it and go on
+            warnings.warn(f"torch_fl: synchronize(fl:{index}) failed: {e}", RuntimeWarning, stacklevel=1)
+
+    _sync_hook = _SYNC_HOOK_TYPE(hook)
+    _lib.fl_guard_set_sync_hook.argtypes = [_SYNC_HOOK_TYPE]
+    _lib.fl_guard_set_sync_hook(_sync_hook)
 
 
 def set_current(index: int) -> None:

@@ -3,8 +3,12 @@
 // deviceCount() is fixed to 1 (torch/csrc/acc/Module.cpp). The autograd engine
 // sizes its per-device ready queues from deviceCount() at the first backward of
 // the process, so with that guard any fl device but fl:0 fails backward with
-// an internal assert. Plain C entry points; no Python inside.
+// an internal assert. It also keeps PyTorch's stream and event bookkeeping
+// (the autograd engine records events on the streams its nodes were made on
+// and waits on them; torch.Stream / torch.Event / torch.accelerator use the
+// same calls). Plain C entry points; no Python inside except the sync hook.
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -17,6 +21,33 @@ namespace {
 std::atomic<int> g_count{1};
 std::atomic<int> g_default{0};
 thread_local int t_current = -1;
+
+// Streams. fl kernels run synchronously with respect to the host: a kernel's
+// work is done when its call returns, and torch_fl waits for an asynchronous
+// copy before anything reads its destination. A stream is therefore an
+// ordering domain (PyTorch's bookkeeping: current stream per thread and
+// device, streams recorded in autograd nodes), and an event recorded on it is
+// complete at once. What PyTorch relies on holds: getStream() is the calling
+// thread's current stream of that device, exchangeStream() sets it and returns
+// the previous one, new streams are distinct, record() marks an event (with
+// its time, for elapsed_time), block() orders nothing that is not already
+// done, query() is true once recorded, and the synchronize calls wait for the
+// device's in-flight copies through torch_fl (a hook set from Python).
+constexpr int kMaxDevices = 64;
+thread_local c10::StreamId t_stream[kMaxDevices] = {};
+std::atomic<c10::StreamId> g_next_stream{1};
+using SyncHook = void (*)(int);
+std::atomic<SyncHook> g_sync_hook{nullptr};
+
+struct FlEvent {
+  bool recorded = false;
+  c10::DeviceIndex device = -1;
+  std::chrono::steady_clock::time_point when;
+};
+
+void run_sync_hook(c10::DeviceIndex index) {
+  if (auto hook = g_sync_hook.load()) hook(static_cast<int>(index));
+}
 
 struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
@@ -31,21 +62,63 @@ struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
     setDevice(d);
     return old;
   }
-  c10::Stream getStream(c10::Device d) const noexcept override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  // a device without an index ("fl") means the current one
+  c10::Device resolve(c10::Device d) const { return d.index() >= 0 ? d : getDevice(); }
+  static c10::StreamId& slot(c10::DeviceIndex index) {
+    TORCH_CHECK(index >= 0 && index < kMaxDevices, "torch_fl: fl device index ", int(index), " out of range");
+    return t_stream[index];
+  }
+  c10::Stream getStream(c10::Device d) const noexcept override {
+    d = resolve(d);
+    c10::StreamId id = d.index() >= 0 && d.index() < kMaxDevices ? t_stream[d.index()] : 0;
+    return c10::Stream(c10::Stream::UNSAFE, d, id);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, resolve(d)); }
   c10::Stream getNewStream(c10::Device d, int priority = 0) const override {
     (void)priority;
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::UNSAFE, resolve(d), g_next_stream.fetch_add(1));
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority = false) const override {
+    return getNewStream(d, high_priority ? -1 : 0);
   }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, s.device());
+    c10::Device d = resolve(s.device());
+    c10::Stream old = getStream(d);
+    if (d.index() >= 0 && d.index() < kMaxDevices) t_stream[d.index()] = s.id();
+    return old;
   }
   c10::DeviceIndex deviceCount() const noexcept override { return static_cast<c10::DeviceIndex>(g_count.load()); }
-  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
-  void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag) const override {
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "torch_fl: event of fl:",
+                int(device_index), " recorded on a stream of fl:", int(stream.device_index()));
+    auto* e = static_cast<FlEvent*>(*event);
+    if (!e) *event = e = new FlEvent();
+    TORCH_CHECK(e->device < 0 || e->device == stream.device_index(), "torch_fl: event of fl:", int(e->device),
+                " recorded on a stream of fl:", int(stream.device_index()));
+    e->device = stream.device_index();
+    e->recorded = true;
+    e->when = std::chrono::steady_clock::now();
+  }
+  void block(void*, const c10::Stream&) const override {}  // complete when recorded: nothing to wait for
+  bool queryEvent(void*) const override { return true; }  // never recorded, or recorded and complete
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override { delete static_cast<FlEvent*>(event); }
   bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override {}
+  void synchronizeStream(const c10::Stream& s) const override { run_sync_hook(s.device_index()); }
+  void synchronizeEvent(void* event) const override {
+    auto* e = static_cast<FlEvent*>(event);
+    if (e && e->recorded) run_sync_hook(e->device);
+  }
+  void synchronizeDevice(const c10::DeviceIndex index) const override {
+    run_sync_hook(index >= 0 ? index : getDevice().index());
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    auto* a = static_cast<FlEvent*>(start);
+    auto* b = static_cast<FlEvent*>(end);
+    TORCH_CHECK(a && b && a->recorded && b->recorded,
+                "elapsed_time: both events must be recorded before calculating elapsed time");
+    return std::chrono::duration<double, std::milli>(b->when - a->when).count();
+  }
 };
 FlGuard g_guard;
 
@@ -123,6 +196,8 @@ __attribute__((visibility("default"))) int fl_hooks_install(void) {
   return 1;
 }
 __attribute__((visibility("default"))) void fl_guard_set_count(int count) { g_count = count > 0 ? count : 1; }
+// What Stream/Event/device synchronize calls run: torch_fl's own wait for the device's in-flight work.
+__attribute__((visibility("default"))) void fl_guard_set_sync_hook(void (*hook)(int)) { g_sync_hook = hook; }
 __attribute__((visibility("default"))) void fl_guard_set_default(int index) { g_default = index; t_current = -1; }
 __attribute__((visibility("default"))) int fl_guard_current(void) { return g_guard.getDevice().index(); }
 }
