@@ -128,7 +128,7 @@ _add("gpt2", "decoder (tied)", _hf("GPT2LMHeadModel", "GPT2Config", n_positions=
                                    n_head=4, **_IDS, **_TEXT), causal_lm=True)
 _add("gpt-neo", "decoder (tied, local attention)", _hf(
     "GPTNeoForCausalLM", "GPTNeoConfig", max_position_embeddings=64, hidden_size=32, num_layers=2, num_heads=4,
-    attention_types=[[["global", "local"], 1]], window_size=4, intermediate_size=64, **_TEXT), causal_lm=True)
+    attention_types=[[["global", "local"], 1]], window_size=4, intermediate_size=64, **_IDS, **_TEXT), causal_lm=True)
 _add("opt", "decoder (tied, ReLU)", _hf("OPTForCausalLM", "OPTConfig", hidden_size=32, num_hidden_layers=2,
                                         ffn_dim=64, num_attention_heads=4, max_position_embeddings=64,
                                         word_embed_proj_dim=32, **_TEXT), causal_lm=True)
