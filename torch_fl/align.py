@@ -311,8 +311,8 @@ def align(model: nn.Module, inputs, target: torch.Tensor | None = None, *, backe
     (default SGD with `lr`); steps=0 skips it. `ops` (float32 mode) also
     traces every aten op of both runs, forward and backward, and names the
     first op whose output is not ok (`first_divergent_op`), with a diagnosis
-    where one applies; it keeps the reference run's op outputs in host
-    memory while it compares."""
+    where one applies; it keeps both runs' op outputs in host memory while
+    it compares."""
     dev_backend = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     dev = dev_backend.devices[0].torch_device
     ref_dev = torch.device("cpu") if reference == "cpu" else REGISTRY.get(reference).devices[0].torch_device
