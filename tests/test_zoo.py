@@ -99,3 +99,12 @@ def test_report_renders_and_exports():
     assert '"model": "gpt2"' in report.to_json()
     fl.set_backend("cpu")
     assert torch.device("fl").type == "fl"
+
+
+@pytest.mark.parametrize("name", ["mixtral", "wav2vec2", "llama", "lstm-lm"])
+def test_empty_host_ops_means_it_runs_with_the_fallback_off(name, minimal_no_fallback):
+    """The host-ops column is what the fallback served; with it switched off (FL_CPU_FALLBACK=0) on the
+    bring-up chip, these models (Mixtral's grouped GEMM, Wav2Vec2's weight norm, Llama's RMSNorm, the
+    LSTM cell: all on the host before) run the whole check."""
+    r = zoo.check(name, "minimal")
+    assert r.error is None and r.passed, _explain(r)
