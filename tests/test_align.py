@@ -1,6 +1,7 @@
 """fl.align: clean models align; a backend whose GELU kernel is 1 % off is
 caught at the GELU layer; reports are deterministic and export cleanly."""
 
+import copy
 import json
 
 import torch
@@ -8,6 +9,7 @@ from conftest import run_py
 from torch import nn
 
 import torch_fl as fl
+from torch_fl.optrace import OpTrace, compare_traces
 
 
 def _mlp():
@@ -52,9 +54,67 @@ def test_perturbed_kernel_is_named(test_plugins):
         print("FIRST", report.first_divergent_layer, report.verdict)
         print("VERDICTS", [m.verdict for m in report.modes[0].forward])
         print("PARAM", report.modes[0].first_divergent_param)
+        op = report.first_divergent_op
+        print("OP", op.phase, op.op, op.module, repr(op.note))
         print(report.render())
     """, env={"FL_PLUGIN_PATH": str(test_plugins)})
     assert "FIRST 3 suspect" in r.stdout, r.stdout + r.stderr
     # the three layers before the GELU agree; the GELU is 1 % off; the layer after it inherits the error
     assert "VERDICTS ['ok', 'ok', 'ok', 'suspect', " in r.stdout and "'ok']" not in r.stdout, r.stdout
     assert "PARAM 0.weight" in r.stdout  # the gradients of every layer before it pass through the bad GELU
+    assert "OP forward aten.gelu.default 3 ''" in r.stdout, r.stdout  # the op itself, and no excuse for it
+
+
+def _flip_model():
+    """A 2-layer Transformer encoder whose seed puts one ReLU input within rounding of 0: rocm's GEMM
+    and the CPU's round it to opposite sides (checked below, so a kernel change that moves the flip
+    fails loudly here rather than passing vacuously)."""
+    torch.manual_seed(79)
+    layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=256, batch_first=True, dropout=0.0)
+    return nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False), torch.randn(4, 32, 64)
+
+
+def test_a_rounding_level_relu_flip_is_named_and_diagnosed():
+    """The article's Transformer on the emulators looked 1e-2 off in its gradients: one ReLU input at
+    1e-7 of 0 rounded to the other side. Forward outputs all agree, so module-level alignment named
+    no layer; the op trace names the layer, the op (ReLU's backward) and the cause."""
+    model, x = _flip_model()
+    fl.set_backend("rocm")
+    pre = {}
+    for dev in ("cpu", "fl"):
+        m = copy.deepcopy(model).to(dev)
+        m.layers[0].linear1.register_forward_hook(lambda mod, i, o, dev=dev: pre.__setitem__(dev, o.detach().cpu()))
+        with torch.no_grad():
+            m(x.to(dev))
+    assert int(((pre["cpu"] > 0) != (pre["fl"] > 0)).sum()) == 1, "precondition: one flipped ReLU input"
+    r = fl.align(model, x, backend="rocm", steps=0, amp=False)
+    assert r.modes[0].first_divergent_module is None  # every module's forward output agrees
+    op = r.first_divergent_op
+    assert (op.phase, op.op, op.module) == ("backward", "aten.threshold_backward.default", "layers.0"), op
+    assert r.first_divergent_layer == "layers.0"
+    assert "1 element(s) on different sides of the threshold 0" in op.note
+    assert "rounding-level branch flip" in op.note
+    assert "first divergent op" in r.render() and r.to_dict()["first_divergent_op"]["module"] == "layers.0"
+
+
+def test_op_trace_tells_rounding_flips_from_real_ones():
+    """compare_traces on two CPU runs of one ReLU layer whose inputs differ at one element, set to
+    +1e-9 in one and to -1e-9 (a rounding-level flip) or -0.5 (a real difference) in the other."""
+    torch.manual_seed(0)
+    lin, x = nn.Linear(4, 6), torch.randn(3, 4)
+
+    def trace(value):
+        model = nn.Sequential(lin, nn.ReLU())
+        t = OpTrace()
+        with t.recording(model):
+            pre = model[0](x).index_put((torch.tensor([0]), torch.tensor([2])), torch.tensor(value))
+            (model[1](pre) * torch.arange(18.0).reshape(3, 6)).sum().backward()
+        return t
+
+    base = trace(1e-9)
+    for value, verdict in ((-1e-9, "rounding-level branch flip"), (-0.5, "beyond rounding")):
+        diffs, matched = compare_traces(trace(value), base, 1e-3)
+        assert matched > 0
+        relu_backward = [d for d in diffs if d.op == "aten.threshold_backward.default"]
+        assert relu_backward and verdict in relu_backward[0].note, diffs
+        assert relu_backward[0].module == "1"

@@ -86,3 +86,47 @@ def test_settings_restored_when_opinfo_import_fails(monkeypatch):
         run_coverage("minimal", ["add"], cpu_fallback=False)
     assert fl.cpu_fallback_enabled()
     assert torch.equal(torch.rand(3), expected)  # the random state too
+
+
+@pytest.mark.parametrize("backend", ["cpu", "rocm", "ascend", "minimal"])
+def test_sign_free_vectors_and_partial_views_pass_with_every_sample(backend):
+    """Every OpInfo sample (not only the first few): eigenvectors are compared up to each vector's
+    sign, and partial views keep the storage they view part of, as a sample made on the device would."""
+    report = run_coverage(backend, ["matrix_exp", "linalg.eigh", "as_strided.partial_views"], samples=1000)
+    assert report.failures() == [], report.render()
+    assert all(r.samples >= 2 for r in report.results), [(r.op, r.samples) for r in report.results]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "minimal"])  # LAPACK's SVD, and torch_fl's decomposition
+def test_singular_vectors_are_compared_up_to_sign_and_completion_basis(backend):
+    """The first 48 samples include full_matrices=True on 3x5 inputs: the two vectors completing
+    Vh's basis span the null space, in any orthonormal basis; they are compared up to rotation."""
+    report = run_coverage(backend, ["linalg.svd", "svd"], samples=48)
+    assert report.failures() == [], report.render()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "minimal"])
+def test_bfloat16_matrix_exp_is_judged_against_float64_where_cpu_gives_nan(backend):
+    """PyTorch's CPU matrix_exp returns NaN for these bfloat16 samples; float64 decides, and the
+    device computes in float32 and rounds once (in bfloat16 throughout, entries changed sign)."""
+    report = run_coverage(backend, ["matrix_exp"], dtype=torch.bfloat16, samples=10)
+    assert report.failures() == [], report.render()
+
+
+def test_vector_alignment_excuses_signs_only():
+    """align_vectors negates a vector that is the CPU's negated, and leaves a wrong one wrong."""
+    torch.manual_seed(0)
+    q, _ = torch.linalg.qr(torch.randn(5, 5))
+    flipped = q * torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0])
+    torch.testing.assert_close(opcoverage.align_vectors(flipped, q, -2, None), q)
+    wrong = flipped.clone()
+    wrong[:, 2] = q[:, 3]
+    assert not torch.allclose(opcoverage.align_vectors(wrong, q, -2, None), q, atol=1e-3)
+    rows = opcoverage.align_vectors(flipped.mT, q.mT, -1, None)  # vectors as rows (linalg.svd's Vh)
+    torch.testing.assert_close(rows, q.mT)
+    # past k (full_matrices' completion): a rotation within the span is accepted, leaving it is not
+    c, s = 0.6, 0.8
+    rot = q.clone()
+    rot[:, 3], rot[:, 4] = c * q[:, 3] + s * q[:, 4], -s * q[:, 3] + c * q[:, 4]
+    torch.testing.assert_close(opcoverage.align_vectors(rot, q, -2, 3), q)
+    assert not torch.allclose(opcoverage.align_vectors(rot, q, -2, 4), q, atol=1e-3)

@@ -586,6 +586,11 @@ def _matrix_exp(A):
     per matrix."""
     if not _real(A):
         return NotImplemented
+    if A.dtype in (torch.float16, torch.bfloat16):
+        # computed in float32 and rounded once, as PyTorch's kernels compute half types (in bfloat16
+        # throughout, the squarings amplify each product's rounding: whole entries change sign at
+        # norm 55, and PyTorch's CPU kernel returns NaN there)
+        return _matrix_exp(A.float()).to(A.dtype)
     n = A.shape[-1]
     if n == 0 or A.numel() == 0:
         return A.clone()

@@ -189,7 +189,50 @@ def avg_pool(nd: int, x, kernel_size, stride=(), padding=0, ceil_mode=False, cou
     return y if batched else y.squeeze(0)
 
 
+def weight_norm_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """_weight_norm_interface's backward (w = g * v / ||v||, the norm over every dim but `dim`):
+    PyTorch has kernels for CPU and CUDA only, and no decomposition (Wav2Vec2's convolutional
+    position embedding is weight-normalised)."""
+    dims = [d for d in range(saved_v.dim()) if d != dim % saved_v.dim()]
+    norms = saved_norms.reshape(saved_g.shape)
+    dot = (grad_w * saved_v).sum(dims, keepdim=True)
+    grad_g = dot / norms
+    grad_v = (saved_g / norms) * (grad_w - saved_v * (dot / (norms * norms)))
+    return grad_v, grad_g
+
+
+def grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """torch._grouped_mm (mixture-of-experts layers: one GEMM per expert over its slice of the
+    tokens) as one mm per group; `offs` are the groups' cumulative ends along the grouped dim:
+    a's rows (2D x 3D), b's columns (3D x 2D), or the shared dim (2D x 2D, the weight gradient:
+    one (K, N) product per group). Rows no group covers are zero."""
+    if bias is not None or (out_dtype is not None and out_dtype != mat_a.dtype):
+        return NotImplemented
+    if mat_a.dim() == 3 and mat_b.dim() == 3:
+        return torch.bmm(mat_a, mat_b)
+    ends = [int(e) for e in offs.tolist()]
+    spans = list(zip([0] + ends[:-1], ends, strict=True))
+    if mat_a.dim() == 2 and mat_b.dim() == 3:
+        out = mat_a.new_zeros(mat_a.shape[0], mat_b.shape[-1])
+        for g, (s, e) in enumerate(spans):
+            if e > s:
+                out[s:e] = torch.mm(mat_a[s:e], mat_b[g])
+    elif mat_a.dim() == 3:
+        out = mat_a.new_zeros(mat_a.shape[1], mat_b.shape[-1])
+        for g, (s, e) in enumerate(spans):
+            if e > s:
+                out[:, s:e] = torch.mm(mat_a[g], mat_b[:, s:e])
+    else:
+        out = mat_a.new_zeros(len(spans), mat_a.shape[0], mat_b.shape[-1])
+        for g, (s, e) in enumerate(spans):
+            if e > s:
+                out[g] = torch.mm(mat_a[:, s:e], mat_b[s:e])
+    return out
+
+
 def register(table: dict) -> None:
+    table[aten._grouped_mm.default] = grouped_mm
+    table[aten._weight_norm_interface_backward.default] = weight_norm_backward
     table[aten.convolution.default] = convolution
     table[aten.convolution_backward.default] = convolution_backward
     table[aten.avg_pool2d.default] = functools.partial(avg_pool, 2)

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import torch
 from torch._decomp import decomposition_table
 
-from . import _abi, _argcheck, _async, _decompositions, _decompositions_linalg, _decompositions_nn, _overlap, _record
+from . import _abi, _argcheck, _async, _decompositions, _decompositions_linalg, _decompositions_nn, _decompositions_rnn
+from . import _overlap, _record
 from . import fused as _fused
 from ._abi import ffi
 from ._dtypes import COMPLEX_CODES, TO_CODE, dtype_name
@@ -435,6 +436,7 @@ _fused.register_decompositions(DECOMPOSITIONS)
 _decompositions.register(DECOMPOSITIONS)
 _decompositions_nn.register(DECOMPOSITIONS)
 _decompositions_linalg.register(DECOMPOSITIONS)
+_decompositions_rnn.register(DECOMPOSITIONS)
 
 
 def _full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -499,6 +501,7 @@ DECOMPOSITIONS[aten.equal.default] = _equal
 
 _PRIMS = {"clone": _prims_clone, "copy_to": _prims_copy_to, "div": _prims_div,
           "mul": lambda a, b: torch.mul(a, b), "gt": lambda a, b: torch.gt(a, b),  # b may be a Python number
+          "add": lambda a, b: torch.add(a, b), "sub": lambda a, b: torch.sub(a, b),
           "abs": lambda a: aten.abs.default(a), "signbit": lambda a: aten.signbit.default(a)}
 for _name, _fn in _PRIMS.items():
     _op = getattr(getattr(torch.ops.prims, _name, None), "default", None)

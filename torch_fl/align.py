@@ -18,6 +18,7 @@ arithmetic. Same seed, same report."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import html
 import json
@@ -28,6 +29,7 @@ import torch
 from torch import nn
 
 from ._registry import REGISTRY
+from .optrace import OpDiff, OpTrace, compare_traces
 
 OK, CHECK, SUSPECT = "ok", "check", "suspect"
 
@@ -66,6 +68,12 @@ class ModeResult:
     output_rel: float
     first_divergent_module: str | None
     first_divergent_param: str | None
+    ops: list[OpDiff] = field(default_factory=list)  # ops beyond the ok tolerance, in execution order
+    ops_matched: int = 0  # ops of the backend's run matched with a reference op (0: no op trace)
+
+    @property
+    def first_divergent_op(self) -> OpDiff | None:
+        return self.ops[0] if self.ops else None
 
     def worst(self) -> str:
         verdicts = [m.verdict for m in self.forward] + [p.verdict for p in self.backward]
@@ -97,13 +105,27 @@ class AlignmentReport:
 
     @property
     def first_divergent_layer(self) -> str | None:
-        """The first module (in execution order) whose float32 output is not ok."""
-        return self.modes[0].first_divergent_module if self.modes else None
+        """The first module (in execution order) whose float32 output is not ok; when every output is,
+        the module of the first op that is not (in the backward: a gradient that parts there)."""
+        if not self.modes:
+            return None
+        m = self.modes[0]
+        if m.first_divergent_module is not None or m.first_divergent_op is None:
+            return m.first_divergent_module
+        return m.first_divergent_op.module or None
+
+    @property
+    def first_divergent_op(self) -> OpDiff | None:
+        """The first aten op (forward, then backward, in execution order) whose float32 output is not
+        ok, with a diagnosis where one applies (e.g. a rounding-level ReLU flip)."""
+        return self.modes[0].first_divergent_op if self.modes else None
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["verdict"] = self.verdict
         d["first_divergent_layer"] = self.first_divergent_layer
+        op = self.first_divergent_op
+        d["first_divergent_op"] = asdict(op) if op else None
         return d
 
     def to_json(self, **kw) -> str:
@@ -117,6 +139,10 @@ class AlignmentReport:
             lines.append(f"[{m.mode}] output rel err {m.output_rel:.2e}; first divergent module: "
                          f"{m.first_divergent_module or 'none'}; first divergent parameter: "
                          f"{m.first_divergent_param or 'none'}")
+            if m.ops_matched:
+                first = m.first_divergent_op
+                lines.append(f"  first divergent op ({m.ops_matched} ops matched): "
+                             f"{first.describe() if first else 'none'}")
             w = max([len(x.module) for x in m.forward] + [6])
             lines.append(f"  {'module':<{w}}  {'kind':<14} {'max abs':>9} {'max rel':>9} {'cosine':>9}  verdict")
             for x in m.forward[:n]:
@@ -194,7 +220,7 @@ def _default_loss(output, target):
         nn.functional.cross_entropy(out.float(), target)
 
 
-def _run(model, inputs, target, device, loss_fn, amp_dtype, seed, record):
+def _run(model, inputs, target, device, loss_fn, amp_dtype, seed, trace: OpTrace | None = None):
     torch.manual_seed(seed)
     outs: dict[str, torch.Tensor] = {}
     order: list[str] = []
@@ -213,13 +239,14 @@ def _run(model, inputs, target, device, loss_fn, amp_dtype, seed, record):
     try:
         x = _to(inputs, device)
         device_type = torch.device(device).type
-        if amp_dtype is not None:
-            with torch.autocast(device_type, dtype=amp_dtype):
+        with trace.recording(model) if trace is not None else contextlib.nullcontext():
+            if amp_dtype is not None:
+                with torch.autocast(device_type, dtype=amp_dtype):
+                    output = model(*x) if isinstance(x, tuple) else model(x)
+            else:
                 output = model(*x) if isinstance(x, tuple) else model(x)
-        else:
-            output = model(*x) if isinstance(x, tuple) else model(x)
-        loss = loss_fn(output, _to(target, device) if target is not None else None)
-        loss.backward()
+            loss = loss_fn(output, _to(target, device) if target is not None else None)
+            loss.backward()
     finally:
         for h in hooks:
             h.remove()
@@ -240,7 +267,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float]:
     return max_abs, max_abs / scale, cos
 
 
-def _compare(mode, dev_run, ref_run, model, tolerances) -> ModeResult:
+def _compare(mode, dev_run, ref_run, model, tolerances, traces=None) -> ModeResult:
     d_outs, d_order, d_grads, d_final, _ = dev_run
     r_outs, _r_order, r_grads, r_final, _ = ref_run
     kinds = {n: type(m).__name__ for n, m in model.named_modules()}
@@ -264,13 +291,16 @@ def _compare(mode, dev_run, ref_run, model, tolerances) -> ModeResult:
     param_order = [n for n, _ in model.named_parameters()]
     bad = {p.param for p in backward if p.verdict != OK}
     first_param = next((n for n in param_order if n in bad), None)
-    return ModeResult(mode, forward, backward, _rel(d_final, r_final)[1], first_mod, first_param)
+    result = ModeResult(mode, forward, backward, _rel(d_final, r_final)[1], first_mod, first_param)
+    if traces is not None:
+        result.ops, result.ops_matched = compare_traces(traces[0], traces[1], tolerances[0])
+    return result
 
 
 def align(model: nn.Module, inputs, target: torch.Tensor | None = None, *, backend: str | None = None,
           reference: str = "cpu", loss_fn: Callable | None = None, steps: int = 20, lr: float = 1e-2,
           optimizer: Callable | None = None, tolerances: tuple[float, float] = (1e-3, 1e-2),
-          amp: bool = True, seed: int = 0) -> AlignmentReport:
+          amp: bool = True, seed: int = 0, ops: bool = True) -> AlignmentReport:
     """Compare `model` on `backend` (default: the current fl backend) with
     `reference`: "cpu" (native PyTorch on the CPU, float32) or an fl backend
     name. `inputs` is a tensor or a tuple of positional inputs (on the CPU);
@@ -278,7 +308,11 @@ def align(model: nn.Module, inputs, target: torch.Tensor | None = None, *, backe
     cross entropy for class indices, a fixed random projection of the output
     without one).
     `optimizer(params)` builds the optimizer for the training comparison
-    (default SGD with `lr`); steps=0 skips it."""
+    (default SGD with `lr`); steps=0 skips it. `ops` (float32 mode) also
+    traces every aten op of both runs, forward and backward, and names the
+    first op whose output is not ok (`first_divergent_op`), with a diagnosis
+    where one applies; it keeps both runs' op outputs in host memory while
+    it compares."""
     dev_backend = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     dev = dev_backend.devices[0].torch_device
     ref_dev = torch.device("cpu") if reference == "cpu" else REGISTRY.get(reference).devices[0].torch_device
@@ -303,9 +337,11 @@ def align(model: nn.Module, inputs, target: torch.Tensor | None = None, *, backe
             modes.append((str(chosen).replace("torch.", ""), chosen))
     for mode, amp_dtype in modes:
         m_dev, m_ref = fresh(dev), fresh(ref_dev)
-        dev_run = _run(m_dev, inputs, target, dev, loss_fn, amp_dtype, seed, True)
-        ref_run = _run(m_ref, inputs, target, ref_dev, loss_fn, None, seed, True)
-        report.modes.append(_compare(mode, dev_run, ref_run, m_dev, tolerances))
+        traces = (OpTrace(), OpTrace()) if ops and amp_dtype is None else None
+        dev_run = _run(m_dev, inputs, target, dev, loss_fn, amp_dtype, seed, traces[0] if traces else None)
+        ref_run = _run(m_ref, inputs, target, ref_dev, loss_fn, None, seed, traces[1] if traces else None)
+        report.modes.append(_compare(mode, dev_run, ref_run, m_dev, tolerances, traces))
+        del traces
     if steps > 0:
         curves = []
         for device in (dev, ref_dev):

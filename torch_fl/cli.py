@@ -8,6 +8,9 @@
     torch-fl coverage [--backend NAME] [--ops GLOB] [--no-fallback] [--state FILE] [--json]
                                                 OpInfo coverage: every op's samples on fl vs CPU, forward and
                                                 backward, with the path each call took (resumable)
+    torch-fl zoo [--models A,B] [--backends X,Y] [--train [MODEL]] [--json]
+                                                the model zoo (docs/models.md): transformers and torch.nn models
+                                                on every backend against float64; exit status 1 if a row fails
     torch-fl plugin check PATH_OR_NAME [--ops GLOB] [--timeout S] [--json]
                                                 conformance of a plugin: entry-point contract and every
                                                 declared kernel against PyTorch CPU; exit status 1 on failure
@@ -138,6 +141,37 @@ def _coverage(args) -> int:
     return 0
 
 
+def _zoo(args) -> int:
+    """The model zoo table (docs/models.md): exit status 1 when any row fails."""
+    from torch_fl import zoo
+
+    if args.list:
+        for spec in zoo.MODELS.values():
+            print(f"{spec.name:<15} {spec.family}")
+        return 0
+    names = args.models.split(",") if args.models else None
+    unknown = sorted(set(names or ()) - set(zoo.MODELS))
+    if unknown:
+        raise ValueError(f"no zoo model {', '.join(unknown)} (torch-fl zoo --list names them)")
+    backends = args.backends.split(",") if args.backends else None
+
+    def progress(r):
+        print(f"[zoo] {r.model} on {r.backend}: {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f}s)", file=sys.stderr,
+              flush=True)
+
+    report = zoo.run_zoo(names, backends, progress)
+    curves = [zoo.train_curve(args.train, b, steps=args.steps) for b in report.backends] if args.train else []
+    if args.json:
+        print(report.to_json(indent=1))
+    else:
+        print(report.render())
+        for c in curves:
+            print(f"training {c.model} on {c.backend}: {len(c.losses)} AdamW steps, loss {c.losses[0]:.4f} -> "
+                  f"{c.losses[-1]:.4f} (CPU {c.cpu_losses[0]:.4f} -> {c.cpu_losses[-1]:.4f}), max relative "
+                  f"difference to CPU {c.max_rel_diff:.1e}")
+    return 0 if all(r.passed for r in report.results) else 1
+
+
 def _plugin(args) -> int:
     from torch_fl.check import check_plugin
 
@@ -169,13 +203,21 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--backend")
     cov = sub.add_parser("coverage", help="OpInfo coverage of a backend (forward, backward, paths)")
     cov.add_argument("--backend", help="backend to cover (default: the current one)")
-    cov.add_argument("--ops", default="*", help="glob over OpInfo names (default: all ~700)")
+    cov.add_argument("--ops", default="*", help="globs over OpInfo names, comma-separated (default: all ~700)")
     cov.add_argument("--dtype", default="float32")
     cov.add_argument("--samples", type=int, default=4, help="sample inputs per op (default 4)")
     cov.add_argument("--no-fallback", action="store_true", help="switch the CPU fallback off (FL_CPU_FALLBACK=0)")
     cov.add_argument("--state", help="JSON-lines file of finished ops: a rerun resumes after them")
     cov.add_argument("--json", action="store_true", help="print the full report as JSON")
     cov.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    z = sub.add_parser("zoo", help="real models (transformers, torch.nn) on every backend against float64")
+    z.add_argument("--models", help="comma-separated zoo names (default: all; --list shows them)")
+    z.add_argument("--backends", help="comma-separated backends (default: every one found)")
+    z.add_argument("--list", action="store_true", help="list the zoo's models and exit")
+    z.add_argument("--train", nargs="?", const="llama", metavar="MODEL",
+                   help="also train a causal LM (default llama) for --steps AdamW steps against the CPU")
+    z.add_argument("--steps", type=int, default=30)
+    z.add_argument("--json", action="store_true", help="print the results as JSON")
     pl = sub.add_parser("plugin", help="tools for plugin authors")
     plsub = pl.add_subparsers(dest="plugin_command", required=True)
     c = plsub.add_parser("check", help="check a plugin against the ABI contract and PyTorch CPU")
@@ -192,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(["doctor"])
     try:
         return {"doctor": _doctor, "backends": _backends, "explain": _explain, "plugin": _plugin,
-                "coverage": _coverage}[command](args)
+                "coverage": _coverage, "zoo": _zoo}[command](args)
     except Exception as exc:  # user-facing: one line, no traceback
         from torch_fl.errors import FlError
 

@@ -159,6 +159,11 @@ def _scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0
 
     if sdpa_fused_eligible(query, key, value, dropout_p, enable_gqa):
         return SDPA_FORWARD(query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        # what PyTorch's own scaled_dot_product_attention does before any backend (its
+        # convert_boolean_attn_mask): the math composition adds the mask, so True/False would add
+        # 1/0 to the scores instead of keeping/removing them
+        attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(query.dtype)
     return torch.ops.aten._scaled_dot_product_attention_math.default(
         query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
 

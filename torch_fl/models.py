@@ -1,4 +1,4 @@
-"""Reference models used by `torch-fl doctor`, the tests and the benchmarks.
+"""Reference models used by `torch-fl doctor`, the model zoo, the tests and the benchmarks.
 
 torchvision cannot always be installed beside a given torch wheel, so the
 ResNet-50 here is defined locally (same architecture as torchvision's
@@ -77,3 +77,29 @@ def transformer_encoder(d_model: int = 512, nhead: int = 8, num_layers: int = 6,
     layer = nn.TransformerEncoderLayer(d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward,
                                        dropout=dropout, batch_first=True)
     return nn.TransformerEncoder(layer, num_layers=num_layers, enable_nested_tensor=False)
+
+
+class LstmLM(nn.Module):
+    """A word-level LSTM language model (embedding, 2-layer LSTM, tied-free output layer)."""
+
+    def __init__(self, vocab: int = 96, dim: int = 32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.lstm = nn.LSTM(dim, dim, num_layers=2, batch_first=True)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lstm(self.embed(input_ids))[0])
+
+
+class GruClassifier(nn.Module):
+    """A bidirectional GRU over token embeddings, mean-pooled, into class logits."""
+
+    def __init__(self, vocab: int = 96, dim: int = 32, classes: int = 5):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.gru = nn.GRU(dim, dim, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * dim, classes)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.gru(self.embed(input_ids))[0].mean(1))

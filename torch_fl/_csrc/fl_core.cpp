@@ -18,6 +18,7 @@
 // Plain C entry points (extern "C") are what Python calls, through ctypes; no
 // Python API is used here, so the library depends on libtorch only.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -304,6 +305,22 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
 
 // ----------------------------------------------------------------- guard ---
 
+// An event: the plugin's (when it has events) and the host time it was recorded at, so that
+// torch.Event.elapsed_time works on every backend (bundled kernels finish before their call returns).
+struct FlEvent {
+  void* plugin_event = nullptr;
+  int device = 0;
+  std::chrono::steady_clock::time_point when{};
+};
+
+// Waits for every async copy still writing into the device's memory (what synchronize promises).
+void settle_all_pending(Device& d) {
+  std::lock_guard<std::mutex> lock(d.pool.mu);
+  std::vector<void*> ptrs;
+  for (auto& kv : d.pool.pending) ptrs.push_back(kv.first);
+  for (void* p : ptrs) settle_pending_locked(d, p);
+}
+
 fl_stream_t stream_handle(Device& d, c10::StreamId id) {
   if (id <= 0) return nullptr;
   std::lock_guard<std::mutex> lock(d.stream_mu);
@@ -342,9 +359,8 @@ struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
     (void)priority;
     int i = dev.index() >= 0 ? dev.index() : current_index();
     Device& d = device_at(i);
-    if (!d.plugin->stream_create) return c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::DeviceType::PrivateUse1, i));
-    fl_stream_t s = nullptr;
-    check_status(d, d.plugin->stream_create(d.local, &s), "stream_create");
+    fl_stream_t s = nullptr;  // a plugin without streams runs everything in order: a distinct id still
+    if (d.plugin->stream_create) check_status(d, d.plugin->stream_create(d.local, &s), "stream_create");
     std::lock_guard<std::mutex> lock(d.stream_mu);
     d.streams.push_back(s);
     return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, i),
@@ -366,33 +382,58 @@ struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
               const c10::EventFlag) const override {
     int i = device_index >= 0 ? device_index : stream.device_index();
     Device& d = device_at(i);
-    if (!d.plugin->event_create || !d.plugin->event_record) return;  // synchronous device: nothing to wait for
-    if (*event == nullptr) check_status(d, d.plugin->event_create(d.local, event), "event_create");
-    check_status(d, d.plugin->event_record(d.local, *event, stream_handle(d, stream.id())), "event_record");
+    auto* ev = static_cast<FlEvent*>(*event);
+    if (ev == nullptr) {
+      ev = new FlEvent();
+      ev->device = i;
+      if (d.plugin->event_create && d.plugin->event_record)
+        check_status(d, d.plugin->event_create(d.local, &ev->plugin_event), "event_create");
+      *event = ev;
+    }
+    if (ev->plugin_event)
+      check_status(d, d.plugin->event_record(d.local, ev->plugin_event, stream_handle(d, stream.id())), "event_record");
+    ev->when = std::chrono::steady_clock::now();
   }
-  void block(void* event, const c10::Stream& stream) const override {
-    if (event == nullptr) return;
-    Device& d = device_at(stream.device_index());
+  void wait_event(const FlEvent* ev) const {
+    Device& d = device_at(ev->device);
+    if (ev->plugin_event && d.plugin->event_synchronize)
+      check_status(d, d.plugin->event_synchronize(d.local, ev->plugin_event), "event_synchronize");
+  }
+  void block(void* event, const c10::Stream&) const override {
     // the plugin ABI has no stream-waits-on-event call: waiting on the host is the safe equivalent
-    if (d.plugin->event_synchronize) check_status(d, d.plugin->event_synchronize(d.local, event), "event_synchronize");
+    if (event != nullptr) wait_event(static_cast<FlEvent*>(event));
   }
   bool queryEvent(void* event) const override {
-    if (event == nullptr) return true;
-    Device& d = device_at(current_index());
+    auto* ev = static_cast<FlEvent*>(event);
+    if (ev == nullptr || ev->plugin_event == nullptr) return true;
+    Device& d = device_at(ev->device);
     if (!d.plugin->event_query) return true;
     int done = 1;
-    check_status(d, d.plugin->event_query(d.local, event, &done), "event_query");
+    check_status(d, d.plugin->event_query(d.local, ev->plugin_event, &done), "event_query");
     return done != 0;
   }
-  void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {
-    if (event == nullptr || device_index < 0 || device_index >= g_count.load() || !g_devices[device_index]) return;
-    Device& d = *g_devices[device_index];
-    if (d.plugin->event_destroy) d.plugin->event_destroy(d.local, event);
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    auto* ev = static_cast<FlEvent*>(event);
+    if (ev == nullptr) return;
+    if (ev->plugin_event && ev->device >= 0 && ev->device < g_count.load() && g_devices[ev->device]) {
+      Device& d = *g_devices[ev->device];
+      if (d.plugin->event_destroy) d.plugin->event_destroy(d.local, ev->plugin_event);
+    }
+    delete ev;
   }
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) return;
-    Device& d = device_at(current_index());
-    if (d.plugin->event_synchronize) check_status(d, d.plugin->event_synchronize(d.local, event), "event_synchronize");
+    auto* ev = static_cast<FlEvent*>(event);
+    wait_event(ev);
+    settle_all_pending(device_at(ev->device));
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    auto* a = static_cast<FlEvent*>(start);
+    auto* b = static_cast<FlEvent*>(end);
+    TORCH_CHECK(a != nullptr && b != nullptr, "elapsed_time: both events must be recorded first");
+    wait_event(a);
+    wait_event(b);
+    return std::chrono::duration<double, std::milli>(b->when - a->when).count();
   }
   bool queryStream(const c10::Stream& stream) const override {
     synchronizeStream(stream);
@@ -400,11 +441,13 @@ struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeStream(const c10::Stream& stream) const override {
     Device& d = device_at(stream.device_index());
-    if (d.plugin->stream_synchronize)
-      check_status(d, d.plugin->stream_synchronize(d.local, stream_handle(d, stream.id())), "stream_synchronize");
+    fl_stream_t s = stream_handle(d, stream.id());
+    if (d.plugin->stream_synchronize) check_status(d, d.plugin->stream_synchronize(d.local, s), "stream_synchronize");
+    settle_all_pending(d);
   }
   void synchronizeDevice(const c10::DeviceIndex index) const override {
-    Device& d = device_at(index);
+    Device& d = device_at(index >= 0 ? index : current_index());
+    settle_all_pending(d);
     if (d.plugin->synchronize) check_status(d, d.plugin->synchronize(d.local), "synchronize");
   }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}

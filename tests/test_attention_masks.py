@@ -1,0 +1,39 @@
+"""F.scaled_dot_product_attention with a boolean mask, on every backend.
+
+PyTorch's own scaled_dot_product_attention turns a boolean mask into an
+additive one (0 / -inf) before it picks a kernel; the math composition it
+falls back to adds the mask to the scores. torch_fl's SDPA entry point for fl
+tensors called that composition with the boolean mask as it came, so True
+added 1 to a score instead of keeping it (Mistral's sliding-window mask: every
+logit wrong on cpu, ascend and minimal; found by the model zoo)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_fl as fl
+
+
+def _sliding_window(n: int, window: int) -> torch.Tensor:
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    return causal & ~torch.ones(n, n, dtype=torch.bool).tril(-window)
+
+
+@pytest.mark.parametrize("shape", ["2d", "expanded-4d"])
+@pytest.mark.parametrize("backend", ["cpu", "rocm", "ascend", "minimal"])
+def test_boolean_mask_keeps_and_removes(backend, shape):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 8, 8) for _ in range(3))
+    mask = _sliding_window(8, 4)
+    if shape == "expanded-4d":
+        mask = mask.expand(2, 1, 8, 8)  # what transformers builds: stride 0 over the batch
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = F.scaled_dot_product_attention(*leaves, attn_mask=mask)
+    want.sum().backward()
+    fl.set_backend(backend)
+    fl_leaves = [t.to("fl").requires_grad_() for t in (q, k, v)]
+    got = F.scaled_dot_product_attention(*fl_leaves, attn_mask=mask.to("fl"))
+    got.sum().backward()
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(fl_leaves, leaves, strict=True):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-5, atol=1e-5)
