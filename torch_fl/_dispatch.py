@@ -21,8 +21,17 @@ from dataclasses import dataclass, field
 import torch
 from torch._decomp import decomposition_table
 
-from . import _abi, _argcheck, _async, _decompositions, _decompositions_linalg, _decompositions_nn, _decompositions_rnn
-from . import _overlap, _record
+from . import (
+    _abi,
+    _argcheck,
+    _async,
+    _decompositions,
+    _decompositions_linalg,
+    _decompositions_nn,
+    _decompositions_rnn,
+    _overlap,
+    _record,
+)
 from . import fused as _fused
 from ._abi import ffi
 from ._dtypes import COMPLEX_CODES, TO_CODE, dtype_name
