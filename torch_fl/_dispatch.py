@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch._decomp import decomposition_table
+from torch.utils._python_dispatch import _disable_current_modes
 
 from . import (
     _abi,
@@ -1773,6 +1774,9 @@ def _sparse_on_fl(op, *args, **kwargs):
 
 def _direct(op):
     def impl(*args, **kwargs):
+        if torch._C._len_torch_dispatch_stack():  # a mode saw the op above the backend (see fl_core.cpp)
+            with _disable_current_modes():
+                return _ENTRY[0](op, args, kwargs)
         return _ENTRY[0](op, args, kwargs)
 
     return impl

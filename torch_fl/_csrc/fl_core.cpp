@@ -38,6 +38,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/library.h>
 
 #include "fl_plugin.h"
@@ -866,6 +867,23 @@ bool run_fast(const FastPlan& plan, torch::jit::Stack* stack, size_t n_args_on_s
   return true;
 }
 
+// A TorchDispatchMode (a profiler, FakeTensor tracing, fl.align's op trace) sees the op at the Python
+// key, above the backend: how the backend then serves it is not the mode's business, and PyTorch's
+// Python kernels for backend keys would try to route through the mode's interpreter, which has no
+// entry for a fallback. So the fallback runs with the mode stack set aside.
+struct ModeStash {
+  bool active;
+  c10::impl::TorchDispatchModeTLS saved;
+  ModeStash()
+      : active(c10::impl::TorchDispatchModeTLS::any_modes_set()),
+        saved(c10::impl::TorchDispatchModeTLS::get_state()) {
+    if (active) c10::impl::TorchDispatchModeTLS::set_state(c10::impl::TorchDispatchModeTLS());
+  }
+  ~ModeStash() {
+    if (active) c10::impl::TorchDispatchModeTLS::set_state(std::move(saved));
+  }
+};
+
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
   bool try_fast = g_fast_enabled.load() && g_pending_total.load() == 0;
@@ -885,6 +903,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
     }
   }
   t_pending.push_back({kb.ok && try_fast ? std::move(kb.k) : std::vector<int64_t>(), &op.operator_name()});
+  ModeStash stash;
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse3), stack);
   } catch (...) {
