@@ -162,7 +162,7 @@ def _dense(t: torch.Tensor) -> bool:
 def has_internal_overlap(t: torch.Tensor) -> bool:
     """ATen's has_internal_overlap == YES: a stride of 0 over a dim of size > 1."""
     strides = t.stride()
-    if 0 not in strides:
+    if 0 not in strides or t.numel() == 0:  # (an empty tensor has no element to share)
         return False
     return any(st == 0 and s > 1 for s, st in zip(t.shape, strides, strict=True))
 
