@@ -17,9 +17,8 @@ user's first training step does and reports what came out:
 * the ops that took the CPU fallback: what still needs the host with
   `FL_CPU_FALLBACK=0`.
 
-A tied model whose sharing `.to("fl")` splits (today's wrapper tensors:
-issue 16) is also run after an explicit `model.tie_weights()`, reported
-separately (`retied_*`), so its numerics are known while the split stands.
+A tied model whose sharing `.to("fl")` split would train wrongly (the split
+copies get partial gradients), so a split fails its row outright.
 
 `run_zoo()` makes the table (`torch-fl zoo` prints it); `train_curve()` runs
 the longer check: N AdamW steps of a small LM on a backend and on the CPU."""
@@ -215,8 +214,6 @@ class ZooResult:
     step_ratio: float = math.nan  # one AdamW step with identical gradients, device vs native error ratio
     shared_groups: int = 0  # groups of parameters that are one object on the CPU
     sharing_kept: bool | None = None  # None: the model shares nothing
-    retied_ratio: float | None = None  # forward/backward ratio after model.tie_weights() on the device
-    retied_passed: bool | None = None
     generate: str = "n/a"  # "equal", "differs at token i", "tie at token i" (a rounding-level argmax)
     host_ops: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -259,7 +256,6 @@ class _Case:
         self.base.train()
         self.inputs = spec.inputs()
         self.names = [n for n, p in self.base.named_parameters() if p.requires_grad]
-        self.retie = False
         self.models: dict[str, nn.Module] = {}
 
     def fresh(self, device, dtype: torch.dtype) -> nn.Module:
@@ -271,8 +267,6 @@ class _Case:
                 m.set_experts_implementation("eager")
         if torch.device(device).type != "cpu":
             m = m.to(device)  # the user's path: Module.to
-            if self.retie:
-                m.tie_weights()
         return m
 
     def forward_backward(self, device, dtype: torch.dtype) -> dict:
@@ -378,14 +372,6 @@ def check(name: str, backend: str) -> ZooResult:
         result.worst, result.flips = max(cmp.per_tensor, key=cmp.per_tensor.get), dev.flips
         after = _adamw_step(case.models[str(torch.float32)], case.names, base.grads64, torch.float32)
         result.step_ratio = max(_step_error(after, base.step64), FLOOR) / max(base.native_step_error, FLOOR)
-        if base.groups and not result.sharing_kept:
-            case.retie = True
-            try:
-                retied = Float64Comparison(base.reference.against(record(case.forward_backward, device)), base.native)
-            finally:
-                case.retie = False
-            result.retied_ratio = retied.ratio
-            result.retied_passed = retied.ok
         if spec.causal_lm:
             result.generate = _generate_verdict(case, base.generated, _generate(case, device))
         result.passed = (cmp.ok and result.step_ratio <= LIMIT and result.sharing_kept is not False
@@ -410,16 +396,15 @@ class ZooReport:
     def render(self) -> str:
         """One row per model and backend; columns explained in docs/models.md."""
         head = (f"{'model':<15} {'backend':<8} {'pass':<5} {'error':>8} {'x native':>8} {'step':>5} {'sharing':<8} "
-                f"{'retied':>6} {'generate':<18} host ops (FL_CPU_FALLBACK=0)")
+                f"{'generate':<18} host ops (FL_CPU_FALLBACK=0)")
         lines = [head, "-" * len(head)]
         for r in self.results:
             if r.error:
                 lines.append(f"{r.model:<15} {r.backend:<8} {'FAIL':<5} {r.error}")
                 continue
             sharing = "-" if r.sharing_kept is None else ("kept" if r.sharing_kept else "SPLIT")
-            retied = "-" if r.retied_ratio is None else f"{r.retied_ratio:.2g}"
             lines.append(f"{r.model:<15} {r.backend:<8} {'yes' if r.passed else 'NO':<5} {r.device_error:>8.1e} "
-                         f"{r.ratio:>8.2g} {r.step_ratio:>5.2g} {sharing:<8} {retied:>6} {r.generate:<18} "
+                         f"{r.ratio:>8.2g} {r.step_ratio:>5.2g} {sharing:<8} {r.generate:<18} "
                          f"{', '.join(o.replace('aten::', '') for o in r.host_ops) or '-'}")
         lines.append(self.summary())
         return "\n".join(lines)
@@ -427,13 +412,10 @@ class ZooReport:
     def summary(self) -> str:
         rows = self.results
         passed = sum(r.passed for r in rows)
-        split = [r for r in rows if r.sharing_kept is False]
-        only_sharing = [r for r in split if r.error is None and r.retied_passed and r.step_ratio <= LIMIT
-                        and (r.generate in ("n/a", "equal") or r.generate.startswith("tie")) and not r.host_ops]
+        split = sum(r.sharing_kept is False for r in rows)
         text = f"{passed}/{len(rows)} rows pass"
         if split:
-            text += (f"; {len(split)} rows of tied models lose their sharing in .to('fl') (issue 16), "
-                     f"{len(only_sharing)} of them pass everything else after model.tie_weights()")
+            text += f"; {split} rows of tied models lose their sharing in .to('fl')"
         return text
 
     __str__ = render
