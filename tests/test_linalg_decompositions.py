@@ -65,6 +65,26 @@ def test_lu_solve(left, adjoint):
          torch.linalg.lu_solve(d(LU), d(piv), d(b), left=left, adjoint=adjoint))
 
 
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [True, False])
+@pytest.mark.filterwarnings("ignore:torch.lu_solve is deprecated")
+def test_lu_solve_gradients(left, adjoint):
+    """The substitution runs under autograd (a CompositeImplicit override): it must not write into
+    a tensor that autograd saved (it did: "modified by an inplace operation" in lu_solve's backward)."""
+    a, b = mats(2, 4, 4, seed=3), torch.randn(2, 4, 3) if left else torch.randn(2, 3, 4)
+    LU, piv = torch.linalg.lu_factor(a)
+    grads = []
+    for dev in ("cpu", "fl"):
+        lu, rhs = LU.to(dev).detach().requires_grad_(), b.to(dev).detach().requires_grad_()
+        if left and not adjoint:  # the deprecated torch.lu_solve: torch_fl overrides it above autograd
+            x = torch.lu_solve(rhs, lu, piv.to(dev).int())
+        else:
+            x = torch.linalg.lu_solve(lu, piv.to(dev), rhs, left=left, adjoint=adjoint)
+        (x * torch.arange(x.numel(), dtype=x.dtype).reshape(x.shape).to(dev)).sum().backward()
+        grads.append((x, lu.grad, rhs.grad))
+    same(grads[0], grads[1])
+
+
 def test_solve_inv_det_and_their_gradients():
     a, b = mats(3, 4, 4), torch.randn(4, 2)
     same(torch.linalg.solve(a, b), torch.linalg.solve(d(a), d(b)))  # broadcast batch

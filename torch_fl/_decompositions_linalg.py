@@ -145,19 +145,24 @@ def _linalg_lu(A, pivot=True):
 
 def _trsm(A, B, upper: bool, unit: bool = False):
     """Solve A X = B for triangular A by substitution, one row of X at a time (only A's
-    triangle is read). Batch dims broadcast."""
+    triangle is read). Batch dims broadcast. Rows are kept apart and joined once: writing them
+    into one buffer would modify tensors autograd saved (this runs under autograd as a CIA
+    override, e.g. lu_solve's backward)."""
     A, B = _broadcast_batch(A, B)
     n = A.shape[-1]
-    X = torch.zeros(B.shape, dtype=torch.promote_types(A.dtype, B.dtype), device=B.device)
+    dtype = torch.promote_types(A.dtype, B.dtype)
+    if n == 0 or B.shape[-1] == 0:
+        return torch.zeros(B.shape, dtype=dtype, device=B.device)
+    rows: list = [None] * n
     for i in (range(n - 1, -1, -1) if upper else range(n)):
-        r = B[..., i:i + 1, :]
-        done = slice(i + 1, n) if upper else slice(0, i)
-        if (done.stop - done.start) > 0 and B.shape[-1] > 0:
-            r = r - A[..., i:i + 1, done] @ X[..., done, :]
+        r = B[..., i:i + 1, :].to(dtype)
+        done = range(i + 1, n) if upper else range(0, i)
+        if len(done):
+            r = r - A[..., i:i + 1, done.start:done.stop] @ torch.cat([rows[j] for j in done], dim=-2)
         if not unit:
             r = r / A[..., i:i + 1, i:i + 1]
-        X[..., i:i + 1, :] = r
-    return X
+        rows[i] = r
+    return torch.cat(rows, dim=-2)
 
 
 def _solve_triangular(A, B, *, upper, left=True, unitriangular=False):
