@@ -201,3 +201,19 @@ def test_svd(shape):
 def test_matrix_exp():
     a = torch.randn(3, 4, 4, generator=torch.Generator().manual_seed(4)) * torch.tensor([0.01, 1.0, 4.0])[:, None, None]
     same(torch.linalg.matrix_exp(a), torch.linalg.matrix_exp(d(a)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dim,p", [(0, 2), (1, 1), (2, 3.0), (-1, float("inf"))])
+def test_renorm_gradient_without_float64(dim, p):
+    """PyTorch's renorm backward accumulates the norm in float64 on any device but CUDA; `minimal` has
+    no float64, so torch_fl composes renorm at the autograd key (gradients against float64)."""
+    x, g = torch.randn(3, 4, 5, dtype=torch.float64), torch.randn(3, 4, 5)
+    ref = x.clone().requires_grad_()
+    torch.renorm(ref, p, dim, 1.0).backward(g.double())
+    dev = d(x.float()).requires_grad_()
+    y = torch.renorm(dev, p, dim, 1.0)
+    y.backward(d(g))
+    same(torch.renorm(x, p, dim, 1.0).float(), y)
+    same(ref.grad.float(), dev.grad)
+    with torch.no_grad():  # no gradient wanted: the op's own kernel
+        same(torch.renorm(x, p, dim, 1.0).float(), torch.renorm(d(x.float()), p, dim, 1.0))

@@ -608,3 +608,21 @@ def register(table: dict) -> None:
     # kernels (_jit_rows) or the CPU fallback serve them instead.
     for op in (aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default):
         table.pop(op, None)
+
+
+def _renorm_differentiable(self, p, dim, maxnorm):
+    """renorm as differentiable ops when a gradient is wanted. PyTorch's backward formula
+    (renorm_backward) accumulates the norm in toAccumulateType(float, device): float64 on every device
+    but CUDA, so a chip without float64 (`minimal`) could not differentiate renorm. Composed like
+    torch._refs.renorm, autograd derives the same gradient with the norm in the input's dtype, as on
+    CUDA. Without a gradient the op goes down to its kernel."""
+    if not (torch.is_grad_enabled() and self.requires_grad):
+        with torch._C._AutoDispatchBelowAutograd():
+            return aten.renorm.default(self, p, dim, maxnorm)
+    dim = dim % max(self.dim(), 1)
+    norm = torch.linalg.vector_norm(self, p, [d for d in range(self.dim()) if d != dim], keepdim=True)
+    return self * torch.where(norm > maxnorm, maxnorm / (norm + 1e-7), torch.ones_like(norm))
+
+
+# ops whose PyTorch autograd formula needs what an fl device may lack; registered at the fl autograd key
+AUTOGRAD_COMPOSITIONS: dict = {aten.renorm.default: _renorm_differentiable}

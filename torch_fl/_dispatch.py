@@ -1627,7 +1627,8 @@ def install() -> None:
             libs[ns] = torch.library.Library(ns, "IMPL")
         libs[ns].impl(name + ("" if op._overloadname == "default" else "." + op._overloadname), _direct(op),
                       "PrivateUse1")
-    for op, fn in sorted(_implicit_overrides().items(), key=lambda kv: str(kv[0])):
+    overrides = {**_implicit_overrides(), **_decompositions.AUTOGRAD_COMPOSITIONS}
+    for op, fn in sorted(overrides.items(), key=lambda kv: str(kv[0])):
         ns, name = op._schema.name.split("::")
         if ns not in libs:
             libs[ns] = torch.library.Library(ns, "IMPL")
