@@ -148,6 +148,20 @@ def test_random_like_factories_stay_on_the_device():
     assert abs(n.mean()) < 0.2 and 0.8 < n.std() < 1.2
 
 
+@pytest.mark.parametrize("backend", ["minimal", "rocm"])
+def test_factories_without_a_kernel_decompose_on_the_device(backend):
+    """torch.eye has no plugin kernel and no fl tensor argument: its decomposition (arange and a
+    comparison) makes it on the device, so it works with the fallback off (it raised)."""
+    fl.set_backend(backend)
+    for args, kw in [((3,), {}), ((3, 4), {}), ((2,), {"dtype": torch.int64}), ((0,), {})]:
+        same(torch.eye(*args, **kw), torch.eye(*args, **kw, device="fl"))
+    a = torch.randn(3, 3)
+    same(torch.linalg.matrix_power(a, 0), torch.linalg.matrix_power(d(a), 0))
+    from torch_fl._registry import REGISTRY
+
+    assert REGISTRY.get(backend).counts.get(("aten::eye", "decomposition"), 0) > 0
+
+
 def test_convolution_forward_and_backward_by_decomposition():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(2, 4, 9, 8, generator=g, requires_grad=True)

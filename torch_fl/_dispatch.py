@@ -1426,6 +1426,21 @@ def _factory(f: OpFacts, args, kwargs):
         return native
     if f.func in GENERIC:  # PyTorch's generic factory (empty, then an out= op torch_fl serves)
         return _generic_kernel(f.func)(*args, **kwargs)
+    decomposition = DECOMPOSITIONS.get(f.func)
+    active = _decomposing()
+    if decomposition is not None and DECOMPOSITION not in SETTINGS.disabled and f.func not in active:
+        # torch.eye, tril_indices ... as device ops (arange, comparisons) rather than a host copy
+        active.add(f.func)
+        try:
+            out = decomposition(*args, **kwargs)
+        except NotImplementedError:
+            if not SETTINGS.cpu_fallback or getattr(_tls, "device_only", 0):
+                raise
+        else:
+            _count(dev.backend, f.name, DECOMPOSITION)
+            return out
+        finally:
+            active.discard(f.func)
     if not SETTINGS.cpu_fallback or getattr(_tls, "device_only", 0):
         raise NotImplementedError(
             f"{f.name} has no kernel on fl backend '{dev.backend.name}' and the CPU fallback is switched off "
