@@ -315,6 +315,23 @@ def test_coverage_worker_ignores_the_working_directory(tmp_path):
     assert r.returncode == 0 and json.loads(r.stdout)["results"], r.stdout[-2000:] + r.stderr[-2000:]
 
 
+@pytest.mark.parametrize("safe_path", ["", "1"])
+def test_worker_bootstrap_drops_only_the_working_directory(tmp_path, safe_path):
+    """With PYTHONSAFEPATH=1 (or -P) `-c` puts no working directory first; the bootstrap then dropped
+    the first PYTHONPATH entry instead (a checker run lost the user's path; CI runs with it set)."""
+    from torch_fl._subprocess import python_command
+
+    script = tmp_path / "show.py"
+    script.write_text("import json, sys; print(json.dumps(sys.path))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    env.update(PYTHONPATH=str(tmp_path / "first"), **({"PYTHONSAFEPATH": safe_path} if safe_path else {}))
+    r = subprocess.run(python_command(str(script)), capture_output=True, text=True, env=env, cwd=str(tmp_path),
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    path = json.loads(r.stdout)
+    assert str(tmp_path / "first") in path and "" not in path and str(tmp_path) not in path[1:], path
+
+
 # -- bad files and bad plugins: a rejection, never a crash or a hang --------------------------------
 
 

@@ -15,7 +15,8 @@ import sys
 
 _BOOTSTRAP = (
     "import sys, runpy\n"
-    "del sys.path[0]\n"  # the working directory that `-c` put first
+    "if sys.path and sys.path[0] == '':\n"  # the working directory that `-c` put first (not with -P/PYTHONSAFEPATH)
+    "    del sys.path[0]\n"
     "sys.argv = sys.argv[1:]\n"
     "target = sys.argv[0]\n"
     "if target.endswith('.py'):\n"
