@@ -157,9 +157,19 @@ def test_factories_without_a_kernel_decompose_on_the_device(backend):
         same(torch.eye(*args, **kw), torch.eye(*args, **kw, device="fl"))
     a = torch.randn(3, 3)
     same(torch.linalg.matrix_power(a, 0), torch.linalg.matrix_power(d(a), 0))
-    from torch_fl._registry import REGISTRY
+    from torch_fl.profiler import profile
 
-    assert REGISTRY.get(backend).counts.get(("aten::eye", "decomposition"), 0) > 0
+    with profile() as prof:  # the factory's path is reported like any op's
+        torch.eye(3, device="fl")
+    assert {(o.op, o.path) for o in prof.ops()} >= {("aten::eye", "decomposition")}, prof.ops()
+    fl.set_cpu_fallback(True)  # a factory whose decomposition would need the host goes there whole, and says so
+    with profile() as prof:
+        t = torch.tril_indices(4, 3, 1, device="fl")
+    same(torch.tril_indices(4, 3, 1), t)
+    paths = {o.op: o.path for o in prof.ops()}
+    # minimal: the decomposition's arange needs float64, so the whole op is made on the host (one copy)
+    assert paths["aten::tril_indices"] == ("fallback" if backend == "minimal" else "decomposition"), paths
+    assert [o.op for o in prof.fallbacks()] == (["aten::tril_indices"] if backend == "minimal" else []), paths
 
 
 def test_convolution_forward_and_backward_by_decomposition():

@@ -1411,35 +1411,53 @@ def _local_scalar_dense(f: OpFacts, args, kwargs):
 
 def _factory(f: OpFacts, args, kwargs):
     """An op that reached the fl device with no fl tensor among its arguments: a factory asked for device
-    "fl" that PyTorch has no generic kernel for (tril_indices, _efficientzerotensor, ...). A plugin kernel
-    makes it on the device when there is one; else the host computes it and it is copied over."""
+    "fl" (torch.eye, tril_indices, _efficientzerotensor, ...). A plugin kernel makes it on the device when
+    there is one, else its decomposition on the device, else the host computes it and it is copied over;
+    the path is reported like any op's."""
     device = kwargs.get("device")
     dev = REGISTRY.device(torch.device(device).index if device is not None and torch.device(device).type == "fl"
                           else None)
+    if not _record.LISTENERS:
+        return _factory_run(f, dev, args, kwargs)[0]
+    t0, k0, b0 = time.perf_counter(), _record.KERNELS[0], _record.BYTES[0]
+    _record.DEPTH[0] += 1
+    try:
+        out, path = _factory_run(f, dev, args, kwargs)
+        _emit(f.name, dev.backend.name, path, t0, k0, b0)
+    finally:
+        _record.DEPTH[0] -= 1
+    return out
+
+
+def _factory_run(f: OpFacts, dev, args, kwargs):
+    """_factory's work; returns (result, path)."""
     if f.func is aten._efficientzerotensor.default:
         # autograd's zero gradients (sgn, ...): PyTorch's CPU one has no storage (data_ptr 0);
         # on fl it is a real zero-filled tensor, made on the device with the fill_ every plugin has
         dtype = kwargs.get("dtype") or torch.get_default_dtype()
-        return new_tensor(dev, list(args[0]), dtype).zero_()
+        return new_tensor(dev, list(args[0]), dtype).zero_(), NATIVE
     native = native_factory(f.func, dev, args, kwargs)
     if native is not None:
-        return native
+        return native, NATIVE
     if f.func in GENERIC:  # PyTorch's generic factory (empty, then an out= op torch_fl serves)
-        return _generic_kernel(f.func)(*args, **kwargs)
+        return _generic_kernel(f.func)(*args, **kwargs), DECOMPOSITION
     decomposition = DECOMPOSITIONS.get(f.func)
     active = _decomposing()
     if decomposition is not None and DECOMPOSITION not in SETTINGS.disabled and f.func not in active:
-        # torch.eye, tril_indices ... as device ops (arange, comparisons) rather than a host copy
+        # torch.eye, tril_indices ... as device ops (arange, comparisons) rather than a host copy; all on
+        # the device or not at all (a sub-op that needs the host sends the whole factory there instead)
         active.add(f.func)
+        _tls.device_only = getattr(_tls, "device_only", 0) + 1
         try:
             out = decomposition(*args, **kwargs)
         except NotImplementedError:
-            if not SETTINGS.cpu_fallback or getattr(_tls, "device_only", 0):
+            if not SETTINGS.cpu_fallback or _tls.device_only > 1:
                 raise
         else:
             _count(dev.backend, f.name, DECOMPOSITION)
-            return out
+            return out, DECOMPOSITION
         finally:
+            _tls.device_only -= 1
             active.discard(f.func)
     if not SETTINGS.cpu_fallback or getattr(_tls, "device_only", 0):
         raise NotImplementedError(
@@ -1450,8 +1468,8 @@ def _factory(f: OpFacts, args, kwargs):
     out = f.func(*args, **kwargs)
     _count(dev.backend, f.name, FALLBACK)
     if isinstance(out, torch.Tensor) and out.device.type == "cpu":
-        return cpu_to_new_fl(dev, out)
-    return out
+        return cpu_to_new_fl(dev, out), FALLBACK
+    return out, FALLBACK
 
 
 def native_factory(op, dev, args, kwargs):
