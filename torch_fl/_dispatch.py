@@ -38,7 +38,7 @@ from ._abi import ffi
 from ._dtypes import COMPLEX_CODES, TO_CODE, dtype_name
 from ._record import COPY, DECOMPOSITION, FALLBACK, JIT, NATIVE, VIEW
 from ._registry import REGISTRY
-from ._tensor import base_ptr, desc, device_of, host_view, is_fl, new_tensor, raw, storage_nbytes, with_bits
+from ._tensor import base_ptr, desc, device_of, host_view, is_dense, is_fl, new_tensor, raw, storage_nbytes, with_bits
 
 aten = torch.ops.aten
 
@@ -337,22 +337,9 @@ _ITEMSIZE = {dt: torch.empty((), dtype=dt).element_size() for dt in TO_CODE}
 def like_layout(dev, t: torch.Tensor, dtype=None) -> torch.Tensor:
     """A new fl tensor shaped like t, keeping t's strides when they are dense."""
     dtype = dtype or t.dtype
-    if _dense(t):
+    if is_dense(t):
         return new_tensor(dev, t.shape, dtype, list(t.stride()))
     return new_tensor(dev, t.shape, dtype)
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense: the strides are a permutation of a contiguous layout."""
-    if t.numel() <= 1:
-        return True
-    dims = sorted((st, s) for s, st in zip(t.shape, t.stride(), strict=True) if s != 1)
-    expected = 1
-    for st, s in dims:
-        if st != expected:
-            return False
-        expected *= s
-    return True
 
 
 # -- host <-> device transfers -------------------------------------------------
@@ -911,7 +898,7 @@ def _write_out(f: OpFacts, out: torch.Tensor, r, rule=None) -> None:
                 f"explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
                 UserWarning, stacklevel=3)
         out.resize_(r.shape)
-        if r.dim() and not r.is_contiguous() and _dense(r):
+        if r.dim() and not r.is_contiguous() and is_dense(r):
             out.as_strided_(r.shape, r.stride())
     if _overlap.has_internal_overlap(out) and not (rule is not None and rule.internal):
         _copy_unique(out, r)  # an expanded out= tensor the op's CPU kernel writes into without complaint

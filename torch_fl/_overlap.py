@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from ._tensor import base_ptr
+from ._tensor import base_ptr, is_dense
 
 INTERNAL_MESSAGE = ("unsupported operation: more than one element of the written-to tensor refers to a single "
                     "memory location. Please clone() the tensor before performing the operation.")
@@ -146,19 +146,6 @@ def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     return base_ptr(a) == base_ptr(b)
 
 
-def _dense(t: torch.Tensor) -> bool:
-    """PyTorch's is_non_overlapping_and_dense: the strides are a permutation of a contiguous layout."""
-    if t.numel() <= 1:
-        return True
-    dims = sorted((st, s) for s, st in zip(t.shape, t.stride(), strict=True) if s != 1)
-    expected = 1
-    for st, s in dims:
-        if st != expected:
-            return False
-        expected *= s
-    return True
-
-
 def has_internal_overlap(t: torch.Tensor) -> bool:
     """ATen's has_internal_overlap == YES: a stride of 0 over a dim of size > 1."""
     strides = t.stride()
@@ -173,7 +160,7 @@ def overlap_status(a: torch.Tensor, b: torch.Tensor) -> str:
         return FULL
     if a.numel() == 0 or b.numel() == 0:
         return NO
-    if not _dense(a) or not _dense(b):
+    if not is_dense(a) or not is_dense(b):
         return TOO_HARD
     a_begin = a.storage_offset() * a.element_size()
     a_end = a_begin + a.numel() * a.element_size()

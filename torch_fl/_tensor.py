@@ -89,3 +89,17 @@ def _rebuild_fl_tensor(cpu: torch.Tensor, device: str, requires_grad: bool) -> t
     if requires_grad:
         t.requires_grad_(True)
     return t
+
+
+def is_dense(t: torch.Tensor) -> bool:
+    """PyTorch's is_non_overlapping_and_dense: the strides are a permutation of a contiguous layout
+    (such a layout can be allocated as it is; the overlap rules and output allocation both ask)."""
+    if t.numel() <= 1:
+        return True
+    dims = sorted((st, s) for s, st in zip(t.shape, t.stride(), strict=True) if s != 1)
+    expected = 1
+    for st, s in dims:
+        if st != expected:
+            return False
+        expected *= s
+    return True
