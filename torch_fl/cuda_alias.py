@@ -218,9 +218,10 @@ def _local_index(device: torch.device) -> int:
 # -- the device mode ------------------------------------------------------------------------------
 
 
-def _legacy_type(arg: Any) -> bool:
-    name = arg if isinstance(arg, str) else getattr(arg, "__module__", "") + "." + getattr(arg, "__name__", "")
-    return isinstance(name, str) and name.startswith("torch.cuda.")
+def _legacy_type_name(arg: Any) -> str | None:
+    """'torch.cuda.FloatTensor' for the legacy CUDA tensor types (as a class or a string), else None."""
+    name = arg if isinstance(arg, str) else f"{getattr(arg, '__module__', '')}.{getattr(arg, '__name__', '')}"
+    return name if isinstance(name, str) and name.startswith("torch.cuda.") else None
 
 
 class _CudaDeviceMode(TorchFunctionMode):
@@ -234,7 +235,7 @@ class _CudaDeviceMode(TorchFunctionMode):
                 if new is not device:
                     kwargs = {**kwargs, "device": new}
         special = _POSITIONAL.get(func)
-        if special is not None and len(args) > 1:
+        if special is not None and args:
             args = special(args)
         elif func is _TENSOR_CUDA:
             return _tensor_cuda(*args, **(kwargs or {}))
@@ -244,16 +245,25 @@ class _CudaDeviceMode(TorchFunctionMode):
 
 
 def _first_positional(args: tuple) -> tuple:
+    if len(args) < 2:
+        return args
     new = _mapped(args[1])
     return args if new is args[1] else (args[0], new, *args[2:])
 
 
+def _parse_to(args: tuple) -> tuple:
+    """nn.Module.to(1) / .to("cuda"): the module's argument parser turns a bare index into an fl device
+    before any tensor sees it, so the device is mapped at the parser."""
+    new = _mapped(args[0])
+    return args if new is args[0] else (new, *args[1:])
+
+
 def _tensor_type(args: tuple) -> tuple:
-    if _legacy_type(args[1]):
-        raise UnsupportedCudaFeatureError(
-            f"Tensor.type({getattr(args[1], '__name__', args[1])!r}): the legacy torch.cuda.*Tensor types are not "
-            f"covered by torch_fl's cuda alias; use .to('cuda', dtype) instead (for example "
-            f".to('cuda', torch.float32))")
+    name = _legacy_type_name(args[1]) if len(args) > 1 else None
+    if name is not None:
+        raise UnsupportedCudaFeatureError(_unsupported_message(
+            f"Tensor.type({name})", "the legacy torch.cuda.*Tensor types name CUDA tensors, which fl tensors are "
+            "not", "Use .to('cuda', dtype) instead, for example .to('cuda', torch.float32)"))
     return args
 
 
@@ -268,6 +278,7 @@ _POSITIONAL: dict[Callable, Callable[[tuple], tuple]] = {
     torch.Tensor.pin_memory: _first_positional,
     torch.Tensor.is_pinned: _first_positional,
     torch.Tensor.type: _tensor_type,
+    torch._C._nn._parse_to: _parse_to,
 }
 
 
@@ -463,10 +474,8 @@ def _is_tf32_supported() -> bool:
 
 def _on(fn_name: str) -> Callable[..., Any]:
     """torch.cuda.<fn_name>(device=None) as torch.fl.<fn_name> on the fl device `device` names."""
-    target = getattr(torch.fl, fn_name)
-
     def call(device: Any = None) -> Any:
-        return target(_fl_device(device).index)
+        return getattr(torch.fl, fn_name)(_fl_device(device).index)
 
     call.__name__ = fn_name
     return call
@@ -673,8 +682,45 @@ def _cuda_location_to_fl(obj: Any, location: str) -> Any:
     return obj.to(device=_fl_for(torch.device(location).index))
 
 
+_GENERATOR = ("fl devices have no Generator objects (torch.Generator(device='fl') is unsupported too)",
+              "Draw with a CPU generator (torch.Generator().manual_seed(0)) and move the tensor with .to('cuda'), "
+              "or seed the device with torch.manual_seed()")
+
+
+class _GeneratorType(type(torch._C.Generator)):
+    """isinstance(g, torch.Generator) stays true for every generator while torch.Generator is the alias's."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, torch._C.Generator)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, torch._C.Generator)
+
+
+class Generator(torch._C.Generator, metaclass=_GeneratorType):
+    """torch.Generator while the alias is on: a CUDA device raises UnsupportedCudaFeatureError; any other
+    device gets PyTorch's own (plain torch._C.Generator) object."""
+
+    def __new__(cls, device: Any = "cpu", *args: Any, **kwargs: Any) -> torch._C.Generator:
+        if _cuda_index(kwargs.get("device", device), ints=False)[0]:
+            raise UnsupportedCudaFeatureError(_unsupported_message("torch.Generator(device='cuda')", *_GENERATOR))
+        if "device" in kwargs:
+            return torch._C.Generator(*args, **kwargs)
+        return torch._C.Generator(device, *args, **kwargs)
+
+
 def _patch_storages() -> None:
     import torch.storage as storage
+
+    base_new = torch._C.StorageBase.__new__
+
+    def storage_new(cls, *args: Any, device: Any = None, **kwargs: Any) -> Any:
+        if device is not None:
+            kwargs["device"] = _mapped(device, ints=False)
+        return base_new(cls, *args, **kwargs)
+
+    _set(torch.UntypedStorage, "__new__", storage_new)
+    _set(torch, "Generator", Generator)
 
     for cls in (storage._StorageBase, storage.TypedStorage):
         to = cls.to
@@ -841,8 +887,8 @@ def _wrap_leftover(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (AssertionError, RuntimeError) as e:
-            if "CUDA" not in str(e) or isinstance(e, FlError):
+        except (AssertionError, RuntimeError, AttributeError) as e:
+            if "cuda" not in str(e).lower() or isinstance(e, FlError):
                 raise
             raise UnsupportedCudaFeatureError(_unsupported_message(
                 f"torch.cuda.{name}", f"it reached PyTorch's CUDA runtime, which this process does not use "
