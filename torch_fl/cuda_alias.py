@@ -596,8 +596,21 @@ def _noop() -> None:
     """Nothing to do on fl: there is no CUDA context to create, and no inter-process memory to collect."""
 
 
+def _lazy_init() -> None:
+    """What PyTorch's C++ calls when a CUDA device got past the device mode (torch.cuda._lazy_init).
+
+    Usually that is a thread the mode was never entered in (TorchFunctionMode stacks are per thread):
+    the error says so. Otherwise something reached C++ without a torch function (a CUDA-only corner):
+    PyTorch's own error, which the wrapper of a leftover torch.cuda function turns into one naming it."""
+    if _MODE not in torch.overrides._get_current_function_mode_stack():
+        raise CudaAliasError("'cuda' reached PyTorch in a thread where torch_fl's cuda alias is not entered "
+                             "(its device mode is per thread, like every TorchFunctionMode): call "
+                             "torch_fl.alias_cuda() at the start of this thread")
+    raise AssertionError("Torch not compiled with CUDA enabled")
+
+
 COVERED: dict[str, Any] = {
-    "is_available": _is_available, "is_initialized": _is_available, "init": _noop, "_lazy_init": _noop,
+    "is_available": _is_available, "is_initialized": _is_available, "init": _noop, "_lazy_init": _lazy_init,
     "ipc_collect": _noop, "device_count": _device_count, "current_device": _current_device,
     "set_device": _set_device, "device": device, "device_of": device_of, "get_device_name": _get_device_name,
     "get_device_properties": _get_device_properties, "is_bf16_supported": _is_bf16_supported,

@@ -84,7 +84,6 @@ with torch.autocast("cuda"):
                          torch.is_autocast_enabled()]
 facts["autocast_after"] = torch.is_autocast_enabled("cuda")
 facts["bf16_supported"] = torch.cuda.is_bf16_supported()
-facts["tf32_default"] = [torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32]
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.benchmark = True
 torch.backends.cudnn.deterministic = True
