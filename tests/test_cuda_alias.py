@@ -159,9 +159,9 @@ def test_torch_cuda_answers_for_the_backend(aliased):
     assert facts["mem_get_info"] == [True, True]
     assert facts["devices"] == {
         "str": first, "str_last": last, "torch_device": last, "int": last, "tensor_cuda": first,
-        "tensor_cuda_last": last, "tensor_to": first, "tensor_to_kw": last, "like": first, "new": first,
-        "module_cuda": first, "module_to_int": last, "is_cuda": False, "type": "fl", "default_device": first,
-        "device_context": last}
+        "tensor_cuda_last": last, "tensor_cuda_kw": last, "storage_cuda": last, "tensor_to": first,
+        "tensor_to_kw": last, "like": first, "new": first, "module_cuda": first, "module_to_int": last,
+        "is_cuda": False, "type": "fl", "default_device": first, "device_context": last}
     assert facts["after_set_device"] == [len(devs) - 1, last]
     assert facts["in_device_block"] == 0 and facts["after_device_block"] == len(devs) - 1
     assert facts["seeded_repeat"] and facts["state_roundtrip"] and facts["initial_seed"] == 7
@@ -207,6 +207,8 @@ UNCOVERED = {
     "torch.cuda.set_per_process_memory_fraction": ("set_per_process_memory_fraction", "FL_MEMORY_POOL_LIMIT"),
     "torch.cuda.utilization": ("torch.cuda.utilization", "mem_get_info"),
     "torch.cuda.memory_stats_as_nested_dict": ("torch.cuda.memory_stats_as_nested_dict", "CUDA runtime"),
+    "init_process_group(device_id=)": ("torch.distributed.init_process_group(..., device_id=...)",
+                                       "torch.cuda.set_device(local_rank)"),
 }
 
 
@@ -258,6 +260,8 @@ def test_ddp_script_over_nccl_launched_with_torchrun(backend, tmp_path):
     devs = devices(backend) if backend != "minimal" else None
     for i, out in enumerate(ranks):
         assert out["pg_backend"] == "fl" and out["world"] == 2 and out["current_device"] == i
+        assert out["nccl"] is True and out["group_backend"] == "fl" and out["group_sum"] == [3.0, 3.0]
+        assert out["sum_device"] == out["device"]
         if devs is not None:
             assert out["device"] == devs[i]
     assert ranks[0]["device"] != ranks[1]["device"]

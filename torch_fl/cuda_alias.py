@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils import _device as _torch_device
 
 import torch_fl as fl
 from torch_fl._config import parse_bool
@@ -239,8 +240,10 @@ class _CudaDeviceMode(TorchFunctionMode):
             args = special(args)
         elif func is _TENSOR_CUDA:
             return _tensor_cuda(*args, **(kwargs or {}))
-        if _default_device_is_cuda() and func in _constructors() and (kwargs or {}).get("device") is None:
-            kwargs = {**(kwargs or {}), "device": _fl_for(_default_device().index)}
+        default = _torch_device.CURRENT_DEVICE  # torch.set_default_device / `with torch.device(...)`
+        if (default is not None and default.type == "cuda" and func in _torch_device._device_constructors()
+                and (kwargs or {}).get("device") is None):
+            kwargs = {**(kwargs or {}), "device": _fl_for(default.index)}
         return func(*args, **(kwargs or {}))
 
 
@@ -268,8 +271,7 @@ def _tensor_type(args: tuple) -> tuple:
 
 
 def _tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
-    return self.to(_fl_for(_cuda_index(device, True)[1] if device is not None else None),
-                   non_blocking=non_blocking, memory_format=memory_format)
+    return self.to(_fl_device(device), non_blocking=non_blocking, memory_format=memory_format)
 
 
 _TENSOR_CUDA = torch.Tensor.cuda
@@ -280,23 +282,6 @@ _POSITIONAL: dict[Callable, Callable[[tuple], tuple]] = {
     torch.Tensor.type: _tensor_type,
     torch._C._nn._parse_to: _parse_to,
 }
-
-
-def _default_device() -> torch.device | None:
-    from torch.utils import _device
-
-    return _device.CURRENT_DEVICE
-
-
-def _default_device_is_cuda() -> bool:
-    d = _default_device()
-    return d is not None and d.type == "cuda"
-
-
-def _constructors():
-    from torch.utils._device import _device_constructors
-
-    return _device_constructors()
 
 
 _MODE = _CudaDeviceMode()
@@ -354,6 +339,8 @@ _COMM = ("torch.cuda.comm copies between GPUs with CUDA kernels",
 _DP = ("torch.nn.DataParallel scatters and gathers through CUDA's comm kernels",
        "Run the model on one device ('cuda'), or use DistributedDataParallel with torchrun (init_process_group('nccl') "
        "is mapped to the fl process group)")
+_DEVICE_ID = ("the fl process group does not bind to a device yet (it runs collectives on the tensors' own "
+              "devices)", "Drop device_id and call torch.cuda.set_device(local_rank) before init_process_group")
 _CAPABILITY = ("an fl device has no CUDA compute capability",
                "Ask what it computes in instead: torch.cuda.is_bf16_supported(), or "
                "fl.capabilities().devices[0].dtypes")
@@ -742,8 +729,7 @@ def _patch_storages() -> None:
             return _to(self, device=_mapped(device), non_blocking=non_blocking)
 
         def cuda(self, device=None, non_blocking=False, _to=to):
-            return _to(self, device=_fl_for(_cuda_index(device, True)[1] if device is not None else None),
-                       non_blocking=non_blocking)
+            return _to(self, device=_fl_device(device), non_blocking=non_blocking)
 
         _set(cls, "to", functools.wraps(to)(mapped_to))
         _set(cls, "cuda", functools.wraps(cls.cuda)(cuda))
@@ -780,10 +766,13 @@ def _patch_distributed() -> None:
 
     init = c10d.init_process_group
 
+    def no_device_id(call: str, kwargs: dict) -> None:
+        if kwargs.get("device_id") is not None:
+            raise UnsupportedCudaFeatureError(_unsupported_message(f"{call}(..., device_id=...)", *_DEVICE_ID))
+
     @functools.wraps(init)
     def init_process_group(backend=None, *args, **kwargs):
-        if "device_id" in kwargs:
-            kwargs["device_id"] = _mapped(kwargs["device_id"])
+        no_device_id("torch.distributed.init_process_group", kwargs)
         return init(_map_pg_backend(backend), *args, **kwargs)
 
     new_group_orig = c10d.new_group
@@ -794,8 +783,7 @@ def _patch_distributed() -> None:
             kwargs["backend"] = _map_pg_backend(kwargs["backend"])
         elif len(args) > 2:
             args = (*args[:2], _map_pg_backend(args[2]), *args[3:])
-        if "device_id" in kwargs:
-            kwargs["device_id"] = _mapped(kwargs["device_id"])
+        no_device_id("torch.distributed.new_group", kwargs)
         return new_group_orig(*args, **kwargs)
 
     barrier_orig = c10d.barrier

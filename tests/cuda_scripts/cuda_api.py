@@ -26,6 +26,8 @@ facts["devices"] = {
     "int": str(torch.empty(1, device=last).device),
     "tensor_cuda": str(torch.ones(1).cuda().device),
     "tensor_cuda_last": str(torch.ones(1).cuda(last).device),
+    "tensor_cuda_kw": str(torch.ones(1).cuda(device=f"cuda:{last}").device),
+    "storage_cuda": str(torch.UntypedStorage(4).cuda(last).device),
     "tensor_to": str(torch.ones(1).to("cuda", torch.float64).device),
     "tensor_to_kw": str(torch.ones(1).to(device=f"cuda:{last}").device),
     "like": str(torch.zeros_like(torch.ones(2), device="cuda").device),
@@ -167,6 +169,8 @@ facts["unsupported"] = {
     "torch.cuda.set_per_process_memory_fraction": outcome(lambda: torch.cuda.set_per_process_memory_fraction(0.5)),
     "torch.cuda.utilization": outcome(lambda: torch.cuda.utilization()),
     "torch.cuda.memory_stats_as_nested_dict": outcome(lambda: torch.cuda.memory_stats_as_nested_dict()),
+    "init_process_group(device_id=)": outcome(
+        lambda: torch.distributed.init_process_group("nccl", device_id=torch.device("cuda", 0))),
 }
 facts["missing_device"] = outcome(lambda: torch.zeros(1, device=f"cuda:{n}"))
 facts["missing_set_device"] = outcome(lambda: torch.cuda.set_device(n))
