@@ -162,6 +162,9 @@ def test_torch_cuda_answers_for_the_backend(aliased):
         "tensor_cuda_last": last, "tensor_cuda_kw": last, "storage_cuda": last, "tensor_to": first,
         "tensor_to_kw": last, "like": first, "new": first, "module_cuda": first, "module_to_int": last,
         "is_cuda": False, "type": "fl", "default_device": first, "device_context": last}
+    assert facts["legacy"] == [[first, "torch.float32"], [first, "torch.float16"], [first, "torch.int64"], [1, 2],
+                               False, "torch.FloatTensor", True]
+    assert facts["legacy_default"] == [first, "torch.float64", "cpu", "torch.float32"]
     assert facts["after_set_device"] == [len(devs) - 1, last]
     assert facts["in_device_block"] == 0 and facts["after_device_block"] == len(devs) - 1
     assert facts["seeded_repeat"] and facts["state_roundtrip"] and facts["initial_seed"] == 7
@@ -202,7 +205,7 @@ UNCOVERED = {
     "torch.cuda.get_device_properties().major": ("get_device_properties().major", "is_bf16_supported"),
     "torch.nn.DataParallel": ("torch.nn.DataParallel", "DistributedDataParallel"),
     "torch.Generator(device='cuda')": ("torch.Generator(device='cuda')", "CPU generator"),
-    "torch.cuda.FloatTensor": ("Tensor.type(torch.cuda.FloatTensor)", ".to('cuda', dtype)"),
+    "torch.cuda.sparse.FloatTensor": ("torch.cuda.sparse.FloatTensor", "dense on 'cuda'"),
     "torch.cuda.ExternalStream": ("torch.cuda.ExternalStream", "torch.cuda.Stream()"),
     "torch.cuda.set_per_process_memory_fraction": ("set_per_process_memory_fraction", "FL_MEMORY_POOL_LIMIT"),
     "torch.cuda.utilization": ("torch.cuda.utilization", "mem_get_info"),

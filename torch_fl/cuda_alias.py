@@ -238,8 +238,8 @@ class _CudaDeviceMode(TorchFunctionMode):
         special = _POSITIONAL.get(func)
         if special is not None and args:
             args = special(args)
-        elif func is _TENSOR_CUDA:
-            return _tensor_cuda(*args, **(kwargs or {}))
+        elif func in _DIRECT:
+            return _DIRECT[func](*args, **(kwargs or {}))
         default = _torch_device.CURRENT_DEVICE  # torch.set_default_device / `with torch.device(...)`
         if (default is not None and default.type == "cuda" and func in _torch_device._device_constructors()
                 and (kwargs or {}).get("device") is None):
@@ -261,26 +261,82 @@ def _parse_to(args: tuple) -> tuple:
     return args if new is args[0] else (new, *args[1:])
 
 
-def _tensor_type(args: tuple) -> tuple:
-    name = _legacy_type_name(args[1]) if len(args) > 1 else None
-    if name is not None:
-        raise UnsupportedCudaFeatureError(_unsupported_message(
-            f"Tensor.type({name})", "the legacy torch.cuda.*Tensor types name CUDA tensors, which fl tensors are "
-            "not", "Use .to('cuda', dtype) instead, for example .to('cuda', torch.float32)"))
-    return args
+_LEGACY_DTYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
+                  "BFloat16Tensor": torch.bfloat16, "LongTensor": torch.int64, "IntTensor": torch.int32,
+                  "ShortTensor": torch.int16, "CharTensor": torch.int8, "ByteTensor": torch.uint8,
+                  "BoolTensor": torch.bool}
+_SPARSE = ("sparse CUDA tensors have no fl counterpart in the alias",
+           "Build the sparse tensor on the CPU, or keep it dense on 'cuda'")
+
+
+def _legacy_dtype(name: str) -> torch.dtype:
+    """The dtype of a legacy CUDA tensor type ('torch.cuda.HalfTensor' -> float16); sparse ones raise."""
+    short = name.rsplit(".", 1)[-1]
+    if ".sparse." in name or short not in _LEGACY_DTYPES:
+        raise UnsupportedCudaFeatureError(_unsupported_message(name, *_SPARSE))
+    return _LEGACY_DTYPES[short]
+
+
+def _tensor_type(self, dtype=None, non_blocking=False, **kwargs):
+    """x.type(torch.cuda.FloatTensor) / x.type('torch.cuda.HalfTensor'): to the current fl device in that dtype
+    (the legacy types' meaning); every other use of Tensor.type is PyTorch's."""
+    name = _legacy_type_name(dtype) if dtype is not None else None
+    if name is None:
+        return torch.Tensor.type(self) if dtype is None else torch.Tensor.type(self, dtype, non_blocking, **kwargs)
+    return self.to(fl.current_device(), _legacy_dtype(name), non_blocking=non_blocking)
+
+
+class _LegacyTensorType(type):
+    """The legacy torch.cuda.FloatTensor-style classes under the alias: calling one builds the tensor on the
+    current fl device; isinstance() is False, as for every check that asks whether a tensor is a CUDA one."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return False
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return getattr(torch, cls.__name__)(*args, **kwargs).to(fl.current_device())
+
+
+def _legacy_class(name: str) -> type:
+    return _LegacyTensorType(name, (), {"__module__": "torch.cuda", "dtype": _LEGACY_DTYPES[name],
+                                        "__doc__": f"torch.cuda.{name} on the current fl device (cuda alias)."})
+
+
+def _set_default_tensor_type(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def set_default_tensor_type(t: Any) -> None:
+        """torch.set_default_tensor_type('torch.cuda.FloatTensor'): what it meant, the default dtype and
+        the default device 'cuda' (set_default_dtype + set_default_device, as PyTorch now spells it)."""
+        name = _legacy_type_name(t)
+        if name is None:
+            if _state.get("legacy_default"):  # a CPU type after a CUDA one: back to the CPU
+                torch.set_default_device(None)
+                _state["legacy_default"] = False
+            return original(t)
+        dtype = _legacy_dtype(name)
+        if not dtype.is_floating_point:
+            raise TypeError("only floating-point types are supported as the default type")
+        torch.set_default_dtype(dtype)
+        torch.set_default_device("cuda")
+        _state["legacy_default"] = True
+        return None
+
+    return set_default_tensor_type
 
 
 def _tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
     return self.to(_fl_device(device), non_blocking=non_blocking, memory_format=memory_format)
 
 
-_TENSOR_CUDA = torch.Tensor.cuda
-_POSITIONAL: dict[Callable, Callable[[tuple], tuple]] = {
+_POSITIONAL: dict[Callable, Callable[[tuple], tuple]] = {  # functions whose positional device is mapped
     torch.Tensor.to: _first_positional,
     torch.Tensor.pin_memory: _first_positional,
     torch.Tensor.is_pinned: _first_positional,
-    torch.Tensor.type: _tensor_type,
     torch._C._nn._parse_to: _parse_to,
+}
+_DIRECT: dict[Callable, Callable[..., Any]] = {  # functions the alias answers itself
+    torch.Tensor.cuda: _tensor_cuda,
+    torch.Tensor.type: _tensor_type,
 }
 
 
@@ -927,6 +983,10 @@ def _install() -> None:
         if (not name.startswith("_") and inspect.isfunction(value) and name not in COVERED
                 and name not in UNSUPPORTED and value.__module__.startswith("torch.cuda")):
             _replace_everywhere(name, _wrap_leftover(name, value))
+    for name in _LEGACY_DTYPES:
+        if hasattr(torch.cuda, name):
+            _set(torch.cuda, name, _legacy_class(name))
+    _set(torch, "set_default_tensor_type", _set_default_tensor_type(torch.set_default_tensor_type))
     _patch_amp()
     _patch_storages()
     _patch_distributed()

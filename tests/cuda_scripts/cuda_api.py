@@ -49,6 +49,17 @@ with torch.cuda.device(0):
 facts["after_device_block"] = torch.cuda.current_device()
 torch.cuda.set_device(0)
 
+# the legacy tensor types of older CUDA code
+legacy = [torch.ones(2).type(torch.cuda.FloatTensor), torch.ones(2).type("torch.cuda.HalfTensor"),
+          torch.cuda.LongTensor([1, 2])]
+facts["legacy"] = [[str(t.device), str(t.dtype)] for t in legacy] + [
+    legacy[2].cpu().tolist(), isinstance(legacy[0], torch.cuda.FloatTensor), torch.ones(1).type(),
+    torch.ones(2).type(torch.DoubleTensor).dtype == torch.float64]
+torch.set_default_tensor_type("torch.cuda.DoubleTensor")
+facts["legacy_default"] = [str(torch.zeros(1).device), str(torch.zeros(1).dtype)]
+torch.set_default_tensor_type(torch.FloatTensor)
+facts["legacy_default"] += [str(torch.zeros(1).device), str(torch.zeros(1).dtype)]
+
 # random numbers: seeded runs repeat, the state round-trips
 torch.cuda.manual_seed(7)
 a = torch.randn(4, device="cuda")
@@ -164,7 +175,7 @@ facts["unsupported"] = {
     "torch.cuda.get_device_properties().major": outcome(lambda: torch.cuda.get_device_properties().major),
     "torch.nn.DataParallel": outcome(lambda: torch.nn.DataParallel(torch.nn.Linear(2, 2))),
     "torch.Generator(device='cuda')": outcome(lambda: torch.Generator(device="cuda")),
-    "torch.cuda.FloatTensor": outcome(lambda: torch.ones(1).type(torch.cuda.FloatTensor)),
+    "torch.cuda.sparse.FloatTensor": outcome(lambda: torch.ones(1).type("torch.cuda.sparse.FloatTensor")),
     "torch.cuda.ExternalStream": outcome(lambda: torch.cuda.ExternalStream(0)),
     "torch.cuda.set_per_process_memory_fraction": outcome(lambda: torch.cuda.set_per_process_memory_fraction(0.5)),
     "torch.cuda.utilization": outcome(lambda: torch.cuda.utilization()),
