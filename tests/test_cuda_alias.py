@@ -415,3 +415,32 @@ def test_magic_fl_backend_as_cuda():
     """)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.startswith("UsageError torch_fl's cuda alias stays off: this PyTorch sees a real CUDA"), r.stdout
+
+
+def test_a_failure_while_turning_on_leaves_torch_cuda_as_it_was():
+    """No half-done alias: if installing the replacements fails part-way (here the distributed step), every
+    replacement made so far is undone and the error goes on."""
+    r = run_code("""
+        import torch, torch_fl as fl
+        from torch_fl import cuda_alias
+        before = (torch.cuda.is_available, torch.cuda.device_count, torch.amp.GradScaler.__init__,
+                  torch.Generator, torch.UntypedStorage.__dict__.get("__new__"))
+        def broken():
+            raise RuntimeError("simulated failure")
+        cuda_alias._patch_distributed = broken
+        try:
+            fl.alias_cuda()
+        except RuntimeError as e:
+            print("raised", e)
+        after = (torch.cuda.is_available, torch.cuda.device_count, torch.amp.GradScaler.__init__,
+                 torch.Generator, torch.UntypedStorage.__dict__.get("__new__"))
+        print(cuda_alias.is_active(), torch.cuda.is_available(), before == after, len(cuda_alias._originals))
+        try:
+            torch.zeros(1, device="cuda")
+        except AssertionError as e:
+            print(e)
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines() == ["raised simulated failure", "False False True 0",
+                                     "Torch not compiled with CUDA enabled"]
+    assert not alias_lines(r.stderr)

@@ -66,7 +66,10 @@ class UnsupportedCudaFeatureError(FlError, NotImplementedError):
 
 _lock = threading.RLock()
 _state: dict[str, Any] = {"active": False, "forced": False, "nccl_said": False}
-_originals: dict[str, Any] = {}  # "module:attr" -> what the alias replaced (kept for the record and tests)
+_MISSING = object()
+# (owner, name, what was in owner.__dict__ or _MISSING), in the order the alias replaced them: what
+# _restore() puts back if turning the alias on fails half-way
+_originals: list[tuple[Any, str, Any]] = []
 _mode_threads: set[int] = set()
 
 
@@ -102,7 +105,11 @@ def alias_cuda(force: bool = False) -> str:
                                  "already means it. Call alias_cuda(force=True) (or set FL_ALIAS_CUDA=force) to "
                                  "send 'cuda' to the fl backend anyway")
         backend = fl.get_current_backend_name()  # FL_BACKEND, the config file, or auto
-        _install()
+        try:
+            _install()
+        except BaseException:
+            _restore()
+            raise
         _state.update(active=True, forced=bool(force))
         _enter_mode()
     devices = ", ".join(f"cuda:{i} -> {d}" for i, d in enumerate(_devices(backend)))
@@ -915,9 +922,21 @@ def _patch_extensions(cpp_extension: Any) -> None:
 
 
 def _set(owner: Any, name: str, value: Any) -> None:
-    key = f"{getattr(owner, '__name__', owner)}:{name}"
-    _originals.setdefault(key, owner.__dict__.get(name, getattr(owner, name, None)))
+    _originals.append((owner, name, owner.__dict__.get(name, _MISSING)))
     setattr(owner, name, value)
+
+
+def _restore() -> None:
+    """Undo every replacement, newest first: a failure while turning the alias on must not leave half of
+    torch.cuda answering for fl (the half-done alias the issue warns about)."""
+    while _originals:
+        owner, name, value = _originals.pop()
+        if value is _MISSING:
+            with contextlib.suppress(AttributeError):
+                delattr(owner, name)
+        else:
+            setattr(owner, name, value)
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PatchOnImport)]
 
 
 def _cuda_modules() -> list[Any]:
