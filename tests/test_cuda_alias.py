@@ -165,6 +165,7 @@ def test_torch_cuda_answers_for_the_backend(aliased):
     assert facts["legacy"] == [[first, "torch.float32"], [first, "torch.float16"], [first, "torch.int64"], [1, 2],
                                False, "torch.FloatTensor", True]
     assert facts["legacy_default"] == [first, "torch.float64", "cpu", "torch.float32"]
+    assert facts["legacy_int_default"] == ["TypeError", "only floating-point types are supported as the default type"]
     assert facts["after_set_device"] == [len(devs) - 1, last]
     assert facts["in_device_block"] == 0 and facts["after_device_block"] == len(devs) - 1
     assert facts["seeded_repeat"] and facts["state_roundtrip"] and facts["initial_seed"] == 7
@@ -299,11 +300,20 @@ def test_off_by_default_cuda_stays_cuda():
 def test_alias_cuda_from_python_follows_the_current_backend_and_threads_opt_in():
     r = run_code("""
         import threading, torch, torch_fl as fl
-        from torch_fl.cuda_alias import is_active
+        import torch.utils.cpp_extension  # imported before the alias: patched at once, not on import
+        from torch_fl.cuda_alias import UnsupportedCudaFeatureError, is_active
         print(is_active(), torch.cuda.is_available())
         fl.set_backend("rocm")
         print(fl.alias_cuda(), fl.alias_cuda(), is_active(), torch.zeros(1, device="cuda:1").device,
               torch.backends.cuda.matmul.allow_tf32)  # TF32 stays off by default, as on CUDA
+        try:
+            torch.utils.cpp_extension.CUDAExtension("k", ["k.cu"])
+        except UnsupportedCudaFeatureError as e:
+            print(str(e).split(" is not covered")[0])
+        try:  # what PyTorch's C++ calls when a CUDA device got past the mapping in a thread that has it
+            torch.cuda._lazy_init()
+        except AssertionError as e:
+            print(e)
         fl.set_backend("minimal")  # 'cuda' follows the current backend
         print(torch.cuda.device_count(), torch.ones(1).cuda().device, torch.cuda.get_device_name())
         seen = []
@@ -321,7 +331,8 @@ def test_alias_cuda_from_python_follows_the_current_backend_and_threads_opt_in()
     assert r.returncode == 0, r.stderr
     minimal = devices("minimal")[0]
     assert r.stdout.splitlines() == [
-        "False False", f"rocm rocm True {devices('rocm')[1]} False",
+        "False False", f"rocm rocm True {devices('rocm')[1]} False", "torch.utils.cpp_extension.CUDAExtension",
+        "Torch not compiled with CUDA enabled",
         f"1 {minimal} {torch.fl.get_device_name(torch.device(minimal).index)}",
         f"[\"'cuda' reached PyTorch in a thread where torch_fl's cuda alias is not entered (its device mode is per "
         f"thread, like every TorchFunctionMode): call torch_fl.alias_cuda() at the start of this thread\", "

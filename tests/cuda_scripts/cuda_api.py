@@ -59,6 +59,10 @@ torch.set_default_tensor_type("torch.cuda.DoubleTensor")
 facts["legacy_default"] = [str(torch.zeros(1).device), str(torch.zeros(1).dtype)]
 torch.set_default_tensor_type(torch.FloatTensor)
 facts["legacy_default"] += [str(torch.zeros(1).device), str(torch.zeros(1).dtype)]
+try:
+    torch.set_default_tensor_type(torch.cuda.LongTensor)
+except TypeError as e:
+    facts["legacy_int_default"] = [type(e).__name__, str(e)]
 
 # random numbers: seeded runs repeat, the state round-trips
 torch.cuda.manual_seed(7)
