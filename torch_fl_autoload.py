@@ -29,6 +29,10 @@ def load() -> None:
         return
     finally:
         loading = False
+    if not hasattr(torch_fl, "alias_cuda"):
+        # `import torch` ran from inside torch_fl's own import (`import torch_fl` before torch, or
+        # `python -m torch_fl.cli`): torch_fl is half-initialised here and honours FL_ALIAS_CUDA at its end
+        return
     try:
         torch_fl.cuda_alias.from_environment()
     except Exception as e:  # noqa: BLE001 - torch itself must stay importable

@@ -381,6 +381,19 @@ def test_a_bad_value_is_a_config_error_and_costs_import_torch_only_a_warning():
     assert f"torch_fl could not register the fl device at `import torch`: ConfigError: {message}" in r.stderr
 
 
+def test_torch_fl_imported_before_torch_turns_the_alias_on_once():
+    """`import torch_fl` first (or `python -m torch_fl.cli`) imports torch from inside torch_fl's import, so the
+    autoload entry point meets a half-initialised torch_fl: it leaves the alias to torch_fl's own import."""
+    r = run_code("import torch_fl, torch; print(torch.cuda.is_available(), torch.ones(1).cuda().device)",
+                 {"FL_ALIAS_CUDA": "1", "FL_BACKEND": "minimal"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["True", devices("minimal")[0]]
+    assert len(alias_lines(r.stderr)) == 1 and "Warning" not in r.stderr, r.stderr[-3000:]
+    r = run(["-m", "torch_fl.cli", "explain", "aten::add.Tensor"], {"FL_ALIAS_CUDA": "1", "FL_BACKEND": "minimal"})
+    assert r.returncode == 0 and "aten::add.Tensor (float32) on backend 'minimal'" in r.stdout, r.stderr[-3000:]
+    assert len(alias_lines(r.stderr)) == 1 and "Warning" not in r.stderr, r.stderr[-3000:]
+
+
 def test_an_alias_that_cannot_turn_on_at_import_torch_leaves_the_fl_device():
     r = run_code("import torch; print(torch.cuda.is_available(), hasattr(torch, 'fl'))",
                  {"FL_ALIAS_CUDA": "1", "FL_BACKEND": "nvidia"})
