@@ -1,6 +1,6 @@
 """IPython magics for torch_fl: `%load_ext fl_magics`.
 
-    %fl_backend [NAME] [--move NAME ...] [--caps]   show or switch the fl backend
+    %fl_backend [NAME] [--move NAME ...] [--caps] [--as-cuda]   show or switch the fl backend
     %%fl_profile [-o NAME] [--backend X] [--compare X] [--top N]
     %fl_caps [BACKEND]                              the capability explorer widget
     %fl_explain OP [--dtype D]                      the path OP takes on each backend, and why
@@ -124,27 +124,46 @@ class FlMagics(Magics):
     @argument("--move", nargs="+", default=[], metavar="NAME",
               help="models, tensors or optimizers in the namespace to move to the new backend's device")
     @argument("--caps", action="store_true", help="show the new backend's capability table")
+    @argument("--as-cuda", action="store_true",
+              help="also run code written for CUDA ('cuda', .cuda(), torch.cuda.*) on the fl backend: "
+                   "torch_fl.alias_cuda(), for the rest of the session")
     def fl_backend(self, line: str):
         """Show the current fl backend and the available ones, or switch backend
         live: new tensors go to the new backend, existing ones stay valid where
-        they are (move named ones with --move)."""
+        they are (move named ones with --move). With --as-cuda, 'cuda' means the
+        fl backend from then on (the cuda alias follows later switches)."""
+        from torch_fl.cuda_alias import CudaAliasError, is_active
+
         args = _parse(self.fl_backend, line)
         if not args.backend:
             if args.move:
                 raise UsageError("--move needs a backend to move to: %fl_backend NAME --move ...")
-            print(f"current fl backend: {fl.get_current_backend_name()} ({fl.current_device()})")
+            if args.as_cuda:
+                self._alias_cuda(CudaAliasError)
+            print(f"current fl backend: {fl.get_current_backend_name()} ({fl.current_device()})"
+                  + ("; 'cuda' runs here too (cuda alias)" if is_active() else ""))
             print(fl.list_backends().render())
             return None
         name = _backend_or_usage(args.backend)
         movable = {n: self._movable(n) for n in args.move}  # every argument checked before anything changes
         fl.set_backend(name)
+        if args.as_cuda:
+            self._alias_cuda(CudaAliasError)
         device = fl.current_device()
         for n, obj in movable.items():
             self._move(n, obj, device)
-        print(f"fl backend: {name} ({device})" + (f"; moved {', '.join(movable)}" if movable else ""))
+        print(f"fl backend: {name} ({device})" + (f"; moved {', '.join(movable)}" if movable else "")
+              + ("; 'cuda' runs here too (cuda alias)" if is_active() else ""))
         if args.caps:
             display(fl.capabilities(name))
         return None
+
+    @staticmethod
+    def _alias_cuda(refused: type[Exception]) -> None:
+        try:
+            fl.alias_cuda()
+        except refused as e:  # a real CUDA device: the magic says why instead of a traceback
+            raise UsageError(str(e)) from None
 
     def _movable(self, name: str):
         """The namespace object `--move NAME` names, if it is one that can move."""

@@ -23,7 +23,8 @@ def test_the_notebooks_exist():
     names = [os.path.basename(p) for p in NOTEBOOKS]
     assert names == ["01_quickstart.ipynb", "02_switching_backends.ipynb", "03_capability_explorer.ipynb",
                      "04_profiling_and_fallbacks.ipynb", "05_precision_alignment.ipynb",
-                     "06_writing_a_plugin.ipynb", "07_fusion.ipynb", "08_distributed.ipynb"]
+                     "06_writing_a_plugin.ipynb", "07_fusion.ipynb", "08_distributed.ipynb",
+                     "09_cuda_code.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)

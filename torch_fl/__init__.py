@@ -43,6 +43,9 @@ from .transfer import non_blocking_to
 
 __version__ = "0.1.0"
 
+from . import cuda_alias  # noqa: E402 - FL_ALIAS_CUDA is checked before anything is registered
+
+cuda_alias.requested()  # a bad FL_ALIAS_CUDA value raises ConfigError here, like every FL_* variable
 _device.register()  # the fl device, its C++ core and the plugins
 _dispatch.install()  # every op the core does not serve goes to the dispatcher
 amp.register()  # autocast kernels for the fl device
@@ -53,6 +56,11 @@ try:  # registers the "fl" process-group backend with torch.distributed
 except ImportError:  # a PyTorch build without torch.distributed
     distributed = None  # type: ignore[assignment]
 
+from .cuda_alias import alias_cuda  # noqa: E402
+
+if not cuda_alias.autoload_in_progress():  # the autoload entry point turns it on itself, with its own message
+    cuda_alias.from_environment()  # FL_ALIAS_CUDA=1: code written for CUDA runs on the active fl backend
+
 __all__ = [
     "AlignmentReport",
     "CompiledModel",
@@ -62,6 +70,7 @@ __all__ = [
     "Coverage",
     "coverage",
     "align",
+    "alias_cuda",
     "amp",
     "autocast",
     "keep_float32",
