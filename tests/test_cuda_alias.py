@@ -249,19 +249,20 @@ def ddp_reference(steps: int = 3) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("backend", ["rocm", "minimal"])
+@pytest.mark.parametrize("backend", ["rocm", "ascend", "minimal"])
 def test_ddp_script_over_nccl_launched_with_torchrun(backend, tmp_path):
     """Two ranks, each on its own device of the backend (`torch.cuda.set_device(local_rank)`), so the backend
-    needs two devices: rocm has two, minimal gets a second from FL_MINIMAL_DEVICES. These two cover both
-    collective paths (rocm: the plugin's collectives; minimal: the CPU relay, which ascend and cpu take too);
-    the cpu backend has one device, where cuda:1 raises as on a one-GPU machine (test_torch_cuda_answers_...).
-    Two backends, not four: each launch starts three interpreters."""
-    env = {"FL_ALIAS_CUDA": "1", "FL_BACKEND": backend, "FL_MINIMAL_DEVICES": "2" if backend == "minimal" else None}
+    needs two devices: rocm has two, ascend and minimal get a second from FL_ASCEND_DEVICES /
+    FL_MINIMAL_DEVICES (rocm: the plugin's collectives; ascend and minimal: the CPU relay). The cpu backend
+    has one device, where cuda:1 raises as on a one-GPU machine (test_torch_cuda_answers_...)."""
+    env = {"FL_ALIAS_CUDA": "1", "FL_BACKEND": backend,
+           "FL_MINIMAL_DEVICES": "2" if backend == "minimal" else None,
+           "FL_ASCEND_DEVICES": "2" if backend == "ascend" else None}
     r = run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
              os.path.join(SCRIPTS, "ddp_nccl.py"), str(tmp_path)], env, cwd=str(tmp_path))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     ranks = [torch.load(tmp_path / f"rank{i}.pt") for i in range(2)]
-    devs = devices(backend) if backend != "minimal" else None
+    devs = devices(backend) if backend == "rocm" else None
     for i, out in enumerate(ranks):
         assert out["pg_backend"] == "fl" and out["world"] == 2 and out["current_device"] == i
         assert out["nccl"] is True and out["group_backend"] == "fl" and out["group_sum"] == [3.0, 3.0]
