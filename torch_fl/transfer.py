@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._registry import REGISTRY
+from .runtime import REGISTRY
 
 
 def non_blocking_to(t: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:
