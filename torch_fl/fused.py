@@ -13,7 +13,11 @@ route).
 Also here: the GEMM-epilogue, residual-add + LayerNorm and attention-with-
 dropout ops the `rocm` emulator has kernels for (`fl::linear_act`,
 `fl::linear_add_layer_norm`, `fl::add_layer_norm`, `fl::attention_dropout`,
-each with a one-kernel backward op); see the section below."""
+each with a one-kernel backward op); see the section below.
+
+Importing this module (torch_fl does) defines the ops and registers their
+reference decompositions with the dispatcher's table (dispatch.DECOMPOSITIONS),
+so every backend without a kernel runs them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Host-to-device transfers that overlap with compute (see _async.py)."""
+"""Host-to-device transfers that overlap with compute (see runtime/async_copy.py)."""
 
 from __future__ import annotations
 

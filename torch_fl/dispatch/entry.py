@@ -199,7 +199,6 @@ def _prims_served() -> set:
     return found
 
 
-
 def _native_generic_ops() -> set:
     """Ops some loaded plugin has a kernel for whose PyTorch kernel for other backends is generic
     (CompositeExplicitAutograd: native_layer_norm as mean/var/..., embedding as index_select): taken at

@@ -12,6 +12,7 @@ from . import argcheck, overlap
 
 aten = torch.ops.aten
 
+
 class OpFacts:
     """What the schema says about an op, computed once per OpOverload."""
 

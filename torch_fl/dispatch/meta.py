@@ -32,6 +32,7 @@ from .plan import compute
 
 aten = torch.ops.aten
 
+
 def view_of(base: torch.Tensor, m):
     """The fl views a meta computation describes (m: meta tensor(s) laid over base's storage)."""
     if isinstance(m, torch.Tensor):

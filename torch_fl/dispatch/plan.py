@@ -89,7 +89,6 @@ def _device_of(name: str, vals):
     return dev
 
 
-
 # -- plans ---------------------------------------------------------------------
 
 
@@ -112,12 +111,10 @@ class Plan:
         return next((p for p in self.paths if p not in self.failed), None)
 
 
-
-
 class ThreadState(threading.local):
     """Per-thread dispatcher state; class defaults make the hot-path reads cheap."""
 
-    active: set | None = None  # ops whose decomposition is running (see _decomposing)
+    active: set | None = None  # ops whose decomposition is running (see decomposing)
     device_only = 0  # > 0 inside a decomposition that must stay on the device
 
 
@@ -129,8 +126,6 @@ def decomposing() -> set:
     if s is None:
         s = TLS.active = set()
     return s
-
-
 
 
 def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
@@ -224,9 +219,6 @@ def _complex_note(backend, dtypes, dev_mask: int) -> str | None:
     if not any((dev_mask >> c) & 1 for c in COMPLEX_CODES):
         return f"fl backend '{backend.name}' computes in no complex dtype (its device's dtype mask has none)"
     return None
-
-
-
 
 
 def compute(f: OpFacts, args, kwargs):
@@ -474,8 +466,6 @@ def _emit(name, backend, path, t0, k0, b0) -> None:
                                events.BYTES[0] - b0, events.DEPTH[0] - 1, t0))
 
 
-
-
 # -- factories: ops dispatched to the fl device without an fl tensor argument ---
 
 
@@ -509,8 +499,6 @@ def _factory(f: OpFacts, args, kwargs):
     return out
 
 
-
-
 GENERIC: set = set()  # ops taken at the fl key whose PyTorch generic kernel serves backends without a kernel
 GENERIC_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse2)
 
@@ -522,8 +510,6 @@ def generic_kernel(op):
         return op.redispatch(GENERIC_KEYS, *args, **kwargs)
 
     return run
-
-
 
 
 def composite(f: OpFacts, args, kwargs):

@@ -4,8 +4,8 @@ gather, scatter (src / value), scatter_add, scatter.reduce and
 scatter_reduce.two are one loop over the index tensor each: read an index,
 check it, and either load from `self` at it (gather) or fold `src` into the
 output at it (the scatters). The fold is what differs, so it is spliced into
-a fixed loop, as for reductions (_jit_reduce). index_select, embedding, flip,
-roll and advanced indexing decompose into these (torch_fl/_decompositions.py),
+a fixed loop, as for reductions (reduce.py). index_select, embedding, flip,
+roll and advanced indexing decompose into these (torch_fl/dispatch/decompositions/general.py),
 which is how a chip with a few dozen primitive kernels indexes at all.
 
 Rank and dtypes are fixed in the source, sizes, strides and `dim` are read

@@ -18,6 +18,7 @@ from .render import DTYPES, Unsupported
 
 STATS = {"compiled": 0, "memory_hits": 0, "compile_s": 0.0, "failures": 0}
 
+
 def fresh_layouts(f, vals):
     """The layouts (shape, strides, dtype) of an op's results, from its meta function, when every
     one is a fresh tensor in a dtype the generated C can store; else None (not for the JIT)."""
@@ -112,7 +113,6 @@ def compile_source(name: str, dev: Any, src: str, symbol: str, t0: float | None 
         return None
     STATS["compiled"] += 1
     return Entry(out[0])
-
 
 
 FAILURES: dict[tuple[str, str], str] = {}

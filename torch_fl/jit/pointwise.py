@@ -62,7 +62,7 @@ _BINARY = {
 }
 
 # Special functions: the mathematics lives once in plugins_cffi/host/fl_special_math.h (shipped as
-# torch_fl/_include/fl_special_math.h), shared with the host plugin's native kernels; a kernel that
+# torch_fl/runtime/include/fl_special_math.h), shared with the host plugin's native kernels; a kernel that
 # calls one gets that header in its source. Keys are packet names of aten and prims ops alike.
 _SPECIAL_UNARY = {
     "lgamma": "lgamma({0})", "digamma": "fl_sp_digamma({0})", "special_psi": "fl_sp_digamma({0})",
@@ -491,7 +491,6 @@ int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, co
 }}
 """
     return src, symbol
-
 
 
 class PointwiseKernel(Kernel):

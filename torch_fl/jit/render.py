@@ -186,7 +186,6 @@ def c_store(t: str, dtype, off: str, expr: str, integer: bool = False) -> str:
     return f"(({c} *){t}.data)[{off}] = ({c})trunc({expr});"
 
 
-
 def dtype_code(dtype) -> int:
     """The ABI's fl_dtype_t code of a dtype."""
     return TO_CODE[dtype]

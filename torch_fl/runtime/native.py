@@ -274,7 +274,6 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
     return tuple(outs)
 
 
-
 def native_factory(f, dev, args, kwargs):
     """A factory (arange, ...) the plugin has a kernel for: allocated and filled on the device. The
     output layout comes from the meta device; the kernel sees the op's scalar arguments. f describes

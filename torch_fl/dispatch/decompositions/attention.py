@@ -37,7 +37,6 @@ def sdpa_fused_eligible(q, k, v, dropout_p: float, enable_gqa: bool) -> bool:
             and bool((bwd.dtypes >> code) & 1) and bool((dev.props.dtypes >> code) & 1))
 
 
-
 def sdpa_scores(query, key, attn_bias, is_causal, scale):
     e = query.shape[-1]
     s = scale if scale is not None else e ** -0.5

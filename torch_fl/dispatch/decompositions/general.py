@@ -5,7 +5,7 @@ entries bottom out in prims no plugin has (prims.rev for flip), in ops that
 are themselves hard (index_select -> advanced indexing), or are missing (the
 random *_like factories). These rewrite such ops into primitives every plugin
 has (empty_like, uniform_, normal_, copy_, arange) and into gather, which the
-JIT tier generates where a plugin lacks it (_jit_index). The rest follow the
+JIT tier generates where a plugin lacks it (torch_fl/jit/index.py). The rest follow the
 same idea for ops whose result size depends on the data (nonzero, masked_select,
 bool-mask indexing, unique: a device running count, then one host read of the
 count), for search and histograms (comparisons and sums), and for ops PyTorch
@@ -605,6 +605,6 @@ def register(table: dict) -> None:
     table[aten.nonzero.default] = _nonzero
     table[aten.masked_select.default] = _masked_select
     # PyTorch's scans decompose into a sum over a triangular mask: O(n^2) memory. The JIT row
-    # kernels (_jit_rows) or the CPU fallback serve them instead.
+    # kernels (torch_fl/jit/rows.py) or the CPU fallback serve them instead.
     for op in (aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default):
         table.pop(op, None)
