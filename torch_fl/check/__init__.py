@@ -113,7 +113,7 @@ def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: floa
     done: set[str] = set()
     for _attempt in range(64):  # each crash or hang costs one attempt
         cmd = spawn.python_command("torch_fl.check.worker", target, "--ops", ops, "--samples", str(samples),
-                                         "--skip", ",".join(sorted(done)))
+                                   "--skip", ",".join(sorted(done)))
         run = _WorkerRun(cmd, env, timeout)
         for kind, payload in run.events():
             if kind == "ROW":

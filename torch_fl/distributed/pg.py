@@ -314,11 +314,10 @@ class ProcessGroupFl(dist.ProcessGroup):
             run()
             if events.LISTENERS:
                 events.emit(events.OpEvent(label, backend_name, path, time.perf_counter() - t0, 0, staged, 0, t0,
-                                             comm_bytes=comm_bytes))
+                                           comm_bytes=comm_bytes))
 
-        work = FlWork(f"{what} ({path})", execute, result, self._timeout_s)
-        if method == "recv" and peer is not None:
-            work._source_rank = peer
+        source = peer if method == "recv" and peer is not None else -1
+        work = FlWork(f"{what} ({path})", execute, result, self._timeout_s, source_rank=source)
         opts = args[-1]
         return self._worker.submit(work, inline=getattr(opts, "asyncOp", True) is False)
 

@@ -65,7 +65,7 @@ class FlWork(dist.Work):
     the worker thread and raises its error; get_future() gives DDP's reducer a
     torch Future completed with the op's output tensors."""
 
-    def __init__(self, what: str, fn: Callable[[], None], result: list, timeout_s: float):
+    def __init__(self, what: str, fn: Callable[[], None], result: list, timeout_s: float, source_rank: int = -1):
         super().__init__()
         self.what = what
         self._fn = fn
@@ -79,7 +79,7 @@ class FlWork(dist.Work):
         # the error reaches every reader.
         self._done_future: torch.futures.Future = torch.futures.Future()
         self._future = self._done_future.then(self._outcome)
-        self._source_rank = -1
+        self._source_rank = source_rank  # the peer a recv was posted for
 
     def _outcome(self, _fut) -> list:
         if self._error is not None:

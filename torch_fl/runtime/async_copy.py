@@ -74,7 +74,7 @@ def h2d(dst, src) -> None:
     events.BYTES[0] += nbytes
     if events.LISTENERS:
         events.emit(events.OpEvent("fl::copy_h2d_async", dev.backend.name, ASYNC_COPY, time.perf_counter() - t0,
-                                     0, nbytes, events.DEPTH[0], t0))
+                                   0, nbytes, events.DEPTH[0], t0))
 
 
 def _wait_key(key) -> None:
@@ -93,7 +93,7 @@ def _wait_key(key) -> None:
         STATS["wait_s"] += blocked
         if events.LISTENERS:
             events.emit(events.OpEvent("fl::copy_wait", dev.backend.name, COPY_WAIT, blocked, 0, 0,
-                                         events.DEPTH[0], t0))
+                                       events.DEPTH[0], t0))
 
 
 def pending() -> list:
