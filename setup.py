@@ -57,12 +57,12 @@ def _plugin(name, sources, blas=False):
         include_dirs.append(inc)
         library_dirs.append(libdir)
         libraries.append(lib)
-        # installed layout: site-packages/torch_fl/_plugins -> site-packages/scipy_openblas32/lib;
+        # installed layout: site-packages/torch_fl/runtime/plugins -> site-packages/scipy_openblas32/lib;
         # the loader also preloads the library, which covers editable installs
-        rpaths = ["$ORIGIN/../../scipy_openblas32/lib", libdir]
+        rpaths = ["$ORIGIN/../../../scipy_openblas32/lib", libdir]
         macros.append(("FL_HAVE_BLAS", "1"))
     return Extension(
-        f"torch_fl._plugins.{name}",
+        f"torch_fl.runtime.plugins.{name}",
         sources=sources,
         include_dirs=include_dirs,
         libraries=libraries,
@@ -75,17 +75,17 @@ def _plugin(name, sources, blas=False):
 
 
 def _ship_header():
-    """The runtime parses the ABI header for cffi; ship a copy inside the package."""
+    """The runtime parses the ABI header for cffi; ship a copy inside the package (torch_fl/runtime/include)."""
     import shutil
 
-    os.makedirs(os.path.join(HERE, "torch_fl", "_include"), exist_ok=True)
-    os.makedirs(os.path.join(HERE, "torch_fl", "_plugins"), exist_ok=True)  # editable installs copy here
-    shutil.copyfile(os.path.join(HERE, INCLUDE, "fl_plugin.h"),
-                    os.path.join(HERE, "torch_fl", "_include", "fl_plugin.h"))
+    runtime = os.path.join(HERE, "torch_fl", "runtime")
+    os.makedirs(os.path.join(runtime, "include"), exist_ok=True)
+    os.makedirs(os.path.join(runtime, "plugins"), exist_ok=True)  # editable installs copy here
+    shutil.copyfile(os.path.join(HERE, INCLUDE, "fl_plugin.h"), os.path.join(runtime, "include", "fl_plugin.h"))
     # the special functions' C, which the JIT tier pastes into kernels it generates
     special = os.path.join(HERE, "plugins_cffi", "host", "fl_special_math.h")
     if os.path.exists(special):
-        shutil.copyfile(special, os.path.join(HERE, "torch_fl", "_include", "fl_special_math.h"))
+        shutil.copyfile(special, os.path.join(runtime, "include", "fl_special_math.h"))
 
 
 _ship_header()

@@ -14,7 +14,7 @@ import time
 import torch
 
 import torch_fl as fl
-from torch_fl import _memory
+from torch_fl.runtime import memory
 
 
 def _best(fn, number: int, repeat: int = 5) -> float:
@@ -44,10 +44,10 @@ def main() -> None:
     shape = (1024,)
     cpu = _best(lambda: torch.empty(shape), n)
     pooled = _best(lambda: torch.empty(shape, device="fl"), n)
-    _memory.POOL_ENABLED = False
+    memory.POOL_ENABLED = False
     torch.fl.empty_cache()
     raw = _best(lambda: torch.empty(shape, device="fl"), n)
-    _memory.POOL_ENABLED = True
+    memory.POOL_ENABLED = True
     print(f"allocate+free 4 KiB: native CPU {cpu * 1e6:.1f} us, fl pooled {pooled * 1e6:.1f} us, "
           f"fl unpooled {raw * 1e6:.1f} us  (pool saves {(raw - pooled) * 1e6:.1f} us per tensor)")
 

@@ -74,10 +74,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     fl.initialize("cpu")
-    from torch_fl import _plugin
+    from torch_fl.runtime import plugin
 
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, backend {fl.get_current_backend_name()}, "
-          f"host BLAS OpenBLAS {_plugin.BLAS_CORE} (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')})")
+          f"host BLAS OpenBLAS {plugin.BLAS_CORE} (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')})")
     n, o = small_op(2000)
     print(f"small op (add, 16 floats): native {n * 1e6:.1f} us, fl {o * 1e6:.1f} us/op  "
           f"(fl overhead {(o - n) * 1e6:.1f} us, ratio {o / n:.1f}x)")

@@ -173,7 +173,7 @@ NOTEBOOKS = {
                "it with `torch-fl plugin check`, and points `FL_PLUGIN_PATH` (or a pip entry point) at it. The "
                "guide is `docs/writing-a-plugin.md`."),
         ("code", "import os, shutil, subprocess, sys, tempfile\n"
-                 "from torch_fl._abi import header_path\n"
+                 "from torch_fl.runtime import header_path\n"
                  "work = tempfile.mkdtemp()\n"
                  "for f in ('fl_template.c', 'Makefile'):\n"
                  "    shutil.copy(os.path.join('..', 'plugins_cffi', 'template', f), work)\n"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torch_fl as fl
-from torch_fl._abi import header_path
+from torch_fl.runtime import header_path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

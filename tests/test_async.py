@@ -6,7 +6,7 @@ import gc
 import torch
 
 import torch_fl as fl
-from torch_fl import _async
+from torch_fl.runtime import async_copy
 
 
 def test_pinned_memory_and_dataloader():
@@ -22,7 +22,7 @@ def test_pinned_memory_and_dataloader():
 def test_async_copy_lands_before_every_use():
     fl.set_backend("rocm")  # declares FL_FEATURE_ASYNC_COPY: a stream thread does the copy
     assert fl.capabilities("rocm").devices[0].async_copy
-    before = dict(_async.STATS)
+    before = dict(async_copy.STATS)
     src = torch.randn(2048, 1024).pin_memory()  # 8 MiB: long enough to be in flight
     uses = [
         lambda d: (d * 2).cpu(),  # a kernel
@@ -33,11 +33,11 @@ def test_async_copy_lands_before_every_use():
     expect = [src * 2, src, src[100:200].sum(), src]
     for use, want in zip(uses, expect, strict=True):
         dst = src.to("fl", non_blocking=True)
-        assert _async.is_pending(dst)  # enqueued, not done
+        assert async_copy.is_pending(dst)  # enqueued, not done
         got = use(dst)
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-3) and got.shape == want.shape
-        assert not _async.is_pending(dst)
-    assert _async.STATS["async_copies"] - before["async_copies"] == 4
+        assert not async_copy.is_pending(dst)
+    assert async_copy.STATS["async_copies"] - before["async_copies"] == 4
     # overwrite a destination twice in a row: the second copy waits for the first
     dst = torch.empty(2048, 1024, device="fl")
     dst.copy_(src, non_blocking=True)
@@ -51,27 +51,27 @@ def test_synchronize_settles_and_freed_buffers_wait():
     src = torch.randn(1024, 1024).pin_memory()
     dst = fl.non_blocking_to(src)
     torch.fl.synchronize()
-    assert not _async.is_pending(dst) and not _async.pending()
+    assert not async_copy.is_pending(dst) and not async_copy.pending()
     doomed = src.to("fl", non_blocking=True)
     del doomed  # the block returns to the pool only after the copy lands
     gc.collect()
-    assert not _async.pending()
+    assert not async_copy.pending()
     assert torch.equal(fl.non_blocking_to(src).cpu(), src)
 
 
 def test_pageable_or_sync_devices_copy_now():
     fl.set_backend("rocm")
     dst = torch.randn(64).to("fl", non_blocking=True)  # pageable source: a synchronous copy
-    assert not _async.is_pending(dst)
+    assert not async_copy.is_pending(dst)
     fl.set_backend("ascend")  # no async copies declared
     dst = torch.randn(64).pin_memory().to("fl", non_blocking=True)
-    assert not _async.is_pending(dst)
+    assert not async_copy.is_pending(dst)
 
 
 def test_profiler_shows_exposed_copy_time():
     fl.set_backend("rocm")
     src = torch.randn(2048, 1024).pin_memory()
-    waits_before = _async.STATS["waits"]
+    waits_before = async_copy.STATS["waits"]
     with fl.profile() as prof:
         dst = src.to("fl", non_blocking=True)
         (dst * 2).cpu()  # used at once: any time still left on the copy is exposed
@@ -79,4 +79,4 @@ def test_profiler_shows_exposed_copy_time():
     assert len(enq) == 1 and enq[0].bytes_copied == src.numel() * 4
     # whether the copy had landed by then depends on the machine; the profile and the counters agree
     waits = [e for e in prof.events if e.path == "copy-wait"]
-    assert len(waits) == _async.STATS["waits"] - waits_before
+    assert len(waits) == async_copy.STATS["waits"] - waits_before

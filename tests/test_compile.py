@@ -16,7 +16,7 @@ from torch import nn
 
 import torch_fl as fl
 from torch_fl.compile import CompileWarning, PerformanceHint
-from torch_fl.compile import _pointwise as pw
+from torch_fl.compile import pointwise as pw
 from torch_fl.models import ResNet
 
 SDPA = "aten::_scaled_dot_product_fused_attention_overrideable"
@@ -531,7 +531,9 @@ def test_report_is_data_table_and_figure(small_resnet):
     text = compiled.fusion_report.table()
     assert "fusion on 'ascend' (eval)" in text and "fl::conv_bn_relu" in text and "3 -> 1" in text
     assert report.counts()["conv+bn+relu"] == 9
-    fig = compiled.fusion_report.figure()
+    from torch_fl.notebook import fusion_figure
+
+    fig = fusion_figure(compiled.fusion_report)
     bars = {t.name: list(t.y) for t in fig.data}
     assert bars["unfused"][0] == report.measurement.kernels_before
     assert bars["fused"][0] == report.measurement.kernels_after
@@ -595,7 +597,7 @@ def test_epilogue_kernels_match_the_reference_with_gradients_and_dropout(dtype):
         for a, d in zip(tensors, dev, strict=True):
             if a is not None:
                 assert_close(d.grad, a.grad, tol, f"{name} grad")
-    keep = fused._keep(7, (200000,), 0.1, "cpu").float().mean().item()
+    keep = fused.keep_mask(7, (200000,), 0.1, "cpu").float().mean().item()
     assert abs(keep - 0.9) < 0.005
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torch_fl as fl
-from torch_fl._registry import REGISTRY
+from torch_fl.runtime import REGISTRY
 
 CPLX = [torch.complex64, torch.complex128]
 

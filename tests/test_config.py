@@ -12,8 +12,7 @@ import torch
 from conftest import run_py
 
 import torch_fl as fl
-from torch_fl import _config
-from torch_fl._abi import ffi
+from torch_fl.runtime import config, ffi
 
 GiB = 1 << 30
 
@@ -26,32 +25,32 @@ GiB = 1 << 30
     ("2GiB", 2 * GiB), ("64kb", 64 << 10), (" 7 ", 7), (4096, 4096),
 ])
 def test_sizes_accepted(text, expected):
-    assert _config.parse_size(text, "FL_X") == expected
+    assert config.parse_size(text, "FL_X") == expected
 
 
 @pytest.mark.parametrize("text", ["abc", "-1", "nan", "inf", "1e400", "", "2X", "1.2.3", "G", True, "99999999T"])
 def test_sizes_refused_name_the_setting(text):
     with pytest.raises(fl.ConfigError, match=r"^FL_X=.* (is not a size|is larger than)"):
-        _config.parse_size(text, "FL_X")
+        config.parse_size(text, "FL_X")
     with pytest.raises(ValueError):  # a ConfigError is a ValueError too
-        _config.parse_size(text, "FL_X")
+        config.parse_size(text, "FL_X")
 
 
 def test_size_error_says_what_is_accepted():
     with pytest.raises(fl.ConfigError) as e:
-        _config.parse_size("abc", "FL_MEMORY_POOL_LIMIT")
+        config.parse_size("abc", "FL_MEMORY_POOL_LIMIT")
     assert str(e.value).startswith("FL_MEMORY_POOL_LIMIT='abc' is not a size: a whole number of bytes, or a number "
                                    "with a K, M, G or T suffix")
 
 
 def test_booleans_and_counts():
-    assert _config.parse_bool("yes", "FL_B") is True and _config.parse_bool(" Off ", "FL_B") is False
+    assert config.parse_bool("yes", "FL_B") is True and config.parse_bool(" Off ", "FL_B") is False
     with pytest.raises(fl.ConfigError, match=r"FL_MEMORY_POOL='maybe' is not a boolean: use 1 or 0"):
-        _config.parse_bool("maybe", "FL_MEMORY_POOL")
-    assert _config.parse_count("8", "FL_N") == 8
+        config.parse_bool("maybe", "FL_MEMORY_POOL")
+    assert config.parse_count("8", "FL_N") == 8
     for bad in ("abc", "0", "-3", "2.5", True):
         with pytest.raises(fl.ConfigError, match=r"FL_N=.*(not a count|out of range): use a whole number from 1"):
-            _config.parse_count(bad, "FL_N")
+            config.parse_count(bad, "FL_N")
 
 
 # -- the environment -----------------------------------------------------------------------------
@@ -66,7 +65,7 @@ def test_booleans_and_counts():
 def test_bad_variables_are_refused_by_name(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(fl.ConfigError, match=f"^{name}={value!r}"):
-        _config.validate_environment()
+        config.validate_environment()
 
 
 def test_plugin_variables_are_normalised_to_plain_integers(monkeypatch):
@@ -74,7 +73,7 @@ def test_plugin_variables_are_normalised_to_plain_integers(monkeypatch):
     monkeypatch.setenv("FL_ASCEND_MEMORY_LIMIT", "2 G")
     monkeypatch.setenv("FL_ROCM_DEVICES", " 3 ")
     monkeypatch.setenv("FL_ROCM_COMM_CHUNK_BYTES", "1.5M")
-    _config.validate_environment()
+    config.validate_environment()
     assert os.environ["FL_CPU_MEMORY_LIMIT"] == str(1 << 40)
     assert os.environ["FL_ASCEND_MEMORY_LIMIT"] == str(2 * GiB)
     assert os.environ["FL_ROCM_DEVICES"] == "3"
@@ -116,7 +115,7 @@ def test_emulator_device_count_out_of_range_is_named():
 
 def _fresh_copy(tmp_path, lib: str):
     """A private copy of a bundled plugin: its settings are read afresh (they are cached per library)."""
-    src = os.path.join(os.path.dirname(fl.__file__), "_plugins", lib)
+    src = os.path.join(os.path.dirname(fl.__file__), "runtime", "plugins", lib)
     dst = tmp_path / lib
     shutil.copy(src, dst)
     return ffi.dlopen(str(dst))
@@ -130,7 +129,7 @@ def test_plugin_parser_agrees_with_python(tmp_path, monkeypatch):
     assert lib.fl_plugin_init(table) == 0
     props = ffi.new("fl_device_props_t*")
     assert table.device_props(0, props) == 0
-    assert props.total_memory == _config.parse_size("1.5T", "x") == 3 << 39
+    assert props.total_memory == config.parse_size("1.5T", "x") == 3 << 39
 
     monkeypatch.setenv("FL_MINIMAL_MEMORY_LIMIT", "lots")
     lib = _fresh_copy(tmp_path, "libfl_minimal.so")
@@ -171,7 +170,7 @@ def _config_with(tmp_path, monkeypatch, text: bytes | str):
 def test_bad_config_files_name_the_file_and_key(tmp_path, monkeypatch, text, message):
     path = _config_with(tmp_path, monkeypatch, text)
     with pytest.raises(fl.ConfigError, match=message) as e:
-        _config.load_config()
+        config.load_config()
     assert str(path) in str(e.value)
 
 
@@ -180,14 +179,14 @@ def test_config_file_that_is_a_directory(tmp_path, monkeypatch):
     folder.mkdir()
     monkeypatch.setenv("FL_CONFIG", str(folder))
     with pytest.raises(fl.ConfigError, match=f"config file {folder} is a directory, not a TOML file"):
-        _config.load_config()
+        config.load_config()
 
 
 def test_relative_plugin_path_is_relative_to_the_config_file(tmp_path, monkeypatch):
     path = _config_with(tmp_path, monkeypatch, 'plugin_path = [".", "vendor/lib", "/opt/x"]\n')
     monkeypatch.chdir("/")
-    assert _config.load_config()["plugin_path"] == [str(tmp_path), str(tmp_path / "vendor" / "lib"), "/opt/x"]
-    assert _config.load_config()["_path"] == str(path)
+    assert config.load_config()["plugin_path"] == [str(tmp_path), str(tmp_path / "vendor" / "lib"), "/opt/x"]
+    assert config.load_config()["_path"] == str(path)
 
 
 def test_config_file_others_can_write_is_refused(tmp_path, monkeypatch):
@@ -195,9 +194,9 @@ def test_config_file_others_can_write_is_refused(tmp_path, monkeypatch):
     path.chmod(0o666)
     with pytest.raises(fl.ConfigError, match=r"is writable by every user \(mode 666\): torch_fl does not take "
                                              r"settings"):
-        _config.load_config()
+        config.load_config()
     path.chmod(0o644)
-    assert _config.load_config()["backend"] == "cpu"
+    assert config.load_config()["backend"] == "cpu"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
@@ -205,4 +204,4 @@ def test_config_file_owned_by_another_user_is_refused(tmp_path, monkeypatch):
     path = _config_with(tmp_path, monkeypatch, 'backend = "cpu"\n')
     os.chown(path, 65534, 65534)
     with pytest.raises(fl.ConfigError, match=r"is owned by another user \(uid 65534\)"):
-        _config.load_config()
+        config.load_config()

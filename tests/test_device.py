@@ -189,7 +189,7 @@ def test_memory_pool_reuses_blocks_and_empty_cache_returns_them():
     gc.collect()
     dev = fl.current_device()
     torch.fl.empty_cache()
-    plugin = fl._registry.REGISTRY.device(dev.index).plugin
+    plugin = fl.runtime.REGISTRY.device(dev.index).plugin
     used_before = plugin.memory_used(0)
     x = torch.empty(1000, device="fl")
     del x
@@ -211,7 +211,7 @@ def test_memory_pool_off_frees_at_once():
     r = run_py("""
         import gc, torch, torch_fl as fl
         fl.initialize("cpu")
-        plugin = fl._registry.REGISTRY.device(0).plugin
+        plugin = fl.runtime.REGISTRY.device(0).plugin
         before = plugin.memory_used(0)
         x = torch.empty(1000, device="fl")
         del x; gc.collect()
@@ -251,10 +251,10 @@ def test_data_assignment_and_module_dtype_conversion():
 
 
 def test_pool_size_classes_limit_and_oom_message():
-    from torch_fl import _memory
+    from torch_fl.runtime import memory
 
-    assert _memory.size_class(40) == 48 and _memory.size_class(600) == 1024
-    big = _memory.size_class(3 * (1 << 20) + 1)
+    assert memory.size_class(40) == 48 and memory.size_class(600) == 1024
+    big = memory.size_class(3 * (1 << 20) + 1)
     assert 3 * (1 << 20) < big <= 3.5 * (1 << 20)
     gc.collect()
     torch.fl.empty_cache()
@@ -273,9 +273,9 @@ def test_pool_size_classes_limit_and_oom_message():
     gc.collect()
     assert torch.fl.memory_stats()["pool.cached_bytes"] == 0  # nothing kept above the limit
     torch.fl.set_memory_pool_limit(1 << 30)
-    with pytest.raises(ValueError, match="512M, 2G"):  # the one size parser (_config.parse_size) says so
-        _memory.parse_bytes("lots")
-    assert _memory.parse_bytes("2G") == 2 << 30 and _memory.parse_bytes("512MiB") == 512 << 20
+    with pytest.raises(ValueError, match="512M, 2G"):  # the one size parser (config.parse_size) says so
+        memory.parse_bytes("lots")
+    assert memory.parse_bytes("2G") == 2 << 30 and memory.parse_bytes("512MiB") == 512 << 20
 
 
 def test_pool_limit_variable_and_oom_names_the_pool():

@@ -1,6 +1,6 @@
 """Ops a chip without their kernels still runs on the device: the JIT reduction, gather/scatter
-and row kernels (torch_fl/_jit_reduce.py, _jit_index.py, _jit_rows.py) and the device-only
-decompositions (_decompositions.py, _decompositions_nn.py). Everything runs on the `minimal`
+and row kernels (torch_fl/jit/reduce.py, index.py, rows.py) and the device-only
+decompositions (dispatch/decompositions/general.py, nn.py). Everything runs on the `minimal`
 emulator (a few dozen primitive kernels) with the CPU fallback off, so a missing path fails
 loudly, and is compared with PyTorch on the CPU."""
 
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from conftest import same_as_cpu
 
 import torch_fl as fl
-from torch_fl import _jit
+from torch_fl import jit
 
 pytestmark = pytest.mark.usefixtures("minimal_no_fallback")
 
@@ -208,7 +208,7 @@ def test_paths_are_reported_and_compile_time_is_separate():
     paths = {op.op: op.paths for op in prof.ops()}
     assert paths["aten::argmax"].get("jit") == 1  # the first call also compiles: a separate "jit-compile" entry
     assert fl.explain("aten::argmax", backend="minimal").path == "jit"
-    assert _jit.STATS["compiled"] > 0
+    assert jit.STATS["compiled"] > 0
 
 
 def test_search_histogram_and_distance_decompositions():

@@ -6,8 +6,7 @@ import torch.nn.functional as F
 from conftest import assert_close
 
 import torch_fl as fl
-from torch_fl._dispatch import disabled_paths
-from torch_fl._registry import REGISTRY
+from torch_fl.runtime import REGISTRY, disabled_paths
 
 
 def _counts(op: str) -> dict:

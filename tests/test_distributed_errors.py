@@ -24,7 +24,7 @@ from torch_fl.distributed import (
     FlWork,
     ProcessGroupFl,
 )
-from torch_fl.distributed._work import Worker, wrap_error
+from torch_fl.distributed.work import Worker, wrap_error
 
 TIMEOUT = datetime.timedelta(seconds=10)
 

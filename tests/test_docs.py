@@ -11,7 +11,7 @@ import sys
 import pytest
 from doc_samples import samples, skip_markers
 
-from torch_fl._abi import header_path
+from torch_fl.runtime import header_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = [os.path.relpath(p, ROOT) for p in [os.path.join(ROOT, "README.md"),

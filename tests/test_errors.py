@@ -153,7 +153,7 @@ def test_privateuse1_taken_by_another_package():
 
 
 def test_cpu_fallback_off_raises_clearly():
-    from torch_fl._dispatch import disabled_paths
+    from torch_fl.runtime import disabled_paths
 
     x = torch.randn(5, device="fl")
     fl.set_cpu_fallback(False)
@@ -169,7 +169,7 @@ def test_cpu_fallback_off_raises_clearly():
 def test_cpu_fallback_env_switch():
     r = run_py("""
         import torch, torch_fl as fl
-        from torch_fl._dispatch import disabled_paths
+        from torch_fl.runtime import disabled_paths
         print(fl.cpu_fallback_enabled())
         x = torch.ones(3, device="fl")
         try:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torch_fl as fl
-from torch_fl._dispatch import disabled_paths
+from torch_fl.runtime import disabled_paths
 
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1

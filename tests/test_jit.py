@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from conftest import assert_close, run_py
 
 import torch_fl as fl
-from torch_fl import _jit
-from torch_fl._dispatch import facts
+from torch_fl import jit
+from torch_fl.dispatch import facts
 
 
 @pytest.fixture
@@ -24,12 +24,12 @@ def minimal_strict():
 
 def test_codegen_turns_the_traced_graph_into_c():
     x = torch.ones(3).to(fl.device("minimal"))
-    src, symbol = _jit.generate(facts(torch.ops.aten.elu.default), [x, 1.5, 1.0, 1.0], torch.float32)
+    src, symbol = jit.generate(facts(torch.ops.aten.elu.default), [x, 1.5, 1.0, 1.0], torch.float32)
     assert symbol.startswith("fl_jit_") and f"int {symbol}(" in src
     assert "expm1(" in src and "(0x1.8000000000000p+0)" in src  # alpha = 1.5, exact in hex
     assert "typedef struct" in src and "fl_tensor_t" in src  # the ABI header itself is included
-    with pytest.raises(_jit._Unsupported):
-        _jit.generate(facts(torch.ops.aten.add.Tensor), [x, x.to(torch.bfloat16)], torch.float32)
+    with pytest.raises(jit.Unsupported):
+        jit.generate(facts(torch.ops.aten.add.Tensor), [x, x.to(torch.bfloat16)], torch.float32)
 
 
 @pytest.mark.parametrize("fn,dtype", [
@@ -42,10 +42,10 @@ def test_codegen_turns_the_traced_graph_into_c():
 ])
 def test_jit_kernels_match_cpu_without_any_fallback(minimal_strict, fn, dtype):
     x = torch.randn(4, 5, dtype=dtype)
-    before = _jit.STATS["compiled"] + _jit.STATS["memory_hits"]
+    before = jit.STATS["compiled"] + jit.STATS["memory_hits"]
     got = fn(x.to("fl"))
     assert_close(got, fn(x), 2e-2 if dtype == torch.bfloat16 else 1e-5)
-    assert _jit.STATS["compiled"] + _jit.STATS["memory_hits"] > before
+    assert jit.STATS["compiled"] + jit.STATS["memory_hits"] > before
 
 
 def test_jit_on_strided_and_in_place(minimal_strict):
@@ -58,9 +58,9 @@ def test_jit_on_strided_and_in_place(minimal_strict):
 
 
 def test_profiler_shows_compile_then_cached_kernels(minimal_strict, tmp_path):
-    from torch_fl._dispatch import _clear_plans
+    from torch_fl.runtime import clear_plans
 
-    _clear_plans()  # fresh plans: the JIT kernels' in-memory caches start empty
+    clear_plans()  # fresh plans: the JIT kernels' in-memory caches start empty
     x = torch.randn(8).to("fl")
     with fl.profile() as first:
         torch.hypot(x, x * 0.377)  # a fresh signature: compiled here
@@ -76,10 +76,10 @@ def test_profiler_shows_compile_then_cached_kernels(minimal_strict, tmp_path):
 def test_disk_cache_is_hit_by_a_new_process(tmp_path):
     code = """
         import torch, torch.nn.functional as F, torch_fl as fl
-        from torch_fl import _jit
+        from torch_fl import jit
         fl.initialize("minimal"); fl.set_cpu_fallback(False)
         F.elu(torch.randn(4).to("fl"), 0.25)
-        print("COMPILE_S", _jit.STATS["compile_s"], _jit.STATS["compiled"])
+        print("COMPILE_S", jit.STATS["compile_s"], jit.STATS["compiled"])
     """
     env = {"FL_JIT_CACHE": str(tmp_path)}
     first = run_py(code, env=env)

@@ -1,4 +1,4 @@
-"""Linear algebra on a chip without LAPACK: the decompositions in torch_fl/_decompositions_linalg.py
+"""Linear algebra on a chip without LAPACK: the decompositions in torch_fl/dispatch/decompositions/linalg.py
 run on the `minimal` emulator with the CPU fallback off and are compared with PyTorch on the CPU
 (LU/QR/Cholesky outputs exactly as LAPACK lays them out; eigen- and singular vectors, unique only
 up to sign, through sign-free quantities)."""

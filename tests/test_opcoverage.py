@@ -29,7 +29,7 @@ def test_subset_passes_forward_and_backward_on_every_backend(backend):
     assert s["backward_total"] >= 14 and s["backward_pass"] == s["backward_total"]
     conv = next(r for r in report.results if r.op == "nn.functional.conv2d")
     assert conv.paths.get("fallback", 0) == 0
-    if backend == "minimal":  # no convolution kernel: im2col views and bmm (torch_fl/_decompositions_nn.py)
+    if backend == "minimal":  # no convolution kernel: im2col views and bmm (torch_fl/dispatch/decompositions/nn.py)
         assert conv.paths.get("decomposition", 0) > 0
 
 
@@ -38,7 +38,7 @@ def test_no_fallback_mode_names_what_is_missing():
                           cpu_fallback=False)
     by = {r.op: r for r in report.results}
     assert by["add"].status == "pass" and by["nn.functional.gelu"].status == "pass"  # native / decomposition
-    inv = by["linalg.eig"]  # no kernel, and no decomposition: _decompositions_linalg has no general eigensolver
+    inv = by["linalg.eig"]  # no kernel, and no decomposition: decompositions/linalg.py has no general eigensolver
     assert inv.status == "fail" and "aten::linalg_eig (float32) cannot run on fl backend 'minimal'" in inv.reason
     assert "CPU fallback is switched off" in inv.reason
     assert fl.cpu_fallback_enabled()  # restored

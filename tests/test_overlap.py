@@ -1,6 +1,6 @@
 """In-place and out= ops whose output overlaps an input: refused exactly where CPU PyTorch refuses
 (ATen's internal/partial/full overlap checks), on every backend and every tier; computed right
-where CPU computes (torch_fl/_overlap.py)."""
+where CPU computes (torch_fl/dispatch/overlap.py)."""
 
 import warnings
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torch_fl as fl
-from torch_fl._dispatch import disabled_paths
+from torch_fl.runtime import disabled_paths
 
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 OVERLAP = "refer to a single memory location"

@@ -37,7 +37,7 @@ def _bundled_plugins() -> set[str]:
     """The plugins setup.py builds: the host plugin and one emulator per device-class profile."""
     profiles = os.listdir(os.path.join(ROOT, "plugins_cffi", "emulated", "profiles"))
     names = ["cpu"] + sorted(p[:-2] for p in profiles if p.endswith(".c"))
-    return {f"torch_fl/_plugins/libfl_{n}.so" for n in names}
+    return {f"torch_fl/runtime/plugins/libfl_{n}.so" for n in names}
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +67,10 @@ def test_wheel_carries_every_module_plugin_header_and_source(wheel):
     expected = set()
     for package in PACKAGES:
         expected |= _source_files(package, (".py",))
-    expected |= _source_files("torch_fl/_csrc", (".cpp",))  # compiled at first use, against the installed torch
+    expected |= _source_files("torch_fl/runtime/csrc", (".cpp",))  # compiled at first use, against the installed torch
     expected |= _bundled_plugins()
-    expected |= {"torch_fl/_include/fl_plugin.h", "torch_fl/_include/fl_special_math.h", "torch_fl_autoload.py"}
+    expected |= {"torch_fl/runtime/include/fl_plugin.h", "torch_fl/runtime/include/fl_special_math.h",
+                 "torch_fl_autoload.py"}
     missing = sorted(expected - names)
     assert not missing, f"the wheel lacks {missing}"
     stray = sorted(n for n in names if n.split("/")[0] in ("tests", "notebooks", "bench", "plugins_cffi"))
@@ -127,5 +128,5 @@ def test_tests_run_against_the_installed_package():
 
     site = os.path.realpath(os.path.dirname(torch_fl.__file__))
     assert not site.startswith(os.path.realpath(ROOT) + os.sep), site
-    plugins = {f"torch_fl/_plugins/{n}" for n in os.listdir(os.path.join(site, "_plugins"))}
+    plugins = {f"torch_fl/runtime/plugins/{n}" for n in os.listdir(os.path.join(site, "runtime", "plugins"))}
     assert _bundled_plugins() <= plugins

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from torch_fl._abi import header_path
 from torch_fl.check import check_plugin
+from torch_fl.runtime import header_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

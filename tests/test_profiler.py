@@ -46,7 +46,7 @@ def test_known_sequence_counts_paths_and_kernels(backend):
 
 
 def test_fallbacks_are_listed_with_their_cost():
-    from torch_fl._dispatch import disabled_paths
+    from torch_fl.runtime import disabled_paths
 
     fl.set_backend("minimal")  # no convolution kernel; without its decomposition the CPU fallback serves it
     x, w = torch.randn(1, 2, 5, 5, device="fl"), torch.randn(3, 2, 3, 3, device="fl")
@@ -70,7 +70,7 @@ def test_memory_and_pool_stats():
         b = torch.empty(1000, device="fl")
     mem = {m.backend: m for m in prof.memory}["rocm"]
     assert mem.pool_misses >= 1 and mem.pool_hits >= 1
-    from torch_fl._memory import size_class
+    from torch_fl.runtime.memory import size_class
 
     assert mem.peak >= 4000 and mem.allocated_end - mem.allocated_start == size_class(b.numel() * 4)
 
@@ -116,13 +116,13 @@ def test_torch_profiler_sees_fl_paths():
 
 
 def test_no_listener_no_events():
-    from torch_fl import _record
+    from torch_fl.runtime import events
 
     x = torch.randn(4, device="fl")
     with fl.profile() as prof:
         pass
     (x + x).cpu()
-    assert prof.events == [] and not _record.LISTENERS
+    assert prof.events == [] and not events.LISTENERS
 
 
 def test_self_time_never_exceeds_total_time():

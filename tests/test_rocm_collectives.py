@@ -19,8 +19,8 @@ import uuid
 import pytest
 import torch
 
-from torch_fl._abi import FL_ERR_INTERNAL, FL_ERR_INVALID, FL_OK, ffi
-from torch_fl._tensor import desc
+from torch_fl.runtime import desc, ffi
+from torch_fl.runtime.abi import FL_ERR_INTERNAL, FL_ERR_INVALID, FL_OK
 
 SUM, PROD, MIN, MAX, AVG = range(5)
 OPS = {"sum": SUM, "prod": PROD, "min": MIN, "max": MAX, "avg": AVG}
@@ -76,7 +76,7 @@ class _Rank:
 
     def __init__(self, rank: int, world: int):
         import torch_fl as fl
-        from torch_fl._registry import REGISTRY
+        from torch_fl.runtime import REGISTRY
 
         fl.initialize("rocm")
         self.fl, self.rank, self.world = fl, rank, world
@@ -415,7 +415,7 @@ def test_three_ranks_one_leaves(three):
 
 @pytest.fixture(scope="module")
 def rocm():
-    from torch_fl._registry import REGISTRY
+    from torch_fl.runtime import REGISTRY
 
     return REGISTRY.get("rocm").plugin
 
@@ -427,7 +427,7 @@ def _init(plugin, uid, rank, world, timeout_ms=TIMEOUT_MS, device=0):
 
 
 def test_entry_points_present_only_on_rocm():
-    from torch_fl._registry import REGISTRY
+    from torch_fl.runtime import REGISTRY
 
     assert REGISTRY.get("rocm").plugin.optional["comm_all_reduce"]
     for name in ("ascend", "minimal"):

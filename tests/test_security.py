@@ -18,9 +18,9 @@ import pytest
 from conftest import HERE, run_py
 
 import torch_fl as fl
-from torch_fl._abi import header_path
+from torch_fl.runtime import header_path
 
-BUNDLED = os.path.join(os.path.dirname(fl.__file__), "_plugins")
+BUNDLED = os.path.join(os.path.dirname(fl.__file__), "runtime", "plugins")
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files to another user")
 NOBODY = 65534
 
@@ -99,17 +99,17 @@ def test_compiler_errors_are_reported(tmp_path):
 def test_cache_root_without_home_is_the_users_own(monkeypatch):
     import pwd
 
-    from torch_fl import _private
+    from torch_fl.runtime import private
 
     for name in ("HOME", "FL_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
-    assert _private.cache_root() == os.path.join(pwd.getpwuid(os.geteuid()).pw_dir, ".cache", "torch_fl")
+    assert private.cache_root() == os.path.join(pwd.getpwuid(os.geteuid()).pw_dir, ".cache", "torch_fl")
 
 
 def test_last_resort_cache_is_per_user_and_checked(monkeypatch, tmp_path):
     import tempfile
 
-    from torch_fl import _private
+    from torch_fl.runtime import private
 
     for name in ("HOME", "FL_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
@@ -117,24 +117,24 @@ def test_last_resort_cache_is_per_user_and_checked(monkeypatch, tmp_path):
     def no_user(uid):
         raise KeyError(uid)
 
-    monkeypatch.setattr(_private.pwd, "getpwuid", no_user)
+    monkeypatch.setattr(private.pwd, "getpwuid", no_user)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    root = _private.cache_root()
+    root = private.cache_root()
     assert root == os.path.join(str(tmp_path), f"torch_fl-{os.geteuid()}")
     os.mkdir(root, 0o777)
     os.chmod(root, 0o777)  # pre-created wide open, by us: tightened
-    assert _private.private_dir(root) == root and os.stat(root).st_mode & 0o777 == 0o700
+    assert private.private_dir(root) == root and os.stat(root).st_mode & 0o777 == 0o700
 
 
 @AS_ROOT
 def test_cache_folder_of_another_user_is_refused(tmp_path):
-    from torch_fl import _private
+    from torch_fl.runtime import private
 
     folder = tmp_path / "theirs"
     folder.mkdir(mode=0o777)
     os.chown(folder, NOBODY, NOBODY)
     with pytest.raises(fl.CacheDirError, match=r"is owned by another user \(uid 65534\)"):
-        _private.private_dir(str(folder))
+        private.private_dir(str(folder))
 
 
 @AS_ROOT
@@ -203,11 +203,11 @@ def test_link_planted_at_the_kernel_name_is_not_written_through(tmp_path, jit_ke
 def test_truncated_core_library_is_rebuilt(tmp_path):
     """The C++ core is a library every process loads from the private cache: a damaged copy is rebuilt,
     never loaded. (The cache starts from this session's build, so only the rebuild compiles.)"""
-    from torch_fl import _core
+    from torch_fl.runtime import core as fl_core
 
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
-    built = _core.library_path()
+    built = fl_core.library_path()
     core = str(cache / os.path.basename(built))
     shutil.copy(built, core)
     shutil.copy(built + ".sha256", core + ".sha256")
@@ -319,7 +319,7 @@ def test_coverage_worker_ignores_the_working_directory(tmp_path):
 def test_worker_bootstrap_drops_only_the_working_directory(tmp_path, safe_path):
     """With PYTHONSAFEPATH=1 (or -P) `-c` puts no working directory first; the bootstrap then dropped
     the first PYTHONPATH entry instead (a checker run lost the user's path; CI runs with it set)."""
-    from torch_fl._subprocess import python_command
+    from torch_fl.runtime.spawn import python_command
 
     script = tmp_path / "show.py"
     script.write_text("import json, sys; print(json.dumps(sys.path))\n")

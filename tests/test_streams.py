@@ -1,4 +1,4 @@
-"""The C++ core's stream and event bookkeeping (its device guard, torch_fl/_csrc/fl_core.cpp).
+"""The C++ core's stream and event bookkeeping (its device guard, torch_fl/runtime/csrc/fl_core.cpp).
 
 PyTorch's autograd engine records each node's stream and, where a gradient
 crosses streams, records an event on the producer and waits on it from the

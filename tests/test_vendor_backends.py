@@ -14,10 +14,9 @@ from conftest import assert_close, run_py
 from torch import nn
 
 import torch_fl as fl
-from torch_fl import _record
-from torch_fl._registry import REGISTRY
 from torch_fl.fused import conv_bn_relu
 from torch_fl.models import resnet50, transformer_encoder
+from torch_fl.runtime import REGISTRY, events
 
 EMULATED = ["rocm", "ascend", "minimal"]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,11 +39,11 @@ def test_emulators_say_so_and_keep_memory_apart(backend):
     assert caps.devices and not any(d.host_accessible for d in caps.devices)
     assert fl.get_current_backend_name() == backend
     x = torch.randn(256)
-    before = _record.BYTES[0]
+    before = events.BYTES[0]
     xd = x.to("fl")
     assert xd.device == fl.device(backend)
     assert torch.equal(xd.cpu(), x)
-    assert _record.BYTES[0] - before >= 2 * x.numel() * 4  # one copy in, one out, counted
+    assert events.BYTES[0] - before >= 2 * x.numel() * 4  # one copy in, one out, counted
 
 
 def test_capability_tables_differ_as_the_device_classes_do():
@@ -265,7 +264,7 @@ def test_emulator_memory_limit():
 
 
 def test_a_real_plugin_takes_precedence_over_the_emulator(tmp_path):
-    from torch_fl._abi import header_path
+    from torch_fl.runtime import header_path
 
     lib = tmp_path / "librealrocm.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", os.path.dirname(header_path()),

@@ -7,8 +7,10 @@ fallback, recording which path each op took."""
 
 from __future__ import annotations
 
-from . import _device, _dispatch, _multiprocessing, amp
-from ._api import (
+from . import amp, dispatch, fused, runtime  # noqa: F401 - fused: its fl:: ops and their decompositions
+from .align import AlignmentReport, align
+from .amp import autocast, keep_float32
+from .api import (
     BackendReport,
     Explanation,
     available_backends,
@@ -23,9 +25,6 @@ from ._api import (
     set_backend,
     set_cpu_fallback,
 )
-from ._capability import CapabilityTable
-from .align import AlignmentReport, align
-from .amp import autocast, keep_float32
 from .compile import CompiledModel, FusionReport, compile  # noqa: A004 - fl.compile, like torch.compile
 from .coverage import Coverage, coverage
 from .errors import (
@@ -39,6 +38,7 @@ from .errors import (
     PrivateUse1TakenError,
 )
 from .profiler import Comparison, Profile, compare_backends, profile
+from .runtime import CapabilityTable
 from .transfer import non_blocking_to
 
 __version__ = "0.1.0"
@@ -46,10 +46,9 @@ __version__ = "0.1.0"
 from . import cuda_alias  # noqa: E402 - FL_ALIAS_CUDA is checked before anything is registered
 
 cuda_alias.requested()  # a bad FL_ALIAS_CUDA value raises ConfigError here, like every FL_* variable
-_device.register()  # the fl device, its C++ core and the plugins
-_dispatch.install()  # every op the core does not serve goes to the dispatcher
+runtime.register()  # the fl device, its C++ core and the plugins; fl tensors through multiprocessing
+dispatch.install()  # every op the core does not serve goes to the dispatcher (fused registered its fl:: ops)
 amp.register()  # autocast kernels for the fl device
-_multiprocessing.install()  # fl tensors through multiprocessing queues and DataLoader workers
 
 try:  # registers the "fl" process-group backend with torch.distributed
     from . import distributed  # noqa: E402

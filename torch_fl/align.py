@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from ._registry import REGISTRY
 from .optrace import OpDiff, OpTrace, compare_traces
+from .runtime import REGISTRY
 
 OK, CHECK, SUSPECT = "ok", "check", "suspect"
 

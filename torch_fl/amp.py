@@ -21,7 +21,7 @@ import functools
 import torch
 from torch import nn
 
-from ._registry import REGISTRY
+from .runtime import REGISTRY
 
 LOWER = [
     "mm", "bmm", "addmm", "addmv", "addr", "baddbmm", "addbmm", "matmul", "mv", "linear", "chain_matmul",

@@ -30,15 +30,16 @@ def _doctor(args) -> int:
     against float64 beside native CPU float32 (torch_fl.doctor says how)."""
     import torch_fl as fl
     from torch_fl import doctor
+    from torch_fl.runtime import REGISTRY
 
     print(f"torch {torch.__version__}, torch_fl {fl.__version__}")
     report = fl.list_backends()
     print(report.render())
-    from torch_fl import _plugin
+    from torch_fl.runtime import plugin
 
-    if _plugin.BLAS_CORE:
-        print(f"host BLAS: OpenBLAS {_plugin.BLAS_CORE} kernels")
-    hint = _plugin.blas_hint()
+    if plugin.BLAS_CORE:
+        print(f"host BLAS: OpenBLAS {plugin.BLAS_CORE} kernels")
+    hint = plugin.blas_hint()
     if hint:
         print(f"hint: {hint}")
     names = [args.backend] if args.backend else report.names()
@@ -57,7 +58,7 @@ def _doctor(args) -> int:
             print(check.render())
             failures += not check.ok
         paths: dict[str, int] = {}
-        for (_op, path), n in fl._registry.REGISTRY.get(name).counts.items():
+        for (_op, path), n in REGISTRY.get(name).counts.items():
             paths[path] = paths.get(path, 0) + n
         print("  op calls by path: " + ", ".join(f"{p} {n}" for p, n in sorted(paths.items())))
     print()
@@ -109,10 +110,10 @@ def _coverage(args) -> int:
     state = args.state or tempfile.mkstemp(suffix=".jsonl", prefix="fl_coverage_")[1]
     backend = args.backend or fl.get_current_backend_name()
     # not `python -m`: that would put the working directory first on the worker's sys.path
-    from torch_fl import _subprocess
+    from torch_fl.runtime import spawn
 
-    cmd = _subprocess.python_command("torch_fl.cli", "coverage", "--worker", "--backend", backend, "--ops", args.ops,
-                                     "--dtype", args.dtype, "--samples", str(args.samples), "--state", state)
+    cmd = spawn.python_command("torch_fl.cli", "coverage", "--worker", "--backend", backend, "--ops", args.ops,
+                               "--dtype", args.dtype, "--samples", str(args.samples), "--state", state)
     if args.no_fallback:
         cmd.append("--no-fallback")
     for _attempt in range(100):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ._registry import REGISTRY
+from .runtime import REGISTRY
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
 MARKS = {"native": "N", "decomposition": "D", "jit": "J", "fallback": "F", "none": "-", "view": "V"}
@@ -68,14 +68,14 @@ def all_kernel_ops() -> list[str]:
 def coverage(backend: str | None = None, ops: list[str] | None = None,
              dtypes: tuple[str, ...] = DTYPES) -> Coverage:
     """The dispatcher's plan for each op and dtype on a backend (default: current)."""
-    from ._api import _resolve_op
-    from ._dispatch import facts, resolve
+    from .api import resolve_op
+    from .dispatch import facts, resolve
 
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     out = Coverage(b.name, tuple(dtypes))
     for name in ops or all_kernel_ops():
         try:
-            f = facts(_resolve_op(name))
+            f = facts(resolve_op(name))
         except (ValueError, RuntimeError):
             continue
         row = {}

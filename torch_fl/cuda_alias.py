@@ -46,8 +46,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _device as _torch_device
 
 import torch_fl as fl
-from torch_fl._config import parse_bool
 from torch_fl.errors import ConfigError, FlError
+from torch_fl.runtime import config
 
 ENV = "FL_ALIAS_CUDA"
 
@@ -128,7 +128,7 @@ def requested() -> str | None:
     if text.lower() == "force":
         return "force"
     try:
-        return "on" if parse_bool(text, ENV) else None
+        return "on" if config.parse_bool(text, ENV) else None
     except ConfigError:
         raise ConfigError(f"{ENV}={text!r} is not valid: use 1 to alias 'cuda' to the active fl backend, "
                           f"force to do so even over a real CUDA device, or 0 to leave it off") from None

@@ -13,7 +13,11 @@ route).
 Also here: the GEMM-epilogue, residual-add + LayerNorm and attention-with-
 dropout ops the `rocm` emulator has kernels for (`fl::linear_act`,
 `fl::linear_add_layer_norm`, `fl::add_layer_norm`, `fl::attention_dropout`,
-each with a one-kernel backward op); see the section below."""
+each with a one-kernel backward op); see the section below.
+
+Importing this module (torch_fl does) defines the ops and registers their
+reference decompositions with the dispatcher's table (dispatch.DECOMPOSITIONS),
+so every backend without a kernel runs them."""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .dispatch import DECOMPOSITIONS, sdpa_scores
 
 _lib = torch.library.Library("fl", "DEF")
 _lib.define(
@@ -65,9 +71,8 @@ def _decomposition(*args, **kwargs):
 
 
 def register_decompositions(table: dict) -> None:
-    """Backends without a native kernel run the unfused aten ops."""
+    """Backends without a native kernel run the unfused aten ops (registered when this module is imported)."""
     table[conv_bn_relu_op] = _decomposition
-    _register_sdpa(table)
     _register_epilogues(table)
 
 
@@ -81,97 +86,6 @@ def conv_bn_relu(conv: nn.Conv2d | nn.Conv1d, bn: nn.BatchNorm2d | nn.BatchNorm1
                            float(bn.eps), list(conv.stride), list(conv.padding), list(conv.dilation), conv.groups)
 
 
-# -- fused attention: the overrideable SDPA pair, composed of aten ops ----------
-#
-# F.scaled_dot_product_attention on fl goes to these two ops when the device
-# says OVERRIDEABLE (_dispatch._sdp_choice: the plugin has both kernels). If a
-# kernel then declines a call, or a path is switched off, these compositions
-# run instead, so the op works on every tier.
-
-
-def _sdpa_scores(query, key, attn_bias, is_causal, scale):
-    e = query.shape[-1]
-    s = scale if scale is not None else e ** -0.5
-    scores = torch.matmul(query, key.transpose(-2, -1)) * s
-    if is_causal:
-        lq, lk = query.shape[-2], key.shape[-2]
-        keep = torch.ones(lq, lk, dtype=torch.bool, device=query.device).tril()
-        scores = scores.masked_fill(~keep, float("-inf"))
-    if attn_bias is not None:
-        if attn_bias.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_bias, float("-inf"))
-        else:
-            scores = scores + attn_bias
-    return scores, s
-
-
-def _sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *,
-                  scale=None):
-    if dropout_p:
-        raise NotImplementedError("the composed fused-attention op has no dropout")
-    work = torch.promote_types(query.dtype, torch.float32)  # half inputs accumulate in float32
-    scores, _ = _sdpa_scores(query.to(work), key.to(work), attn_bias, is_causal, scale)
-    lse = torch.logsumexp(scores, dim=-1)
-    probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)  # fully masked rows: zeros
-    out = torch.matmul(probs, value.to(work)).to(value.dtype)
-    lse = lse.float()  # the op's contract: logsumexp is float32 whatever the inputs
-    zero = torch.zeros((), dtype=torch.int64, device=query.device)
-    return out, lse, None, None, query.shape[-2], key.shape[-2], zero, zero.clone(), None
-
-
-def _sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
-                   max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
-    dt = query.dtype
-    work = torch.promote_types(dt, torch.float32)
-    q, k, v, g, o = (t.to(work) for t in (query, key, value, grad_out, out))
-    scores, s = _sdpa_scores(q, k, attn_bias, is_causal, scale)
-    probs = torch.exp(scores - logsumexp.to(work).unsqueeze(-1)).nan_to_num(0.0)
-    grad_v = torch.matmul(probs.transpose(-2, -1), g)
-    grad_p = torch.matmul(g, v.transpose(-2, -1))
-    d = (g * o).sum(-1, keepdim=True)
-    grad_s = probs * (grad_p - d)
-    grad_q = torch.matmul(grad_s, k) * s
-    grad_k = torch.matmul(grad_s.transpose(-2, -1), q) * s
-    grad_bias = None
-    if attn_bias is not None and grad_input_mask[3] and attn_bias.dtype != torch.bool:
-        grad_bias = grad_s.sum_to_size(attn_bias.shape).to(attn_bias.dtype)
-    return grad_q.to(dt), grad_k.to(dt), grad_v.to(dt), grad_bias
-
-
-SDPA_FORWARD = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
-SDPA_BACKWARD = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward.default
-
-
-def _register_sdpa(table: dict) -> None:
-    table[SDPA_FORWARD] = _sdpa_forward
-    table[SDPA_BACKWARD] = _sdpa_backward
-
-
-def _scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                  enable_gqa=False):
-    """F.scaled_dot_product_attention for fl tensors, above autograd.
-
-    PyTorch picks SDPA kernels through a C++ dispatch stub that a Python
-    backend cannot fill, so on fl it would always compose matmul and softmax.
-    This kernel asks the plugin instead: its fused forward/backward pair when
-    it serves the call, PyTorch's math composition otherwise."""
-    from ._dispatch import sdpa_fused_eligible
-
-    if sdpa_fused_eligible(query, key, value, dropout_p, enable_gqa):
-        return SDPA_FORWARD(query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        # what PyTorch's own scaled_dot_product_attention does before any backend (its
-        # convert_boolean_attn_mask): the math composition adds the mask, so True/False would add
-        # 1/0 to the scores instead of keeping/removing them
-        attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(query.dtype)
-    return torch.ops.aten._scaled_dot_product_attention_math.default(
-        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
-
-
-_aten_lib = torch.library.Library("aten", "IMPL")
-_aten_lib.impl("scaled_dot_product_attention", _scaled_dot_product_attention, "AutogradPrivateUse1")
-
-
 # -- GEMM epilogues, residual add + LayerNorm, attention with dropout ------------
 #
 # Kernels vendor stacks ship and the compile passes use (torch_fl/compile/passes.py):
@@ -182,7 +96,7 @@ _aten_lib.impl("scaled_dot_product_attention", _scaled_dot_product_attention, "A
 # each with a backward op computing every gradient in one kernel. Dropout masks
 # are counter-based: element i of the op's output (of the (B, H, L, S) weights
 # for attention, row-major) is kept iff uniform(seed, i) >= p, with
-# fl_host.h's fl_rand_uniform (splitmix64); `_keep` computes the same mask
+# fl_host.h's fl_rand_uniform (splitmix64); `keep_mask` computes the same mask
 # with torch ops, so the reference decompositions match the kernels bit for
 # bit and a backward regenerates the forward's mask from the seed.
 # The emulated `rocm` plugin (plugins_cffi/emulated/fused_linear.c,
@@ -229,7 +143,7 @@ def _splitmix64(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shr(x, 31)
 
 
-def _keep(seed: int, shape, p: float, device) -> torch.Tensor:
+def keep_mask(seed: int, shape, p: float, device) -> torch.Tensor:
     """The kernels' dropout mask: element i kept iff fl_rand_uniform(seed, i) >= p."""
     n = 1
     for s in shape:
@@ -242,7 +156,7 @@ def _keep(seed: int, shape, p: float, device) -> torch.Tensor:
 def _dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
     if not p:
         return x
-    return torch.where(_keep(seed, x.shape, p, x.device), x * (1.0 / (1.0 - p)), torch.zeros((), dtype=x.dtype,
+    return torch.where(keep_mask(seed, x.shape, p, x.device), x * (1.0 / (1.0 - p)), torch.zeros((), dtype=x.dtype,
                                                                                             device=x.device))
 
 
@@ -362,7 +276,7 @@ def _linear_add_layer_norm_bwd_meta(grad, input, weight, sum, mean, rstd, ln_wei
 
 def _attention_dropout_ref(query, key, value, attn_bias, dropout_p, is_causal, seed, scale=None):
     work = torch.promote_types(query.dtype, torch.float32)
-    scores, _ = _sdpa_scores(query.to(work), key.to(work), attn_bias, is_causal, scale)
+    scores, _ = sdpa_scores(query.to(work), key.to(work), attn_bias, is_causal, scale)
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
     out = torch.matmul(_dropout(probs, dropout_p, seed), value.to(work)).to(value.dtype)
@@ -381,7 +295,7 @@ def _attention_dropout_bwd_ref(grad_out, query, key, value, attn_bias, out, logs
     dt = query.dtype
     work = torch.promote_types(dt, torch.float32)
     q, k, v, g, o = (t.to(work) for t in (query, key, value, grad_out, out))
-    scores, s = _sdpa_scores(q, k, attn_bias, is_causal, scale)
+    scores, s = sdpa_scores(q, k, attn_bias, is_causal, scale)
     probs = torch.exp(scores - torch.logsumexp(scores, dim=-1, keepdim=True)).nan_to_num(0.0)
     z = _dropout(torch.ones_like(probs), dropout_p, seed)
     grad_v = torch.matmul((probs * z).transpose(-2, -1), g)
@@ -564,3 +478,6 @@ def attention_dropout(query, key, value, attn_mask=None, dropout_p: float = 0.0,
     p, seed = _train_seed(dropout_p)
     return torch.ops.fl.attention_dropout.default(query, key, value, attn_mask, p, bool(is_causal), seed,
                                                   scale)[0]
+
+
+register_decompositions(DECOMPOSITIONS)

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ._api import cpu_fallback_enabled, set_cpu_fallback
-from ._registry import REGISTRY
+from .api import cpu_fallback_enabled, set_cpu_fallback
+from .runtime import REGISTRY, events
 
 UNSPECIFIED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted")
 RANDOM = ("bernoulli", "normal", "rand_like", "randn_like", "randint_like", "uniform", "multinomial", "cauchy",
@@ -329,8 +329,6 @@ def _loss_grads(out, leaves, sign_free: bool | set[int] = False):
 
 
 def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int = 4) -> OpResult:
-    from . import _record
-
     name = _name(info)
     t0 = time.perf_counter()
     try:
@@ -355,7 +353,7 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
         sample_list = list(info.sample_inputs("cpu", dtype, requires_grad=grad))[:samples]
     except Exception as e:  # noqa: BLE001
         return OpResult(name, "skip", "skip", "skip", f"sample inputs: {type(e).__name__}: {e}"[:200])
-    _record.add_listener(listen)
+    events.add_listener(listen)
     try:
         for sample in sample_list:
             args = [sample.input, *sample.args]
@@ -444,7 +442,7 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
                 else:
                     backward_checked += 1
     finally:
-        _record.remove_listener(listen)
+        events.remove_listener(listen)
     if result.samples == 0:
         return OpResult(name, "skip", "skip", "skip", "CPU rejected every sample")
     if result.backward == "pending":  # pass only where a gradient was actually compared

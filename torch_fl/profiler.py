@@ -1,6 +1,6 @@
 """`with torch_fl.profile() as prof:` — what each op cost and which path it took.
 
-The dispatcher reports every op call to listeners (torch_fl/_record.py); with
+The dispatcher reports every op call to listeners (torch_fl/runtime/events.py); with
 no listener it only bumps a per-(op, path) counter, so an idle profiler costs
 nothing (bench/bench_profiler.py measures both). A profile keeps the events
 of its block and derives the views the article asks for: per-op totals with
@@ -21,10 +21,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from . import _record
-from ._registry import REGISTRY
-
-NATIVE, DECOMPOSITION, JIT, FALLBACK = _record.NATIVE, _record.DECOMPOSITION, _record.JIT, _record.FALLBACK
+from . import dispatch
+from .runtime import FALLBACK, REGISTRY, OpEvent, events
 
 
 @dataclass
@@ -85,7 +83,7 @@ class MemoryStats:
 class Profile:
     """The result of a profiled block; plain data with views and renderings."""
 
-    def __init__(self, events: list[_record.OpEvent], wall_s: float, memory: list[MemoryStats], label: str = ""):
+    def __init__(self, events: list[OpEvent], wall_s: float, memory: list[MemoryStats], label: str = ""):
         self.events = events
         self.wall_s = wall_s
         self.memory = memory
@@ -295,9 +293,9 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
         self.label = label
         self.record_functions = record_functions
         self.result: Profile | None = None
-        self._events: list[_record.OpEvent] = []
+        self._events: list[OpEvent] = []
 
-    def _listen(self, event: _record.OpEvent) -> None:
+    def _listen(self, event: OpEvent) -> None:
         self._events.append(event)
 
     def __enter__(self) -> Profile:
@@ -309,7 +307,7 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
         self._ctx = contextlib.ExitStack()
         if self.record_functions:
             self._ctx.enter_context(_record_function_ranges())
-        _record.add_listener(self._listen)
+        events.add_listener(self._listen)
         self._t0 = time.perf_counter()
         self.result = Profile(self._events, 0.0, [], self.label)
         return self.result
@@ -321,7 +319,7 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
             except Exception:  # noqa: BLE001 - a profile must not mask the block's own error
                 pass
         wall = time.perf_counter() - self._t0
-        _record.remove_listener(self._listen)
+        events.remove_listener(self._listen)
         self._ctx.close()
         memory = []
         used = {e.backend for e in self._events}
@@ -372,19 +370,17 @@ def _fusion_off():
 
 @contextlib.contextmanager
 def _record_function_ranges():
-    from . import _dispatch
-
-    original = _dispatch.dispatch
+    original = dispatch.dispatch
 
     def ranged(func, args, kwargs):
-        with torch.profiler.record_function(f"fl::{_dispatch.op_name(func)}"):
+        with torch.profiler.record_function(f"fl::{dispatch.op_name(func)}"):
             return original(func, args, kwargs)
 
-    _dispatch.set_dispatch(ranged)
+    dispatch.set_dispatch(ranged)
     try:
         yield
     finally:
-        _dispatch.set_dispatch(None)
+        dispatch.set_dispatch(None)
 
 
 # -- aggregation -----------------------------------------------------------------
@@ -394,12 +390,12 @@ def _record_function_ranges():
 class _Call:
     """One recorded op call with the calls made inside it."""
 
-    event: _record.OpEvent
+    event: OpEvent
     children: list  # its direct sub-ops: their time is not its self time
     orphans: list  # deeper calls whose own parent was not recorded: inside it, but not subtracted
 
 
-def _call_tree(events: list[_record.OpEvent]) -> list[_Call]:
+def _call_tree(events: list[OpEvent]) -> list[_Call]:
     """Events arrive when ops end, so an op's sub-ops (depth + 1) precede it:
     rebuild the calls as trees, one per depth-0 call (plus any calls left
     without a parent, e.g. when the block raised inside an op)."""
@@ -416,7 +412,7 @@ def _call_tree(events: list[_record.OpEvent]) -> list[_Call]:
     return roots + [c for d in sorted(pending) for c in pending[d]]
 
 
-def _aggregate(events: list[_record.OpEvent]) -> dict[tuple[str, str], OpStats]:
+def _aggregate(events: list[OpEvent]) -> dict[tuple[str, str], OpStats]:
     """Per (op, backend) totals over every call tree of the block."""
     stats: dict[tuple[str, str], OpStats] = {}
     for root in _call_tree(events):

@@ -1,10 +1,10 @@
-"""Host-to-device transfers that overlap with compute (see _async.py)."""
+"""Host-to-device transfers that overlap with compute (see runtime/async_copy.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from ._registry import REGISTRY
+from .runtime import REGISTRY
 
 
 def non_blocking_to(t: torch.Tensor, device: torch.device | str | None = None) -> torch.Tensor:

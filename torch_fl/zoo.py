@@ -350,8 +350,8 @@ def _generate_verdict(case: _Case, want: torch.Tensor, got: torch.Tensor) -> str
 def check(name: str, backend: str) -> ZooResult:
     """Runs model `name` on fl backend `backend` (forward, backward, one AdamW step, sharing,
     generate) against the CPU; see the module docstring."""
-    from ._registry import REGISTRY
     from .profiler import profile
+    from .runtime import REGISTRY
 
     spec = MODELS[name]
     result = ZooResult(name, backend, spec.family)
@@ -424,7 +424,7 @@ class ZooReport:
 def run_zoo(models: list[str] | None = None, backends: list[str] | None = None,
             progress: Callable[[ZooResult], None] | None = None) -> ZooReport:
     """check() for every model (default: all of MODELS) on every backend (default: all found)."""
-    from ._registry import REGISTRY
+    from .runtime import REGISTRY
 
     backends = backends or sorted(REGISTRY.backends)
     results = []
@@ -455,7 +455,7 @@ class TrainCurve:
 def train_curve(name: str = "llama", backend: str = "cpu", steps: int = 30, lr: float = 1e-3) -> TrainCurve:
     """`steps` AdamW steps of causal LM `name` on a fixed batch (next-token cross entropy), on
     the backend and natively on the CPU, from the same weights."""
-    from ._registry import REGISTRY
+    from .runtime import REGISTRY
 
     spec = MODELS[name]
     case = _Case(spec)

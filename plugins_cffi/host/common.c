@@ -19,7 +19,7 @@ const char *fl_host_last_error(void) { return last_error; }
 
 /* ---- sizes and counts from the environment ----
  * torch_fl's Python side validates every FL_* variable before it loads a plugin and rewrites the
- * ones plugins read as plain integers (torch_fl/_config.py), so in a torch_fl process these see
+ * ones plugins read as plain integers (torch_fl/runtime/config.py), so in a torch_fl process these see
  * digits only. The grammar is the same as Python's for any other host: a number of bytes with an
  * optional binary K/M/G/T suffix and optional B/iB ("4096", "512M", "1.5G", "2 GiB"). A value
  * outside it is an error naming the variable, never a silent default. */

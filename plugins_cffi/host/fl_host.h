@@ -135,7 +135,7 @@ typedef struct {
 
 void fl_iter_init(fl_iter_t *it, int ntensor, const fl_tensor_t *const *ts);
 
-/* sizes and counts from the environment (common.c): the grammar of torch_fl/_config.py. parse_size
+/* sizes and counts from the environment (common.c): the grammar of torch_fl/runtime/config.py. parse_size
  * returns 0 or -1; the env_ functions give dflt when the variable is unset or empty and fail with
  * FL_ERR_INVALID and a message naming the variable when its value is not accepted. */
 int fl_host_parse_size(const char *text, uint64_t *out);

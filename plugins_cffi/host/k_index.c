@@ -35,7 +35,7 @@
 /* helpers                                                            */
 /* ================================================================== */
 
-/* Codes of the strings these kernels read (torch_fl/_dispatch.py STRING_CODES). */
+/* Codes of the strings these kernels read (torch_fl/runtime/native.py STRING_CODES). */
 enum { S_MEAN = 4, S_SUM = 5, S_PROD = 8, S_AMAX = 9, S_AMIN = 10, S_ADD = 11, S_MULTIPLY = 12,
        S_LEFT = 13, S_RIGHT = 14, S_MAX = 15, S_MIN = 16 };
 

@@ -30,7 +30,7 @@
 #include <cblas.h>
 #include <lapack.h>
 
-/* Codes the runtime gives string arguments (torch_fl/_dispatch.py
+/* Codes the runtime gives string arguments (torch_fl/runtime/native.py
  * STRING_CODES); an unknown string arrives as -1. */
 enum { LP_STR_L = 6, LP_STR_U = 7 };
 
@@ -1369,7 +1369,7 @@ done:
 }
 
 /* aten::_linalg_check_errors is not a kernel: the runtime runs PyTorch's own check on a host copy
- * of the small info tensor (torch_fl/_decompositions.py), for PyTorch's exact messages. */
+ * of the small info tensor (torch_fl/dispatch/decompositions/general.py), for PyTorch's exact messages. */
 
 #define LP_F (FL_F32 | FL_F64)
 

@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from torch_fl._abi import ffi
+from torch_fl.runtime import ffi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DTYPE_CODES = {
@@ -29,7 +29,7 @@ def plugin():
         import torch_fl
 
         pkg = os.path.dirname(torch_fl.__file__)
-        path = glob.glob(os.path.join(pkg, "_plugins", "libfl_cpu.so"))[0]
+        path = glob.glob(os.path.join(pkg, "runtime", "plugins", "libfl_cpu.so"))[0]
         _lib = ffi.dlopen(path)
         _plugin = ffi.new("fl_plugin_t*")
         assert _lib.fl_plugin_init(_plugin) == 0

@@ -13,7 +13,7 @@ import harness
 import pytest
 import torch
 
-from torch_fl._abi import ffi
+from torch_fl.runtime import ffi
 
 aten = torch.ops.aten
 APPROX = {"none": 0, "tanh": 1}

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from torch_fl._abi import ffi
+from torch_fl.runtime import ffi
 
 A = torch.ops.aten
 FWD = A._scaled_dot_product_fused_attention_overrideable.default
@@ -34,7 +34,7 @@ def rocm():
     if not _rocm:
         import torch_fl
 
-        path = os.path.join(os.path.dirname(torch_fl.__file__), "_plugins", "libfl_rocm.so")
+        path = os.path.join(os.path.dirname(torch_fl.__file__), "runtime", "plugins", "libfl_rocm.so")
         lib = ffi.dlopen(path)
         p = ffi.new("fl_plugin_t*")
         assert lib.fl_plugin_init(p) == 0

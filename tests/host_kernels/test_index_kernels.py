@@ -11,8 +11,7 @@ import pytest
 import torch
 from test_elementwise_kernels import make
 
-from torch_fl._abi import ffi
-from torch_fl._dispatch import STRING_CODES
+from torch_fl.runtime import STRING_CODES, ffi
 
 aten = torch.ops.aten
 nan = float("nan")

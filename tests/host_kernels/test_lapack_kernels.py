@@ -12,7 +12,7 @@ import harness
 import pytest
 import torch
 
-from torch_fl._abi import ffi
+from torch_fl.runtime import ffi
 
 A = torch.ops.aten
 STRINGS = {"L": 6, "U": 7}  # the codes k_lapack.c expects for UPLO (see the report on STRING_CODES)

@@ -7,7 +7,7 @@ import harness
 import pytest
 import torch
 
-from torch_fl._abi import ffi
+from torch_fl.runtime import ffi
 
 A = torch.ops.aten
 

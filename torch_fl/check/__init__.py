@@ -23,8 +23,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from .. import _subprocess
-from ._contract import FAIL, PASS, SKIP, WARN
+from ..runtime import spawn
+from .contract import FAIL, PASS, SKIP, WARN
 
 
 @dataclass
@@ -103,7 +103,7 @@ def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: floa
     stopped, and a fresh worker goes on with the remaining checks."""
     report = CheckReport(target)
     env = dict(os.environ)
-    env["FL_MEMORY_POOL"] = "0"  # every buffer a fresh guarded block (see _guarded)
+    env["FL_MEMORY_POOL"] = "0"  # every buffer a fresh guarded block (see guarded.py)
     if os.path.exists(target):
         target = os.path.abspath(target)
         env["FL_PLUGIN_PATH"] = target
@@ -112,8 +112,8 @@ def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: floa
         return report
     done: set[str] = set()
     for _attempt in range(64):  # each crash or hang costs one attempt
-        cmd = _subprocess.python_command("torch_fl.check._worker", target, "--ops", ops, "--samples", str(samples),
-                                         "--skip", ",".join(sorted(done)))
+        cmd = spawn.python_command("torch_fl.check.worker", target, "--ops", ops, "--samples", str(samples),
+                                   "--skip", ",".join(sorted(done)))
         run = _WorkerRun(cmd, env, timeout)
         for kind, payload in run.events():
             if kind == "ROW":

@@ -25,10 +25,8 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from .. import _config, _record
-from .._registry import REGISTRY
-from .._tensor import device_of, is_fl
-from . import _capture
+from ..runtime import REGISTRY, config, device_of, events, is_fl
+from . import capture
 from . import passes as _passes
 from .passes import PASSES, Record
 from .report import FusionReport, GraphReport, Measurement, PatternCost
@@ -117,7 +115,7 @@ class CompiledModel(nn.Module):
 
     # -- calling ---------------------------------------------------------------------
     def forward(self, *args, **kwargs):
-        if _DISABLED[0] or not _config.env_bool("FL_COMPILE", True):
+        if _DISABLED[0] or not config.env_bool("FL_COMPILE", True):
             return self.model(*args, **kwargs)
         entry, tensors = self._entry(args, kwargs)
         if entry.gm is None:
@@ -129,7 +127,7 @@ class CompiledModel(nn.Module):
 
     def _entry(self, args, kwargs):
         try:
-            names, values = _capture.bind(self.model, args, kwargs)
+            names, values = capture.bind(self.model, args, kwargs)
         except TypeError as e:
             raise TypeError(f"fl.compile: {e}") from None
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
@@ -146,8 +144,8 @@ class CompiledModel(nn.Module):
         report = GraphReport(backend, self.model.training, list(self.passes))
         self.fusion_report.graphs.append(report)
         try:
-            unfused = _capture.capture(self.model, names, values, self.leaf_modules)
-            gm = _capture.capture(self.model, names, values, self.leaf_modules)
+            unfused = capture.capture(self.model, names, values, self.leaf_modules)
+            gm = capture.capture(self.model, names, values, self.leaf_modules)
         except Exception as e:  # noqa: BLE001 - any capture failure means: run the model as it is
             report.fallback = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             warnings.warn(f"fl.compile could not capture {type(self.model).__name__} ({report.fallback}); running it "
@@ -160,7 +158,7 @@ class CompiledModel(nn.Module):
             try:
                 PASSES[name](ctx)
             except Exception as e:  # noqa: BLE001 - a pass that fails leaves the graph as the last good pass did
-                gm = _capture.capture(self.model, names, values, self.leaf_modules)
+                gm = capture.capture(self.model, names, values, self.leaf_modules)
                 ctx = _passes.Context(gm, backend, kernels, features, ctx.records, ctx.hints)
                 ctx.records.append(Record(name, "(model)", [], "pass failed", False, f"{type(e).__name__}: {e}"))
                 warnings.warn(f"fl.compile: pass {name!r} failed ({type(e).__name__}: {e}); the graph is used "
@@ -257,11 +255,11 @@ class _Timed(fx.Interpreter):
         idx = self.owner(n)
         if idx is None:
             return super().run_node(n)
-        k0, t0 = _record.kernel_count(), time.perf_counter()
+        k0, t0 = events.kernel_count(), time.perf_counter()
         out = super().run_node(n)
         _sync()
         c = self.cost.setdefault(idx, [0, 0.0])
-        c[0] += _record.kernel_count() - k0
+        c[0] += events.kernel_count() - k0
         c[1] += time.perf_counter() - t0
         return out
 

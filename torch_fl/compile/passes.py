@@ -4,7 +4,7 @@ and rewrites it, as the active backend's capability table allows.
 A pass reads the graph (module calls, function calls, method calls), checks
 that a match is safe to rewrite (intermediate results used nowhere else,
 batch norm in inference mode, ...), and replaces the matched nodes with one
-call of a replacement from `_modules`. Every match, rewritten or not, is
+call of a replacement from `modules`. Every match, rewritten or not, is
 recorded with its module path, so the report can show where fusion happened
 and where a backend's missing kernel kept the unfused path."""
 
@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import fused as _fused
-from . import _modules, _pointwise
-from ._capture import module_path
+from . import modules
+from .capture import module_path
+from .pointwise import PointwiseChain
 
 # plugins_cffi/include/fl_plugin.h: FL_FEATURE_CHANNELS_LAST
 FEATURE_CHANNELS_LAST = 16
@@ -149,12 +150,12 @@ def conv_bn(ctx: Context) -> None:
         relu = relu_node if relu_node is not None and _is_relu(relu_node, ctx) else None
         numeric = not isinstance(conv.padding, str) and conv.padding_mode == "zeros"
         if relu is not None and fused and numeric:
-            name = ctx.add_module("conv_bn_relu", _modules.ConvBnRelu(conv, bn))
+            name = ctx.add_module("conv_bn_relu", modules.ConvBnRelu(conv, bn))
             nodes = [node, bn_node, relu]
             new = _replace(ctx, nodes, relu, name, (node.args[0],))
             ctx.record("conv+bn+relu", nodes, f"{CONV_BN_RELU_KERNEL} (fused kernel of '{ctx.backend}')", new)
             continue
-        name = ctx.add_module("conv_bn", _modules.FoldedConvBN(conv, bn))
+        name = ctx.add_module("conv_bn", modules.FoldedConvBN(conv, bn))
         nodes = [node, bn_node]
         new = _replace(ctx, nodes, bn_node, name, (node.args[0],))
         why = "" if fused or relu is None else f"; '{ctx.backend}' has no {CONV_BN_RELU_KERNEL} kernel"
@@ -218,7 +219,7 @@ def _mha(ctx: Context, node: fx.Node, mha: nn.MultiheadAttention, has: bool) -> 
         ctx.hint(_missing_kernel_hint(ctx, ATTENTION_DROPOUT_KERNELS, module_path(node),
                                       "attention with dropout runs the math path (matmul, softmax, dropout, matmul "
                                       "and their backward)"))
-    module = _modules.FusedSelfAttention(mha, linear_kernel=ctx.has_kernels(*LINEAR_ACT_KERNELS),
+    module = modules.FusedSelfAttention(mha, linear_kernel=ctx.has_kernels(*LINEAR_ACT_KERNELS),
                                          dropout_kernel=dropout_kernel)
     name = ctx.add_module("attention", module)
     args = (q, call.get("attn_mask"), call.get("key_padding_mask"), call.get("is_causal", False))
@@ -298,7 +299,7 @@ def _explicit(ctx: Context, sm: fx.Node, has: bool) -> None:
         return
     graph = ctx.gm.graph
     with graph.inserting_before(out):
-        new = graph.call_function(_modules.explicit_attention,
+        new = graph.call_function(modules.explicit_attention,
                                   (q, k, v, k_dims, scale, scale_op, mask, mask_kind or "", dropout_p, dim))
     new.meta.update({k_: v_ for k_, v_ in sm.meta.items() if k_ == "nn_module_stack"})
     out.replace_all_uses_with(new)
@@ -333,7 +334,7 @@ class _Branch:
     linear: nn.Linear | None = None  # the GEMM producing `value`, when there is one
     linear_node: fx.Node | None = None  # its call (removed when fused); None for attention's projection
     linear_input: fx.Node | None = None
-    attention: _modules.FusedSelfAttention | None = None  # `value` is its projected output
+    attention: modules.FusedSelfAttention | None = None  # `value` is its projected output
 
 
 def _branch(ctx: Context, node: fx.Node) -> _Branch:
@@ -350,7 +351,7 @@ def _branch(ctx: Context, node: fx.Node) -> _Branch:
     elif v.op == "call_function" and v.target is operator.getitem and v.args[1] == 0 and \
             isinstance(v.args[0], fx.Node) and len(v.args[0].users) == 1:
         attn = ctx.module(v.args[0])
-        if isinstance(attn, _modules.FusedSelfAttention) and attn.project:
+        if isinstance(attn, modules.FusedSelfAttention) and attn.project:
             br.linear, br.linear_input, br.attention = attn.mha.out_proj, v, attn
     return br
 
@@ -383,7 +384,7 @@ def add_norm(ctx: Context) -> None:
             if br.attention is not None:
                 br.attention.project = False  # the projection becomes this kernel's GEMM
             removed = drop + ([br.linear_node] if br.linear_node is not None else [])
-            inputs, module = (br.linear_input, residual), _modules.LinearAddNorm(br.linear, norm, br.dropout)
+            inputs, module = (br.linear_input, residual), modules.LinearAddNorm(br.linear, norm, br.dropout)
             what = "MultiheadAttention.out_proj" if br.attention is not None else "Linear"
             pattern, by = "linear+add+layer_norm", (f"{LINEAR_ADD_NORM_KERNELS[0]} ({what} GEMM; bias"
                                                     f"{', dropout' if drop else ''}, residual add and LayerNorm as "
@@ -393,7 +394,7 @@ def add_norm(ctx: Context) -> None:
                 ctx.hint(_missing_kernel_hint(ctx, LINEAR_ADD_NORM_KERNELS, where,
                                               "the linear layer is one more kernel before the add + LayerNorm"))
             removed, inputs = drop, (br.value, residual)
-            module = _modules.LinearAddNorm(None, norm, br.dropout)
+            module = modules.LinearAddNorm(None, norm, br.dropout)
             pattern, by = "add+layer_norm", (f"{ADD_NORM_KERNELS[0]} (residual add"
                                              f"{', dropout' if drop else ''} and LayerNorm in one kernel)")
         else:
@@ -461,7 +462,7 @@ def linear_act(ctx: Context) -> None:
             ctx.hint(_missing_kernel_hint(ctx, LINEAR_ACT_KERNELS, module_path(node),
                                           f"the GEMM, bias and {act} run as separate kernels"))
             continue
-        name = ctx.add_module("linear_act", _modules.LinearAct(lin, act, dropout))
+        name = ctx.add_module("linear_act", modules.LinearAct(lin, act, dropout))
         new = _replace(ctx, nodes, nodes[-1], name, (node.args[0],))
         ctx.record(f"linear+{act}", nodes, f"{LINEAR_ACT_KERNELS[0]} (bias + {act}"
                    f"{' + dropout' if dropout is not None else ''} as the GEMM's epilogue)", new)
@@ -486,7 +487,7 @@ def qkv(ctx: Context) -> None:
         if len(group) < 2:
             continue
         nodes = [n for n, _ in group]
-        name = ctx.add_module("qkv", _modules.PackedLinear([m for _, m in group]))
+        name = ctx.add_module("qkv", modules.PackedLinear([m for _, m in group]))
         graph = ctx.gm.graph
         with graph.inserting_before(nodes[0]):
             packed = graph.call_module(name, (nodes[0].args[0],))
@@ -579,8 +580,8 @@ def _fuse_chain(ctx: Context, group: list[fx.Node]) -> None:
     sub.output(env[group[-1]])
     fn = fx.GraphModule(nn.Module(), sub)
     label = ",".join(k for k in (_pointwise_kind(n, ctx) for n in group) if k != "id")
-    chain = _pointwise.PointwiseChain(fn, len(inputs), label)
-    name = ctx.add_module("pointwise", _modules.FusedPointwise(chain))
+    chain = PointwiseChain(fn, len(inputs), label)
+    name = ctx.add_module("pointwise", modules.FusedPointwise(chain))
     new = _replace(ctx, group, group[-1], name, tuple(inputs), at=group[-1])  # an input may come after group[0]
     ctx.record("elementwise chain", group, f"one JIT kernel ({label})", new)
 
@@ -606,12 +607,12 @@ def layout(ctx: Context) -> None:
     converted = []
     for p in [n for n in graph.nodes if n.op == "placeholder" and n in reaching]:
         with graph.inserting_after(p):
-            new = graph.call_function(_modules.to_channels_last, (p,))
+            new = graph.call_function(modules.to_channels_last, (p,))
         p.replace_all_uses_with(new, delete_user_cb=lambda u, new=new: u is not new)
         converted.append(p)
     out = next(n for n in graph.nodes if n.op == "output")
     with graph.inserting_before(out):
-        back = graph.call_function(_modules.to_contiguous_tree, (out.args[0],))
+        back = graph.call_function(modules.to_contiguous_tree, (out.args[0],))
     out.args = (back,)
     ctx.record("layout", converted or convs[:1],
                f"channels-last for {len(convs)} convolutions ('{ctx.backend}' prefers NHWC); "

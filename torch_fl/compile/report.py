@@ -160,11 +160,5 @@ class FusionReport:
     def __repr__(self) -> str:
         return f"<FusionReport: {len(self.graphs)} graph(s), {sum(len(g.applied) for g in self.graphs)} fusions>"
 
-    def figure(self):
-        """Kernel launches before vs after, per backend (plotly); needs `measure` first."""
-        from ..notebook.figures import fusion_figure
-
-        return fusion_figure(self)
-
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         return {"text/plain": self.table(), "text/html": "<pre>" + html.escape(self.table()) + "</pre>"}

@@ -16,8 +16,8 @@ import torch.distributed as _dist
 if not _dist.is_available():  # a PyTorch build without torch.distributed: nothing to register
     raise ImportError("torch_fl.distributed needs a PyTorch build with torch.distributed (dist.is_available())")
 
-from ._pg import BACKEND_NAME, GLOO, PLUGIN, RELAY, RELAY_ENV, ProcessGroupFl, collectives_path, register  # noqa: E402
-from ._work import BackendMismatchError, CollectiveError, CollectiveTimeoutError, FlWork  # noqa: E402
+from .pg import BACKEND_NAME, GLOO, PLUGIN, RELAY, RELAY_ENV, ProcessGroupFl, collectives_path, register  # noqa: E402
+from .work import BackendMismatchError, CollectiveError, CollectiveTimeoutError, FlWork  # noqa: E402
 
 register()
 

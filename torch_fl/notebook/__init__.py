@@ -8,8 +8,10 @@ from .figures import (
     alignment_losses,
     comparison_kernels,
     fallback_paths,
+    fusion_figure,
+    fusion_patterns,
     time_by_path,
 )
 
 __all__ = ["CapabilityExplorer", "alignment_layers", "alignment_losses", "comparison_kernels", "fallback_paths",
-           "time_by_path"]
+           "fusion_figure", "fusion_patterns", "time_by_path"]

@@ -10,8 +10,8 @@ import html
 
 import ipywidgets as w
 
-from .._registry import REGISTRY
 from ..coverage import MARKS, coverage
+from ..runtime import REGISTRY
 
 _STYLE = "<style>.flx td,.flx th{padding:2px 8px;text-align:left;font-family:monospace}</style>"
 

@@ -11,7 +11,7 @@ Where the sources come from:
   fl_plugin.h     $FL_INCLUDE, else ./include, else ../../include (this SDK).
                   An installed torch_fl ships its copy; with build isolation off
                   (pip install --no-build-isolation) you can point at it:
-                  FL_INCLUDE=$(python -c 'import torch_fl,os;print(os.path.dirname(torch_fl._abi.header_path()))')
+                  FL_INCLUDE=$(python -c 'import torch_fl,os;print(os.path.dirname(torch_fl.runtime.header_path()))')
 Keep the header you build against at the ABI version of the torch_fl your
 users run: torch_fl rejects a plugin whose fl_plugin_abi_version() differs.
 For a self-contained sdist, keep fl_template.c and include/fl_plugin.h inside

@@ -1,0 +1,210 @@
+"""The public functions re-exported by `torch_fl`: backends and devices, the CPU fallback switch, explain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .dispatch import facts, resolve
+from .runtime import REGISTRY, SETTINGS, config, core
+
+
+def initialize(backend_name: str | None = "auto") -> str:
+    """Pick the active backend: a name, "auto" (the most capable device), or
+    None to honour FL_BACKEND / the config file. Returns the backend's name."""
+    if backend_name == "auto":
+        import os
+
+        backend_name = os.environ.get("FL_BACKEND") or config.load_config().get("backend") or "auto"
+    name = REGISTRY.select(backend_name).name
+    _check_autograd_once()
+    return name
+
+
+_autograd_checked = False
+
+
+def _check_autograd_once() -> None:
+    global _autograd_checked
+    if _autograd_checked:
+        return
+    _autograd_checked = True
+    import warnings
+
+    # every device has an autograd queue if the engine started after torch_fl: probe the last one
+    problem = core.probe_autograd(REGISTRY.devices[-1].index)
+    if problem:
+        warnings.warn(problem, RuntimeWarning, stacklevel=3)
+
+
+def set_backend(name: str) -> str:
+    """Switch the active backend live; tensors already created stay on theirs."""
+    return REGISTRY.select(name).name
+
+
+def get_current_backend_name() -> str:
+    return REGISTRY.ensure().name
+
+
+def current_device() -> torch.device:
+    return REGISTRY.device(None).torch_device
+
+
+def device(backend: str | None = None, index: int = 0) -> torch.device:
+    """The torch.device of a backend's local device `index` (default: current backend)."""
+    b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
+    if not 0 <= index < len(b.devices):
+        raise ValueError(f"backend {b.name!r} has {len(b.devices)} device(s); index {index} does not exist")
+    return b.devices[index].torch_device
+
+
+def available_backends() -> list[str]:
+    return REGISTRY.available()
+
+
+@dataclass
+class BackendReport:
+    """Every plugin the loader found and what became of it."""
+
+    entries: list
+
+    def __iter__(self):
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def names(self, status: str = "loaded") -> list[str]:
+        return [e["name"] for e in self.entries if e["status"] == status]
+
+    def render(self) -> str:
+        """One row per plugin file: name, status, where it came from (bundled, entry point,
+        FL_PLUGIN_PATH, config file) and its path; then which entry or file named it, and
+        why it was rejected or shadowed."""
+        lines = [f"{'name':<10} {'status':<9} {'origin':<15} path / reason"]
+        for e in self.entries:
+            lines.append(f"{e['name'] or '?':<10} {e['status']:<9} {e['origin']:<15} {e['path']}")
+            if e.get("source"):
+                lines.append(f"{'':<36}from {e['source']}")
+            if e["reason"]:
+                lines.append(f"{'':<36}{e['reason']}")
+        return "\n".join(lines)
+
+    __str__ = render
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        import html
+
+        return {"text/plain": self.render(), "text/html": "<pre>" + html.escape(self.render()) + "</pre>"}
+
+
+def list_backends() -> BackendReport:
+    REGISTRY.discover()
+    entries = []
+    for c in REGISTRY.candidates:
+        d = c.as_dict()
+        b = REGISTRY.backends.get(c.name) if c.status == "loaded" else None
+        d["devices"] = [str(x.torch_device) for x in b.devices] if b else []
+        entries.append(d)
+    return BackendReport(entries)
+
+
+def capabilities(backend: str | None = None):
+    """The capability table of a backend (default: the current one)."""
+    b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
+    return b.capabilities
+
+
+def set_cpu_fallback(enabled: bool) -> None:
+    """The API twin of FL_CPU_FALLBACK: off makes ops without a device path raise."""
+    SETTINGS.cpu_fallback = enabled
+
+
+def cpu_fallback_enabled() -> bool:
+    return SETTINGS.cpu_fallback
+
+
+@dataclass
+class Explanation:
+    op: str
+    backend: str
+    dtypes: tuple
+    path: str | None
+    reasons: list
+    calls: dict
+
+    def render(self) -> str:
+        lines = [f"{self.op} ({', '.join(self.dtypes)}) on backend '{self.backend}': "
+                 f"{self.path or 'NO PATH'}"]
+        lines += [f"  - {r}" for r in self.reasons]
+        if self.calls:
+            lines.append("  calls so far: " + ", ".join(f"{p}={n}" for p, n in sorted(self.calls.items())))
+        return "\n".join(lines)
+
+    __str__ = render
+
+
+def explain(op, dtype: torch.dtype | str | tuple = torch.float32, backend: str | None = None) -> Explanation:
+    """Which path `op` takes on a backend for a dtype, and why.
+
+    op: an OpOverload (torch.ops.aten.mm.default), a packet (its default
+    overload), or a name such as "aten::add.Tensor" / "add.Tensor" / "mm".
+    dtype: a torch.dtype, its name ("bfloat16", as a user types it in a magic
+    or on the command line), or a tuple of them. A name that is no operator
+    or no dtype raises ValueError."""
+    func = resolve_op(op)
+    b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
+    f = facts(func)
+    dtypes = tuple(_dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,)))
+    plan = b.plans.get((func, dtypes)) or resolve(f, b, dtypes)
+    if f.is_view:
+        path, reasons = "view", [f"{f.name} is a view: metadata only, shares the input's plugin buffer"]
+    else:
+        path, reasons = plan.first, plan.reasons
+    calls = {p: n for (name, p), n in b.counts.items() if name == f.name}
+    return Explanation(f.name, b.name, tuple(str(d).replace("torch.", "") for d in dtypes), path, reasons, calls)
+
+
+def _dtype(d: torch.dtype | str) -> torch.dtype:
+    if isinstance(d, torch.dtype):
+        return d
+    found = getattr(torch, str(d).removeprefix("torch."), None)
+    if not isinstance(found, torch.dtype):
+        raise ValueError(f"{d!r} is not a torch dtype (float32, bfloat16, int64, ...)")
+    return found
+
+
+def resolve_op(op):
+    """The OpOverload an op, its packet or its name ("aten::add.Tensor", "add.Tensor", "mm") means."""
+    if isinstance(op, torch._ops.OpOverload):
+        return op
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return op.default
+    if isinstance(op, str):
+        ns, name = op.split("::", 1) if "::" in op else ("aten", op)
+        if ns == "fl":
+            from . import fused  # noqa: F401  (defines the fl:: ops)
+        base, _, overload = name.partition(".")
+        packet = getattr(getattr(torch.ops, ns, None), base, None)
+        if packet is None:
+            raise ValueError(f"unknown operator {op!r}")
+        overloads = [o for o in packet.overloads() if _in_dispatcher(packet, o)]
+        if not overload and "default" not in overloads:  # aten::add's "default" is TorchScript's scalar add
+            raise ValueError(f"{ns}::{base} needs an overload name: "
+                             + ", ".join(f"{ns}::{base}.{o}" for o in overloads))
+        overload = overload or "default"
+        if overload not in overloads:
+            raise ValueError(f"{ns}::{base} has no overload {overload!r}; overloads: {', '.join(overloads)}")
+        return getattr(packet, overload)
+    raise TypeError(f"explain() takes an aten op or its name, not {type(op).__name__}")
+
+
+def _in_dispatcher(packet, overload: str) -> bool:
+    """Whether an overload is a dispatcher operator: torch.ops also lists
+    TorchScript-only ones (aten::add's scalar "default") that have no kernels."""
+    try:
+        torch._C._dispatch_find_schema_or_throw(packet._qualified_op_name, "" if overload == "default" else overload)
+    except RuntimeError:
+        return False
+    return True

@@ -1,0 +1,178 @@
+"""One kernel for a chain of elementwise ops, through the JIT tier.
+
+The dispatcher's JIT tier compiles one aten op at a time. A chain such as
+bias + GELU or add + ReLU would still launch one kernel per op and write
+every intermediate to device memory, so here the whole chain is traced as
+one function and handed to the same code generator (`jit.generate`): one C
+loop over the output computes every op per element. The generated kernel is
+run through the dispatcher's native path (`runtime.run_native`), so
+outputs are allocated, broadcast and counted exactly as a vendor kernel's.
+
+Gradients: the vector-Jacobian product of a pointwise chain is pointwise too,
+so each input's gradient is one more generated kernel (inputs whose gradient
+formulas are identical, as for both operands of an add, share one), followed
+by a sum over broadcast dimensions where an input was broadcast.
+
+Where no kernel can be made (tensors not on fl, mixed dtypes, a backend
+without `jit_compile`, a dtype the generator does not cover), the chain runs
+as the original ops, with PyTorch's autograd."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from .. import jit
+from ..runtime import JIT, NOT_HANDLED, async_copy, device_of, events, is_fl
+
+STATS = {"compiled": 0, "runs": 0, "eager": 0}
+
+
+class _ChainFacts:
+    """The parts of an op's facts (`dispatch.OpFacts`) that the generator and
+    the native path read, for a chain that is a Python function, not an aten op."""
+
+    mutable: list = []
+    is_out = False
+    pointwise = True
+    ret_alias = [None]
+    n_returns = 1
+
+    def __init__(self, name: str, fn: Callable, n: int):
+        self.name, self.func = name, fn
+        self.arg_names = [f"x{i}" for i in range(n)]
+        self.kwarg_only = [False] * n
+        self.tensor_arg = [True] * n
+
+    def call(self, vals):
+        return self.func(*vals)
+
+
+class PointwiseChain:
+    """A traced chain: `fn(*inputs)` computes it with aten ops; kernels are
+    compiled per (backend, dtype) on first use and cached."""
+
+    def __init__(self, fn: Callable, n_inputs: int, label: str):
+        self.fn, self.n, self.label = fn, n_inputs, label
+        self.name = f"fl::fused_pointwise({label})"
+        self._kernels: dict = {}
+        self._grad_fns: dict[int, Callable] = {}
+
+    # -- kernels -------------------------------------------------------------
+    def _kernel(self, key, facts: _ChainFacts, vals, dtype, dev):
+        """(kernel entry or None, generated source or None), compiled once per key."""
+        hit = self._kernels.get(key)
+        if hit is not None:
+            return hit
+        entry = src = None
+        try:
+            src, symbol = jit.generate(facts, vals, dtype)
+        except Exception:  # noqa: BLE001 - an op the generator does not cover: the chain runs unfused
+            src = None
+        if src is not None:  # a failed compile leaves the chain unfused, without a warning
+            entry = jit.compile_source(facts.name, dev, src, symbol, warn=False)
+            if entry is not None:
+                STATS["compiled"] += 1
+        hit = self._kernels[key] = (entry, src)
+        return hit
+
+    def _grad_fn(self, i: int) -> Callable:
+        fn = self._grad_fns.get(i)
+        if fn is None:
+            chain = self.fn
+
+            def fn(g, *xs):
+                with torch.enable_grad():
+                    leaves = [x.detach().requires_grad_(k == i) for k, x in enumerate(xs)]
+                    return torch.autograd.grad(chain(*leaves), leaves[i], g)[0]
+
+            self._grad_fns[i] = fn
+        return fn
+
+
+def kernel_ready(tensors) -> tuple | None:
+    """(device, dtype) when these tensors can run a generated kernel, else None."""
+    if not tensors or not all(is_fl(t) for t in tensors):
+        return None
+    dev, dtype = device_of(tensors[0]), tensors[0].dtype
+    if any(device_of(t) is not dev or t.dtype != dtype for t in tensors) or dtype not in jit.DTYPES:
+        return None
+    if not dev.plugin.optional.get("jit_compile") or not (dev.props.dtypes >> jit.dtype_code(dtype)) & 1:
+        return None
+    if any(t.dim() > 8 for t in tensors):
+        return None
+    return dev, dtype
+
+
+def _launch(chain: PointwiseChain, facts: _ChainFacts, key, vals, dev, dtype):
+    """Runs one generated kernel on vals; None when there is none for them."""
+    entry = chain._kernel(key, facts, vals, dtype, dev)[0]
+    if entry is None:
+        return None
+    if async_copy.PENDING:
+        async_copy.wait_for(vals)
+    listening = bool(events.LISTENERS)
+    t0, k0 = time.perf_counter(), events.KERNELS[0]
+    out = jit.run(facts, entry, dev, list(vals))
+    if out is NOT_HANDLED:
+        return None
+    if listening:
+        events.emit(events.OpEvent(facts.name, dev.backend.name, JIT, time.perf_counter() - t0,
+                                   events.KERNELS[0] - k0, 0, events.DEPTH[0], t0))
+    return out
+
+
+class _FusedFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, chain: PointwiseChain, dev, dtype, *xs):
+        facts = _ChainFacts(chain.name, chain.fn, len(xs))
+        out = _launch(chain, facts, ("fwd", dev.backend.name, dtype), xs, dev, dtype)
+        if out is None:
+            with torch.no_grad():
+                out = chain.fn(*xs)
+        ctx.chain, ctx.dev, ctx.dtype = chain, dev, dtype
+        ctx.save_for_backward(*xs)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        xs = ctx.saved_tensors
+        chain: PointwiseChain = ctx.chain
+        grads: list = [None, None, None]
+        cache: dict = {}
+        ready = kernel_ready([g, *xs]) is not None
+        for i, x in enumerate(xs):
+            if not ctx.needs_input_grad[3 + i]:
+                grads.append(None)
+                continue
+            gi = None
+            if ready:
+                name = chain.name.replace("fused_pointwise", "fused_pointwise_backward")
+                facts = _ChainFacts(name, chain._grad_fn(i), len(xs) + 1)
+                key = ("bwd", i, ctx.dev.backend.name, ctx.dtype)
+                src = chain._kernel(key, facts, (g, *xs), ctx.dtype, ctx.dev)[1]
+                # identical formulas (both operands of an add) share one kernel and one result
+                gi = cache.get(src) if src is not None else None
+                if gi is None:
+                    gi = _launch(chain, facts, key, (g, *xs), ctx.dev, ctx.dtype)
+                    if src is not None and gi is not None:
+                        cache[src] = gi
+            if gi is None:
+                gi = chain._grad_fn(i)(g, *xs)
+            if gi.shape != x.shape:
+                gi = gi.sum_to_size(x.shape)
+            grads.append(gi)
+        return tuple(grads)
+
+
+def run(chain: PointwiseChain, *xs):
+    """The chain's value: one generated kernel where possible, the ops otherwise."""
+    tensors = [x for x in xs if isinstance(x, torch.Tensor)]
+    ready = kernel_ready(tensors) if len(tensors) == len(xs) else None
+    if ready is None:
+        STATS["eager"] += 1
+        return chain.fn(*xs)
+    STATS["runs"] += 1
+    return _FusedFn.apply(chain, ready[0], ready[1], *xs)

@@ -1,0 +1,100 @@
+"""The decomposition tier's table: op -> a function computing it from other
+ops. It starts from PyTorch's own (torch._decomp) and adds torch_fl's, which
+keep the work on the device where PyTorch's bottom out in prims no plugin has,
+go through a host round trip, or do not exist: general.py (random factories,
+indexing, data-dependent sizes, search, histograms, ...), nn.py (convolution
+and pooling as views and matrix products), linalg.py (factorisations from
+matrix products), rnn.py (the fused LSTM/GRU cells), attention.py (the
+overrideable fused-attention pair), and the small ones below. torch_fl.fused
+adds the references of its own fl:: ops when it is imported."""
+
+from __future__ import annotations
+
+import torch
+from torch._decomp import decomposition_table
+
+from ...runtime import device_of, native_factory
+from ..facts import facts
+from . import attention, general, linalg, nn, rnn
+
+aten = torch.ops.aten
+
+DECOMPOSITIONS: dict = dict(decomposition_table)
+# ops whose PyTorch autograd formula needs what an fl device may lack; registered at the fl autograd key
+AUTOGRAD_COMPOSITIONS: dict = dict(general.AUTOGRAD_COMPOSITIONS)
+attention.register(DECOMPOSITIONS)
+general.register(DECOMPOSITIONS)
+nn.register(DECOMPOSITIONS)
+linalg.register(DECOMPOSITIONS)
+rnn.register(DECOMPOSITIONS)
+
+
+def _full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    """full_like as empty_like + fill_: autograd seeds every backward with it
+    (ones_like -> full_like), and fill_ is a primitive every plugin has, so
+    this keeps the seed on the device instead of a host round trip."""
+    out = torch.empty_like(self, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
+                           memory_format=memory_format or torch.preserve_format)
+    return out.fill_(fill_value)
+
+
+DECOMPOSITIONS[aten.full_like.default] = _full_like
+# zero_ as fill_: torch._decomp's zero_ goes through zeros_like, whose generic kernel calls zero_ again
+DECOMPOSITIONS[aten.zero_.default] = lambda self: aten.fill_.Scalar(self, 0)
+
+
+# PyTorch's decompositions bottom out in prims; the ones below are aten ops any
+# plugin has kernels for, so decomposed ops stay on the device.
+def _prims_clone(self, *, memory_format=None):
+    out = torch.empty_like(self, memory_format=memory_format or torch.preserve_format)
+    return out.copy_(self)
+
+
+def _prims_copy_to(a, b):
+    return a.copy_(b)
+
+
+def _prims_div(a, b):
+    # prims.div: true division for floating types, truncation towards zero for integers
+    if (a.is_floating_point() or a.is_complex()) if isinstance(a, torch.Tensor) else isinstance(a, float):
+        return aten.div.Tensor(a, b)
+    return aten.div.Tensor_mode(a, b, rounding_mode="trunc")
+
+
+def _slice_backward(grad_output, input_sizes, dim, start, end, step):
+    """Zeros with the gradient copied into the slice: a view, fill_ and copy_, on any plugin."""
+    out = grad_output.new_zeros(input_sizes)
+    aten.slice.Tensor(out, dim, start, end, step).copy_(grad_output)
+    return out
+
+
+def _equal(a, b) -> bool:
+    return a.shape == b.shape and bool((a == b).all())
+
+
+def _arange_out(*args, out):
+    """arange's out= overloads (what torch.arange(..., device="fl") becomes): the plugin's arange kernel
+    when it has one, else no device path here (the next tier serves it)."""
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
+    res = native_factory(facts(aten.arange.start_step), device_of(out), (start, end, step), {"dtype": out.dtype})
+    if res is None:
+        raise NotImplementedError(f"aten::arange has no kernel on fl backend '{device_of(out).backend.name}'")
+    if tuple(out.shape) != tuple(res.shape):
+        out.resize_(res.shape)
+    return out.copy_(res)
+
+
+DECOMPOSITIONS[aten.arange.out] = _arange_out
+DECOMPOSITIONS[aten.arange.start_out] = _arange_out
+DECOMPOSITIONS[aten.slice_backward.default] = _slice_backward
+DECOMPOSITIONS[aten.equal.default] = _equal
+
+_PRIMS = {"clone": _prims_clone, "copy_to": _prims_copy_to, "div": _prims_div,
+          "mul": lambda a, b: torch.mul(a, b), "gt": lambda a, b: torch.gt(a, b),  # b may be a Python number
+          "add": lambda a, b: torch.add(a, b), "sub": lambda a, b: torch.sub(a, b),
+          "abs": lambda a: aten.abs.default(a), "signbit": lambda a: aten.signbit.default(a)}
+for _name, _fn in _PRIMS.items():
+    _op = getattr(getattr(torch.ops.prims, _name, None), "default", None)
+    if _op is not None:
+        DECOMPOSITIONS[_op] = _fn
+

@@ -1,0 +1,98 @@
+"""The CPU fallback, the last tier: the op's fl tensors are copied to the host
+(views of one host copy where they share an allocation, so the CPU kernel sees
+the same aliasing), PyTorch's CPU kernel runs, and what the op wrote or returned
+is copied back to the device. On a host-accessible device the host copies are
+zero-copy views of device memory."""
+
+from __future__ import annotations
+
+import torch
+
+from ..runtime import (
+    base_ptr,
+    cpu_into_fl,
+    cpu_to_new_fl,
+    device_of,
+    events,
+    fl_to_cpu,
+    is_fl,
+    iter_tensors,
+    map_tensors,
+    span,
+)
+
+
+def _shared_mirrors(dev, vals) -> dict[int, torch.Tensor]:
+    """Host copies of fl tensors that share an allocation, as views of ONE host
+    copy of it: the CPU kernel then sees the same aliasing the device memory
+    has (x[1:].add_(x[:-1]) must fail as it does on CPU, not silently read a
+    stale copy)."""
+    by_base: dict[int, list] = {}
+    for t in iter_tensors(vals):
+        if t.device.type == "fl" and t.numel():
+            by_base.setdefault(base_ptr(t), []).append(t)
+    out: dict[int, torch.Tensor] = {}
+    for base, views in by_base.items():
+        if len(views) < 2:
+            continue
+        spans = [span(t) for t in views]
+        lo = min(a * t.element_size() for (a, _), t in zip(spans, views, strict=True)) // 16 * 16
+        hi = max(b * t.element_size() for (_, b), t in zip(spans, views, strict=True))
+        staging = torch.empty(hi - lo, dtype=torch.uint8)
+        dev.plugin.copy_d2h(dev.local, staging.data_ptr(), base + lo, hi - lo)
+        events.BYTES[0] += hi - lo
+        for t in views:
+            item = t.element_size()
+            typed = staging[: (hi - lo) // item * item].view(t.dtype)
+            out[id(t)] = typed.as_strided(t.shape, t.stride(), (t.storage_offset() * item - lo) // item)
+    return out
+
+
+def run_fallback(f, dev, vals):
+    mirrors: dict[int, torch.Tensor] = {} if dev.host_accessible else _shared_mirrors(dev, vals)
+
+    def host(t):
+        if t.device.type == "fl":
+            if device_of(t) is not dev:
+                raise RuntimeError(f"{f.name}: tensor on {t.device} mixed with {dev.torch_device}")
+            c = mirrors.get(id(t))
+            if c is None:
+                c = mirrors[id(t)] = fl_to_cpu(t)
+            return c
+        return t
+
+    cpu_vals = map_tensors(host, vals)
+    out = f.call(cpu_vals)
+    # write back what the op mutated (zero-copy views on host-accessible devices need nothing)
+    for i in f.mutable:
+        pairs = [(vals[i], cpu_vals[i])]
+        if isinstance(vals[i], (list, tuple)):  # Tensor(a!)[]: _foreach_*_, _amp_foreach_non_finite_check_and_unscale_
+            pairs = list(zip(vals[i], cpu_vals[i], strict=True))
+        for fl_t, cpu_t in pairs:
+            if not is_fl(fl_t):
+                continue
+            if tuple(cpu_t.shape) != tuple(fl_t.shape) or cpu_t.stride() != fl_t.stride():
+                replace_storage(fl_t, cpu_to_new_fl(dev, cpu_t))  # an out= tensor the op resized
+            elif not dev.host_accessible:
+                cpu_into_fl(fl_t, cpu_t)
+    if f.n_returns == 0:
+        return None
+    outs = (out,) if f.n_returns == 1 else tuple(out)
+    results = []
+    for r, o in enumerate(outs):
+        a = f.ret_alias[r]
+        if a is not None and is_fl(vals[a]):
+            results.append(vals[a])
+        elif isinstance(o, torch.Tensor):
+            results.append(cpu_to_new_fl(dev, o))
+        elif isinstance(o, (list, tuple)):
+            results.append(type(o)(cpu_to_new_fl(dev, x) if isinstance(x, torch.Tensor) else x for x in o))
+        else:
+            results.append(o)
+    return results[0] if f.n_returns == 1 else tuple(results)
+
+
+def replace_storage(t: torch.Tensor, new: torch.Tensor) -> None:
+    """Give t new's storage and metadata in place (an out= tensor an op resized)."""
+    t.set_(new.untyped_storage(), new.storage_offset(), new.shape, new.stride())
+

@@ -1,0 +1,555 @@
+"""The dispatcher's tiers for one op call: every aten op on an fl tensor that
+PyTorch's C++ core (runtime/csrc/fl_core.cpp) does not serve itself arrives
+here, through the boxed fallback PyTorch calls for the fl (PrivateUse1) device
+(dispatch.entry routes it).
+
+For each op the path is resolved once per (op, dtypes, backend) and cached:
+native plugin kernel -> decomposition (torch._decomp plus ours) -> JIT ->
+CPU fallback. An out= overload (which is how PyTorch hands structured ops
+such as add, mm or sum to a backend) takes the plan of its functional twin
+and writes into the given outputs. A native call on an op's own arguments is
+committed to the C++ core's fast path (runtime.native.commit). Views never
+touch the plugin (dispatch.meta); copies between devices are explicit and
+counted."""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import jit
+from ..runtime import (
+    COMPLEX_CODES,
+    DECOMPOSITION,
+    FALLBACK,
+    JIT,
+    NATIVE,
+    NOT_HANDLED,
+    REGISTRY,
+    SETTINGS,
+    TO_CODE,
+    async_copy,
+    base_ptr,
+    copy_unique,
+    cpu_to_new_fl,
+    device_of,
+    dtype_name,
+    events,
+    is_dense,
+    is_fl,
+    iter_tensors,
+    mask_to_names,
+    native,
+    native_factory,
+    new_tensor,
+    output_layouts,
+    run_native,
+)
+from . import overlap
+from .decompositions import DECOMPOSITIONS
+from .facts import OpFacts
+from .fallback import run_fallback
+
+aten = torch.ops.aten
+
+# -- helpers -----------------------------------------------------------------
+
+
+def _device_of(name: str, vals):
+    """The single fl device of an op's tensors; PyTorch's own error otherwise."""
+    dev = None
+    for t in iter_tensors(vals):
+        if t.device.type == "fl":
+            if t.layout is not torch.strided:
+                raise RuntimeError(
+                    f"{name}: a {t.layout} tensor on {t.device} is not supported by torch_fl (fl tensors are "
+                    f"strided); keep {t.layout} tensors on the CPU and move dense ones with .to_dense() first")
+            d = device_of(t)
+            if dev is None:
+                dev = d
+            elif d is not dev:
+                raise RuntimeError(
+                    f"Expected all tensors to be on the same device, but found at least two devices, "
+                    f"{dev.torch_device} ({dev.backend.name}) and {d.torch_device} ({d.backend.name})! "
+                    f"(when checking arguments for {name}). Move one with .to() first."
+                )
+        elif t.dim() != 0 and t.device.type != "meta":
+            other = t
+            first = next((x for x in iter_tensors(vals) if is_fl(x)), None)
+            where = first.device if first is not None else "fl"
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, "
+                f"{where} and {other.device}! (when checking arguments for {name}). Move the {other.device} "
+                f"tensor with .to('{where}') first."
+            )
+    return dev
+
+
+# -- plans ---------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """The ordered paths to try for one (op, dtypes) on one backend, and why."""
+
+    op: str
+    backend: str
+    dtypes: tuple
+    paths: list = field(default_factory=list)
+    kernel: object = None
+    decomposition: object = None
+    jit: object = None
+    reasons: list = field(default_factory=list)
+    failed: set = field(default_factory=set)  # paths found broken at run time (a JIT compile that failed)
+
+    @property
+    def first(self) -> str | None:
+        return next((p for p in self.paths if p not in self.failed), None)
+
+
+class ThreadState(threading.local):
+    """Per-thread dispatcher state; class defaults make the hot-path reads cheap."""
+
+    active: set | None = None  # ops whose decomposition is running (see decomposing)
+    device_only = 0  # > 0 inside a decomposition that must stay on the device
+
+
+TLS = ThreadState()
+
+
+def decomposing() -> set:
+    s = getattr(TLS, "active", None)
+    if s is None:
+        s = TLS.active = set()
+    return s
+
+
+def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
+    plan = Plan(f.name, backend.name, tuple(dtype_name(d) for d in dtypes))
+    dev_mask = backend.devices[0].props.dtypes if backend.devices else 0
+    entry = backend.plugin.kernels.get(f.name)
+    lookup = dtypes[0] if dtypes else None
+    code = TO_CODE.get(lookup, -1) if lookup is not None else -1
+    if NATIVE in SETTINGS.disabled:
+        plan.reasons.append("native kernels switched off")
+    elif f.is_out:
+        plan.reasons.append("out= overloads are not sent to plugin kernels")
+    elif entry is None:
+        plan.reasons.append(f"no native kernel for {f.name} in plugin '{backend.name}'")
+    elif code < 0 or not (entry.dtypes >> code) & 1 or _unserved_complex(entry, dtypes):
+        what = _unserved_complex(entry, dtypes) or (dtype_name(lookup) if lookup else "?")
+        plan.reasons.append(f"native kernel {f.name} does not serve {what} "
+                            f"(serves {', '.join(mask_to_names(entry.dtypes))})")
+    elif not (dev_mask >> code) & 1:
+        plan.reasons.append(f"device does not compute in {dtype_name(lookup)}")
+    else:
+        plan.paths.append(NATIVE)
+        plan.kernel = entry
+        plan.reasons.append(f"native kernel {f.name} [{dtype_name(lookup)}] in plugin '{backend.name}'")
+    note = _complex_note(backend, dtypes, dev_mask)
+    if note:
+        plan.reasons.insert(0, note)
+    if DECOMPOSITION in SETTINGS.disabled:
+        plan.reasons.append("decompositions switched off")
+    elif DECOMPOSITIONS.get(f.func) is not None:
+        plan.paths.append(DECOMPOSITION)
+        plan.decomposition = DECOMPOSITIONS[f.func]
+        plan.reasons.append(f"decomposition of {f.name} into other aten ops")
+    elif f.func in GENERIC:  # taken at the fl key for the plugins that have a kernel; PyTorch's for the rest
+        plan.paths.append(DECOMPOSITION)
+        plan.decomposition = generic_kernel(f.func)
+        plan.reasons.append(f"PyTorch's generic kernel for {f.name} (CompositeExplicitAutograd: other aten ops)")
+    else:
+        plan.reasons.append(f"no decomposition for {f.name}")
+    kernel = jit.lookup(backend, f, dtypes) if JIT not in SETTINGS.disabled else None
+    if kernel is not None:
+        plan.paths.append(JIT)
+        plan.jit = kernel
+        plan.reasons.append(_jit_claim(f.name))
+    else:
+        plan.reasons.append("no JIT kernel")
+    if SETTINGS.cpu_fallback:
+        plan.paths.append(FALLBACK)
+        plan.reasons.append("CPU fallback (copy to host, run PyTorch's CPU kernel, copy back)")
+    else:
+        plan.reasons.append("CPU fallback is switched off (FL_CPU_FALLBACK=0)")
+    return plan
+
+
+def _jit_claim(name: str) -> str:
+    return f"JIT-compiled kernel for {name}"
+
+
+def _note_jit_failure(plan: Plan, f: OpFacts, backend) -> None:
+    """A JIT kernel that failed to compile is said so, with the compiler's
+    reason, in the plan's reasons -- which the no-path error and fl.explain
+    print -- instead of being listed as if it were there."""
+    why = jit.compile_failure(backend.name, f.name)
+    if why is None:
+        return
+    plan.failed.add(JIT)
+    text = f"the JIT kernel for {f.name} failed to compile: {why}"
+    plan.reasons[:] = [text if r == _jit_claim(f.name) or r.startswith(f"the JIT kernel for {f.name} failed")
+                       else r for r in plan.reasons]
+
+
+def _unserved_complex(entry, dtypes) -> str | None:
+    """A complex operand dtype the kernel's mask does not name: a kernel sees complex memory only
+    if it says it can read it (plugins written before complex dtypes would read it as real)."""
+    for d in dtypes:
+        c = TO_CODE.get(d, -1)
+        if c in COMPLEX_CODES and not (entry.dtypes >> c) & 1:
+            return dtype_name(d)
+    return None
+
+
+def _complex_note(backend, dtypes, dev_mask: int) -> str | None:
+    """Why a complex operand cannot run natively on this device at all, said first."""
+    cplx = [d for d in dtypes if d.is_complex]
+    if not cplx:
+        return None
+    unnamed = [d for d in cplx if d not in TO_CODE]
+    if unnamed:
+        return (f"{dtype_name(unnamed[0])} has no fl dtype (the plugin ABI has complex64 and complex128; "
+                "convert with .cfloat() or .cdouble())")
+    if not any((dev_mask >> c) & 1 for c in COMPLEX_CODES):
+        return f"fl backend '{backend.name}' computes in no complex dtype (its device's dtype mask has none)"
+    return None
+
+
+def compute(f: OpFacts, args, kwargs):
+    vals = f.normalize(args, kwargs)
+    if async_copy.PENDING:  # an async copy may still be writing one of these tensors
+        async_copy.wait_for(iter_tensors(vals))
+    if f.overlap is not None and not TLS.active:
+        # PyTorch's overlap checks on the user's call, before any tier; the sub-ops of a
+        # decomposition are its own business (an out= wrapper copies a view into out)
+        rule = f.overlap_rule(vals)
+        if rule is not None:
+            overlap.check(rule, f.mutable, vals)
+    if f.precheck is not None:
+        f.precheck(vals)
+    dev = _device_of(f.name, vals)
+    if dev is None:  # no fl tensor among the arguments: a factory asked for the fl device
+        return _factory(f, args, kwargs)
+    twin = f.functional
+    if twin is not None:
+        return _compute_out(f, twin, dev, vals)
+    plan = _plan(f, dev, vals)
+    if plan.first == NATIVE and native.FAST[0]:
+        site: dict = {}
+        result = _run_plan(f, dev, vals, plan, None, site)
+        if site:
+            native.commit(f, f.name, site, range(len(vals)), list(range(f.n_returns)))
+        return result
+    return _run_plan(f, dev, vals, plan)
+
+
+def _plan(f: OpFacts, dev, vals) -> Plan:
+    backend = dev.backend
+    dtypes = tuple(t.dtype for t in iter_tensors(vals) if t.device.type == "fl")
+    key = (f.func, dtypes)
+    plan = backend.plans.get(key)
+    if plan is None:
+        plan = backend.plans[key] = resolve(f, backend, dtypes)
+    return plan
+
+
+def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = None, may_decline=False):
+    """Try the plan's paths in order; the first that serves the call gives the result. With outs (the
+    tensors an out= call writes), a native kernel writes into them directly; with site, a native call
+    records its marshalling there."""
+    backend = dev.backend
+    listening = bool(events.LISTENERS)
+    if listening:
+        t0 = time.perf_counter()
+        k0, b0 = events.KERNELS[0], events.BYTES[0]
+        events.DEPTH[0] += 1
+    failures: list = []
+    try:
+        for path in plan.paths:
+            if path == NATIVE:
+                result = run_native(f, plan.kernel, dev, vals, outs, site)
+            elif path == DECOMPOSITION:
+                active = decomposing()
+                if f.func in active:
+                    continue
+                active.add(f.func)
+                # With a JIT kernel to fall back on, a functional op's decomposition must stay on
+                # the device: if one of its sub-ops would need the CPU fallback, the JIT serves
+                # the whole op instead (native -> decomposition -> JIT -> CPU fallback).
+                strict = plan.jit is not None and not f.mutable
+                if strict:
+                    TLS.device_only = getattr(TLS, "device_only", 0) + 1
+                try:
+                    result = f.call_decomposition(plan.decomposition, vals)
+                except NotImplementedError as e:  # a sub-op had no path: say so for this op
+                    failures.append(_decomposition_needs(f, plan, e))
+                    continue
+                finally:
+                    active.discard(f.func)
+                    if strict:
+                        TLS.device_only -= 1
+                if result is NotImplemented:  # some torch._decomp entries decline cases they do not cover
+                    failures.append("its decomposition does not cover this case")
+                    continue
+            elif path == JIT:
+                result = plan.jit(f, dev, vals)
+                if result is NOT_HANDLED:
+                    _note_jit_failure(plan, f, backend)
+            else:
+                if getattr(TLS, "device_only", 0):  # inside a decomposition that must stay on the device
+                    failures.append("the CPU fallback is not used inside a device-only decomposition")
+                    continue
+                result = run_fallback(f, dev, vals)
+            if result is NOT_HANDLED:
+                continue
+            events.count(backend, f.name, path)
+            if listening:
+                _emit(f.name, backend.name, path, t0, k0, b0)
+            return result
+    finally:
+        if listening:
+            events.DEPTH[0] -= 1
+    if may_decline:
+        return NOT_HANDLED
+    raise _no_path_error(f, backend, plan, failures)
+
+
+def _compute_out(f: OpFacts, twin: tuple, dev, vals):
+    """An out= overload: PyTorch hands structured ops (add, mul, mm, sum, ...) to a backend this way, with
+    the outputs already allocated by their meta function, and so do in-place ops (add_ is add.out into
+    self). The functional twin's plan serves it: a native kernel writes straight into the outputs when
+    they have the layout the functional op would give and do not partly overlap an input; otherwise the
+    functional result is copied in (resizing an output, as PyTorch's out= ops do)."""
+    ff, ins, outs_at = twin
+    fvals = [vals[i] for i in ins]
+    outs = [vals[i] for i in outs_at]
+    _check_out_dtypes(f, ff, fvals, outs)
+    plan = _plan(ff, dev, fvals)
+    if plan.first == NATIVE and _writes_in_place(ff, fvals, outs):
+        site: dict | None = {} if native.FAST[0] else None
+        result = _run_plan(ff, dev, fvals, _native_only(plan), outs, site, may_decline=True)
+        if result is not NOT_HANDLED:
+            if site:
+                native.commit(f, ff.name, site, ins, list(range(len(outs))), outs_at)
+            return outs[0] if len(outs) == 1 else tuple(outs)
+    result = _run_plan(ff, dev, fvals, plan)
+    results = (result,) if ff.n_returns == 1 else tuple(result)
+    rule = f.overlap_rule(vals)
+    for out, r in zip(outs, results, strict=True):
+        _write_out(f, out, r, rule)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _native_only(plan: Plan) -> Plan:
+    p = plan.__dict__.get("_native_only")
+    if p is None:
+        p = Plan(plan.op, plan.backend, plan.dtypes, [NATIVE], plan.kernel, None, None, plan.reasons)
+        plan.__dict__["_native_only"] = p
+    return p
+
+
+def _check_out_dtypes(f: OpFacts, ff: OpFacts, fvals, outs) -> None:
+    """PyTorch refuses to write a result into an out= tensor of a dtype it cannot be cast to."""
+    layouts = output_layouts(ff, fvals)
+    if not layouts:
+        return
+    for out, lay in zip(outs, layouts, strict=False):
+        if isinstance(out, torch.Tensor) and isinstance(lay, tuple) and len(lay) == 3:
+            if not torch.can_cast(lay[2], out.dtype):
+                raise RuntimeError(f"result type {_type_name(lay[2])} can't be cast to the desired output type "
+                                   f"{_type_name(out.dtype)}")
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+            torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}.get(dtype,
+                                                                                                       str(dtype))
+
+
+def _writes_in_place(ff: OpFacts, fvals, outs) -> bool:
+    """The outputs have exactly the layouts the functional op gives, and none partly overlaps an input
+    (a pointwise kernel may write over an input of the same layout: that is what in-place ops are)."""
+    layouts = output_layouts(ff, fvals)
+    if layouts is None or len(layouts) != len(outs):
+        return False
+    for out, lay in zip(outs, layouts, strict=True):
+        if not is_fl(out) or not isinstance(lay, tuple) or len(lay) != 3:
+            return False
+        if list(out.shape) != lay[0] or out.dtype != lay[2] or (out.numel() > 1 and list(out.stride()) != lay[1]):
+            return False
+        if out.is_conj() or out.is_neg():
+            return False
+        base = base_ptr(out)
+        for t in iter_tensors(fvals):
+            if t.device.type != "fl" or not t.numel() or base_ptr(t) != base:
+                continue
+            same = (t.storage_offset() == out.storage_offset() and t.shape == out.shape
+                    and t.stride() == out.stride() and t.dtype == out.dtype)
+            if not (ff.pointwise and same):
+                return False
+    return True
+
+
+def _write_out(f: OpFacts, out: torch.Tensor, r, rule=None) -> None:
+    if not isinstance(r, torch.Tensor):
+        return
+    if _adopt(out, r):
+        return
+    if out.shape != r.shape:
+        if out.numel() != 0:
+            warnings.warn(
+                f"An output with one or more elements was resized since it had shape {list(out.shape)}, which "
+                f"does not match the required output shape {list(r.shape)}. This behavior is deprecated, and in "
+                f"a future PyTorch release outputs will not be resized unless they have zero elements. You can "
+                f"explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+                UserWarning, stacklevel=3)
+        out.resize_(r.shape)
+        if r.dim() and not r.is_contiguous() and is_dense(r):
+            out.as_strided_(r.shape, r.stride())
+    if overlap.has_internal_overlap(out) and not (rule is not None and rule.internal):
+        copy_unique(out, r)  # an expanded out= tensor the op's CPU kernel writes into without complaint
+    else:
+        out.copy_(r)
+
+
+def _adopt(out: torch.Tensor, r: torch.Tensor) -> bool:
+    """out takes r's storage instead of a copy of it, when nobody could tell the difference: out is the
+    sole owner of its storage (a fresh output PyTorch allocated for a structured op), r the sole owner of
+    its own (a fresh result), and both have the same layout."""
+    if not (is_fl(r) and is_fl(out)) or r.device != out.device or r.dtype != out.dtype:
+        return False
+    if out.shape != r.shape or (out.numel() > 1 and out.stride() != r.stride()) or out.storage_offset():
+        return False
+    if out.is_conj() or out.is_neg() or r.is_conj() or r.is_neg() or out._base is not None:
+        return False
+    use_count = torch._C._storage_Use_Count
+    if use_count(out.untyped_storage()._cdata) != 2 or use_count(r.untyped_storage()._cdata) != 2:
+        return False  # (2: the tensor and the storage object asked about) another view shares it
+    out.set_(r.untyped_storage(), r.storage_offset(), r.shape, r.stride())
+    return True
+
+
+def _no_path_error(f: OpFacts, backend, plan: Plan, failures=()) -> NotImplementedError:
+    """The error of an op none of whose paths could run: a plain
+    NotImplementedError (what users and PyTorch expect) that also carries the
+    message without its advice (`fl_what`), so an enclosing op whose
+    decomposition needed this one quotes it once and the advice comes once."""
+    tried = "; ".join(list(plan.reasons) + list(failures))
+    what = f"{f.name} ({', '.join(plan.dtypes) or 'no tensors'}) cannot run on fl backend '{backend.name}': {tried}"
+    e = NotImplementedError(f"{what}. Enable the CPU fallback (FL_CPU_FALLBACK=1 or "
+                            f"torch_fl.set_cpu_fallback(True)) or use a backend that implements it.")
+    e.fl_what, e.fl_op = what, (f.name, plan.dtypes)
+    return e
+
+
+def _decomposition_needs(f: OpFacts, plan: Plan, e: NotImplementedError) -> str:
+    """Why a decomposition failed, for the enclosing op's message: the sub-op's
+    own tiers without its advice, and only a short note when the sub-op is the
+    op itself again (its other tiers are already listed)."""
+    what = getattr(e, "fl_what", None)
+    if what is None:
+        return f"its decomposition needs {e}"
+    if getattr(e, "fl_op", None) == (f.name, plan.dtypes):
+        return f"its decomposition calls {f.name} ({', '.join(plan.dtypes)}) itself again"
+    return f"its decomposition needs {what}"
+
+
+def _emit(name, backend, path, t0, k0, b0) -> None:
+    events.emit(events.OpEvent(name, backend, path, time.perf_counter() - t0, events.KERNELS[0] - k0,
+                               events.BYTES[0] - b0, events.DEPTH[0] - 1, t0))
+
+
+# -- factories: ops dispatched to the fl device without an fl tensor argument ---
+
+
+def _factory(f: OpFacts, args, kwargs):
+    """An op that reached the fl device with no fl tensor among its arguments: a factory asked for device
+    "fl" (torch.eye, tril_indices, _efficientzerotensor, ...). A plugin kernel makes it on the device when
+    there is one, else its decomposition on the device, else the host computes it and it is copied over;
+    the path is reported like any op's."""
+    device = kwargs.get("device")
+    dev = REGISTRY.device(torch.device(device).index if device is not None and torch.device(device).type == "fl"
+                          else None)
+    if not events.LISTENERS:
+        return _factory_run(f, dev, args, kwargs)[0]
+    t0, k0, b0 = time.perf_counter(), events.KERNELS[0], events.BYTES[0]
+    events.DEPTH[0] += 1
+    try:
+        out, path = _factory_run(f, dev, args, kwargs)
+        _emit(f.name, dev.backend.name, path, t0, k0, b0)
+    finally:
+        events.DEPTH[0] -= 1
+    return out
+
+
+def _factory_run(f: OpFacts, dev, args, kwargs):
+    """_factory's work; returns (result, path)."""
+    if f.func is aten._efficientzerotensor.default:
+        # autograd's zero gradients (sgn, ...): PyTorch's CPU one has no storage (data_ptr 0);
+        # on fl it is a real zero-filled tensor, made on the device with the fill_ every plugin has
+        dtype = kwargs.get("dtype") or torch.get_default_dtype()
+        return new_tensor(dev, list(args[0]), dtype).zero_(), NATIVE
+    native_result = native_factory(f, dev, args, kwargs)
+    if native_result is not None:
+        return native_result, NATIVE
+    if f.func in GENERIC:  # PyTorch's generic factory (empty, then an out= op torch_fl serves)
+        return generic_kernel(f.func)(*args, **kwargs), DECOMPOSITION
+    decomposition = DECOMPOSITIONS.get(f.func)
+    active = decomposing()
+    if decomposition is not None and DECOMPOSITION not in SETTINGS.disabled and f.func not in active:
+        # torch.eye, tril_indices ... as device ops (arange, comparisons) rather than a host copy; all on
+        # the device or not at all (a sub-op that needs the host sends the whole factory there instead)
+        active.add(f.func)
+        TLS.device_only = getattr(TLS, "device_only", 0) + 1
+        try:
+            out = decomposition(*args, **kwargs)
+        except NotImplementedError:
+            if not SETTINGS.cpu_fallback or TLS.device_only > 1:
+                raise
+        else:
+            events.count(dev.backend, f.name, DECOMPOSITION)
+            return out, DECOMPOSITION
+        finally:
+            TLS.device_only -= 1
+            active.discard(f.func)
+    if not SETTINGS.cpu_fallback or getattr(TLS, "device_only", 0):
+        raise NotImplementedError(
+            f"{f.name} has no kernel on fl backend '{dev.backend.name}' and the CPU fallback is switched off "
+            f"(FL_CPU_FALLBACK=0); enable it with FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)")
+    if "device" in kwargs:
+        kwargs = dict(kwargs, device="cpu")
+    out = f.func(*args, **kwargs)
+    events.count(dev.backend, f.name, FALLBACK)
+    if isinstance(out, torch.Tensor) and out.device.type == "cpu":
+        return cpu_to_new_fl(dev, out), FALLBACK
+    return out, FALLBACK
+
+
+GENERIC: set = set()  # ops taken at the fl key whose PyTorch generic kernel serves backends without a kernel
+GENERIC_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse2)
+
+
+def generic_kernel(op):
+    """PyTorch's CompositeExplicitAutograd kernel of op, reached through a backend key torch_fl leaves
+    empty (PrivateUse2), where the generic kernel is what the dispatcher computes."""
+    def run(*args, **kwargs):
+        return op.redispatch(GENERIC_KEYS, *args, **kwargs)
+
+    return run
+
+
+def composite(f: OpFacts, args, kwargs):
+    """An op PyTorch defines in terms of other ops (aten::to, reshape, ...)
+    reached us below autograd: run PyTorch's own definition."""
+    out = f.func.decompose(*args, **kwargs)
+    if out is NotImplemented:
+        return compute(f, args, kwargs)
+    return out
+

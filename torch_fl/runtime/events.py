@@ -1,0 +1,68 @@
+"""What the dispatcher tells observers about each op call.
+
+Counters per (op, path) are always kept (one dict update per call). Timings
+and per-call events are produced only while a listener is attached, so with
+no profiler the cost stays at the counter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NATIVE, DECOMPOSITION, JIT, FALLBACK, VIEW, COPY = "native", "decomposition", "jit", "fallback", "view", "copy"
+PATHS = (NATIVE, DECOMPOSITION, JIT, FALLBACK, VIEW, COPY)
+
+
+@dataclass
+class OpEvent:
+    op: str
+    backend: str
+    path: str
+    seconds: float
+    kernels: int
+    bytes_copied: int
+    depth: int
+    start: float = 0.0  # time.perf_counter() when the op began
+    comm_bytes: int = 0  # a collective's message size on this rank (torch_fl.distributed)
+
+
+# Global tallies the dispatcher bumps; listeners read deltas across a call.
+KERNELS = [0]
+BYTES = [0]
+LISTENERS: list = []
+DEPTH = [0]
+
+
+FAST_KERNELS = [lambda: 0]  # kernels the C++ core's fast path launched (it runs only while nobody listens)
+
+
+def kernel_count() -> int:
+    """Kernels launched so far in this process, by either path (read deltas around a piece of work)."""
+    return KERNELS[0] + FAST_KERNELS[0]()
+
+
+ON_LISTENERS: list = []  # called with no argument when listeners come or go (the C++ fast path steps aside)
+
+
+def add_listener(fn) -> None:
+    LISTENERS.append(fn)
+    for hook in ON_LISTENERS:
+        hook()
+
+
+def remove_listener(fn) -> None:
+    if fn in LISTENERS:
+        LISTENERS.remove(fn)
+    for hook in ON_LISTENERS:
+        hook()
+
+
+def count(backend, name: str, path: str) -> None:
+    """One call of op `name` served by `path` on a backend (its counts, always kept)."""
+    key = (name, path)
+    counts = backend.own_counts
+    counts[key] = counts.get(key, 0) + 1
+
+
+def emit(event: OpEvent) -> None:
+    for fn in list(LISTENERS):
+        fn(event)
