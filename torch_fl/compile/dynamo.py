@@ -1,0 +1,455 @@
+"""`torch.compile(model, backend="fl")`: the fusion passes on PyTorch's own graph capture.
+
+Dynamo captures the model's Python (keyword arguments, graph breaks and
+recompilations handled by PyTorch, not by torch_fl); AOTAutograd turns each
+captured graph into aten graphs: a forward and a backward graph when a gradient
+is needed, one inference graph otherwise. This backend rewrites those aten
+graphs with the kernels the active fl backend's capability table declares,
+then runs them on fl: every op of the rewritten graph goes through the usual
+dispatch (native kernel, decomposition, JIT kernel, CPU fallback), so a graph
+that no pass touched runs exactly the kernels eager PyTorch would.
+
+Why aten graphs: the backward graph exists only there, so a pass can put the
+backend's fused backward kernel where eager autograd would run a chain of ops;
+and aten ops are what a plugin implements, so a match names the kernels it
+replaces.
+
+Passes (same names as `fl.compile`; switch one off with
+`torch.compile(m, backend="fl", options={"passes": {"attention": False}})` or
+FL_FUSION_DISABLE=attention,conv_bn). Done on aten graphs: `attention`,
+`conv_bn`. Not yet: `qkv`, `add_norm`, `linear_act`, `pointwise`, `layout`
+(accepted as names, recorded as not implemented).
+
+`fusion_report(compiled)` returns what happened to a model compiled with
+backend="fl": per Dynamo graph, its aten graphs (forward/backward/inference)
+with the patterns fused (where, what, by what), graph breaks with Dynamo's
+reasons, recompilations.
+
+The backend reads the public API only (`torch_fl.get_current_backend_name`,
+`torch_fl.capabilities`) and the `fl::` ops torch_fl registers with PyTorch,
+so it imports no torch_fl internals."""
+
+from __future__ import annotations
+
+import inspect
+import operator
+import os
+import re
+import sys
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+
+PASS_NAMES = ("conv_bn", "attention", "qkv", "add_norm", "linear_act", "pointwise", "layout")
+SDPA_FWD = aten._scaled_dot_product_fused_attention_overrideable.default
+SDPA_BWD = aten._scaled_dot_product_fused_attention_overrideable_backward.default
+SDPA_KERNELS = ("aten::_scaled_dot_product_fused_attention_overrideable",
+                "aten::_scaled_dot_product_fused_attention_overrideable_backward")
+CONV_BN_RELU_KERNEL = "fl::conv_bn_relu"
+
+
+# -- the report -----------------------------------------------------------------------
+
+
+@dataclass
+class Pattern:
+    """One match in an aten graph: what it was, where, what replaced it (or why it was kept)."""
+
+    pattern: str
+    graph: str  # "forward", "backward" or "inference"
+    where: str  # the module path (nn_module_stack) or the node name
+    replaced: list[str]
+    replacement: str
+    applied: bool = True
+    note: str = ""
+
+
+@dataclass
+class AtenGraph:
+    """One aten graph AOTAutograd produced, before and after the passes."""
+
+    kind: str
+    ops_before: int
+    ops_after: int
+    patterns: list[Pattern] = field(default_factory=list)
+
+
+@dataclass
+class DynamoGraph:
+    """One graph Dynamo handed to the backend (one frame, one compilation of it)."""
+
+    compile_id: str  # Dynamo's "frame/attempt": an attempt above 0 is a recompilation
+    frame: str
+    filename: str
+    backend: str
+    passes: list[str]
+    graph_break: str | None  # Dynamo's reason when this graph ended at a graph break
+    aten_graphs: list[AtenGraph] = field(default_factory=list)
+    modules: list = field(default_factory=list, repr=False)  # weak references to the nn.Modules of the frame
+
+    @property
+    def frame_id(self) -> str:
+        return self.compile_id.split("/")[0]
+
+    @property
+    def attempt(self) -> int:
+        tail = self.compile_id.split("/")[-1]
+        return int(tail) if tail.isdigit() else 0
+
+
+@dataclass
+class DynamoFusionReport:
+    """What backend="fl" did to a model: its Dynamo graphs and their aten graphs' patterns."""
+
+    graphs: list[DynamoGraph] = field(default_factory=list)
+
+    @property
+    def graph_count(self) -> int:
+        return len(self.graphs)
+
+    @property
+    def graph_breaks(self) -> list[str]:
+        return [g.graph_break for g in self.graphs if g.graph_break]
+
+    @property
+    def recompilations(self) -> int:
+        """Graphs compiled again for a frame this report already has (a guard failed: new shapes, dtypes, ...)."""
+        first: dict[str, int] = {}
+        for g in self.graphs:
+            first[g.frame_id] = min(first.get(g.frame_id, g.attempt), g.attempt)
+        return len({g.compile_id for g in self.graphs if g.attempt > first[g.frame_id]})
+
+    def patterns(self, applied: bool | None = True) -> list[Pattern]:
+        """Every pattern of every aten graph (applied ones by default; None: all)."""
+        return [p for g in self.graphs for a in g.aten_graphs for p in a.patterns
+                if applied is None or p.applied == applied]
+
+    def to_dict(self) -> dict:
+        graphs = []
+        for g in self.graphs:
+            d = asdict(g)
+            d.pop("modules")
+            graphs.append(d)
+        return {"graph_count": self.graph_count, "graph_breaks": self.graph_breaks,
+                "recompilations": self.recompilations, "graphs": graphs}
+
+    def __str__(self) -> str:
+        lines = [f"backend='fl': {self.graph_count} graph(s), {len(self.graph_breaks)} graph break(s), "
+                 f"{self.recompilations} recompilation(s)"]
+        for g in self.graphs:
+            lines.append(f"graph {g.compile_id} ({g.frame}) on '{g.backend}'"
+                         + (f", ended by a graph break: {g.graph_break.splitlines()[0]}" if g.graph_break else ""))
+            for a in g.aten_graphs:
+                lines.append(f"  {a.kind}: {a.ops_before} -> {a.ops_after} aten ops")
+                for p in a.patterns:
+                    mark = "fused" if p.applied else "kept "
+                    lines.append(f"    {mark} {p.pattern} at {p.where}: {' + '.join(p.replaced)} -> {p.replacement}"
+                                 + (f" ({p.note})" if p.note else ""))
+        return "\n".join(lines)
+
+
+REPORT = DynamoFusionReport()  # every graph compiled with backend="fl" in this process
+
+
+def reset() -> None:
+    """Forget the recorded graphs and Dynamo's compiled code (torch._dynamo.reset())."""
+    REPORT.graphs.clear()
+    torch._dynamo.reset()
+
+
+def _compiled_frame_modules() -> list:
+    """Weak references to the nn.Modules among the locals of the frame Dynamo is
+    compiling (`self` of a forward, `fn` of torch.compile's module wrapper): how a
+    graph is tied to the model it came from. Read from Dynamo's `_compile` frame on
+    the call stack; an empty list where a future Dynamo names it differently."""
+    f = sys._getframe(1)
+    while f is not None:
+        frame = f.f_locals.get("frame") if f.f_code.co_name == "_compile" else None
+        if frame is not None and hasattr(frame, "f_locals"):
+            return [weakref.ref(v) for v in frame.f_locals.values() if isinstance(v, torch.nn.Module)]
+        f = f.f_back
+    return []
+
+
+def fusion_report(compiled: Any) -> DynamoFusionReport:
+    """The report for a model compiled with backend="fl" (the torch.compile result
+    or the model itself): the graphs Dynamo compiled from frames of the model or
+    any of its submodules. For a compiled function, the graphs from its source file.
+    Graphs are kept per process until `reset()`."""
+    target = getattr(compiled, "_orig_mod", compiled)
+    if isinstance(target, torch.nn.Module):
+        ids = {id(m) for m in target.modules()}
+        return DynamoFusionReport([g for g in REPORT.graphs
+                                   if any(r() is not None and id(r()) in ids for r in g.modules)])
+    code = getattr(inspect.unwrap(target), "__code__", None)
+    filename = os.path.realpath(code.co_filename) if code is not None else None
+    return DynamoFusionReport([g for g in REPORT.graphs if g.filename and os.path.realpath(g.filename) == filename])
+
+
+# -- pass plumbing ---------------------------------------------------------------------
+
+
+@dataclass
+class _Ctx:
+    gm: fx.GraphModule
+    kind: str
+    backend: str
+    kernels: set
+    patterns: list[Pattern]
+
+    def has(self, *names: str) -> bool:
+        return all(n in self.kernels for n in names)
+
+    def record(self, pattern: str, nodes: list[fx.Node], replacement: str, applied: bool = True,
+               note: str = "") -> None:
+        self.patterns.append(Pattern(pattern, self.kind, _where(nodes[0]), [_op_name(n) for n in nodes],
+                                     replacement, applied, note))
+
+
+def _where(node: fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if stack:
+        path = list(stack.values())[-1][0]
+        return re.sub(r"^L\['[^']*'\]\.?", "", str(path)) or node.name
+    return node.name
+
+
+def _op_name(node: fx.Node) -> str:
+    t = node.target
+    name = getattr(t, "name", None)
+    return name() if callable(name) else getattr(t, "__name__", str(t))
+
+
+def _only_user(node: fx.Node) -> fx.Node | None:
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def enabled_passes(passes: Mapping[str, bool] | Iterable[str] | None) -> list[str]:
+    """The passes to run: all by default; a {name: bool} dict or a list of names
+    chooses; FL_FUSION_DISABLE=name,name switches passes off on top."""
+    if passes is None:
+        chosen = dict.fromkeys(PASS_NAMES, True)
+    elif isinstance(passes, Mapping):
+        chosen = {n: bool(passes.get(n, True)) for n in PASS_NAMES}
+        wanted = list(passes)
+    elif isinstance(passes, str):
+        raise TypeError(f"passes={passes!r}: give a list of pass names or a dict {{name: bool}}")
+    else:
+        wanted = list(passes)
+        chosen = {n: n in wanted for n in PASS_NAMES}
+    if passes is not None:
+        unknown = [p for p in wanted if p not in PASS_NAMES]
+        if unknown:
+            raise ValueError(f"unknown fusion pass(es) {unknown}; the passes are {list(PASS_NAMES)}")
+    for name in filter(None, (s.strip() for s in os.environ.get("FL_FUSION_DISABLE", "").split(","))):
+        if name not in PASS_NAMES:
+            raise ValueError(f"FL_FUSION_DISABLE names an unknown pass {name!r}; the passes are {list(PASS_NAMES)}")
+        chosen[name] = False
+    return [n for n in PASS_NAMES if chosen[n]]
+
+
+# -- attention -------------------------------------------------------------------------
+#
+# F.scaled_dot_product_attention on fl is routed by torch_fl's kernel for it
+# (AutogradPrivateUse1): to the plugin's fused forward/backward pair when the
+# backend declares both, else to PyTorch's math composition. AOTAutograd traces
+# through that kernel, so on such a backend the forward graph holds the fused
+# forward and the backward graph the fused backward. The pass checks the pair
+# against the table and records it in both graphs; switched off, it rewrites
+# both into the math composition (matmul, softmax, matmul and their backward
+# formulas), so no fused attention kernel runs.
+
+
+def _sdpa_scores(query, key, attn_bias, is_causal, scale):
+    s = scale if scale is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query, key.transpose(-2, -1)) * s
+    if is_causal:
+        keep = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_bias is not None:
+        scores = scores.masked_fill(~attn_bias, float("-inf")) if attn_bias.dtype == torch.bool else scores + attn_bias
+    return scores, s
+
+
+def math_sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
+                      *, scale=None):
+    """The fused forward's results (same tuple) from matmul/softmax ops: what the graph runs with `attention` off."""
+    if dropout_p:
+        raise NotImplementedError("math_sdpa_forward: the fused attention pair has no dropout")
+    work = torch.promote_types(query.dtype, torch.float32)
+    scores, _ = _sdpa_scores(query.to(work), key.to(work), attn_bias, is_causal, scale)
+    lse = torch.logsumexp(scores, dim=-1)
+    probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
+    out = torch.matmul(probs, value.to(work)).to(value.dtype)
+    zero = torch.zeros((), dtype=torch.int64, device=query.device)
+    return out, lse.float(), None, None, query.shape[-2], key.shape[-2], zero, zero.clone(), None
+
+
+def math_sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
+                       max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+    """The fused backward's gradients from matmul ops (the graph's route with `attention` off)."""
+    dt = query.dtype
+    work = torch.promote_types(dt, torch.float32)
+    q, k, v, g, o = (t.to(work) for t in (query, key, value, grad_out, out))
+    scores, s = _sdpa_scores(q, k, attn_bias, is_causal, scale)
+    probs = torch.exp(scores - logsumexp.to(work).unsqueeze(-1)).nan_to_num(0.0)
+    grad_v = torch.matmul(probs.transpose(-2, -1), g)
+    grad_s = probs * (torch.matmul(g, v.transpose(-2, -1)) - (g * o).sum(-1, keepdim=True))
+    grad_bias = None
+    if attn_bias is not None and grad_input_mask[3] and attn_bias.dtype != torch.bool:
+        grad_bias = grad_s.sum_to_size(attn_bias.shape).to(attn_bias.dtype)
+    return (torch.matmul(grad_s, k).mul(s).to(dt), torch.matmul(grad_s.transpose(-2, -1), q).mul(s).to(dt),
+            grad_v.to(dt), grad_bias)
+
+
+def _softmaxes(ctx: _Ctx) -> list[fx.Node]:
+    return [n for n in ctx.gm.graph.nodes if n.op == "call_function" and n.target in (
+        aten._softmax.default, aten.softmax.int, aten._safe_softmax.default)]
+
+
+def attention(ctx: _Ctx) -> None:
+    """The fused attention pair, forward and backward, where the table declares it."""
+    has = ctx.has(*SDPA_KERNELS)
+    for n in ctx.gm.graph.nodes:
+        if n.op == "call_function" and n.target in (SDPA_FWD, SDPA_BWD):
+            name = SDPA_KERNELS[0 if n.target is SDPA_FWD else 1]
+            ctx.record("scaled_dot_product_attention" + (" backward" if n.target is SDPA_BWD else ""), [n],
+                       f"{name} (fused kernel of '{ctx.backend}')", applied=has,
+                       note="" if has else f"'{ctx.backend}' does not declare {name}")
+    if not has:
+        for sm in _softmaxes(ctx):
+            ctx.record("attention (math path)", [sm], "kept", applied=False,
+                       note=f"'{ctx.backend}' has no fused attention kernel ({SDPA_KERNELS[0]} and its backward)")
+
+
+def _attention_off(ctx: _Ctx) -> None:
+    """`attention` switched off: the fused pair becomes the math composition."""
+    for n in ctx.gm.graph.nodes:
+        if n.op == "call_function" and n.target in (SDPA_FWD, SDPA_BWD):
+            n.target = math_sdpa_forward if n.target is SDPA_FWD else math_sdpa_backward
+
+
+# -- conv + batch norm (+ ReLU) --------------------------------------------------------
+
+
+def conv_bn(ctx: _Ctx) -> None:
+    """convolution -> inference batch norm -> ReLU as the backend's fl::conv_bn_relu
+    kernel. Only in inference graphs: the fused kernel has no backward, so a
+    forward graph whose backward needs the convolution's gradients keeps the ops.
+    Batch norm computing batch statistics (training) is a different aten op
+    and never matches."""
+    has = ctx.has(CONV_BN_RELU_KERNEL)
+    graph = ctx.gm.graph
+    for bn in list(graph.nodes):
+        if bn.op != "call_function" or bn.target is not aten._native_batch_norm_legit_no_training.default:
+            continue
+        conv = bn.args[0]
+        if not (isinstance(conv, fx.Node) and conv.target is aten.convolution.default and len(conv.users) == 1):
+            continue
+        x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
+        _, bn_w, bn_b, mean, var, _, eps = bn.args
+        out = _only_user(bn)
+        if out is None or out.target is not operator.getitem or out.args[1] != 0:
+            continue
+        relu = _only_user(out)
+        relu = relu if relu is not None and relu.target in (aten.relu.default, aten.relu_.default) else None
+        nodes = [conv, bn] + ([relu] if relu is not None else [])
+        why = ("" if ctx.kind == "inference" else
+               f"a gradient is needed ({ctx.kind} graph) and {CONV_BN_RELU_KERNEL} has no backward")
+        why = why or ("" if relu is not None else f"no ReLU after the batch norm ({CONV_BN_RELU_KERNEL} applies one)")
+        why = why or ("" if has else f"'{ctx.backend}' has no {CONV_BN_RELU_KERNEL} kernel")
+        why = why or ("" if not transposed and x.meta.get("val") is not None and x.meta["val"].dim() in (3, 4)
+                      else "transposed or not a 1-D/2-D convolution")
+        if why:
+            ctx.record("conv+bn" + ("+relu" if relu is not None else ""), nodes, "kept", applied=False, note=why)
+            continue
+        with graph.inserting_before(relu):
+            new = graph.call_function(torch.ops.fl.conv_bn_relu.default,
+                                      (x, w, b, bn_w, bn_b, mean, var, float(eps), list(stride), list(padding),
+                                       list(dilation), groups))
+        new.meta.update({k: v for k, v in relu.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
+        relu.replace_all_uses_with(new)
+        for n in (relu, out, bn, conv):
+            graph.erase_node(n)
+        ctx.record("conv+bn+relu", nodes, f"{CONV_BN_RELU_KERNEL} (fused kernel of '{ctx.backend}')")
+
+
+_PASSES: dict[str, Callable[[_Ctx], None]] = {"attention": attention, "conv_bn": conv_bn}
+_OFF: dict[str, Callable[[_Ctx], None]] = {"attention": _attention_off}
+NOT_IMPLEMENTED = tuple(n for n in PASS_NAMES if n not in _PASSES)
+
+
+# -- the backend -----------------------------------------------------------------------
+
+
+def _count_ops(gm: fx.GraphModule) -> int:
+    return sum(n.op == "call_function" for n in gm.graph.nodes)
+
+
+def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[str]) -> Callable:
+    def compile_aten(gm: fx.GraphModule, example_inputs: list) -> Callable:
+        from functorch.compile import make_boxed_func
+
+        before = _count_ops(gm)
+        ctx = _Ctx(gm, kind, record.backend, kernels, [])
+        for name in PASS_NAMES:
+            if name in passes and name in _PASSES:
+                _PASSES[name](ctx)
+            elif name not in passes and name in _OFF:
+                _OFF[name](ctx)
+        gm.graph.lint()
+        gm.recompile()
+        record.aten_graphs.append(AtenGraph(kind, before, _count_ops(gm), ctx.patterns))
+        return make_boxed_func(gm.forward)
+
+    return compile_aten
+
+
+def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -> Callable:
+    """One Dynamo graph through AOTAutograd, its aten graphs through the passes."""
+    import torch_fl
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+
+    backend = torch_fl.get_current_backend_name()
+    kernels = set(torch_fl.capabilities(backend).kernels)
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    frame = reason.user_stack[-1] if reason is not None and reason.user_stack else None
+    record = DynamoGraph(str(gm.meta.get("dynamo_compile_id", "?")), frame.name if frame else "?",
+                         frame.filename if frame else "", backend, list(passes),
+                         reason.reason if reason is not None and reason.graph_break else None,
+                         modules=_compiled_frame_modules())
+    REPORT.graphs.append(record)
+    return aot_autograd(
+        fw_compiler=_aten_compiler("forward", record, kernels, passes),
+        bw_compiler=_aten_compiler("backward", record, kernels, passes),
+        inference_compiler=_aten_compiler("inference", record, kernels, passes),
+        partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=True,
+    )(gm, example_inputs)
+
+
+def fl_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
+    """The Dynamo backend named "fl" (entry point group `torch_dynamo_backends`):
+    `torch.compile(model, backend="fl", options={"passes": {...}})`."""
+    options = dict(kwargs.pop("options", None) or {})
+    passes = enabled_passes(options.pop("passes", None))
+    if options or kwargs:
+        raise TypeError(f"backend='fl' takes options={{'passes': ...}} only, not {sorted({**options, **kwargs})}")
+    return compile_graph(gm, example_inputs, passes)
+
+
+def backend(passes: Mapping[str, bool] | Iterable[str] | None = None) -> Callable:
+    """A backend callable with a fixed pass selection: torch.compile(m, backend=backend({"conv_bn": False}))."""
+    chosen = enabled_passes(passes)
+
+    def fl_with_passes(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
+        return compile_graph(gm, example_inputs, chosen)
+
+    return fl_with_passes
