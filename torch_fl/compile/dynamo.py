@@ -278,7 +278,7 @@ def _sdpa_scores(query, key, attn_bias, is_causal, scale):
 
 
 def math_sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
-                      *, scale=None):
+                      *, scale=None, out_stride=None):
     """The fused forward's results (same tuple) from matmul/softmax ops: what the graph runs with `attention` off."""
     if dropout_p:
         raise NotImplementedError("math_sdpa_forward: the fused attention pair has no dropout")
@@ -287,12 +287,14 @@ def math_sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causa
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
     out = torch.matmul(probs, value.to(work)).to(value.dtype)
+    out = _laid_out(out, out_stride)
     zero = torch.zeros((), dtype=torch.int64, device=query.device)
     return out, lse.float(), None, None, query.shape[-2], key.shape[-2], zero, zero.clone(), None
 
 
 def math_sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
-                       max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+                       max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None,
+                       grad_strides=None):
     """The fused backward's gradients from matmul ops (the graph's route with `attention` off)."""
     dt = query.dtype
     work = torch.promote_types(dt, torch.float32)
@@ -304,8 +306,17 @@ def math_sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, 
     grad_bias = None
     if attn_bias is not None and grad_input_mask[3] and attn_bias.dtype != torch.bool:
         grad_bias = grad_s.sum_to_size(attn_bias.shape).to(attn_bias.dtype)
-    return (torch.matmul(grad_s, k).mul(s).to(dt), torch.matmul(grad_s.transpose(-2, -1), q).mul(s).to(dt),
-            grad_v.to(dt), grad_bias)
+    grads = [torch.matmul(grad_s, k).mul(s).to(dt), torch.matmul(grad_s.transpose(-2, -1), q).mul(s).to(dt),
+             grad_v.to(dt)]
+    return (*(_laid_out(g, st) for g, st in zip(grads, grad_strides or (None,) * 3, strict=True)), grad_bias)
+
+
+def _laid_out(t: torch.Tensor, stride) -> torch.Tensor:
+    """`t` with the strides the fused kernel's meta function gave at trace time (the
+    graph's later views rely on them); a copy only where they differ."""
+    if stride is None or tuple(t.stride()) == tuple(stride):
+        return t
+    return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _softmaxes(ctx: _Ctx) -> list[fx.Node]:
@@ -331,8 +342,15 @@ def attention(ctx: _Ctx) -> None:
 def _attention_off(ctx: _Ctx) -> None:
     """`attention` switched off: the fused pair becomes the math composition."""
     for n in ctx.gm.graph.nodes:
-        if n.op == "call_function" and n.target in (SDPA_FWD, SDPA_BWD):
-            n.target = math_sdpa_forward if n.target is SDPA_FWD else math_sdpa_backward
+        if n.op != "call_function" or n.target not in (SDPA_FWD, SDPA_BWD):
+            continue
+        val = n.meta.get("val")
+        strides = [tuple(int(s) for s in v.stride()) if isinstance(v, torch.Tensor) else None
+                   for v in val] if val is not None else [None] * 4
+        if n.target is SDPA_FWD:
+            n.target, n.kwargs = math_sdpa_forward, {**n.kwargs, "out_stride": strides[0]}
+        else:
+            n.target, n.kwargs = math_sdpa_backward, {**n.kwargs, "grad_strides": tuple(strides[:3])}
 
 
 # -- conv + batch norm (+ ReLU) --------------------------------------------------------
@@ -413,9 +431,10 @@ def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[st
 
 def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -> Callable:
     """One Dynamo graph through AOTAutograd, its aten graphs through the passes."""
-    import torch_fl
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
+
+    import torch_fl
 
     backend = torch_fl.get_current_backend_name()
     kernels = set(torch_fl.capabilities(backend).kernels)

@@ -1,0 +1,238 @@
+"""torch.compile(model, backend="fl") (issue 17, first slice): the Dynamo backend
+on AOTAutograd's aten graphs, the attention and conv_bn passes chosen from the
+capability table, the report, and the registration by name.
+
+Every check compares with eager PyTorch on the same fl backend (relative
+tolerances), since what the backend must not change is the model's numbers."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import torch_fl as fl
+from torch_fl.compile import dynamo as fl_dynamo
+
+BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    fl_dynamo.reset()
+    yield
+    fl_dynamo.reset()
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-4) -> None:
+    a, b = a.detach().cpu().double(), b.detach().cpu().double()
+    torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * max(1.0, b.abs().max().item()))
+
+
+def _bert():
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0)
+    return transformers.BertModel(cfg)
+
+
+def _resnet():
+    cfg = transformers.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                    layer_type="basic")
+    return transformers.ResNetModel(cfg)
+
+
+def _check_training_step(model: nn.Module, call, out_of) -> fl_dynamo.DynamoFusionReport:
+    """Output and every gradient of one forward+backward, compiled vs eager on one backend."""
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fl")
+    out = out_of(compiled(**call))
+    out.square().mean().backward()
+    ref = out_of(twin(**call))
+    ref.square().mean().backward()
+    _close(out, ref)
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        # a parameter the output does not depend on (BERT's pooler here): AOTAutograd gives it a zero
+        # gradient where eager leaves None, as with backend="aot_eager"
+        _close(p.grad if p.grad is not None else torch.zeros_like(p),
+               q.grad if q.grad is not None else torch.zeros_like(q), rtol=1e-3)
+    report = fl_dynamo.fusion_report(compiled)
+    assert report.graph_count == 1 and report.graph_breaks == [], str(report)
+    assert {a.kind for g in report.graphs for a in g.aten_graphs} == {"forward", "backward"}
+    return report
+
+
+def _applied(report: fl_dynamo.DynamoFusionReport, pattern: str) -> set[str]:
+    """The aten graphs (forward/backward/inference) where `pattern` was fused."""
+    return {p.graph for p in report.patterns() if p.pattern.startswith(pattern)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_models_match_eager_in_output_and_gradients(backend):
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)).to("fl")
+    _check_training_step(mlp, {"input": torch.randn(5, 8).to("fl")}, lambda o: o)
+
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).to("fl")
+    report = _check_training_step(layer, {"src": torch.randn(2, 6, 16).to("fl")}, lambda o: o)
+    has_attention = backend == "rocm"
+    assert _applied(report, "scaled_dot_product_attention") == ({"forward", "backward"} if has_attention else set())
+
+    bert = _bert().to("fl")
+    ids = torch.randint(0, 100, (2, 7)).to("fl")
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2]).to("fl")
+    report = _check_training_step(bert, {"input_ids": ids, "attention_mask": mask}, lambda o: o.last_hidden_state)
+    assert _applied(report, "scaled_dot_product_attention") == ({"forward", "backward"} if has_attention else set())
+    if not has_attention:
+        assert any(p.pattern == "attention (math path)" and not p.applied for p in report.patterns(None))
+
+    resnet = _resnet().to("fl")
+    _check_training_step(resnet, {"pixel_values": torch.randn(2, 3, 16, 16).to("fl")},
+                         lambda o: o.pooler_output)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_resnet_eval_fuses_conv_bn_relu_where_the_table_has_the_kernel(backend):
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+    resnet = _resnet().eval().to("fl")
+    x = torch.randn(2, 3, 16, 16).to("fl")
+    compiled = torch.compile(resnet, backend="fl")
+    with torch.no_grad():
+        out = compiled(pixel_values=x).pooler_output
+        with fl.profile() as fused:
+            compiled(pixel_values=x)
+        with fl.profile() as eager:
+            ref = resnet(pixel_values=x).pooler_output
+    _close(out, ref)
+    report = fl_dynamo.fusion_report(compiled)
+    assert report.graph_count == 1 and report.graph_breaks == []
+    found = [p for p in report.patterns(None) if p.pattern.startswith("conv+bn")]
+    assert found, str(report)
+    fused_ops = [o for o in fused.ops() if o.op == "fl::conv_bn_relu"]
+    if backend == "ascend":
+        assert _applied(report, "conv+bn+relu") == {"inference"}
+        # conv -> bn -> relu three times in this ResNet (stem, one per stage), each one kernel now
+        assert fused_ops and fused_ops[0].calls == 3 and fused_ops[0].path == "native"
+        assert fused.kernels < eager.kernels
+    else:
+        assert not report.patterns() and not fused_ops
+        assert all("no fl::conv_bn_relu kernel" in p.note or "no ReLU" in p.note for p in found)
+        assert fused.kernels == eager.kernels
+
+
+def test_training_loop_loss_matches_eager_with_fused_attention_backward():
+    fl.set_backend("rocm")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), nn.Flatten(),
+                          nn.Linear(16 * 6, 3)).to("fl")
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="fl")
+    x, y = torch.randn(4, 6, 16).to("fl"), torch.tensor([0, 1, 2, 1]).to("fl")
+    losses = []
+    for net, params in ((compiled, model.parameters()), (twin, twin.parameters())):
+        opt = torch.optim.SGD(params, lr=0.1)
+        run = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            run.append(loss.item())
+        losses.append(run)
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4)
+    assert losses[0][-1] < losses[0][0]  # it trains
+    report = fl_dynamo.fusion_report(compiled)
+    assert report.recompilations == 0 and report.graph_breaks == []
+    assert _applied(report, "scaled_dot_product_attention") == {"forward", "backward"}
+
+
+def _attention_kernels(prof) -> int:
+    return sum(o.calls + o.nested_calls for o in prof.ops() if "fused_attention" in o.op)
+
+
+def test_switching_a_pass_off_stops_its_rewrite():
+    fl.set_backend("rocm")
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).to("fl")
+    x = torch.randn(2, 6, 16).to("fl")
+    results = {}
+    for on in (True, False):
+        fl_dynamo.reset()
+        compiled = torch.compile(layer, backend="fl", options={"passes": {"attention": on}})
+        with fl.profile() as prof:
+            out = compiled(x)
+            out.sum().backward()
+        grads = [p.grad.clone() for p in layer.parameters()]
+        layer.zero_grad()
+        report = fl_dynamo.fusion_report(compiled)
+        results[on] = out, grads, _attention_kernels(prof), report
+    assert results[True][2] == 2 and results[False][2] == 0  # forward + backward kernel, then none
+    assert _applied(results[True][3], "scaled_dot_product_attention") == {"forward", "backward"}
+    assert not _applied(results[False][3], "scaled_dot_product_attention")
+    assert results[False][3].graphs[0].passes == [p for p in fl_dynamo.PASS_NAMES if p != "attention"]
+    _close(results[False][0], results[True][0])
+    for a, b in zip(results[False][1], results[True][1], strict=True):
+        _close(a, b, rtol=1e-3)
+
+    fl.set_backend("ascend")
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval().to("fl")
+    xi = torch.randn(2, 3, 8, 8).to("fl")
+    calls = {}
+    for on in (True, False):
+        fl_dynamo.reset()
+        with torch.no_grad(), fl.profile() as prof:
+            torch.compile(net, backend=fl_dynamo.backend({"conv_bn": on}))(xi)
+        calls[on] = sum(o.calls for o in prof.ops() if o.op == "fl::conv_bn_relu")
+    assert calls == {True: 1, False: 0}
+    with pytest.raises(ValueError, match="unknown fusion pass"):
+        fl_dynamo.backend({"attenion": False})
+
+
+def test_report_counts_graph_breaks_with_reasons_and_recompilations():
+    fl.set_backend("cpu")
+
+    class Breaks(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2)
+
+        def forward(self, x):
+            y = self.a(x)
+            torch._dynamo.graph_break()
+            return self.b(y)
+
+    model = Breaks().to("fl")
+    compiled = torch.compile(model, backend="fl", dynamic=False)
+    with torch.no_grad():
+        compiled(torch.randn(2, 4).to("fl"))
+        compiled(torch.randn(3, 4).to("fl"))  # new static shape: each frame compiles again
+    report = fl_dynamo.fusion_report(compiled)
+    assert len(report.graph_breaks) == 2 and all("graph_break" in r for r in report.graph_breaks)
+    assert report.graph_count == 4 and report.recompilations == 2
+    assert "2 graph break(s), 2 recompilation(s)" in str(report)
+    assert report.to_dict()["graph_count"] == 4
+    other = torch.compile(nn.Linear(4, 4).to("fl"), backend="fl")
+    other(torch.randn(2, 4).to("fl"))
+    assert fl_dynamo.fusion_report(other).graph_count == 1 and fl_dynamo.fusion_report(compiled).graph_count == 4
+
+
+def test_backend_fl_resolves_by_name_without_importing_torch_fl():
+    code = ("import sys, torch\n"
+            "m = torch.nn.Linear(4, 2).to('fl')\n"
+            "x = torch.randn(3, 4, device='fl')\n"
+            "out = torch.compile(m, backend='fl')(x)\n"
+            "torch.testing.assert_close(out.cpu(), m(x).cpu())\n"
+            "print(out.device, 'torch_fl.compile.dynamo' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["fl:0", "True"]
