@@ -356,46 +356,90 @@ def _attention_off(ctx: _Ctx) -> None:
 # -- conv + batch norm (+ ReLU) --------------------------------------------------------
 
 
+class FoldedConv(torch.nn.Module):
+    """convolution -> inference batch norm as one convolution whose weights have the
+    batch norm folded in. The fold is computed on the device once and cached; it is
+    recomputed when any of the six tensors changes (a new storage or an in-place
+    update bumps its version), so a model that keeps training between inference
+    calls stays correct. The cache check is host-side Python: no kernel."""
+
+    def __init__(self, eps: float, stride, padding, dilation, groups: int):
+        super().__init__()
+        self.eps, self.stride, self.padding, self.dilation, self.groups = eps, stride, padding, dilation, groups
+        self._key: tuple | None = None
+        self._folded: tuple | None = None
+
+    def forward(self, x, weight, bias, bn_weight, bn_bias, mean, var):
+        tensors = (weight, bias, bn_weight, bn_bias, mean, var)
+        key = tuple((t.data_ptr(), t._version) if t is not None else None for t in tensors)
+        if key != self._key:
+            scale = torch.rsqrt(var + self.eps)
+            if bn_weight is not None:
+                scale = scale * bn_weight
+            shift = -mean * scale if bias is None else (bias - mean) * scale
+            if bn_bias is not None:
+                shift = shift + bn_bias
+            w = weight * scale.reshape((-1,) + (1,) * (weight.dim() - 1))
+            self._key, self._folded = key, (w, shift)
+        w, b = self._folded
+        return aten.convolution.default(x, w, b, self.stride, self.padding, self.dilation, False,
+                                        [0] * len(self.stride), self.groups)
+
+
 def conv_bn(ctx: _Ctx) -> None:
-    """convolution -> inference batch norm -> ReLU as the backend's fl::conv_bn_relu
-    kernel. Only in inference graphs: the fused kernel has no backward, so a
-    forward graph whose backward needs the convolution's gradients keeps the ops.
-    Batch norm computing batch statistics (training) is a different aten op
-    and never matches."""
+    """convolution -> inference batch norm (-> ReLU): the backend's fl::conv_bn_relu
+    kernel when the table declares it and a ReLU follows, else the batch norm
+    folded into the convolution's weights (FoldedConv). Only in inference graphs:
+    the fused kernel has no backward and the fold is cached outside autograd, so a
+    forward graph whose backward needs the gradients keeps the ops. Batch norm
+    computing batch statistics (training) is a different aten op and never matches."""
     has = ctx.has(CONV_BN_RELU_KERNEL)
     graph = ctx.gm.graph
     for bn in list(graph.nodes):
         if bn.op != "call_function" or bn.target is not aten._native_batch_norm_legit_no_training.default:
             continue
         conv = bn.args[0]
-        if not (isinstance(conv, fx.Node) and conv.target is aten.convolution.default and len(conv.users) == 1):
+        if not (isinstance(conv, fx.Node) and conv.target is aten.convolution.default):
             continue
         x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
         _, bn_w, bn_b, mean, var, _, eps = bn.args
-        out = _only_user(bn)
-        if out is None or out.target is not operator.getitem or out.args[1] != 0:
-            continue
-        relu = _only_user(out)
+        out = next((u for u in bn.users if u.target is operator.getitem and u.args[1] == 0), None)
+        relu = _only_user(out) if out is not None else None
         relu = relu if relu is not None and relu.target in (aten.relu.default, aten.relu_.default) else None
         nodes = [conv, bn] + ([relu] if relu is not None else [])
-        why = ("" if ctx.kind == "inference" else
-               f"a gradient is needed ({ctx.kind} graph) and {CONV_BN_RELU_KERNEL} has no backward")
-        why = why or ("" if relu is not None else f"no ReLU after the batch norm ({CONV_BN_RELU_KERNEL} applies one)")
-        why = why or ("" if has else f"'{ctx.backend}' has no {CONV_BN_RELU_KERNEL} kernel")
-        why = why or ("" if not transposed and x.meta.get("val") is not None and x.meta["val"].dim() in (3, 4)
-                      else "transposed or not a 1-D/2-D convolution")
-        if why:
-            ctx.record("conv+bn" + ("+relu" if relu is not None else ""), nodes, "kept", applied=False, note=why)
+        name = "conv+bn" + ("+relu" if relu is not None else "")
+        if ctx.kind != "inference":
+            ctx.record(name, nodes, "kept", applied=False, note=f"a gradient is needed ({ctx.kind} graph): "
+                       f"{CONV_BN_RELU_KERNEL} has no backward and the fold is not differentiated")
             continue
-        with graph.inserting_before(relu):
-            new = graph.call_function(torch.ops.fl.conv_bn_relu.default,
-                                      (x, w, b, bn_w, bn_b, mean, var, float(eps), list(stride), list(padding),
-                                       list(dilation), groups))
-        new.meta.update({k: v for k, v in relu.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
-        relu.replace_all_uses_with(new)
-        for n in (relu, out, bn, conv):
+        if out is None or len(conv.users) != 1 or len(bn.users) != 1:
+            ctx.record(name, nodes, "kept", applied=False, note="an intermediate result is used elsewhere")
+            continue
+        val = x.meta.get("val")
+        if transposed or val is None or val.dim() not in (3, 4):
+            ctx.record(name, nodes, "kept", applied=False, note="transposed or not a 1-D/2-D convolution")
+            continue
+        if relu is not None and has:
+            with graph.inserting_before(relu):
+                new = graph.call_function(torch.ops.fl.conv_bn_relu.default,
+                                          (x, w, b, bn_w, bn_b, mean, var, float(eps), list(stride), list(padding),
+                                           list(dilation), groups))
+            new.meta.update({k: v for k, v in relu.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
+            relu.replace_all_uses_with(new)
+            for n in (relu, out, bn, conv):
+                graph.erase_node(n)
+            ctx.record(name, nodes, f"{CONV_BN_RELU_KERNEL} (fused kernel of '{ctx.backend}')")
+            continue
+        target = f"fl_folded_conv_{sum(1 for _ in ctx.gm.named_children())}"
+        ctx.gm.add_submodule(target, FoldedConv(float(eps), list(stride), list(padding), list(dilation), groups))
+        with graph.inserting_before(out):
+            new = graph.call_module(target, (x, w, b, bn_w, bn_b, mean, var))
+        new.meta.update({k: v for k, v in out.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
+        out.replace_all_uses_with(new)
+        for n in (out, bn, conv):
             graph.erase_node(n)
-        ctx.record("conv+bn+relu", nodes, f"{CONV_BN_RELU_KERNEL} (fused kernel of '{ctx.backend}')")
+        why = "" if relu is None else f"; '{ctx.backend}' has no {CONV_BN_RELU_KERNEL} kernel"
+        ctx.record("conv+bn", nodes[:2], "convolution with the batch norm folded into its weights (cached)" + why)
 
 
 _PASSES: dict[str, Callable[[_Ctx], None]] = {"attention": attention, "conv_bn": conv_bn}
@@ -407,7 +451,7 @@ NOT_IMPLEMENTED = tuple(n for n in PASS_NAMES if n not in _PASSES)
 
 
 def _count_ops(gm: fx.GraphModule) -> int:
-    return sum(n.op == "call_function" for n in gm.graph.nodes)
+    return sum(n.op in ("call_function", "call_module") for n in gm.graph.nodes)
 
 
 def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[str]) -> Callable:
