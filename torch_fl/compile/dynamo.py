@@ -488,6 +488,9 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
                          frame.filename if frame else "", backend, list(passes),
                          reason.reason if reason is not None and reason.graph_break else None,
                          modules=_compiled_frame_modules())
+    if record.filename.replace(os.sep, "/").endswith("_dynamo/external_utils.py") and record.modules:
+        module = record.modules[0]()  # torch.compile(module)'s shared wrapper frame: name the model instead
+        record.frame = f"{type(module).__name__}.forward" if module is not None else record.frame
     REPORT.graphs.append(record)
     return aot_autograd(
         fw_compiler=_aten_compiler("forward", record, kernels, passes),
