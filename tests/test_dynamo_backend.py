@@ -250,3 +250,23 @@ def test_backend_fl_resolves_by_name_without_importing_torch_fl():
                          cwd=os.path.dirname(os.path.abspath(__file__)))
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["fl:0", "True"]
+
+
+@pytest.mark.parametrize("attention", [True, False])
+def test_changing_sequence_length_recompiles_once(attention):
+    """Dynamo's automatic dynamic shapes: the second length makes the graph symbolic, and
+    the passes must not pin it again (attention off reads the fused kernel's layout from
+    the trace without a guard on its symbolic strides)."""
+    fl.set_backend("rocm")
+    torch.manual_seed(0)
+    bert = _bert().to("fl")
+    compiled = torch.compile(bert, backend="fl", options={"passes": {"attention": attention}})
+    for length in (5, 7, 9, 12):
+        ids = torch.randint(0, 100, (2, length)).to("fl")
+        mask = torch.ones(2, length, dtype=torch.long).to("fl")
+        out = compiled(input_ids=ids, attention_mask=mask).last_hidden_state
+        out.sum().backward()
+        _close(out, bert(input_ids=ids, attention_mask=mask).last_hidden_state)
+    report = fl_dynamo.fusion_report(compiled)
+    assert report.recompilations == 1 and report.graph_count == 2 and report.graph_breaks == [], str(report)
+    assert bool(_applied(report, "scaled_dot_product_attention")) == attention

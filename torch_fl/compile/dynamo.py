@@ -278,7 +278,7 @@ def _sdpa_scores(query, key, attn_bias, is_causal, scale):
 
 
 def math_sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
-                      *, scale=None, out_stride=None):
+                      *, scale=None, out_order=None):
     """The fused forward's results (same tuple) from matmul/softmax ops: what the graph runs with `attention` off."""
     if dropout_p:
         raise NotImplementedError("math_sdpa_forward: the fused attention pair has no dropout")
@@ -287,14 +287,14 @@ def math_sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causa
     lse = torch.logsumexp(scores, dim=-1)
     probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
     out = torch.matmul(probs, value.to(work)).to(value.dtype)
-    out = _laid_out(out, out_stride)
+    out = _laid_out(out, out_order)
     zero = torch.zeros((), dtype=torch.int64, device=query.device)
     return out, lse.float(), None, None, query.shape[-2], key.shape[-2], zero, zero.clone(), None
 
 
 def math_sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
                        max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None,
-                       grad_strides=None):
+                       grad_orders=None):
     """The fused backward's gradients from matmul ops (the graph's route with `attention` off)."""
     dt = query.dtype
     work = torch.promote_types(dt, torch.float32)
@@ -308,15 +308,31 @@ def math_sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, 
         grad_bias = grad_s.sum_to_size(attn_bias.shape).to(attn_bias.dtype)
     grads = [torch.matmul(grad_s, k).mul(s).to(dt), torch.matmul(grad_s.transpose(-2, -1), q).mul(s).to(dt),
              grad_v.to(dt)]
-    return (*(_laid_out(g, st) for g, st in zip(grads, grad_strides or (None,) * 3, strict=True)), grad_bias)
+    return (*(_laid_out(g, st) for g, st in zip(grads, grad_orders or (None,) * 3, strict=True)), grad_bias)
 
 
-def _laid_out(t: torch.Tensor, stride) -> torch.Tensor:
-    """`t` with the strides the fused kernel's meta function gave at trace time (the
-    graph's later views rely on them); a copy only where they differ."""
-    if stride is None or tuple(t.stride()) == tuple(stride):
+def _dim_order(strides) -> tuple[int, ...]:
+    """Dimensions from outermost to innermost in memory (a stable sort of the strides)."""
+    return tuple(sorted(range(len(strides)), key=lambda d: -strides[d]))
+
+
+def _laid_out(t: torch.Tensor, order) -> torch.Tensor:
+    """`t` laid out in the memory order the fused kernel's meta function gave at trace
+    time (the graph's later views rely on it); a copy only where it differs. An order,
+    not strides: with dynamic shapes the strides are symbols."""
+    if order is None or _dim_order(t.stride()) == tuple(order):
         return t
-    return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
+    inverse = sorted(range(len(order)), key=lambda d: order[d])
+    return t.permute(*order).contiguous().permute(*inverse)
+
+
+def _trace_order(val) -> tuple[int, ...] | None:
+    """The memory order of a traced (fake) tensor, read from its stride hints, so that
+    reading it adds no guard (a guard on a symbolic stride would recompile per shape)."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    hints = [s.node.hint if isinstance(s, torch.SymInt) else int(s) for s in val.stride()]
+    return None if any(h is None for h in hints) else _dim_order(hints)
 
 
 def _softmaxes(ctx: _Ctx) -> list[fx.Node]:
@@ -345,12 +361,11 @@ def _attention_off(ctx: _Ctx) -> None:
         if n.op != "call_function" or n.target not in (SDPA_FWD, SDPA_BWD):
             continue
         val = n.meta.get("val")
-        strides = [tuple(int(s) for s in v.stride()) if isinstance(v, torch.Tensor) else None
-                   for v in val] if val is not None else [None] * 4
+        orders = [_trace_order(v) for v in val] if val is not None else [None] * 4
         if n.target is SDPA_FWD:
-            n.target, n.kwargs = math_sdpa_forward, {**n.kwargs, "out_stride": strides[0]}
+            n.target, n.kwargs = math_sdpa_forward, {**n.kwargs, "out_order": orders[0]}
         else:
-            n.target, n.kwargs = math_sdpa_backward, {**n.kwargs, "grad_strides": tuple(strides[:3])}
+            n.target, n.kwargs = math_sdpa_backward, {**n.kwargs, "grad_orders": tuple(orders[:3])}
 
 
 # -- conv + batch norm (+ ReLU) --------------------------------------------------------
