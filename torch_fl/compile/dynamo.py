@@ -457,9 +457,162 @@ def conv_bn(ctx: _Ctx) -> None:
         ctx.record("conv+bn", nodes[:2], "convolution with the batch norm folded into its weights (cached)" + why)
 
 
+# -- GEMM epilogues: linear + activation, (linear +) residual add + LayerNorm ---------
+#
+# These rewrite the captured (Dynamo) graph before AOTAutograd traces it: the
+# replacement is an fl:: op with an autograd formula (torch_fl/fused.py), so
+# AOTAutograd's trace puts the fused forward kernel in the forward graph and its
+# one-kernel backward in the backward graph, where a rewrite of the aten graphs
+# alone would have to match the backward's mm/sum/threshold_backward chains too.
+# Dropout is matched only where it is an identity (p = 0, or not training): the
+# kernels draw their mask from a seed, and a seed fixed in a graph would repeat
+# the same mask every step.
+
+LINEAR_ACT_KERNELS = ("fl::linear_act", "fl::linear_act_backward")
+ADD_NORM_KERNELS = ("fl::add_layer_norm", "fl::add_layer_norm_backward")
+LINEAR_ADD_NORM_KERNELS = ("fl::linear_add_layer_norm", "fl::linear_add_layer_norm_backward")
+_F = torch.nn.functional
+
+
+def _is_call(node, *targets) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_function" and node.target in targets
+
+
+def _arg(node: fx.Node, i: int, name: str, default=None):
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
+
+
+def _identity_dropout(node) -> bool:
+    """F.dropout that changes nothing: p == 0 or training=False."""
+    return _is_call(node, _F.dropout) and (_arg(node, 1, "p", 0.5) == 0.0 or _arg(node, 2, "training", True) is False)
+
+
+def _activation(node) -> int | None:
+    """fl::linear_act's `act` code for ReLU / exact GELU nodes."""
+    if _is_call(node, _F.relu, torch.relu) and len(node.args) == 1 and not node.kwargs.get("inplace"):
+        return 1
+    if _is_call(node, _F.gelu, torch._C._nn.gelu) and len(node.args) == 1 and \
+            node.kwargs.get("approximate", "none") == "none":
+        return 2
+    return None
+
+
+def _linear(node) -> bool:
+    return _is_call(node, _F.linear, torch._C._nn.linear) and len(node.args) in (2, 3) and not node.kwargs
+
+
+def _replace_with(graph: fx.Graph, last: fx.Node, op, args: tuple, dead: list[fx.Node]) -> None:
+    with graph.inserting_before(last):
+        call = graph.call_function(op, args)
+        first = graph.call_function(operator.getitem, (call, 0))
+    first.meta.update(last.meta)
+    last.replace_all_uses_with(first)
+    for n in dead:
+        if not n.users:
+            graph.erase_node(n)
+
+
+def linear_act_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern]) -> None:
+    """F.linear -> ReLU / exact GELU (-> identity dropout) as fl::linear_act."""
+    has = all(k in kernels for k in LINEAR_ACT_KERNELS)
+    graph = gm.graph
+    for lin in list(graph.nodes):
+        if not _linear(lin) or len(lin.users) != 1:
+            continue
+        act_node = next(iter(lin.users))
+        act = _activation(act_node)
+        if act is None:
+            continue
+        nodes, last = [lin, act_node], act_node
+        if len(act_node.users) == 1 and _identity_dropout(next(iter(act_node.users))):
+            last = next(iter(act_node.users))
+            nodes.append(last)
+        name = "linear+" + ("relu" if act == 1 else "gelu")
+        if not has:
+            patterns.append(Pattern(name, "captured", _where(lin), [_op_name(n) for n in nodes], "kept", False,
+                                    f"no {LINEAR_ACT_KERNELS[0]} kernel"))
+            continue
+        x, w = lin.args[0], lin.args[1]
+        b = lin.args[2] if len(lin.args) > 2 else None
+        _replace_with(graph, last, torch.ops.fl.linear_act.default, (x, w, b, act, 0.0, 0, act == 2),
+                      list(reversed(nodes)))
+        patterns.append(Pattern(name, "captured", _where(lin), [_op_name(n) for n in nodes],
+                                f"{LINEAR_ACT_KERNELS[0]} (bias + activation as the GEMM's epilogue; backward: "
+                                f"{LINEAR_ACT_KERNELS[1]})"))
+
+
+def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern]) -> None:
+    """layer_norm(residual + [identity dropout](linear(x))) as fl::linear_add_layer_norm,
+    layer_norm(residual + [identity dropout](x)) as fl::add_layer_norm."""
+    has_linear = all(k in kernels for k in LINEAR_ADD_NORM_KERNELS)
+    has_add = all(k in kernels for k in ADD_NORM_KERNELS)
+    graph = gm.graph
+    for norm in list(graph.nodes):
+        if not _is_call(norm, _F.layer_norm) or norm.kwargs or len(norm.args) != 5:
+            continue
+        add, shape, ln_w, ln_b, eps = norm.args
+        if not (_is_call(add, operator.add, torch.add) and len(add.args) == 2 and not add.kwargs
+                and len(add.users) == 1 and len(shape) == 1 and all(isinstance(a, fx.Node) for a in add.args)):
+            continue
+        val = add.meta.get("example_value")
+        if val is None or val.dim() < 1:
+            continue
+        # the branch: the operand with a linear producer (through an identity dropout), else a dropout
+        chosen = None
+        for i in (1, 0):
+            br, res = add.args[i], add.args[1 - i]
+            drop = br if _identity_dropout(br) and len(br.users) == 1 else None
+            value = drop.args[0] if drop is not None else br
+            lin = value if _linear(value) and len(value.users) == 1 and (drop is not None or value is br) else None
+            if lin is not None or (chosen is None and drop is not None):
+                chosen = (drop, value, lin, res)
+                if lin is not None:
+                    break
+        if chosen is None:
+            chosen = (None, add.args[1], None, add.args[0])
+        drop, value, lin, res = chosen
+        dropped = [drop] if drop is not None else []
+        if lin is not None and has_linear:
+            b = lin.args[2] if len(lin.args) > 2 else None
+            nodes = [lin] + dropped + [add, norm]
+            _replace_with(graph, norm, torch.ops.fl.linear_add_layer_norm.default,
+                          (lin.args[0], lin.args[1], b, res, ln_w, ln_b, float(eps), 0.0, 0, True),
+                          [norm, add] + dropped + [lin])
+            patterns.append(Pattern("linear+add+layer_norm", "captured", _where(norm), [_op_name(n) for n in nodes],
+                                    f"{LINEAR_ADD_NORM_KERNELS[0]} (GEMM; bias, residual add and LayerNorm as its "
+                                    f"epilogue; backward: {LINEAR_ADD_NORM_KERNELS[1]})"))
+        elif has_add:
+            nodes = dropped + [add, norm]
+            _replace_with(graph, norm, torch.ops.fl.add_layer_norm.default,
+                          (value, res, ln_w, ln_b, float(eps), 0.0, 0, True), [norm, add] + dropped)
+            patterns.append(Pattern("add+layer_norm", "captured", _where(norm), [_op_name(n) for n in nodes],
+                                    f"{ADD_NORM_KERNELS[0]} (residual add and LayerNorm in one kernel; backward: "
+                                    f"{ADD_NORM_KERNELS[1]})"))
+        else:
+            patterns.append(Pattern("add+layer_norm", "captured", _where(norm), ["add", "layer_norm"], "kept", False,
+                                    f"no {ADD_NORM_KERNELS[0]} kernel"))
+
+
+_CAPTURED: dict[str, Callable[[fx.GraphModule, set, list[Pattern]], None]] = {
+    "linear_act": linear_act_captured, "add_norm": add_norm_captured}
+_FL_OPS = {"linear_act": "linear+act", "linear_act_backward": "linear+act backward",
+           "add_layer_norm": "add+layer_norm", "add_layer_norm_backward": "add+layer_norm backward",
+           "linear_add_layer_norm": "linear+add+layer_norm",
+           "linear_add_layer_norm_backward": "linear+add+layer_norm backward"}
+
+
+def fused_ops(ctx: _Ctx) -> None:
+    """Records the fl:: kernels the captured-graph rewrites put in this aten graph."""
+    for n in ctx.gm.graph.nodes:
+        if n.op == "call_function" and getattr(n.target, "namespace", None) == "fl":
+            op = n.target.__name__.split(".")[0]
+            if op in _FL_OPS:
+                ctx.record(_FL_OPS[op], [n], f"fl::{op} (fused kernel of '{ctx.backend}')")
+
+
 _PASSES: dict[str, Callable[[_Ctx], None]] = {"attention": attention, "conv_bn": conv_bn}
 _OFF: dict[str, Callable[[_Ctx], None]] = {"attention": _attention_off}
-NOT_IMPLEMENTED = tuple(n for n in PASS_NAMES if n not in _PASSES)
+NOT_IMPLEMENTED = tuple(n for n in PASS_NAMES if n not in _PASSES and n not in _CAPTURED)
 
 
 # -- the backend -----------------------------------------------------------------------
@@ -480,6 +633,7 @@ def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[st
                 _PASSES[name](ctx)
             elif name not in passes and name in _OFF:
                 _OFF[name](ctx)
+        fused_ops(ctx)
         gm.graph.lint()
         gm.recompile()
         record.aten_graphs.append(AtenGraph(kind, before, _count_ops(gm), ctx.patterns))
@@ -507,6 +661,15 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
         module = record.modules[0]()  # torch.compile(module)'s shared wrapper frame: name the model instead
         record.frame = f"{type(module).__name__}.forward" if module is not None else record.frame
     REPORT.graphs.append(record)
+    captured: list[Pattern] = []
+    before = _count_ops(gm)
+    for name in PASS_NAMES:
+        if name in passes and name in _CAPTURED:
+            _CAPTURED[name](gm, kernels, captured)
+    if captured:
+        gm.graph.lint()
+        gm.recompile()
+        record.aten_graphs.append(AtenGraph("captured", before, _count_ops(gm), captured))
     return aot_autograd(
         fw_compiler=_aten_compiler("forward", record, kernels, passes),
         bw_compiler=_aten_compiler("backward", record, kernels, passes),
