@@ -593,8 +593,70 @@ def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern])
                                     f"no {ADD_NORM_KERNELS[0]} kernel"))
 
 
+def packed_self_attention(query: torch.Tensor, num_heads: int, in_proj_weight: torch.Tensor,
+                          in_proj_bias: torch.Tensor | None, out_proj_weight: torch.Tensor,
+                          out_proj_bias: torch.Tensor | None) -> tuple[torch.Tensor, None]:
+    """F.multi_head_attention_forward's self-attention without its copies: one QKV GEMM
+    viewed as q, k, v (unbind: one stack in the backward, not three select_backward),
+    the fused attention on those views, the output projection reading the result as a
+    view where the kernel lays it out (L, B, H, E). query is (L, B, E), as there."""
+    length, batch, embed = query.shape
+    head = embed // num_heads
+    proj = _F.linear(query, in_proj_weight, in_proj_bias)
+    q, k, v = proj.view(length, batch, 3, num_heads, head).permute(2, 1, 3, 0, 4).unbind(0)
+    out = _F.scaled_dot_product_attention(q, k, v)
+    out = out.permute(2, 0, 1, 3).reshape(length * batch, embed)
+    return _F.linear(out, out_proj_weight, out_proj_bias).view(length, batch, embed), None
+
+
+_MHA_ARGS = ("query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight", "in_proj_bias", "bias_k",
+             "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight", "out_proj_bias", "training",
+             "key_padding_mask", "need_weights", "attn_mask", "use_separate_proj_weight", "q_proj_weight",
+             "k_proj_weight", "v_proj_weight", "static_k", "static_v", "average_attn_weights", "is_causal")
+_MHA_DEFAULTS = {"training": True, "key_padding_mask": None, "need_weights": True, "attn_mask": None,
+                 "use_separate_proj_weight": False, "q_proj_weight": None, "k_proj_weight": None,
+                 "v_proj_weight": None, "static_k": None, "static_v": None, "average_attn_weights": True,
+                 "is_causal": False}
+
+
+def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern]) -> None:
+    """nn.MultiheadAttention's self-attention (Dynamo keeps F.multi_head_attention_forward as
+    one call) as packed_self_attention, where the table has the fused attention pair.
+    Only the plain case: no masks, no bias_k/bias_v, no dropout, weights not returned."""
+    if not all(k in kernels for k in SDPA_KERNELS):
+        return
+    mha_fn = _F.multi_head_attention_forward
+    for node in list(gm.graph.nodes):
+        if not _is_call(node, mha_fn):
+            continue
+        call = {**_MHA_DEFAULTS, **dict(zip(_MHA_ARGS, node.args, strict=False)), **node.kwargs}
+        why = None
+        if not (call["query"] is call["key"] is call["value"]):
+            why = "not self-attention"
+        elif call["need_weights"] or any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
+            why = "its attention weights are used"
+        elif any(call[k] is not None for k in ("bias_k", "bias_v", "key_padding_mask", "attn_mask")) or \
+                call["add_zero_attn"] or call["use_separate_proj_weight"] or call["is_causal"]:
+            why = "a mask, bias_k/bias_v, add_zero_attn or separate projections"
+        elif call["dropout_p"] and call["training"]:
+            why = "attention dropout in training"
+        if why:
+            patterns.append(Pattern("multi-head attention", "captured", _where(node), ["multi_head_attention_forward"],
+                                    "kept", False, why))
+            continue
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(packed_self_attention, (
+                call["query"], call["num_heads"], call["in_proj_weight"], call["in_proj_bias"],
+                call["out_proj_weight"], call["out_proj_bias"]))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        patterns.append(Pattern("multi-head attention", "captured", _where(new), ["multi_head_attention_forward"],
+                                "one QKV GEMM viewed as q, k, v + the fused attention pair on the views"))
+
+
 _CAPTURED: dict[str, Callable[[fx.GraphModule, set, list[Pattern]], None]] = {
-    "linear_act": linear_act_captured, "add_norm": add_norm_captured}
+    "attention": mha_captured, "linear_act": linear_act_captured, "add_norm": add_norm_captured}
 _FL_OPS = {"linear_act": "linear+act", "linear_act_backward": "linear+act backward",
            "add_layer_norm": "add+layer_norm", "add_layer_norm_backward": "add+layer_norm backward",
            "linear_add_layer_norm": "linear+add+layer_norm",
