@@ -501,11 +501,13 @@ def _linear(node) -> bool:
     return _is_call(node, _F.linear, torch._C._nn.linear) and len(node.args) in (2, 3) and not node.kwargs
 
 
-def _replace_with(graph: fx.Graph, last: fx.Node, op, args: tuple, dead: list[fx.Node]) -> None:
+def _replace_with(graph: fx.Graph, last: fx.Node, op, args: tuple, dead: list[fx.Node],
+                  where: fx.Node | None = None) -> None:
     with graph.inserting_before(last):
         call = graph.call_function(op, args)
         first = graph.call_function(operator.getitem, (call, 0))
     first.meta.update(last.meta)
+    call.meta.update({k: v for k, v in (where or last).meta.items() if k in ("nn_module_stack", "stack_trace")})
     last.replace_all_uses_with(first)
     for n in dead:
         if not n.users:
@@ -535,7 +537,7 @@ def linear_act_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern
         x, w = lin.args[0], lin.args[1]
         b = lin.args[2] if len(lin.args) > 2 else None
         _replace_with(graph, last, torch.ops.fl.linear_act.default, (x, w, b, act, 0.0, 0, act == 2),
-                      list(reversed(nodes)))
+                      list(reversed(nodes)), where=lin)
         patterns.append(Pattern(name, "captured", _where(lin), [_op_name(n) for n in nodes],
                                 f"{LINEAR_ACT_KERNELS[0]} (bias + activation as the GEMM's epilogue; backward: "
                                 f"{LINEAR_ACT_KERNELS[1]})"))
