@@ -290,12 +290,13 @@ def test_rocm_training_step_runs_the_epilogue_kernels_forward_and_backward():
     eager = step(layer)
     fused = step(torch.compile(layer, backend="fl"))
     calls = {o.op: o.calls for o in fused.ops() if o.op.startswith("fl::")}
-    assert calls == {"fl::linear_act": 1, "fl::linear_act_backward": 1, "fl::add_layer_norm": 1,
+    # linear1 + ReLU, and the packed QKV GEMM with its bias (act "none")
+    assert calls == {"fl::linear_act": 2, "fl::linear_act_backward": 2, "fl::add_layer_norm": 1,
                      "fl::add_layer_norm_backward": 1, "fl::linear_add_layer_norm": 1,
                      "fl::linear_add_layer_norm_backward": 1}, calls
     # 12 of the eager step's kernels are the .grad accumulations both runs make; of the rest, the compiled step
-    # launches at most two thirds (deterministic counts; 46 -> 29 at d64 with set_to_none, docs/fusion.md)
-    assert fused.kernels - 12 <= (eager.kernels - 12) * 2 / 3, (eager.kernels, fused.kernels)
+    # launches at most half (issue 17's goal for a Transformer encoder layer on rocm; deterministic counts)
+    assert fused.kernels - 12 <= (eager.kernels - 12) / 2, (eager.kernels, fused.kernels)
     report = fl_dynamo.fusion_report(layer)
     assert [p.pattern for p in report.patterns() if p.graph == "captured"][0] == "multi-head attention"
     assert _applied(report, "linear+relu") == {"captured"}  # F.linear -> F.relu in Dynamo's graph

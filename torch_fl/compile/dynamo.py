@@ -514,7 +514,7 @@ def _replace_with(graph: fx.Graph, last: fx.Node, op, args: tuple, dead: list[fx
             graph.erase_node(n)
 
 
-def linear_act_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern]) -> None:
+def linear_act_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
     """F.linear -> ReLU / exact GELU (-> identity dropout) as fl::linear_act."""
     has = all(k in kernels for k in LINEAR_ACT_KERNELS)
     graph = gm.graph
@@ -543,7 +543,7 @@ def linear_act_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern
                                 f"{LINEAR_ACT_KERNELS[1]})"))
 
 
-def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern]) -> None:
+def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
     """layer_norm(residual + [identity dropout](linear(x))) as fl::linear_add_layer_norm,
     layer_norm(residual + [identity dropout](x)) as fl::add_layer_norm."""
     has_linear = all(k in kernels for k in LINEAR_ADD_NORM_KERNELS)
@@ -597,18 +597,24 @@ def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern])
 
 def packed_self_attention(query: torch.Tensor, num_heads: int, in_proj_weight: torch.Tensor,
                           in_proj_bias: torch.Tensor | None, out_proj_weight: torch.Tensor,
-                          out_proj_bias: torch.Tensor | None) -> tuple[torch.Tensor, None]:
+                          out_proj_bias: torch.Tensor | None, gemm_epilogue: bool = False) -> tuple[torch.Tensor, None]:
     """F.multi_head_attention_forward's self-attention without its copies: one QKV GEMM
     viewed as q, k, v (unbind: one stack in the backward, not three select_backward),
     the fused attention on those views, the output projection reading the result as a
-    view where the kernel lays it out (L, B, H, E). query is (L, B, E), as there."""
+    view where the kernel lays it out (B, L, H, E). query is (L, B, E), as there; the
+    work is done batch-first, where a batch_first model's tensors are contiguous.
+    gemm_epilogue: the QKV GEMM with its bias as fl::linear_act (one kernel each way)."""
     length, batch, embed = query.shape
     head = embed // num_heads
-    proj = _F.linear(query, in_proj_weight, in_proj_bias)
-    q, k, v = proj.view(length, batch, 3, num_heads, head).permute(2, 1, 3, 0, 4).unbind(0)
-    out = _F.scaled_dot_product_attention(q, k, v)
-    out = out.permute(2, 0, 1, 3).reshape(length * batch, embed)
-    return _F.linear(out, out_proj_weight, out_proj_bias).view(length, batch, embed), None
+    x = query.transpose(0, 1)  # (B, L, E): nn.MultiheadAttention(batch_first=True) made query from it as a view
+    if gemm_epilogue and x.is_contiguous():
+        proj = torch.ops.fl.linear_act.default(x, in_proj_weight, in_proj_bias, 0, 0.0, 0, False)[0]
+    else:
+        proj = _F.linear(x, in_proj_weight, in_proj_bias)
+    q, k, v = proj.view(batch, length, 3, num_heads, head).permute(2, 0, 3, 1, 4).unbind(0)
+    out = _F.scaled_dot_product_attention(q, k, v)  # (B, H, L, E) laid out (B, L, H, E) by the fused kernel
+    out = out.transpose(1, 2).reshape(batch, length, embed)
+    return _F.linear(out, out_proj_weight, out_proj_bias).transpose(0, 1), None
 
 
 _MHA_ARGS = ("query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight", "in_proj_bias", "bias_k",
@@ -621,7 +627,7 @@ _MHA_DEFAULTS = {"training": True, "key_padding_mask": None, "need_weights": Tru
                  "is_causal": False}
 
 
-def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern]) -> None:
+def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
     """nn.MultiheadAttention's self-attention (Dynamo keeps F.multi_head_attention_forward as
     one call) as packed_self_attention, where the table has the fused attention pair.
     Only the plain case: no masks, no bias_k/bias_v, no dropout, weights not returned."""
@@ -649,15 +655,17 @@ def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern]) -> N
         with gm.graph.inserting_before(node):
             new = gm.graph.call_function(packed_self_attention, (
                 call["query"], call["num_heads"], call["in_proj_weight"], call["in_proj_bias"],
-                call["out_proj_weight"], call["out_proj_bias"]))
+                call["out_proj_weight"], call["out_proj_bias"],
+                "linear_act" in passes and all(k in kernels for k in LINEAR_ACT_KERNELS)))
         new.meta.update(node.meta)
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
+        gemm = "fl::linear_act (GEMM + bias)" if new.args[-1] else "one QKV GEMM"
         patterns.append(Pattern("multi-head attention", "captured", _where(new), ["multi_head_attention_forward"],
-                                "one QKV GEMM viewed as q, k, v + the fused attention pair on the views"))
+                                f"{gemm} viewed as q, k, v + the fused attention pair on the views"))
 
 
-_CAPTURED: dict[str, Callable[[fx.GraphModule, set, list[Pattern]], None]] = {
+_CAPTURED: dict[str, Callable[[fx.GraphModule, set, list[Pattern], list[str]], None]] = {
     "attention": mha_captured, "linear_act": linear_act_captured, "add_norm": add_norm_captured}
 _FL_OPS = {"linear_act": "linear+act", "linear_act_backward": "linear+act backward",
            "add_layer_norm": "add+layer_norm", "add_layer_norm_backward": "add+layer_norm backward",
@@ -729,7 +737,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
     before = _count_ops(gm)
     for name in PASS_NAMES:
         if name in passes and name in _CAPTURED:
-            _CAPTURED[name](gm, kernels, captured)
+            _CAPTURED[name](gm, kernels, captured, passes)
     if captured:
         gm.graph.lint()
         gm.recompile()
