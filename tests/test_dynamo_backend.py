@@ -306,3 +306,19 @@ def test_rocm_training_step_runs_the_epilogue_kernels_forward_and_backward():
     fl_dynamo.reset()
     off = step(torch.compile(layer, backend="fl", options={"passes": {"linear_act": False, "add_norm": False}}))
     assert not [o.op for o in off.ops() if o.op.startswith("fl::")]
+
+
+def test_inference_graph_gets_the_passes_too():
+    """Under no_grad AOTAutograd makes one inference graph; the fused attention is in it."""
+    fl.set_backend("rocm")
+    torch.manual_seed(0)
+    bert = _bert().eval().to("fl")
+    ids = torch.randint(0, 100, (2, 7)).to("fl")
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3]).to("fl")
+    compiled = torch.compile(bert, backend="fl")
+    with torch.no_grad():
+        _close(compiled(input_ids=ids, attention_mask=mask).last_hidden_state,
+               bert(input_ids=ids, attention_mask=mask).last_hidden_state)
+    report = fl_dynamo.fusion_report(compiled)
+    assert _applied(report, "scaled_dot_product_attention") == {"inference"}
+    assert "inference" in str(report) and report.to_dict()["graphs"][0]["aten_graphs"][-1]["kind"] == "inference"
