@@ -12,13 +12,24 @@ that no pass touched runs exactly the kernels eager PyTorch would.
 Why aten graphs: the backward graph exists only there, so a pass can put the
 backend's fused backward kernel where eager autograd would run a chain of ops;
 and aten ops are what a plugin implements, so a match names the kernels it
-replaces.
+replaces. Some passes rewrite Dynamo's graph instead, before AOTAutograd: their
+replacement is an fl:: op with an autograd formula, so AOTAutograd's own trace
+puts the fused forward kernel in the forward graph and its one-kernel backward
+in the backward graph (matching the backward's mm/sum chains in the aten graph
+is left out that way); the aten-graph side then records the kernels it finds.
 
 Passes (same names as `fl.compile`; switch one off with
-`torch.compile(m, backend="fl", options={"passes": {"attention": False}})` or
-FL_FUSION_DISABLE=attention,conv_bn). Done on aten graphs: `attention`,
-`conv_bn`. Not yet: `qkv`, `add_norm`, `linear_act`, `pointwise`, `layout`
-(accepted as names, recorded as not implemented).
+`torch.compile(m, backend="fl", options={"passes": {"attention": False}})`,
+`backend(passes=...)` or FL_FUSION_DISABLE=attention,conv_bn):
+  attention   aten graphs: the fused SDPA pair, forward and backward (switched
+              off: the math composition); Dynamo's graph: nn.MultiheadAttention's
+              self-attention as one QKV GEMM viewed as q, k, v + the fused pair
+  conv_bn     aten inference graphs: conv -> bn -> relu as fl::conv_bn_relu,
+              else the batch norm folded into the convolution (cached)
+  linear_act  Dynamo's graph: linear -> ReLU/GELU as fl::linear_act
+  add_norm    Dynamo's graph: (linear ->) residual add -> LayerNorm as
+              fl::linear_add_layer_norm / fl::add_layer_norm
+Not yet: `qkv`, `pointwise`, `layout` (accepted as names, nothing applied).
 
 `fusion_report(compiled)` returns what happened to a model compiled with
 backend="fl": per Dynamo graph, its aten graphs (forward/backward/inference)
