@@ -322,3 +322,28 @@ def test_inference_graph_gets_the_passes_too():
     report = fl_dynamo.fusion_report(compiled)
     assert _applied(report, "scaled_dot_product_attention") == {"inference"}
     assert "inference" in str(report) and report.to_dict()["graphs"][0]["aten_graphs"][-1]["kind"] == "inference"
+
+
+@pytest.mark.parametrize("backend", ["rocm", "ascend"])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_fast_path_runs_on_the_device(backend, norm_first):
+    """Eval + no_grad: PyTorch's fast path is one op no plugin has (a CPU fallback in
+    eager); compiled, the layer's formula runs on the device, with the same output."""
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first,
+                                       activation="gelu").eval().to("fl")
+    x = torch.randn(2, 6, 16).to("fl")
+    compiled = torch.compile(layer, backend="fl")
+    with torch.no_grad():
+        out = compiled(x)
+        with fl.profile() as fused:
+            compiled(x)
+        with fl.profile() as eager:
+            ref = layer(x)
+    _close(out, ref)
+    assert [o.op for o in eager.fallbacks()] == ["aten::_transformer_encoder_layer_fwd"]
+    assert not fused.fallbacks() and fused.kernels > 0
+    report = fl_dynamo.fusion_report(compiled)
+    assert _applied(report, "encoder-layer fast path") == {"captured"}
+    assert bool(_applied(report, "scaled_dot_product_attention")) == (backend == "rocm")

@@ -567,9 +567,6 @@ def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern],
         if not (_is_call(add, operator.add, torch.add) and len(add.args) == 2 and not add.kwargs
                 and len(add.users) == 1 and len(shape) == 1 and all(isinstance(a, fx.Node) for a in add.args)):
             continue
-        val = add.meta.get("example_value")
-        if val is None or val.dim() < 1:
-            continue
         # the branch: the operand with a linear producer (through an identity dropout), else a dropout
         chosen = None
         for i in (1, 0):
@@ -676,6 +673,59 @@ def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], pass
                                 f"{gemm} viewed as q, k, v + the fused attention pair on the views"))
 
 
+def _expand_encoder_layer(graph: fx.Graph, node: fx.Node, embed: int) -> fx.Node:
+    """The nodes of nn.TransformerEncoderLayer's formula (inference, no mask) for one
+    aten::_transformer_encoder_layer_fwd call; returns the output node."""
+    (src, _, heads, in_w, in_b, out_w, out_b, use_gelu, norm_first, eps, n1_w, n1_b, n2_w, n2_b, w1, b1, w2,
+     b2) = node.args[:18]
+
+    def call(fn, *args):
+        n = graph.call_function(fn, args)
+        n.meta.update({k: v for k, v in node.meta.items() if k in ("nn_module_stack", "stack_trace")})
+        return n
+
+    def attention(x):
+        out = call(packed_self_attention, call(torch.transpose, x, 0, 1), heads, in_w, in_b, out_w, out_b)
+        return call(torch.transpose, call(operator.getitem, out, 0), 0, 1)
+
+    def feed_forward(x):
+        return call(_F.linear, call(_F.gelu if use_gelu else _F.relu, call(_F.linear, x, w1, b1)), w2, b2)
+
+    def norm(x, w, b):
+        return call(_F.layer_norm, x, (embed,), w, b, eps)
+
+    with graph.inserting_before(node):
+        if norm_first:
+            x = call(operator.add, src, attention(norm(src, n1_w, n1_b)))
+            return call(operator.add, x, feed_forward(norm(x, n2_w, n2_b)))
+        x = norm(call(operator.add, src, attention(src)), n1_w, n1_b)
+        return norm(call(operator.add, x, feed_forward(x)), n2_w, n2_b)
+
+
+def encoder_fast_path(gm: fx.GraphModule, patterns: list[Pattern]) -> None:
+    """nn.TransformerEncoderLayer in inference takes PyTorch's fast path, one
+    aten::_transformer_encoder_layer_fwd, which no plugin implements: on fl it is a
+    CPU fallback (every activation copied to the host and back). Dynamo keeps it as
+    one call; it becomes the layer's own formula as graph nodes (self-attention as
+    packed_self_attention, linear, activation, residual adds, LayerNorm), so it runs
+    on the device and the passes after this one see its patterns. Not a pass that
+    can be switched off: it changes where the layer runs, not which kernels fuse."""
+    for node in list(gm.graph.nodes):
+        if not _is_call(node, torch._transformer_encoder_layer_fwd) or node.kwargs or len(node.args) < 18:
+            continue
+        val = node.meta.get("example_value")
+        if any(a is not None for a in node.args[18:]) or not isinstance(node.args[2], int) or val is None:
+            patterns.append(Pattern("encoder-layer fast path", "captured", _where(node),
+                                    ["_transformer_encoder_layer_fwd"], "kept", False,
+                                    "a mask or an unknown shape: the fast path stays"))
+            continue
+        out = _expand_encoder_layer(gm.graph, node, int(val.shape[-1]))
+        node.replace_all_uses_with(out)
+        gm.graph.erase_node(node)
+        patterns.append(Pattern("encoder-layer fast path", "captured", _where(out), ["_transformer_encoder_layer_fwd"],
+                                "the layer's formula on the device (was one CPU-fallback op)"))
+
+
 _CAPTURED: dict[str, Callable[[fx.GraphModule, set, list[Pattern], list[str]], None]] = {
     "attention": mha_captured, "linear_act": linear_act_captured, "add_norm": add_norm_captured}
 _FL_OPS = {"linear_act": "linear+act", "linear_act_backward": "linear+act backward",
@@ -746,6 +796,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
     REPORT.graphs.append(record)
     captured: list[Pattern] = []
     before = _count_ops(gm)
+    encoder_fast_path(gm, captured)
     for name in PASS_NAMES:
         if name in passes and name in _CAPTURED:
             _CAPTURED[name](gm, kernels, captured, passes)
