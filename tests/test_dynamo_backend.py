@@ -347,3 +347,21 @@ def test_encoder_layer_fast_path_runs_on_the_device(backend, norm_first):
     report = fl_dynamo.fusion_report(compiled)
     assert _applied(report, "encoder-layer fast path") == {"captured"}
     assert bool(_applied(report, "scaled_dot_product_attention")) == (backend == "rocm")
+
+
+@pytest.mark.parametrize("backend", ["rocm", "cpu"])
+def test_explicit_attention_becomes_the_fused_pair_where_the_table_has_it(backend):
+    """Hugging Face BERT with attn_implementation="eager" (matmul, scale, mask, softmax,
+    dropout, matmul): on rocm it becomes SDPA, so the fused kernels run forward and
+    backward; elsewhere it stays as written. Gradients match eager either way."""
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    bert = transformers.BertModel(cfg).to("fl")
+    ids = torch.randint(0, 100, (2, 7)).to("fl")
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2]).to("fl")
+    report = _check_training_step(bert, {"input_ids": ids, "attention_mask": mask}, lambda o: o.last_hidden_state)
+    expected = {"captured", "forward", "backward"} if backend == "rocm" else set()
+    assert _applied(report, "matmul-softmax-matmul attention") | _applied(report, "scaled_dot_product") == expected

@@ -635,6 +635,12 @@ _MHA_DEFAULTS = {"training": True, "key_padding_mask": None, "need_weights": Tru
                  "is_causal": False}
 
 
+def attention_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
+    """The attention pass's Dynamo-graph side: nn.MultiheadAttention, explicit attention."""
+    mha_captured(gm, kernels, patterns, passes)
+    explicit_attention_captured(gm, kernels, patterns, passes)
+
+
 def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
     """nn.MultiheadAttention's self-attention (Dynamo keeps F.multi_head_attention_forward as
     one call) as packed_self_attention, where the table has the fused attention pair.
@@ -671,6 +677,62 @@ def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], pass
         gemm = "fl::linear_act (GEMM + bias)" if new.args[-1] else "one QKV GEMM"
         patterns.append(Pattern("multi-head attention", "captured", _where(new), ["multi_head_attention_forward"],
                                 f"{gemm} viewed as q, k, v + the fused attention pair on the views"))
+
+
+def _single(node) -> bool:
+    return isinstance(node, fx.Node) and len(node.users) == 1
+
+
+def _is_method(node, name: str) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_method" and node.target == name
+
+
+def explicit_attention_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
+    """matmul(q, k^T) -> (* or / a constant) -> (+ mask) -> softmax(-1) -> (identity dropout)
+    -> matmul(., v) on 4-D tensors (an "eager" attention implementation, e.g. Hugging
+    Face's) as F.scaled_dot_product_attention, which runs the fused pair, forward and
+    backward, where the table has it. Elsewhere the pattern is left as written."""
+    if not all(k in kernels for k in SDPA_KERNELS):
+        return
+    graph = gm.graph
+    for sm in list(graph.nodes):
+        if not (_is_call(sm, _F.softmax, torch.softmax) or _is_method(sm, "softmax")) or not _single(sm):
+            continue
+        if _arg(sm, 1, "dim") not in (-1, 3) or _arg(sm, 2, "dtype") is not None or len(sm.args) > 2:
+            continue
+        chain, x, mask, scale = [sm], sm.args[0], None, 1.0  # no scaling op: scale 1, not SDPA's default
+        if _is_call(x, operator.add) and _single(x) and len(x.args) == 2:
+            chain.append(x)
+            x, mask = x.args
+        if _is_call(x, operator.mul, operator.truediv) and _single(x) and isinstance(x.args[1], (int, float)):
+            chain.append(x)
+            scale = float(x.args[1]) if x.target is operator.mul else 1.0 / float(x.args[1])
+            x = x.args[0]
+        if not (_is_call(x, torch.matmul) and _single(x)):
+            continue
+        qk = x
+        q, kt = qk.args
+        if not (_is_method(kt, "transpose") and _single(kt)) or sorted(d % 4 for d in kt.args[1:3]) != [2, 3]:
+            continue
+        probs, user = sm, next(iter(sm.users))
+        if _identity_dropout(user) and _single(user):
+            probs, user = user, next(iter(user.users))
+        if not (_is_call(user, torch.matmul) and user.args[0] is probs):
+            continue
+        shapes = [n.meta.get("example_value") for n in (q, kt.args[0], user.args[1])]
+        if any(v is None or v.dim() != 4 for v in shapes) or (mask is not None and not isinstance(mask, fx.Node)):
+            continue
+        with graph.inserting_before(user):
+            new = graph.call_function(_F.scaled_dot_product_attention, (q, kt.args[0], user.args[1]),
+                                      {"attn_mask": mask, "scale": scale})
+        keep = ("example_value", "nn_module_stack", "stack_trace")
+        new.meta.update({k: v for k, v in user.meta.items() if k in keep})
+        user.replace_all_uses_with(new)
+        nodes = [kt, qk] + chain[::-1] + ([probs] if probs is not sm else []) + [user]
+        for n in reversed(nodes):
+            graph.erase_node(n)
+        patterns.append(Pattern("matmul-softmax-matmul attention", "captured", _where(new),
+                                [_op_name(n) for n in nodes], "F.scaled_dot_product_attention (the fused pair)"))
 
 
 def _expand_encoder_layer(graph: fx.Graph, node: fx.Node, embed: int) -> fx.Node:
@@ -727,7 +789,7 @@ def encoder_fast_path(gm: fx.GraphModule, patterns: list[Pattern]) -> None:
 
 
 _CAPTURED: dict[str, Callable[[fx.GraphModule, set, list[Pattern], list[str]], None]] = {
-    "attention": mha_captured, "linear_act": linear_act_captured, "add_norm": add_norm_captured}
+    "attention": attention_captured, "linear_act": linear_act_captured, "add_norm": add_norm_captured}
 _FL_OPS = {"linear_act": "linear+act", "linear_act_backward": "linear+act backward",
            "add_layer_norm": "add+layer_norm", "add_layer_norm_backward": "add+layer_norm backward",
            "linear_add_layer_norm": "linear+add+layer_norm",
