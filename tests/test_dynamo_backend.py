@@ -365,3 +365,17 @@ def test_explicit_attention_becomes_the_fused_pair_where_the_table_has_it(backen
     report = _check_training_step(bert, {"input_ids": ids, "attention_mask": mask}, lambda o: o.last_hidden_state)
     expected = {"captured", "forward", "backward"} if backend == "rocm" else set()
     assert _applied(report, "matmul-softmax-matmul attention") | _applied(report, "scaled_dot_product") == expected
+
+
+def test_pass_selection_and_fl_fusion_disable(monkeypatch):
+    assert fl_dynamo.enabled_passes(None) == list(fl_dynamo.PASS_NAMES)
+    assert fl_dynamo.enabled_passes(["conv_bn"]) == ["conv_bn"]
+    assert "attention" not in fl_dynamo.enabled_passes({"attention": False})
+    monkeypatch.setenv("FL_FUSION_DISABLE", "conv_bn, add_norm")
+    assert fl_dynamo.enabled_passes(None) == ["attention", "qkv", "linear_act", "pointwise", "layout"]
+    monkeypatch.setenv("FL_FUSION_DISABLE", "conv")
+    with pytest.raises(ValueError, match="unknown pass 'conv'"):
+        fl_dynamo.enabled_passes(None)
+    monkeypatch.delenv("FL_FUSION_DISABLE")
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match=r"takes options=\{'passes': \.\.\.\} only"):
+        torch.compile(nn.Linear(2, 2).to("fl"), backend="fl", options={"mode": 1})(torch.randn(1, 2).to("fl"))

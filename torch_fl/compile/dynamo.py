@@ -23,7 +23,8 @@ Passes (same names as `fl.compile`; switch one off with
 `backend(passes=...)` or FL_FUSION_DISABLE=attention,conv_bn):
   attention   aten graphs: the fused SDPA pair, forward and backward (switched
               off: the math composition); Dynamo's graph: nn.MultiheadAttention's
-              self-attention as one QKV GEMM viewed as q, k, v + the fused pair
+              self-attention as one QKV GEMM viewed as q, k, v + the fused pair,
+              explicit matmul -> softmax -> matmul attention as SDPA
   conv_bn     aten inference graphs: conv -> bn -> relu as fl::conv_bn_relu,
               else the batch norm folded into the convolution (cached)
   linear_act  Dynamo's graph: linear -> ReLU/GELU as fl::linear_act
