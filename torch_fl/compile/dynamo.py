@@ -1,0 +1,896 @@
+"""`torch.compile(model, backend="fl")`: the fusion passes on PyTorch's own graph capture.
+
+Dynamo captures the model's Python (keyword arguments, graph breaks and
+recompilations handled by PyTorch, not by torch_fl); AOTAutograd turns each
+captured graph into aten graphs: a forward and a backward graph when a gradient
+is needed, one inference graph otherwise. This backend rewrites those aten
+graphs with the kernels the active fl backend's capability table declares,
+then runs them on fl: every op of the rewritten graph goes through the usual
+dispatch (native kernel, decomposition, JIT kernel, CPU fallback), so a graph
+that no pass touched runs exactly the kernels eager PyTorch would.
+
+Why aten graphs: the backward graph exists only there, so a pass can put the
+backend's fused backward kernel where eager autograd would run a chain of ops;
+and aten ops are what a plugin implements, so a match names the kernels it
+replaces. Some passes rewrite Dynamo's graph instead, before AOTAutograd: their
+replacement is an fl:: op with an autograd formula, so AOTAutograd's own trace
+puts the fused forward kernel in the forward graph and its one-kernel backward
+in the backward graph (matching the backward's mm/sum chains in the aten graph
+is left out that way); the aten-graph side then records the kernels it finds.
+
+Passes (same names as `fl.compile`; switch one off with
+`torch.compile(m, backend="fl", options={"passes": {"attention": False}})`,
+`backend(passes=...)` or FL_FUSION_DISABLE=attention,conv_bn):
+  attention   aten graphs: the fused SDPA pair, forward and backward (switched
+              off: the math composition); Dynamo's graph: nn.MultiheadAttention's
+              self-attention as one QKV GEMM viewed as q, k, v + the fused pair,
+              explicit matmul -> softmax -> matmul attention as SDPA
+  conv_bn     aten inference graphs: conv -> bn -> relu as fl::conv_bn_relu,
+              else the batch norm folded into the convolution (cached)
+  linear_act  Dynamo's graph: linear -> ReLU/GELU as fl::linear_act
+  add_norm    Dynamo's graph: (linear ->) residual add -> LayerNorm as
+              fl::linear_add_layer_norm / fl::add_layer_norm
+Not yet: `qkv`, `pointwise`, `layout` (accepted as names, nothing applied).
+
+`fusion_report(compiled)` returns what happened to a model compiled with
+backend="fl": per Dynamo graph, its aten graphs (forward/backward/inference)
+with the patterns fused (where, what, by what), graph breaks with Dynamo's
+reasons, recompilations.
+
+The backend reads the public API only (`torch_fl.get_current_backend_name`,
+`torch_fl.capabilities`) and the `fl::` ops torch_fl registers with PyTorch,
+so it imports no torch_fl internals."""
+
+from __future__ import annotations
+
+import inspect
+import operator
+import os
+import re
+import sys
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+
+PASS_NAMES = ("conv_bn", "attention", "qkv", "add_norm", "linear_act", "pointwise", "layout")
+SDPA_FWD = aten._scaled_dot_product_fused_attention_overrideable.default
+SDPA_BWD = aten._scaled_dot_product_fused_attention_overrideable_backward.default
+SDPA_KERNELS = ("aten::_scaled_dot_product_fused_attention_overrideable",
+                "aten::_scaled_dot_product_fused_attention_overrideable_backward")
+CONV_BN_RELU_KERNEL = "fl::conv_bn_relu"
+
+
+# -- the report -----------------------------------------------------------------------
+
+
+@dataclass
+class Pattern:
+    """One match in an aten graph: what it was, where, what replaced it (or why it was kept)."""
+
+    pattern: str
+    graph: str  # "forward", "backward" or "inference"
+    where: str  # the module path (nn_module_stack) or the node name
+    replaced: list[str]
+    replacement: str
+    applied: bool = True
+    note: str = ""
+
+
+@dataclass
+class AtenGraph:
+    """One aten graph AOTAutograd produced, before and after the passes."""
+
+    kind: str
+    ops_before: int
+    ops_after: int
+    patterns: list[Pattern] = field(default_factory=list)
+
+
+@dataclass
+class DynamoGraph:
+    """One graph Dynamo handed to the backend (one frame, one compilation of it)."""
+
+    compile_id: str  # Dynamo's "frame/attempt": an attempt above 0 is a recompilation
+    frame: str
+    filename: str
+    backend: str
+    passes: list[str]
+    graph_break: str | None  # Dynamo's reason when this graph ended at a graph break
+    aten_graphs: list[AtenGraph] = field(default_factory=list)
+    modules: list = field(default_factory=list, repr=False)  # weak references to the nn.Modules of the frame
+
+    @property
+    def frame_id(self) -> str:
+        return self.compile_id.split("/")[0]
+
+    @property
+    def attempt(self) -> int:
+        tail = self.compile_id.split("/")[-1]
+        return int(tail) if tail.isdigit() else 0
+
+
+@dataclass
+class DynamoFusionReport:
+    """What backend="fl" did to a model: its Dynamo graphs and their aten graphs' patterns."""
+
+    graphs: list[DynamoGraph] = field(default_factory=list)
+
+    @property
+    def graph_count(self) -> int:
+        return len(self.graphs)
+
+    @property
+    def graph_breaks(self) -> list[str]:
+        return [g.graph_break for g in self.graphs if g.graph_break]
+
+    @property
+    def recompilations(self) -> int:
+        """Graphs compiled again for a frame this report already has (a guard failed: new shapes, dtypes, ...)."""
+        first: dict[str, int] = {}
+        for g in self.graphs:
+            first[g.frame_id] = min(first.get(g.frame_id, g.attempt), g.attempt)
+        return len({g.compile_id for g in self.graphs if g.attempt > first[g.frame_id]})
+
+    def patterns(self, applied: bool | None = True) -> list[Pattern]:
+        """Every pattern of every aten graph (applied ones by default; None: all)."""
+        return [p for g in self.graphs for a in g.aten_graphs for p in a.patterns
+                if applied is None or p.applied == applied]
+
+    def to_dict(self) -> dict:
+        graphs = []
+        for g in self.graphs:
+            d = asdict(g)
+            d.pop("modules")
+            graphs.append(d)
+        return {"graph_count": self.graph_count, "graph_breaks": self.graph_breaks,
+                "recompilations": self.recompilations, "graphs": graphs}
+
+    def __str__(self) -> str:
+        lines = [f"backend='fl': {self.graph_count} graph(s), {len(self.graph_breaks)} graph break(s), "
+                 f"{self.recompilations} recompilation(s)"]
+        for g in self.graphs:
+            lines.append(f"graph {g.compile_id} ({g.frame}) on '{g.backend}'"
+                         + (f", ended by a graph break: {g.graph_break.splitlines()[0]}" if g.graph_break else ""))
+            for a in g.aten_graphs:
+                lines.append(f"  {a.kind}: {a.ops_before} -> {a.ops_after} aten ops")
+                for p in a.patterns:
+                    mark = "fused" if p.applied else "kept "
+                    lines.append(f"    {mark} {p.pattern} at {p.where}: {' + '.join(p.replaced)} -> {p.replacement}"
+                                 + (f" ({p.note})" if p.note else ""))
+        return "\n".join(lines)
+
+
+REPORT = DynamoFusionReport()  # every graph compiled with backend="fl" in this process
+
+
+def reset() -> None:
+    """Forget the recorded graphs and Dynamo's compiled code (torch._dynamo.reset())."""
+    REPORT.graphs.clear()
+    torch._dynamo.reset()
+
+
+def _compiled_frame_modules() -> list:
+    """Weak references to the nn.Modules among the locals of the frame Dynamo is
+    compiling (`self` of a forward, `fn` of torch.compile's module wrapper): how a
+    graph is tied to the model it came from. Read from Dynamo's `_compile` frame on
+    the call stack; an empty list where a future Dynamo names it differently."""
+    f = sys._getframe(1)
+    while f is not None:
+        frame = f.f_locals.get("frame") if f.f_code.co_name == "_compile" else None
+        if frame is not None and hasattr(frame, "f_locals"):
+            return [weakref.ref(v) for v in frame.f_locals.values() if isinstance(v, torch.nn.Module)]
+        f = f.f_back
+    return []
+
+
+def fusion_report(compiled: Any) -> DynamoFusionReport:
+    """The report for a model compiled with backend="fl" (the torch.compile result
+    or the model itself): the graphs Dynamo compiled from frames of the model or
+    any of its submodules. For a compiled function, the graphs from its source file.
+    Graphs are kept per process until `reset()`."""
+    target = getattr(compiled, "_orig_mod", compiled)
+    if isinstance(target, torch.nn.Module):
+        ids = {id(m) for m in target.modules()}
+        return DynamoFusionReport([g for g in REPORT.graphs
+                                   if any(r() is not None and id(r()) in ids for r in g.modules)])
+    code = getattr(inspect.unwrap(target), "__code__", None)
+    filename = os.path.realpath(code.co_filename) if code is not None else None
+    return DynamoFusionReport([g for g in REPORT.graphs if g.filename and os.path.realpath(g.filename) == filename])
+
+
+# -- pass plumbing ---------------------------------------------------------------------
+
+
+@dataclass
+class _Ctx:
+    gm: fx.GraphModule
+    kind: str
+    backend: str
+    kernels: set
+    patterns: list[Pattern]
+
+    def has(self, *names: str) -> bool:
+        return all(n in self.kernels for n in names)
+
+    def record(self, pattern: str, nodes: list[fx.Node], replacement: str, applied: bool = True,
+               note: str = "") -> None:
+        self.patterns.append(Pattern(pattern, self.kind, _where(nodes[0]), [_op_name(n) for n in nodes],
+                                     replacement, applied, note))
+
+
+def _where(node: fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if stack:
+        path = list(stack.values())[-1][0]
+        return re.sub(r"^L\['[^']*'\]\.?", "", str(path)) or node.name
+    return node.name
+
+
+def _op_name(node: fx.Node) -> str:
+    t = node.target
+    name = getattr(t, "name", None)
+    return name() if callable(name) else getattr(t, "__name__", str(t))
+
+
+def _only_user(node: fx.Node) -> fx.Node | None:
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def enabled_passes(passes: Mapping[str, bool] | Iterable[str] | None) -> list[str]:
+    """The passes to run: all by default; a {name: bool} dict or a list of names
+    chooses; FL_FUSION_DISABLE=name,name switches passes off on top."""
+    if passes is None:
+        chosen = dict.fromkeys(PASS_NAMES, True)
+    elif isinstance(passes, Mapping):
+        chosen = {n: bool(passes.get(n, True)) for n in PASS_NAMES}
+        wanted = list(passes)
+    elif isinstance(passes, str):
+        raise TypeError(f"passes={passes!r}: give a list of pass names or a dict {{name: bool}}")
+    else:
+        wanted = list(passes)
+        chosen = {n: n in wanted for n in PASS_NAMES}
+    if passes is not None:
+        unknown = [p for p in wanted if p not in PASS_NAMES]
+        if unknown:
+            raise ValueError(f"unknown fusion pass(es) {unknown}; the passes are {list(PASS_NAMES)}")
+    for name in filter(None, (s.strip() for s in os.environ.get("FL_FUSION_DISABLE", "").split(","))):
+        if name not in PASS_NAMES:
+            raise ValueError(f"FL_FUSION_DISABLE names an unknown pass {name!r}; the passes are {list(PASS_NAMES)}")
+        chosen[name] = False
+    return [n for n in PASS_NAMES if chosen[n]]
+
+
+# -- attention -------------------------------------------------------------------------
+#
+# F.scaled_dot_product_attention on fl is routed by torch_fl's kernel for it
+# (AutogradPrivateUse1): to the plugin's fused forward/backward pair when the
+# backend declares both, else to PyTorch's math composition. AOTAutograd traces
+# through that kernel, so on such a backend the forward graph holds the fused
+# forward and the backward graph the fused backward. The pass checks the pair
+# against the table and records it in both graphs; switched off, it rewrites
+# both into the math composition (matmul, softmax, matmul and their backward
+# formulas), so no fused attention kernel runs.
+
+
+def _sdpa_scores(query, key, attn_bias, is_causal, scale):
+    s = scale if scale is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query, key.transpose(-2, -1)) * s
+    if is_causal:
+        keep = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_bias is not None:
+        scores = scores.masked_fill(~attn_bias, float("-inf")) if attn_bias.dtype == torch.bool else scores + attn_bias
+    return scores, s
+
+
+def math_sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
+                      *, scale=None, out_order=None):
+    """The fused forward's results (same tuple) from matmul/softmax ops: what the graph runs with `attention` off."""
+    if dropout_p:
+        raise NotImplementedError("math_sdpa_forward: the fused attention pair has no dropout")
+    work = torch.promote_types(query.dtype, torch.float32)
+    scores, _ = _sdpa_scores(query.to(work), key.to(work), attn_bias, is_causal, scale)
+    lse = torch.logsumexp(scores, dim=-1)
+    probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
+    out = torch.matmul(probs, value.to(work)).to(value.dtype)
+    out = _laid_out(out, out_order)
+    zero = torch.zeros((), dtype=torch.int64, device=query.device)
+    return out, lse.float(), None, None, query.shape[-2], key.shape[-2], zero, zero.clone(), None
+
+
+def math_sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
+                       max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None,
+                       grad_orders=None):
+    """The fused backward's gradients from matmul ops (the graph's route with `attention` off)."""
+    dt = query.dtype
+    work = torch.promote_types(dt, torch.float32)
+    q, k, v, g, o = (t.to(work) for t in (query, key, value, grad_out, out))
+    scores, s = _sdpa_scores(q, k, attn_bias, is_causal, scale)
+    probs = torch.exp(scores - logsumexp.to(work).unsqueeze(-1)).nan_to_num(0.0)
+    grad_v = torch.matmul(probs.transpose(-2, -1), g)
+    grad_s = probs * (torch.matmul(g, v.transpose(-2, -1)) - (g * o).sum(-1, keepdim=True))
+    grad_bias = None
+    if attn_bias is not None and grad_input_mask[3] and attn_bias.dtype != torch.bool:
+        grad_bias = grad_s.sum_to_size(attn_bias.shape).to(attn_bias.dtype)
+    grads = [torch.matmul(grad_s, k).mul(s).to(dt), torch.matmul(grad_s.transpose(-2, -1), q).mul(s).to(dt),
+             grad_v.to(dt)]
+    return (*(_laid_out(g, st) for g, st in zip(grads, grad_orders or (None,) * 3, strict=True)), grad_bias)
+
+
+def _dim_order(strides) -> tuple[int, ...]:
+    """Dimensions from outermost to innermost in memory (a stable sort of the strides)."""
+    return tuple(sorted(range(len(strides)), key=lambda d: -strides[d]))
+
+
+def _laid_out(t: torch.Tensor, order) -> torch.Tensor:
+    """`t` laid out in the memory order the fused kernel's meta function gave at trace
+    time (the graph's later views rely on it); a copy only where it differs. An order,
+    not strides: with dynamic shapes the strides are symbols."""
+    if order is None or _dim_order(t.stride()) == tuple(order):
+        return t
+    inverse = sorted(range(len(order)), key=lambda d: order[d])
+    return t.permute(*order).contiguous().permute(*inverse)
+
+
+def _trace_order(val) -> tuple[int, ...] | None:
+    """The memory order of a traced (fake) tensor, read from its stride hints, so that
+    reading it adds no guard (a guard on a symbolic stride would recompile per shape)."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    hints = [s.node.hint if isinstance(s, torch.SymInt) else int(s) for s in val.stride()]
+    return None if any(h is None for h in hints) else _dim_order(hints)
+
+
+def _softmaxes(ctx: _Ctx) -> list[fx.Node]:
+    return [n for n in ctx.gm.graph.nodes if n.op == "call_function" and n.target in (
+        aten._softmax.default, aten.softmax.int, aten._safe_softmax.default)]
+
+
+def attention(ctx: _Ctx) -> None:
+    """The fused attention pair, forward and backward, where the table declares it."""
+    has = ctx.has(*SDPA_KERNELS)
+    for n in ctx.gm.graph.nodes:
+        if n.op == "call_function" and n.target in (SDPA_FWD, SDPA_BWD):
+            name = SDPA_KERNELS[0 if n.target is SDPA_FWD else 1]
+            ctx.record("scaled_dot_product_attention" + (" backward" if n.target is SDPA_BWD else ""), [n],
+                       f"{name} (fused kernel of '{ctx.backend}')", applied=has,
+                       note="" if has else f"'{ctx.backend}' does not declare {name}")
+    if not has:
+        for sm in _softmaxes(ctx):
+            ctx.record("attention (math path)", [sm], "kept", applied=False,
+                       note=f"'{ctx.backend}' has no fused attention kernel ({SDPA_KERNELS[0]} and its backward)")
+
+
+def _attention_off(ctx: _Ctx) -> None:
+    """`attention` switched off: the fused pair becomes the math composition."""
+    for n in ctx.gm.graph.nodes:
+        if n.op != "call_function" or n.target not in (SDPA_FWD, SDPA_BWD):
+            continue
+        val = n.meta.get("val")
+        orders = [_trace_order(v) for v in val] if val is not None else [None] * 4
+        if n.target is SDPA_FWD:
+            n.target, n.kwargs = math_sdpa_forward, {**n.kwargs, "out_order": orders[0]}
+        else:
+            n.target, n.kwargs = math_sdpa_backward, {**n.kwargs, "grad_orders": tuple(orders[:3])}
+
+
+# -- conv + batch norm (+ ReLU) --------------------------------------------------------
+
+
+class FoldedConv(torch.nn.Module):
+    """convolution -> inference batch norm as one convolution whose weights have the
+    batch norm folded in. The fold is computed on the device once and cached; it is
+    recomputed when any of the six tensors changes (a new storage or an in-place
+    update bumps its version), so a model that keeps training between inference
+    calls stays correct. The cache check is host-side Python: no kernel."""
+
+    def __init__(self, eps: float, stride, padding, dilation, groups: int):
+        super().__init__()
+        self.eps, self.stride, self.padding, self.dilation, self.groups = eps, stride, padding, dilation, groups
+        self._key: tuple | None = None
+        self._folded: tuple | None = None
+
+    def forward(self, x, weight, bias, bn_weight, bn_bias, mean, var):
+        tensors = (weight, bias, bn_weight, bn_bias, mean, var)
+        key = tuple((t.data_ptr(), t._version) if t is not None else None for t in tensors)
+        if key != self._key:
+            scale = torch.rsqrt(var + self.eps)
+            if bn_weight is not None:
+                scale = scale * bn_weight
+            shift = -mean * scale if bias is None else (bias - mean) * scale
+            if bn_bias is not None:
+                shift = shift + bn_bias
+            w = weight * scale.reshape((-1,) + (1,) * (weight.dim() - 1))
+            self._key, self._folded = key, (w, shift)
+        w, b = self._folded
+        return aten.convolution.default(x, w, b, self.stride, self.padding, self.dilation, False,
+                                        [0] * len(self.stride), self.groups)
+
+
+def conv_bn(ctx: _Ctx) -> None:
+    """convolution -> inference batch norm (-> ReLU): the backend's fl::conv_bn_relu
+    kernel when the table declares it and a ReLU follows, else the batch norm
+    folded into the convolution's weights (FoldedConv). Only in inference graphs:
+    the fused kernel has no backward and the fold is cached outside autograd, so a
+    forward graph whose backward needs the gradients keeps the ops. Batch norm
+    computing batch statistics (training) is a different aten op and never matches."""
+    has = ctx.has(CONV_BN_RELU_KERNEL)
+    graph = ctx.gm.graph
+    for bn in list(graph.nodes):
+        if bn.op != "call_function" or bn.target is not aten._native_batch_norm_legit_no_training.default:
+            continue
+        conv = bn.args[0]
+        if not (isinstance(conv, fx.Node) and conv.target is aten.convolution.default):
+            continue
+        x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
+        _, bn_w, bn_b, mean, var, _, eps = bn.args
+        out = next((u for u in bn.users if u.target is operator.getitem and u.args[1] == 0), None)
+        relu = _only_user(out) if out is not None else None
+        relu = relu if relu is not None and relu.target in (aten.relu.default, aten.relu_.default) else None
+        nodes = [conv, bn] + ([relu] if relu is not None else [])
+        name = "conv+bn" + ("+relu" if relu is not None else "")
+        if ctx.kind != "inference":
+            ctx.record(name, nodes, "kept", applied=False, note=f"a gradient is needed ({ctx.kind} graph): "
+                       f"{CONV_BN_RELU_KERNEL} has no backward and the fold is not differentiated")
+            continue
+        if out is None or len(conv.users) != 1 or len(bn.users) != 1:
+            ctx.record(name, nodes, "kept", applied=False, note="an intermediate result is used elsewhere")
+            continue
+        val = x.meta.get("val")
+        if transposed or val is None or val.dim() not in (3, 4):
+            ctx.record(name, nodes, "kept", applied=False, note="transposed or not a 1-D/2-D convolution")
+            continue
+        if relu is not None and has:
+            with graph.inserting_before(relu):
+                new = graph.call_function(torch.ops.fl.conv_bn_relu.default,
+                                          (x, w, b, bn_w, bn_b, mean, var, float(eps), list(stride), list(padding),
+                                           list(dilation), groups))
+            new.meta.update({k: v for k, v in relu.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
+            relu.replace_all_uses_with(new)
+            for n in (relu, out, bn, conv):
+                graph.erase_node(n)
+            ctx.record(name, nodes, f"{CONV_BN_RELU_KERNEL} (fused kernel of '{ctx.backend}')")
+            continue
+        target = f"fl_folded_conv_{sum(1 for _ in ctx.gm.named_children())}"
+        ctx.gm.add_submodule(target, FoldedConv(float(eps), list(stride), list(padding), list(dilation), groups))
+        with graph.inserting_before(out):
+            new = graph.call_module(target, (x, w, b, bn_w, bn_b, mean, var))
+        new.meta.update({k: v for k, v in out.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
+        out.replace_all_uses_with(new)
+        for n in (out, bn, conv):
+            graph.erase_node(n)
+        why = "" if relu is None else f"; '{ctx.backend}' has no {CONV_BN_RELU_KERNEL} kernel"
+        ctx.record("conv+bn", nodes[:2], "convolution with the batch norm folded into its weights (cached)" + why)
+
+
+# -- GEMM epilogues: linear + activation, (linear +) residual add + LayerNorm ---------
+#
+# These rewrite the captured (Dynamo) graph before AOTAutograd traces it: the
+# replacement is an fl:: op with an autograd formula (torch_fl/fused.py), so
+# AOTAutograd's trace puts the fused forward kernel in the forward graph and its
+# one-kernel backward in the backward graph, where a rewrite of the aten graphs
+# alone would have to match the backward's mm/sum/threshold_backward chains too.
+# Dropout is matched only where it is an identity (p = 0, or not training): the
+# kernels draw their mask from a seed, and a seed fixed in a graph would repeat
+# the same mask every step.
+
+LINEAR_ACT_KERNELS = ("fl::linear_act", "fl::linear_act_backward")
+ADD_NORM_KERNELS = ("fl::add_layer_norm", "fl::add_layer_norm_backward")
+LINEAR_ADD_NORM_KERNELS = ("fl::linear_add_layer_norm", "fl::linear_add_layer_norm_backward")
+_F = torch.nn.functional
+
+
+def _is_call(node, *targets) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_function" and node.target in targets
+
+
+def _arg(node: fx.Node, i: int, name: str, default=None):
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
+
+
+def _identity_dropout(node) -> bool:
+    """F.dropout that changes nothing: p == 0 or training=False."""
+    return _is_call(node, _F.dropout) and (_arg(node, 1, "p", 0.5) == 0.0 or _arg(node, 2, "training", True) is False)
+
+
+def _activation(node) -> int | None:
+    """fl::linear_act's `act` code for ReLU / exact GELU nodes."""
+    if _is_call(node, _F.relu, torch.relu) and len(node.args) == 1 and not node.kwargs.get("inplace"):
+        return 1
+    if _is_call(node, _F.gelu, torch._C._nn.gelu) and len(node.args) == 1 and \
+            node.kwargs.get("approximate", "none") == "none":
+        return 2
+    return None
+
+
+def _linear(node) -> bool:
+    return _is_call(node, _F.linear, torch._C._nn.linear) and len(node.args) in (2, 3) and not node.kwargs
+
+
+def _replace_with(graph: fx.Graph, last: fx.Node, op, args: tuple, dead: list[fx.Node],
+                  where: fx.Node | None = None) -> None:
+    with graph.inserting_before(last):
+        call = graph.call_function(op, args)
+        first = graph.call_function(operator.getitem, (call, 0))
+    first.meta.update(last.meta)
+    call.meta.update({k: v for k, v in (where or last).meta.items() if k in ("nn_module_stack", "stack_trace")})
+    last.replace_all_uses_with(first)
+    for n in dead:
+        if not n.users:
+            graph.erase_node(n)
+
+
+def linear_act_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
+    """F.linear -> ReLU / exact GELU (-> identity dropout) as fl::linear_act."""
+    has = all(k in kernels for k in LINEAR_ACT_KERNELS)
+    graph = gm.graph
+    for lin in list(graph.nodes):
+        if not _linear(lin) or len(lin.users) != 1:
+            continue
+        act_node = next(iter(lin.users))
+        act = _activation(act_node)
+        if act is None:
+            continue
+        nodes, last = [lin, act_node], act_node
+        if len(act_node.users) == 1 and _identity_dropout(next(iter(act_node.users))):
+            last = next(iter(act_node.users))
+            nodes.append(last)
+        name = "linear+" + ("relu" if act == 1 else "gelu")
+        if not has:
+            patterns.append(Pattern(name, "captured", _where(lin), [_op_name(n) for n in nodes], "kept", False,
+                                    f"no {LINEAR_ACT_KERNELS[0]} kernel"))
+            continue
+        x, w = lin.args[0], lin.args[1]
+        b = lin.args[2] if len(lin.args) > 2 else None
+        _replace_with(graph, last, torch.ops.fl.linear_act.default, (x, w, b, act, 0.0, 0, act == 2),
+                      list(reversed(nodes)), where=lin)
+        patterns.append(Pattern(name, "captured", _where(lin), [_op_name(n) for n in nodes],
+                                f"{LINEAR_ACT_KERNELS[0]} (bias + activation as the GEMM's epilogue; backward: "
+                                f"{LINEAR_ACT_KERNELS[1]})"))
+
+
+def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
+    """layer_norm(residual + [identity dropout](linear(x))) as fl::linear_add_layer_norm,
+    layer_norm(residual + [identity dropout](x)) as fl::add_layer_norm."""
+    has_linear = all(k in kernels for k in LINEAR_ADD_NORM_KERNELS)
+    has_add = all(k in kernels for k in ADD_NORM_KERNELS)
+    graph = gm.graph
+    for norm in list(graph.nodes):
+        if not _is_call(norm, _F.layer_norm) or norm.kwargs or len(norm.args) != 5:
+            continue
+        add, shape, ln_w, ln_b, eps = norm.args
+        if not (_is_call(add, operator.add, torch.add) and len(add.args) == 2 and not add.kwargs
+                and len(add.users) == 1 and len(shape) == 1 and all(isinstance(a, fx.Node) for a in add.args)):
+            continue
+        # the branch: the operand with a linear producer (through an identity dropout), else a dropout
+        chosen = None
+        for i in (1, 0):
+            br, res = add.args[i], add.args[1 - i]
+            drop = br if _identity_dropout(br) and len(br.users) == 1 else None
+            value = drop.args[0] if drop is not None else br
+            lin = value if _linear(value) and len(value.users) == 1 and (drop is not None or value is br) else None
+            if lin is not None or (chosen is None and drop is not None):
+                chosen = (drop, value, lin, res)
+                if lin is not None:
+                    break
+        if chosen is None:
+            chosen = (None, add.args[1], None, add.args[0])
+        drop, value, lin, res = chosen
+        dropped = [drop] if drop is not None else []
+        if lin is not None and has_linear:
+            b = lin.args[2] if len(lin.args) > 2 else None
+            nodes = [lin] + dropped + [add, norm]
+            _replace_with(graph, norm, torch.ops.fl.linear_add_layer_norm.default,
+                          (lin.args[0], lin.args[1], b, res, ln_w, ln_b, float(eps), 0.0, 0, True),
+                          [norm, add] + dropped + [lin])
+            patterns.append(Pattern("linear+add+layer_norm", "captured", _where(norm), [_op_name(n) for n in nodes],
+                                    f"{LINEAR_ADD_NORM_KERNELS[0]} (GEMM; bias, residual add and LayerNorm as its "
+                                    f"epilogue; backward: {LINEAR_ADD_NORM_KERNELS[1]})"))
+        elif has_add:
+            nodes = dropped + [add, norm]
+            _replace_with(graph, norm, torch.ops.fl.add_layer_norm.default,
+                          (value, res, ln_w, ln_b, float(eps), 0.0, 0, True), [norm, add] + dropped)
+            patterns.append(Pattern("add+layer_norm", "captured", _where(norm), [_op_name(n) for n in nodes],
+                                    f"{ADD_NORM_KERNELS[0]} (residual add and LayerNorm in one kernel; backward: "
+                                    f"{ADD_NORM_KERNELS[1]})"))
+        else:
+            patterns.append(Pattern("add+layer_norm", "captured", _where(norm), ["add", "layer_norm"], "kept", False,
+                                    f"no {ADD_NORM_KERNELS[0]} kernel"))
+
+
+def packed_self_attention(query: torch.Tensor, num_heads: int, in_proj_weight: torch.Tensor,
+                          in_proj_bias: torch.Tensor | None, out_proj_weight: torch.Tensor,
+                          out_proj_bias: torch.Tensor | None, gemm_epilogue: bool = False) -> tuple[torch.Tensor, None]:
+    """F.multi_head_attention_forward's self-attention without its copies: one QKV GEMM
+    viewed as q, k, v (unbind: one stack in the backward, not three select_backward),
+    the fused attention on those views, the output projection reading the result as a
+    view where the kernel lays it out (B, L, H, E). query is (L, B, E), as there; the
+    work is done batch-first, where a batch_first model's tensors are contiguous.
+    gemm_epilogue: the QKV GEMM with its bias as fl::linear_act (one kernel each way)."""
+    length, batch, embed = query.shape
+    head = embed // num_heads
+    x = query.transpose(0, 1)  # (B, L, E): nn.MultiheadAttention(batch_first=True) made query from it as a view
+    if gemm_epilogue and x.is_contiguous():
+        proj = torch.ops.fl.linear_act.default(x, in_proj_weight, in_proj_bias, 0, 0.0, 0, False)[0]
+    else:
+        proj = _F.linear(x, in_proj_weight, in_proj_bias)
+    q, k, v = proj.view(batch, length, 3, num_heads, head).permute(2, 0, 3, 1, 4).unbind(0)
+    out = _F.scaled_dot_product_attention(q, k, v)  # (B, H, L, E) laid out (B, L, H, E) by the fused kernel
+    out = out.transpose(1, 2).reshape(batch, length, embed)
+    return _F.linear(out, out_proj_weight, out_proj_bias).transpose(0, 1), None
+
+
+_MHA_ARGS = ("query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight", "in_proj_bias", "bias_k",
+             "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight", "out_proj_bias", "training",
+             "key_padding_mask", "need_weights", "attn_mask", "use_separate_proj_weight", "q_proj_weight",
+             "k_proj_weight", "v_proj_weight", "static_k", "static_v", "average_attn_weights", "is_causal")
+_MHA_DEFAULTS = {"training": True, "key_padding_mask": None, "need_weights": True, "attn_mask": None,
+                 "use_separate_proj_weight": False, "q_proj_weight": None, "k_proj_weight": None,
+                 "v_proj_weight": None, "static_k": None, "static_v": None, "average_attn_weights": True,
+                 "is_causal": False}
+
+
+def attention_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
+    """The attention pass's Dynamo-graph side: nn.MultiheadAttention, explicit attention."""
+    mha_captured(gm, kernels, patterns, passes)
+    explicit_attention_captured(gm, kernels, patterns, passes)
+
+
+def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
+    """nn.MultiheadAttention's self-attention (Dynamo keeps F.multi_head_attention_forward as
+    one call) as packed_self_attention, where the table has the fused attention pair.
+    Only the plain case: no masks, no bias_k/bias_v, no dropout, weights not returned."""
+    if not all(k in kernels for k in SDPA_KERNELS):
+        return
+    mha_fn = _F.multi_head_attention_forward
+    for node in list(gm.graph.nodes):
+        if not _is_call(node, mha_fn):
+            continue
+        call = {**_MHA_DEFAULTS, **dict(zip(_MHA_ARGS, node.args, strict=False)), **node.kwargs}
+        why = None
+        if not (call["query"] is call["key"] is call["value"]):
+            why = "not self-attention"
+        elif call["need_weights"] or any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
+            why = "its attention weights are used"
+        elif any(call[k] is not None for k in ("bias_k", "bias_v", "key_padding_mask", "attn_mask")) or \
+                call["add_zero_attn"] or call["use_separate_proj_weight"] or call["is_causal"]:
+            why = "a mask, bias_k/bias_v, add_zero_attn or separate projections"
+        elif call["dropout_p"] and call["training"]:
+            why = "attention dropout in training"
+        if why:
+            patterns.append(Pattern("multi-head attention", "captured", _where(node), ["multi_head_attention_forward"],
+                                    "kept", False, why))
+            continue
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(packed_self_attention, (
+                call["query"], call["num_heads"], call["in_proj_weight"], call["in_proj_bias"],
+                call["out_proj_weight"], call["out_proj_bias"],
+                "linear_act" in passes and all(k in kernels for k in LINEAR_ACT_KERNELS)))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        gemm = "fl::linear_act (GEMM + bias)" if new.args[-1] else "one QKV GEMM"
+        patterns.append(Pattern("multi-head attention", "captured", _where(new), ["multi_head_attention_forward"],
+                                f"{gemm} viewed as q, k, v + the fused attention pair on the views"))
+
+
+def _single(node) -> bool:
+    return isinstance(node, fx.Node) and len(node.users) == 1
+
+
+def _is_method(node, name: str) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_method" and node.target == name
+
+
+def explicit_attention_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
+    """matmul(q, k^T) -> (* or / a constant) -> (+ mask) -> softmax(-1) -> (identity dropout)
+    -> matmul(., v) on 4-D tensors (an "eager" attention implementation, e.g. Hugging
+    Face's) as F.scaled_dot_product_attention, which runs the fused pair, forward and
+    backward, where the table has it. Elsewhere the pattern is left as written."""
+    if not all(k in kernels for k in SDPA_KERNELS):
+        return
+    graph = gm.graph
+    for sm in list(graph.nodes):
+        if not (_is_call(sm, _F.softmax, torch.softmax) or _is_method(sm, "softmax")) or not _single(sm):
+            continue
+        if _arg(sm, 1, "dim") not in (-1, 3) or _arg(sm, 2, "dtype") is not None or len(sm.args) > 2:
+            continue
+        chain, x, mask, scale = [sm], sm.args[0], None, 1.0  # no scaling op: scale 1, not SDPA's default
+        if _is_call(x, operator.add) and _single(x) and len(x.args) == 2:
+            chain.append(x)
+            x, mask = x.args
+        if _is_call(x, operator.mul, operator.truediv) and _single(x) and isinstance(x.args[1], (int, float)):
+            chain.append(x)
+            scale = float(x.args[1]) if x.target is operator.mul else 1.0 / float(x.args[1])
+            x = x.args[0]
+        if not (_is_call(x, torch.matmul) and _single(x)):
+            continue
+        qk = x
+        q, kt = qk.args
+        if not (_is_method(kt, "transpose") and _single(kt)) or sorted(d % 4 for d in kt.args[1:3]) != [2, 3]:
+            continue
+        probs, user = sm, next(iter(sm.users))
+        if _identity_dropout(user) and _single(user):
+            probs, user = user, next(iter(user.users))
+        if not (_is_call(user, torch.matmul) and user.args[0] is probs):
+            continue
+        shapes = [n.meta.get("example_value") for n in (q, kt.args[0], user.args[1])]
+        if any(v is None or v.dim() != 4 for v in shapes) or (mask is not None and not isinstance(mask, fx.Node)):
+            continue
+        with graph.inserting_before(user):
+            new = graph.call_function(_F.scaled_dot_product_attention, (q, kt.args[0], user.args[1]),
+                                      {"attn_mask": mask, "scale": scale})
+        keep = ("example_value", "nn_module_stack", "stack_trace")
+        new.meta.update({k: v for k, v in user.meta.items() if k in keep})
+        user.replace_all_uses_with(new)
+        nodes = [kt, qk] + chain[::-1] + ([probs] if probs is not sm else []) + [user]
+        for n in reversed(nodes):
+            graph.erase_node(n)
+        patterns.append(Pattern("matmul-softmax-matmul attention", "captured", _where(new),
+                                [_op_name(n) for n in nodes], "F.scaled_dot_product_attention (the fused pair)"))
+
+
+def _expand_encoder_layer(graph: fx.Graph, node: fx.Node, embed: int) -> fx.Node:
+    """The nodes of nn.TransformerEncoderLayer's formula (inference, no mask) for one
+    aten::_transformer_encoder_layer_fwd call; returns the output node."""
+    (src, _, heads, in_w, in_b, out_w, out_b, use_gelu, norm_first, eps, n1_w, n1_b, n2_w, n2_b, w1, b1, w2,
+     b2) = node.args[:18]
+
+    def call(fn, *args):
+        n = graph.call_function(fn, args)
+        n.meta.update({k: v for k, v in node.meta.items() if k in ("nn_module_stack", "stack_trace")})
+        return n
+
+    def attention(x):
+        out = call(packed_self_attention, call(torch.transpose, x, 0, 1), heads, in_w, in_b, out_w, out_b)
+        return call(torch.transpose, call(operator.getitem, out, 0), 0, 1)
+
+    def feed_forward(x):
+        return call(_F.linear, call(_F.gelu if use_gelu else _F.relu, call(_F.linear, x, w1, b1)), w2, b2)
+
+    def norm(x, w, b):
+        return call(_F.layer_norm, x, (embed,), w, b, eps)
+
+    with graph.inserting_before(node):
+        if norm_first:
+            x = call(operator.add, src, attention(norm(src, n1_w, n1_b)))
+            return call(operator.add, x, feed_forward(norm(x, n2_w, n2_b)))
+        x = norm(call(operator.add, src, attention(src)), n1_w, n1_b)
+        return norm(call(operator.add, x, feed_forward(x)), n2_w, n2_b)
+
+
+def encoder_fast_path(gm: fx.GraphModule, patterns: list[Pattern]) -> None:
+    """nn.TransformerEncoderLayer in inference takes PyTorch's fast path, one
+    aten::_transformer_encoder_layer_fwd, which no plugin implements: on fl it is a
+    CPU fallback (every activation copied to the host and back). Dynamo keeps it as
+    one call; it becomes the layer's own formula as graph nodes (self-attention as
+    packed_self_attention, linear, activation, residual adds, LayerNorm), so it runs
+    on the device and the passes after this one see its patterns. Not a pass that
+    can be switched off: it changes where the layer runs, not which kernels fuse."""
+    for node in list(gm.graph.nodes):
+        if not _is_call(node, torch._transformer_encoder_layer_fwd) or node.kwargs or len(node.args) < 18:
+            continue
+        val = node.meta.get("example_value")
+        if any(a is not None for a in node.args[18:]) or not isinstance(node.args[2], int) or val is None:
+            patterns.append(Pattern("encoder-layer fast path", "captured", _where(node),
+                                    ["_transformer_encoder_layer_fwd"], "kept", False,
+                                    "a mask or an unknown shape: the fast path stays"))
+            continue
+        out = _expand_encoder_layer(gm.graph, node, int(val.shape[-1]))
+        node.replace_all_uses_with(out)
+        gm.graph.erase_node(node)
+        patterns.append(Pattern("encoder-layer fast path", "captured", _where(out), ["_transformer_encoder_layer_fwd"],
+                                "the layer's formula on the device (was one CPU-fallback op)"))
+
+
+_CAPTURED: dict[str, Callable[[fx.GraphModule, set, list[Pattern], list[str]], None]] = {
+    "attention": attention_captured, "linear_act": linear_act_captured, "add_norm": add_norm_captured}
+_FL_OPS = {"linear_act": "linear+act", "linear_act_backward": "linear+act backward",
+           "add_layer_norm": "add+layer_norm", "add_layer_norm_backward": "add+layer_norm backward",
+           "linear_add_layer_norm": "linear+add+layer_norm",
+           "linear_add_layer_norm_backward": "linear+add+layer_norm backward"}
+
+
+def fused_ops(ctx: _Ctx) -> None:
+    """Records the fl:: kernels the captured-graph rewrites put in this aten graph."""
+    for n in ctx.gm.graph.nodes:
+        if n.op == "call_function" and getattr(n.target, "namespace", None) == "fl":
+            op = n.target.__name__.split(".")[0]
+            if op in _FL_OPS:
+                ctx.record(_FL_OPS[op], [n], f"fl::{op} (fused kernel of '{ctx.backend}')")
+
+
+_PASSES: dict[str, Callable[[_Ctx], None]] = {"attention": attention, "conv_bn": conv_bn}
+_OFF: dict[str, Callable[[_Ctx], None]] = {"attention": _attention_off}
+NOT_IMPLEMENTED = tuple(n for n in PASS_NAMES if n not in _PASSES and n not in _CAPTURED)
+
+
+# -- the backend -----------------------------------------------------------------------
+
+
+def _count_ops(gm: fx.GraphModule) -> int:
+    return sum(n.op in ("call_function", "call_module") for n in gm.graph.nodes)
+
+
+def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[str]) -> Callable:
+    def compile_aten(gm: fx.GraphModule, example_inputs: list) -> Callable:
+        from functorch.compile import make_boxed_func
+
+        before = _count_ops(gm)
+        ctx = _Ctx(gm, kind, record.backend, kernels, [])
+        for name in PASS_NAMES:
+            if name in passes and name in _PASSES:
+                _PASSES[name](ctx)
+            elif name not in passes and name in _OFF:
+                _OFF[name](ctx)
+        fused_ops(ctx)
+        gm.graph.lint()
+        gm.recompile()
+        record.aten_graphs.append(AtenGraph(kind, before, _count_ops(gm), ctx.patterns))
+        return make_boxed_func(gm.forward)
+
+    return compile_aten
+
+
+def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -> Callable:
+    """One Dynamo graph through AOTAutograd, its aten graphs through the passes."""
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+
+    import torch_fl
+
+    backend = torch_fl.get_current_backend_name()
+    kernels = set(torch_fl.capabilities(backend).kernels)
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    frame = reason.user_stack[-1] if reason is not None and reason.user_stack else None
+    record = DynamoGraph(str(gm.meta.get("dynamo_compile_id", "?")), frame.name if frame else "?",
+                         frame.filename if frame else "", backend, list(passes),
+                         reason.reason if reason is not None and reason.graph_break else None,
+                         modules=_compiled_frame_modules())
+    if record.filename.replace(os.sep, "/").endswith("_dynamo/external_utils.py") and record.modules:
+        module = record.modules[0]()  # torch.compile(module)'s shared wrapper frame: name the model instead
+        record.frame = f"{type(module).__name__}.forward" if module is not None else record.frame
+    REPORT.graphs.append(record)
+    captured: list[Pattern] = []
+    before = _count_ops(gm)
+    encoder_fast_path(gm, captured)
+    for name in PASS_NAMES:
+        if name in passes and name in _CAPTURED:
+            _CAPTURED[name](gm, kernels, captured, passes)
+    if captured:
+        gm.graph.lint()
+        gm.recompile()
+        record.aten_graphs.append(AtenGraph("captured", before, _count_ops(gm), captured))
+    return aot_autograd(
+        fw_compiler=_aten_compiler("forward", record, kernels, passes),
+        bw_compiler=_aten_compiler("backward", record, kernels, passes),
+        inference_compiler=_aten_compiler("inference", record, kernels, passes),
+        partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=True,
+    )(gm, example_inputs)
+
+
+def fl_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
+    """The Dynamo backend named "fl" (entry point group `torch_dynamo_backends`):
+    `torch.compile(model, backend="fl", options={"passes": {...}})`."""
+    options = dict(kwargs.pop("options", None) or {})
+    passes = enabled_passes(options.pop("passes", None))
+    if options or kwargs:
+        raise TypeError(f"backend='fl' takes options={{'passes': ...}} only, not {sorted({**options, **kwargs})}")
+    return compile_graph(gm, example_inputs, passes)
+
+
+def backend(passes: Mapping[str, bool] | Iterable[str] | None = None) -> Callable:
+    """A backend callable with a fixed pass selection: torch.compile(m, backend=backend({"conv_bn": False}))."""
+    chosen = enabled_passes(passes)
+
+    def fl_with_passes(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
+        return compile_graph(gm, example_inputs, chosen)
+
+    return fl_with_passes
