@@ -37,3 +37,24 @@ def test_boolean_mask_keeps_and_removes(backend, shape):
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
     for a, b in zip(fl_leaves, leaves, strict=True):
         torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backends,fused", [(None, True), (["MATH"], False), (["FLASH_ATTENTION"], True),
+                                            (["EFFICIENT_ATTENTION", "MATH"], True)])
+def test_sdpa_kernel_switches_choose_fused_or_math(backends, fused):
+    """torch.nn.attention.sdpa_kernel (and torch.backends.cuda.enable_*_sdp) are honoured on fl: the plugin's
+    fused kernel stands for the fused implementations, the composition for MATH (rocm has the kernel)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    fl.set_backend("rocm")
+    q = torch.randn(2, 2, 8, 16)
+    with fl.profile() as prof:
+        if backends is None:
+            out = F.scaled_dot_product_attention(*(q.to("fl"),) * 3)
+        else:
+            with sdpa_kernel([getattr(SDPBackend, b) for b in backends]):
+                out = F.scaled_dot_product_attention(*(q.to("fl"),) * 3)
+    ops = {s.op for s in prof.ops()}
+    assert ("aten::_scaled_dot_product_fused_attention_overrideable" in ops) == fused, ops
+    assert ("aten::bmm" in ops) == (not fused), ops
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, q, q), rtol=1e-5, atol=1e-5)

@@ -19,11 +19,21 @@ _SDPA_FWD = "aten::_scaled_dot_product_fused_attention_overrideable"
 _SDPA_BWD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
 
 
+def fused_sdpa_allowed() -> bool:
+    """PyTorch's switches for SDPA's implementations (`torch.nn.attention.sdpa_kernel([...])`,
+    `torch.backends.cuda.enable_flash_sdp(False)` ...): the plugin's fused kernel stands for the fused
+    ones (flash, memory-efficient, cuDNN), the math composition for MATH. Code that asks for MATH only
+    (to compare, or to get the reference numerics) gets it on fl too."""
+    b = torch.backends.cuda
+    return b.flash_sdp_enabled() or b.mem_efficient_sdp_enabled() or b.cudnn_sdp_enabled()
+
+
 def sdpa_fused_eligible(q, k, v, dropout_p: float, enable_gqa: bool) -> bool:
     """Whether the plugin's fused attention kernels (forward and backward both)
     serve this call: 4-D fl inputs of one dtype the device computes in, no
-    dropout, no grouped-query broadcasting, native path not switched off."""
-    if not is_fl(q) or enable_gqa or dropout_p or q.dim() != 4:
+    dropout, no grouped-query broadcasting, native path not switched off, and
+    a fused implementation allowed by PyTorch's SDPA switches."""
+    if not is_fl(q) or enable_gqa or dropout_p or q.dim() != 4 or not fused_sdpa_allowed():
         return False
     if not (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)) or k.dim() != 4 or v.dim() != 4:
         return False
