@@ -37,9 +37,9 @@ backend="fl": per Dynamo graph, its aten graphs (forward/backward/inference)
 with the patterns fused (where, what, by what), graph breaks with Dynamo's
 reasons, recompilations.
 
-The backend reads the public API only (`torch_fl.get_current_backend_name`,
-`torch_fl.capabilities`) and the `fl::` ops torch_fl registers with PyTorch,
-so it imports no torch_fl internals."""
+The backend reads the public API (`torch_fl.get_current_backend_name`,
+`torch_fl.capabilities`), the `fl::` ops torch_fl registers with PyTorch, and
+the dispatcher's exported SDPA compositions (the math route with `attention` off)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+
+from ..dispatch import sdpa_backward, sdpa_forward
 
 aten = torch.ops.aten
 
@@ -278,48 +280,21 @@ def enabled_passes(passes: Mapping[str, bool] | Iterable[str] | None) -> list[st
 # formulas), so no fused attention kernel runs.
 
 
-def _sdpa_scores(query, key, attn_bias, is_causal, scale):
-    s = scale if scale is not None else query.shape[-1] ** -0.5
-    scores = torch.matmul(query, key.transpose(-2, -1)) * s
-    if is_causal:
-        keep = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
-        scores = scores.masked_fill(~keep, float("-inf"))
-    if attn_bias is not None:
-        scores = scores.masked_fill(~attn_bias, float("-inf")) if attn_bias.dtype == torch.bool else scores + attn_bias
-    return scores, s
-
-
 def math_sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
                       *, scale=None, out_order=None):
-    """The fused forward's results (same tuple) from matmul/softmax ops: what the graph runs with `attention` off."""
-    if dropout_p:
-        raise NotImplementedError("math_sdpa_forward: the fused attention pair has no dropout")
-    work = torch.promote_types(query.dtype, torch.float32)
-    scores, _ = _sdpa_scores(query.to(work), key.to(work), attn_bias, is_causal, scale)
-    lse = torch.logsumexp(scores, dim=-1)
-    probs = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
-    out = torch.matmul(probs, value.to(work)).to(value.dtype)
-    out = _laid_out(out, out_order)
-    zero = torch.zeros((), dtype=torch.int64, device=query.device)
-    return out, lse.float(), None, None, query.shape[-2], key.shape[-2], zero, zero.clone(), None
+    """The fused forward's results (same tuple) from matmul/softmax ops: what the graph runs with `attention` off
+    (the dispatcher's own composition, its output laid out as the traced kernel's was)."""
+    res = sdpa_forward(query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask, scale=scale)
+    return (_laid_out(res[0], out_order), *res[1:])
 
 
 def math_sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
                        max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None,
                        grad_orders=None):
     """The fused backward's gradients from matmul ops (the graph's route with `attention` off)."""
-    dt = query.dtype
-    work = torch.promote_types(dt, torch.float32)
-    q, k, v, g, o = (t.to(work) for t in (query, key, value, grad_out, out))
-    scores, s = _sdpa_scores(q, k, attn_bias, is_causal, scale)
-    probs = torch.exp(scores - logsumexp.to(work).unsqueeze(-1)).nan_to_num(0.0)
-    grad_v = torch.matmul(probs.transpose(-2, -1), g)
-    grad_s = probs * (torch.matmul(g, v.transpose(-2, -1)) - (g * o).sum(-1, keepdim=True))
-    grad_bias = None
-    if attn_bias is not None and grad_input_mask[3] and attn_bias.dtype != torch.bool:
-        grad_bias = grad_s.sum_to_size(attn_bias.shape).to(attn_bias.dtype)
-    grads = [torch.matmul(grad_s, k).mul(s).to(dt), torch.matmul(grad_s.transpose(-2, -1), q).mul(s).to(dt),
-             grad_v.to(dt)]
+    *grads, grad_bias = sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
+                                      cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
+                                      philox_offset, scale=scale)
     return (*(_laid_out(g, st) for g, st in zip(grads, grad_orders or (None,) * 3, strict=True)), grad_bias)
 
 
