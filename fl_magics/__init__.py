@@ -192,9 +192,9 @@ class FlMagics(Magics):
     @argument("--top", type=int, default=15, help="rows of the per-op table (default 15)")
     @argument("--no-plot", action="store_true", help="table only")
     @argument("--fusion", action="store_true",
-              help="run the cell with fl.compile's fusion off, then on (once unprofiled first: capture, JIT "
-                   "compiles, folded weights), and show kernels before vs after and the fusion report of every "
-                   "compiled model in the namespace")
+              help="run the cell eagerly (torch.compile'd code included), then compiled (once unprofiled first: "
+                   "compilation, JIT kernels, folded weights), and show kernels before vs after and the fusion "
+                   "report of every compiled model in the namespace")
     def fl_profile(self, line: str, cell: str):
         """Run the cell under fl.profile(): per-op time, calls, path, kernel
         launches and bytes copied, and where the time went by path. The cell's
@@ -252,33 +252,34 @@ class FlMagics(Magics):
 
     def _profile_fusion(self, args, output: str | None, cell: str):
         __tracebackhide__ = True
-        from torch_fl.compile import CompiledModel, disabled
+        from torch_fl.compile import disabled
         from torch_fl.notebook.figures import comparison_kernels, fusion_patterns
 
         previous = fl.get_current_backend_name()
         name = _backend_or_usage(args.backend) if args.backend else previous
         try:
             fl.set_backend(name)
-            with disabled(), fl.profile(label="unfused") as before:
+            with disabled(), fl.profile(label="eager") as before:
                 run_cell_code(self.shell, cell, display=False)
-            run_cell_code(self.shell, cell, display=False)  # one-time work: capture, JIT compiles, folds
+            run_cell_code(self.shell, cell, display=False)  # one-time work: compilation, JIT kernels, folds
             after = self._profile_on(name, cell, None)
         finally:
             fl.set_backend(previous)
-        out = before.compare(after, ("unfused", "fused"))
-        compiled = {k: v for k, v in self.shell.user_ns.items() if isinstance(v, CompiledModel) and not
-                    k.startswith("_")}
+        out = before.compare(after, ("eager", "compiled"))
+        reports = {k: fl.fusion_report(v) for k, v in self.shell.user_ns.items()
+                   if isinstance(v, torch._dynamo.eval_frame.OptimizedModule) and not k.startswith("_")}
         print(f"fusion on '{name}': kernels {before.kernels} -> {after.kernels}")
-        if not compiled:
-            print("no fl.compile'd model in the namespace: nothing was fused (compiled = fl.compile(model))")
-        for k in sorted(compiled):
-            print(f"\n{k}.fusion_report:\n{compiled[k].fusion_report.table()}")
+        if not reports:
+            print("no compiled model in the namespace: nothing was fused (compiled = fl.compile(model), or "
+                  "torch.compile(model, backend='fl'))")
+        for k in sorted(reports):
+            print(f"\nfl.fusion_report({k}):\n{reports[k].table()}")
         print()
         print(out.render(args.top))
         if not args.no_plot:
             display(comparison_kernels(out))
-            for k in sorted(compiled):
-                display(fusion_patterns(compiled[k].fusion_report))
+            for k in sorted(reports):
+                display(fusion_patterns(reports[k]))
         if output:
             self.shell.user_ns[output] = out
         return None

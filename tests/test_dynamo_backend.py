@@ -48,7 +48,7 @@ def _resnet():
     return transformers.ResNetModel(cfg)
 
 
-def _check_training_step(model: nn.Module, call, out_of) -> fl_dynamo.DynamoFusionReport:
+def _check_training_step(model: nn.Module, call, out_of) -> fl_dynamo.FusionReport:
     """Output and every gradient of one forward+backward, compiled vs eager on one backend."""
     twin = copy.deepcopy(model)
     compiled = torch.compile(model, backend="fl")
@@ -68,7 +68,7 @@ def _check_training_step(model: nn.Module, call, out_of) -> fl_dynamo.DynamoFusi
     return report
 
 
-def _applied(report: fl_dynamo.DynamoFusionReport, pattern: str) -> set[str]:
+def _applied(report: fl_dynamo.FusionReport, pattern: str) -> set[str]:
     """The aten graphs (forward/backward/inference) where `pattern` was fused."""
     return {p.graph for p in report.patterns() if p.pattern.startswith(pattern)}
 

@@ -25,7 +25,8 @@ from .api import (
     set_backend,
     set_cpu_fallback,
 )
-from .compile import CompiledModel, FusionReport, compile  # noqa: A004 - fl.compile, like torch.compile
+from .compile import FusionReport, compile, fusion_report  # noqa: A004 - fl.compile, like torch.compile
+from .compile import measure as measure_compiled
 from .coverage import Coverage, coverage
 from .errors import (
     BackendNotFoundError,
@@ -62,9 +63,10 @@ if not cuda_alias.autoload_in_progress():  # the autoload entry point turns it o
 
 __all__ = [
     "AlignmentReport",
-    "CompiledModel",
     "FusionReport",
     "compile",
+    "fusion_report",
+    "measure_compiled",
     "Comparison",
     "Coverage",
     "coverage",

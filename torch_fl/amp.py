@@ -21,7 +21,7 @@ import functools
 import torch
 from torch import nn
 
-from .runtime import REGISTRY
+from .runtime import REGISTRY, not_traced
 
 LOWER = [
     "mm", "bmm", "addmm", "addmv", "addr", "baddbmm", "addbmm", "matmul", "mv", "linear", "chain_matmul",
@@ -106,7 +106,7 @@ def register() -> None:
                     continue  # out= and in-place overloads keep their dtypes, as under CUDA autocast
                 qualified = name if overload == "default" else f"{name}.{overload}"
                 try:
-                    lib.impl(qualified, _kernel(op, policy), "AutocastPrivateUse1")
+                    lib.impl(qualified, not_traced(_kernel(op, policy)), "AutocastPrivateUse1")
                 except RuntimeError:  # an overload with a kernel there already
                     continue
     _libs.extend([fallthrough, lib])

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .dispatch import DECOMPOSITIONS, sdpa_scores
+from .runtime import not_traced
 
 _lib = torch.library.Library("fl", "DEF")
 _lib.define(
@@ -59,9 +60,9 @@ def _autograd(*args):
         return torch.ops.fl.conv_bn_relu.default(*args)
 
 
-_lib.impl("conv_bn_relu", _reference, "CPU")
-_lib.impl("conv_bn_relu", _meta, "Meta")
-_lib.impl("conv_bn_relu", _autograd, "Autograd")
+_lib.impl("conv_bn_relu", not_traced(_reference), "CPU")
+_lib.impl("conv_bn_relu", not_traced(_meta), "Meta")
+_lib.impl("conv_bn_relu", not_traced(_autograd), "Autograd")
 
 conv_bn_relu_op = torch.ops.fl.conv_bn_relu.default
 
@@ -88,7 +89,7 @@ def conv_bn_relu(conv: nn.Conv2d | nn.Conv1d, bn: nn.BatchNorm2d | nn.BatchNorm1
 
 # -- GEMM epilogues, residual add + LayerNorm, attention with dropout ------------
 #
-# Kernels vendor stacks ship and the compile passes use (torch_fl/compile/passes.py):
+# Kernels vendor stacks ship and the compile passes use (torch_fl/compile/dynamo.py):
 #   fl::linear_act            input @ W^T + b -> ReLU / GELU / none -> dropout       (hipBLASLt epilogues)
 #   fl::add_layer_norm        residual + dropout(x) -> LayerNorm                     (MIOpen AddLayerNorm)
 #   fl::linear_add_layer_norm residual + dropout(input @ W^T + b) -> LayerNorm       (the same after a GEMM)
@@ -415,9 +416,11 @@ _NEW_OPS = {
     "attention_dropout_backward": (_attention_dropout_bwd_ref, _attention_dropout_bwd_meta, None),
 }
 for _name, (_ref, _meta_fn, _fn) in _NEW_OPS.items():
-    _lib.impl(_name, _ref, "CPU")
-    _lib.impl(_name, _meta_fn, "Meta")
+    _lib.impl(_name, not_traced(_ref), "CPU")
+    _lib.impl(_name, not_traced(_meta_fn), "Meta")
     if _fn is not None:
+        not_traced(_fn.forward)
+        not_traced(_fn.backward)
         _lib.impl(_name, _fn.apply, "Autograd")
 
 

@@ -231,7 +231,7 @@ class Comparison:
 
     def __init__(self, a: Profile, b: Profile, names: tuple[str, str], unfused: Comparison | None = None):
         self.a, self.b, self.names = a, b, names
-        self.unfused = unfused  # the workload with fl.compile's fusion off: compare_backends(fusion=True)
+        self.unfused = unfused  # the workload run eagerly (compilation off): compare_backends(fusion=True)
 
     def rows(self) -> list[dict]:
         ops_a = {s.op: s for s in _merge_backends(self.a.ops())}
@@ -339,8 +339,8 @@ def compare_backends(fn: Callable[[], object], a: str, b: str, *, warmup: int = 
     """Runs fn on backend a, then on b (each after `warmup` unprofiled runs),
     and compares them op by op; fn creates its tensors on the current device.
 
-    fusion=True also runs fn with fl.compile's fusion switched off (compiled
-    models inside fn run their original modules): `.unfused` holds that
+    fusion=True also runs fn with compilation switched off (torch.compile'd and
+    fl.compile'd code inside fn runs eagerly): `.unfused` holds that
     comparison, and the kernel counts with and without fusion are shown."""
     previous = REGISTRY.current.name if REGISTRY.current is not None else None
     runs: dict[bool, list[Profile]] = {True: [], False: []}

@@ -1,207 +1,77 @@
-"""`fl.compile(model)`: graph capture plus fusion passes chosen from the active
-backend's capability table (the article's section 3.3: a model that runs at
-half speed on a new chip usually lacks graph optimisation, not silicon).
+"""`fl.compile(model)`: `torch.compile(model, backend="fl")` with torch_fl's
+defaults, plus the report and measurement of what the fusion passes did.
 
-    compiled = fl.compile(model)                 # every pass
+The article's point (section 3.3): a model that runs at half speed on a new
+chip usually lacks graph optimisation, not silicon. PyTorch's own engine does
+the capture (Dynamo: keyword arguments, graph breaks, guards and
+recompilation; AOTAutograd: forward and backward aten graphs), the "fl"
+backend rewrites those graphs with the kernels the active backend's capability
+table declares (torch_fl/compile/dynamo.py). This module adds only what a
+user of `torch.compile` would otherwise have to write:
+
+    compiled = fl.compile(model)                         # torch.compile(model, backend="fl")
     compiled = fl.compile(model, passes={"layout": False})
-    out = compiled(x)                            # captured on first call, per backend and train/eval mode
-    print(compiled.fusion_report)                # what was fused, where, and what replaced it
-    compiled.measure(x)                          # kernels and time before vs after, per pattern
+    out = compiled(input_ids=ids, attention_mask=mask)   # captured on first call, like torch.compile
+    print(fl.fusion_report(compiled))                    # graphs, breaks, recompilations, patterns
+    fl.measure_compiled(compiled, x)                     # kernels and time eager vs compiled
 
-Passes (each switchable here or with FL_FUSION_DISABLE=name,name; FL_COMPILE=0
-runs every compiled model eagerly): conv_bn, attention, qkv, add_norm, linear_act,
-pointwise, layout.
-A model that cannot be captured runs eagerly, with a warning that says why."""
+`disabled()` runs every compiled model eagerly inside a block (PyTorch's
+`torch.compiler.set_stance("force_eager")`): how `%%fl_profile --fusion` and
+`compare_backends(..., fusion=True)` measure the same code with and without
+fusion. FL_COMPILE=0 makes `fl.compile` return the model itself."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
-import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import torch
-import torch.fx as fx
-from torch import nn
 
-from ..runtime import REGISTRY, config, device_of, events, is_fl
-from . import capture
-from . import passes as _passes
-from .passes import PASSES, Record
-from .report import FusionReport, GraphReport, Measurement, PatternCost
+from ..runtime import REGISTRY, config
+from . import dynamo
+from .dynamo import PASS_NAMES, enabled_passes, reset
+from .report import AtenGraph, DynamoGraph, FusionReport, Measurement, Pattern, add_measurement
 
-__all__ = ["CompileWarning", "CompiledModel", "FusionReport", "GraphReport", "PASSES", "PerformanceHint", "compile",
-           "disabled"]
+__all__ = ["AtenGraph", "DynamoGraph", "FusionReport", "Measurement", "PASS_NAMES", "Pattern", "compile",
+           "disabled", "fusion_report", "measure", "reset"]
 
 
-_DISABLED = [0]
+def compile(model: Callable, *, passes: Mapping[str, bool] | Iterable[str] | None = None,  # noqa: A001
+            dynamic: bool | None = None, fullgraph: bool = False) -> Callable:
+    """`torch.compile(model, backend="fl")` with a pass selection.
+
+    passes: which fusion passes run (all by default): a list of names, or
+    {name: bool} to switch some off; FL_FUSION_DISABLE=name,name switches passes
+    off on top. dynamic and fullgraph are torch.compile's: dynamic=None lets
+    Dynamo compile sizes symbolically once a size changes (one recompilation,
+    then none); fullgraph=True makes a graph break an error."""
+    if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+        raise TypeError("this model is already compiled; compile the original (compiled._orig_mod) to change "
+                        "passes")
+    if not callable(model):
+        raise TypeError(f"fl.compile takes an nn.Module or a function, not {type(model).__name__}")
+    chosen = enabled_passes(passes)
+    if not config.env_bool("FL_COMPILE", True):
+        return model
+    return torch.compile(model, backend=dynamo.backend(chosen), dynamic=dynamic, fullgraph=fullgraph)
 
 
-@contextlib.contextmanager
-def disabled():
-    """Inside the block every compiled model runs its original, unfused modules
-    (what `%%fl_profile --fusion` and `compare_backends(..., fusion=True)` use
-    to measure the same code with and without fusion)."""
-    _DISABLED[0] += 1
-    try:
-        yield
-    finally:
-        _DISABLED[0] -= 1
-
-
-class CompileWarning(UserWarning):
-    """fl.compile could not capture a model (or run a pass) and fell back to eager code."""
-
-
-class PerformanceHint(UserWarning):
-    """The active backend lacks a kernel that would make a recognised pattern faster."""
-
-
-def _enabled_passes(passes: Mapping[str, bool] | Iterable[str] | None) -> list[str]:
-    names = list(PASSES)
-    if passes is None:
-        chosen = dict.fromkeys(names, True)
-    elif isinstance(passes, Mapping):
-        unknown = [p for p in passes if p not in PASSES]
-        if unknown:
-            raise ValueError(f"unknown fusion pass(es) {unknown}; the passes are {names}")
-        chosen = {n: bool(passes.get(n, True)) for n in names}
-    elif isinstance(passes, str):
-        raise TypeError(f"passes={passes!r}: give a list of pass names or a dict {{name: bool}}, e.g. "
-                        f"passes=[{passes!r}]")
-    else:
-        wanted = list(passes)
-        unknown = [p for p in wanted if p not in PASSES]
-        if unknown:
-            raise ValueError(f"unknown fusion pass(es) {unknown}; the passes are {names}")
-        chosen = {n: n in wanted for n in names}
-    env = os.environ.get("FL_FUSION_DISABLE", "")
-    for name in filter(None, (s.strip() for s in env.split(","))):
-        if name not in PASSES:
-            raise ValueError(f"FL_FUSION_DISABLE names an unknown pass {name!r}; the passes are {names}")
-        chosen[name] = False
-    return [n for n in names if chosen[n]]
-
-
-def _backend_of(values) -> tuple[str, dict, int, bool]:
-    """(name, kernels, device features, native) of the backend the call's tensors live on."""
-    for v in values:
-        if is_fl(v):
-            dev = device_of(v)
-            return dev.backend.name, dev.backend.plugin.kernels, dev.props.features, False
-    # native PyTorch tensors: PyTorch's own SDPA kernels serve attention; no fused conv kernel
-    return "native", dict.fromkeys(_passes.SDPA_KERNELS), 0, True
-
-
-class _Entry:
-    __slots__ = ("gm", "unfused", "report")
-
-    def __init__(self, gm, unfused, report):
-        self.gm, self.unfused, self.report = gm, unfused, report
-
-
-class CompiledModel(nn.Module):
-    """The user's model (as `.model`, parameters shared) run through captured,
-    fused graphs: one per backend, train/eval state and call signature."""
-
-    def __init__(self, model: nn.Module, passes: list[str], leaf_modules: tuple = ()):
-        super().__init__()
-        self.model = model
-        self.passes = passes
-        self.leaf_modules = tuple(leaf_modules)
-        self.fusion_report = FusionReport()
-        self._graphs: dict = {}
-
-    # -- calling ---------------------------------------------------------------------
-    def forward(self, *args, **kwargs):
-        if _DISABLED[0] or not config.env_bool("FL_COMPILE", True):
-            return self.model(*args, **kwargs)
-        entry, tensors = self._entry(args, kwargs)
-        if entry.gm is None:
-            return self.model(*args, **kwargs)
-        if entry.report.backend == "native":
-            return entry.gm(*tensors)
-        with _no_mha_fastpath():  # on fl that path is one fused CPU op: a CPU fallback, not device kernels
-            return entry.gm(*tensors)
-
-    def _entry(self, args, kwargs):
-        try:
-            names, values = capture.bind(self.model, args, kwargs)
-        except TypeError as e:
-            raise TypeError(f"fl.compile: {e}") from None
-        tensors = [v for v in values if isinstance(v, torch.Tensor)]
-        backend, kernels, features, native = _backend_of(tensors)
-        modes = tuple(m.training for m in self.model.modules())
-        sig = tuple(("T",) if isinstance(v, torch.Tensor) else (repr(v),) for v in values)
-        key = (backend, modes, tuple(names), sig)
-        entry = self._graphs.get(key)
-        if entry is None:
-            entry = self._graphs[key] = self._build(names, values, backend, kernels, features, native)
-        return entry, tensors
-
-    def _build(self, names, values, backend, kernels, features, native) -> _Entry:
-        report = GraphReport(backend, self.model.training, list(self.passes))
-        self.fusion_report.graphs.append(report)
-        try:
-            unfused = capture.capture(self.model, names, values, self.leaf_modules)
-            gm = capture.capture(self.model, names, values, self.leaf_modules)
-        except Exception as e:  # noqa: BLE001 - any capture failure means: run the model as it is
-            report.fallback = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            warnings.warn(f"fl.compile could not capture {type(self.model).__name__} ({report.fallback}); running it "
-                          f"eagerly, unfused. Make the failing submodule a leaf with "
-                          f"fl.compile(model, leaf_modules=(ThatModule,)) to capture the rest.", CompileWarning,
-                          stacklevel=4)
-            return _Entry(None, None, report)
-        ctx = _passes.Context(gm, backend, kernels, features)
-        for name in self.passes:
-            try:
-                PASSES[name](ctx)
-            except Exception as e:  # noqa: BLE001 - a pass that fails leaves the graph as the last good pass did
-                gm = capture.capture(self.model, names, values, self.leaf_modules)
-                ctx = _passes.Context(gm, backend, kernels, features, ctx.records, ctx.hints)
-                ctx.records.append(Record(name, "(model)", [], "pass failed", False, f"{type(e).__name__}: {e}"))
-                warnings.warn(f"fl.compile: pass {name!r} failed ({type(e).__name__}: {e}); the graph is used "
-                              f"without it", CompileWarning, stacklevel=4)
-                break
-        gm.graph.lint()
-        gm.recompile()
-        report.records, report.hints = ctx.records, [] if native else ctx.hints
-        for h in report.hints:
-            warnings.warn(h, PerformanceHint, stacklevel=4)
-        return _Entry(gm, unfused, report)
-
-    # -- measuring -------------------------------------------------------------------
-    def measure(self, *args, backward: bool | None = None, repeat: int = 3, **kwargs) -> GraphReport:
-        """Kernel launches and best-of-`repeat` time of one call, unfused (the
-        captured graph with no pass: the model's own ops) vs fused, in total
-        and per pattern (forward). backward=True (default: in training mode)
-        also runs backward of the outputs' sum. Stored in the graph's report.
-        Both runs have PyTorch's MultiheadAttention fast path switched off (as
-        compiled graphs on fl always do): that path is one fused CPU op no
-        plugin implements, so on fl it is a CPU fallback, not device kernels."""
-        entry, tensors = self._entry(args, kwargs)
-        if entry.gm is None:
-            raise RuntimeError(f"nothing to measure: the model was not captured ({entry.report.fallback})")
-        backward = self.model.training if backward is None else backward
-        with _no_mha_fastpath():  # the unfused ops on the device, not one CPU-fallback op
-            before = _cost(entry.unfused, tensors, backward, repeat)
-            after = _cost(entry.gm, tensors, backward, repeat)
-            per = _per_pattern(entry, tensors)
-        m = Measurement("forward+backward" if backward else "forward", before[0], after[0], before[1], after[1], per,
-                        before[2], after[2])
-        entry.report.measurement = m
-        return entry.report
+def fusion_report(compiled: Any) -> FusionReport:
+    """What backend="fl" did to a model compiled with `fl.compile` or
+    `torch.compile(backend="fl")` (either result, or the model itself): its
+    Dynamo graphs, graph breaks with Dynamo's reasons, recompilations, and per
+    aten graph the patterns fused (where, what, by which kernel) or kept (why);
+    plus what `measure` recorded for it."""
+    return FusionReport.of(compiled)
 
 
 @contextlib.contextmanager
-def _no_mha_fastpath():
-    fast = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
+def disabled() -> Iterator[None]:
+    """Inside the block every torch.compile'd function and model runs eagerly."""
+    with torch.compiler.set_stance("force_eager"):
         yield
-    finally:
-        torch.backends.mha.set_fastpath_enabled(fast)
 
 
 def _sync() -> None:
@@ -209,95 +79,66 @@ def _sync() -> None:
         torch.fl.synchronize()
 
 
-def _run(gm, tensors, backward: bool):
+def _run(fn: Callable, args: tuple, kwargs: dict, params: list, backward: bool) -> Any:
     """One call; with backward, a training step as PyTorch's default loop runs it: gradients set to None
     first (optimizer.zero_grad()), so backward writes them instead of adding into the last step's."""
     if backward:
-        for p in gm.parameters():
+        for p in params:
             p.grad = None
-    out = gm(*tensors)
+    out = fn(*args, **kwargs)
     if backward:
-        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
-                if isinstance(o, torch.Tensor) and o.requires_grad]
+        outs = [o for o in _tensors(out) if o.requires_grad]
         if outs:
-            sum(o.sum() for o in outs).backward()
+            sum(o.float().sum() for o in outs).backward()
     return out
 
 
-def _cost(gm, tensors, backward: bool, repeat: int) -> tuple[int, float, int]:
+def _tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, Mapping):
+        return [t for v in out.values() for t in _tensors(v)]
+    if isinstance(out, (tuple, list)):
+        return [t for v in out for t in _tensors(v)]
+    return [t for v in getattr(out, "__dict__", {}).values() for t in _tensors(v)]  # ModelOutput-like
+
+
+def _cost(fn: Callable, args: tuple, kwargs: dict, params: list, backward: bool,
+          repeat: int) -> tuple[int, float, int]:
     from ..profiler import profile
 
     grad = torch.enable_grad() if backward else torch.no_grad()
     with grad:
-        _run(gm, tensors, backward)  # warm-up: JIT compiles, folded weights, plans
+        _run(fn, args, kwargs, params, backward)  # warm-up: compilation, JIT kernels, folded weights, plans
         with profile() as p:
-            _run(gm, tensors, backward)
+            _run(fn, args, kwargs, params, backward)
         best = float("inf")
         for _ in range(repeat):
             _sync()
             t0 = time.perf_counter()
-            _run(gm, tensors, backward)
+            _run(fn, args, kwargs, params, backward)
             _sync()
             best = min(best, time.perf_counter() - t0)
     fallbacks = sum(s.paths.get("fallback", 0) for s in p.ops())
     return p.kernels, best, fallbacks
 
 
-class _Timed(fx.Interpreter):
-    """Runs a graph node by node, charging kernel launches and time to the pattern each node belongs to."""
-
-    def __init__(self, gm, owner):
-        super().__init__(gm)
-        self.owner = owner  # node -> pattern index
-        self.cost: dict[int, list] = {}
-
-    def run_node(self, n):
-        idx = self.owner(n)
-        if idx is None:
-            return super().run_node(n)
-        k0, t0 = events.kernel_count(), time.perf_counter()
-        out = super().run_node(n)
-        _sync()
-        c = self.cost.setdefault(idx, [0, 0.0])
-        c[0] += events.kernel_count() - k0
-        c[1] += time.perf_counter() - t0
-        return out
-
-
-def _per_pattern(entry: _Entry, tensors) -> dict[int, PatternCost]:
-    records = entry.report.records
-    by_name = {}
-    for i, r in enumerate(records):
-        if r.applied:
-            for name in r.nodes:
-                by_name[name] = i
-    with torch.no_grad():
-        before = _Timed(entry.unfused, lambda n: by_name.get(n.name))
-        before.run(*tensors)
-        after = _Timed(entry.gm, lambda n: n.meta.get("fusion_record"))
-        after.run(*tensors)
-    out = {}
-    for i, r in enumerate(records):
-        if r.applied:
-            b, a = before.cost.get(i, [0, 0.0]), after.cost.get(i, [0, 0.0])
-            out[i] = PatternCost(b[0], a[0], b[1], a[1])
-    return out
-
-
-def compile(model: nn.Module, *, passes: Mapping[str, bool] | Iterable[str] | None = None,  # noqa: A001
-            leaf_modules: Iterable[type] = ()) -> CompiledModel:
-    """The model with its graph captured and fused for the backend its inputs live on.
-
-    passes: which passes run (all by default): a list of names, or {name: bool}
-    to switch some off; FL_FUSION_DISABLE=name,name switches passes off too.
-    leaf_modules: module types kept as opaque calls (for submodules whose
-    forward cannot be traced: data-dependent control flow)."""
-    if isinstance(model, CompiledModel):
-        raise TypeError("this model is already compiled; compile the original (compiled.model) to change passes")
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"fl.compile takes an nn.Module, not {type(model).__name__}; wrap a function in a Module")
-    leaves = tuple(leaf_modules)
-    bad = [t for t in leaves if not (isinstance(t, type) and issubclass(t, nn.Module))]
-    if bad:
-        raise TypeError(f"leaf_modules must be nn.Module subclasses, got {bad}")
-    return CompiledModel(model, _enabled_passes(passes), leaves)
+def measure(compiled: Callable, *args: Any, backward: bool | None = None, repeat: int = 3,
+            **kwargs: Any) -> Measurement:
+    """Kernel launches (fl.profile's count), CPU-fallback calls and best-of-`repeat`
+    time of one call, eager vs compiled, on the current backend. backward=True
+    (default: when the model is in training mode) also runs backward of the
+    outputs' sum, gradients reset first as zero_grad() does. Kept in the model's
+    fusion report (`measurements`)."""
+    model = getattr(compiled, "_orig_mod", compiled)
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    if backward is None:
+        backward = bool(getattr(model, "training", False)) and torch.is_grad_enabled()
+    with disabled():
+        before = _cost(compiled, args, kwargs, params, backward, repeat)
+    after = _cost(compiled, args, kwargs, params, backward, repeat)
+    name = REGISTRY.current.name if REGISTRY.current is not None else "native"
+    m = Measurement(name, "forward+backward" if backward else "forward", before[0], after[0], before[1], after[1],
+                    before[2], after[2])
+    add_measurement(model, m)
+    return m

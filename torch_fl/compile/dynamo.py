@@ -43,20 +43,18 @@ the dispatcher's exported SDPA compositions (the math route with `attention` off
 
 from __future__ import annotations
 
-import inspect
 import operator
 import os
 import re
-import sys
-import weakref
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx as fx
 
 from ..dispatch import sdpa_backward, sdpa_forward
+from .report import GRAPHS, AtenGraph, DynamoGraph, FusionReport, Pattern, forget, frame_modules
 
 aten = torch.ops.aten
 
@@ -66,144 +64,6 @@ SDPA_BWD = aten._scaled_dot_product_fused_attention_overrideable_backward.defaul
 SDPA_KERNELS = ("aten::_scaled_dot_product_fused_attention_overrideable",
                 "aten::_scaled_dot_product_fused_attention_overrideable_backward")
 CONV_BN_RELU_KERNEL = "fl::conv_bn_relu"
-
-
-# -- the report -----------------------------------------------------------------------
-
-
-@dataclass
-class Pattern:
-    """One match in an aten graph: what it was, where, what replaced it (or why it was kept)."""
-
-    pattern: str
-    graph: str  # "forward", "backward" or "inference"
-    where: str  # the module path (nn_module_stack) or the node name
-    replaced: list[str]
-    replacement: str
-    applied: bool = True
-    note: str = ""
-
-
-@dataclass
-class AtenGraph:
-    """One aten graph AOTAutograd produced, before and after the passes."""
-
-    kind: str
-    ops_before: int
-    ops_after: int
-    patterns: list[Pattern] = field(default_factory=list)
-
-
-@dataclass
-class DynamoGraph:
-    """One graph Dynamo handed to the backend (one frame, one compilation of it)."""
-
-    compile_id: str  # Dynamo's "frame/attempt": an attempt above 0 is a recompilation
-    frame: str
-    filename: str
-    backend: str
-    passes: list[str]
-    graph_break: str | None  # Dynamo's reason when this graph ended at a graph break
-    aten_graphs: list[AtenGraph] = field(default_factory=list)
-    modules: list = field(default_factory=list, repr=False)  # weak references to the nn.Modules of the frame
-
-    @property
-    def frame_id(self) -> str:
-        return self.compile_id.split("/")[0]
-
-    @property
-    def attempt(self) -> int:
-        tail = self.compile_id.split("/")[-1]
-        return int(tail) if tail.isdigit() else 0
-
-
-@dataclass
-class DynamoFusionReport:
-    """What backend="fl" did to a model: its Dynamo graphs and their aten graphs' patterns."""
-
-    graphs: list[DynamoGraph] = field(default_factory=list)
-
-    @property
-    def graph_count(self) -> int:
-        return len(self.graphs)
-
-    @property
-    def graph_breaks(self) -> list[str]:
-        return [g.graph_break for g in self.graphs if g.graph_break]
-
-    @property
-    def recompilations(self) -> int:
-        """Graphs compiled again for a frame this report already has (a guard failed: new shapes, dtypes, ...)."""
-        first: dict[str, int] = {}
-        for g in self.graphs:
-            first[g.frame_id] = min(first.get(g.frame_id, g.attempt), g.attempt)
-        return len({g.compile_id for g in self.graphs if g.attempt > first[g.frame_id]})
-
-    def patterns(self, applied: bool | None = True) -> list[Pattern]:
-        """Every pattern of every aten graph (applied ones by default; None: all)."""
-        return [p for g in self.graphs for a in g.aten_graphs for p in a.patterns
-                if applied is None or p.applied == applied]
-
-    def to_dict(self) -> dict:
-        graphs = []
-        for g in self.graphs:
-            d = asdict(g)
-            d.pop("modules")
-            graphs.append(d)
-        return {"graph_count": self.graph_count, "graph_breaks": self.graph_breaks,
-                "recompilations": self.recompilations, "graphs": graphs}
-
-    def __str__(self) -> str:
-        lines = [f"backend='fl': {self.graph_count} graph(s), {len(self.graph_breaks)} graph break(s), "
-                 f"{self.recompilations} recompilation(s)"]
-        for g in self.graphs:
-            lines.append(f"graph {g.compile_id} ({g.frame}) on '{g.backend}'"
-                         + (f", ended by a graph break: {g.graph_break.splitlines()[0]}" if g.graph_break else ""))
-            for a in g.aten_graphs:
-                lines.append(f"  {a.kind}: {a.ops_before} -> {a.ops_after} aten ops")
-                for p in a.patterns:
-                    mark = "fused" if p.applied else "kept "
-                    lines.append(f"    {mark} {p.pattern} at {p.where}: {' + '.join(p.replaced)} -> {p.replacement}"
-                                 + (f" ({p.note})" if p.note else ""))
-        return "\n".join(lines)
-
-
-REPORT = DynamoFusionReport()  # every graph compiled with backend="fl" in this process
-
-
-def reset() -> None:
-    """Forget the recorded graphs and Dynamo's compiled code (torch._dynamo.reset())."""
-    REPORT.graphs.clear()
-    torch._dynamo.reset()
-
-
-def _compiled_frame_modules() -> list:
-    """Weak references to the nn.Modules among the locals of the frame Dynamo is
-    compiling (`self` of a forward, `fn` of torch.compile's module wrapper): how a
-    graph is tied to the model it came from. Read from Dynamo's `_compile` frame on
-    the call stack; an empty list where a future Dynamo names it differently."""
-    f = sys._getframe(1)
-    while f is not None:
-        frame = f.f_locals.get("frame") if f.f_code.co_name == "_compile" else None
-        if frame is not None and hasattr(frame, "f_locals"):
-            return [weakref.ref(v) for v in frame.f_locals.values() if isinstance(v, torch.nn.Module)]
-        f = f.f_back
-    return []
-
-
-def fusion_report(compiled: Any) -> DynamoFusionReport:
-    """The report for a model compiled with backend="fl" (the torch.compile result
-    or the model itself): the graphs Dynamo compiled from frames of the model or
-    any of its submodules. For a compiled function, the graphs from its source file.
-    Graphs are kept per process until `reset()`."""
-    target = getattr(compiled, "_orig_mod", compiled)
-    if isinstance(target, torch.nn.Module):
-        ids = {id(m) for m in target.modules()}
-        return DynamoFusionReport([g for g in REPORT.graphs
-                                   if any(r() is not None and id(r()) in ids for r in g.modules)])
-    code = getattr(inspect.unwrap(target), "__code__", None)
-    filename = os.path.realpath(code.co_filename) if code is not None else None
-    return DynamoFusionReport([g for g in REPORT.graphs if g.filename and os.path.realpath(g.filename) == filename])
 
 
 # -- pass plumbing ---------------------------------------------------------------------
@@ -813,6 +673,22 @@ def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[st
     return compile_aten
 
 
+def _symbolic(v) -> bool:
+    return isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and any(
+        isinstance(d, torch.SymInt) for d in v.shape))
+
+
+def reset() -> None:
+    """Forget the recorded graphs and measurements, and Dynamo's compiled code (torch._dynamo.reset())."""
+    forget()
+    torch._dynamo.reset()
+
+
+def fusion_report(compiled: Any) -> FusionReport:
+    """The report for a model compiled with backend="fl" (see FusionReport.of)."""
+    return FusionReport.of(compiled)
+
+
 def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -> Callable:
     """One Dynamo graph through AOTAutograd, its aten graphs through the passes."""
     from functorch.compile import min_cut_rematerialization_partition
@@ -827,11 +703,12 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
     record = DynamoGraph(str(gm.meta.get("dynamo_compile_id", "?")), frame.name if frame else "?",
                          frame.filename if frame else "", backend, list(passes),
                          reason.reason if reason is not None and reason.graph_break else None,
-                         modules=_compiled_frame_modules())
+                         dynamic=any(_symbolic(n.meta.get("example_value")) for n in gm.graph.nodes
+                                             if n.op == "placeholder"), modules=frame_modules())
     if record.filename.replace(os.sep, "/").endswith("_dynamo/external_utils.py") and record.modules:
         module = record.modules[0]()  # torch.compile(module)'s shared wrapper frame: name the model instead
         record.frame = f"{type(module).__name__}.forward" if module is not None else record.frame
-    REPORT.graphs.append(record)
+    GRAPHS.append(record)
     captured: list[Pattern] = []
     before = _count_ops(gm)
     encoder_fast_path(gm, captured)

@@ -1,164 +1,229 @@
-"""What fusion did to a model, per backend: plain data with renderings.
+"""What backend="fl" did to a model: plain data with renderings.
 
-A `GraphReport` is one captured graph (one backend, one train/eval mode):
-the patterns found (module path, what was replaced, what replaced it, or why
-it was kept), the backend's performance hints, and, once `measure` has run,
-kernel launches and time before vs after, in total and per pattern. A
-`FusionReport` holds the graph reports of a compiled model."""
+Dynamo hands the backend one graph per compiled frame (a graph break ends one
+and starts another; a failed guard compiles the frame again). AOTAutograd turns
+each into aten graphs: a forward and a backward graph when a gradient is
+needed, one inference graph otherwise. The report follows that shape: per
+Dynamo graph, its aten graphs, each with the patterns the passes found (where,
+which ops, what replaced them, or why they were kept). `measure` adds kernel
+launches and time of the same call eager vs compiled.
+
+Graphs are recorded per process as they are compiled (`GRAPHS`); a report for
+one model is the subset whose frames belong to it (`FusionReport.of`)."""
 
 from __future__ import annotations
 
 import html
+import inspect
 import json
+import os
+import sys
+import weakref
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from .passes import Record
+import torch
 
 
 @dataclass
-class PatternCost:
-    kernels_before: int = 0
-    kernels_after: int = 0
-    seconds_before: float = 0.0
-    seconds_after: float = 0.0
+class Pattern:
+    """One match: what it was, in which graph, where, what replaced it (or why it was kept)."""
+
+    pattern: str
+    graph: str  # "captured" (Dynamo's graph), "forward", "backward" or "inference"
+    where: str  # the module path (nn_module_stack) or the node name
+    replaced: list[str]
+    replacement: str
+    applied: bool = True
+    note: str = ""
+
+
+@dataclass
+class AtenGraph:
+    """One graph the passes ran on ("captured": Dynamo's, before AOTAutograd), op counts before and after."""
+
+    kind: str
+    ops_before: int
+    ops_after: int
+    patterns: list[Pattern] = field(default_factory=list)
+
+
+@dataclass
+class DynamoGraph:
+    """One graph Dynamo handed to the backend (one frame, one compilation of it)."""
+
+    compile_id: str  # Dynamo's "frame/attempt": an attempt above 0 is a recompilation
+    frame: str
+    filename: str
+    backend: str
+    passes: list[str]
+    graph_break: str | None  # Dynamo's reason when this graph ended at a graph break
+    dynamic: bool = False  # compiled with symbolic sizes: new lengths reuse it instead of recompiling
+    aten_graphs: list[AtenGraph] = field(default_factory=list)
+    modules: list = field(default_factory=list, repr=False)  # weak references to the nn.Modules of the frame
+
+    @property
+    def frame_id(self) -> str:
+        return self.compile_id.split("/")[0]
+
+    @property
+    def attempt(self) -> int:
+        tail = self.compile_id.split("/")[-1]
+        return int(tail) if tail.isdigit() else 0
 
 
 @dataclass
 class Measurement:
-    """Kernel launches (fl.profile's count) and best-of-n wall time of one call,
-    unfused vs fused; `per_pattern` splits the forward by pattern."""
+    """Kernel launches (fl.profile's count), CPU-fallback calls and best-of-n wall
+    time of one call, eager (`before`) vs compiled (`after`), on one backend."""
 
+    backend: str
     workload: str  # "forward" or "forward+backward"
     kernels_before: int
     kernels_after: int
     seconds_before: float
     seconds_after: float
-    per_pattern: dict[int, PatternCost] = field(default_factory=dict)
-    fallbacks_before: int = 0  # op calls served by the CPU fallback
+    fallbacks_before: int = 0
     fallbacks_after: int = 0
 
     @property
     def kernel_ratio(self) -> float:
         return self.kernels_after / self.kernels_before if self.kernels_before else 1.0
 
+    def render(self) -> str:
+        fb = (f", CPU fallbacks {self.fallbacks_before} -> {self.fallbacks_after}"
+              if self.fallbacks_before or self.fallbacks_after else "")
+        return (f"{self.workload} on '{self.backend}': kernels {self.kernels_before} -> {self.kernels_after} "
+                f"({(1 - self.kernel_ratio) * 100:.0f}% fewer), time {self.seconds_before * 1e3:.2f} ms -> "
+                f"{self.seconds_after * 1e3:.2f} ms{fb}")
+
+
+GRAPHS: list[DynamoGraph] = []  # every graph compiled with backend="fl" in this process
+_MEASURED: list[tuple[weakref.ref, Measurement]] = []  # (model, measurement) from measure()
+
+
+def add_measurement(model: Any, m: Measurement) -> None:
+    _MEASURED.append((weakref.ref(model), m))
+
+
+def forget() -> None:
+    GRAPHS.clear()
+    _MEASURED.clear()
+
+
+def frame_modules() -> list:
+    """Weak references to the nn.Modules among the locals of the frame Dynamo is
+    compiling (`self` of a forward, `fn` of torch.compile's module wrapper): how a
+    graph is tied to the model it came from. Read from Dynamo's `_compile` frame on
+    the call stack; an empty list where a future Dynamo names it differently."""
+    f = sys._getframe(1)
+    while f is not None:
+        frame = f.f_locals.get("frame") if f.f_code.co_name == "_compile" else None
+        if frame is not None and hasattr(frame, "f_locals"):
+            return [weakref.ref(v) for v in frame.f_locals.values() if isinstance(v, torch.nn.Module)]
+        f = f.f_back
+    return []
+
 
 @dataclass
-class GraphReport:
-    backend: str
-    training: bool
-    passes: list[str]
-    records: list[Record] = field(default_factory=list)
-    hints: list[str] = field(default_factory=list)
-    fallback: str | None = None  # why the model runs eagerly, when capture failed
-    measurement: Measurement | None = None
+class FusionReport:
+    """Dynamo graphs of a model compiled with backend="fl", their aten graphs'
+    patterns, and the measurements `measure` took of it."""
+
+    graphs: list[DynamoGraph] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, compiled: Any) -> FusionReport:
+        """The graphs Dynamo compiled from frames of the model (the torch.compile
+        result or the model itself) or of any of its submodules; for a compiled
+        function, the graphs from its source file."""
+        target = getattr(compiled, "_orig_mod", compiled)
+        if isinstance(target, torch.nn.Module):
+            ids = {id(m) for m in target.modules()}
+            graphs = [g for g in GRAPHS if any(r() is not None and id(r()) in ids for r in g.modules)]
+            return cls(graphs, [m for r, m in _MEASURED if r() is target])
+        code = getattr(inspect.unwrap(target), "__code__", None)
+        filename = os.path.realpath(code.co_filename) if code is not None else None
+        return cls([g for g in GRAPHS if g.filename and os.path.realpath(g.filename) == filename],
+                   [m for r, m in _MEASURED if r() is target])
 
     @property
-    def mode(self) -> str:
-        return "train" if self.training else "eval"
+    def graph_count(self) -> int:
+        return len(self.graphs)
 
     @property
-    def applied(self) -> list[Record]:
-        return [r for r in self.records if r.applied]
+    def graph_breaks(self) -> list[str]:
+        return [g.graph_break for g in self.graphs if g.graph_break]
+
+    @property
+    def recompilations(self) -> int:
+        """Graphs compiled again for a frame this report already has (a guard failed: new shapes, dtypes, ...)."""
+        first: dict[str, int] = {}
+        for g in self.graphs:
+            first[g.frame_id] = min(first.get(g.frame_id, g.attempt), g.attempt)
+        return len({g.compile_id for g in self.graphs if g.attempt > first[g.frame_id]})
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether any graph was compiled with symbolic sizes (Dynamo does so after a size changes once)."""
+        return any(g.dynamic for g in self.graphs)
+
+    def patterns(self, applied: bool | None = True) -> list[Pattern]:
+        """Every pattern of every graph (applied ones by default; None: all; False: the kept ones)."""
+        return [p for g in self.graphs for a in g.aten_graphs for p in a.patterns
+                if applied is None or p.applied == applied]
 
     def counts(self) -> dict[str, int]:
-        """Patterns rewritten, by kind."""
+        """Applied patterns by kind."""
         out: dict[str, int] = {}
-        for r in self.applied:
-            out[r.pattern] = out.get(r.pattern, 0) + 1
+        for p in self.patterns():
+            out[p.pattern] = out.get(p.pattern, 0) + 1
         return out
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        for r in d["records"]:
-            r["nodes"] = sorted(r["nodes"])
-        return d
-
-    def render(self) -> str:
-        head = f"fusion on '{self.backend}' ({self.mode}), passes: {', '.join(self.passes) or 'none'}"
-        if self.fallback:
-            return f"{head}\n  capture failed, running eagerly: {self.fallback}"
-        lines = [head]
-        m = self.measurement
-        if m is not None:
-            lines.append(f"  {m.workload}: kernels {m.kernels_before} -> {m.kernels_after} "
-                         f"({(1 - m.kernel_ratio) * 100:.0f}% fewer), time {m.seconds_before * 1e3:.2f} ms -> "
-                         f"{m.seconds_after * 1e3:.2f} ms"
-                         + (f", CPU fallbacks {m.fallbacks_before} -> {m.fallbacks_after}"
-                            if m.fallbacks_before or m.fallbacks_after else ""))
-        rows = [("pattern", "where", "replaced", "by", "kernels")]
-        for i, r in enumerate(self.records):
-            cost = m.per_pattern.get(i) if m is not None else None
-            k = f"{cost.kernels_before} -> {cost.kernels_after}" if cost else ""
-            by = r.replacement if r.applied else f"kept: {r.note or r.replacement}"
-            rows.append((r.pattern, _short(r.path, 40), _short(" + ".join(r.replaced), 36), _short(by, 60), k))
-        if len(rows) > 1:
-            widths = [max(len(row[c]) for row in rows) for c in range(5)]
-            for row in rows:
-                lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-        else:
-            lines.append("  no pattern found")
-        for h in self.hints:
-            lines.append(f"  {h}")
-        return "\n".join(lines)
-
-    __str__ = render
-
-
-def _short(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-class FusionReport:
-    """Every graph a compiled model captured, with what fusion did in each."""
-
-    def __init__(self) -> None:
-        self.graphs: list[GraphReport] = []
-
-    def latest(self, backend: str | None = None, training: bool | None = None) -> GraphReport | None:
-        for g in reversed(self.graphs):
-            if (backend is None or g.backend == backend) and (training is None or g.training == training):
-                return g
-        return None
-
-    @property
-    def records(self) -> list[Record]:
-        g = self.latest()
-        return g.records if g else []
-
-    @property
-    def hints(self) -> list[str]:
-        return [h for g in self.graphs for h in g.hints]
 
     def rows(self) -> list[dict]:
-        """One row per pattern and graph: the data behind table() and the figures."""
-        out = []
-        for g in self.graphs:
-            m = g.measurement
-            for i, r in enumerate(g.records):
-                cost = m.per_pattern.get(i) if m else None
-                out.append({"backend": g.backend, "mode": g.mode, "pattern": r.pattern, "path": r.path,
-                            "replaced": r.replaced, "replacement": r.replacement, "applied": r.applied,
-                            "note": r.note,
-                            "kernels_before": cost.kernels_before if cost else None,
-                            "kernels_after": cost.kernels_after if cost else None,
-                            "ms_before": cost.seconds_before * 1e3 if cost else None,
-                            "ms_after": cost.seconds_after * 1e3 if cost else None})
-        return out
+        """One row per pattern: the data behind the table and the figures."""
+        return [{"compile_id": g.compile_id, "backend": g.backend, **asdict(p)}
+                for g in self.graphs for a in g.aten_graphs for p in a.patterns]
 
     def to_dict(self) -> dict:
-        return {"graphs": [g.to_dict() for g in self.graphs]}
+        graphs = []
+        for g in self.graphs:
+            d = asdict(g)
+            d.pop("modules")
+            graphs.append(d)
+        return {"graph_count": self.graph_count, "graph_breaks": self.graph_breaks,
+                "recompilations": self.recompilations, "dynamic": self.dynamic, "graphs": graphs,
+                "measurements": [asdict(m) for m in self.measurements]}
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     def table(self) -> str:
-        return "\n\n".join(g.render() for g in self.graphs) or "no graph captured yet (call the model once)"
+        if not self.graphs:
+            return "backend='fl': no graph compiled yet (call the compiled model once)"
+        lines = [f"backend='fl': {self.graph_count} graph(s), {len(self.graph_breaks)} graph break(s), "
+                 f"{self.recompilations} recompilation(s)" + (", dynamic shapes" if self.dynamic else "")]
+        for m in self.measurements:
+            lines.append("  " + m.render())
+        for g in self.graphs:
+            lines.append(f"graph {g.compile_id} ({g.frame}) on '{g.backend}'"
+                         + (", dynamic shapes" if g.dynamic else "")
+                         + (f", ended by a graph break: {g.graph_break.splitlines()[0]}" if g.graph_break else ""))
+            for a in g.aten_graphs:
+                lines.append(f"  {a.kind}: {a.ops_before} -> {a.ops_after} ops")
+                for p in a.patterns:
+                    mark = "fused" if p.applied else "kept "
+                    lines.append(f"    {mark} {p.pattern} at {p.where}: {' + '.join(p.replaced)} -> {p.replacement}"
+                                 + (f" ({p.note})" if p.note else ""))
+        return "\n".join(lines)
 
     render = table
-    __str__ = table
 
-    def __repr__(self) -> str:
-        return f"<FusionReport: {len(self.graphs)} graph(s), {sum(len(g.applied) for g in self.graphs)} fusions>"
+    def __str__(self) -> str:
+        return self.table()
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/plain": self.table(), "text/html": "<pre>" + html.escape(self.table()) + "</pre>"}
+        bundle = {"text/plain": self.table(), "text/html": "<pre>" + html.escape(self.table()) + "</pre>"}
+        return {k: v for k, v in bundle.items()
+                if (include is None or k in include) and (exclude is None or k not in exclude)}

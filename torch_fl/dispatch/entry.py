@@ -14,7 +14,19 @@ from torch._decomp import decomposition_table
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .. import jit
-from ..runtime import COPY, DECOMPOSITION, REGISTRY, VIEW, core, device_of, events, is_fl, iter_tensors, native
+from ..runtime import (
+    COPY,
+    DECOMPOSITION,
+    REGISTRY,
+    VIEW,
+    core,
+    device_of,
+    events,
+    is_fl,
+    iter_tensors,
+    native,
+    not_traced,
+)
 from .decompositions import AUTOGRAD_COMPOSITIONS, DECOMPOSITIONS
 from .facts import FACTS, facts, functional_twin
 from .meta import (
@@ -110,9 +122,9 @@ def install() -> None:
     if _LIBS:
         return
     lib = torch.library.Library("_", "IMPL")
-    lib.fallback(entry, dispatch_key="PrivateUse3")
+    lib.fallback(not_traced(entry), dispatch_key="PrivateUse3")
     for key in ("SparsePrivateUse1", "SparseCsrPrivateUse1"):
-        lib.fallback(_sparse_on_fl, dispatch_key=key)
+        lib.fallback(not_traced(_sparse_on_fl), dispatch_key=key)
     _LIBS.append(lib)
     events.ON_LISTENERS.append(native.sync_fast_path)
     native.sync_fast_path()
@@ -124,15 +136,15 @@ def install() -> None:
         ns, name = op._schema.name.split("::")
         if ns not in libs:
             libs[ns] = torch.library.Library(ns, "IMPL")
-        libs[ns].impl(name + ("" if op._overloadname == "default" else "." + op._overloadname), _direct(op),
+        libs[ns].impl(name + ("" if op._overloadname == "default" else "." + op._overloadname), not_traced(_direct(op)),
                       "PrivateUse1")
     overrides = {**_implicit_overrides(), **AUTOGRAD_COMPOSITIONS}
     for op, fn in sorted(overrides.items(), key=lambda kv: str(kv[0])):
         ns, name = op._schema.name.split("::")
         if ns not in libs:
             libs[ns] = torch.library.Library(ns, "IMPL")
-        libs[ns].impl(name + ("" if op._overloadname == "default" else "." + op._overloadname), fn,
-                      "AutogradPrivateUse1")
+        libs[ns].impl(name + ("" if op._overloadname == "default" else "." + op._overloadname),
+                      not_traced(fn), "AutogradPrivateUse1")
     _LIBS.extend(libs.values())
 
 

@@ -94,37 +94,34 @@ FUSION_COLORS = {"unfused": "#7f7f7f", "fused": "#9467bd"}
 
 
 def fusion_figure(report, metric: str = "kernels") -> go.Figure:
-    """Before/after bars per backend and mode from a FusionReport (after
-    `compiled.measure`): kernel launches, or time with metric="ms"."""
-    graphs = [g for g in report.graphs if g.measurement is not None]
-    x = [f"{g.backend} ({g.mode})" for g in graphs]
+    """Eager vs compiled bars per backend from a FusionReport's measurements
+    (`fl.measure_compiled`): kernel launches, or time with metric="ms"."""
+    ms = report.measurements
+    x = [f"{m.backend} ({m.workload})" for m in ms]
     if metric == "kernels":
-        before = [g.measurement.kernels_before for g in graphs]
-        after = [g.measurement.kernels_after for g in graphs]
+        before, after = [m.kernels_before for m in ms], [m.kernels_after for m in ms]
     else:
-        before = [round(g.measurement.seconds_before * 1e3, 3) for g in graphs]
-        after = [round(g.measurement.seconds_after * 1e3, 3) for g in graphs]
-    fig = go.Figure([go.Bar(name="unfused", x=x, y=before, marker_color=FUSION_COLORS["unfused"]),
-                     go.Bar(name="fused", x=x, y=after, marker_color=FUSION_COLORS["fused"])])
+        before = [round(m.seconds_before * 1e3, 3) for m in ms]
+        after = [round(m.seconds_after * 1e3, 3) for m in ms]
+    fig = go.Figure([go.Bar(name="eager", x=x, y=before, marker_color=FUSION_COLORS["unfused"]),
+                     go.Bar(name="compiled", x=x, y=after, marker_color=FUSION_COLORS["fused"])])
     fig.update_layout(barmode="group", yaxis_title="kernel launches" if metric == "kernels" else "ms per call")
-    return _layout(fig, "fusion: " + ("kernel launches" if metric == "kernels" else "time") + " before vs after")
+    return _layout(fig, "backend='fl': " + ("kernel launches" if metric == "kernels" else "time")
+                   + " eager vs compiled")
 
 
 def fusion_patterns(report) -> go.Figure:
-    """Kernel launches per pattern before vs after (the latest measured graph)."""
-    graph = next((g for g in reversed(report.graphs) if g.measurement is not None), None)
-    labels, before, after = [], [], []
-    if graph is not None:
-        for i, r in enumerate(graph.records):
-            cost = graph.measurement.per_pattern.get(i)
-            if cost is not None:
-                labels.append(f"{r.path} [{r.pattern}]")
-                before.append(cost.kernels_before)
-                after.append(cost.kernels_after)
-    fig = go.Figure([go.Bar(name="unfused", y=labels, x=before, orientation="h",
-                            marker_color=FUSION_COLORS["unfused"]),
-                     go.Bar(name="fused", y=labels, x=after, orientation="h", marker_color=FUSION_COLORS["fused"])])
-    fig.update_layout(barmode="group", xaxis_title="kernel launches", height=max(300, 22 * len(labels) + 120))
-    title = f"kernels per fused pattern ({graph.backend}, {graph.mode})" if graph else "no measured graph"
-    fig.update_layout(title=title, template="plotly_white")
+    """Patterns fused, by kind, split by the graph they were fused in (captured,
+    forward, backward, inference), from a FusionReport."""
+    kinds = ("captured", "forward", "backward", "inference")
+    counts: dict[str, dict[str, int]] = {}
+    for row in report.rows():
+        if row["applied"]:
+            per = counts.setdefault(row["pattern"], dict.fromkeys(kinds, 0))
+            per[row["graph"]] = per.get(row["graph"], 0) + 1
+    labels = sorted(counts)
+    fig = go.Figure([go.Bar(name=k, y=labels, x=[counts[p].get(k, 0) for p in labels], orientation="h")
+                     for k in kinds if any(counts[p].get(k, 0) for p in labels)])
+    fig.update_layout(barmode="stack", xaxis_title="patterns fused", height=max(300, 28 * len(labels) + 120),
+                      title="fused patterns by graph" if labels else "no pattern fused", template="plotly_white")
     return fig

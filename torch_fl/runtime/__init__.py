@@ -42,6 +42,7 @@ from .tensor import (
     with_bits,
 )
 from .transfers import copy_unique, cpu_into_fl, cpu_to_new_fl, fl_to_cpu
+from .untraced import not_traced
 
 
 def register() -> None:
@@ -58,6 +59,6 @@ __all__ = [
     "abi", "amp_dtypes", "async_copy", "base_ptr", "clear_plans", "config", "copy_unique", "core", "cpu_into_fl",
     "cpu_to_new_fl", "desc", "device_of", "disabled_paths", "dtype_name", "events", "ffi", "fl_to_cpu",
     "header_path", "host_bytes", "host_view", "is_dense", "is_fl", "iter_tensors", "like_layout", "map_tensors",
-    "mask_to_names", "memory", "native", "native_factory", "new_tensor", "output_layouts", "plugin", "private",
-    "raw", "register", "run_native", "span", "spawn", "special_math_path", "storage_nbytes", "to_meta", "with_bits",
+    "mask_to_names", "memory", "native", "native_factory", "new_tensor", "not_traced", "output_layouts", "plugin",
+    "private", "raw", "register", "run_native", "span", "spawn", "special_math_path", "storage_nbytes", "to_meta", "with_bits",
 ]

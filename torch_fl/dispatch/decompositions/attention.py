@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime import NATIVE, SETTINGS, TO_CODE, device_of, is_fl
+from ...runtime import NATIVE, SETTINGS, TO_CODE, device_of, is_fl, not_traced
 
 _SDPA_FWD = "aten::_scaled_dot_product_fused_attention_overrideable"
 _SDPA_BWD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
@@ -121,4 +121,4 @@ def _scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0
 
 
 _aten_lib = torch.library.Library("aten", "IMPL")
-_aten_lib.impl("scaled_dot_product_attention", _scaled_dot_product_attention, "AutogradPrivateUse1")
+_aten_lib.impl("scaled_dot_product_attention", not_traced(_scaled_dot_product_attention), "AutogradPrivateUse1")
