@@ -60,5 +60,6 @@ __all__ = [
     "cpu_to_new_fl", "desc", "device_of", "disabled_paths", "dtype_name", "events", "ffi", "fl_to_cpu",
     "header_path", "host_bytes", "host_view", "is_dense", "is_fl", "iter_tensors", "like_layout", "map_tensors",
     "mask_to_names", "memory", "native", "native_factory", "new_tensor", "not_traced", "output_layouts", "plugin",
-    "private", "raw", "register", "run_native", "span", "spawn", "special_math_path", "storage_nbytes", "to_meta", "with_bits",
+    "private", "raw", "register", "run_native", "span", "spawn", "special_math_path", "storage_nbytes", "to_meta",
+    "with_bits",
 ]
