@@ -38,9 +38,10 @@ def test_fl_profile_fusion_runs_the_cell_unfused_then_fused(shell, capsys):
                          "with torch.no_grad():\n    y = compiled(x.to(fl.device('ascend')))\ny.shape")
     out = capsys.readouterr().out
     cmp = shell.user_ns["fus"]
-    assert cmp.names == ("unfused", "fused") and cmp.b.kernels < cmp.a.kernels
+    assert cmp.b.kernels < cmp.a.kernels
+    assert cmp.names == ("eager", "compiled")
     assert f"fusion on 'ascend': kernels {cmp.a.kernels} -> {cmp.b.kernels}" in out
-    assert "compiled.fusion_report:" in out and "fl::conv_bn_relu" in out and "conv+bn" in out
+    assert "fl.fusion_report(compiled):" in out and "fl::conv_bn_relu" in out and "conv+bn" in out
     rows = {r["op"]: r for r in cmp.rows()}
     assert rows["fl::conv_bn_relu"]["calls"] == (0, 1)
     plotly = [d for d in shell.displayed if "application/vnd.plotly.v1+json" in d]
@@ -51,35 +52,34 @@ def test_fl_profile_fusion_runs_the_cell_unfused_then_fused(shell, capsys):
 
 
 def test_fl_profile_fusion_says_when_nothing_is_compiled(shell, capsys):
-    shell.run_cell("for k in [k for k, v in globals().items() if isinstance(v, fl.CompiledModel)]: del globals()[k]")
+    shell.run_cell("for k in [k for k, v in globals().items() if isinstance(v, torch._dynamo.eval_frame."
+                   "OptimizedModule)]: del globals()[k]")
     shell.run_cell_magic("fl_profile", "--fusion --no-plot", "a = torch.randn(3, device='fl') + 1")
-    assert "no fl.compile'd model in the namespace" in capsys.readouterr().out
+    assert "no compiled model in the namespace" in capsys.readouterr().out
 
 
 def test_fusion_figures_are_views_of_the_report():
     from torch import nn
 
-    class Residual(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = nn.Linear(8, 8)
+    from torch_fl.compile import dynamo
 
-        def forward(self, x):
-            return torch.relu(self.lin(x) + x) * 2
-
+    dynamo.reset()
     torch.manual_seed(0)
-    net = Residual()
-    compiled = fl.compile(net.to(fl.device("rocm")))
-    x = torch.randn(4, 8).to(fl.device("rocm"))
-    empty = fusion_figure(compiled.fusion_report)
+    net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.LayerNorm(8))
+    fl.set_backend("rocm")
+    compiled = fl.compile(net.to("fl"))
+    x = torch.randn(4, 8, device="fl")
+    empty = fusion_figure(fl.fusion_report(compiled))
     assert [list(t.y) for t in empty.data] == [[], []]
-    compiled.measure(x)
-    report = compiled.fusion_report.latest()
-    fig = fusion_figure(compiled.fusion_report)
-    assert list(fig.data[0].x) == ["rocm (train)"]  # a fresh module is in training mode
-    assert (fig.data[0].y[0], fig.data[1].y[0]) == (report.measurement.kernels_before,
-                                                    report.measurement.kernels_after)
-    per = fusion_patterns(compiled.fusion_report)
-    assert list(per.data[0].y) == ["(model) [elementwise chain]"]
-    assert (per.data[0].x[0], per.data[1].x[0]) == (3, 1)  # add, relu, mul -> one kernel
-    assert fusion_figure(compiled.fusion_report).to_json() == fig.to_json()  # deterministic
+    m = fl.measure_compiled(compiled, x)  # a fresh module is in training mode: forward + backward
+    report = fl.fusion_report(compiled)
+    fig = fusion_figure(report)
+    assert list(fig.data[0].x) == ["rocm (forward+backward)"]
+    assert (fig.data[0].y[0], fig.data[1].y[0]) == (m.kernels_before, m.kernels_after)
+    per = fusion_patterns(report)
+    counts = {t.name: dict(zip(t.y, t.x, strict=True)) for t in per.data}
+    assert counts["captured"]["linear+relu"] == 1  # rewritten on Dynamo's graph
+    assert counts["forward"]["linear+act"] == 1 and counts["backward"]["linear+act backward"] == 1
+    assert fusion_figure(fl.fusion_report(compiled)).to_json() == fig.to_json()  # deterministic
+    fl.set_backend("cpu")
+    dynamo.reset()
