@@ -54,6 +54,7 @@ import torch
 import torch.fx as fx
 
 from ..dispatch import sdpa_backward, sdpa_forward
+from .inplace import restore_inplace_updates
 from .report import GRAPHS, AtenGraph, DynamoGraph, FusionReport, Pattern, forget, frame_modules
 
 aten = torch.ops.aten
@@ -653,12 +654,31 @@ def _count_ops(gm: fx.GraphModule) -> int:
     return sum(n.op in ("call_function", "call_module") for n in gm.graph.nodes)
 
 
+def _buffer_updates(ctx: _Ctx) -> None:
+    """Not a pass that can be switched off: it undoes what functionalization added (inplace.py)."""
+    if ctx.kind == "backward":
+        return
+    counters, norms, kept = restore_inplace_updates(ctx.gm, ctx.kind)
+    if norms:
+        ctx.patterns.append(Pattern("batch norm running stats in place", ctx.kind, f"{norms} batch norm(s)",
+                                    ["_native_batch_norm_legit_functional", "copy_", "copy_"],
+                                    "aten::_native_batch_norm_legit (updates the buffers itself)"))
+    if counters:
+        ctx.patterns.append(Pattern("buffer counter in place", ctx.kind, f"{counters} buffer(s)", ["add", "copy_"],
+                                    "aten::add_"))
+    for name in kept:
+        ctx.patterns.append(Pattern("batch norm running stats in place", ctx.kind, name,
+                                    ["_native_batch_norm_legit_functional"], "kept", False,
+                                    "the updated statistics are an output of an inference graph"))
+
+
 def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[str]) -> Callable:
     def compile_aten(gm: fx.GraphModule, example_inputs: list) -> Callable:
         from functorch.compile import make_boxed_func
 
         before = _count_ops(gm)
         ctx = _Ctx(gm, kind, record.backend, kernels, [])
+        _buffer_updates(ctx)
         for name in PASS_NAMES:
             if name in passes and name in _PASSES:
                 _PASSES[name](ctx)
