@@ -24,6 +24,7 @@ from .api import (
     list_backends,
     set_backend,
     set_cpu_fallback,
+    using_backend,
 )
 from .compile import CompiledModel, FusionReport, compile  # noqa: A004 - fl.compile, like torch.compile
 from .coverage import Coverage, coverage
@@ -100,4 +101,5 @@ __all__ = [
     "list_backends",
     "set_backend",
     "set_cpu_fallback",
+    "using_backend",
 ]
