@@ -117,8 +117,9 @@ class FlMagics(Magics):
     """The magics; a traitlets Configurable (IPython's Magics), so the defaults of
     their options are set with `%config FlMagics.<name> = value`."""
 
-    top = Integer(15, help="rows of %%fl_profile's per-op table when --top is not given").tag(config=True)
-    steps = Integer(20, help="training steps %fl_align compares when --steps is not given (0 skips)").tag(config=True)
+    top = Integer(15, min=0, help="rows of %%fl_profile's per-op table when --top is not given").tag(config=True)
+    steps = Integer(20, min=0,
+                    help="training steps %fl_align compares when --steps is not given (0 skips)").tag(config=True)
 
     def _lookup(self, name: str):
         ns = self.shell.user_ns

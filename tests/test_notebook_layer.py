@@ -236,6 +236,8 @@ def test_magic_defaults_are_set_with_config(shell, capsys):
         shell.run_line_magic("config", "FlMagics.top = 3")
         assert table_rows("--no-plot") == 3
         assert table_rows("--no-plot --top 5") == 5
+        shell.run_line_magic("config", "FlMagics.top = -1")  # %config logs traitlets' refusal
+        assert table_rows("--no-plot") == 3  # and the setting stays as it was
         shell.run_line_magic("config", "FlMagics.steps = 2")
         shell.run_cell("net = torch.nn.Linear(3, 2)\nxin = torch.randn(4, 3)")
         shell.run_line_magic("fl_align", "net xin --backend rocm --no-plot -o rep")
