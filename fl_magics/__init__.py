@@ -1,19 +1,21 @@
 """IPython magics for torch_fl: `%load_ext fl_magics`.
 
     %fl_backend [NAME] [--move NAME ...] [--caps] [--as-cuda]   show or switch the fl backend
-    %%fl_profile [-o NAME] [--backend X] [--compare X] [--top N]
+    %%fl_profile [-o NAME] [--backend X] [--compare X] [--top N] [--fusion]
     %fl_caps [BACKEND]                              the capability explorer widget
     %fl_explain OP [--dtype D]                      the path OP takes on each backend, and why
     %fl_align MODEL INPUTS [TARGET] [--backend X] [--reference Y] [--steps N] [-o NAME]
 
 Each magic is a thin call into torch_fl's Python API (the same call works
 outside IPython); the magic only parses arguments, finds names in the user
-namespace and displays the result."""
+namespace and displays the result. Option defaults are traitlets settings:
+`%config FlMagics.top = 5` (or `c.FlMagics.top = 5` in ipython_config.py)."""
 
 from __future__ import annotations
 
 import ast
 import builtins
+import itertools
 import keyword
 import types
 
@@ -22,6 +24,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
+from traitlets import Integer
 
 import torch_fl as fl
 
@@ -111,6 +114,13 @@ def run_cell_code(shell, cell: str, *, display: bool = True) -> None:
 
 @magics_class
 class FlMagics(Magics):
+    """The magics; a traitlets Configurable (IPython's Magics), so the defaults of
+    their options are set with `%config FlMagics.<name> = value`."""
+
+    top = Integer(15, min=0, help="rows of %%fl_profile's per-op table when --top is not given").tag(config=True)
+    steps = Integer(20, min=0,
+                    help="training steps %fl_align compares when --steps is not given (0 skips)").tag(config=True)
+
     def _lookup(self, name: str):
         ns = self.shell.user_ns
         if name not in ns:
@@ -189,7 +199,7 @@ class FlMagics(Magics):
     @argument("-o", "--output", metavar="NAME", help="store the Profile (or Comparison) in this variable")
     @argument("--backend", help="profile the cell on this backend (the current one is restored after)")
     @argument("--compare", metavar="BACKEND", help="also run the cell on BACKEND and compare op by op")
-    @argument("--top", type=int, default=15, help="rows of the per-op table (default 15)")
+    @argument("--top", type=int, help="rows of the per-op table (default: %%config FlMagics.top, 15)")
     @argument("--no-plot", action="store_true", help="table only")
     @argument("--fusion", action="store_true",
               help="run the cell eagerly (torch.compile'd code included), then compiled (once unprofiled first: "
@@ -202,47 +212,53 @@ class FlMagics(Magics):
         __tracebackhide__ = True
         args = _parse(self.fl_profile, line)
         output = output_name(args.output)
+        top = self.top if args.top is None else args.top
         if args.fusion:
             if args.compare:
                 raise UsageError("--fusion compares the cell with and without fusion; use it without --compare "
                                  "(fl.compare_backends(fn, a, b, fusion=True) compares two backends both ways)")
-            return self._profile_fusion(args, output, cell)
-        previous = fl.get_current_backend_name()
-        first = _backend_or_usage(args.backend) if args.backend else previous
-        second = _backend_or_usage(args.compare) if args.compare else None
-        try:
-            out = self._profile_on(first, cell, output)
-            if second is not None:
-                other = self._profile_on(second, cell, None, display=False)
-                out = out.compare(other, (first, second))
-        finally:
-            fl.set_backend(previous)
-        self._show_profile(out, args)
+            return self._profile_fusion(args, output, cell, top)
+        first = _backend_or_usage(args.backend) if args.backend else fl.get_current_backend_name()
+        if args.compare:
+            out = fl.compare_backends(self._cell_function(cell), first, _backend_or_usage(args.compare), warmup=0)
+        else:
+            out = self._profile(first, cell, output)
+        self._show_profile(out, top, args.no_plot)
         if output:
             self.shell.user_ns[output] = out
         return None
 
-    def _profile_on(self, backend: str, cell: str, output: str | None, *, display: bool = True) -> fl.Profile:
+    def _profile(self, backend: str, cell: str, output: str | None) -> fl.Profile:
         """The cell run once under fl.profile() on a backend. If the cell
         raises, the profile of what ran is stored (in `output`) first and the
         exception goes on, so the notebook stops at this cell."""
         __tracebackhide__ = True
-        fl.set_backend(backend)
-        with fl.profile(label=backend) as prof:
+        with fl.using_backend(backend), fl.profile(label=backend) as prof:
             try:
-                run_cell_code(self.shell, cell, display=display)
+                run_cell_code(self.shell, cell)
             except BaseException:
                 if output:
                     self.shell.user_ns[output] = prof
                 raise
         return prof
 
+    def _cell_function(self, cell: str):
+        """The cell as the function fl.compare_backends runs on each backend;
+        its last expression displays on the first run only."""
+        runs = itertools.count()
+
+        def run_cell() -> None:
+            __tracebackhide__ = True
+            run_cell_code(self.shell, cell, display=next(runs) == 0)
+
+        return run_cell
+
     @staticmethod
-    def _show_profile(out, args) -> None:
+    def _show_profile(out, top: int, no_plot: bool) -> None:
         from torch_fl.notebook import comparison_kernels, fallback_paths, time_by_path
 
-        print(out.render(args.top))
-        if args.no_plot:
+        print(out.render(top))
+        if no_plot:
             return
         if isinstance(out, fl.Comparison):
             display(comparison_kernels(out))
@@ -250,21 +266,17 @@ class FlMagics(Magics):
             display(time_by_path(out))
             display(fallback_paths(out))
 
-    def _profile_fusion(self, args, output: str | None, cell: str):
+    def _profile_fusion(self, args, output: str | None, cell: str, top: int):
         __tracebackhide__ = True
         from torch_fl.compile import disabled
         from torch_fl.notebook.figures import comparison_kernels, fusion_patterns
 
-        previous = fl.get_current_backend_name()
-        name = _backend_or_usage(args.backend) if args.backend else previous
-        try:
-            fl.set_backend(name)
+        name = _backend_or_usage(args.backend) if args.backend else fl.get_current_backend_name()
+        with fl.using_backend(name):
             with disabled(), fl.profile(label="eager") as before:
                 run_cell_code(self.shell, cell, display=False)
             run_cell_code(self.shell, cell, display=False)  # one-time work: compilation, JIT kernels, folds
-            after = self._profile_on(name, cell, None)
-        finally:
-            fl.set_backend(previous)
+            after = self._profile(name, cell, None)
         out = before.compare(after, ("eager", "compiled"))
         reports = {k: fl.fusion_report(v) for k, v in self.shell.user_ns.items()
                    if isinstance(v, torch._dynamo.eval_frame.OptimizedModule) and not k.startswith("_")}
@@ -275,7 +287,7 @@ class FlMagics(Magics):
         for k in sorted(reports):
             print(f"\nfl.fusion_report({k}):\n{reports[k].table()}")
         print()
-        print(out.render(args.top))
+        print(out.render(top))
         if not args.no_plot:
             display(comparison_kernels(out))
             for k in sorted(reports):
@@ -321,7 +333,8 @@ class FlMagics(Magics):
     @argument("target", nargs="?", help="name of a target tensor for the loss")
     @argument("--backend", help="backend to check (default: current)")
     @argument("--reference", default="cpu", help='"cpu" (native PyTorch, default) or an fl backend')
-    @argument("--steps", type=int, default=20, help="training steps to compare (default 20; 0 skips)")
+    @argument("--steps", type=int,
+              help="training steps to compare (0 skips; default: %%config FlMagics.steps, 20)")
     @argument("-o", "--output", metavar="NAME", help="store the AlignmentReport in this variable")
     @argument("--no-plot", action="store_true")
     def fl_align(self, line: str):
@@ -338,7 +351,8 @@ class FlMagics(Magics):
         backend = _backend_or_usage(args.backend) if args.backend else None
         if args.reference != "cpu":
             _backend_or_usage(args.reference)
-        report = fl.align(model, inputs, target, backend=backend, reference=args.reference, steps=args.steps)
+        steps = self.steps if args.steps is None else args.steps
+        report = fl.align(model, inputs, target, backend=backend, reference=args.reference, steps=steps)
         print(report.render())
         if not args.no_plot:
             display(alignment_layers(report))

@@ -9,6 +9,8 @@
 # that the sdist or wheel would leave out, can make a test pass.
 #
 #   scripts/test.sh                     every test, the notebooks included
+#   scripts/test.sh tests               the test suite alone
+#   scripts/test.sh notebooks           the notebooks alone (nbval re-runs the built .ipynb files)
 #   scripts/test.sh tests/test_device.py -x    arguments go to pytest
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

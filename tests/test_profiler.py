@@ -152,3 +152,37 @@ def test_comparison_table_names_the_backend_of_every_column():
     row = next(line for line in c.render().splitlines() if line.startswith("aten::native_layer_norm"))
     path_a, path_b, kernels_a, kernels_b = row.split()[1:5]
     assert (path_a, path_b, kernels_a) == ("native", "decomposition", "1") and int(kernels_b) > 1
+
+
+def test_using_backend_switches_and_restores_even_on_error():
+    fl.set_backend("rocm")
+    torch.fl.set_device(fl.device("rocm", 1).index)  # a device other than the backend's first one
+    before = fl.current_device()
+    with fl.using_backend("minimal") as name:
+        assert name == "minimal" and fl.get_current_backend_name() == "minimal"
+        assert torch.empty(1, device="fl").device == fl.device("minimal")
+    assert fl.get_current_backend_name() == "rocm" and fl.current_device() == before
+    with pytest.raises(RuntimeError, match="in the block"), fl.using_backend("ascend"):
+        assert fl.get_current_backend_name() == "ascend"
+        raise RuntimeError("in the block")
+    assert fl.get_current_backend_name() == "rocm" and fl.current_device() == before
+    with pytest.raises(fl.BackendNotFoundError):  # an unknown name changes nothing
+        with fl.using_backend("nope"):
+            pass
+    assert fl.get_current_backend_name() == "rocm" and fl.current_device() == before
+    fl.set_backend("cpu")
+
+
+def test_compare_backends_restores_the_backend_when_fn_raises():
+    fl.set_backend("ascend")
+    ran = []
+
+    def work():
+        ran.append(fl.get_current_backend_name())
+        if len(ran) == 2:
+            raise RuntimeError("second run")
+
+    with pytest.raises(RuntimeError, match="second run"):
+        fl.compare_backends(work, "rocm", "minimal", warmup=0)
+    assert ran == ["rocm", "minimal"] and fl.get_current_backend_name() == "ascend"
+    fl.set_backend("cpu")

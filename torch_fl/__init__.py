@@ -24,6 +24,7 @@ from .api import (
     list_backends,
     set_backend,
     set_cpu_fallback,
+    using_backend,
 )
 from .compile import FusionReport, compile, fusion_report  # noqa: A004 - fl.compile, like torch.compile
 from .compile import measure as measure_compiled
@@ -102,4 +103,5 @@ __all__ = [
     "list_backends",
     "set_backend",
     "set_cpu_fallback",
+    "using_backend",
 ]

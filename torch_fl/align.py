@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import html
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -29,6 +28,7 @@ import torch
 from torch import nn
 
 from .optrace import OpDiff, OpTrace, compare_traces
+from .report import Report
 from .runtime import REGISTRY
 
 OK, CHECK, SUSPECT = "ok", "check", "suspect"
@@ -90,7 +90,7 @@ class TrainingResult:
 
 
 @dataclass
-class AlignmentReport:
+class AlignmentReport(Report):
     backend: str
     reference: str
     tolerances: tuple[float, float]
@@ -164,10 +164,6 @@ class AlignmentReport:
                          f"max rel diff {max(t.rel_diff):.2e}: {t.verdict}")
         return "\n".join(lines)
 
-    __str__ = render
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/plain": self.render(), "text/html": "<pre>" + html.escape(self.render()) + "</pre>"}
 
 
 # -- running both sides ------------------------------------------------------------

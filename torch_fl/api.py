@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from .dispatch import facts, resolve
+from .report import Report
 from .runtime import REGISTRY, SETTINGS, config, core
 
 
@@ -43,6 +46,23 @@ def set_backend(name: str) -> str:
     return REGISTRY.select(name).name
 
 
+@contextlib.contextmanager
+def using_backend(name: str) -> Iterator[str]:
+    """`with fl.using_backend("rocm"):` runs the block on backend `name` (new tensors
+    go there) and then makes the backend and device that were current before current
+    again, also when the block raises. Yields the backend's name. With no backend
+    selected before, the one selected here stays (there is nothing to go back to)."""
+    previous, previous_device = REGISTRY.current, REGISTRY.current_device
+    selected = REGISTRY.select(name).name
+    try:
+        yield selected
+    finally:
+        if previous is not None:
+            REGISTRY.select(previous.name)
+            if previous_device is not None and previous_device.backend is previous:
+                REGISTRY.current_device = previous_device
+
+
 def get_current_backend_name() -> str:
     return REGISTRY.ensure().name
 
@@ -64,7 +84,7 @@ def available_backends() -> list[str]:
 
 
 @dataclass
-class BackendReport:
+class BackendReport(Report):
     """Every plugin the loader found and what became of it."""
 
     entries: list
@@ -91,12 +111,6 @@ class BackendReport:
                 lines.append(f"{'':<36}{e['reason']}")
         return "\n".join(lines)
 
-    __str__ = render
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        import html
-
-        return {"text/plain": self.render(), "text/html": "<pre>" + html.escape(self.render()) + "</pre>"}
 
 
 def list_backends() -> BackendReport:
@@ -126,7 +140,7 @@ def cpu_fallback_enabled() -> bool:
 
 
 @dataclass
-class Explanation:
+class Explanation(Report):
     op: str
     backend: str
     dtypes: tuple
@@ -141,8 +155,6 @@ class Explanation:
         if self.calls:
             lines.append("  calls so far: " + ", ".join(f"{p}={n}" for p, n in sorted(self.calls.items())))
         return "\n".join(lines)
-
-    __str__ = render
 
 
 def explain(op, dtype: torch.dtype | str | tuple = torch.float32, backend: str | None = None) -> Explanation:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .report import Report
 from .runtime import REGISTRY
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
@@ -19,7 +20,7 @@ MARKS = {"native": "N", "decomposition": "D", "jit": "J", "fallback": "F", "none
 
 
 @dataclass
-class Coverage:
+class Coverage(Report):
     backend: str
     dtypes: tuple[str, ...]
     rows: dict[str, dict[str, str]] = field(default_factory=dict)  # op -> dtype -> path
@@ -54,7 +55,6 @@ class Coverage:
             lines.append(f"... {len(rows) - limit} more")
         return "\n".join(lines)
 
-    __str__ = render
 
 
 def all_kernel_ops() -> list[str]:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .report import Report
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FLOOR = 1e-4  # float32 agreement that always passes, whatever native CPU's own error
 
@@ -72,7 +74,7 @@ class Reference:
 
 
 @dataclass
-class ModelCheck:
+class ModelCheck(Report):
     """How a backend's run compares with native CPU's, both against float64."""
 
     label: str

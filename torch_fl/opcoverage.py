@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .api import cpu_fallback_enabled, set_cpu_fallback
+from .report import Report
 from .runtime import REGISTRY, events
 
 UNSPECIFIED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted")
@@ -50,7 +51,7 @@ class OpResult:
 
 
 @dataclass
-class CoverageReport:
+class CoverageReport(Report):
     backend: str
     dtype: str
     cpu_fallback: bool
@@ -97,7 +98,6 @@ class CoverageReport:
             lines.append(f"  ... {len(self.failures()) - failures} more failures")
         return "\n".join(lines)
 
-    __str__ = render
 
 
 def _op_db():

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from . import dispatch
+from .api import using_backend
+from .report import Report
 from .runtime import FALLBACK, REGISTRY, OpEvent, events
 
 
@@ -80,7 +82,7 @@ class MemoryStats:
     pool_misses: int
 
 
-class Profile:
+class Profile(Report):
     """The result of a profiled block; plain data with views and renderings."""
 
     def __init__(self, events: list[OpEvent], wall_s: float, memory: list[MemoryStats], label: str = ""):
@@ -210,23 +212,21 @@ class Profile:
                          f"misses {m.pool_misses}")
         return "\n".join(lines)
 
-    __str__ = render
-
     def __repr__(self) -> str:
         return f"<fl Profile {self.label or ''} {self.op_calls} calls, {self.kernels} kernels>"
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+    def html(self) -> str:
+        """The head line and the 20 costliest ops as an HTML table."""
         rows = "".join(
             f"<tr><td>{html.escape(s.op)}</td><td>{s.backend}</td><td>{s.path}</td><td>{s.calls}</td>"
             f"<td>{s.total_s * 1e3:.3f}</td><td>{s.mean_us:.1f}</td><td>{s.kernels}</td>"
             f"<td>{_fmt_bytes(s.bytes_copied)}</td></tr>" for s in self.top(20))
         head = html.escape(self.render(0).split("\n")[0])
-        return {"text/plain": self.render(),
-                "text/html": f"<b>{head}</b><table><tr><th>op</th><th>backend</th><th>path</th><th>calls</th>"
-                             f"<th>total ms</th><th>mean us</th><th>kernels</th><th>copied</th></tr>{rows}</table>"}
+        return (f"<b>{head}</b><table><tr><th>op</th><th>backend</th><th>path</th><th>calls</th>"
+                f"<th>total ms</th><th>mean us</th><th>kernels</th><th>copied</th></tr>{rows}</table>")
 
 
-class Comparison:
+class Comparison(Report):
     """The same workload on two backends, op by op: calls, kernels and time."""
 
     def __init__(self, a: Profile, b: Profile, names: tuple[str, str], unfused: Comparison | None = None):
@@ -272,11 +272,6 @@ class Comparison:
             lines.append(f"{r['op']:<{w}}  {r['path'][0]:<{pw}} {r['path'][1]:<{pw}} "
                          f"{r['kernels'][0]:>{kw}} {r['kernels'][1]:>{kw}} {r['ms'][0]:>{mw}.3f} {r['ms'][1]:>{mw}.3f}")
         return "\n".join(lines)
-
-    __str__ = render
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/plain": self.render()}
 
 
 # -- recording -------------------------------------------------------------------
@@ -342,12 +337,10 @@ def compare_backends(fn: Callable[[], object], a: str, b: str, *, warmup: int = 
     fusion=True also runs fn with compilation switched off (torch.compile'd and
     fl.compile'd code inside fn runs eagerly): `.unfused` holds that
     comparison, and the kernel counts with and without fusion are shown."""
-    previous = REGISTRY.current.name if REGISTRY.current is not None else None
     runs: dict[bool, list[Profile]] = {True: [], False: []}
     modes = (True, False) if fusion else (True,)
-    try:
-        for name in (a, b):
-            REGISTRY.select(name)
+    for name in (a, b):
+        with using_backend(name):
             for fused in modes:
                 with contextlib.nullcontext() if fused else _fusion_off():
                     for _ in range(warmup):
@@ -355,9 +348,6 @@ def compare_backends(fn: Callable[[], object], a: str, b: str, *, warmup: int = 
                     with profile(label=name) as p:
                         fn()
                 runs[fused].append(p)
-    finally:
-        if previous is not None:
-            REGISTRY.select(previous)
     unfused = Comparison(runs[False][0], runs[False][1], (a, b)) if fusion else None
     return Comparison(runs[True][0], runs[True][1], (a, b), unfused)
 

@@ -38,6 +38,7 @@ from torch import nn
 
 from .models import GruClassifier, LstmLM
 from .numerics import FLOOR, LIMIT, Float64Comparison, Float64Reference, record, scaled_error
+from .report import Report
 
 SEED = 0
 NEW_TOKENS = 8
@@ -386,7 +387,7 @@ def check(name: str, backend: str) -> ZooResult:
 
 
 @dataclass
-class ZooReport:
+class ZooReport(Report):
     results: list[ZooResult]
     backends: list[str]
 
@@ -418,7 +419,6 @@ class ZooReport:
             text += f"; {split} rows of tied models lose their sharing in .to('fl')"
         return text
 
-    __str__ = render
 
 
 def run_zoo(models: list[str] | None = None, backends: list[str] | None = None,

@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from ..report import Report
 from ..runtime import spawn
 from .contract import FAIL, PASS, SKIP, WARN
 
@@ -35,7 +36,7 @@ class CheckRow:
 
 
 @dataclass
-class CheckReport:
+class CheckReport(Report):
     target: str
     rows: list[CheckRow] = field(default_factory=list)
 
@@ -75,18 +76,15 @@ class CheckReport:
                      f"{c[WARN]} warnings, {c[SKIP]} skipped")
         return "\n".join(lines)
 
-    def __str__(self) -> str:
-        return self.render()
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
+    def html(self) -> str:
+        """The verdict and one table row per check."""
         import html
 
         rows = "".join(f"<tr><td>{html.escape(r.check)}</td><td>{r.status}</td><td>{html.escape(r.detail)}</td></tr>"
                        for r in self.rows)
         verdict = "PASSED" if self.passed else "FAILED"
-        return {"text/plain": self.render(),
-                "text/html": f"<b>plugin check {html.escape(self.target)}: {verdict}</b>"
-                             f"<table><tr><th>check</th><th>status</th><th>detail</th></tr>{rows}</table>"}
+        return (f"<b>plugin check {html.escape(self.target)}: {verdict}</b>"
+                f"<table><tr><th>check</th><th>status</th><th>detail</th></tr>{rows}</table>")
 
 
 # Phases that are not the plugin's work (importing torch and the OpInfo database, recording

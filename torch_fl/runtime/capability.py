@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..report import Report
 from . import abi
 from .dtypes import mask_to_names
 
@@ -27,7 +28,7 @@ class DeviceCaps:
 
 
 @dataclass
-class CapabilityTable:
+class CapabilityTable(Report):
     backend: str
     vendor: str
     version: str
@@ -81,12 +82,6 @@ class CapabilityTable:
                     "reduce, gather, scatter and all_to_all through the CPU relay")
         return "CPU relay: every collective copies to the host, runs gloo and copies back"
 
-    __str__ = render
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        import html
-
-        return {"text/plain": self.render(), "text/html": "<pre>" + html.escape(self.render()) + "</pre>"}
 
 
 def _amp_choice(dtypes: set[str], fp16_stable: bool) -> str:

@@ -1,0 +1,38 @@
+# %% [markdown]
+# # The capability explorer
+#
+# Every backend's capability table is probed from its plugin at start-up. `%fl_caps` opens an explorer over it
+# (devices, op coverage per dtype, fused kernels, collectives, and a comparison of two backends); the same data is
+# `fl.capabilities(name)` and `fl.coverage(name)`.
+
+# %%
+import torch, torch_fl as fl
+import plotly.io as pio
+pio.renderers.default = 'plotly_mimetype'  # deterministic figure output for nbval
+torch.manual_seed(0)
+# %load_ext fl_magics
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+# %fl_caps rocm
+
+# %%
+from torch_fl.notebook import CapabilityExplorer
+explorer = CapabilityExplorer('minimal')
+explorer.search.value = 'conv'
+decomposed = '<td>aten::convolution</td><td>D</td>' in explorer.ops.value
+print('convolution on minimal: decomposition (im2col + bmm)' if decomposed else 'unexpected')
+
+# %%
+print(fl.capabilities('ascend').render())
+
+# %%
+cov = fl.coverage('minimal')
+print(cov.counts())
+print(cov.render('layer_norm'))
+
+# %%
+for name in ['cpu', 'rocm', 'ascend', 'minimal']:
+    caps = fl.capabilities(name)
+    print(f"{name:8} kernels {len(caps.kernels):4}  autocast {caps.amp_dtype:9} fused {caps.fused_kernels}  "
+          f"collectives {caps.collectives_path}")
