@@ -282,6 +282,12 @@ def _model_check():
 
 
 # one of every report type torch_fl returns, each made as cheaply as it can be
+def _measurement():
+    from torch_fl.compile import Measurement
+
+    return Measurement("rocm", "forward", 10, 4, 1e-3, 5e-4)
+
+
 REPORTS = {
     "BackendReport": fl.list_backends,
     "CapabilityTable": lambda: fl.capabilities("rocm"),
@@ -294,20 +300,21 @@ REPORTS = {
     "CoverageReport": _op_coverage_report,
     "ZooReport": _zoo_report,
     "ModelCheck": _model_check,
+    "FusionReport": lambda: fl.fusion_report(torch.nn.Linear(2, 2)),
+    "Measurement": _measurement,
 }
 
 
 def test_every_report_type_shares_one_rendering_hook():
     """Every torch_fl class with a render() is a Report (text, HTML, _repr_mimebundle_ from one place), and
-    REPORTS below has one of each. The fusion reports of torch_fl/compile/ are being rewritten elsewhere and
-    join when they are."""
+    REPORTS below has one of each."""
     import importlib
     import inspect
     import pkgutil
 
     from torch_fl.report import Report
 
-    pending = {"torch_fl.compile.report.GraphReport", "torch_fl.compile.report.FusionReport"}
+    pending: set = set()
     found = {}
     for info in pkgutil.walk_packages(fl.__path__, "torch_fl."):
         module = importlib.import_module(info.name)

@@ -13,7 +13,6 @@ one model is the subset whose frames belong to it (`FusionReport.of`)."""
 
 from __future__ import annotations
 
-import html
 import inspect
 import json
 import os
@@ -23,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+
+from ..report import Report
 
 
 @dataclass
@@ -72,8 +73,8 @@ class DynamoGraph:
         return int(tail) if tail.isdigit() else 0
 
 
-@dataclass
-class Measurement:
+@dataclass(repr=True)
+class Measurement(Report):
     """Kernel launches (fl.profile's count), CPU-fallback calls and best-of-n wall
     time of one call, eager (`before`) vs compiled (`after`), on one backend."""
 
@@ -126,7 +127,7 @@ def frame_modules() -> list:
 
 
 @dataclass
-class FusionReport:
+class FusionReport(Report):
     """Dynamo graphs of a model compiled with backend="fl", their aten graphs'
     patterns, and the measurements `measure` took of it."""
 
@@ -218,12 +219,5 @@ class FusionReport:
                                  + (f" ({p.note})" if p.note else ""))
         return "\n".join(lines)
 
-    render = table
-
-    def __str__(self) -> str:
+    def render(self) -> str:
         return self.table()
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        bundle = {"text/plain": self.table(), "text/html": "<pre>" + html.escape(self.table()) + "</pre>"}
-        return {k: v for k, v in bundle.items()
-                if (include is None or k in include) and (exclude is None or k not in exclude)}
