@@ -183,15 +183,9 @@ class FlMagics(Magics):
         return obj
 
     def _move(self, name: str, obj, device: torch.device) -> None:
-        if isinstance(obj, torch.nn.Module):
-            obj.to(device)
-        elif isinstance(obj, torch.Tensor):
-            self.shell.user_ns[name] = obj.to(device)
-        elif isinstance(obj, torch.optim.Optimizer):
-            for state in obj.state.values():
-                for k, v in list(state.items()):
-                    if isinstance(v, torch.Tensor) and v.dim() > 0:
-                        state[k] = v.to(device)
+        moved = fl.move(obj, device)
+        if isinstance(obj, torch.Tensor):  # a tensor moves as a copy: the name is rebound to it
+            self.shell.user_ns[name] = moved
 
     # -- %%fl_profile -------------------------------------------------------------
     @cell_magic

@@ -243,3 +243,40 @@ def test_without_a_cxx_compiler_the_error_says_what_to_install(tmp_path):
     assert "apt install g++" in r.stdout
     r = run_py("import torch; print('IMPORTED')", env={"CXX": "/nonexistent/g++", "FL_CACHE_DIR": str(tmp_path)})
     assert "IMPORTED" in r.stdout and "torch_fl could not register the fl device" in r.stderr  # autoload warns
+
+
+def test_move_switches_a_training_session_to_another_backend():
+    """fl.move (what `%fl_backend NAME --move ...` calls): model in place with its ties, optimizer state
+    moved so the optimizer made before the switch keeps training, tensors copied; the steps after the
+    switch match the same steps without one."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10))
+    model[1].weight = model[0].weight  # tied
+    ref = copy.deepcopy(model)
+    x = torch.randint(0, 10, (3, 5))
+
+    def step(m, opt, inp):
+        opt.zero_grad()
+        m(inp).logsumexp(-1).sum().backward()
+        opt.step()
+
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=0.1)
+    for _ in range(4):
+        step(ref, opt_ref, x)
+    fl.set_backend("rocm")
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    step(model.to("fl"), opt, x.to("fl"))
+    fl.set_backend("ascend")
+    assert fl.move(model) is model and model[1].weight is model[0].weight
+    assert fl.move(opt) is opt
+    assert {v.device.type for s in opt.state.values() for v in s.values() if v.dim()} == {"fl"}
+    assert all(s["exp_avg"].device == fl.device("ascend") for s in opt.state.values())
+    xd = fl.move(x)
+    assert xd.device == fl.device("ascend") and x.device.type == "cpu"
+    for _ in range(3):
+        step(model, opt, xd)
+    assert model[0].weight.device == fl.device("ascend")
+    torch.testing.assert_close(model[0].weight.cpu(), ref[0].weight, rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="fl.move takes an nn.Module, a Tensor or an Optimizer, not list"):
+        fl.move([x])
+    fl.set_backend("cpu")

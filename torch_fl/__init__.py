@@ -41,7 +41,7 @@ from .errors import (
 )
 from .profiler import Comparison, Profile, compare_backends, profile
 from .runtime import CapabilityTable
-from .transfer import non_blocking_to
+from .transfer import move, non_blocking_to
 
 __version__ = "0.1.0"
 
@@ -76,6 +76,7 @@ __all__ = [
     "amp",
     "autocast",
     "keep_float32",
+    "move",
     "non_blocking_to",
     "Profile",
     "compare_backends",
