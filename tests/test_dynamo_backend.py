@@ -269,6 +269,7 @@ def test_changing_sequence_length_recompiles_once(attention):
         _close(out, bert(input_ids=ids, attention_mask=mask).last_hidden_state)
     report = fl_dynamo.fusion_report(compiled)
     assert report.recompilations == 1 and report.graph_count == 2 and report.graph_breaks == [], str(report)
+    assert [g.dynamic for g in report.graphs] == [False, True] and "dynamic shapes" in report.table()
     assert bool(_applied(report, "scaled_dot_product_attention")) == attention
 
 
