@@ -17,8 +17,8 @@ SKIP_DIRS = {".git", "build", "dist", ".venv", "__pycache__", ".ipynb_checkpoint
 BUILT = ("torch_fl/runtime/include/", "torch_fl/runtime/plugins/")
 TEXT = (".py", ".md", ".c", ".h", ".cpp", ".toml", ".sh", ".cfg", ".in", "Makefile", "run")
 # a repository path, or a bare name of the repository's own C files (k_*.c, fl_*.h, ...), or a Markdown document
-PATH = re.compile(r"(?<![\w/.-])((?:\.ci|[a-z_]+)/[\w./-]*[\w-](?:\.\w+)?|(?:k|fl|comm|fused)_[\w-]*\.(?:c|h|cpp)|emu\.h"
-                  r"|[\w-]+\.md)(?![\w/-])")
+PATH = re.compile(r"(?<![\w/.-])((?:\.ci|[a-z_]+)/[\w./-]*[\w-](?:\.\w+)?"
+                  r"|(?:k|fl|comm|fused)_[\w-]*\.(?:c|h|cpp)|emu\.h|[\w-]+\.md)(?![\w/-])")
 PLACEHOLDER = re.compile(r"NN_|<|\*|\{|FILE\.md")
 
 
