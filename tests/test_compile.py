@@ -82,7 +82,7 @@ def test_fl_compile_is_torch_compile_with_backend_fl_and_keyword_arguments(small
     assert_close(out, m(x, scale=2.0, mask=mask), 1e-5)
     report = fl.fusion_report(compiled)
     assert report.graph_count == 1 and report.graph_breaks == [] and report.graphs[0].backend == "rocm"
-    assert report.graphs[0].frame == "forward"
+    assert report.graphs[0].frame == "Kw.forward"
     # the same report for the model compiled with torch.compile directly
     fl_dynamo.reset()
     direct = torch.compile(_on("ascend", small_resnet), backend="fl")

@@ -725,8 +725,9 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
                          reason.reason if reason is not None and reason.graph_break else None,
                          dynamic=any(_symbolic(n.meta.get("example_value")) for n in gm.graph.nodes
                                              if n.op == "placeholder"), modules=frame_modules())
-    if record.filename.replace(os.sep, "/").endswith("_dynamo/external_utils.py") and record.modules:
-        module = record.modules[0]()  # torch.compile(module)'s shared wrapper frame: name the model instead
+    wrapper = record.filename.replace(os.sep, "/").endswith("_dynamo/external_utils.py")
+    if (wrapper or record.frame in ("forward", "_call_impl")) and record.modules:
+        module = record.modules[0]()  # torch.compile(module)'s wrapper frame or a bare forward: name the model
         record.frame = f"{type(module).__name__}.forward" if module is not None else record.frame
     GRAPHS.append(record)
     captured: list[Pattern] = []
