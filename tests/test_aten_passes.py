@@ -197,6 +197,35 @@ def test_encoder_layer_training_step_runs_no_more_kernels_than_eager(backend):
     assert kernels(torch.compile(layer, backend="fl", options={"passes": {"pointwise": False}})) == eager + 4
 
 
+@pytest.mark.parametrize("backend", ["cpu", "minimal"])
+def test_batch_norm_statistics_are_updated_in_place_as_in_eager(backend):
+    """AOTAutograd's functional batch norm returns new running statistics and copies them
+    back at the end (two clones and three copies per layer on fl); put back in place,
+    the buffers hold eager's values after every step and no step runs more kernels."""
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+    model = _conv_net().to("fl")
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 3, 8, 8).to("fl")
+    compiled = torch.compile(model, backend="fl")
+    for _ in range(2):
+        _train_step(compiled, x)
+        _train_step(twin, x)
+    for a, b in zip(model.buffers(), twin.buffers(), strict=True):
+        _close(a, b)
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        _close(p.grad, q.grad, rtol=1e-3)
+    report = fl_dynamo.fusion_report(compiled)
+    assert [p.graph for p in _patterns(report, "batch-norm statistics update")] == ["forward"]
+    assert [p.graph for p in _patterns(report, "buffer update")] == ["forward"]
+    with fl.profile() as fused_step:
+        _train_step(compiled, x)
+    with fl.profile() as eager_step:
+        _train_step(twin, x)
+    assert fused_step.kernels <= eager_step.kernels
+    assert not [o for o in fused_step.ops() if o.op == "aten::copy_" and o.calls]  # top-level copies
+
+
 # -- linear -> activation -> dropout in training ---------------------------------------------
 
 

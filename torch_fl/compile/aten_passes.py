@@ -390,7 +390,60 @@ def _identity_copy(node: fx.Node, outputs: set) -> bool:
                and not u.target._schema.is_mutable for u in node.users)
 
 
-def _drop_identity_copies(ctx) -> None:
+def _write_back(node: fx.Node) -> fx.Node | None:
+    """The copy_(placeholder, node) that writes `node` back into a graph input, when
+    that placeholder is read by nothing but `node`'s producer and the copy."""
+    copies = [u for u in node.users if _is_call(u, aten.copy_.default) and u.args[1] is node]
+    if len(copies) != 1 or copies[0].args[0].op != "placeholder":
+        return None
+    return copies[0]
+
+
+def _in_place_updates(ctx) -> None:
+    """Training batch norm's running statistics (and num_batches_tracked): AOTAutograd's
+    functional graph computes new buffers and copies them back into the module's at
+    the end (_native_batch_norm_legit_functional, whose fl route clones both buffers,
+    then copy_ x 2; add then copy_); eager updates them in place. Put back as
+    _native_batch_norm_legit / add_, which write the buffers where eager does: the
+    buffers are read by nothing else in the graph, so the earlier write is exact."""
+    graph = ctx.gm.graph
+    for bn in list(graph.nodes):
+        if not _is_call(bn, aten._native_batch_norm_legit_functional.default):
+            continue
+        items = {u.args[1]: u for u in bn.users if _is_call(u, operator.getitem)}
+        if len(items) != len(bn.users) or 3 not in items or 4 not in items:
+            continue
+        copies = [_write_back(items[3]), _write_back(items[4])]
+        buffers = (bn.args[3], bn.args[4])
+        if None in copies or tuple(c.args[0] for c in copies) != buffers or \
+                any(set(b.users) != {bn, c} for b, c in zip(buffers, copies, strict=True)):
+            continue
+        with graph.inserting_before(bn):
+            new = graph.call_function(aten._native_batch_norm_legit.default, bn.args, bn.kwargs)
+        new.meta.update(bn.meta)
+        for c in copies:
+            graph.erase_node(c)
+        for i, item in items.items():
+            if i < 3:
+                item.args = (new, i)
+            else:
+                item.replace_all_uses_with(buffers[i - 3])
+                graph.erase_node(item)
+        graph.erase_node(bn)
+        ctx.record("batch-norm statistics update", [bn], "in place (eager's two copies fewer)")
+    for add in list(graph.nodes):
+        copy = _write_back(add) if _is_call(add, aten.add.Tensor) and len(add.users) == 1 else None
+        if copy is None or add.args[0] is not copy.args[0] or set(add.args[0].users) != {add, copy}:
+            continue
+        with graph.inserting_before(add):
+            new = graph.call_function(aten.add_.Tensor, add.args, add.kwargs)
+        new.meta.update(add.meta)
+        graph.erase_node(copy)
+        graph.erase_node(add)
+        ctx.record("buffer update", [add], "in place (add_, one copy fewer)")
+
+
+def _drop_copies(ctx) -> None:
     graph = ctx.gm.graph
     out = next(n for n in graph.nodes if n.op == "output")
     outputs = set(out.all_input_nodes)
@@ -399,17 +452,19 @@ def _drop_identity_copies(ctx) -> None:
             ctx.record("identity copy", [n], "removed (eager runs no kernel for it)")
             n.replace_all_uses_with(n.args[0])
             graph.erase_node(n)
+    _in_place_updates(ctx)
 
 
 def pointwise(ctx) -> None:
     """Chains of elementwise aten ops (bias + GELU, GELU's backward formula, add + ReLU,
     scale + mask, ...) as one JIT-compiled kernel each, where the backend compiles C
     (capability table: jit). Without a JIT the ops stay, recorded with the reason.
-    First, copies that only keep a layout (the clone a zero-probability dropout
-    becomes when traced) are removed: eager runs no kernel for them."""
+    First, copies eager does not make go: clones that keep the layout (what a
+    zero-probability dropout becomes when traced) and the write-backs of batch
+    norm's running statistics (updated in place again)."""
     import torch_fl
 
-    _drop_identity_copies(ctx)
+    _drop_copies(ctx)
     chains = _chains(ctx.gm.graph)
     if not chains:
         return
