@@ -13,9 +13,10 @@ dropout in training, each chosen from the active backend's capability table.
   pointwise   aten graphs (forward, backward, inference): a chain of elementwise
               ops whose intermediates are used nowhere else becomes one JIT
               kernel (compile/pointwise.py), where the backend can compile C.
-  layout      aten graphs: channels-last where the backend prefers it and its
-              convolution keeps it (probed once per backend); otherwise kept,
-              with the reason.
+  layout      aten graphs: where the table says the device prefers channels-last,
+              whether its convolution keeps that layout (probed once per
+              backend); no bundled backend's does, so the convolutions are kept
+              and the report says why (a conversion would only add copies).
   linear_act  (its training-dropout part) Dynamo's graph: F.linear -> ReLU/GELU ->
               F.dropout(p, training) as `fl::linear_act_dropout`, an op that draws
               a fresh seed per call and hands it to the backend's fl::linear_act
@@ -522,39 +523,28 @@ def convolution_keeps_channels_last(backend: str) -> bool:
 def layout(ctx) -> None:
     """Channels-last for 2-D convolutions, where the table says the device prefers it
     (FL_FEATURE_CHANNELS_LAST). The rewrite pays off only if the convolution kernel
-    keeps the layout it is given (else every convolution after the first reads NCHW
-    again and the conversion is one copy more per graph input); where the kernel
-    writes NCHW whatever it reads, the convolutions are kept, with that reason."""
+    keeps the layout it is given; where it writes NCHW whatever it reads (probed), a
+    conversion would be one copy more per graph input and every convolution after
+    the first would read NCHW again, so the convolutions are kept, with that reason.
+    Where the kernel keeps NHWC, the graph's traced layouts (NCHW from the meta
+    functions fl's convolution follows today) would no longer describe its tensors,
+    so that case is recorded as not rewritten too, until fl allocates convolution
+    outputs in the input's memory format."""
     import torch_fl
 
     convs = [n for n in ctx.gm.graph.nodes if _is_call(n, aten.convolution.default, aten.convolution_backward.default)
              and isinstance(n.args[1].meta.get("val"), torch.Tensor) and n.args[1].meta["val"].dim() == 4]
     if not convs:
         return
-    caps = torch_fl.capabilities(ctx.backend)
-    if not any(d.channels_last for d in caps.devices):
+    if not any(d.channels_last for d in torch_fl.capabilities(ctx.backend).devices):
         return  # the device has no layout preference: NCHW is what it wants, nothing to record
-    if not convolution_keeps_channels_last(ctx.backend):
-        ctx.record("channels-last convolutions", convs, "kept", applied=False,
-                   note=f"'{ctx.backend}' prefers channels-last, but its convolution kernel writes NCHW whatever "
-                        f"layout it reads: converting the inputs would add a copy per input and keep no "
-                        f"intermediate channels-last")
-        return
-    converted = 0
-    graph = ctx.gm.graph
-    for conv in convs:
-        if conv.target is not aten.convolution.default:
-            continue
-        x = conv.args[0]
-        if x.op != "placeholder" or x.meta["val"].is_contiguous(memory_format=torch.channels_last):
-            continue
-        with graph.inserting_before(conv):
-            new = graph.call_function(aten.clone.default, (x,), {"memory_format": torch.channels_last})
-        new.meta.update(x.meta)
-        conv.replace_input_with(x, new)
-        converted += 1
-    ctx.record("channels-last convolutions", convs,
-               f"channels-last: {converted} graph input(s) converted once, the convolutions keep the layout")
+    if convolution_keeps_channels_last(ctx.backend):
+        why = (f"'{ctx.backend}' prefers channels-last and its convolution keeps it, but the graph was traced "
+               f"with NCHW outputs: converting would make its recorded layouts wrong")
+    else:
+        why = (f"'{ctx.backend}' prefers channels-last, but its convolution kernel writes NCHW whatever layout it "
+               f"reads: converting the inputs would add a copy per input and keep no intermediate channels-last")
+    ctx.record("channels-last convolutions", convs, "kept", applied=False, note=why)
 
 
 CAPTURED: dict[str, Callable] = {"qkv": qkv_captured}

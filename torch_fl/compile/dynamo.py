@@ -37,8 +37,9 @@ Passes (same names as `fl.compile`; switch one off with
               concatenation (aten_passes.py)
   pointwise   aten graphs: chains of elementwise ops as one JIT kernel, where
               the backend can compile (aten_passes.py)
-  layout      aten graphs: channels-last convolutions where the device prefers
-              them and its convolution keeps the layout (aten_passes.py)
+  layout      aten graphs: channels-last where the device prefers it, decided
+              by whether its convolution keeps the layout; no bundled backend's
+              does, so it records the convolutions kept, with why (aten_passes.py)
 
 `fusion_report(compiled)` returns what happened to a model compiled with
 backend="fl": per Dynamo graph, its aten graphs (forward/backward/inference)
