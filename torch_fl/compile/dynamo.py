@@ -36,7 +36,9 @@ Passes (same names as `fl.compile`; switch one off with
               the concatenated weights, split; inference graphs cache the
               concatenation (aten_passes.py)
   pointwise   aten graphs: chains of elementwise ops as one JIT kernel, where
-              the backend can compile (aten_passes.py)
+              the backend can compile; first, copies eager does not make (the
+              clone of a p=0 dropout, batch norm's statistics write-backs) go
+              (aten_passes.py)
   layout      aten graphs: channels-last where the device prefers it, decided
               by whether its convolution keeps the layout; no bundled backend's
               does, so it records the convolutions kept, with why (aten_passes.py)
