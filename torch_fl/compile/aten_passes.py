@@ -408,6 +408,7 @@ def _in_place_updates(ctx) -> None:
     _native_batch_norm_legit / add_, which write the buffers where eager does: the
     buffers are read by nothing else in the graph, so the earlier write is exact."""
     graph = ctx.gm.graph
+    out = next(n for n in graph.nodes if n.op == "output")
     for bn in list(graph.nodes):
         if not _is_call(bn, aten._native_batch_norm_legit_functional.default):
             continue
@@ -416,8 +417,10 @@ def _in_place_updates(ctx) -> None:
             continue
         copies = [_write_back(items[3]), _write_back(items[4])]
         buffers = (bn.args[3], bn.args[4])
-        if None in copies or tuple(c.args[0] for c in copies) != buffers or \
-                any(set(b.users) != {bn, c} for b, c in zip(buffers, copies, strict=True)):
+        if None in copies or tuple(c.args[0] for c in copies) != buffers or bn.args[5] is not True or \
+                any(set(b.users) != {bn, c} for b, c in zip(buffers, copies, strict=True)) or \
+                any(set(items[i].users) - {c, out} for i, c in ((3, copies[0]), (4, copies[1]))) or \
+                1 not in items or 2 not in items:
             continue
         with graph.inserting_before(bn):
             new = graph.call_function(aten._native_batch_norm_legit.default, bn.args, bn.kwargs)
@@ -428,7 +431,10 @@ def _in_place_updates(ctx) -> None:
             if i < 3:
                 item.args = (new, i)
             else:
-                item.replace_all_uses_with(buffers[i - 3])
+                # saved for the backward, whose native_batch_norm_backward in training reads the batch's
+                # statistics, never the running ones it is handed: hand it the batch's, so that no buffer
+                # the next forward updates in place is saved (autograd would refuse the changed version)
+                item.replace_all_uses_with(items[i - 2])
                 graph.erase_node(item)
         graph.erase_node(bn)
         ctx.record("batch-norm statistics update", [bn], "in place (eager's two copies fewer)")
