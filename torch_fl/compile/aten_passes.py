@@ -285,9 +285,11 @@ def qkv(ctx) -> None:
     are graph inputs is cached (CachedCat); in forward/backward graphs it stays a
     kernel per call (its gradient is needed), recorded as such."""
     graph = ctx.gm.graph
+    returned = set(next(n for n in graph.nodes if n.op == "output").all_input_nodes)
     for n in list(graph.nodes):
+        # a concatenation the graph returns is not cached: the caller could write into the cached tensor
         if not _is_call(n, aten.cat.default) or not all(a.op == "placeholder" for a in n.args[0]) \
-                or len(n.args[0]) < 2:
+                or len(n.args[0]) < 2 or (ctx.kind == "inference" and n in returned):
             continue
         if ctx.kind != "inference":
             ctx.record("QKV weight concatenation", [n], "kept", applied=False,
