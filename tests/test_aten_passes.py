@@ -97,6 +97,24 @@ def test_qkv_one_gemm_matches_float64_and_saves_kernels():
     assert fused_step < unfused_step, (fused_step, unfused_step)
 
 
+def test_qkv_leaves_projections_whose_weight_is_computed_after_the_first():
+    class Late(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.a(x)
+            return y + F.linear(x, self.b.weight * y.mean(), self.b.bias)  # b's weight depends on a's output
+
+    fl.set_backend("cpu")
+    torch.manual_seed(0)
+    model = Late().to("fl")
+    compiled = torch.compile(model, backend="fl")
+    _check_against_float64(model, compiled, torch.randn(4, 8).to("fl"))
+    assert not _patterns(fl_dynamo.fusion_report(compiled), "2 projections")
+
+
 def test_qkv_inference_caches_the_concatenated_weights_until_they_change():
     fl.set_backend("cpu")
     torch.manual_seed(0)

@@ -192,11 +192,11 @@ def linear_act_dropout_captured(gm: fx.GraphModule, kernels: set, patterns: list
             patterns.append(_pattern(name, "captured", _where(lin), replaced, "kept", False,
                                      f"no {LINEAR_ACT_KERNELS[0]} kernel"))
             continue
-        if not isinstance(p, float) or training is not True or inplace:
+        if not isinstance(p, float) or not 0.0 < p < 1.0 or training is not True or inplace:
             patterns.append(_pattern(name, "captured", _where(lin), replaced,
                                      "linear+act fused, dropout kept", False,
-                                     "the dropout is in place or its p / training flag is not a constant: the "
-                                     "kernel's dropout epilogue needs both at compile time"))
+                                     "the dropout is in place, p is 1 or p / training is not a constant: the "
+                                     "kernel's dropout epilogue scales by 1/(1-p) and needs both at compile time"))
             continue  # linear_act's rewrite then fuses the linear + activation in front of it
         x, w = lin.args[0], lin.args[1]
         b = lin.args[2] if len(lin.args) > 2 else None
@@ -234,8 +234,9 @@ def qkv_captured(gm: fx.GraphModule, kernels: set, patterns: list, passes: list[
         same = [n for n, w in zip(lins, ws, strict=True)
                 if w.shape[1] == ws[0].shape[1] and w.dtype == ws[0].dtype and w.device == ws[0].device
                 and (len(n.args) == 3) == (len(first.args) == 3)]
-        if len(same) < 2:
-            continue
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        if len(same) < 2 or any(order[a] > order[same[0]] for n in same for a in n.args[1:]):
+            continue  # fewer than two, or a weight computed after the first projection: the cat cannot go first
         sizes = [int(_val(n.args[1]).shape[0]) for n in same]
         with graph.inserting_before(same[0]):
             w = graph.call_function(torch.cat, ([n.args[1] for n in same], 0))
