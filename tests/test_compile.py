@@ -116,7 +116,8 @@ def test_passes_switch_off_by_api_and_environment(small_resnet, monkeypatch):
     with torch.no_grad():
         off = fl.compile(dev, passes={"conv_bn": False})
         assert_close(off(x), small_resnet(x.cpu()), 1e-4)
-        assert _patterns(off) == [] and fl.fusion_report(off).graphs[0].passes == [
+        assert not [p for p in _patterns(off) if p.startswith("conv+bn")]
+        assert fl.fusion_report(off).graphs[0].passes == [
             p for p in fl_dynamo.PASS_NAMES if p != "conv_bn"]
         fl_dynamo.reset()
         monkeypatch.setenv("FL_FUSION_DISABLE", "pointwise, layout")

@@ -104,7 +104,8 @@ def test_resnet_eval_fuses_conv_bn_relu_where_the_table_has_the_kernel(backend):
     torch.manual_seed(0)
     resnet = _resnet().eval().to("fl")
     x = torch.randn(2, 3, 16, 16).to("fl")
-    compiled = torch.compile(resnet, backend="fl")
+    # pointwise off: the kernel counts below are conv_bn's alone (its add + ReLU chains: test_aten_passes.py)
+    compiled = torch.compile(resnet, backend="fl", options={"passes": {"pointwise": False}})
     with torch.no_grad():
         out = compiled(pixel_values=x).pooler_output
         with fl.profile() as fused:
@@ -137,8 +138,8 @@ def test_conv_bn_is_kept_where_a_gradient_is_needed():
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval().to("fl")
     report = _check_training_step(net, {"input": torch.randn(2, 3, 8, 8).to("fl")}, lambda o: o)
-    assert not report.patterns()
-    kept = report.patterns(False)
+    assert not [p for p in report.patterns() if p.pattern.startswith("conv")]
+    kept = [p for p in report.patterns(False) if p.pattern.startswith("conv")]
     assert [p.pattern for p in kept] == ["conv+bn+relu"] and "no backward" in kept[0].note
 
 

@@ -27,10 +27,21 @@ Passes (same names as `fl.compile`; switch one off with
               explicit matmul -> softmax -> matmul attention as SDPA
   conv_bn     aten inference graphs: conv -> bn -> relu as fl::conv_bn_relu,
               else the batch norm folded into the convolution (cached)
-  linear_act  Dynamo's graph: linear -> ReLU/GELU as fl::linear_act
+  linear_act  Dynamo's graph: linear -> ReLU/GELU as fl::linear_act; with a
+              training dropout after it, fl::linear_act_dropout (the kernel's
+              dropout epilogue, a fresh seed per call; aten_passes.py)
   add_norm    Dynamo's graph: (linear ->) residual add -> LayerNorm as
               fl::linear_add_layer_norm / fl::add_layer_norm
-Not yet: `qkv`, `pointwise`, `layout` (accepted as names, nothing applied).
+  qkv         Dynamo's graph: linear projections of one input as one GEMM on
+              the concatenated weights, split; inference graphs cache the
+              concatenation (aten_passes.py)
+  pointwise   aten graphs: chains of elementwise ops as one JIT kernel, where
+              the backend can compile; first, copies eager does not make (the
+              clone of a p=0 dropout, batch norm's statistics write-backs) go
+              (aten_passes.py)
+  layout      aten graphs: channels-last where the device prefers it, decided
+              by whether its convolution keeps the layout; no bundled backend's
+              does, so it records the convolutions kept, with why (aten_passes.py)
 
 `fusion_report(compiled)` returns what happened to a model compiled with
 backend="fl": per Dynamo graph, its aten graphs (forward/backward/inference)
@@ -54,6 +65,7 @@ import torch
 import torch.fx as fx
 
 from ..dispatch import sdpa_backward, sdpa_forward
+from . import aten_passes
 from .inplace import restore_inplace_updates
 from .report import GRAPHS, AtenGraph, DynamoGraph, FusionReport, Pattern, forget, frame_modules
 
@@ -626,8 +638,10 @@ def encoder_fast_path(gm: fx.GraphModule, patterns: list[Pattern]) -> None:
 
 
 _CAPTURED: dict[str, Callable[[fx.GraphModule, set, list[Pattern], list[str]], None]] = {
-    "attention": attention_captured, "linear_act": linear_act_captured, "add_norm": add_norm_captured}
+    "attention": attention_captured, "add_norm": add_norm_captured, **aten_passes.CAPTURED,
+    "linear_act": lambda *a: (aten_passes.linear_act_dropout_captured(*a), linear_act_captured(*a))}
 _FL_OPS = {"linear_act": "linear+act", "linear_act_backward": "linear+act backward",
+           "linear_act_dropout": "linear+act+dropout", "linear_act_dropout_backward": "linear+act+dropout backward",
            "add_layer_norm": "add+layer_norm", "add_layer_norm_backward": "add+layer_norm backward",
            "linear_add_layer_norm": "linear+add+layer_norm",
            "linear_add_layer_norm_backward": "linear+add+layer_norm backward"}
@@ -642,7 +656,7 @@ def fused_ops(ctx: _Ctx) -> None:
                 ctx.record(_FL_OPS[op], [n], f"fl::{op} (fused kernel of '{ctx.backend}')")
 
 
-_PASSES: dict[str, Callable[[_Ctx], None]] = {"attention": attention, "conv_bn": conv_bn}
+_PASSES: dict[str, Callable[[_Ctx], None]] = {"attention": attention, "conv_bn": conv_bn, **aten_passes.ATEN}
 _OFF: dict[str, Callable[[_Ctx], None]] = {"attention": _attention_off}
 NOT_IMPLEMENTED = tuple(n for n in PASS_NAMES if n not in _PASSES and n not in _CAPTURED)
 

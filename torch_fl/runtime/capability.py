@@ -25,6 +25,7 @@ class DeviceCaps:
     async_copy: bool
     fp16_stable: bool
     compute_units: int
+    channels_last: bool = False  # FL_FEATURE_CHANNELS_LAST: convolutions run fastest on NHWC tensors
 
 
 @dataclass
@@ -100,7 +101,8 @@ def probe(backend) -> CapabilityTable:
     for d in backend.devices:
         devices.append(DeviceCaps(d.index, d.local, d.props.name, d.props.total_memory, mask_to_names(d.props.dtypes),
                                   d.host_accessible, bool(d.props.features & abi.FEATURE_ASYNC_COPY),
-                                  bool(d.props.features & abi.FEATURE_FP16_STABLE), d.props.compute_units))
+                                  bool(d.props.features & abi.FEATURE_FP16_STABLE), d.props.compute_units,
+                                  bool(d.props.features & abi.FEATURE_CHANNELS_LAST)))
     kernels = {op: mask_to_names(e.dtypes) for op, e in sorted(p.kernels.items())}
     fused = sorted(op for op, e in p.kernels.items() if e.flags & abi.KERNEL_FUSED)
     comm = {n[len("comm_"):]: p.optional[n] for n in abi.OPTIONAL_ENTRIES if n.startswith("comm_")}
