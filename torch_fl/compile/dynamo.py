@@ -57,6 +57,7 @@ import torch
 import torch.fx as fx
 
 from ..dispatch import sdpa_backward, sdpa_forward
+from .replay import ReplayStatus, replayable
 
 aten = torch.ops.aten
 
@@ -106,6 +107,7 @@ class DynamoGraph:
     graph_break: str | None  # Dynamo's reason when this graph ended at a graph break
     aten_graphs: list[AtenGraph] = field(default_factory=list)
     modules: list = field(default_factory=list, repr=False)  # weak references to the nn.Modules of the frame
+    replay: ReplayStatus | None = None  # options={"replay": True}: whether the graph is replayed, why not
 
     @property
     def frame_id(self) -> str:
@@ -165,6 +167,8 @@ class DynamoFusionReport:
                     mark = "fused" if p.applied else "kept "
                     lines.append(f"    {mark} {p.pattern} at {p.where}: {' + '.join(p.replaced)} -> {p.replacement}"
                                  + (f" ({p.note})" if p.note else ""))
+            if g.replay is not None:
+                lines.append(f"  replay: {g.replay}")
         return "\n".join(lines)
 
 
@@ -793,7 +797,7 @@ def _count_ops(gm: fx.GraphModule) -> int:
     return sum(n.op in ("call_function", "call_module") for n in gm.graph.nodes)
 
 
-def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[str]) -> Callable:
+def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[str], replay: bool = False) -> Callable:
     def compile_aten(gm: fx.GraphModule, example_inputs: list) -> Callable:
         from functorch.compile import make_boxed_func
 
@@ -808,13 +812,18 @@ def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[st
         gm.graph.lint()
         gm.recompile()
         record.aten_graphs.append(AtenGraph(kind, before, _count_ops(gm), ctx.patterns))
+        if replay and kind == "inference":
+            return replayable(make_boxed_func(gm.forward), record.replay)
+        if replay:
+            record.replay.reason = "training graphs (forward/backward) are not replayed yet; inference graphs are"
         return make_boxed_func(gm.forward)
 
     return compile_aten
 
 
-def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -> Callable:
-    """One Dynamo graph through AOTAutograd, its aten graphs through the passes."""
+def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], replay: bool = False) -> Callable:
+    """One Dynamo graph through AOTAutograd, its aten graphs through the passes (replay: the inference
+    graph recorded and replayed as a kernel list where it can be, compile.replay)."""
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
@@ -827,7 +836,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
     record = DynamoGraph(str(gm.meta.get("dynamo_compile_id", "?")), frame.name if frame else "?",
                          frame.filename if frame else "", backend, list(passes),
                          reason.reason if reason is not None and reason.graph_break else None,
-                         modules=_compiled_frame_modules())
+                         modules=_compiled_frame_modules(), replay=ReplayStatus() if replay else None)
     if record.filename.replace(os.sep, "/").endswith("_dynamo/external_utils.py") and record.modules:
         module = record.modules[0]()  # torch.compile(module)'s shared wrapper frame: name the model instead
         record.frame = f"{type(module).__name__}.forward" if module is not None else record.frame
@@ -843,9 +852,9 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
         gm.recompile()
         record.aten_graphs.append(AtenGraph("captured", before, _count_ops(gm), captured))
     return aot_autograd(
-        fw_compiler=_aten_compiler("forward", record, kernels, passes),
-        bw_compiler=_aten_compiler("backward", record, kernels, passes),
-        inference_compiler=_aten_compiler("inference", record, kernels, passes),
+        fw_compiler=_aten_compiler("forward", record, kernels, passes, replay),
+        bw_compiler=_aten_compiler("backward", record, kernels, passes, replay),
+        inference_compiler=_aten_compiler("inference", record, kernels, passes, replay),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
@@ -853,19 +862,22 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
 
 def fl_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The Dynamo backend named "fl" (entry point group `torch_dynamo_backends`):
-    `torch.compile(model, backend="fl", options={"passes": {...}})`."""
+    `torch.compile(model, backend="fl", options={"passes": {...}, "replay": True})`."""
     options = dict(kwargs.pop("options", None) or {})
     passes = enabled_passes(options.pop("passes", None))
+    replay = bool(options.pop("replay", False))
     if options or kwargs:
-        raise TypeError(f"backend='fl' takes options={{'passes': ...}} only, not {sorted({**options, **kwargs})}")
-    return compile_graph(gm, example_inputs, passes)
+        raise TypeError(f"backend='fl' takes options={{'passes': ..., 'replay': ...}} only, not "
+                        f"{sorted({**options, **kwargs})}")
+    return compile_graph(gm, example_inputs, passes, replay)
 
 
-def backend(passes: Mapping[str, bool] | Iterable[str] | None = None) -> Callable:
-    """A backend callable with a fixed pass selection: torch.compile(m, backend=backend({"conv_bn": False}))."""
+def backend(passes: Mapping[str, bool] | Iterable[str] | None = None, replay: bool = False) -> Callable:
+    """A backend callable with a fixed pass selection: torch.compile(m, backend=backend({"conv_bn": False}));
+    replay=True records and replays inference graphs (compile.replay)."""
     chosen = enabled_passes(passes)
 
     def fl_with_passes(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
-        return compile_graph(gm, example_inputs, chosen)
+        return compile_graph(gm, example_inputs, chosen, replay)
 
     return fl_with_passes

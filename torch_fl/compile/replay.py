@@ -1,0 +1,260 @@
+"""Graph replay for `torch.compile(model, backend="fl", options={"replay": True})`.
+
+An inference graph whose every op ends in a plugin kernel call (native or fused
+kernels, JIT kernels run the same way, decompositions into those) is recorded
+once as a kernel list (torch_fl.runtime.recording / KernelGraph) and then
+replayed by one C function: no dispatcher, no per-op Python. Why: for small
+models the host time per op, not the kernels, is the step time.
+
+The lifecycle, per input signature (shapes, strides, dtypes, devices, the
+parameters' storages, non-tensor values):
+  1st call   runs the graph normally (a warm-up: plans, JIT kernels, the
+             conv+bn fold cache are made outside the recording);
+  2nd call   runs it under the recorder, on private static copies of the
+             caller's inputs; if something in it cannot be replayed (a CPU
+             fallback, a host copy, .item(), a random op, ...) the graph is
+             reported not replayable with the op named, and this signature
+             keeps running normally, with the same results;
+  later      replay: the caller's inputs are copied into the static input
+             buffers, the kernels run, the outputs are copied out.
+Parameters and buffers (AOTAutograd's static inputs) are used in place: their
+storage is part of the recording, so an in-place update (an optimizer step,
+load_state_dict) is seen by the next replay; a parameter with a new storage, or
+one whose version counter moved (the conv+bn fold caches on it), makes the next
+call a warm-up and the one after a new recording. A changed shape, dtype or
+stride is another signature (recorded anew, up to MAX_SIGNATURES, then run
+normally): never a replay of the wrong shapes.
+
+Outputs: fresh tensors on every call (a copy out of the static outputs), so a
+result stays valid after the next call, unlike torch.cuda.graphs' static
+outputs; an output that is a view of an input is the same view of the caller's
+tensor. The graph steps aside (runs normally) while a profiler listens, since
+it reports every op, and inside another recording. Training graphs (forward /
+backward) are not replayed yet; the report says so."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..runtime import KernelGraph, async_copy, events, is_dense, recording
+
+MAX_SIGNATURES = 8  # recordings kept per graph (each holds its buffers)
+
+
+@dataclass
+class ReplayStatus:
+    """Whether a graph is replayed, and why not: the per-graph line of fusion_report."""
+
+    replayed: bool = False
+    reason: str | None = "not run yet (the first call is a warm-up, the second records)"
+    kernels: int = 0
+    replays: int = 0
+    recordings: int = 0
+
+    def __str__(self) -> str:
+        if self.replayed:
+            return f"replayed: {self.kernels} kernels, {self.replays} replay(s), {self.recordings} recording(s)"
+        return f"not replayed: {self.reason}"
+
+
+class _Entry:
+    """One signature's recording: the kernel graph, its static buffers, how to make the outputs."""
+
+    __slots__ = ("graph", "static", "copied", "values", "out_specs")
+
+    def __init__(self, graph: KernelGraph | None, static: list, copied: list, values: list, out_specs: list):
+        self.graph = graph
+        self.static = static  # (index, the tensor recorded, data_ptr, version)
+        self.copied = copied  # (index, static buffer)
+        self.values = values  # (index, value) of the non-tensor arguments the recording saw
+        self.out_specs = out_specs
+
+
+class ReplayedGraph:
+    """A boxed compiled aten graph (make_boxed_func) that replays its recording where it can."""
+
+    _boxed_call = True
+
+    def __init__(self, fn: Callable, static_inputs: set[int], mutated: set[int], status: ReplayStatus):
+        self.fn = fn
+        self.static_inputs = static_inputs
+        self.mutated = mutated
+        self.status = status
+        self.entries: dict = {}  # signature -> _Entry (graph None: not replayable)
+        self.warm: set = set()  # signatures that ran their warm-up
+        self.last: _Entry | None = None
+        self.lock = threading.Lock()
+        if mutated - static_inputs:
+            status.reason = f"the graph writes into its input(s) {sorted(mutated - static_inputs)}"
+
+    def __call__(self, args: list) -> Any:
+        if events.LISTENERS or events.RECORDING[0] is not None or self.mutated - self.static_inputs:
+            return self.fn(args)
+        entry = self.last
+        if entry is not None and entry.graph is not None and self._matches(entry, args):
+            return self._replay(entry, args)
+        key = self._signature(args)
+        if key is None:
+            return self.fn(args)
+        entry = self.entries.get(key)
+        if entry is not None and (entry.graph is None or self._matches(entry, args)):
+            if entry.graph is None:
+                return self.fn(args)
+            self.last = entry
+            return self._replay(entry, args)
+        if entry is not None:  # same shapes, but a parameter's version moved: warm up, then record anew
+            del self.entries[key]
+            self.warm.discard(key)
+            self.last = None
+        if key not in self.warm:
+            self.warm.add(key)
+            return self.fn(args)
+        if len(self.entries) >= MAX_SIGNATURES:
+            return self.fn(args)
+        return self._record(key, args)
+
+    # -- signatures and guards --------------------------------------------------------
+
+    def _signature(self, args: list) -> tuple | None:
+        """What a recording depends on; None where a value cannot be a part of one (a CPU tensor)."""
+        key = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                if a.device.type != "fl":
+                    self.status.reason = self.status.reason if self.status.replayed else \
+                        f"input {i} is a {a.device.type} tensor (its values would be baked into the kernels)"
+                    return None
+                ptr = a.untyped_storage().data_ptr() if i in self.static_inputs else None
+                key.append((ptr, a.dtype, a.device, tuple(a.shape), a.stride(), a.storage_offset() if ptr else 0))
+            elif a is None or isinstance(a, (int, float, bool)):
+                key.append(("value", type(a), a))
+            else:
+                return None
+        return tuple(key)
+
+    @staticmethod
+    def _matches(entry: _Entry, args: list) -> bool:
+        for i, t, ptr, version in entry.static:
+            a = args[i]
+            if a is not t:
+                if not isinstance(a, torch.Tensor) or a.data_ptr() != ptr or a.dtype != t.dtype or \
+                        a.shape != t.shape or a.stride() != t.stride() or a.device != t.device:
+                    return False
+            elif a.data_ptr() != ptr:
+                return False
+            if a._version != version:
+                return False
+        for i, buf in entry.copied:
+            a = args[i]
+            if not isinstance(a, torch.Tensor) or a.shape != buf.shape or a.stride() != buf.stride() or \
+                    a.dtype != buf.dtype or a.device != buf.device:
+                return False
+        for i, value in entry.values:
+            if args[i] != value or type(args[i]) is not type(value):
+                return False
+        return True
+
+    # -- record ------------------------------------------------------------------------
+
+    def _record(self, key: tuple, args: list) -> Any:
+        copied, static, values = [], [], []
+        call = list(args)
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                values.append((i, a))
+            elif i in self.static_inputs:
+                static.append((i, a))
+            else:
+                if not is_dense(a):
+                    return self._refuse(key, args, f"input {i} is not dense (strides {a.stride()})")
+                buf = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+                buf.copy_(a)
+                copied.append((i, buf))
+                call[i] = buf
+        with recording() as rec:
+            outs = self.fn(call)
+        self.status.recordings += 1
+        if rec.reason is not None:
+            return self._refuse(key, args, rec.reason, outs)
+        by_storage = {a.untyped_storage().data_ptr(): ("static", i, a) for i, a in static}
+        by_storage.update({b.untyped_storage().data_ptr(): ("input", i, b) for i, b in copied})
+        specs, out_copies = [], []
+        for k, o in enumerate(outs):
+            if not isinstance(o, torch.Tensor):
+                specs.append(("value", o))
+                continue
+            if o.device.type != "fl":
+                return self._refuse(key, args, f"output {k} is a {o.device.type} tensor", outs)
+            base = by_storage.get(o.untyped_storage().data_ptr())
+            if base is not None:  # a view of an input: the same view of the caller's tensor
+                kind, i, t = base
+                specs.append((kind, i, tuple(o.shape), o.stride(), o.storage_offset() - t.storage_offset()))
+                continue
+            if not is_dense(o):
+                return self._refuse(key, args, f"output {k} is not dense (strides {o.stride()})", outs)
+            specs.append(("copy", tuple(o.shape), o.stride(), o.dtype, o.device))
+            out_copies.append((o.data_ptr(), o.numel() * o.element_size()))
+        if rec.device is None:
+            return self._refuse(key, args, "the graph launches no kernel", outs)
+        graph = KernelGraph(rec, [(b.data_ptr(), b.numel() * b.element_size()) for _, b in copied], out_copies)
+        entry = _Entry(graph, [(i, a, a.data_ptr(), a._version) for i, a in static], copied, values, specs)
+        self.entries[key] = entry
+        self.last = entry
+        self.status.replayed, self.status.reason, self.status.kernels = True, None, graph.kernel_count
+        # this call's results: copies of the static outputs, as every replay returns them
+        return self._outputs(entry, args, lambda dsts: graph.replay(None, dsts, run_kernels=False))
+
+    def _refuse(self, key: tuple, args: list, reason: str, outs: Any = None) -> Any:
+        self.entries[key] = _Entry(None, [], [], [], [])
+        self.status.replayed = any(e.graph is not None for e in self.entries.values())
+        self.status.reason = reason
+        return outs if outs is not None else self.fn(args)
+
+    # -- replay ------------------------------------------------------------------------
+
+    def _replay(self, entry: _Entry, args: list) -> Any:
+        if async_copy.PENDING:
+            async_copy.wait_for([args[i] for i, _ in entry.copied])
+        srcs = [args[i].data_ptr() for i, _ in entry.copied]
+        with self.lock:
+            out = self._outputs(entry, args, lambda dsts: entry.graph.replay(srcs, dsts))
+        self.status.replays += 1
+        return out
+
+    @staticmethod
+    def _outputs(entry: _Entry, args: list, run: Callable) -> list:
+        outs, dsts = [], []
+        for spec in entry.out_specs:
+            kind = spec[0]
+            if kind == "copy":
+                t = torch.empty_strided(spec[1], spec[2], dtype=spec[3], device=spec[4])
+                dsts.append(t.data_ptr())
+                outs.append(t)
+            elif kind == "value":
+                outs.append(spec[1])
+            else:
+                a = args[spec[1]]
+                outs.append(a.as_strided(spec[2], spec[3], a.storage_offset() + spec[4]))
+        run(dsts)
+        args.clear()  # the boxed convention: the callee drops its inputs
+        return outs
+
+
+def replayable(fn: Callable, status: ReplayStatus) -> ReplayedGraph:
+    """Wrap a boxed inference graph (make_boxed_func) for replay. Called inside AOTAutograd's inference
+    compiler, where its metadata says which inputs are parameters/buffers (used in place, not copied)
+    and which inputs the graph mutates."""
+    static: set[int] = set()
+    mutated: set[int] = set()
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is not None:
+        static = set(getattr(meta, "static_input_indices", ()) or ())
+        mutated = {i for i, info in enumerate(getattr(meta, "input_info", ()))
+                   if info.mutates_data or info.mutates_metadata}
+    return ReplayedGraph(fn, static, mutated, status)
