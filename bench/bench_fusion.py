@@ -1,8 +1,10 @@
-"""What fl.compile's fusion does to kernel count and step time, per backend.
+"""What fl.compile's fusion does to kernel count and step time, per backend, and
+what graph replay does to the host time per kernel.
 
-    python bench/bench_fusion.py                 # ResNet-50 b1 64², Transformer d512 x6 b2 s32
+    python bench/bench_fusion.py                 # ResNet-50 b1 64², Transformer d512 x6 b2 s32, then replay
     python bench/bench_fusion.py --full          # the article's sizes (ResNet-50 b8 224², Transformer b16 s128)
     python bench/bench_fusion.py --backends rocm ascend --json fusion.json
+    python bench/bench_fusion.py --only replay   # the graph replay section alone
 
 For each backend: ResNet-50 inference (eval forward) and training step
 (forward + backward), the Transformer encoder (torch_fl.models, 6 layers,
@@ -11,13 +13,32 @@ default dropout 0.1. "unfused" is the captured graph with no pass (the
 model's own ops; for the Transformer in eval this is PyTorch's slow path:
 its fast path is one fused CPU op that fl serves by the CPU fallback);
 "fused" is fl.compile's graph. Kernel counts are fl.profile's kernel
-launches; times are the best of 3 after a warm-up."""
+launches; times are the best of 3 after a warm-up.
+
+Graph replay (torch.compile(m, backend="fl", options={"replay": True})), for
+small inference models where the host, not the kernels, sets the step time (an
+MLP, a small conv net, a 2-layer BERT): step time (median of --calls calls after
+warm-up, each followed by torch.fl.synchronize()) of eager fl, compiled fl,
+replayed fl and the same model in native CPU PyTorch, as ratios to native CPU.
+Host time per kernel in replay is measured two ways, both on the recorded
+kernel list itself:
+  loop  one KernelGraph.replay() call timed around the call, minus the time
+        spent inside the kernels in that same call (the C loop reads a clock
+        around each kernel), divided by the kernel count: ctypes call + C loop
+        + clock reads (median over the calls);
+  call  the replayed torch.compile call's median time minus the median time
+        inside the kernels, divided by the kernel count: everything that is not
+        a kernel, including Dynamo's guards, AOTAutograd's wrappers, the model's
+        Python outside the graph, our guards, the input and output copies."""
 
 from __future__ import annotations
 
 import argparse
 import copy
+import ctypes
 import json
+import statistics
+import time
 import warnings
 
 import torch
@@ -52,13 +73,121 @@ def line(name: str, r: dict, per: int = 1) -> str:
                if r["fallbacks_before"] or r["fallbacks_after"] else ""))
 
 
+# -- graph replay ------------------------------------------------------------------------
+
+
+def _replay_models() -> list:
+    """(name, model, args, kwargs) of the small inference workloads, on the CPU."""
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU(),
+                              torch.nn.Linear(256, 10))
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                               torch.nn.Conv2d(16, 16, 3, stride=2), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10))
+    models = [("MLP 64-256-256-10 b4", mlp, (torch.randn(4, 64),), {}),
+              ("conv net 2x(conv+bn+relu) b2 16x16", conv, (torch.randn(2, 3, 16, 16),), {})]
+    try:
+        import transformers
+    except ImportError:
+        return models
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=32)
+    bert = transformers.BertModel(cfg)
+    models.append(("BERT 2 layers h32 b2 s8", bert, (), {"input_ids": torch.randint(0, 100, (2, 8)),
+                                                         "attention_mask": torch.ones(2, 8, dtype=torch.long)}))
+    return models
+
+
+def _median_call_us(fn, calls: int, sync) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter_ns()
+        fn()
+        sync()
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times) / 1e3
+
+
+def measure_replay(name: str, model: torch.nn.Module, args: tuple, kwargs: dict, backend: str, calls: int) -> dict:
+    from torch_fl.compile import dynamo as fl_dynamo
+
+    fl.set_backend(backend)
+    dev = fl.device(backend)
+    model = copy.deepcopy(model).eval()
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_var.uniform_(0.5, 2.0)
+    on_fl = copy.deepcopy(model).to(dev)
+    fl_args = tuple(a.to(dev) for a in args)
+    fl_kwargs = {k: v.to(dev) for k, v in kwargs.items()}
+    compiled = torch.compile(copy.deepcopy(on_fl), backend="fl")
+    replayed = torch.compile(on_fl, backend="fl", options={"replay": True})
+    sync = torch.fl.synchronize
+    with torch.no_grad():
+        r = {"backend": backend, "model": name,
+             "native_cpu_us": _median_call_us(lambda: model(*args, **kwargs), calls, lambda: None),
+             "eager_us": _median_call_us(lambda: on_fl(*fl_args, **fl_kwargs), calls, sync),
+             "compiled_us": _median_call_us(lambda: compiled(*fl_args, **fl_kwargs), calls, sync),
+             "replayed_us": _median_call_us(lambda: replayed(*fl_args, **fl_kwargs), calls, sync)}
+    status = [g.replay for g in fl_dynamo.fusion_report(replayed).graphs if g.replay is not None]
+    graph = status[0].graph if len(status) == 1 and status[0].replayed else None
+    r["replay"] = str(status[0]) if len(status) == 1 else f"{len(status)} graphs"
+    if graph is not None:
+        n = graph.kernel_count
+        step_ns = (ctypes.c_int64 * n)()
+        host, inside = [], []
+        for _ in range(calls):
+            t0 = time.perf_counter_ns()
+            graph.replay(None, None, step_ns=step_ns)
+            wall = time.perf_counter_ns() - t0
+            k = sum(step_ns)
+            inside.append(k)
+            host.append(wall - k)
+        r.update(kernels=n, kernel_us=statistics.median(inside) / 1e3,
+                 host_per_kernel_loop_us=statistics.median(host) / n / 1e3,
+                 host_per_kernel_call_us=(r["replayed_us"] - statistics.median(inside) / 1e3) / n)
+    return r
+
+
+def replay_line(r: dict) -> str:
+    base = r["native_cpu_us"]
+    times = "  ".join(f"{k} {r[k + '_us']:>8.1f} us (x{r[k + '_us'] / base:5.2f})"
+                      for k in ("eager", "compiled", "replayed"))
+    head = f"{r['model']:<36} {r['backend']:<8} native CPU {base:>7.1f} us  {times}"
+    if "kernels" not in r:
+        return f"{head}\n{'':<45}{r['replay']}"
+    return (f"{head}\n{'':<45}{r['kernels']} kernels, {r['kernel_us']:.1f} us inside them; host per kernel: "
+            f"loop {r['host_per_kernel_loop_us'] * 1e3:.0f} ns, whole call {r['host_per_kernel_call_us']:.2f} us")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", nargs="+", default=["cpu", "rocm", "ascend", "minimal"])
     ap.add_argument("--full", action="store_true", help="the article's sizes")
     ap.add_argument("--skip-train", action="store_true", help="inference only")
+    ap.add_argument("--only", choices=("fusion", "replay"), help="one section only")
+    ap.add_argument("--calls", type=int, default=200, help="timed calls per figure in the replay section")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
+    results = []
+    if args.only != "replay":
+        results += fusion_section(args)
+    if args.only != "fusion":
+        torch.manual_seed(0)
+        print(f"graph replay, torch {torch.__version__}: median of {args.calls} calls; ratios to native CPU PyTorch "
+              f"(torch threads: {torch.get_num_threads()})")
+        for backend in args.backends:
+            for name, model, margs, mkwargs in _replay_models():
+                r = measure_replay(name, model, margs, mkwargs, backend, args.calls)
+                results.append(r)
+                print(replay_line(r), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def fusion_section(args: argparse.Namespace) -> list[dict]:
     torch.manual_seed(0)
     b, hw = (8, 224) if args.full else (1, 64)
     tb, ts = (16, 128) if args.full else (2, 32)
@@ -84,9 +213,7 @@ def main() -> None:
             r["model"] = name
             results.append(r)
             print(line(name, r, per), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    return results
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ backward) are not replayed yet; the report says so."""
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ import torch
 from ..runtime import KernelGraph, async_copy, events, is_dense, recording
 
 MAX_SIGNATURES = 8  # recordings kept per graph (each holds its buffers)
+_DATA_PTR = torch.Tensor.data_ptr
+_VERSION = operator.attrgetter("_version")
 
 
 @dataclass
@@ -55,6 +58,9 @@ class ReplayStatus:
     kernels: int = 0
     replays: int = 0
     recordings: int = 0
+    # the latest recording's KernelGraph (its kernel names, kernel_count; bench_fusion times it): a plain
+    # attribute, not a field, so that the report stays plain data (asdict)
+    graph = None
 
     def __str__(self) -> str:
         if self.replayed:
@@ -65,11 +71,17 @@ class ReplayStatus:
 class _Entry:
     """One signature's recording: the kernel graph, its static buffers, how to make the outputs."""
 
-    __slots__ = ("graph", "static", "copied", "values", "out_specs")
+    __slots__ = ("graph", "pick", "objs", "ptrs", "versions", "copied", "values", "out_specs")
 
     def __init__(self, graph: KernelGraph | None, static: list, copied: list, values: list, out_specs: list):
         self.graph = graph
-        self.static = static  # (index, the tensor recorded, data_ptr, version)
+        # the static inputs (parameters, buffers): picked from the arguments in one call, checked by
+        # identity, address and version counter with C-level loops (a model has hundreds of them)
+        self.pick = operator.itemgetter(*[i for i, _ in static]) if len(static) > 1 else \
+            (lambda args, i=static[0][0]: (args[i],)) if static else (lambda args: ())
+        self.objs = tuple(a for _, a in static)
+        self.ptrs = [a.data_ptr() for a in self.objs]
+        self.versions = [a._version for a in self.objs]
         self.copied = copied  # (index, static buffer)
         self.values = values  # (index, value) of the non-tensor arguments the recording saw
         self.out_specs = out_specs
@@ -139,16 +151,14 @@ class ReplayedGraph:
 
     @staticmethod
     def _matches(entry: _Entry, args: list) -> bool:
-        for i, t, ptr, version in entry.static:
-            a = args[i]
-            if a is not t:
-                if not isinstance(a, torch.Tensor) or a.data_ptr() != ptr or a.dtype != t.dtype or \
-                        a.shape != t.shape or a.stride() != t.stride() or a.device != t.device:
+        statics = entry.pick(args)
+        if not all(map(operator.is_, statics, entry.objs)):
+            for a, t in zip(statics, entry.objs, strict=True):  # another tensor object: the same memory and layout?
+                if not isinstance(a, torch.Tensor) or a.dtype != t.dtype or a.shape != t.shape or \
+                        a.stride() != t.stride() or a.device != t.device:
                     return False
-            elif a.data_ptr() != ptr:
-                return False
-            if a._version != version:
-                return False
+        if list(map(_DATA_PTR, statics)) != entry.ptrs or list(map(_VERSION, statics)) != entry.versions:
+            return False
         for i, buf in entry.copied:
             a = args[i]
             if not isinstance(a, torch.Tensor) or a.shape != buf.shape or a.stride() != buf.stride() or \
@@ -202,10 +212,11 @@ class ReplayedGraph:
         if rec.device is None:
             return self._refuse(key, args, "the graph launches no kernel", outs)
         graph = KernelGraph(rec, [(b.data_ptr(), b.numel() * b.element_size()) for _, b in copied], out_copies)
-        entry = _Entry(graph, [(i, a, a.data_ptr(), a._version) for i, a in static], copied, values, specs)
+        entry = _Entry(graph, static, copied, values, specs)
         self.entries[key] = entry
         self.last = entry
         self.status.replayed, self.status.reason, self.status.kernels = True, None, graph.kernel_count
+        self.status.graph = graph
         # this call's results: copies of the static outputs, as every replay returns them
         return self._outputs(entry, args, lambda dsts: graph.replay(None, dsts, run_kernels=False))
 
