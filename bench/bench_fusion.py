@@ -112,6 +112,7 @@ def _median_call_us(fn, calls: int, sync) -> float:
 def measure_replay(name: str, model: torch.nn.Module, args: tuple, kwargs: dict, backend: str, calls: int) -> dict:
     from torch_fl.compile import dynamo as fl_dynamo
 
+    fl_dynamo.reset()  # every torch.compile(module) shares one frame: without a reset, Dynamo's recompile limit
     fl.set_backend(backend)
     dev = fl.device(backend)
     model = copy.deepcopy(model).eval()

@@ -113,7 +113,8 @@ def test_replayed_outputs_equal_compiled_outputs_with_new_inputs_each_call(backe
     for out, ref in kept:  # an earlier result is not overwritten by a later replay
         torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-6, atol=1e-6)
     status = _status(replayed)
-    if backend == "minimal" and kind == "bert":  # the minimal plugin's attention mask path reads a value on the host
+    # minimal's embedding is aten::index, whose decomposition checks the indices' bounds on the host
+    if backend == "minimal" and kind == "bert":
         assert not status.replayed and "aten::_local_scalar_dense" in status.reason, status
     else:
         assert status.replayed and status.replays == 3 and status.recordings == 1 and status.kernels > 0, status
