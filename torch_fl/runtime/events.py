@@ -33,6 +33,9 @@ DEPTH = [0]
 
 
 RECORDING: list = [None]  # the graph Recorder (runtime.graph) while one records, else None
+# where the op being served runs, for a recorder's reason ("the decomposition of aten::index.Tensor"); the
+# dispatcher installs its own (the runtime cannot see which decompositions are in progress)
+OP_CONTEXT: list = [lambda: ""]
 
 
 def host_access(what: str) -> None:

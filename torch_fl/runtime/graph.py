@@ -86,17 +86,22 @@ class Recorder:
         if threading.get_ident() != self._thread:
             self.refuse(f"{name} ran on another thread during the recording")
         elif path == FALLBACK:
-            self.refuse(f"{name} runs as a CPU fallback")
+            self.refuse(f"{name} runs as a CPU fallback{self._where()}")
         elif path == COPY:
-            self.refuse(f"{name} copies between the host and the device")
+            self.refuse(f"{name} copies between the host and the device{self._where()}")
         elif self._host is not None:
-            self.refuse(f"{name} {self._host}")
+            self.refuse(f"{name} {self._host}{self._where()}")
         elif path == JIT:  # the JIT kernel run_native just recorded is counted as a JIT call
             for step in reversed(self.steps):
                 if step[0] != name or step[6] != NATIVE:
                     break
                 step[6] = JIT
         self._host = None
+
+    @staticmethod
+    def _where() -> str:
+        where = events.OP_CONTEXT[0]()
+        return f" (in {where})" if where else ""
 
     def transfer(self, what: str) -> None:
         """Device memory was read or written from the host (the op is named when it is counted)."""
