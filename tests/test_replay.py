@@ -239,3 +239,19 @@ def test_training_graphs_say_why_they_are_not_replayed():
     compiled = torch.compile(model, backend="fl", options={"replay": True})
     compiled(torch.randn(2, 8, device="fl")).sum().backward()
     assert "training graphs" in _status(compiled).reason
+
+
+def test_inference_mode_and_parameters_made_in_inference_mode():
+    """Under torch.inference_mode, and with parameters that are inference tensors (no version counter)."""
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        made_in_inference = _mlp().eval().to("fl")
+    for model in (_mlp().eval().to("fl"), made_in_inference):
+        fl_dynamo.reset()
+        compiled = torch.compile(model, backend="fl", options={"replay": True})
+        with torch.inference_mode():
+            for _ in range(4):
+                x = torch.randn(2, 8, device="fl")
+                torch.testing.assert_close(compiled(x).cpu(), model(x).cpu())
+        status = _status(compiled)
+        assert status.replayed and status.replays == 2, status

@@ -71,20 +71,31 @@ class ReplayStatus:
 class _Entry:
     """One signature's recording: the kernel graph, its static buffers, how to make the outputs."""
 
-    __slots__ = ("graph", "pick", "objs", "ptrs", "versions", "copied", "values", "out_specs")
+    __slots__ = ("graph", "pick", "objs", "ptrs", "pick_versioned", "versions", "copied", "values", "out_specs")
 
     def __init__(self, graph: KernelGraph | None, static: list, copied: list, values: list, out_specs: list):
         self.graph = graph
         # the static inputs (parameters, buffers): picked from the arguments in one call, checked by
         # identity, address and version counter with C-level loops (a model has hundreds of them)
-        self.pick = operator.itemgetter(*[i for i, _ in static]) if len(static) > 1 else \
-            (lambda args, i=static[0][0]: (args[i],)) if static else (lambda args: ())
+        self.pick = _picker([i for i, _ in static])
         self.objs = tuple(a for _, a in static)
         self.ptrs = [a.data_ptr() for a in self.objs]
-        self.versions = [a._version for a in self.objs]
+        # inference tensors keep no version counter (nothing outside inference mode can change them in place)
+        versioned = [(i, a) for i, a in static if not a.is_inference()]
+        self.pick_versioned = _picker([i for i, _ in versioned])
+        self.versions = [a._version for _, a in versioned]
         self.copied = copied  # (index, static buffer)
         self.values = values  # (index, value) of the non-tensor arguments the recording saw
         self.out_specs = out_specs
+
+
+def _picker(indices: list[int]) -> Callable[[list], tuple]:
+    """args -> the tuple of args[i] for i in indices, in one C call (operator.itemgetter)."""
+    if len(indices) > 1:
+        return operator.itemgetter(*indices)
+    if indices:
+        return lambda args, i=indices[0]: (args[i],)
+    return lambda args: ()
 
 
 class ReplayedGraph:
@@ -101,11 +112,13 @@ class ReplayedGraph:
         self.warm: set = set()  # signatures that ran their warm-up
         self.last: _Entry | None = None
         self.lock = threading.Lock()
-        if mutated - static_inputs:
+        # an input the caller owns that the graph writes into: the write would land in a static copy
+        self.writes_inputs = bool(mutated - static_inputs)
+        if self.writes_inputs:
             status.reason = f"the graph writes into its input(s) {sorted(mutated - static_inputs)}"
 
     def __call__(self, args: list) -> Any:
-        if events.LISTENERS or events.RECORDING[0] is not None or self.mutated - self.static_inputs:
+        if events.LISTENERS or events.RECORDING[0] is not None or self.writes_inputs:
             return self.fn(args)
         entry = self.last
         if entry is not None and entry.graph is not None and self._matches(entry, args):
@@ -157,7 +170,8 @@ class ReplayedGraph:
                 if not isinstance(a, torch.Tensor) or a.dtype != t.dtype or a.shape != t.shape or \
                         a.stride() != t.stride() or a.device != t.device:
                     return False
-        if list(map(_DATA_PTR, statics)) != entry.ptrs or list(map(_VERSION, statics)) != entry.versions:
+        if list(map(_DATA_PTR, statics)) != entry.ptrs or \
+                list(map(_VERSION, entry.pick_versioned(args))) != entry.versions:
             return False
         for i, buf in entry.copied:
             a = args[i]
