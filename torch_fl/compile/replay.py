@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import operator
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,8 @@ class ReplayStatus:
     kernels: int = 0
     replays: int = 0
     recordings: int = 0
+    replay_ns: int = 0  # time spent in the replay calls, guards to outputs (kernels included): the wrapper's cost
+    last_replay_ns: int = 0  # the latest replay call's
     # the latest recording's KernelGraph (its kernel names, kernel_count; bench_fusion times it): a plain
     # attribute, not a field, so that the report stays plain data (asdict)
     graph = None
@@ -118,11 +121,12 @@ class ReplayedGraph:
             status.reason = f"the graph writes into its input(s) {sorted(mutated - static_inputs)}"
 
     def __call__(self, args: list) -> Any:
+        t0 = time.perf_counter_ns()
         if events.LISTENERS or events.RECORDING[0] is not None or self.writes_inputs:
             return self.fn(args)
         entry = self.last
         if entry is not None and entry.graph is not None and self._matches(entry, args):
-            return self._replay(entry, args)
+            return self._replay(entry, args, t0)
         key = self._signature(args)
         if key is None:
             return self.fn(args)
@@ -131,7 +135,7 @@ class ReplayedGraph:
             if entry.graph is None:
                 return self.fn(args)
             self.last = entry
-            return self._replay(entry, args)
+            return self._replay(entry, args, t0)
         if entry is not None:  # same shapes, but a parameter's version moved: warm up, then record anew
             del self.entries[key]
             self.warm.discard(key)
@@ -242,13 +246,16 @@ class ReplayedGraph:
 
     # -- replay ------------------------------------------------------------------------
 
-    def _replay(self, entry: _Entry, args: list) -> Any:
+    def _replay(self, entry: _Entry, args: list, t0: int) -> Any:
         if async_copy.PENDING:
             async_copy.wait_for([args[i] for i, _ in entry.copied])
         srcs = [args[i].data_ptr() for i, _ in entry.copied]
         with self.lock:
             out = self._outputs(entry, args, lambda dsts: entry.graph.replay(srcs, dsts))
         self.status.replays += 1
+        took = time.perf_counter_ns() - t0
+        self.status.replay_ns += took
+        self.status.last_replay_ns = took
         return out
 
     @staticmethod
