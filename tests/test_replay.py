@@ -255,3 +255,35 @@ def test_inference_mode_and_parameters_made_in_inference_mode():
                 torch.testing.assert_close(compiled(x).cpu(), model(x).cpu())
         status = _status(compiled)
         assert status.replayed and status.replays == 2, status
+
+
+def test_a_failing_kernel_in_a_replay_raises_naming_the_op_and_step():
+    """The C loop checks every status: a kernel that fails in a replay (here a recorded step whose kernel
+    fails on its second call) raises the plugin's error with the op's name and the step, and the kernels
+    after it do not run."""
+    from torch_fl.errors import KernelError
+    from torch_fl.runtime import KernelGraph, ffi, recording
+
+    calls = {"n": 0}
+
+    @ffi.callback("int(void*, int, const fl_tensor_t*, int, const fl_tensor_t*, int, const fl_arg_t*, int)")
+    def flaky(stream, device, ins, n_in, outs, n_out, args, n_args):
+        calls["n"] += 1
+        return 0 if calls["n"] == 1 else 4  # FL_ERR_INTERNAL from the second call on
+
+    class Kernel:
+        fn = flaky
+
+    x = torch.randn(4, device="fl")
+    with recording() as rec:
+        y = x + 1  # one real kernel, recorded
+    assert rec.reason is None and len(rec.steps) == 1
+    _, kernel, dev, ins, outs, cargs, path = rec.steps[0]
+    rec.steps.insert(0, ["aten::flaky_test_op", Kernel(), dev, ins, outs, cargs, path])
+    graph = KernelGraph(rec)
+    graph.replay(None, None)  # the flaky kernel's first call succeeds
+    y.zero_()
+    with pytest.raises(KernelError, match=r"kernel aten::flaky_test_op \(step 0 of 2 in a graph replay\) failed "
+                                          r"with FL_ERR_INTERNAL"):
+        graph.replay(None, None)
+    assert y.abs().sum().item() == 0  # the step after the failing one did not run

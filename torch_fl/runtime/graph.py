@@ -105,7 +105,9 @@ class Recorder:
 
     def transfer(self, what: str) -> None:
         """Device memory was read or written from the host (the op is named when it is counted)."""
-        if self._host is None:
+        if threading.get_ident() != self._thread:
+            self.refuse(f"another thread {what} during the recording")
+        elif self._host is None:
             self._host = what
 
 
