@@ -46,6 +46,7 @@ import torch
 from ..runtime import KernelGraph, async_copy, events, is_dense, recording
 
 MAX_SIGNATURES = 8  # recordings kept per graph (each holds its buffers)
+_RECORDING_LOCK = threading.Lock()
 _DATA_PTR = torch.Tensor.data_ptr
 _VERSION = operator.attrgetter("_version")
 
@@ -190,6 +191,15 @@ class ReplayedGraph:
     # -- record ------------------------------------------------------------------------
 
     def _record(self, key: tuple, args: list) -> Any:
+        if not _RECORDING_LOCK.acquire(blocking=False):  # another thread records (one recorder per process)
+            self.warm.discard(key)  # this signature warms up and records again later
+            return self.fn(args)
+        try:
+            return self._record_locked(key, args)
+        finally:
+            _RECORDING_LOCK.release()
+
+    def _record_locked(self, key: tuple, args: list) -> Any:
         copied, static, values = [], [], []
         call = list(args)
         for i, a in enumerate(args):
