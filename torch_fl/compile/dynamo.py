@@ -812,18 +812,16 @@ def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[st
         gm.graph.lint()
         gm.recompile()
         record.aten_graphs.append(AtenGraph(kind, before, _count_ops(gm), ctx.patterns))
-        if replay and kind == "inference":
-            return replayable(make_boxed_func(gm.forward), record.replay)
         if replay:
-            record.replay.reason = "training graphs (forward/backward) are not replayed yet; inference graphs are"
+            return replayable(make_boxed_func(gm.forward), record.replay, kind)
         return make_boxed_func(gm.forward)
 
     return compile_aten
 
 
 def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], replay: bool = False) -> Callable:
-    """One Dynamo graph through AOTAutograd, its aten graphs through the passes (replay: the inference
-    graph recorded and replayed as a kernel list where it can be, compile.replay)."""
+    """One Dynamo graph through AOTAutograd, its aten graphs through the passes (replay: each aten graph
+    recorded and replayed as a kernel list where it can be, compile.replay)."""
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
@@ -874,7 +872,7 @@ def fl_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Calla
 
 def backend(passes: Mapping[str, bool] | Iterable[str] | None = None, replay: bool = False) -> Callable:
     """A backend callable with a fixed pass selection: torch.compile(m, backend=backend({"conv_bn": False}));
-    replay=True records and replays inference graphs (compile.replay)."""
+    replay=True records and replays the aten graphs where it can (compile.replay)."""
     chosen = enabled_passes(passes)
 
     def fl_with_passes(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:

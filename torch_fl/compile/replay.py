@@ -1,6 +1,7 @@
 """Graph replay for `torch.compile(model, backend="fl", options={"replay": True})`.
 
-An inference graph whose every op ends in a plugin kernel call (native or fused
+An aten graph (inference, or a training step's forward and backward) whose
+every op ends in a plugin kernel call (native or fused
 kernels, JIT kernels run the same way, decompositions into those) is recorded
 once as a kernel list (torch_fl.runtime.recording / KernelGraph) and then
 replayed by one C function: no dispatcher, no per-op Python. Why: for small
@@ -19,9 +20,11 @@ parameters' storages, non-tensor values):
              buffers, the kernels run, the outputs are copied out.
 Parameters and buffers (AOTAutograd's static inputs) are used in place: their
 storage is part of the recording, so an in-place update (an optimizer step,
-load_state_dict) is seen by the next replay; a parameter with a new storage, or
-one whose version counter moved (the conv+bn fold caches on it), makes the next
-call a warm-up and the one after a new recording. A changed shape, dtype or
+load_state_dict) is seen by the next replay; a parameter with a new storage, or,
+in an inference graph, one whose version counter moved (the conv+bn fold caches
+on it; training graphs have no such cache, and the optimizer moves every version
+each step), makes the next call a warm-up and the one after a new recording. A
+backward graph's inputs (saved tensors, gradients) are all copied. A changed shape, dtype or
 stride is another signature (recorded anew, up to MAX_SIGNATURES, then run
 normally): never a replay of the wrong shapes.
 
@@ -29,8 +32,10 @@ Outputs: fresh tensors on every call (a copy out of the static outputs), so a
 result stays valid after the next call, unlike torch.cuda.graphs' static
 outputs; an output that is a view of an input is the same view of the caller's
 tensor. The graph steps aside (runs normally) while a profiler listens, since
-it reports every op, and inside another recording. Training graphs (forward /
-backward) are not replayed yet; the report says so."""
+it reports every op, and inside another recording. A Dynamo graph's status
+(fusion_report's `replay:` line) covers its aten graphs: a training step is
+replayed when both its forward and its backward are (dropout with p > 0 keeps
+them from it: a replay would repeat the mask)."""
 
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ import operator
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,13 +67,26 @@ class ReplayStatus:
     recordings: int = 0
     replay_ns: int = 0  # time spent in the replay calls, guards to outputs (kernels included): the wrapper's cost
     last_replay_ns: int = 0  # the latest replay call's
+    # per aten graph of this Dynamo graph ("inference", or "forward" and "backward"): [replayed, reason, kernels]
+    parts: dict = field(default_factory=dict)
     # the latest recording's KernelGraph (its kernel names, kernel_count; bench_fusion times it): a plain
     # attribute, not a field, so that the report stays plain data (asdict)
     graph = None
 
+    def update(self, kind: str, replayed: bool, reason: str | None, kernels: int = 0) -> None:
+        """One aten graph's state; the status is replayed when all of them are (a training step is
+        replayed when both its forward and its backward are), and names the first reason otherwise."""
+        self.parts[kind] = [replayed, reason, kernels]
+        self.replayed = all(p[0] for p in self.parts.values())
+        many = len(self.parts) > 1
+        self.reason = next(((f"{k}: {p[1]}" if many else p[1]) for k, p in self.parts.items() if not p[0]), None)
+        self.kernels = sum(p[2] for p in self.parts.values() if p[0])
+
     def __str__(self) -> str:
         if self.replayed:
-            return f"replayed: {self.kernels} kernels, {self.replays} replay(s), {self.recordings} recording(s)"
+            kinds = f" ({' + '.join(f'{k} {p[2]}' for k, p in self.parts.items())})" if len(self.parts) > 1 else ""
+            return (f"replayed: {self.kernels} kernels{kinds}, {self.replays} replay(s), {self.recordings} "
+                    f"recording(s)")
         return f"not replayed: {self.reason}"
 
 
@@ -77,7 +95,8 @@ class _Entry:
 
     __slots__ = ("graph", "pick", "objs", "ptrs", "pick_versioned", "versions", "copied", "values", "out_specs")
 
-    def __init__(self, graph: KernelGraph | None, static: list, copied: list, values: list, out_specs: list):
+    def __init__(self, graph: KernelGraph | None, static: list, copied: list, values: list, out_specs: list,
+                 check_versions: bool = True):
         self.graph = graph
         # the static inputs (parameters, buffers): picked from the arguments in one call, checked by
         # identity, address and version counter with C-level loops (a model has hundreds of them)
@@ -85,7 +104,7 @@ class _Entry:
         self.objs = tuple(a for _, a in static)
         self.ptrs = [a.data_ptr() for a in self.objs]
         # inference tensors keep no version counter (nothing outside inference mode can change them in place)
-        versioned = [(i, a) for i, a in static if not a.is_inference()]
+        versioned = [(i, a) for i, a in static if check_versions and not a.is_inference()]
         self.pick_versioned = _picker([i for i, _ in versioned])
         self.versions = [a._version for _, a in versioned]
         self.copied = copied  # (index, static buffer)
@@ -107,8 +126,11 @@ class ReplayedGraph:
 
     _boxed_call = True
 
-    def __init__(self, fn: Callable, static_inputs: set[int], mutated: set[int], status: ReplayStatus):
+    def __init__(self, fn: Callable, static_inputs: set[int], mutated: set[int], status: ReplayStatus,
+                 kind: str = "inference"):
         self.fn = fn
+        self.kind = kind
+        self._boxed_call = True  # on the instance too: wrappers that copy __dict__ (functools.wraps) keep it
         self.static_inputs = static_inputs
         self.mutated = mutated
         self.status = status
@@ -119,7 +141,7 @@ class ReplayedGraph:
         # an input the caller owns that the graph writes into: the write would land in a static copy
         self.writes_inputs = bool(mutated - static_inputs)
         if self.writes_inputs:
-            status.reason = f"the graph writes into its input(s) {sorted(mutated - static_inputs)}"
+            status.update(kind, False, f"the graph writes into its input(s) {sorted(mutated - static_inputs)}")
 
     def __call__(self, args: list) -> Any:
         t0 = time.perf_counter_ns()
@@ -156,8 +178,9 @@ class ReplayedGraph:
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
                 if a.device.type != "fl":
-                    self.status.reason = self.status.reason if self.status.replayed else \
-                        f"input {i} is a {a.device.type} tensor (its values would be baked into the kernels)"
+                    if not any(e.graph is not None for e in self.entries.values()):
+                        self.status.update(self.kind, False, f"input {i} is a {a.device.type} tensor (its values "
+                                                             f"would be baked into the kernels)")
                     return None
                 ptr = a.untyped_storage().data_ptr() if i in self.static_inputs else None
                 key.append((ptr, a.dtype, a.device, tuple(a.shape), a.stride(), a.storage_offset() if ptr else 0))
@@ -240,18 +263,20 @@ class ReplayedGraph:
         if rec.device is None:
             return self._refuse(key, args, "the graph launches no kernel", outs)
         graph = KernelGraph(rec, [(b.data_ptr(), b.numel() * b.element_size()) for _, b in copied], out_copies)
-        entry = _Entry(graph, static, copied, values, specs)
+        # the version guard is for host-side caches keyed on parameter versions (the conv+bn fold), which only
+        # inference graphs have; in training the optimizer moves every version each step
+        entry = _Entry(graph, static, copied, values, specs, check_versions=self.kind == "inference")
         self.entries[key] = entry
         self.last = entry
-        self.status.replayed, self.status.reason, self.status.kernels = True, None, graph.kernel_count
+        self.status.update(self.kind, True, None, graph.kernel_count)
         self.status.graph = graph
         # this call's results: copies of the static outputs, as every replay returns them
         return self._outputs(entry, args, lambda dsts: graph.replay(None, dsts, run_kernels=False))
 
     def _refuse(self, key: tuple, args: list, reason: str, outs: Any = None) -> Any:
         self.entries[key] = _Entry(None, [], [], [], [])
-        self.status.replayed = any(e.graph is not None for e in self.entries.values())
-        self.status.reason = reason
+        self.status.update(self.kind, any(e.graph is not None for e in self.entries.values()), reason,
+                           self.status.parts.get(self.kind, [0, 0, 0])[2])
         return outs if outs is not None else self.fn(args)
 
     # -- replay ------------------------------------------------------------------------
@@ -287,16 +312,17 @@ class ReplayedGraph:
         return outs
 
 
-def replayable(fn: Callable, status: ReplayStatus) -> ReplayedGraph:
-    """Wrap a boxed inference graph (make_boxed_func) for replay. Called inside AOTAutograd's inference
-    compiler, where its metadata says which inputs are parameters/buffers (used in place, not copied)
-    and which inputs the graph mutates."""
+def replayable(fn: Callable, status: ReplayStatus, kind: str = "inference") -> ReplayedGraph:
+    """Wrap a boxed aten graph (make_boxed_func) of `kind` ("inference", "forward", "backward") for replay.
+    Called inside AOTAutograd's compiler, where its metadata says which inputs of an inference or forward
+    graph are parameters/buffers (used in place, not copied) and which inputs the graph mutates; a backward
+    graph's inputs (saved tensors, gradients) are all copied."""
     static: set[int] = set()
     mutated: set[int] = set()
     ctx = torch._guards.TracingContext.try_get()
     meta = getattr(ctx, "fw_metadata", None)
-    if meta is not None:
+    if meta is not None and kind != "backward":
         static = set(getattr(meta, "static_input_indices", ()) or ())
         mutated = {i for i, info in enumerate(getattr(meta, "input_info", ()))
                    if info.mutates_data or info.mutates_metadata}
-    return ReplayedGraph(fn, static, mutated, status)
+    return ReplayedGraph(fn, static, mutated, status, kind)
