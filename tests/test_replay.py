@@ -236,24 +236,25 @@ def test_a_listening_profiler_sees_every_op_of_a_replayable_graph():
 
 
 @pytest.mark.parametrize("backend", ["cpu", "rocm"])
-@pytest.mark.parametrize("kind", ["mlp", "conv"])
+@pytest.mark.parametrize("kind", ["mlp", "conv", "bert"])
 def test_training_steps_replay_forward_and_backward_like_the_compiled_graph(backend, kind):
     """A training step's forward and backward graphs are replayed (parameters in place, so the optimizer's
-    updates are seen; batch norm's running statistics updated by the replayed kernels): losses, parameters
-    and buffers stay equal to the same model compiled without replay, step after step."""
+    updates are seen; batch norm's running statistics updated by the replayed kernels; BERT's expanded
+    gradients and saved tensors copied with their strides): losses, parameters and buffers stay equal to
+    the same model compiled without replay, step after step."""
     fl.set_backend(backend)
     torch.manual_seed(0)
-    model = {"mlp": _mlp, "conv": _convnet}[kind]().train().to("fl")
+    model = {"mlp": _mlp, "conv": _convnet, "bert": _bert}[kind]().train().to("fl")
     twin = copy.deepcopy(model)
     replayed = torch.compile(model, backend="fl", options={"replay": True})
     plain = torch.compile(twin, backend="fl")
     opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (model, twin)]
     for _ in range(6):
-        (x,), _ = _inputs(kind, batch=4)
-        target = torch.randn(4, 4, device="fl")
+        args, kwargs = _inputs(kind, batch=4)
+        target = torch.randn(4, 4, device="fl") if kind != "bert" else 0.0
         losses = []
         for m, opt in zip((replayed, plain), opts, strict=True):
-            loss = ((m(x) - target) ** 2).mean()
+            loss = ((_out(m(*args, **kwargs)) - target) ** 2).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()

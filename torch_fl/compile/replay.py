@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from ..runtime import KernelGraph, async_copy, events, is_dense, recording
+from ..runtime import KernelGraph, async_copy, events, recording
 
 MAX_SIGNATURES = 8  # recordings kept per graph (each holds its buffers)
 _RECORDING_LOCK = threading.Lock()
@@ -110,6 +110,14 @@ class _Entry:
         self.copied = copied  # (index, static buffer)
         self.values = values  # (index, value) of the non-tensor arguments the recording saw
         self.out_specs = out_specs
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from t's first to its last (what torch.empty_strided allocates for t's layout): the bytes a
+    replay copies for an input or an output, dense or not."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
 
 
 def _picker(indices: list[int]) -> Callable[[list], tuple]:
@@ -231,10 +239,12 @@ class ReplayedGraph:
             elif i in self.static_inputs:
                 static.append((i, a))
             else:
-                if not is_dense(a):
-                    return self._refuse(key, args, f"input {i} is not dense (strides {a.stride()})")
+                # the static buffer has the input's strides (an expanded gradient keeps its stride 0), so the
+                # replay copies the bytes of the input's span, whatever its layout
                 buf = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
-                buf.copy_(a)
+                n = _span(a)
+                if n:
+                    buf.as_strided((n,), (1,), buf.storage_offset()).copy_(a.as_strided((n,), (1,), a.storage_offset()))
                 copied.append((i, buf))
                 call[i] = buf
         with recording() as rec:
@@ -256,13 +266,11 @@ class ReplayedGraph:
                 kind, i, t = base
                 specs.append((kind, i, tuple(o.shape), o.stride(), o.storage_offset() - t.storage_offset()))
                 continue
-            if not is_dense(o):
-                return self._refuse(key, args, f"output {k} is not dense (strides {o.stride()})", outs)
-            specs.append(("copy", tuple(o.shape), o.stride(), o.dtype, o.device))
-            out_copies.append((o.data_ptr(), o.numel() * o.element_size()))
+            specs.append(("copy", tuple(o.shape), o.stride(), o.dtype, o.device))  # a fresh tensor of its strides
+            out_copies.append((o.data_ptr(), _span(o) * o.element_size()))
         if rec.device is None:
             return self._refuse(key, args, "the graph launches no kernel", outs)
-        graph = KernelGraph(rec, [(b.data_ptr(), b.numel() * b.element_size()) for _, b in copied], out_copies)
+        graph = KernelGraph(rec, [(b.data_ptr(), _span(b) * b.element_size()) for _, b in copied], out_copies)
         # the version guard is for host-side caches keyed on parameter versions (the conv+bn fold), which only
         # inference graphs have; in training the optimizer moves every version each step
         entry = _Entry(graph, static, copied, values, specs, check_versions=self.kind == "inference")
