@@ -93,8 +93,10 @@ def _replay_models() -> list:
         import transformers
     except ImportError:
         return models
+    # dropout 0: a training step with dropout is not replayed (a replay would repeat its mask)
     cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=32)
+                                  intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0)
     bert = transformers.BertModel(cfg)
     models.append(("BERT 2 layers h32 b2 s8", bert, (), {"input_ids": torch.randint(0, 100, (2, 8)),
                                                          "attention_mask": torch.ones(2, 8, dtype=torch.long)}))
@@ -166,14 +168,59 @@ def measure_replay(name: str, model: torch.nn.Module, args: tuple, kwargs: dict,
     return r
 
 
+def measure_replay_train(name: str, model: torch.nn.Module, args: tuple, kwargs: dict, backend: str,
+                         calls: int) -> dict:
+    """One training step (forward, mean-square loss, backward, SGD step; gradients set to None) of eager fl,
+    compiled fl, replayed fl (forward and backward graphs replayed) and native CPU PyTorch."""
+    from torch_fl.compile import dynamo as fl_dynamo
+
+    fl_dynamo.reset()
+    fl.set_backend(backend)
+    dev = fl.device(backend)
+    model = copy.deepcopy(model).train()
+    on_fl = copy.deepcopy(model).to(dev)
+    fl_args = tuple(a.to(dev) for a in args)
+    fl_kwargs = {k: v.to(dev) for k, v in kwargs.items()}
+    compiled_model, replayed_model = copy.deepcopy(on_fl), on_fl
+    compiled = torch.compile(compiled_model, backend="fl")
+    replayed = torch.compile(replayed_model, backend="fl", options={"replay": True})
+
+    def stepper(fn, params, a, kw):
+        opt = torch.optim.SGD(params, lr=1e-3)
+
+        def step():
+            out = fn(*a, **kw)
+            out = getattr(out, "last_hidden_state", out)
+            loss = out.square().mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return step
+
+    sync = torch.fl.synchronize
+    cpu_eager = copy.deepcopy(model)
+    r = {"backend": backend, "model": name + " (train step)",
+         "native_cpu_us": _median_call_us(stepper(cpu_eager, cpu_eager.parameters(), args, kwargs), calls,
+                                          lambda: None),
+         "eager_us": _median_call_us(stepper(copy.deepcopy(on_fl), on_fl.parameters(), fl_args, fl_kwargs), calls,
+                                     sync),
+         "compiled_us": _median_call_us(stepper(compiled, compiled_model.parameters(), fl_args, fl_kwargs), calls,
+                                        sync),
+         "replayed_us": _median_call_us(stepper(replayed, replayed_model.parameters(), fl_args, fl_kwargs), calls,
+                                        sync)}
+    status = [g.replay for g in fl_dynamo.fusion_report(replayed).graphs if g.replay is not None]
+    r["replay"] = str(status[0]) if len(status) == 1 else f"{len(status)} graphs"
+    return r
+
+
 def replay_line(r: dict) -> str:
     base = r["native_cpu_us"]
     times = "  ".join(f"{k} {r[k + '_us']:>8.1f} us (x{r[k + '_us'] / base:5.2f})"
                       for k in ("eager", "compiled", "replayed"))
-    head = f"{r['model']:<36} {r['backend']:<8} native CPU {base:>7.1f} us  {times}"
-    if "kernels" not in r:
-        return f"{head}\n{'':<45}{r['replay']}"
-    return (f"{head}\n{'':<45}{r['kernels']} kernels, {r['kernel_us']:.1f} us inside them; host per kernel: "
+    head = f"{r['model']:<47} {r['backend']:<8} native CPU {base:>7.1f} us  {times}"
+    if "kernels" not in r:  # a training step, or a graph that is not replayed
+        return f"{head}\n{'':<56}{r['replay']}"
+    return (f"{head}\n{'':<56}{r['kernels']} kernels, {r['kernel_us']:.1f} us inside them; host per kernel: "
             f"loop {r['host_per_kernel_loop_us'] * 1e3:.0f} ns, whole call {r['host_per_kernel_call_us']:.2f} us; "
             f"replay wrapper {r['replay_wrapper_us']:.1f} us/call (kernels included)")
 
@@ -199,6 +246,11 @@ def main() -> None:
                 r = measure_replay(name, model, margs, mkwargs, backend, args.calls)
                 results.append(r)
                 print(replay_line(r), flush=True)
+            for name, model, margs, mkwargs in _replay_models():
+                if not args.skip_train:
+                    r = measure_replay_train(name, model, margs, mkwargs, backend, max(args.calls // 4, 5))
+                    results.append(r)
+                    print(replay_line(r), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
