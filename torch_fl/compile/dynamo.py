@@ -32,6 +32,10 @@ Passes (same names as `fl.compile`; switch one off with
               fl::linear_add_layer_norm / fl::add_layer_norm
 Not yet: `qkv`, `pointwise`, `layout` (accepted as names, nothing applied).
 
+`options={"replay": True}` records each aten graph whose ops are all plugin
+kernel calls once as a kernel list and replays it without per-op Python
+(compile/replay.py); the report's `replay:` line says whether, or why not.
+
 `fusion_report(compiled)` returns what happened to a model compiled with
 backend="fl": per Dynamo graph, its aten graphs (forward/backward/inference)
 with the patterns fused (where, what, by what), graph breaks with Dynamo's
