@@ -379,5 +379,6 @@ def test_pass_selection_and_fl_fusion_disable(monkeypatch):
     with pytest.raises(ValueError, match="unknown pass 'conv'"):
         fl_dynamo.enabled_passes(None)
     monkeypatch.delenv("FL_FUSION_DISABLE")
-    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match=r"takes options=\{'passes': \.\.\.\} only"):
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed,
+                       match=r"takes options=\{'passes': \.\.\., 'replay': \.\.\.\} only"):
         torch.compile(nn.Linear(2, 2).to("fl"), backend="fl", options={"mode": 1})(torch.randn(1, 2).to("fl"))

@@ -39,14 +39,16 @@ __all__ = ["AtenGraph", "DynamoGraph", "FusionReport", "Measurement", "PASS_NAME
 
 
 def compile(model: Callable, *, passes: Mapping[str, bool] | Iterable[str] | None = None,  # noqa: A001
-            dynamic: bool | None = None, fullgraph: bool = False) -> Callable:
+            dynamic: bool | None = None, fullgraph: bool = False, replay: bool = False) -> Callable:
     """`torch.compile(model, backend="fl")` with a pass selection.
 
     passes: which fusion passes run (all by default): a list of names, or
     {name: bool} to switch some off; FL_FUSION_DISABLE=name,name switches passes
     off on top. dynamic and fullgraph are torch.compile's: dynamic=None lets
     Dynamo compile sizes symbolically once a size changes (one recompilation,
-    then none); fullgraph=True makes a graph break an error."""
+    then none); fullgraph=True makes a graph break an error. replay=True records
+    each aten graph whose ops are all plugin kernel calls once and replays its
+    kernel list without per-op Python (compile/replay.py)."""
     if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
         raise TypeError("this model is already compiled; compile the original (compiled._orig_mod) to change "
                         "passes")
@@ -55,7 +57,7 @@ def compile(model: Callable, *, passes: Mapping[str, bool] | Iterable[str] | Non
     chosen = enabled_passes(passes)
     if not config.env_bool("FL_COMPILE", True):
         return model
-    return torch.compile(model, backend=dynamo.backend(chosen), dynamic=dynamic, fullgraph=fullgraph)
+    return torch.compile(model, backend=dynamo.backend(chosen, replay=replay), dynamic=dynamic, fullgraph=fullgraph)
 
 
 def fusion_report(compiled: Any) -> FusionReport:

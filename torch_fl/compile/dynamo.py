@@ -43,6 +43,10 @@ Passes (same names as `fl.compile`; switch one off with
               by whether its convolution keeps the layout; no bundled backend's
               does, so it records the convolutions kept, with why (aten_passes.py)
 
+`options={"replay": True}` records each aten graph whose ops are all plugin
+kernel calls once as a kernel list and replays it without per-op Python
+(compile/replay.py); the report's `replay:` line says whether, or why not.
+
 `fusion_report(compiled)` returns what happened to a model compiled with
 backend="fl": per Dynamo graph, its aten graphs (forward/backward/inference)
 with the patterns fused (where, what, by what), graph breaks with Dynamo's
@@ -67,6 +71,7 @@ import torch.fx as fx
 from ..dispatch import sdpa_backward, sdpa_forward
 from . import aten_passes
 from .inplace import restore_inplace_updates
+from .replay import ReplayStatus, replayable
 from .report import GRAPHS, AtenGraph, DynamoGraph, FusionReport, Pattern, forget, frame_modules
 
 aten = torch.ops.aten
@@ -686,7 +691,7 @@ def _buffer_updates(ctx: _Ctx) -> None:
                                     "the updated statistics are an output of an inference graph"))
 
 
-def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[str]) -> Callable:
+def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[str], replay: bool = False) -> Callable:
     def compile_aten(gm: fx.GraphModule, example_inputs: list) -> Callable:
         from functorch.compile import make_boxed_func
 
@@ -702,6 +707,8 @@ def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[st
         gm.graph.lint()
         gm.recompile()
         record.aten_graphs.append(AtenGraph(kind, before, _count_ops(gm), ctx.patterns))
+        if replay:
+            return replayable(make_boxed_func(gm.forward), record.replay, kind)
         return make_boxed_func(gm.forward)
 
     return compile_aten
@@ -723,8 +730,9 @@ def fusion_report(compiled: Any) -> FusionReport:
     return FusionReport.of(compiled)
 
 
-def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -> Callable:
-    """One Dynamo graph through AOTAutograd, its aten graphs through the passes."""
+def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], replay: bool = False) -> Callable:
+    """One Dynamo graph through AOTAutograd, its aten graphs through the passes (replay: each aten graph
+    recorded and replayed as a kernel list where it can be, compile.replay)."""
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
@@ -738,7 +746,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
                          frame.filename if frame else "", backend, list(passes),
                          reason.reason if reason is not None and reason.graph_break else None,
                          dynamic=any(_symbolic(n.meta.get("example_value")) for n in gm.graph.nodes
-                                             if n.op == "placeholder"), modules=frame_modules())
+                                             if n.op == "placeholder"), modules=frame_modules(),
+                         replay=ReplayStatus() if replay else None)
     wrapper = record.filename.replace(os.sep, "/").endswith("_dynamo/external_utils.py")
     if (wrapper or record.frame in ("forward", "_call_impl")) and record.modules:
         module = record.modules[0]()  # torch.compile(module)'s wrapper frame or a bare forward: name the model
@@ -755,9 +764,9 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
         gm.recompile()
         record.aten_graphs.append(AtenGraph("captured", before, _count_ops(gm), captured))
     return aot_autograd(
-        fw_compiler=_aten_compiler("forward", record, kernels, passes),
-        bw_compiler=_aten_compiler("backward", record, kernels, passes),
-        inference_compiler=_aten_compiler("inference", record, kernels, passes),
+        fw_compiler=_aten_compiler("forward", record, kernels, passes, replay),
+        bw_compiler=_aten_compiler("backward", record, kernels, passes, replay),
+        inference_compiler=_aten_compiler("inference", record, kernels, passes, replay),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
@@ -765,19 +774,22 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str]) -
 
 def fl_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The Dynamo backend named "fl" (entry point group `torch_dynamo_backends`):
-    `torch.compile(model, backend="fl", options={"passes": {...}})`."""
+    `torch.compile(model, backend="fl", options={"passes": {...}, "replay": True})`."""
     options = dict(kwargs.pop("options", None) or {})
     passes = enabled_passes(options.pop("passes", None))
+    replay = bool(options.pop("replay", False))
     if options or kwargs:
-        raise TypeError(f"backend='fl' takes options={{'passes': ...}} only, not {sorted({**options, **kwargs})}")
-    return compile_graph(gm, example_inputs, passes)
+        raise TypeError(f"backend='fl' takes options={{'passes': ..., 'replay': ...}} only, not "
+                        f"{sorted({**options, **kwargs})}")
+    return compile_graph(gm, example_inputs, passes, replay)
 
 
-def backend(passes: Mapping[str, bool] | Iterable[str] | None = None) -> Callable:
-    """A backend callable with a fixed pass selection: torch.compile(m, backend=backend({"conv_bn": False}))."""
+def backend(passes: Mapping[str, bool] | Iterable[str] | None = None, replay: bool = False) -> Callable:
+    """A backend callable with a fixed pass selection: torch.compile(m, backend=backend({"conv_bn": False}));
+    replay=True records and replays the aten graphs where it can (compile.replay)."""
     chosen = enabled_passes(passes)
 
     def fl_with_passes(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
-        return compile_graph(gm, example_inputs, chosen)
+        return compile_graph(gm, example_inputs, chosen, replay)
 
     return fl_with_passes

@@ -62,6 +62,7 @@ class DynamoGraph:
     dynamic: bool = False  # compiled with symbolic sizes: new lengths reuse it instead of recompiling
     aten_graphs: list[AtenGraph] = field(default_factory=list)
     modules: list = field(default_factory=list, repr=False)  # weak references to the nn.Modules of the frame
+    replay: Any = None  # compile.replay.ReplayStatus with options={"replay": True}: replayed, or why not
 
     @property
     def frame_id(self) -> str:
@@ -217,6 +218,8 @@ class FusionReport(Report):
                     mark = "fused" if p.applied else "kept "
                     lines.append(f"    {mark} {p.pattern} at {p.where}: {' + '.join(p.replaced)} -> {p.replacement}"
                                  + (f" ({p.note})" if p.note else ""))
+            if g.replay is not None:
+                lines.append(f"  replay: {g.replay}")
         return "\n".join(lines)
 
     def render(self) -> str:

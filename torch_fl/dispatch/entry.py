@@ -40,7 +40,7 @@ from .meta import (
     sdp_choice,
     view_op,
 )
-from .plan import GENERIC, composite, compute
+from .plan import GENERIC, composite, compute, decomposition_context
 
 aten = torch.ops.aten
 
@@ -127,6 +127,7 @@ def install() -> None:
         lib.fallback(not_traced(_sparse_on_fl), dispatch_key=key)
     _LIBS.append(lib)
     events.ON_LISTENERS.append(native.sync_fast_path)
+    events.OP_CONTEXT[0] = decomposition_context
     native.sync_fast_path()
     events.FAST_KERNELS[0] = core.lib().fl_core_fast_hits
     direct = set(DIRECT) | _own_decomposed_ops() | _generic_out_ops()

@@ -128,6 +128,13 @@ def decomposing() -> set:
     return s
 
 
+def decomposition_context() -> str:
+    """The decompositions in progress on this thread, named (a kernel graph's recorder says where a host
+    read or a CPU fallback happened: runtime.events.OP_CONTEXT)."""
+    active = getattr(TLS, "active", None)
+    return ("the decomposition of " + ", ".join(sorted(f.name() for f in active))) if active else ""
+
+
 def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     plan = Plan(f.name, backend.name, tuple(dtype_name(d) for d in dtypes))
     dev_mask = backend.devices[0].props.dtypes if backend.devices else 0

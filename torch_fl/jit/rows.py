@@ -231,6 +231,8 @@ def _run_whole(f, entry, dev, flat, layouts):
     c_args = ffi.new("fl_arg_t[]", 1)
     status = entry.fn(ffi.NULL, dev.local, c_in, 1, c_out, 2, c_args, 0)
     events.KERNELS[0] += 1
+    if events.RECORDING[0] is not None:  # a call run_native does not make: a kernel graph cannot hold it
+        events.RECORDING[0].refuse(f"{f.name} of a whole tensor runs a JIT kernel outside run_native")
     dev.plugin.check(status, f"kernel {f.name}")
     return value
 

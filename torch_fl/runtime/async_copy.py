@@ -54,6 +54,7 @@ def copy_stream(device):
 def h2d(dst, src) -> None:
     """Enqueue src's bytes (a pinned, contiguous CPU tensor, kept alive) into the contiguous fl tensor dst."""
     dev = device_of(dst)
+    events.host_access("writes device memory from the host")
     p, t = dev.plugin, dev.plugin.table
     base = base_ptr(dst)
     key = (dev.index, base)

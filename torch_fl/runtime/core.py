@@ -149,6 +149,14 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fl_core_fast_commit": ([ctypes.c_char_p, c_void, c_int, c_int, c_void, c_int, c_void, c_void, c_int, c_void,
                                  c_void, c_void, c_int, c_void, c_int, c_void, c_int, c_i64], c_int),
         "fl_core_fast_take_counts": ([ctypes.POINTER(c_i64), c_i64], c_i64),
+        "fl_core_graph_new": ([c_int], c_void),
+        "fl_core_graph_free": ([c_void], None),
+        "fl_core_graph_add_kernel": ([c_void, c_void, c_int, c_void, c_int, c_void, c_int, c_void, c_int, c_i64],
+                                     c_int),
+        "fl_core_graph_add_input": ([c_void, c_void, c_u64], c_int),
+        "fl_core_graph_add_output": ([c_void, c_void, c_u64], c_int),
+        "fl_core_graph_size": ([c_void], c_i64),
+        "fl_core_graph_replay": ([c_void, c_void, c_void, c_int, ctypes.POINTER(c_i64), c_void], c_int),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(lib, name)

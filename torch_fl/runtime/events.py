@@ -32,6 +32,19 @@ LISTENERS: list = []
 DEPTH = [0]
 
 
+RECORDING: list = [None]  # the graph Recorder (runtime.graph) while one records, else None
+# where the op being served runs, for a recorder's reason ("the decomposition of aten::index.Tensor"); the
+# dispatcher installs its own (the runtime cannot see which decompositions are in progress)
+OP_CONTEXT: list = [lambda: ""]
+
+
+def host_access(what: str) -> None:
+    """Device memory met the host (a transfer, a host view, a plugin copy): a recording cannot replay it."""
+    rec = RECORDING[0]
+    if rec is not None:
+        rec.transfer(what)
+
+
 FAST_KERNELS = [lambda: 0]  # kernels the C++ core's fast path launched (it runs only while nobody listens)
 
 
@@ -59,6 +72,8 @@ def remove_listener(fn) -> None:
 def count(backend, name: str, path: str) -> None:
     """One call of op `name` served by `path` on a backend (its counts, always kept)."""
     key = (name, path)
+    if RECORDING[0] is not None:
+        RECORDING[0].op(name, path)
     counts = backend.own_counts
     counts[key] = counts.get(key, 0) + 1
 

@@ -264,6 +264,8 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
         return NOT_HANDLED
     events.KERNELS[0] += 1
     dev.plugin.check(status, f"kernel {f.name}")
+    if events.RECORDING[0] is not None:
+        events.RECORDING[0].kernel(f, kernel, dev, vals, outs, inputs, out_descs, cargs)
     if site is not None:
         site.update(kernel=kernel, dev=dev, inputs=inputs, in_src=in_src, outs=outs, out_descs=out_descs,
                     out_src=out_src, cargs=cargs, patches=patches)
@@ -344,5 +346,6 @@ def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None)
 
 
 def sync_fast_path() -> None:
-    """The fast path serves calls only while nobody listens (the profiler sees every call)."""
-    core.lib().fl_core_fast_enable(int(FAST[0] and not events.LISTENERS))
+    """The fast path serves calls only while nobody listens (the profiler sees every call) and nothing
+    records (a kernel graph's recorder sees every call: runtime.graph)."""
+    core.lib().fl_core_fast_enable(int(FAST[0] and not events.LISTENERS and events.RECORDING[0] is None))

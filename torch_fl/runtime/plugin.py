@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import KernelError, PluginError, PluginLoadError
-from . import abi
+from . import abi, events
 from .abi import ffi
 from .dtypes import mask_to_names
 
@@ -246,14 +246,17 @@ class Plugin:
         return int(out[0])
 
     def copy_h2d(self, device: int, dst: int, src: int, nbytes: int) -> None:
+        events.host_access("writes device memory from the host")
         self.check(self.table.copy_h2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, ffi.NULL),
                    "copy_h2d")
 
     def copy_d2h(self, device: int, dst: int, src: int, nbytes: int) -> None:
+        events.host_access("reads device memory on the host")
         self.check(self.table.copy_d2h(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, ffi.NULL),
                    "copy_d2h")
 
     def copy_d2d(self, device: int, dst: int, src: int, nbytes: int) -> None:
+        events.host_access("copies device memory outside a kernel")
         self.check(self.table.copy_d2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, ffi.NULL),
                    "copy_d2d")
 

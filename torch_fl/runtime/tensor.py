@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from . import events
 from .abi import ffi
 from .dtypes import TO_CODE
 from .registry import REGISTRY
@@ -47,6 +48,7 @@ def desc(t: torch.Tensor) -> dict:
 def host_bytes(t: torch.Tensor) -> torch.Tensor:
     """t's whole storage as a CPU uint8 tensor aliasing device memory (host-accessible devices only)."""
     n = storage_nbytes(t)
+    events.host_access("reads or writes device memory through a host view")
     if n == 0:
         return torch.empty(0, dtype=torch.uint8)
     return torch.frombuffer(ffi.buffer(ffi.cast("char*", base_ptr(t)), n), dtype=torch.uint8)

@@ -1,0 +1,336 @@
+"""Graph replay for `torch.compile(model, backend="fl", options={"replay": True})`.
+
+An aten graph (inference, or a training step's forward and backward) whose
+every op ends in a plugin kernel call (native or fused
+kernels, JIT kernels run the same way, decompositions into those) is recorded
+once as a kernel list (torch_fl.runtime.recording / KernelGraph) and then
+replayed by one C function: no dispatcher, no per-op Python. Why: for small
+models the host time per op, not the kernels, is the step time.
+
+The lifecycle, per input signature (shapes, strides, dtypes, devices, the
+parameters' storages, non-tensor values):
+  1st call   runs the graph normally (a warm-up: plans, JIT kernels, the
+             conv+bn fold cache are made outside the recording);
+  2nd call   runs it under the recorder, on private static copies of the
+             caller's inputs; if something in it cannot be replayed (a CPU
+             fallback, a host copy, .item(), a random op, ...) the graph is
+             reported not replayable with the op named, and this signature
+             keeps running normally, with the same results;
+  later      replay: the caller's inputs are copied into the static input
+             buffers, the kernels run, the outputs are copied out.
+Parameters and buffers (AOTAutograd's static inputs) are used in place: their
+storage is part of the recording, so an in-place update (an optimizer step,
+load_state_dict) is seen by the next replay; a parameter with a new storage, or,
+in an inference graph, one whose version counter moved (the conv+bn fold caches
+on it; training graphs have no such cache, and the optimizer moves every version
+each step), makes the next call a warm-up and the one after a new recording. A
+backward graph's inputs (saved tensors, gradients) are all copied. A changed shape, dtype or
+stride is another signature (recorded anew, up to MAX_SIGNATURES, then run
+normally): never a replay of the wrong shapes.
+
+Outputs: fresh tensors on every call (a copy out of the static outputs), so a
+result stays valid after the next call, unlike torch.cuda.graphs' static
+outputs; an output that is a view of an input is the same view of the caller's
+tensor. The graph steps aside (runs normally) while a profiler listens, since
+it reports every op, and inside another recording. A Dynamo graph's status
+(fusion_report's `replay:` line) covers its aten graphs: a training step is
+replayed when both its forward and its backward are (dropout with p > 0 keeps
+them from it: a replay would repeat the mask)."""
+
+from __future__ import annotations
+
+import operator
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..runtime import KernelGraph, async_copy, events, recording
+
+MAX_SIGNATURES = 8  # recordings kept per graph (each holds its buffers)
+_RECORDING_LOCK = threading.Lock()
+_DATA_PTR = torch.Tensor.data_ptr
+_VERSION = operator.attrgetter("_version")
+
+
+@dataclass
+class ReplayStatus:
+    """Whether a graph is replayed, and why not: the per-graph line of fusion_report."""
+
+    replayed: bool = False
+    reason: str | None = "not run yet (the first call is a warm-up, the second records)"
+    kernels: int = 0
+    replays: int = 0
+    recordings: int = 0
+    replay_ns: int = 0  # time spent in the replay calls, guards to outputs (kernels included): the wrapper's cost
+    last_replay_ns: int = 0  # the latest replay call's
+    # per aten graph of this Dynamo graph ("inference", or "forward" and "backward"): [replayed, reason, kernels]
+    parts: dict = field(default_factory=dict)
+    # the latest recording's KernelGraph (its kernel names, kernel_count; bench_fusion times it): a plain
+    # attribute, not a field, so that the report stays plain data (asdict)
+    graph = None
+
+    def update(self, kind: str, replayed: bool, reason: str | None, kernels: int = 0) -> None:
+        """One aten graph's state; the status is replayed when all of them are (a training step is
+        replayed when both its forward and its backward are), and names the first reason otherwise."""
+        self.parts[kind] = [replayed, reason, kernels]
+        self.replayed = all(p[0] for p in self.parts.values())
+        many = len(self.parts) > 1
+        self.reason = next(((f"{k}: {p[1]}" if many else p[1]) for k, p in self.parts.items() if not p[0]), None)
+        self.kernels = sum(p[2] for p in self.parts.values() if p[0])
+
+    def __str__(self) -> str:
+        if self.replayed:
+            kinds = f" ({' + '.join(f'{k} {p[2]}' for k, p in self.parts.items())})" if len(self.parts) > 1 else ""
+            return (f"replayed: {self.kernels} kernels{kinds}, {self.replays} replay(s), {self.recordings} "
+                    f"recording(s)")
+        return f"not replayed: {self.reason}"
+
+
+class _Entry:
+    """One signature's recording: the kernel graph, its static buffers, how to make the outputs."""
+
+    __slots__ = ("graph", "pick", "objs", "ptrs", "pick_versioned", "versions", "copied", "values", "out_specs")
+
+    def __init__(self, graph: KernelGraph | None, static: list, copied: list, values: list, out_specs: list,
+                 check_versions: bool = True):
+        self.graph = graph
+        # the static inputs (parameters, buffers): picked from the arguments in one call, checked by
+        # identity, address and version counter with C-level loops (a model has hundreds of them)
+        self.pick = _picker([i for i, _ in static])
+        self.objs = tuple(a for _, a in static)
+        self.ptrs = [a.data_ptr() for a in self.objs]
+        # inference tensors keep no version counter (nothing outside inference mode can change them in place)
+        versioned = [(i, a) for i, a in static if check_versions and not a.is_inference()]
+        self.pick_versioned = _picker([i for i, _ in versioned])
+        self.versions = [a._version for _, a in versioned]
+        self.copied = copied  # (index, static buffer)
+        self.values = values  # (index, value) of the non-tensor arguments the recording saw
+        self.out_specs = out_specs
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from t's first to its last (what torch.empty_strided allocates for t's layout): the bytes a
+    replay copies for an input or an output, dense or not."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+
+
+def _picker(indices: list[int]) -> Callable[[list], tuple]:
+    """args -> the tuple of args[i] for i in indices, in one C call (operator.itemgetter)."""
+    if len(indices) > 1:
+        return operator.itemgetter(*indices)
+    if indices:
+        return lambda args, i=indices[0]: (args[i],)
+    return lambda args: ()
+
+
+class ReplayedGraph:
+    """A boxed compiled aten graph (make_boxed_func) that replays its recording where it can."""
+
+    _boxed_call = True
+
+    def __init__(self, fn: Callable, static_inputs: set[int], mutated: set[int], status: ReplayStatus,
+                 kind: str = "inference"):
+        self.fn = fn
+        self.kind = kind
+        self._boxed_call = True  # on the instance too: wrappers that copy __dict__ (functools.wraps) keep it
+        self.static_inputs = static_inputs
+        self.mutated = mutated
+        self.status = status
+        self.entries: dict = {}  # signature -> _Entry (graph None: not replayable)
+        self.warm: set = set()  # signatures that ran their warm-up
+        self.last: _Entry | None = None
+        self.lock = threading.Lock()
+        # an input the caller owns that the graph writes into: the write would land in a static copy
+        self.writes_inputs = bool(mutated - static_inputs)
+        if self.writes_inputs:
+            status.update(kind, False, f"the graph writes into its input(s) {sorted(mutated - static_inputs)}")
+
+    def __call__(self, args: list) -> Any:
+        t0 = time.perf_counter_ns()
+        if events.LISTENERS or events.RECORDING[0] is not None or self.writes_inputs:
+            return self.fn(args)
+        entry = self.last
+        if entry is not None and entry.graph is not None and self._matches(entry, args):
+            return self._replay(entry, args, t0)
+        key = self._signature(args)
+        if key is None:
+            return self.fn(args)
+        entry = self.entries.get(key)
+        if entry is not None and (entry.graph is None or self._matches(entry, args)):
+            if entry.graph is None:
+                return self.fn(args)
+            self.last = entry
+            return self._replay(entry, args, t0)
+        if entry is not None:  # same shapes, but a parameter's version moved: warm up, then record anew
+            del self.entries[key]
+            self.warm.discard(key)
+            self.last = None
+        if key not in self.warm:
+            self.warm.add(key)
+            return self.fn(args)
+        if len(self.entries) >= MAX_SIGNATURES:
+            return self.fn(args)
+        return self._record(key, args)
+
+    # -- signatures and guards --------------------------------------------------------
+
+    def _signature(self, args: list) -> tuple | None:
+        """What a recording depends on; None where a value cannot be a part of one (a CPU tensor)."""
+        key = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                if a.device.type != "fl":
+                    if not any(e.graph is not None for e in self.entries.values()):
+                        self.status.update(self.kind, False, f"input {i} is a {a.device.type} tensor (its values "
+                                                             f"would be baked into the kernels)")
+                    return None
+                ptr = a.untyped_storage().data_ptr() if i in self.static_inputs else None
+                key.append((ptr, a.dtype, a.device, tuple(a.shape), a.stride(), a.storage_offset() if ptr else 0))
+            elif a is None or isinstance(a, (int, float, bool)):
+                key.append(("value", type(a), a))
+            else:
+                return None
+        return tuple(key)
+
+    @staticmethod
+    def _matches(entry: _Entry, args: list) -> bool:
+        statics = entry.pick(args)
+        if not all(map(operator.is_, statics, entry.objs)):
+            for a, t in zip(statics, entry.objs, strict=True):  # another tensor object: the same memory and layout?
+                if not isinstance(a, torch.Tensor) or a.dtype != t.dtype or a.shape != t.shape or \
+                        a.stride() != t.stride() or a.device != t.device:
+                    return False
+        if list(map(_DATA_PTR, statics)) != entry.ptrs or \
+                list(map(_VERSION, entry.pick_versioned(args))) != entry.versions:
+            return False
+        for i, buf in entry.copied:
+            a = args[i]
+            if not isinstance(a, torch.Tensor) or a.shape != buf.shape or a.stride() != buf.stride() or \
+                    a.dtype != buf.dtype or a.device != buf.device:
+                return False
+        for i, value in entry.values:
+            if args[i] != value or type(args[i]) is not type(value):
+                return False
+        return True
+
+    # -- record ------------------------------------------------------------------------
+
+    def _record(self, key: tuple, args: list) -> Any:
+        if not _RECORDING_LOCK.acquire(blocking=False):  # another thread records (one recorder per process)
+            self.warm.discard(key)  # this signature warms up and records again later
+            return self.fn(args)
+        try:
+            return self._record_locked(key, args)
+        finally:
+            _RECORDING_LOCK.release()
+
+    def _record_locked(self, key: tuple, args: list) -> Any:
+        copied, static, values = [], [], []
+        call = list(args)
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                values.append((i, a))
+            elif i in self.static_inputs:
+                static.append((i, a))
+            else:
+                # the static buffer has the input's strides (an expanded gradient keeps its stride 0), so the
+                # replay copies the bytes of the input's span, whatever its layout
+                buf = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+                n = _span(a)
+                if n:
+                    buf.as_strided((n,), (1,), buf.storage_offset()).copy_(a.as_strided((n,), (1,), a.storage_offset()))
+                copied.append((i, buf))
+                call[i] = buf
+        with recording() as rec:
+            outs = self.fn(call)
+        self.status.recordings += 1
+        if rec.reason is not None:
+            return self._refuse(key, args, rec.reason, outs)
+        by_storage = {a.untyped_storage().data_ptr(): ("static", i, a) for i, a in static}
+        by_storage.update({b.untyped_storage().data_ptr(): ("input", i, b) for i, b in copied})
+        specs, out_copies = [], []
+        for k, o in enumerate(outs):
+            if not isinstance(o, torch.Tensor):
+                specs.append(("value", o))
+                continue
+            if o.device.type != "fl":
+                return self._refuse(key, args, f"output {k} is a {o.device.type} tensor", outs)
+            base = by_storage.get(o.untyped_storage().data_ptr())
+            if base is not None:  # a view of an input: the same view of the caller's tensor
+                kind, i, t = base
+                specs.append((kind, i, tuple(o.shape), o.stride(), o.storage_offset() - t.storage_offset()))
+                continue
+            specs.append(("copy", tuple(o.shape), o.stride(), o.dtype, o.device))  # a fresh tensor of its strides
+            out_copies.append((o.data_ptr(), _span(o) * o.element_size()))
+        if rec.device is None:
+            return self._refuse(key, args, "the graph launches no kernel", outs)
+        graph = KernelGraph(rec, [(b.data_ptr(), _span(b) * b.element_size()) for _, b in copied], out_copies)
+        # the version guard is for host-side caches keyed on parameter versions (the conv+bn fold), which only
+        # inference graphs have; in training the optimizer moves every version each step
+        entry = _Entry(graph, static, copied, values, specs, check_versions=self.kind == "inference")
+        self.entries[key] = entry
+        self.last = entry
+        self.status.update(self.kind, True, None, graph.kernel_count)
+        self.status.graph = graph
+        # this call's results: copies of the static outputs, as every replay returns them
+        return self._outputs(entry, args, lambda dsts: graph.replay(None, dsts, run_kernels=False))
+
+    def _refuse(self, key: tuple, args: list, reason: str, outs: Any = None) -> Any:
+        self.entries[key] = _Entry(None, [], [], [], [])
+        self.status.update(self.kind, any(e.graph is not None for e in self.entries.values()), reason,
+                           self.status.parts.get(self.kind, [0, 0, 0])[2])
+        return outs if outs is not None else self.fn(args)
+
+    # -- replay ------------------------------------------------------------------------
+
+    def _replay(self, entry: _Entry, args: list, t0: int) -> Any:
+        if async_copy.PENDING:
+            async_copy.wait_for([args[i] for i, _ in entry.copied])
+        srcs = [args[i].data_ptr() for i, _ in entry.copied]
+        with self.lock:
+            out = self._outputs(entry, args, lambda dsts: entry.graph.replay(srcs, dsts))
+        self.status.replays += 1
+        took = time.perf_counter_ns() - t0
+        self.status.replay_ns += took
+        self.status.last_replay_ns = took
+        return out
+
+    @staticmethod
+    def _outputs(entry: _Entry, args: list, run: Callable) -> list:
+        outs, dsts = [], []
+        for spec in entry.out_specs:
+            kind = spec[0]
+            if kind == "copy":
+                t = torch.empty_strided(spec[1], spec[2], dtype=spec[3], device=spec[4])
+                dsts.append(t.data_ptr())
+                outs.append(t)
+            elif kind == "value":
+                outs.append(spec[1])
+            else:
+                a = args[spec[1]]
+                outs.append(a.as_strided(spec[2], spec[3], a.storage_offset() + spec[4]))
+        run(dsts)
+        args.clear()  # the boxed convention: the callee drops its inputs
+        return outs
+
+
+def replayable(fn: Callable, status: ReplayStatus, kind: str = "inference") -> ReplayedGraph:
+    """Wrap a boxed aten graph (make_boxed_func) of `kind` ("inference", "forward", "backward") for replay.
+    Called inside AOTAutograd's compiler, where its metadata says which inputs of an inference or forward
+    graph are parameters/buffers (used in place, not copied) and which inputs the graph mutates; a backward
+    graph's inputs (saved tensors, gradients) are all copied."""
+    static: set[int] = set()
+    mutated: set[int] = set()
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is not None and kind != "backward":
+        static = set(getattr(meta, "static_input_indices", ()) or ())
+        mutated = {i for i, info in enumerate(getattr(meta, "input_info", ()))
+                   if info.mutates_data or info.mutates_metadata}
+    return ReplayedGraph(fn, static, mutated, status, kind)

@@ -1,0 +1,224 @@
+"""Kernel graphs: a piece of work recorded once as the list of plugin kernel
+calls it made, then replayed by one C function with no per-op Python.
+
+Why: a compiled graph of small ops spends most of its time in the dispatcher
+(Python or the C++ fast path: keying the call, allocating outputs) rather than
+in the kernels. When every op of the graph is a plugin kernel call, the calls
+themselves are all that is left to do: the same kernels on the same buffers
+with the same arguments, like a CUDA graph (torch.cuda.graphs) or
+torch.accelerator.Graph.
+
+While a `Recorder` is active (`recording()`), `run_native` hands it every
+kernel call it makes (the kernel, the device, the descriptor and argument
+arrays as built: the descriptors hold the buffers' addresses), and the C++
+fast path steps aside so every call is seen. Whatever else touches device
+memory makes the recording unusable, with a reason naming the op: a CPU
+fallback, a copy between host and device, a host read of device memory
+(`.item()`, a zero-copy host view), a kernel launched without run_native, an
+op that draws random numbers (a replay would repeat them), work on another
+thread or another device. The recorder keeps every storage it saw alive (the
+static buffers, like a CUDA graph's memory pool): the recorded addresses stay
+valid for the life of the graph.
+
+`KernelGraph` hands the recorded list to the C++ core (csrc/fl_core.cpp,
+fl_core_graph_*): a replay copies the caller's inputs into the static input
+buffers, calls every kernel in order, checks each status (a failure raises the
+plugin's error naming the op and step) and copies the static outputs out.
+What is an input or an output, and when a graph may be replayed at all, is
+the caller's business (torch_fl.compile.replay for torch.compile graphs)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+
+from ..errors import FlError
+from . import core, events
+from .abi import ffi
+from .events import COPY, FALLBACK, JIT, NATIVE
+from .tensor import is_fl, iter_tensors
+
+
+class Recorder:
+    """What a recording saw: the kernel calls in order, the storages they touched,
+    and the first reason (if any) the work cannot be replayed."""
+
+    def __init__(self) -> None:
+        self.steps: list[list] = []  # [name, kernel, dev, inputs, out_descs, cargs, path]
+        self.keep: list = []  # storages and kernel entries the recorded calls need alive
+        self.reason: str | None = None
+        self.device = None
+        self._host: str | None = None  # a host transfer not yet tied to an op
+        self._thread = threading.get_ident()
+        self._seen: set[int] = set()
+
+    def refuse(self, reason: str) -> None:
+        """The recorded work cannot be replayed; the first reason is the one reported."""
+        if self.reason is None:
+            self.reason = reason
+
+    def kernel(self, f, kernel, dev, vals, outs, inputs: list, out_descs: list, cargs: list) -> None:
+        """run_native made this call (it succeeded)."""
+        if threading.get_ident() != self._thread:
+            self.refuse(f"{f.name} ran on another thread during the recording")
+            return
+        if _draws_random(f, vals):
+            self.refuse(f"{f.name} draws random numbers (a replay would repeat the same ones)")
+        if self.device is None:
+            self.device = dev
+        elif dev is not self.device:
+            self.refuse(f"{f.name} ran on {dev.torch_device}, the recording began on {self.device.torch_device}")
+        for t in iter_tensors(list(vals) + list(outs)):
+            if is_fl(t):
+                s = t.untyped_storage()
+                if s.data_ptr() not in self._seen:
+                    self._seen.add(s.data_ptr())
+                    self.keep.append(s)
+        self.keep.append(kernel)
+        self.steps.append([f.name, kernel, dev, list(inputs), list(out_descs), list(cargs), NATIVE])
+
+    def op(self, name: str, path: str) -> None:
+        """The dispatcher served op `name` by `path` (events.count)."""
+        if threading.get_ident() != self._thread:
+            self.refuse(f"{name} ran on another thread during the recording")
+        elif path == FALLBACK:
+            self.refuse(f"{name} runs as a CPU fallback{self._where()}")
+        elif path == COPY:
+            self.refuse(f"{name} copies between the host and the device{self._where()}")
+        elif self._host is not None:
+            self.refuse(f"{name} {self._host}{self._where()}")
+        elif path == JIT:  # the JIT kernel run_native just recorded is counted as a JIT call
+            for step in reversed(self.steps):
+                if step[0] != name or step[6] != NATIVE:
+                    break
+                step[6] = JIT
+        self._host = None
+
+    @staticmethod
+    def _where() -> str:
+        where = events.OP_CONTEXT[0]()
+        return f" (in {where})" if where else ""
+
+    def transfer(self, what: str) -> None:
+        """Device memory was read or written from the host (the op is named when it is counted)."""
+        if threading.get_ident() != self._thread:
+            self.refuse(f"another thread {what} during the recording")
+        elif self._host is None:
+            self._host = what
+
+
+@contextmanager
+def recording() -> Iterator[Recorder]:
+    """Record the plugin kernel calls made inside the block (this thread; the C++ fast path off)."""
+    if events.RECORDING[0] is not None:
+        raise FlError("a kernel graph is already being recorded")
+    from .native import sync_fast_path
+
+    lib = core.lib()
+    rec = Recorder()
+    k0, f0 = events.KERNELS[0], lib.fl_core_fast_hits()
+    events.RECORDING[0] = rec
+    sync_fast_path()
+    try:
+        yield rec
+    finally:
+        events.RECORDING[0] = None
+        sync_fast_path()
+        if rec._host is not None:
+            rec.refuse(f"device memory was {rec._host.removeprefix('reads ').removeprefix('writes ')} "
+                       f"outside any op")
+        launched = events.KERNELS[0] - k0
+        if launched != len(rec.steps):
+            rec.refuse(f"{launched - len(rec.steps)} kernel(s) were launched without run_native (not recordable)")
+        if lib.fl_core_fast_hits() != f0:
+            rec.refuse("the C++ fast path served calls during the recording")
+
+
+def _draws_random(f, vals) -> bool:
+    """An op PyTorch tags as seeded (dropout, fused attention, bernoulli, ...) unless this call's
+    probability is 0 or it is not training: then it draws nothing."""
+    func = getattr(f, "func", None)
+    if func is None or torch.Tag.nondeterministic_seeded not in getattr(func, "tags", ()):
+        return False
+    for arg, v in zip(func._schema.arguments, vals, strict=False):
+        if (arg.name in ("dropout_p", "p") and isinstance(v, (int, float)) and v == 0) or \
+                (arg.name == "train" and v is False):
+            return False
+    return True
+
+
+_addr = lambda c: int(ffi.cast("uintptr_t", c))  # noqa: E731
+
+
+class KernelGraph:
+    """A recording as the C++ core's kernel list. inputs: (address, nbytes) of the
+    static input buffers each replay copies the caller's inputs into; outputs:
+    (address, nbytes) of the static outputs each replay copies out. The recorder's
+    storages stay alive as long as this object."""
+
+    def __init__(self, rec: Recorder, inputs: Sequence[tuple[int, int]] = (),
+                 outputs: Sequence[tuple[int, int]] = ()) -> None:
+        if rec.reason is not None:
+            raise FlError(f"this recording cannot be replayed: {rec.reason}")
+        if rec.device is None:
+            raise FlError("this recording made no kernel call")
+        self.device = rec.device
+        self.names = [s[0] for s in rec.steps]
+        self.keep = rec.keep
+        self.n_inputs, self.n_outputs = len(inputs), len(outputs)
+        lib = core.lib()
+        self._lib = lib
+        self._g = lib.fl_core_graph_new(self.device.index)
+        if not self._g:
+            raise FlError(f"the C++ core does not know {self.device.torch_device}")
+        for name, kernel, dev, ins, outs, cargs, path in rec.steps:
+            c_in = ffi.new("fl_tensor_t[]", ins or 1)
+            c_out = ffi.new("fl_tensor_t[]", outs or 1)
+            c_args = ffi.new("fl_arg_t[]", cargs or 1)
+            slot = core.count_slot(dev.backend, name, path)
+            lib.fl_core_graph_add_kernel(self._g, _addr(kernel.fn), dev.local, _addr(c_in), len(ins), _addr(c_out),
+                                         len(outs), _addr(c_args), len(cargs), slot)
+        for ptr, n in inputs:
+            lib.fl_core_graph_add_input(self._g, ptr, n)
+        for ptr, n in outputs:
+            lib.fl_core_graph_add_output(self._g, ptr, n)
+        self._failed = ctypes.c_int64(0)
+        self._in_t = ctypes.c_void_p * max(self.n_inputs, 1)
+        self._out_t = ctypes.c_void_p * max(self.n_outputs, 1)
+
+    @property
+    def kernel_count(self) -> int:
+        return int(self._lib.fl_core_graph_size(self._g))
+
+    def replay(self, in_src: Sequence[int] | None, out_dst: Sequence[int] | None, run_kernels: bool = True,
+               step_ns: ctypes.Array | None = None) -> None:
+        """One replay: in_src are the addresses of the caller's input bytes (one per static input; None: no
+        input copies), out_dst where the static outputs go (None: no output copies). step_ns (an int64 array
+        of kernel_count entries) receives each kernel's own time in ns."""
+        ins = self._in_t(*in_src) if in_src is not None else None
+        outs = self._out_t(*out_dst) if out_dst is not None else None
+        status = self._lib.fl_core_graph_replay(self._g, ins, outs, int(run_kernels), ctypes.byref(self._failed),
+                                                step_ns)
+        if status != 0:
+            self._raise(status, self._failed.value)
+        if run_kernels:
+            events.KERNELS[0] += len(self.names)
+
+    def _raise(self, status: int, failed: int) -> None:
+        if failed >= 0:
+            what = f"kernel {self.names[failed]} (step {failed} of {len(self.names)} in a graph replay)"
+        elif -failed - 1 < self.n_inputs:
+            what = f"copy_d2d of input {-failed - 1} into a graph replay's static buffer"
+        else:
+            what = f"copy_d2d of output {-failed - 1 - self.n_inputs} out of a graph replay"
+        self.device.plugin.check(status, what)
+        raise FlError(f"{what} failed with status {status}")
+
+    def __del__(self) -> None:
+        g, self._g = getattr(self, "_g", None), None
+        if g:
+            self._lib.fl_core_graph_free(g)
