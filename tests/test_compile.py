@@ -511,3 +511,17 @@ def test_batch_norm_training_updates_buffers_in_place_and_matches_eager(small_re
         compiled(x1).sum().backward()
     copies = sum(s.kernels for s in prof.ops() if s.op == "aten::copy_")
     assert copies <= 1, copies  # was 5 per batch norm (17 of them)
+
+
+def test_fl_compile_replay_option_reaches_the_backend():
+    torch.manual_seed(0)
+    fl.set_backend("rocm")
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    compiled = fl.compile(copy.deepcopy(mlp).to("fl"), replay=True)
+    with torch.no_grad():
+        outs = [compiled(torch.full((2, 8), float(i)).to("fl")) for i in range(4)]  # warm-up, record, replays
+    for i, out in enumerate(outs):
+        assert_close(out, mlp(torch.full((2, 8), float(i))), 1e-5, f"call {i}")
+    status = fl.fusion_report(compiled).graphs[0].replay
+    assert status.replayed and status.replays == 2, status
+    assert "replay: replayed:" in fl.fusion_report(compiled).table()
