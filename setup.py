@@ -75,13 +75,15 @@ def _plugin(name, sources, blas=False):
 
 
 def _ship_header():
-    """The runtime parses the ABI header for cffi; ship a copy inside the package (torch_fl/runtime/include)."""
+    """The runtime parses the ABI header for cffi; ship a copy inside the package (torch_fl/runtime/include),
+    with the kernel helpers vendors compile against beside it (torch_fl.get_include() names the folder)."""
     import shutil
 
     runtime = os.path.join(HERE, "torch_fl", "runtime")
     os.makedirs(os.path.join(runtime, "include"), exist_ok=True)
     os.makedirs(os.path.join(runtime, "plugins"), exist_ok=True)  # editable installs copy here
-    shutil.copyfile(os.path.join(HERE, INCLUDE, "fl_plugin.h"), os.path.join(runtime, "include", "fl_plugin.h"))
+    for header in ("fl_plugin.h", "fl_kernel_util.h"):
+        shutil.copyfile(os.path.join(HERE, INCLUDE, header), os.path.join(runtime, "include", header))
     # the special functions' C, which the JIT tier pastes into kernels it generates
     special = os.path.join(HERE, "plugins_cffi", "host", "fl_special_math.h")
     if os.path.exists(special):

@@ -13,10 +13,10 @@
 
 #include <cblas.h>
 
-#include "fl_host.h"
+#include "k_linalg.h"
 
 /* ======================================================================
- * Shared helpers (declared again at the top of each k_linalg_*.c)
+ * Shared helpers (declared in k_linalg.h)
  * ====================================================================== */
 
 /* A Scalar / float argument as a double (ints, floats and bools). */
@@ -27,13 +27,6 @@ double fl_lin_num(const fl_arg_t *a, double dflt) {
     case FL_ARG_INT: case FL_ARG_BOOL: return (double)a->i;
     default: return dflt;
     }
-}
-
-/* The input descriptor an argument refers to, or NULL (None / not a tensor). */
-const fl_tensor_t *fl_lin_tensor(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int n_args, int k) {
-    if (k >= n_args || args[k].kind != FL_ARG_TENSOR) return NULL;
-    if (args[k].i < 0 || args[k].i >= n_in) return NULL;
-    return &in[args[k].i];
 }
 
 /* An output that the op defines (data != NULL, ndim >= 0), else NULL. */
@@ -643,26 +636,7 @@ static int k_baddbmm_any(FL_KERNEL_ARGS) {
 /* ======================================================================
  * Kernels from the other k_linalg_*.c files
  * ====================================================================== */
-int fl_lin_convolution(FL_KERNEL_ARGS);
-int fl_lin_convolution_backward(FL_KERNEL_ARGS);
-int fl_lin_native_batch_norm(FL_KERNEL_ARGS);
-int fl_lin_native_batch_norm_backward(FL_KERNEL_ARGS);
-int fl_lin_bn_legit(FL_KERNEL_ARGS);
-int fl_lin_bn_legit_no_stats(FL_KERNEL_ARGS);
-int fl_lin_bn_legit_no_training(FL_KERNEL_ARGS);
-int fl_lin_bn_with_update(FL_KERNEL_ARGS);
-int fl_lin_bn_no_update(FL_KERNEL_ARGS);
-int fl_lin_batch_norm_backward(FL_KERNEL_ARGS);
-int fl_lin_native_layer_norm(FL_KERNEL_ARGS);
-int fl_lin_native_layer_norm_backward(FL_KERNEL_ARGS);
-int fl_lin_native_group_norm(FL_KERNEL_ARGS);
-int fl_lin_native_group_norm_backward(FL_KERNEL_ARGS);
-int fl_lin_max_pool2d(FL_KERNEL_ARGS);
-int fl_lin_max_pool2d_backward(FL_KERNEL_ARGS);
-int fl_lin_avg_pool2d(FL_KERNEL_ARGS);
-int fl_lin_avg_pool2d_backward(FL_KERNEL_ARGS);
-int fl_lin_adaptive_avg_pool2d(FL_KERNEL_ARGS);
-int fl_lin_adaptive_avg_pool2d_backward(FL_KERNEL_ARGS);
+/* (declared in k_linalg.h) */
 
 HALF_WRAP(h_convolution, fl_lin_convolution, 0)
 HALF_WRAP(h_convolution_backward, fl_lin_convolution_backward, 0)

@@ -9,15 +9,7 @@
  * This file includes itself once per element type for the typed section. */
 #ifndef LIN_T
 
-#include <stdlib.h>
-
-#include "fl_host.h"
-
-void *fl_lin_pack(const fl_tensor_t *t, void **owned);
-void *fl_lin_out_buf(const fl_tensor_t *t, void **owned);
-void fl_lin_unpack(const fl_tensor_t *t, void *owned);
-const fl_tensor_t *fl_lin_tensor(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int n_args, int k);
-const fl_tensor_t *fl_lin_out(const fl_tensor_t *out, int n_out, int k);
+#include "k_linalg.h"
 
 typedef struct {
     int64_t planes, H, W, OH, OW;
@@ -29,27 +21,9 @@ typedef struct {
 static inline int64_t start_index(int64_t a, int64_t b, int64_t c) { return (a * c) / b; }
 static inline int64_t end_index(int64_t a, int64_t b, int64_t c) { return ((a + 1) * c + b - 1) / b; }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define LIN_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define LIN_CLONES
-#endif
+#define LIN_SELF "k_linalg_pool.c"
+#include "k_linalg_typed.h"
 
-#define LIN_CAT_(a, b) a##b
-#define LIN_CAT(a, b) LIN_CAT_(a, b)
-
-#define LIN_T float
-#define LIN_S f32
-#include "k_linalg_pool.c"
-#undef LIN_T
-#undef LIN_S
-#define LIN_T double
-#define LIN_S f64
-#include "k_linalg_pool.c"
-#undef LIN_T
-#undef LIN_S
-
-static int float_dt(int dt) { return dt == FL_FLOAT32 || dt == FL_FLOAT64; }
 
 /* an int[2] argument: [] -> dflt (a pair), [a] -> (a, a), [a, b] */
 static int pair(const fl_arg_t *a, const int64_t *dflt, int64_t v[2]) {
@@ -88,13 +62,13 @@ static int window_args(pool_t *p, const fl_arg_t *args, int n_args, int ak, int 
     return FL_OK;
 }
 
-#define T_(k) fl_lin_tensor(in, n_in, args, n_args, (k))
+#define T_(k) fl_arg_tensor(args, n_args, (k), in, n_in)
 
 /* max_pool2d_with_indices(self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False) */
 int fl_lin_max_pool2d(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     const fl_tensor_t *x = T_(0), *y = fl_lin_out(out, n_out, 0), *ind = fl_lin_out(out, n_out, 1);
-    if (!x || !y || !float_dt(x->dtype) || y->dtype != x->dtype || (ind && ind->dtype != FL_INT64)) return FL_ERR_UNSUPPORTED;
+    if (!x || !y || !fl_lin_float_dt(x->dtype) || y->dtype != x->dtype || (ind && ind->dtype != FL_INT64)) return FL_ERR_UNSUPPORTED;
     pool_t p;
     int st = geom(&p, x, y);
     if (!st) st = window_args(&p, args, n_args, 1, 1);
@@ -116,7 +90,7 @@ int fl_lin_max_pool2d(FL_KERNEL_ARGS) {
 int fl_lin_max_pool2d_backward(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     const fl_tensor_t *go = T_(0), *x = T_(1), *ind = T_(7), *gi = fl_lin_out(out, n_out, 0);
-    if (!go || !x || !ind || !gi || !float_dt(go->dtype) || gi->dtype != go->dtype || ind->dtype != FL_INT64)
+    if (!go || !x || !ind || !gi || !fl_lin_float_dt(go->dtype) || gi->dtype != go->dtype || ind->dtype != FL_INT64)
         return FL_ERR_UNSUPPORTED;
     pool_t p;
     int st = geom(&p, gi, go);
@@ -147,7 +121,7 @@ static int avg_args(pool_t *p, const fl_arg_t *args, int n_args, int ak) {
 int fl_lin_avg_pool2d(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     const fl_tensor_t *x = T_(0), *y = fl_lin_out(out, n_out, 0);
-    if (!x || !y || !float_dt(x->dtype) || y->dtype != x->dtype) return FL_ERR_UNSUPPORTED;
+    if (!x || !y || !fl_lin_float_dt(x->dtype) || y->dtype != x->dtype) return FL_ERR_UNSUPPORTED;
     pool_t p;
     int st = geom(&p, x, y);
     if (!st) st = avg_args(&p, args, n_args, 1);
@@ -167,7 +141,7 @@ int fl_lin_avg_pool2d(FL_KERNEL_ARGS) {
 int fl_lin_avg_pool2d_backward(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     const fl_tensor_t *go = T_(0), *gi = fl_lin_out(out, n_out, 0);
-    if (!go || !gi || !float_dt(go->dtype) || gi->dtype != go->dtype) return FL_ERR_UNSUPPORTED;
+    if (!go || !gi || !fl_lin_float_dt(go->dtype) || gi->dtype != go->dtype) return FL_ERR_UNSUPPORTED;
     pool_t p;
     int st = geom(&p, gi, go);
     if (!st) st = avg_args(&p, args, n_args, 2);
@@ -187,7 +161,7 @@ int fl_lin_avg_pool2d_backward(FL_KERNEL_ARGS) {
 int fl_lin_adaptive_avg_pool2d(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     const fl_tensor_t *x = T_(0), *y = fl_lin_out(out, n_out, 0);
-    if (!x || !y || !float_dt(x->dtype) || y->dtype != x->dtype) return FL_ERR_UNSUPPORTED;
+    if (!x || !y || !fl_lin_float_dt(x->dtype) || y->dtype != x->dtype) return FL_ERR_UNSUPPORTED;
     pool_t p;
     int st = geom(&p, x, y);
     if (st) return st;
@@ -206,7 +180,7 @@ int fl_lin_adaptive_avg_pool2d(FL_KERNEL_ARGS) {
 int fl_lin_adaptive_avg_pool2d_backward(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     const fl_tensor_t *go = T_(0), *gi = fl_lin_out(out, n_out, 0);
-    if (!go || !gi || !float_dt(go->dtype) || gi->dtype != go->dtype) return FL_ERR_UNSUPPORTED;
+    if (!go || !gi || !fl_lin_float_dt(go->dtype) || gi->dtype != go->dtype) return FL_ERR_UNSUPPORTED;
     pool_t p;
     int st = geom(&p, gi, go);
     if (st) return st;

@@ -1453,10 +1453,6 @@ static int k_embedding_bag(FL_KERNEL_ARGS) {
     return st;
 }
 
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
 /* scale_grad_by_freq divisors, as ATen's CPU kernel computes them: it sorts the
  * indices and, for the g-th group of equal indices, divides by the count of
  * sorted[g] (not of the group's own index). That is what CPU returns, so the
@@ -1466,7 +1462,7 @@ static int freq_divisors(const int64_t *ip, int64_t numel, int64_t V, int64_t *c
     int64_t *sorted = malloc((size_t)(numel + 1) * sizeof(int64_t)), *div = malloc((size_t)(V + 1) * sizeof(int64_t));
     if (!sorted || !div) { free(sorted); free(div); FL_FAIL(FL_ERR_OOM, "embedding_bag_backward: cannot allocate scratch"); }
     memcpy(sorted, ip, (size_t)numel * sizeof(int64_t));
-    qsort(sorted, (size_t)numel, sizeof(int64_t), cmp_i64);
+    qsort(sorted, (size_t)numel, sizeof(int64_t), fl_cmp_i64);
     for (int64_t v = 0; v < V; v++) div[v] = 1;
     for (int64_t i = 0, g = 0; i < numel; g++) {
         int64_t j = i;

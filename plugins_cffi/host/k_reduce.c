@@ -17,42 +17,9 @@
 
 #include "fl_host.h"
 
-/* Hot leaf loops are compiled twice (AVX2+FMA and baseline x86-64) and
- * picked at load time through an ifunc, so the library runs on any x86-64. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FL_MV __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define FL_MV
-#endif
-
 #define UNSUP FL_ERR_UNSUPPORTED
 #define PAR_MIN 32768
 #define SEG 2048
-
-/* fl_cvt_row (one strided row, any dtype to any dtype) lives in common.c */
-
-
-
-/* Vectorizable float exp (Cephes polynomial, ~1 ulp): branch-free so that
- * GCC vectorizes the loops that call it (libm's expf is a scalar call).
- * Overflow to inf, underflow through denormals to 0, NaN propagates. */
-static inline float vexpf(float x) {
-    x = x < -104.0f ? -104.0f : x;
-    x = x > 89.0f ? 89.0f : x;
-    float t = x * 1.44269504088896341f + 12582912.0f;
-    float k = t - 12582912.0f;
-    float r = x - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
-    float r2 = r * r;
-    float p = ((((1.9875691500E-4f * r + 1.3981999507E-3f) * r + 8.3334519073E-3f) * r + 4.1665795894E-2f) * r +
-               1.6666665459E-1f) * r + 5.0000001201E-1f;
-    p = p * r2 + r + 1.0f;
-    int32_t n = (int32_t)k, n1 = n / 2, n2 = n - n1;
-    union { uint32_t u; float f; } s1, s2;
-    s1.u = (uint32_t)(n1 + 127) << 23;
-    s2.u = (uint32_t)(n2 + 127) << 23;
-    return p * s1.f * s2.f;
-}
 
 FL_MV static double sum_fd(const float *b, int64_t n) { /* float array summed in double lanes */
     double acc[8] = {0};
@@ -63,25 +30,6 @@ FL_MV static double sum_fd(const float *b, int64_t n) { /* float array summed in
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-static int is_scalar_arg(const fl_arg_t *a) {
-    return a->kind == FL_ARG_INT || a->kind == FL_ARG_FLOAT || a->kind == FL_ARG_BOOL;
-}
-static double arg_d(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
-static int tensor_ok(const fl_tensor_t *t) {
-    if (t->ndim < 0 || t->ndim > FL_MAX_DIMS) return 0;
-    return t->data != NULL || fl_numel(t) == 0;
-}
-static const fl_tensor_t *arg_tensor(const fl_arg_t *args, int n_args, int k, const fl_tensor_t *in, int n_in) {
-    if (k >= n_args || args[k].kind != FL_ARG_TENSOR || args[k].i < 0 || args[k].i >= n_in) return NULL;
-    const fl_tensor_t *t = &in[args[k].i];
-    return tensor_ok(t) ? t : NULL;
-}
-static int wrap_dim(int64_t d, int ndim, int *out) {
-    int n = ndim > 0 ? ndim : 1;
-    if (d < -n || d >= n) return -1;
-    *out = (int)(d < 0 ? d + n : d);
-    return 0;
-}
 /* dims argument -> bit mask over x's dims. NONE / empty list = all dims. */
 static int parse_dims(const fl_arg_t *a, int ndim, uint32_t *mask) {
     uint32_t all = ndim ? ((1u << ndim) - 1) : 0;
@@ -89,12 +37,12 @@ static int parse_dims(const fl_arg_t *a, int ndim, uint32_t *mask) {
     uint32_t m = 0;
     if (a->kind == FL_ARG_INT) {
         int d;
-        if (wrap_dim(a->i, ndim, &d)) FL_FAIL(FL_ERR_INVALID, "dimension %lld out of range", (long long)a->i);
+        if (fl_wrap_dim(a->i, ndim, &d)) FL_FAIL(FL_ERR_INVALID, "dimension %lld out of range", (long long)a->i);
         m = ndim ? 1u << d : 0;
     } else if (a->kind == FL_ARG_INT_LIST) {
         for (int k = 0; k < a->len && k < FL_MAX_DIMS; k++) {
             int d;
-            if (wrap_dim(a->list[k], ndim, &d)) FL_FAIL(FL_ERR_INVALID, "dimension %lld out of range", (long long)a->list[k]);
+            if (fl_wrap_dim(a->list[k], ndim, &d)) FL_FAIL(FL_ERR_INVALID, "dimension %lld out of range", (long long)a->list[k]);
             if (!ndim) continue;
             if (m & (1u << d)) FL_FAIL(FL_ERR_INVALID, "dim %d appears multiple times in the list of dims", d);
             m |= 1u << d;
@@ -122,7 +70,7 @@ static int make_plan(const fl_tensor_t *x, uint32_t mask, int keepdim, const fl_
     p->nout = 1;
     p->nred = 1;
     for (int k = 0; k < nouts; k++)
-        if (!tensor_ok(&outs[k])) return UNSUP;
+        if (!fl_tensor_ok(&outs[k])) return UNSUP;
     int j = 0;
     for (int d = 0; d < x->ndim; d++) {
         if (mask & (1u << d)) {
@@ -508,7 +456,7 @@ static int run_reduce(const fl_tensor_t *x, const fl_arg_t *dims, int keepdim, c
     return reduce_run(&r, &p, x, outs, fin, ctx);
 }
 
-#define GET_X const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in); if (!x || n_out < 1) return UNSUP;
+#define GET_X const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in); if (!x || n_out < 1) return UNSUP;
 static int bool_arg(const fl_arg_t *args, int n_args, int k) {
     return k < n_args && (args[k].kind == FL_ARG_BOOL || args[k].kind == FL_ARG_INT) ? (int)args[k].i : 0;
 }
@@ -602,7 +550,7 @@ static int varstd(FL_KERNEL_ARGS, int mode) { /* var.correction(self, dim?, corr
     double ctx[2];
     int *m = (int *)&ctx[0];
     *m = mode;
-    ctx[1] = (n_args > 2 && is_scalar_arg(&args[2])) ? arg_d(&args[2]) : 1.0;
+    ctx[1] = (n_args > 2 && fl_arg_is_num(&args[2])) ? fl_arg_num(&args[2]) : 1.0;
     return run_reduce(x, n_args > 1 ? &args[1] : NULL, bool_arg(args, n_args, 3), out, nouts, OP_VAR, ctx, fin_value, 1, 0, 0);
 }
 static int k_var(FL_KERNEL_ARGS) { return varstd(stream, device, in, n_in, out, n_out, args, n_args, 2); }
@@ -624,7 +572,7 @@ static int k_all_dim(FL_KERNEL_ARGS) { return anyall(stream, device, in, n_in, o
 static int norm_common(const fl_tensor_t *x, const fl_arg_t *ordarg, const fl_arg_t *dims, int keepdim,
                        const fl_tensor_t *out) {
     if (!fl_is_floating(x->dtype) || !fl_is_floating(out->dtype)) return UNSUP;
-    double ord = (ordarg && is_scalar_arg(ordarg)) ? arg_d(ordarg) : 2.0;
+    double ord = (ordarg && fl_arg_is_num(ordarg)) ? fl_arg_num(ordarg) : 2.0;
     int norm = ord == 2 ? NORM_2 : ord == 1 ? NORM_1 : ord == INFINITY ? NORM_INF : ord == -INFINITY ? NORM_NINF
                : ord == 0 ? NORM_0 : NORM_P;
     if ((norm == NORM_INF || norm == NORM_NINF) && empty_reduce_check(x, dims))
@@ -660,51 +608,22 @@ static int k_logsumexp(FL_KERNEL_ARGS) { /* logsumexp(self, dim[], keepdim) */
 /* ------------------------------------------------------------------ */
 /* row-wise ops along one dim: cumsum, softmax family                  */
 /* ------------------------------------------------------------------ */
-/* Calls fn for every row along `dim` of the tensors ts[0..n) (same shape). */
-typedef struct {
-    int64_t osz[FL_MAX_DIMS], ost[4][FL_MAX_DIMS];
-    int no, n;
-    int64_t len, st[4], nrows;
-} rows_t;
-static int rows_init(rows_t *r, const fl_tensor_t *const *ts, int n, int dim) {
-    const fl_tensor_t *t0 = ts[0];
-    memset(r, 0, sizeof *r);
-    r->n = n;
-    r->nrows = 1;
-    r->len = t0->ndim ? t0->sizes[dim] : 1;
-    for (int k = 0; k < n; k++) {
-        if (ts[k]->ndim != t0->ndim) return -1;
-        for (int d = 0; d < t0->ndim; d++)
-            if (ts[k]->sizes[d] != t0->sizes[d]) return -1;
-        r->st[k] = t0->ndim ? ts[k]->strides[dim] : 0;
-    }
-    for (int d = 0; d < t0->ndim; d++) {
-        if (d == dim) continue;
-        r->osz[r->no] = t0->sizes[d];
-        for (int k = 0; k < n; k++) r->ost[k][r->no] = ts[k]->strides[d];
-        r->nrows *= t0->sizes[d];
-        r->no++;
-    }
+/* The rows along dim of n tensors of one shape (fl_rows_init lets the size along dim differ). */
+static int same_rows(fl_rows_t *r, const fl_tensor_t *const *ts, int n, int dim) {
+    if (fl_rows_init(r, ts, n, dim)) return -1;
+    for (int k = 1; k < n; k++)
+        if (ts[0]->ndim && ts[k]->sizes[dim] != r->len) return -1;
     return 0;
 }
-static void rows_offsets(const rows_t *r, const fl_tensor_t *const *ts, int64_t row, int64_t *off) {
-    for (int k = 0; k < r->n; k++) off[k] = ts[k]->offset;
-    for (int d = r->no - 1; d >= 0 && row; d--) {
-        int64_t idx = row % r->osz[d];
-        row /= r->osz[d];
-        for (int k = 0; k < r->n; k++) off[k] += idx * r->ost[k][d];
-    }
-}
-
 static int k_cumsum(FL_KERNEL_ARGS) { /* cumsum(self, dim, dtype?) ; cumsum_ */
     FL_UNUSED_KERNEL_ARGS;
     GET_X;
-    if (n_args < 2 || args[1].kind != FL_ARG_INT || !tensor_ok(&out[0])) return UNSUP;
+    if (n_args < 2 || args[1].kind != FL_ARG_INT || !fl_tensor_ok(&out[0])) return UNSUP;
     int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "cumsum: dimension out of range");
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "cumsum: dimension out of range");
     const fl_tensor_t *ts[2] = {&out[0], x};
-    rows_t r;
-    if (rows_init(&r, ts, 2, dim)) return UNSUP;
+    fl_rows_t r;
+    if (same_rows(&r, ts, 2, dim)) return UNSUP;
     int intmode = !fl_is_floating(out[0].dtype);
     if (r.len == 0 || r.nrows == 0) return FL_OK;
     int err = 0;
@@ -719,7 +638,7 @@ static int k_cumsum(FL_KERNEL_ARGS) { /* cumsum(self, dim, dtype?) ; cumsum_ */
         for (int64_t row = 0; row < r.nrows; row++) {
             if (!buf) continue;
             int64_t off[2];
-            rows_offsets(&r, ts, row, off);
+            fl_rows_at(&r, ts, row, off);
             if (intmode) {
                 int64_t *b = (int64_t *)buf;
                 fl_cvt_row(FL_INT64, b, 1, x->dtype, fl_elem(x, off[1]), r.st[1], r.len);
@@ -745,8 +664,8 @@ static int k_cumsum(FL_KERNEL_ARGS) { /* cumsum(self, dim, dtype?) ; cumsum_ */
 static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_tensor_t *b, int dim, int kind) {
     if (!fl_is_floating(o->dtype) || !fl_is_floating(a->dtype) || (b && !fl_is_floating(b->dtype))) return UNSUP;
     const fl_tensor_t *ts[3] = {o, a, b};
-    rows_t r;
-    if (rows_init(&r, ts, b ? 3 : 2, dim)) return UNSUP;
+    fl_rows_t r;
+    if (same_rows(&r, ts, b ? 3 : 2, dim)) return UNSUP;
     if (r.len == 0 || r.nrows == 0) return FL_OK;
     int dbl = o->dtype == FL_FLOAT64 || a->dtype == FL_FLOAT64;
     int err = 0;
@@ -762,7 +681,7 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
         for (int64_t row = 0; row < r.nrows; row++) {
             if (!mem) continue;
             int64_t off[3];
-            rows_offsets(&r, ts, row, off);
+            fl_rows_at(&r, ts, row, off);
             if (!dbl) {
                 float *x = (float *)mem, *y = (float *)(mem + L);
                 fl_cvt_row(FL_FLOAT32, x, 1, a->dtype, fl_elem(a, off[1]), r.st[1], L);
@@ -774,13 +693,13 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
                         for (int64_t i = 0; i < L; i++) y[i] = 0;
                     } else if (kind == 1) {
                         double s = 0;
-                        for (int64_t i = 0; i < L; i++) y[i] = vexpf(x[i] - mx);
+                        for (int64_t i = 0; i < L; i++) y[i] = fl_vexpf(x[i] - mx);
                         s = sum_fd(y, L);
                         float ls = (float)log(s);
                         for (int64_t i = 0; i < L; i++) y[i] = x[i] - mx - ls;
                     } else {
                         double s = 0;
-                        for (int64_t i = 0; i < L; i++) y[i] = vexpf(x[i] - mx);
+                        for (int64_t i = 0; i < L; i++) y[i] = fl_vexpf(x[i] - mx);
                         s = sum_fd(y, L);
                         float inv = (float)(1.0 / s);
                         for (int64_t i = 0; i < L; i++) y[i] *= inv;
@@ -795,7 +714,7 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
                     } else {
                         for (int64_t i = 0; i < L; i++) s += x[i];
                         float fs = (float)s;
-                        for (int64_t i = 0; i < L; i++) y[i] = x[i] - vexpf(y[i]) * fs;
+                        for (int64_t i = 0; i < L; i++) y[i] = x[i] - fl_vexpf(y[i]) * fs;
                     }
                 }
                 fl_cvt_row(o->dtype, fl_elem(o, off[0]), r.st[0], FL_FLOAT32, y, 1, L);
@@ -841,9 +760,9 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
 static int softmax_k(FL_KERNEL_ARGS, int kind) {
     FL_UNUSED_KERNEL_ARGS;
     GET_X;
-    if (n_args < 2 || args[1].kind != FL_ARG_INT || !tensor_ok(&out[0])) return UNSUP;
+    if (n_args < 2 || args[1].kind != FL_ARG_INT || !fl_tensor_ok(&out[0])) return UNSUP;
     int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "softmax: dimension out of range");
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "softmax: dimension out of range");
     return softmax_rows(&out[0], x, NULL, dim, kind);
 }
 static int k_softmax(FL_KERNEL_ARGS) { return softmax_k(stream, device, in, n_in, out, n_out, args, n_args, 0); }
@@ -851,10 +770,10 @@ static int k_log_softmax(FL_KERNEL_ARGS) { return softmax_k(stream, device, in, 
 static int k_safe_softmax(FL_KERNEL_ARGS) { return softmax_k(stream, device, in, n_in, out, n_out, args, n_args, 2); }
 static int softmax_bw_k(FL_KERNEL_ARGS, int kind) { /* (grad_output, output, dim, input_dtype) */
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *g = arg_tensor(args, n_args, 0, in, n_in), *y = arg_tensor(args, n_args, 1, in, n_in);
-    if (!g || !y || n_out < 1 || !tensor_ok(&out[0]) || n_args < 3 || args[2].kind != FL_ARG_INT) return UNSUP;
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *y = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!g || !y || n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 3 || args[2].kind != FL_ARG_INT) return UNSUP;
     int dim;
-    if (wrap_dim(args[2].i, g->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "softmax backward: dimension out of range");
+    if (fl_wrap_dim(args[2].i, g->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "softmax backward: dimension out of range");
     return softmax_rows(&out[0], g, y, dim, kind);
 }
 static int k_softmax_bw(FL_KERNEL_ARGS) { return softmax_bw_k(stream, device, in, n_in, out, n_out, args, n_args, 3); }
@@ -892,10 +811,10 @@ static int64_t load_idx(const fl_tensor_t *t, int64_t off) {
 
 static int nll_fwd(FL_KERNEL_ARGS, int two_d) { /* (self, target, weight?, reduction, ignore_index) -> (out, total_weight) */
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *t = arg_tensor(args, n_args, 1, in, n_in);
-    if (!x || !t || n_args < 5 || n_out < 2 || !tensor_ok(&out[0]) || !tensor_ok(&out[1])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *t = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!x || !t || n_args < 5 || n_out < 2 || !fl_tensor_ok(&out[0]) || !fl_tensor_ok(&out[1])) return UNSUP;
     if (fl_is_floating(t->dtype) || !fl_is_floating(x->dtype)) return UNSUP;
-    const fl_tensor_t *w = args[2].kind == FL_ARG_TENSOR ? arg_tensor(args, n_args, 2, in, n_in) : NULL;
+    const fl_tensor_t *w = args[2].kind == FL_ARG_TENSOR ? fl_arg_tensor(args, n_args, 2, in, n_in) : NULL;
     if (args[2].kind == FL_ARG_TENSOR && !w) return UNSUP;
     int64_t red = args[3].i, ign = args[4].i;
     nll_geo_t g;
@@ -950,10 +869,10 @@ static void zero_tensor(const fl_tensor_t *o) {
 /* (grad_output, self, target, weight?, reduction, ignore_index, total_weight) */
 static int nll_bwd(FL_KERNEL_ARGS, int two_d) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *go = arg_tensor(args, n_args, 0, in, n_in), *x = arg_tensor(args, n_args, 1, in, n_in),
-                      *t = arg_tensor(args, n_args, 2, in, n_in), *tw = arg_tensor(args, n_args, 6, in, n_in);
-    if (!go || !x || !t || !tw || n_args < 7 || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
-    const fl_tensor_t *w = args[3].kind == FL_ARG_TENSOR ? arg_tensor(args, n_args, 3, in, n_in) : NULL;
+    const fl_tensor_t *go = fl_arg_tensor(args, n_args, 0, in, n_in), *x = fl_arg_tensor(args, n_args, 1, in, n_in),
+                      *t = fl_arg_tensor(args, n_args, 2, in, n_in), *tw = fl_arg_tensor(args, n_args, 6, in, n_in);
+    if (!go || !x || !t || !tw || n_args < 7 || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *w = args[3].kind == FL_ARG_TENSOR ? fl_arg_tensor(args, n_args, 3, in, n_in) : NULL;
     if (args[3].kind == FL_ARG_TENSOR && !w) return UNSUP;
     int64_t red = args[4].i, ign = args[5].i;
     nll_geo_t g;
@@ -992,19 +911,6 @@ static int k_nll2d_bwd(FL_KERNEL_ARGS) { return nll_bwd(stream, device, in, n_in
 /* ------------------------------------------------------------------ */
 /* indexing                                                            */
 /* ------------------------------------------------------------------ */
-/* copy with conversion; src already has dst's shape */
-static void copy_any(const fl_tensor_t *dst, const fl_tensor_t *src) {
-    fl_iter_t it;
-    int64_t numel = fl_numel(dst);
-    if (numel == 0) return;
-    fl_iter_init(&it, 2, (const fl_tensor_t *[]){dst, src});
-#pragma omp parallel for schedule(static) if (numel >= PAR_MIN && it.outer > 1)
-    for (int64_t r = 0; r < it.outer; r++) {
-        int64_t b[FL_ITER_MAX];
-        fl_iter_row(&it, r, b);
-        fl_cvt_row(dst->dtype, fl_elem(dst, b[0]), it.inner_stride[0], src->dtype, fl_elem(src, b[1]), it.inner_stride[1], it.inner);
-    }
-}
 static int check_indices(const fl_tensor_t *idx, int64_t n, const char *what) {
     fl_iter_t it;
     fl_iter_init(&it, 1, (const fl_tensor_t *[]){idx});
@@ -1022,8 +928,8 @@ static int check_indices(const fl_tensor_t *idx, int64_t n, const char *what) {
 /* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse) */
 static int k_embedding(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *wt = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 1, in, n_in);
-    if (!wt || !idx || n_out < 1 || !tensor_ok(&out[0]) || wt->ndim != 2 || fl_is_floating(idx->dtype)) return UNSUP;
+    const fl_tensor_t *wt = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!wt || !idx || n_out < 1 || !fl_tensor_ok(&out[0]) || wt->ndim != 2 || fl_is_floating(idx->dtype)) return UNSUP;
     const fl_tensor_t *o = &out[0];
     if (o->ndim != idx->ndim + 1 || o->dtype != wt->dtype) return UNSUP;
     int64_t V = wt->sizes[0], D = wt->sizes[1];
@@ -1061,8 +967,8 @@ static int k_embedding(FL_KERNEL_ARGS) {
 /* embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq) */
 static int k_embedding_bw(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *g = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 1, in, n_in);
-    if (!g || !idx || n_args < 5 || n_out < 1 || !tensor_ok(&out[0]) || fl_is_floating(idx->dtype)) return UNSUP;
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!g || !idx || n_args < 5 || n_out < 1 || !fl_tensor_ok(&out[0]) || fl_is_floating(idx->dtype)) return UNSUP;
     const fl_tensor_t *o = &out[0];
     if (o->dtype != FL_FLOAT32 && o->dtype != FL_FLOAT64) return UNSUP;
     int64_t Vn = args[2].i, pad = args[3].i;
@@ -1125,12 +1031,12 @@ static int k_embedding_bw(FL_KERNEL_ARGS) {
 /* index_select(self, dim, index) */
 static int k_index_select(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 2, in, n_in);
-    if (!x || !idx || n_args < 3 || args[1].kind != FL_ARG_INT || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!x || !idx || n_args < 3 || args[1].kind != FL_ARG_INT || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     if (fl_is_floating(idx->dtype) || idx->ndim > 1) return UNSUP;
     const fl_tensor_t *o = &out[0];
     int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "index_select: dimension out of range");
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "index_select: dimension out of range");
     int64_t n = fl_numel(idx), sz = x->ndim ? x->sizes[dim] : 1;
     if (o->ndim != x->ndim) return UNSUP;
     if (check_indices(idx, sz, "index_select")) return FL_ERR_INVALID;
@@ -1160,12 +1066,12 @@ static int k_index_select(FL_KERNEL_ARGS) {
 /* gather(self, dim, index, sparse_grad): out[i][j] = self[index[i][j]][j] */
 static int k_gather(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 2, in, n_in);
-    if (!x || !idx || n_args < 3 || args[1].kind != FL_ARG_INT || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!x || !idx || n_args < 3 || args[1].kind != FL_ARG_INT || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     if (fl_is_floating(idx->dtype)) return UNSUP;
     const fl_tensor_t *o = &out[0];
     int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "gather: dimension out of range");
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "gather: dimension out of range");
     if (idx->ndim != x->ndim && !(idx->ndim <= 1 && x->ndim <= 1)) return UNSUP;
     if (o->ndim != idx->ndim) return UNSUP;
     int64_t sz = x->ndim ? x->sizes[dim] : 1;
@@ -1201,19 +1107,19 @@ static int k_gather(FL_KERNEL_ARGS) {
 /* scatter_add(self, dim, index, src) / scatter_add_ */
 static int k_scatter_add(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 2, in, n_in),
-                      *src = arg_tensor(args, n_args, 3, in, n_in);
-    if (!x || !idx || !src || args[1].kind != FL_ARG_INT || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 2, in, n_in),
+                      *src = fl_arg_tensor(args, n_args, 3, in, n_in);
+    if (!x || !idx || !src || args[1].kind != FL_ARG_INT || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     if (fl_is_floating(idx->dtype) || idx->ndim != x->ndim || src->ndim != x->ndim || src->dtype != x->dtype) return UNSUP;
     const fl_tensor_t *o = &out[0];
     if (o->ndim != x->ndim || o->dtype != x->dtype) return UNSUP;
     int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "scatter_add: dimension out of range");
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "scatter_add: dimension out of range");
     int64_t sz = x->ndim ? x->sizes[dim] : 1;
     if (check_indices(idx, sz, "scatter_add")) return FL_ERR_INVALID;
     for (int d = 0; d < x->ndim; d++)
         if (idx->sizes[d] > src->sizes[d] || (d != dim && idx->sizes[d] > x->sizes[d])) return UNSUP;
-    if (o->data != x->data || o->offset != x->offset) copy_any(o, x);
+    if (o->data != x->data || o->offset != x->offset) fl_copy_strided(o, x);
     fl_tensor_t sv = *src, ov = *o;
     for (int d = 0; d < idx->ndim; d++) {
         sv.sizes[d] = idx->sizes[d];
@@ -1252,8 +1158,6 @@ static int k_scatter_add(FL_KERNEL_ARGS) {
 /* aten::arange / arange.start / arange.start_step: a factory (no tensor input). out[i] = start + i * step,
  * computed in PyTorch's CPU accumulate type: double for floating outputs, int64 for integer ones (exact
  * beyond 2^53, wrapping as PyTorch's does; a float bound is truncated first, as Scalar::to<int64_t>). */
-static double arg_num(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
-static int64_t arg_int(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? (int64_t)a->f : a->i; }
 static int arange_fill_int(const fl_tensor_t *o, int64_t start, int64_t step) {
     int64_t n = o->sizes[0];
     for (int64_t i = 0; i < n; i++) {
@@ -1267,9 +1171,9 @@ static int arange_fill(const fl_tensor_t *o, const fl_arg_t *start, const fl_arg
     if (o->ndim != 1) return UNSUP;
     if (!start) start = &zero;
     if (!step) step = &one;
-    if (!fl_is_floating(o->dtype) && !fl_is_complex(o->dtype)) return arange_fill_int(o, arg_int(start), arg_int(step));
+    if (!fl_is_floating(o->dtype) && !fl_is_complex(o->dtype)) return arange_fill_int(o, fl_arg_int(start), fl_arg_int(step));
     int64_t n = o->sizes[0];
-    double start_d = arg_num(start), step_d = arg_num(step);
+    double start_d = fl_arg_num(start), step_d = fl_arg_num(step);
     for (int64_t i = 0; i < n; i++) {
         double v = start_d + (double)i * step_d;
         char *p = fl_elem(o, o->offset + i * o->strides[0]);
@@ -1334,18 +1238,18 @@ static int k_flip(FL_KERNEL_ARGS) {
 
 static int k_cat(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (n_args < 1 || args[0].kind != FL_ARG_TENSOR_LIST || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    if (n_args < 1 || args[0].kind != FL_ARG_TENSOR_LIST || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     const fl_tensor_t *o = &out[0];
     int64_t first = args[0].i, cnt = args[0].len;
     if (first < 0 || first + cnt > n_in) return UNSUP;
     int dim;
     int64_t dimarg = n_args > 1 && args[1].kind == FL_ARG_INT ? args[1].i : 0;
     if (o->ndim == 0) return UNSUP;
-    if (wrap_dim(dimarg, o->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "cat: dimension out of range");
+    if (fl_wrap_dim(dimarg, o->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "cat: dimension out of range");
     int64_t pos = 0;
     for (int64_t k = 0; k < cnt; k++) {
         const fl_tensor_t *t = &in[first + k];
-        if (!tensor_ok(t)) return UNSUP;
+        if (!fl_tensor_ok(t)) return UNSUP;
         if (t->ndim == 1 && t->sizes[0] == 0 && o->ndim != 1) continue; /* legacy empty */
         if (t->ndim != o->ndim) return UNSUP;
         for (int d = 0; d < o->ndim; d++)
@@ -1360,7 +1264,7 @@ static int k_cat(FL_KERNEL_ARGS) {
         fl_tensor_t d = *o;
         d.sizes[dim] = t->sizes[dim];
         d.offset += pos * o->strides[dim];
-        copy_any(&d, t);
+        fl_copy_strided(&d, t);
         pos += t->sizes[dim];
     }
     return FL_OK;
@@ -1369,17 +1273,17 @@ static int k_cat(FL_KERNEL_ARGS) {
 /* stack(Tensor[] tensors, dim) */
 static int k_stack(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (n_args < 1 || args[0].kind != FL_ARG_TENSOR_LIST || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    if (n_args < 1 || args[0].kind != FL_ARG_TENSOR_LIST || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     const fl_tensor_t *o = &out[0];
     int64_t first = args[0].i, cnt = args[0].len;
     if (first < 0 || first + cnt > n_in || o->ndim < 1) return UNSUP;
     int dim;
     int64_t dimarg = n_args > 1 && args[1].kind == FL_ARG_INT ? args[1].i : 0;
-    if (wrap_dim(dimarg, o->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "stack: dimension out of range");
+    if (fl_wrap_dim(dimarg, o->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "stack: dimension out of range");
     if (o->sizes[dim] != cnt) return UNSUP;
     for (int64_t k = 0; k < cnt; k++) {
         const fl_tensor_t *t = &in[first + k];
-        if (!tensor_ok(t) || t->ndim != o->ndim - 1) return UNSUP;
+        if (!fl_tensor_ok(t) || t->ndim != o->ndim - 1) return UNSUP;
         fl_tensor_t d;
         d.data = o->data; d.dtype = o->dtype; d.ndim = t->ndim;
         d.offset = o->offset + k * o->strides[dim];
@@ -1390,7 +1294,7 @@ static int k_stack(FL_KERNEL_ARGS) {
             d.strides[j] = o->strides[q];
             j++;
         }
-        copy_any(&d, t);
+        fl_copy_strided(&d, t);
     }
     return FL_OK;
 }
