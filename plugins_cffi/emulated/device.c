@@ -206,7 +206,7 @@ uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed) {
 /* ---- kernel table: host kernels the profile keeps, in its dtypes, plus its fused kernels ---- */
 static const fl_kernel_group_t *host_groups[] = {&fl_host_group_elementwise, &fl_host_group_reduce,
                                                  &fl_host_group_linalg, &fl_host_group_special,
-    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_fft};
+    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_pool, &fl_host_group_loss, &fl_host_group_fft};
 static fl_kernel_entry_t *table;
 static int table_len = -1;
 

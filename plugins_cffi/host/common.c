@@ -137,3 +137,14 @@ void fl_copy_strided(const fl_tensor_t *dst, const fl_tensor_t *src) {
                    it.inner_stride[1], it.inner);
     }
 }
+
+void fl_zero_strided(const fl_tensor_t *dst) {
+    int64_t z = 0;
+    fl_iter_t it;
+    fl_iter_init(&it, 1, (const fl_tensor_t *[]){dst});
+    for (int64_t r = 0; r < it.outer; r++) {
+        int64_t b[FL_ITER_MAX];
+        fl_iter_row(&it, r, b);
+        fl_cvt_row(dst->dtype, fl_elem(dst, b[0]), it.inner_stride[0], FL_INT64, &z, 0, it.inner);
+    }
+}

@@ -95,6 +95,14 @@ void fl_sha256_hex(fl_sha256_t *s, char out[65]);
 void fl_cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int64_t ss, int64_t n);
 /* dst = src converted to dst's dtype; src already has dst's shape, both strided (common.c) */
 void fl_copy_strided(const fl_tensor_t *dst, const fl_tensor_t *src);
+/* dst = 0 in dst's dtype, any strides (common.c) */
+void fl_zero_strided(const fl_tensor_t *dst);
+/* an index element (int64, int32 or any dtype through double) as int64_t; off includes t->offset */
+static inline int64_t fl_load_i64(const fl_tensor_t *t, int64_t off) {
+    if (t->dtype == FL_INT64) return *(const int64_t *)fl_elem(t, off);
+    if (t->dtype == FL_INT32) return *(const int32_t *)fl_elem(t, off);
+    return (int64_t)fl_load_f64(t->dtype, fl_elem(t, off));
+}
 /* qsort's comparison of two int64_t */
 static inline int fl_cmp_i64(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -126,6 +134,8 @@ extern const fl_kernel_group_t fl_host_group_special; /* k_special.c */
 extern const fl_kernel_group_t fl_host_group_lapack;  /* k_lapack.c */
 extern const fl_kernel_group_t fl_host_group_index;   /* k_index.c */
 extern const fl_kernel_group_t fl_host_group_nn;      /* k_nn.c */
+extern const fl_kernel_group_t fl_host_group_pool;    /* k_pool.c: every pooling and unpooling kernel */
+extern const fl_kernel_group_t fl_host_group_loss;    /* k_loss.c: nll_loss(2d) forward and backward */
 extern const fl_kernel_group_t fl_host_group_fft;     /* k_fft.c: _fft_r2c, _fft_c2c, _fft_c2r */
 
 /* k_complex.c: pointwise kernels on complex outputs, called by k_elementwise.c's kernels of

@@ -1,4 +1,4 @@
-/* Internals shared by the linear-algebra and nn kernel files (k_linalg*.c):
+/* Internals shared by the BLAS-backed kernel files (k_linalg.c, k_conv.c, k_norm.c, k_pool.c):
  * the helpers k_linalg.c defines (fl_lin_ prefix, external linkage; the
  * library is built with -fvisibility=hidden, so none leaves the shared
  * object), and the macros of the files that include themselves once per
@@ -30,7 +30,7 @@ void fl_lin_gemm(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, dou
                  const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
 int fl_lin_via_f32(fl_kernel_fn fn, int write_inputs, FL_KERNEL_ARGS);
 
-/* kernels of k_linalg_conv.c, k_linalg_norm.c and k_linalg_pool.c, in k_linalg.c's table */
+/* kernels of k_conv.c and k_norm.c (in k_linalg.c's table) and k_pool.c's 2-D pooling */
 int fl_lin_convolution(FL_KERNEL_ARGS);
 int fl_lin_convolution_backward(FL_KERNEL_ARGS);
 int fl_lin_native_batch_norm(FL_KERNEL_ARGS);
@@ -51,6 +51,14 @@ int fl_lin_avg_pool2d(FL_KERNEL_ARGS);
 int fl_lin_avg_pool2d_backward(FL_KERNEL_ARGS);
 int fl_lin_adaptive_avg_pool2d(FL_KERNEL_ARGS);
 int fl_lin_adaptive_avg_pool2d_backward(FL_KERNEL_ARGS);
+
+/* name(FL_KERNEL_ARGS): fn, with float16/bfloat16 inputs computed on float32 copies (fl_lin_via_f32) */
+#define LIN_ANY_FLOAT(name, fn)                                                                          \
+    static int name(FL_KERNEL_ARGS) {                                                                    \
+        if (n_in >= 1 && (in[0].dtype == FL_FLOAT16 || in[0].dtype == FL_BFLOAT16))                      \
+            return fl_lin_via_f32(fn, 0, stream, device, in, n_in, out, n_out, args, n_args);            \
+        return fn(stream, device, in, n_in, out, n_out, args, n_args);                                   \
+    }
 
 /* the dtypes the BLAS-backed and typed kernels compute in (half types go through fl_lin_via_f32) */
 static inline int fl_lin_float_dt(int dt) { return dt == FL_FLOAT32 || dt == FL_FLOAT64; }

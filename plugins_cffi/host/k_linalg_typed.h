@@ -1,5 +1,5 @@
 /* Instantiates the typed section of the including file once per element type:
- * #define LIN_SELF "k_linalg_conv.c" (the file itself), then include this. The
+ * #define LIN_SELF "k_conv.c" (the file itself), then include this. The
  * typed section sees LIN_T (the C type), LIN_S (a name suffix: f32, f64) and
  * LIN_DT (the fl_dtype_t). Not a header guard on purpose: each file includes it once. */
 #define LIN_T float

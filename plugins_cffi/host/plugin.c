@@ -134,7 +134,7 @@ uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed) {
 /* ---- kernel table ---- */
 static const fl_kernel_group_t *groups[] = {&fl_host_group_elementwise, &fl_host_group_reduce,
                                             &fl_host_group_linalg, &fl_host_group_special,
-    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_fft};
+    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_pool, &fl_host_group_loss, &fl_host_group_fft};
 #define NGROUPS ((int)(sizeof groups / sizeof groups[0]))
 
 static int kernel_count(int *count) {

@@ -46,7 +46,7 @@ static int trivial_1x1(const geom_t *g) {
            g->OH == g->H && g->OW == g->W;
 }
 
-#define LIN_SELF "k_linalg_conv.c"
+#define LIN_SELF "k_conv.c"
 #include "k_linalg_typed.h"
 
 /* ---- argument parsing ---- */

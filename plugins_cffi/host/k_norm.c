@@ -33,7 +33,7 @@ static int mask_bit(const fl_arg_t *a, int k) {
     return a->list[k] != 0;
 }
 
-#define LIN_SELF "k_linalg_norm.c"
+#define LIN_SELF "k_norm.c"
 #include "k_linalg_typed.h"
 
 
