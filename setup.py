@@ -7,6 +7,7 @@ import glob
 import os
 
 from setuptools import Extension, setup
+from setuptools.command.build_clib import build_clib
 from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,6 +43,19 @@ class BuildPlugins(build_ext):
         if os.path.exists(outfile) and outfile.endswith(".so"):
             os.unlink(outfile)
         return super().copy_file(infile, outfile, *args, **kwargs)
+
+
+class BuildKernels(build_clib):
+    """Archives the kernel library afresh: `ar` only adds and replaces members, so an object of a
+    source file since renamed or deleted would stay in a reused build folder's libfl_kernels.a and
+    could still be linked (or leave an undefined symbol)."""
+
+    def build_libraries(self, libraries):
+        for name, _ in libraries:
+            path = self.compiler.library_filename(name, output_dir=self.build_clib)
+            if os.path.exists(path):
+                os.unlink(path)
+        super().build_libraries(libraries)
 
 
 INCLUDE_DIRS = [INCLUDE, os.path.join("plugins_cffi", "host"), os.path.join("plugins_cffi", "emulated")]
@@ -113,5 +127,5 @@ KERNEL_LIBRARY = ("fl_kernels", {"sources": KERNELS, "include_dirs": INCLUDE_DIR
 setup(
     libraries=[KERNEL_LIBRARY],
     ext_modules=PLUGINS,
-    cmdclass={"build_ext": BuildPlugins},
+    cmdclass={"build_clib": BuildKernels, "build_ext": BuildPlugins},
 )

@@ -144,7 +144,7 @@ static int linear_act(FL_KERNEL_ARGS) {
     int act = (int)args[3].i, save = (args[6].kind == FL_ARG_BOOL || args[6].kind == FL_ARG_INT) && args[6].i;
     double p = lin_float(&args[4]);
     if (act < 0 || act > 2 || !(p >= 0.0 && p < 1.0)) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *o = fl_lin_out(out, n_out, 0), *pre = fl_lin_out(out, n_out, 1);
+    const fl_tensor_t *o = fl_out_at(out, n_out, 0), *pre = fl_out_at(out, n_out, 1);
     if (!lin_contig(o, x->dtype, xm.rows * N)) return FL_ERR_UNSUPPORTED;
     if (save && !lin_contig(pre, x->dtype, xm.rows * N)) return FL_ERR_UNSUPPORTED;
     return LIN_DISPATCH(x->dtype, lin_act_fwd, &xm, w, ldw, tb, b, N, act, p, (uint64_t)args[5].i, o,
@@ -170,7 +170,7 @@ static int linear_act_backward(FL_KERNEL_ARGS) {
         return FL_ERR_UNSUPPORTED;
     if (act == 2 && (!pre || pre->dtype != x->dtype || !lin_strided(pre, &pm) || pm.rows != xm.rows || pm.cols != N))
         return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *gi = fl_lin_out(out, n_out, 0), *gw = fl_lin_out(out, n_out, 1), *gb = fl_lin_out(out, n_out, 2);
+    const fl_tensor_t *gi = fl_out_at(out, n_out, 0), *gw = fl_out_at(out, n_out, 1), *gb = fl_out_at(out, n_out, 2);
     if (!lin_contig(gi, x->dtype, xm.rows * xm.cols) || !lin_contig(gw, x->dtype, N * xm.cols)) return FL_ERR_UNSUPPORTED;
     if (gb && fl_numel(gb) == 0) gb = NULL;
     if (gb && !lin_contig(gb, x->dtype, N)) return FL_ERR_UNSUPPORTED;
@@ -183,10 +183,10 @@ static int norm_outputs(const fl_tensor_t *out, int n_out, int dt, int64_t M, in
                         const fl_tensor_t *lw, const fl_tensor_t *lb, const fl_tensor_t **o, const fl_tensor_t **sum,
                         const fl_tensor_t **mean, const fl_tensor_t **rstd) {
     if (n_out < 4) return 0;
-    *o = fl_lin_out(out, n_out, 0);
-    *sum = save ? fl_lin_out(out, n_out, 1) : NULL;
-    *mean = fl_lin_out(out, n_out, 2);
-    *rstd = fl_lin_out(out, n_out, 3);
+    *o = fl_out_at(out, n_out, 0);
+    *sum = save ? fl_out_at(out, n_out, 1) : NULL;
+    *mean = fl_out_at(out, n_out, 2);
+    *rstd = fl_out_at(out, n_out, 3);
     if (!lin_contig(*o, dt, M * N) || (save && !lin_contig(*sum, dt, M * N))) return 0;
     if (!lin_contig(*mean, dt, M) || !lin_contig(*rstd, dt, M)) return 0;
     for (int k = 0; k < 2; k++) {
@@ -260,8 +260,8 @@ static int add_layer_norm_backward(FL_KERNEL_ARGS) {
     if (!norm_bwd_inputs(g, z, mean, rstd, lw, &gm, &zm)) return FL_ERR_UNSUPPORTED;
     double p = lin_float(&args[6]);
     int64_t M = gm.rows, N = gm.cols;
-    const fl_tensor_t *gx = fl_lin_out(out, n_out, 0), *gr = fl_lin_out(out, n_out, 1);
-    const fl_tensor_t *gw = fl_lin_out(out, n_out, 2), *gb = fl_lin_out(out, n_out, 3);
+    const fl_tensor_t *gx = fl_out_at(out, n_out, 0), *gr = fl_out_at(out, n_out, 1);
+    const fl_tensor_t *gw = fl_out_at(out, n_out, 2), *gb = fl_out_at(out, n_out, 3);
     if (!lin_contig(gx, g->dtype, M * N) || !lin_contig(gr, g->dtype, M * N)) return FL_ERR_UNSUPPORTED;
     if (gw && fl_numel(gw) == 0) gw = NULL;
     if (gb && fl_numel(gb) == 0) gb = NULL;
@@ -285,8 +285,8 @@ static int linear_add_layer_norm_backward(FL_KERNEL_ARGS) {
     if (x->dtype != g->dtype || xm.rows != gm.rows || N != gm.cols) return FL_ERR_UNSUPPORTED;
     double p = lin_float(&args[9]);
     int64_t M = gm.rows, K = xm.cols;
-    const fl_tensor_t *gi = fl_lin_out(out, n_out, 0), *gwt = fl_lin_out(out, n_out, 1), *gbias = fl_lin_out(out, n_out, 2);
-    const fl_tensor_t *gr = fl_lin_out(out, n_out, 3), *glw = fl_lin_out(out, n_out, 4), *glb = fl_lin_out(out, n_out, 5);
+    const fl_tensor_t *gi = fl_out_at(out, n_out, 0), *gwt = fl_out_at(out, n_out, 1), *gbias = fl_out_at(out, n_out, 2);
+    const fl_tensor_t *gr = fl_out_at(out, n_out, 3), *glw = fl_out_at(out, n_out, 4), *glb = fl_out_at(out, n_out, 5);
     int dt = g->dtype;
     if (!lin_contig(gi, dt, M * K) || !lin_contig(gwt, dt, N * K) || !lin_contig(gr, dt, M * N)) return FL_ERR_UNSUPPORTED;
     if (gbias && fl_numel(gbias) == 0) gbias = NULL;

@@ -109,6 +109,21 @@ static inline int fl_cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* ---- synchronous streams and events, for a plugin whose work has finished when each call returns:
+ * a stream is a token and an event is always complete. Defines stream_create, stream_destroy,
+ * stream_sync, event_create, event_destroy, event_record, event_sync, event_query and synchronize,
+ * each checking its device with CHECK(device). ---- */
+#define FL_SYNC_STREAMS(CHECK)                                                                               \
+    static int stream_create(int device, fl_stream_t *s) { *s = (fl_stream_t)(intptr_t)1; return CHECK(device); } \
+    static int stream_destroy(int device, fl_stream_t s) { (void)s; return CHECK(device); }                  \
+    static int stream_sync(int device, fl_stream_t s) { (void)s; return CHECK(device); }                     \
+    static int event_create(int device, fl_event_t *e) { *e = (fl_event_t)(intptr_t)1; return CHECK(device); } \
+    static int event_destroy(int device, fl_event_t e) { (void)e; return CHECK(device); }                    \
+    static int event_record(int device, fl_event_t e, fl_stream_t s) { (void)e; (void)s; return CHECK(device); } \
+    static int event_sync(int device, fl_event_t e) { (void)e; return CHECK(device); }                       \
+    static int event_query(int device, fl_event_t e, int *done) { (void)e; *done = 1; return CHECK(device); } \
+    static int synchronize(int device) { return CHECK(device); }
+
 /* ---- random numbers: counter-based (Philox-like via splitmix64) ---- */
 uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed);
 static inline uint64_t fl_splitmix64(uint64_t x) {

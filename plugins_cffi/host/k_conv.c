@@ -156,8 +156,8 @@ int fl_lin_convolution_backward(FL_KERNEL_ARGS) {
     int m[3] = {1, 1, 1};
     if (mask->kind == FL_ARG_INT_LIST && mask->len == 3)
         for (int k = 0; k < 3; k++) m[k] = mask->list[k] != 0;
-    const fl_tensor_t *gi = m[0] ? fl_lin_out(out, n_out, 0) : NULL, *gw = m[1] ? fl_lin_out(out, n_out, 1) : NULL,
-                      *gb = m[2] ? fl_lin_out(out, n_out, 2) : NULL;
+    const fl_tensor_t *gi = m[0] ? fl_out_at(out, n_out, 0) : NULL, *gw = m[1] ? fl_out_at(out, n_out, 1) : NULL,
+                      *gb = m[2] ? fl_out_at(out, n_out, 2) : NULL;
     if ((gi && gi->dtype != dt) || (gw && gw->dtype != dt) || (gb && gb->dtype != dt)) return FL_ERR_UNSUPPORTED;
     int transposed = (int)args[7].i;
     geom_t g;

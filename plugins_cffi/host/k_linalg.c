@@ -29,13 +29,6 @@ double fl_lin_num(const fl_arg_t *a, double dflt) {
     }
 }
 
-/* An output that the op defines (data != NULL, ndim >= 0), else NULL. */
-const fl_tensor_t *fl_lin_out(const fl_tensor_t *out, int n_out, int k) {
-    if (k >= n_out || out[k].ndim < 0 || (out[k].data == NULL && fl_numel(&out[k]) != 0)) return NULL;
-    if (out[k].ndim < 0) return NULL;
-    return &out[k];
-}
-
 /* Strided copy between two tensors of one shape and one dtype. */
 void fl_lin_copy(const fl_tensor_t *dst, const fl_tensor_t *src) {
     fl_iter_t it;

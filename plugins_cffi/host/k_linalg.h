@@ -14,7 +14,6 @@
 
 /* k_linalg.c */
 double fl_lin_num(const fl_arg_t *a, double dflt);
-const fl_tensor_t *fl_lin_out(const fl_tensor_t *out, int n_out, int k);
 void fl_lin_copy(const fl_tensor_t *dst, const fl_tensor_t *src);
 void fl_lin_contig_desc(fl_tensor_t *d, const fl_tensor_t *t, void *p);
 void *fl_lin_pack(const fl_tensor_t *t, void **owned);

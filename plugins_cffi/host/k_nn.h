@@ -15,18 +15,6 @@
 
 static double empty_dummy[1];
 
-/* dst = src (same shape), converting dtypes, any strides */
-static void nn_convert(const fl_tensor_t *dst, const fl_tensor_t *src) {
-    fl_iter_t it;
-    fl_iter_init(&it, 2, (const fl_tensor_t *[]){dst, src});
-    for (int64_t o = 0; o < it.outer; o++) {
-        int64_t b[FL_ITER_MAX];
-        fl_iter_row(&it, o, b);
-        fl_cvt_row(dst->dtype, fl_elem(dst, b[0]), it.inner_stride[0], src->dtype, fl_elem(src, b[1]),
-                   it.inner_stride[1], it.inner);
-    }
-}
-
 static void contig_desc(fl_tensor_t *d, const fl_tensor_t *t, int dt, void *p) {
     *d = *t;
     d->data = p;
@@ -61,7 +49,7 @@ static void *io_get(io_t *io, const fl_tensor_t *t, int dt, int out, int zero) {
     if (!out) {
         fl_tensor_t d;
         contig_desc(&d, t, dt, p);
-        nn_convert(&d, t);
+        fl_copy_strided(&d, t);
     }
     return p;
 }
@@ -75,7 +63,7 @@ static int io_end(io_t *io, int st) {
         if (st == FL_OK && io->b[k].out) {
             fl_tensor_t d;
             contig_desc(&d, io->b[k].t, io->b[k].dt, io->b[k].owned);
-            nn_convert(io->b[k].t, &d);
+            fl_copy_strided(io->b[k].t, &d);
         }
         free(io->b[k].owned);
     }
@@ -88,16 +76,8 @@ static int io_end(io_t *io, int st) {
  * Arguments and geometry
  * ====================================================================== */
 
-static const fl_tensor_t *in_arg(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int n_args, int k) {
-    if (k >= n_args || args[k].kind != FL_ARG_TENSOR || args[k].i < 0 || args[k].i >= n_in) return NULL;
-    return &in[args[k].i];
-}
-static const fl_tensor_t *out_at(const fl_tensor_t *out, int n_out, int k) {
-    if (k >= n_out || out[k].ndim < 0 || (out[k].data == NULL && fl_numel(&out[k]) != 0)) return NULL;
-    return &out[k];
-}
-#define IN(k) in_arg(in, n_in, args, n_args, (k))
-#define OUT(k) out_at(out, n_out, (k))
+#define IN(k) fl_arg_tensor(args, n_args, (k), in, n_in)
+#define OUT(k) fl_out_at(out, n_out, (k))
 
 static int is_float(int dt) { return fl_is_floating(dt); }
 /* PyTorch's index math runs in float for float32 and the half types, in double for float64 */

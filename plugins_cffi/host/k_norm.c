@@ -101,7 +101,7 @@ static int bn_backward(const fl_tensor_t *go, const fl_tensor_t *x, const fl_ten
 }
 
 #define T_(k) fl_arg_tensor(args, n_args, (k), in, n_in)
-#define O_(k) fl_lin_out(out, n_out, (k))
+#define O_(k) fl_out_at(out, n_out, (k))
 
 /* native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum, eps) */
 int fl_lin_native_batch_norm(FL_KERNEL_ARGS) {

@@ -75,7 +75,7 @@ static int window_args(pool_t *p, const fl_arg_t *args, int n_args, int ak, int 
 /* max_pool2d_with_indices(self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False) */
 int fl_lin_max_pool2d(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = T_(0), *y = fl_lin_out(out, n_out, 0), *ind = fl_lin_out(out, n_out, 1);
+    const fl_tensor_t *x = T_(0), *y = fl_out_at(out, n_out, 0), *ind = fl_out_at(out, n_out, 1);
     if (!x || !y || !fl_lin_float_dt(x->dtype) || y->dtype != x->dtype || (ind && ind->dtype != FL_INT64)) return FL_ERR_UNSUPPORTED;
     pool_t p;
     int st = geom(&p, x, y);
@@ -97,7 +97,7 @@ int fl_lin_max_pool2d(FL_KERNEL_ARGS) {
 /* max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices) */
 int fl_lin_max_pool2d_backward(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *go = T_(0), *x = T_(1), *ind = T_(7), *gi = fl_lin_out(out, n_out, 0);
+    const fl_tensor_t *go = T_(0), *x = T_(1), *ind = T_(7), *gi = fl_out_at(out, n_out, 0);
     if (!go || !x || !ind || !gi || !fl_lin_float_dt(go->dtype) || gi->dtype != go->dtype || ind->dtype != FL_INT64)
         return FL_ERR_UNSUPPORTED;
     pool_t p;
@@ -128,7 +128,7 @@ static int avg_args(pool_t *p, const fl_arg_t *args, int n_args, int ak) {
 /* avg_pool2d(self, kernel_size, stride=[], padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None) */
 int fl_lin_avg_pool2d(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = T_(0), *y = fl_lin_out(out, n_out, 0);
+    const fl_tensor_t *x = T_(0), *y = fl_out_at(out, n_out, 0);
     if (!x || !y || !fl_lin_float_dt(x->dtype) || y->dtype != x->dtype) return FL_ERR_UNSUPPORTED;
     pool_t p;
     int st = geom(&p, x, y);
@@ -148,7 +148,7 @@ int fl_lin_avg_pool2d(FL_KERNEL_ARGS) {
 /* avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override) */
 int fl_lin_avg_pool2d_backward(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *go = T_(0), *gi = fl_lin_out(out, n_out, 0);
+    const fl_tensor_t *go = T_(0), *gi = fl_out_at(out, n_out, 0);
     if (!go || !gi || !fl_lin_float_dt(go->dtype) || gi->dtype != go->dtype) return FL_ERR_UNSUPPORTED;
     pool_t p;
     int st = geom(&p, gi, go);
@@ -168,7 +168,7 @@ int fl_lin_avg_pool2d_backward(FL_KERNEL_ARGS) {
 /* _adaptive_avg_pool2d(self, output_size) */
 int fl_lin_adaptive_avg_pool2d(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = T_(0), *y = fl_lin_out(out, n_out, 0);
+    const fl_tensor_t *x = T_(0), *y = fl_out_at(out, n_out, 0);
     if (!x || !y || !fl_lin_float_dt(x->dtype) || y->dtype != x->dtype) return FL_ERR_UNSUPPORTED;
     pool_t p;
     int st = geom(&p, x, y);
@@ -187,7 +187,7 @@ int fl_lin_adaptive_avg_pool2d(FL_KERNEL_ARGS) {
 /* _adaptive_avg_pool2d_backward(grad_output, self) */
 int fl_lin_adaptive_avg_pool2d_backward(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *go = T_(0), *gi = fl_lin_out(out, n_out, 0);
+    const fl_tensor_t *go = T_(0), *gi = fl_out_at(out, n_out, 0);
     if (!go || !gi || !fl_lin_float_dt(go->dtype) || gi->dtype != go->dtype) return FL_ERR_UNSUPPORTED;
     pool_t p;
     int st = geom(&p, gi, go);

@@ -98,16 +98,7 @@ static int copy_any(int device, void *dst, const void *src, size_t n, fl_stream_
     return FL_OK;
 }
 
-/* Synchronous streams: a stream is a token, an event is always complete. */
-static int stream_create(int device, fl_stream_t *s) { *s = (fl_stream_t)(intptr_t)1; return check_device(device); }
-static int stream_destroy(int device, fl_stream_t s) { (void)s; return check_device(device); }
-static int stream_sync(int device, fl_stream_t s) { (void)s; return check_device(device); }
-static int event_create(int device, fl_event_t *e) { *e = (fl_event_t)(intptr_t)1; return check_device(device); }
-static int event_destroy(int device, fl_event_t e) { (void)e; return check_device(device); }
-static int event_record(int device, fl_event_t e, fl_stream_t s) { (void)e; (void)s; return check_device(device); }
-static int event_sync(int device, fl_event_t e) { (void)e; return check_device(device); }
-static int event_query(int device, fl_event_t e, int *done) { (void)e; *done = 1; return check_device(device); }
-static int synchronize(int device) { return check_device(device); }
+FL_SYNC_STREAMS(check_device)
 
 /* ---- RNG ---- */
 static uint64_t rng_seed = 67280421310721ull, rng_offset;

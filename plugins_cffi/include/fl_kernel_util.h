@@ -9,7 +9,7 @@
  *
  *   dtypes        fl_itemsize, fl_is_floating, fl_is_complex, fl_elem, fl_numel, fl_is_contiguous
  *   conversion    fl_bf16_to_f32, fl_f32_to_bf16, fl_f16_to_f32, fl_f32_to_f16
- *   arguments     fl_tensor_ok, fl_out_ok, fl_arg_tensor, fl_arg_is_num, fl_arg_num, fl_arg_int, fl_arg_int_or,
+ *   arguments     fl_tensor_ok, fl_out_at, fl_out_ok, fl_arg_tensor, fl_arg_is_num, fl_arg_num, fl_arg_int, fl_arg_int_or,
  *                 fl_arg_code, fl_wrap_dim
  *   broadcasting  fl_bcast
  *   iteration     fl_iter_t (rows of a coalesced strided walk), fl_walk_t (element by element, with
@@ -84,8 +84,12 @@ static inline int fl_tensor_ok(const fl_tensor_t *t) {
     if (t->ndim < 0 || t->ndim > FL_MAX_DIMS) return 0;
     return t->data != NULL || fl_numel(t) == 0;
 }
-/* The first output, defined (an output the op leaves undefined has ndim -1). */
-static inline int fl_out_ok(const fl_tensor_t *out, int n_out) { return n_out >= 1 && fl_tensor_ok(&out[0]); }
+/* Output k, or NULL when there is none or the op leaves it undefined (ndim -1, data NULL). */
+static inline const fl_tensor_t *fl_out_at(const fl_tensor_t *out, int n_out, int k) {
+    return k < n_out && fl_tensor_ok(&out[k]) ? &out[k] : NULL;
+}
+/* The first output is defined. */
+static inline int fl_out_ok(const fl_tensor_t *out, int n_out) { return fl_out_at(out, n_out, 0) != NULL; }
 /* The tensor of argument k, or NULL when it is absent, None, not a tensor or undefined. */
 static inline const fl_tensor_t *fl_arg_tensor(const fl_arg_t *args, int n_args, int k, const fl_tensor_t *in,
                                                int n_in) {
