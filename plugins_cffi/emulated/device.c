@@ -195,9 +195,6 @@ uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed) {
 }
 
 /* ---- kernel table: host kernels the profile keeps, in its dtypes, plus its fused kernels ---- */
-static const fl_kernel_group_t *host_groups[] = {&fl_host_group_elementwise, &fl_host_group_reduce,
-                                                 &fl_host_group_linalg, &fl_host_group_special,
-    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_pool, &fl_host_group_loss, &fl_host_group_fft};
 static fl_kernel_entry_t *table;
 static int table_len = -1;
 
@@ -210,14 +207,14 @@ static int listed(const char *const *list, const char *op) {
 static int build_table(void) {
     if (table_len >= 0) return FL_OK;
     int cap = 0;
-    for (size_t g = 0; g < sizeof host_groups / sizeof host_groups[0]; g++) cap += host_groups[g]->count;
+    for (int g = 0; g < FL_HOST_NGROUPS; g++) cap += fl_host_groups[g]->count;
     for (const fl_kernel_group_t *const *f = fl_emu_profile.fused; f && *f; f++) cap += (*f)->count;
     table = calloc((size_t)cap + 1, sizeof *table);
     if (!table) FL_FAIL(FL_ERR_OOM, "%s: cannot allocate the kernel table", fl_emu_profile.name);
     int n = 0;
-    for (size_t g = 0; g < sizeof host_groups / sizeof host_groups[0]; g++)
-        for (int i = 0; i < host_groups[g]->count; i++) {
-            fl_kernel_entry_t e = host_groups[g]->entries[i];
+    for (int g = 0; g < FL_HOST_NGROUPS; g++)
+        for (int i = 0; i < fl_host_groups[g]->count; i++) {
+            fl_kernel_entry_t e = fl_host_groups[g]->entries[i];
             if (fl_emu_profile.only && !listed(fl_emu_profile.only, e.op)) continue;
             if (listed(fl_emu_profile.without, e.op)) continue;
             e.dtypes &= fl_emu_profile.dtypes;

@@ -148,3 +148,9 @@ void fl_zero_strided(const fl_tensor_t *dst) {
         fl_cvt_row(dst->dtype, fl_elem(dst, b[0]), it.inner_stride[0], FL_INT64, &z, 0, it.inner);
     }
 }
+
+const fl_kernel_group_t *const fl_host_groups[FL_HOST_NGROUPS] = {
+    &fl_host_group_elementwise, &fl_host_group_reduce, &fl_host_group_linalg, &fl_host_group_special,
+    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_pool, &fl_host_group_loss,
+    &fl_host_group_fft,
+};

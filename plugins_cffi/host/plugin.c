@@ -123,21 +123,16 @@ uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed) {
 }
 
 /* ---- kernel table ---- */
-static const fl_kernel_group_t *groups[] = {&fl_host_group_elementwise, &fl_host_group_reduce,
-                                            &fl_host_group_linalg, &fl_host_group_special,
-    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_pool, &fl_host_group_loss, &fl_host_group_fft};
-#define NGROUPS ((int)(sizeof groups / sizeof groups[0]))
-
 static int kernel_count(int *count) {
     int n = 0;
-    for (int g = 0; g < NGROUPS; g++) n += groups[g]->count;
+    for (int g = 0; g < FL_HOST_NGROUPS; g++) n += fl_host_groups[g]->count;
     *count = n;
     return FL_OK;
 }
 static int kernel_get(int index, fl_kernel_entry_t *entry) {
-    for (int g = 0; g < NGROUPS; g++) {
-        if (index < groups[g]->count) { *entry = groups[g]->entries[index]; return FL_OK; }
-        index -= groups[g]->count;
+    for (int g = 0; g < FL_HOST_NGROUPS; g++) {
+        if (index < fl_host_groups[g]->count) { *entry = fl_host_groups[g]->entries[index]; return FL_OK; }
+        index -= fl_host_groups[g]->count;
     }
     FL_FAIL(FL_ERR_INVALID, "cpu: kernel index out of range");
 }
