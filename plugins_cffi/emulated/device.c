@@ -207,12 +207,12 @@ static int listed(const char *const *list, const char *op) {
 static int build_table(void) {
     if (table_len >= 0) return FL_OK;
     int cap = 0;
-    for (int g = 0; g < FL_HOST_NGROUPS; g++) cap += fl_host_groups[g]->count;
+    for (int g = 0; g < fl_host_ngroups; g++) cap += fl_host_groups[g]->count;
     for (const fl_kernel_group_t *const *f = fl_emu_profile.fused; f && *f; f++) cap += (*f)->count;
     table = calloc((size_t)cap + 1, sizeof *table);
     if (!table) FL_FAIL(FL_ERR_OOM, "%s: cannot allocate the kernel table", fl_emu_profile.name);
     int n = 0;
-    for (int g = 0; g < FL_HOST_NGROUPS; g++)
+    for (int g = 0; g < fl_host_ngroups; g++)
         for (int i = 0; i < fl_host_groups[g]->count; i++) {
             fl_kernel_entry_t e = fl_host_groups[g]->entries[i];
             if (fl_emu_profile.only && !listed(fl_emu_profile.only, e.op)) continue;

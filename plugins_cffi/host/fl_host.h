@@ -152,8 +152,8 @@ extern const fl_kernel_group_t fl_host_group_nn;      /* k_nn.c */
 extern const fl_kernel_group_t fl_host_group_pool;    /* k_pool.c: every pooling and unpooling kernel */
 extern const fl_kernel_group_t fl_host_group_loss;    /* k_loss.c: nll_loss(2d) forward and backward */
 /* every group above, the table the host plugin serves and the emulators filter (common.c) */
-#define FL_HOST_NGROUPS 10
-extern const fl_kernel_group_t *const fl_host_groups[FL_HOST_NGROUPS];
+extern const fl_kernel_group_t *const fl_host_groups[];
+extern const int fl_host_ngroups;
 extern const fl_kernel_group_t fl_host_group_fft;     /* k_fft.c: _fft_r2c, _fft_c2c, _fft_c2r */
 
 /* k_complex.c: pointwise kernels on complex outputs, called by k_elementwise.c's kernels of

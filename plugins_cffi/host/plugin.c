@@ -125,12 +125,12 @@ uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed) {
 /* ---- kernel table ---- */
 static int kernel_count(int *count) {
     int n = 0;
-    for (int g = 0; g < FL_HOST_NGROUPS; g++) n += fl_host_groups[g]->count;
+    for (int g = 0; g < fl_host_ngroups; g++) n += fl_host_groups[g]->count;
     *count = n;
     return FL_OK;
 }
 static int kernel_get(int index, fl_kernel_entry_t *entry) {
-    for (int g = 0; g < FL_HOST_NGROUPS; g++) {
+    for (int g = 0; g < fl_host_ngroups; g++) {
         if (index < fl_host_groups[g]->count) { *entry = fl_host_groups[g]->entries[index]; return FL_OK; }
         index -= fl_host_groups[g]->count;
     }
