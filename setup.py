@@ -7,6 +7,7 @@ import glob
 import os
 
 from setuptools import Extension, setup
+from setuptools.command.build_clib import build_clib
 from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,6 +45,19 @@ class BuildPlugins(build_ext):
         return super().copy_file(infile, outfile, *args, **kwargs)
 
 
+class BuildKernels(build_clib):
+    """Archives the kernel library afresh: `ar` only adds and replaces members, so an object of a
+    source file since renamed or deleted would stay in a reused build folder's libfl_kernels.a and
+    could still be linked (or leave an undefined symbol)."""
+
+    def build_libraries(self, libraries):
+        for name, _ in libraries:
+            path = self.compiler.library_filename(name, output_dir=self.build_clib)
+            if os.path.exists(path):
+                os.unlink(path)
+        super().build_libraries(libraries)
+
+
 INCLUDE_DIRS = [INCLUDE, os.path.join("plugins_cffi", "host"), os.path.join("plugins_cffi", "emulated")]
 CFLAGS = ["-O3", "-std=gnu11", "-fopenmp", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"]
 
@@ -75,13 +89,15 @@ def _plugin(name, sources, blas=False):
 
 
 def _ship_header():
-    """The runtime parses the ABI header for cffi; ship a copy inside the package (torch_fl/runtime/include)."""
+    """The runtime parses the ABI header for cffi; ship a copy inside the package (torch_fl/runtime/include),
+    with the kernel helpers vendors compile against beside it (torch_fl.get_include() names the folder)."""
     import shutil
 
     runtime = os.path.join(HERE, "torch_fl", "runtime")
     os.makedirs(os.path.join(runtime, "include"), exist_ok=True)
     os.makedirs(os.path.join(runtime, "plugins"), exist_ok=True)  # editable installs copy here
-    shutil.copyfile(os.path.join(HERE, INCLUDE, "fl_plugin.h"), os.path.join(runtime, "include", "fl_plugin.h"))
+    for header in ("fl_plugin.h", "fl_kernel_util.h"):
+        shutil.copyfile(os.path.join(HERE, INCLUDE, header), os.path.join(runtime, "include", header))
     # the special functions' C, which the JIT tier pastes into kernels it generates
     special = os.path.join(HERE, "plugins_cffi", "host", "fl_special_math.h")
     if os.path.exists(special):
@@ -111,5 +127,5 @@ KERNEL_LIBRARY = ("fl_kernels", {"sources": KERNELS, "include_dirs": INCLUDE_DIR
 setup(
     libraries=[KERNEL_LIBRARY],
     ext_modules=PLUGINS,
-    cmdclass={"build_ext": BuildPlugins},
+    cmdclass={"build_clib": BuildKernels, "build_ext": BuildPlugins},
 )

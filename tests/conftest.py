@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torch_fl as fl
-from torch_fl.runtime import header_path
+from torch_fl.runtime import get_include
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -28,7 +28,7 @@ def pytest_configure(config):
 def test_plugins(tmp_path_factory):
     """Compiles the deliberately odd plugins in tests/plugins into a folder."""
     out = tmp_path_factory.mktemp("plugins")
-    include = os.path.dirname(header_path())
+    include = get_include()
     for src in sorted(os.listdir(os.path.join(HERE, "plugins"))):
         if src.endswith(".c"):
             lib = out / f"lib{src[:-2]}.so"

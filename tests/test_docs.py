@@ -11,7 +11,7 @@ import sys
 import pytest
 from doc_samples import samples, skip_markers
 
-from torch_fl.runtime import header_path
+from torch_fl.runtime import get_include
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = [os.path.relpath(p, ROOT) for p in [os.path.join(ROOT, "README.md"),
@@ -26,7 +26,7 @@ def template_plugin(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("template")
     for name in ("fl_template.c", "Makefile"):
         shutil.copy(os.path.join(ROOT, "plugins_cffi", "template", name), out / name)
-    subprocess.run(["make", "-C", str(out), f"FL_INCLUDE={os.path.dirname(header_path())}"], check=True,
+    subprocess.run(["make", "-C", str(out), f"FL_INCLUDE={get_include()}"], check=True,
                    capture_output=True)
     return str(out / "libfl_template.so")
 

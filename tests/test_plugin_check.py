@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from torch_fl.check import check_plugin
-from torch_fl.runtime import header_path
+from torch_fl.runtime import get_include
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,7 +25,7 @@ def template_lib(tmp_path_factory):
     out = tmp_path_factory.mktemp("template")
     for name in ("fl_template.c", "Makefile"):
         shutil.copy(os.path.join(ROOT, "plugins_cffi", "template", name), out / name)
-    subprocess.run(["make", "-C", str(out), f"FL_INCLUDE={os.path.dirname(header_path())}"], check=True,
+    subprocess.run(["make", "-C", str(out), f"FL_INCLUDE={get_include()}"], check=True,
                    capture_output=True)
     return out / "libfl_template.so"
 

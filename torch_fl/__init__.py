@@ -40,7 +40,7 @@ from .errors import (
     PrivateUse1TakenError,
 )
 from .profiler import Comparison, Profile, compare_backends, profile
-from .runtime import CapabilityTable
+from .runtime import CapabilityTable, get_include
 from .transfer import move, non_blocking_to
 
 __version__ = "0.1.0"
@@ -100,6 +100,7 @@ __all__ = [
     "distributed",
     "explain",
     "get_current_backend_name",
+    "get_include",
     "initialize",
     "list_backends",
     "set_backend",

@@ -128,16 +128,7 @@ static int copy(int device, void *dst, const void *src, size_t n, fl_stream_t s)
     return FL_OK;
 }
 
-/* Synchronous streams: work has finished when its call returns. */
-static int stream_create(int device, fl_stream_t *s) { *s = (fl_stream_t)(intptr_t)1; return check_device(device); }
-static int stream_destroy(int device, fl_stream_t s) { (void)s; return check_device(device); }
-static int stream_sync(int device, fl_stream_t s) { (void)s; return check_device(device); }
-static int event_create(int device, fl_event_t *e) { *e = (fl_event_t)(intptr_t)1; return check_device(device); }
-static int event_destroy(int device, fl_event_t e) { (void)e; return check_device(device); }
-static int event_record(int device, fl_event_t e, fl_stream_t s) { (void)e; (void)s; return check_device(device); }
-static int event_sync(int device, fl_event_t e) { (void)e; return check_device(device); }
-static int event_query(int device, fl_event_t e, int *done) { (void)e; *done = 1; return check_device(device); }
-static int synchronize(int device) { return check_device(device); }
+FL_SYNC_STREAMS(check_device)
 
 /* The asynchronous versions (streams.c) behind the same device checks. */
 static int async_copy(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
@@ -204,9 +195,6 @@ uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed) {
 }
 
 /* ---- kernel table: host kernels the profile keeps, in its dtypes, plus its fused kernels ---- */
-static const fl_kernel_group_t *host_groups[] = {&fl_host_group_elementwise, &fl_host_group_reduce,
-                                                 &fl_host_group_linalg, &fl_host_group_special,
-    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_fft};
 static fl_kernel_entry_t *table;
 static int table_len = -1;
 
@@ -219,14 +207,14 @@ static int listed(const char *const *list, const char *op) {
 static int build_table(void) {
     if (table_len >= 0) return FL_OK;
     int cap = 0;
-    for (size_t g = 0; g < sizeof host_groups / sizeof host_groups[0]; g++) cap += host_groups[g]->count;
+    for (int g = 0; g < fl_host_ngroups; g++) cap += fl_host_groups[g]->count;
     for (const fl_kernel_group_t *const *f = fl_emu_profile.fused; f && *f; f++) cap += (*f)->count;
     table = calloc((size_t)cap + 1, sizeof *table);
     if (!table) FL_FAIL(FL_ERR_OOM, "%s: cannot allocate the kernel table", fl_emu_profile.name);
     int n = 0;
-    for (size_t g = 0; g < sizeof host_groups / sizeof host_groups[0]; g++)
-        for (int i = 0; i < host_groups[g]->count; i++) {
-            fl_kernel_entry_t e = host_groups[g]->entries[i];
+    for (int g = 0; g < fl_host_ngroups; g++)
+        for (int i = 0; i < fl_host_groups[g]->count; i++) {
+            fl_kernel_entry_t e = fl_host_groups[g]->entries[i];
             if (fl_emu_profile.only && !listed(fl_emu_profile.only, e.op)) continue;
             if (listed(fl_emu_profile.without, e.op)) continue;
             e.dtypes &= fl_emu_profile.dtypes;

@@ -49,10 +49,8 @@
 #endif
 
 #include "emu.h"
+#include "k_linalg.h"
 
-void fl_lin_gemm1(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
-                  const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
-void fl_lin_blas_init(void);
 
 #define ATTN_BQ 64   /* query rows per tile */
 #define ATTN_BK 128  /* keys per tile */
@@ -74,30 +72,6 @@ typedef struct {
     int64_t bsz[4]; /* the bias's extent over (b, h, i, j): the target size, or 1 where broadcast */
     int64_t bst[4]; /* its element strides over (b, h, i, j), 0 where broadcast */
 } attn_prob_t;
-
-/* Vectorizable float exp (Cephes polynomial, as in k_elementwise.c). */
-static inline float attn_expf(float x) {
-    x = x < -104.0f ? -104.0f : x;
-    x = x > 89.0f ? 89.0f : x;
-    float t = x * 1.44269504088896341f + 12582912.0f;
-    float k = t - 12582912.0f;
-    float r = x - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
-    float r2 = r * r;
-    float p = ((((1.9875691500E-4f * r + 1.3981999507E-3f) * r + 8.3334519073E-3f) * r + 4.1665795894E-2f) * r +
-               1.6666665459E-1f) * r + 5.0000001201E-1f;
-    p = p * r2 + r + 1.0f;
-    int32_t n = (int32_t)k, n1 = n / 2, n2 = n - n1;
-    union { uint32_t u; float f; } s1, s2;
-    s1.u = (uint32_t)(n1 + 127) << 23;
-    s2.u = (uint32_t)(n2 + 127) << 23;
-    return p * s1.f * s2.f;
-}
-
-static const fl_tensor_t *attn_tensor(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int n_args, int k) {
-    if (k >= n_args || args[k].kind != FL_ARG_TENSOR || args[k].i < 0 || args[k].i >= n_in) return NULL;
-    return &in[args[k].i];
-}
 
 static const fl_tensor_t *attn_out(const fl_tensor_t *out, int n_out, int k) {
     if (k >= n_out || out[k].ndim < 0 || (out[k].data == NULL && fl_numel(&out[k]) != 0)) return NULL;
@@ -163,7 +137,7 @@ static void attn_store_scalar_zero(const fl_tensor_t *t) {
 #define T float
 #define SFX f32
 #define T_DT FL_FLOAT32
-#define T_EXP attn_expf
+#define T_EXP fl_vexpf
 #define T_LOG logf
 #include "fused_attention.c"
 #undef T
@@ -189,8 +163,8 @@ static void attn_store_scalar_zero(const fl_tensor_t *t) {
 static int sdpa_forward(FL_KERNEL_ARGS) {
     (void)stream; (void)device;
     if (n_args < 8 || n_out < 2) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *q = attn_tensor(in, n_in, args, n_args, 0), *k = attn_tensor(in, n_in, args, n_args, 1);
-    const fl_tensor_t *v = attn_tensor(in, n_in, args, n_args, 2), *bias = attn_tensor(in, n_in, args, n_args, 3);
+    const fl_tensor_t *q = fl_arg_tensor(args, n_args, 0, in, n_in), *k = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *v = fl_arg_tensor(args, n_args, 2, in, n_in), *bias = fl_arg_tensor(args, n_args, 3, in, n_in);
     if (args[3].kind != FL_ARG_NONE && !bias) return FL_ERR_UNSUPPORTED;
     if (args[4].kind != FL_ARG_FLOAT && args[4].kind != FL_ARG_INT) return FL_ERR_UNSUPPORTED;
     double dropout = args[4].kind == FL_ARG_FLOAT ? args[4].f : (double)args[4].i;
@@ -213,10 +187,10 @@ static int sdpa_forward(FL_KERNEL_ARGS) {
 static int sdpa_backward(FL_KERNEL_ARGS) {
     (void)stream; (void)device;
     if (n_args < 17 || n_out < 3) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *g = attn_tensor(in, n_in, args, n_args, 0), *q = attn_tensor(in, n_in, args, n_args, 1);
-    const fl_tensor_t *k = attn_tensor(in, n_in, args, n_args, 2), *v = attn_tensor(in, n_in, args, n_args, 3);
-    const fl_tensor_t *bias = attn_tensor(in, n_in, args, n_args, 4);
-    const fl_tensor_t *o = attn_tensor(in, n_in, args, n_args, 6), *lse = attn_tensor(in, n_in, args, n_args, 7);
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *q = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *k = fl_arg_tensor(args, n_args, 2, in, n_in), *v = fl_arg_tensor(args, n_args, 3, in, n_in);
+    const fl_tensor_t *bias = fl_arg_tensor(args, n_args, 4, in, n_in);
+    const fl_tensor_t *o = fl_arg_tensor(args, n_args, 6, in, n_in), *lse = fl_arg_tensor(args, n_args, 7, in, n_in);
     if (args[4].kind != FL_ARG_NONE && !bias) return FL_ERR_UNSUPPORTED;
     if (args[12].kind != FL_ARG_FLOAT && args[12].kind != FL_ARG_INT) return FL_ERR_UNSUPPORTED;
     double dropout = args[12].kind == FL_ARG_FLOAT ? args[12].f : (double)args[12].i;
@@ -256,8 +230,8 @@ static int sdpa_backward(FL_KERNEL_ARGS) {
 static int attention_dropout(FL_KERNEL_ARGS) {
     (void)stream; (void)device;
     if (n_args < 8 || n_out < 2) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *q = attn_tensor(in, n_in, args, n_args, 0), *k = attn_tensor(in, n_in, args, n_args, 1);
-    const fl_tensor_t *v = attn_tensor(in, n_in, args, n_args, 2), *bias = attn_tensor(in, n_in, args, n_args, 3);
+    const fl_tensor_t *q = fl_arg_tensor(args, n_args, 0, in, n_in), *k = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *v = fl_arg_tensor(args, n_args, 2, in, n_in), *bias = fl_arg_tensor(args, n_args, 3, in, n_in);
     if (args[3].kind != FL_ARG_NONE && !bias) return FL_ERR_UNSUPPORTED;
     if (args[4].kind != FL_ARG_FLOAT || args[6].kind != FL_ARG_INT) return FL_ERR_UNSUPPORTED;
     attn_prob_t p;
@@ -280,10 +254,10 @@ static int attention_dropout(FL_KERNEL_ARGS) {
 static int attention_dropout_backward(FL_KERNEL_ARGS) {
     (void)stream; (void)device;
     if (n_args < 11 || n_out < 3) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *g = attn_tensor(in, n_in, args, n_args, 0), *q = attn_tensor(in, n_in, args, n_args, 1);
-    const fl_tensor_t *k = attn_tensor(in, n_in, args, n_args, 2), *v = attn_tensor(in, n_in, args, n_args, 3);
-    const fl_tensor_t *bias = attn_tensor(in, n_in, args, n_args, 4);
-    const fl_tensor_t *o = attn_tensor(in, n_in, args, n_args, 5), *lse = attn_tensor(in, n_in, args, n_args, 6);
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *q = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *k = fl_arg_tensor(args, n_args, 2, in, n_in), *v = fl_arg_tensor(args, n_args, 3, in, n_in);
+    const fl_tensor_t *bias = fl_arg_tensor(args, n_args, 4, in, n_in);
+    const fl_tensor_t *o = fl_arg_tensor(args, n_args, 5, in, n_in), *lse = fl_arg_tensor(args, n_args, 6, in, n_in);
     if (args[4].kind != FL_ARG_NONE && !bias) return FL_ERR_UNSUPPORTED;
     if (args[7].kind != FL_ARG_FLOAT || args[9].kind != FL_ARG_INT) return FL_ERR_UNSUPPORTED;
     attn_prob_t p;

@@ -8,13 +8,7 @@
  * applied per channel in the same pass over it, so the two intermediate
  * tensors (and two kernel launches) of conv -> bn -> relu never exist. */
 #include "emu.h"
-
-int fl_lin_convolution(FL_KERNEL_ARGS);
-
-static const fl_tensor_t *arg_tensor(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int k) {
-    if (args[k].kind != FL_ARG_TENSOR || args[k].i < 0 || args[k].i >= n_in) return NULL;
-    return &in[args[k].i];
-}
+#include "k_linalg.h"
 
 static double at(const fl_tensor_t *t, int64_t i) {
     if (t->dtype == FL_FLOAT32) return ((const float *)t->data)[t->offset + i * t->strides[0]];
@@ -23,10 +17,10 @@ static double at(const fl_tensor_t *t, int64_t i) {
 
 static int conv_bn_relu(FL_KERNEL_ARGS) {
     if (n_args < 12 || n_out < 1) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *x = arg_tensor(in, n_in, args, 0), *w = arg_tensor(in, n_in, args, 1);
-    const fl_tensor_t *b = arg_tensor(in, n_in, args, 2), *g = arg_tensor(in, n_in, args, 3);
-    const fl_tensor_t *beta = arg_tensor(in, n_in, args, 4), *mean = arg_tensor(in, n_in, args, 5);
-    const fl_tensor_t *var = arg_tensor(in, n_in, args, 6), *y = &out[0];
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *w = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *b = fl_arg_tensor(args, n_args, 2, in, n_in), *g = fl_arg_tensor(args, n_args, 3, in, n_in);
+    const fl_tensor_t *beta = fl_arg_tensor(args, n_args, 4, in, n_in), *mean = fl_arg_tensor(args, n_args, 5, in, n_in);
+    const fl_tensor_t *var = fl_arg_tensor(args, n_args, 6, in, n_in), *y = &out[0];
     if (!x || !w || !mean || !var || args[7].kind != FL_ARG_FLOAT) return FL_ERR_UNSUPPORTED;
     int dt = x->dtype;
     if (dt != FL_FLOAT32 && dt != FL_FLOAT64) return FL_ERR_UNSUPPORTED;

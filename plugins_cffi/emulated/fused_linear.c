@@ -46,25 +46,13 @@
 #include <stdlib.h>
 
 #include "emu.h"
-
-void fl_lin_gemm(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
-                 const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+#include "k_linalg.h"
 
 typedef struct {
     const char *base; /* element (0, 0) */
     int64_t rows, cols, ld;
     int64_t cs; /* column stride: 1 for BLAS operands; any (0 for a broadcast gradient) for rows read elementwise */
 } lin_mat_t;
-
-static const fl_tensor_t *lin_arg(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int n_args, int k) {
-    if (k >= n_args || args[k].kind != FL_ARG_TENSOR || args[k].i < 0 || args[k].i >= n_in) return NULL;
-    return &in[args[k].i];
-}
-
-static const fl_tensor_t *lin_out(const fl_tensor_t *out, int n_out, int k) {
-    if (k >= n_out || out[k].ndim < 0 || (out[k].data == NULL && fl_numel(&out[k]) != 0)) return NULL;
-    return &out[k];
-}
 
 /* t as a (rows, last dim) matrix with evenly spaced rows (any spacing, 0 included, when `any`) and
  * unit-stride rows (any column stride when `any`); 0 if it is not one. */
@@ -147,8 +135,8 @@ static int lin_setup(const fl_tensor_t *x, const fl_tensor_t *w, const fl_tensor
 static int linear_act(FL_KERNEL_ARGS) {
     (void)stream; (void)device;
     if (n_args < 7 || n_out < 2) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *x = lin_arg(in, n_in, args, n_args, 0), *w = lin_arg(in, n_in, args, n_args, 1);
-    const fl_tensor_t *b = lin_arg(in, n_in, args, n_args, 2);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *w = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *b = fl_arg_tensor(args, n_args, 2, in, n_in);
     lin_mat_t xm;
     int64_t N, ldw;
     int tb;
@@ -156,7 +144,7 @@ static int linear_act(FL_KERNEL_ARGS) {
     int act = (int)args[3].i, save = (args[6].kind == FL_ARG_BOOL || args[6].kind == FL_ARG_INT) && args[6].i;
     double p = lin_float(&args[4]);
     if (act < 0 || act > 2 || !(p >= 0.0 && p < 1.0)) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *o = lin_out(out, n_out, 0), *pre = lin_out(out, n_out, 1);
+    const fl_tensor_t *o = fl_out_at(out, n_out, 0), *pre = fl_out_at(out, n_out, 1);
     if (!lin_contig(o, x->dtype, xm.rows * N)) return FL_ERR_UNSUPPORTED;
     if (save && !lin_contig(pre, x->dtype, xm.rows * N)) return FL_ERR_UNSUPPORTED;
     return LIN_DISPATCH(x->dtype, lin_act_fwd, &xm, w, ldw, tb, b, N, act, p, (uint64_t)args[5].i, o,
@@ -166,9 +154,9 @@ static int linear_act(FL_KERNEL_ARGS) {
 static int linear_act_backward(FL_KERNEL_ARGS) {
     (void)stream; (void)device;
     if (n_args < 9 || n_out < 3) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *g = lin_arg(in, n_in, args, n_args, 0), *x = lin_arg(in, n_in, args, n_args, 1);
-    const fl_tensor_t *w = lin_arg(in, n_in, args, n_args, 2), *o = lin_arg(in, n_in, args, n_args, 3);
-    const fl_tensor_t *pre = lin_arg(in, n_in, args, n_args, 4);
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *x = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *w = fl_arg_tensor(args, n_args, 2, in, n_in), *o = fl_arg_tensor(args, n_args, 3, in, n_in);
+    const fl_tensor_t *pre = fl_arg_tensor(args, n_args, 4, in, n_in);
     lin_mat_t xm, gm, om, pm;
     int64_t N, ldw;
     int tb;
@@ -182,7 +170,7 @@ static int linear_act_backward(FL_KERNEL_ARGS) {
         return FL_ERR_UNSUPPORTED;
     if (act == 2 && (!pre || pre->dtype != x->dtype || !lin_strided(pre, &pm) || pm.rows != xm.rows || pm.cols != N))
         return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *gi = lin_out(out, n_out, 0), *gw = lin_out(out, n_out, 1), *gb = lin_out(out, n_out, 2);
+    const fl_tensor_t *gi = fl_out_at(out, n_out, 0), *gw = fl_out_at(out, n_out, 1), *gb = fl_out_at(out, n_out, 2);
     if (!lin_contig(gi, x->dtype, xm.rows * xm.cols) || !lin_contig(gw, x->dtype, N * xm.cols)) return FL_ERR_UNSUPPORTED;
     if (gb && fl_numel(gb) == 0) gb = NULL;
     if (gb && !lin_contig(gb, x->dtype, N)) return FL_ERR_UNSUPPORTED;
@@ -195,10 +183,10 @@ static int norm_outputs(const fl_tensor_t *out, int n_out, int dt, int64_t M, in
                         const fl_tensor_t *lw, const fl_tensor_t *lb, const fl_tensor_t **o, const fl_tensor_t **sum,
                         const fl_tensor_t **mean, const fl_tensor_t **rstd) {
     if (n_out < 4) return 0;
-    *o = lin_out(out, n_out, 0);
-    *sum = save ? lin_out(out, n_out, 1) : NULL;
-    *mean = lin_out(out, n_out, 2);
-    *rstd = lin_out(out, n_out, 3);
+    *o = fl_out_at(out, n_out, 0);
+    *sum = save ? fl_out_at(out, n_out, 1) : NULL;
+    *mean = fl_out_at(out, n_out, 2);
+    *rstd = fl_out_at(out, n_out, 3);
     if (!lin_contig(*o, dt, M * N) || (save && !lin_contig(*sum, dt, M * N))) return 0;
     if (!lin_contig(*mean, dt, M) || !lin_contig(*rstd, dt, M)) return 0;
     for (int k = 0; k < 2; k++) {
@@ -211,8 +199,8 @@ static int norm_outputs(const fl_tensor_t *out, int n_out, int dt, int64_t M, in
 static int add_layer_norm(FL_KERNEL_ARGS) {
     (void)stream; (void)device;
     if (n_args < 8) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *x = lin_arg(in, n_in, args, n_args, 0), *r = lin_arg(in, n_in, args, n_args, 1);
-    const fl_tensor_t *lw = lin_arg(in, n_in, args, n_args, 2), *lb = lin_arg(in, n_in, args, n_args, 3);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *r = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *lw = fl_arg_tensor(args, n_args, 2, in, n_in), *lb = fl_arg_tensor(args, n_args, 3, in, n_in);
     const fl_tensor_t *o, *sum, *mean, *rstd;
     lin_mat_t xm, rm;
     if (!x || !r || (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64) || r->dtype != x->dtype) return FL_ERR_UNSUPPORTED;
@@ -230,9 +218,9 @@ static int add_layer_norm(FL_KERNEL_ARGS) {
 static int linear_add_layer_norm(FL_KERNEL_ARGS) {
     (void)stream; (void)device;
     if (n_args < 10) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *x = lin_arg(in, n_in, args, n_args, 0), *w = lin_arg(in, n_in, args, n_args, 1);
-    const fl_tensor_t *b = lin_arg(in, n_in, args, n_args, 2), *r = lin_arg(in, n_in, args, n_args, 3);
-    const fl_tensor_t *lw = lin_arg(in, n_in, args, n_args, 4), *lb = lin_arg(in, n_in, args, n_args, 5);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *w = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *b = fl_arg_tensor(args, n_args, 2, in, n_in), *r = fl_arg_tensor(args, n_args, 3, in, n_in);
+    const fl_tensor_t *lw = fl_arg_tensor(args, n_args, 4, in, n_in), *lb = fl_arg_tensor(args, n_args, 5, in, n_in);
     const fl_tensor_t *o, *sum, *mean, *rstd;
     lin_mat_t xm, rm;
     int64_t N, ldw;
@@ -265,15 +253,15 @@ static int norm_bwd_inputs(const fl_tensor_t *g, const fl_tensor_t *z, const fl_
 static int add_layer_norm_backward(FL_KERNEL_ARGS) {
     (void)stream; (void)device;
     if (n_args < 8 || n_out < 4) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *g = lin_arg(in, n_in, args, n_args, 0), *z = lin_arg(in, n_in, args, n_args, 1);
-    const fl_tensor_t *mean = lin_arg(in, n_in, args, n_args, 2), *rstd = lin_arg(in, n_in, args, n_args, 3);
-    const fl_tensor_t *lw = lin_arg(in, n_in, args, n_args, 4);
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *z = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *mean = fl_arg_tensor(args, n_args, 2, in, n_in), *rstd = fl_arg_tensor(args, n_args, 3, in, n_in);
+    const fl_tensor_t *lw = fl_arg_tensor(args, n_args, 4, in, n_in);
     lin_mat_t gm, zm;
     if (!norm_bwd_inputs(g, z, mean, rstd, lw, &gm, &zm)) return FL_ERR_UNSUPPORTED;
     double p = lin_float(&args[6]);
     int64_t M = gm.rows, N = gm.cols;
-    const fl_tensor_t *gx = lin_out(out, n_out, 0), *gr = lin_out(out, n_out, 1);
-    const fl_tensor_t *gw = lin_out(out, n_out, 2), *gb = lin_out(out, n_out, 3);
+    const fl_tensor_t *gx = fl_out_at(out, n_out, 0), *gr = fl_out_at(out, n_out, 1);
+    const fl_tensor_t *gw = fl_out_at(out, n_out, 2), *gb = fl_out_at(out, n_out, 3);
     if (!lin_contig(gx, g->dtype, M * N) || !lin_contig(gr, g->dtype, M * N)) return FL_ERR_UNSUPPORTED;
     if (gw && fl_numel(gw) == 0) gw = NULL;
     if (gb && fl_numel(gb) == 0) gb = NULL;
@@ -285,10 +273,10 @@ static int add_layer_norm_backward(FL_KERNEL_ARGS) {
 static int linear_add_layer_norm_backward(FL_KERNEL_ARGS) {
     (void)stream; (void)device;
     if (n_args < 11 || n_out < 6) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *g = lin_arg(in, n_in, args, n_args, 0), *x = lin_arg(in, n_in, args, n_args, 1);
-    const fl_tensor_t *w = lin_arg(in, n_in, args, n_args, 2), *z = lin_arg(in, n_in, args, n_args, 3);
-    const fl_tensor_t *mean = lin_arg(in, n_in, args, n_args, 4), *rstd = lin_arg(in, n_in, args, n_args, 5);
-    const fl_tensor_t *lw = lin_arg(in, n_in, args, n_args, 6);
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *x = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *w = fl_arg_tensor(args, n_args, 2, in, n_in), *z = fl_arg_tensor(args, n_args, 3, in, n_in);
+    const fl_tensor_t *mean = fl_arg_tensor(args, n_args, 4, in, n_in), *rstd = fl_arg_tensor(args, n_args, 5, in, n_in);
+    const fl_tensor_t *lw = fl_arg_tensor(args, n_args, 6, in, n_in);
     lin_mat_t gm, zm, xm;
     int64_t N, ldw;
     int tb;
@@ -297,8 +285,8 @@ static int linear_add_layer_norm_backward(FL_KERNEL_ARGS) {
     if (x->dtype != g->dtype || xm.rows != gm.rows || N != gm.cols) return FL_ERR_UNSUPPORTED;
     double p = lin_float(&args[9]);
     int64_t M = gm.rows, K = xm.cols;
-    const fl_tensor_t *gi = lin_out(out, n_out, 0), *gwt = lin_out(out, n_out, 1), *gbias = lin_out(out, n_out, 2);
-    const fl_tensor_t *gr = lin_out(out, n_out, 3), *glw = lin_out(out, n_out, 4), *glb = lin_out(out, n_out, 5);
+    const fl_tensor_t *gi = fl_out_at(out, n_out, 0), *gwt = fl_out_at(out, n_out, 1), *gbias = fl_out_at(out, n_out, 2);
+    const fl_tensor_t *gr = fl_out_at(out, n_out, 3), *glw = fl_out_at(out, n_out, 4), *glb = fl_out_at(out, n_out, 5);
     int dt = g->dtype;
     if (!lin_contig(gi, dt, M * K) || !lin_contig(gwt, dt, N * K) || !lin_contig(gr, dt, M * N)) return FL_ERR_UNSUPPORTED;
     if (gbias && fl_numel(gbias) == 0) gbias = NULL;

@@ -1,5 +1,5 @@
 /* Helpers every plugin built from the host kernels links: the thread-local
- * error message and the strided iterator. The device entry points (memory,
+ * error message, sizes and counts from the environment, and fl_cvt_row. The device entry points (memory,
  * copies, RNG, the kernel table) live in each plugin's own file: plugin.c for
  * the host plugin, ../emulated/device.c for the emulators. */
 #include <errno.h>
@@ -20,50 +20,12 @@ const char *fl_host_last_error(void) { return last_error; }
 /* ---- sizes and counts from the environment ----
  * torch_fl's Python side validates every FL_* variable before it loads a plugin and rewrites the
  * ones plugins read as plain integers (torch_fl/runtime/config.py), so in a torch_fl process these see
- * digits only. The grammar is the same as Python's for any other host: a number of bytes with an
- * optional binary K/M/G/T suffix and optional B/iB ("4096", "512M", "1.5G", "2 GiB"). A value
- * outside it is an error naming the variable, never a silent default. */
-static int size_suffix(char c, uint64_t *unit) {
-    switch (c) {
-    case 'k': case 'K': *unit = 1ull << 10; return 1;
-    case 'm': case 'M': *unit = 1ull << 20; return 1;
-    case 'g': case 'G': *unit = 1ull << 30; return 1;
-    case 't': case 'T': *unit = 1ull << 40; return 1;
-    default: *unit = 1; return 0;
-    }
-}
-
-int fl_host_parse_size(const char *text, uint64_t *out) {
-    const char *p = text;
-    unsigned __int128 whole = 0, frac = 0, scale = 1;
-    int digits = 0;
-    while (*p == ' ' || *p == '\t') p++;
-    for (; *p >= '0' && *p <= '9'; p++, digits++) {
-        whole = whole * 10 + (unsigned)(*p - '0');
-        if (whole > UINT64_MAX) return -1;
-    }
-    if (*p == '.') {
-        for (p++; *p >= '0' && *p <= '9'; p++, digits++)
-            if (scale < 1000000000000000000ull) { frac = frac * 10 + (unsigned)(*p - '0'); scale *= 10; }
-    }
-    if (!digits) return -1;
-    while (*p == ' ' || *p == '\t') p++;
-    uint64_t unit;
-    if (size_suffix(*p, &unit)) p++;
-    if (unit > 1 && (*p == 'i' || *p == 'I')) p++;
-    if (*p == 'b' || *p == 'B') p++;
-    while (*p == ' ' || *p == '\t') p++;
-    if (*p) return -1;
-    unsigned __int128 v = whole * unit + frac * unit / scale;
-    if (v > UINT64_MAX) return -1;
-    *out = (uint64_t)v;
-    return 0;
-}
-
+ * digits only. The grammar is the same as Python's for any other host (fl_parse_size,
+ * fl_kernel_util.h). A value outside it is an error naming the variable, never a silent default. */
 int fl_host_env_size(const char *name, uint64_t dflt, uint64_t *out) {
     const char *text = getenv(name);
     if (!text || !*text) { *out = dflt; return FL_OK; }
-    if (fl_host_parse_size(text, out) || *out == 0)
+    if (fl_parse_size(text, out) || *out == 0)
         FL_FAIL(FL_ERR_INVALID, "%s='%s' is not a size: use a number of bytes greater than 0, optionally with a "
                 "K, M, G or T suffix (512M, 2G)", name, text);
     return FL_OK;
@@ -83,63 +45,7 @@ int fl_host_env_count(const char *name, int dflt, int lo, int hi, const char *wh
     return FL_OK;
 }
 
-/* ---- iterator ---- */
-void fl_iter_init(fl_iter_t *it, int ntensor, const fl_tensor_t *const *ts) {
-    const fl_tensor_t *t0 = ts[0];
-    int64_t sizes[FL_MAX_DIMS], strides[FL_ITER_MAX][FL_MAX_DIMS];
-    int nd = 0;
-    int64_t numel = 1;
-    it->ntensor = ntensor;
-    for (int k = 0; k < ntensor; k++) it->offset[k] = ts[k]->offset;
-    for (int d = 0; d < t0->ndim; d++) {
-        numel *= t0->sizes[d];
-        if (t0->sizes[d] == 1) continue; /* size-1 dims never move the pointer */
-        sizes[nd] = t0->sizes[d];
-        for (int k = 0; k < ntensor; k++) strides[k][nd] = ts[k]->strides[d];
-        nd++;
-    }
-    /* coalesce from the innermost dim outwards */
-    int m = 0;
-    for (int d = 0; d < nd; d++) {
-        if (m > 0) {
-            int ok = 1;
-            for (int k = 0; k < ntensor; k++)
-                if (strides[k][m - 1] != strides[k][d] * sizes[d]) { ok = 0; break; }
-            if (ok) {
-                sizes[m - 1] *= sizes[d];
-                for (int k = 0; k < ntensor; k++) strides[k][m - 1] = strides[k][d];
-                continue;
-            }
-        }
-        sizes[m] = sizes[d];
-        for (int k = 0; k < ntensor; k++) strides[k][m] = strides[k][d];
-        m++;
-    }
-    if (m == 0) { /* scalar or all size-1 */
-        it->ndim = 0; it->inner = 1; it->outer = numel == 0 ? 0 : 1;
-        for (int k = 0; k < ntensor; k++) it->inner_stride[k] = 0;
-        return;
-    }
-    it->inner = sizes[m - 1];
-    for (int k = 0; k < ntensor; k++) it->inner_stride[k] = strides[k][m - 1];
-    it->ndim = m - 1;
-    it->outer = numel == 0 ? 0 : 1;
-    for (int d = 0; d < m - 1; d++) {
-        it->sizes[d] = sizes[d];
-        it->outer *= sizes[d];
-        for (int k = 0; k < ntensor; k++) it->strides[k][d] = strides[k][d];
-    }
-    if (numel == 0) it->inner = 0;
-}
-
-
 /* ---- dtype conversion of one strided row (the elementwise and reduction kernels' shared loop) ---- */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FL_MV __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define FL_MV
-#endif
-
 #define LD_ID(v) (v)
 #define ST_F32(x) ((float)(x))
 #define ST_F64(x) ((double)(x))
@@ -216,3 +122,36 @@ FL_MV void fl_cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, in
     case FL_BOOL: CVT_SRC_SWITCH(uint8_t, ST_B)
     }
 }
+
+/* dst = src converted; src already has dst's shape (the indexing kernels' copies) */
+void fl_copy_strided(const fl_tensor_t *dst, const fl_tensor_t *src) {
+    int64_t numel = fl_numel(dst);
+    if (numel == 0) return;
+    fl_iter_t it;
+    fl_iter_init(&it, 2, (const fl_tensor_t *[]){dst, src});
+#pragma omp parallel for schedule(static) if (numel >= 32768 && it.outer > 1)
+    for (int64_t r = 0; r < it.outer; r++) {
+        int64_t b[FL_ITER_MAX];
+        fl_iter_row(&it, r, b);
+        fl_cvt_row(dst->dtype, fl_elem(dst, b[0]), it.inner_stride[0], src->dtype, fl_elem(src, b[1]),
+                   it.inner_stride[1], it.inner);
+    }
+}
+
+void fl_zero_strided(const fl_tensor_t *dst) {
+    int64_t z = 0;
+    fl_iter_t it;
+    fl_iter_init(&it, 1, (const fl_tensor_t *[]){dst});
+    for (int64_t r = 0; r < it.outer; r++) {
+        int64_t b[FL_ITER_MAX];
+        fl_iter_row(&it, r, b);
+        fl_cvt_row(dst->dtype, fl_elem(dst, b[0]), it.inner_stride[0], FL_INT64, &z, 0, it.inner);
+    }
+}
+
+const fl_kernel_group_t *const fl_host_groups[] = {
+    &fl_host_group_elementwise, &fl_host_group_reduce, &fl_host_group_linalg, &fl_host_group_special,
+    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_pool, &fl_host_group_loss,
+    &fl_host_group_fft,
+};
+const int fl_host_ngroups = (int)(sizeof fl_host_groups / sizeof fl_host_groups[0]);

@@ -9,44 +9,20 @@
 #include <string.h>
 
 #include "fl_plugin.h"
+#include "fl_kernel_util.h" /* the helpers vendors get too: dtypes, iterators, arguments */
+
+/* Hot leaf loops are compiled twice (AVX2+FMA and baseline x86-64) and
+ * picked at load time through an ifunc, so the library runs on any x86-64. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FL_MV __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define FL_MV
+#endif
 
 /* ---- errors: a thread-local message read back through last_error ---- */
 void fl_host_set_error(const char *fmt, ...);
 const char *fl_host_last_error(void);
 #define FL_FAIL(status, ...) do { fl_host_set_error(__VA_ARGS__); return (status); } while (0)
-
-/* ---- dtypes ---- */
-static inline size_t fl_itemsize(int dtype) {
-    switch (dtype) {
-    case FL_FLOAT32: case FL_INT32: return 4;
-    case FL_FLOAT64: case FL_INT64: case FL_COMPLEX64: return 8;
-    case FL_COMPLEX128: return 16;
-    case FL_FLOAT16: case FL_BFLOAT16: case FL_INT16: return 2;
-    default: return 1;
-    }
-}
-static inline int fl_is_floating(int dtype) {
-    return dtype == FL_FLOAT32 || dtype == FL_FLOAT64 || dtype == FL_FLOAT16 || dtype == FL_BFLOAT16;
-}
-static inline int fl_is_complex(int dtype) { return dtype == FL_COMPLEX64 || dtype == FL_COMPLEX128; }
-
-static inline float fl_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f;
-}
-static inline uint16_t fl_f32_to_bf16(float f) { /* round to nearest even, NaN kept */
-    uint32_t u; memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static inline float fl_f16_to_f32(uint16_t h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
-static inline uint16_t fl_f32_to_f16(float f) { _Float16 x = (_Float16)f; uint16_t h; memcpy(&h, &x, 2); return h; }
-
-/* Element address of a strided tensor at element offset `off` (already
- * including t->offset). */
-static inline char *fl_elem(const fl_tensor_t *t, int64_t off) {
-    return (char *)t->data + off * (int64_t)fl_itemsize(t->dtype);
-}
 
 /* Load/store any dtype through double (exact for every integer up to 2^53). A complex
  * element loads as its real part and stores as (v, 0); fl_load_cx/fl_store_cx keep both. */
@@ -98,47 +74,9 @@ static inline void fl_store_cx(int dtype, void *p, fl_cx_t v) {
     else fl_store_f64(dtype, p, v.re);
 }
 
-static inline int64_t fl_numel(const fl_tensor_t *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
-    return n;
-}
-static inline int fl_is_contiguous(const fl_tensor_t *t) {
-    int64_t expected = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->sizes[d] != 1 && t->strides[d] != expected) return 0;
-        expected *= t->sizes[d];
-    }
-    return 1;
-}
-
-/* ---- a strided iterator over up to FL_ITER_MAX tensors of one shape ----
- * Dimensions are coalesced where every tensor allows it, so contiguous
- * tensors become one long row. Usage:
- *   fl_iter_t it; fl_iter_init(&it, 2, (const fl_tensor_t*[]){out, in});
- *   for (int64_t o = 0; o < it.outer; o++) {
- *       int64_t base[FL_ITER_MAX]; fl_iter_row(&it, o, base);
- *       for (int64_t i = 0; i < it.inner; i++) ... base[k] + i * it.inner_stride[k]
- *   }
- * base[] and strides are element offsets that already include t->offset. */
-#define FL_ITER_MAX 6
-typedef struct {
-    int ntensor;
-    int ndim;                               /* coalesced rank of the outer dims */
-    int64_t sizes[FL_MAX_DIMS];             /* outer dims (without the inner one) */
-    int64_t strides[FL_ITER_MAX][FL_MAX_DIMS];
-    int64_t offset[FL_ITER_MAX];
-    int64_t inner;                          /* length of a row */
-    int64_t inner_stride[FL_ITER_MAX];
-    int64_t outer;                          /* number of rows (0 when numel is 0) */
-} fl_iter_t;
-
-void fl_iter_init(fl_iter_t *it, int ntensor, const fl_tensor_t *const *ts);
-
-/* sizes and counts from the environment (common.c): the grammar of torch_fl/runtime/config.py. parse_size
- * returns 0 or -1; the env_ functions give dflt when the variable is unset or empty and fail with
+/* sizes and counts from the environment (common.c): the grammar of torch_fl/runtime/config.py
+ * (fl_parse_size). They give dflt when the variable is unset or empty and fail with
  * FL_ERR_INVALID and a message naming the variable when its value is not accepted. */
-int fl_host_parse_size(const char *text, uint64_t *out);
 int fl_host_env_size(const char *name, uint64_t dflt, uint64_t *out);
 int fl_host_env_count(const char *name, int dflt, int lo, int hi, const char *what, int *out);
 
@@ -155,14 +93,36 @@ void fl_sha256_hex(fl_sha256_t *s, char out[65]);
 
 /* dst[i*ds] = (dtype dd) src[i*ss] for i < n, strides in elements (common.c) */
 void fl_cvt_row(int dd, void *dst, int64_t ds, int sd, const void *src, int64_t ss, int64_t n);
-static inline void fl_iter_row(const fl_iter_t *it, int64_t row, int64_t *base) {
-    for (int k = 0; k < it->ntensor; k++) base[k] = it->offset[k];
-    for (int d = it->ndim - 1; d >= 0 && row; d--) {
-        int64_t idx = row % it->sizes[d];
-        row /= it->sizes[d];
-        for (int k = 0; k < it->ntensor; k++) base[k] += idx * it->strides[k][d];
-    }
+/* dst = src converted to dst's dtype; src already has dst's shape, both strided (common.c) */
+void fl_copy_strided(const fl_tensor_t *dst, const fl_tensor_t *src);
+/* dst = 0 in dst's dtype, any strides (common.c) */
+void fl_zero_strided(const fl_tensor_t *dst);
+/* an index element (int64, int32 or any dtype through double) as int64_t; off includes t->offset */
+static inline int64_t fl_load_i64(const fl_tensor_t *t, int64_t off) {
+    if (t->dtype == FL_INT64) return *(const int64_t *)fl_elem(t, off);
+    if (t->dtype == FL_INT32) return *(const int32_t *)fl_elem(t, off);
+    return (int64_t)fl_load_f64(t->dtype, fl_elem(t, off));
 }
+/* qsort's comparison of two int64_t */
+static inline int fl_cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* ---- synchronous streams and events, for a plugin whose work has finished when each call returns:
+ * a stream is a token and an event is always complete. Defines stream_create, stream_destroy,
+ * stream_sync, event_create, event_destroy, event_record, event_sync, event_query and synchronize,
+ * each checking its device with CHECK(device). ---- */
+#define FL_SYNC_STREAMS(CHECK)                                                                               \
+    static int stream_create(int device, fl_stream_t *s) { *s = (fl_stream_t)(intptr_t)1; return CHECK(device); } \
+    static int stream_destroy(int device, fl_stream_t s) { (void)s; return CHECK(device); }                  \
+    static int stream_sync(int device, fl_stream_t s) { (void)s; return CHECK(device); }                     \
+    static int event_create(int device, fl_event_t *e) { *e = (fl_event_t)(intptr_t)1; return CHECK(device); } \
+    static int event_destroy(int device, fl_event_t e) { (void)e; return CHECK(device); }                    \
+    static int event_record(int device, fl_event_t e, fl_stream_t s) { (void)e; (void)s; return CHECK(device); } \
+    static int event_sync(int device, fl_event_t e) { (void)e; return CHECK(device); }                       \
+    static int event_query(int device, fl_event_t e, int *done) { (void)e; *done = 1; return CHECK(device); } \
+    static int synchronize(int device) { return CHECK(device); }
 
 /* ---- random numbers: counter-based (Philox-like via splitmix64) ---- */
 uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed);
@@ -189,6 +149,11 @@ extern const fl_kernel_group_t fl_host_group_special; /* k_special.c */
 extern const fl_kernel_group_t fl_host_group_lapack;  /* k_lapack.c */
 extern const fl_kernel_group_t fl_host_group_index;   /* k_index.c */
 extern const fl_kernel_group_t fl_host_group_nn;      /* k_nn.c */
+extern const fl_kernel_group_t fl_host_group_pool;    /* k_pool.c: every pooling and unpooling kernel */
+extern const fl_kernel_group_t fl_host_group_loss;    /* k_loss.c: nll_loss(2d) forward and backward */
+/* every group above, the table the host plugin serves and the emulators filter (common.c) */
+extern const fl_kernel_group_t *const fl_host_groups[];
+extern const int fl_host_ngroups;
 extern const fl_kernel_group_t fl_host_group_fft;     /* k_fft.c: _fft_r2c, _fft_c2c, _fft_c2r */
 
 /* k_complex.c: pointwise kernels on complex outputs, called by k_elementwise.c's kernels of

@@ -13,7 +13,7 @@
  * hardtanh_backward, masked_fill_, rsub.Tensor, abs_).
  *
  * String arguments: the runtime passes gelu/gelu_backward's `approximate` as
- * FL_ARG_OTHER with i = 0 for "none" and i = 1 for "tanh". div with a
+ * FL_ARG_OTHER with i = FL_STR_none or FL_STR_tanh (fl_plugin.h). div with a
  * rounding_mode (div.Tensor_mode & co) has no kernel here: PyTorch's
  * decomposition into div and trunc/floor serves it.
  */
@@ -22,14 +22,6 @@
 
 #include "fl_host.h"
 
-/* Hot leaf loops are compiled twice (AVX2+FMA and baseline x86-64) and
- * picked at load time through an ifunc, so the library runs on any x86-64. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FL_MV __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define FL_MV
-#endif
-
 #define CH 1024
 #define PAR_MIN 32768
 #define UNSUP FL_ERR_UNSUPPORTED
@@ -37,32 +29,8 @@
 /* ------------------------------------------------------------------ */
 /* arguments                                                           */
 /* ------------------------------------------------------------------ */
-static int is_scalar_arg(const fl_arg_t *a) {
-    return a->kind == FL_ARG_INT || a->kind == FL_ARG_FLOAT || a->kind == FL_ARG_BOOL;
-}
-static double arg_d(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
 
-/* Broadcast t to the shape of o (right-aligned). -1 when not broadcastable. */
-static int bcast(const fl_tensor_t *t, const fl_tensor_t *o, fl_tensor_t *r) {
-    if (t->ndim < 0 || t->ndim > o->ndim || o->ndim > FL_MAX_DIMS) return -1;
-    *r = *t;
-    r->ndim = o->ndim;
-    int lead = o->ndim - t->ndim;
-    for (int d = 0; d < o->ndim; d++) {
-        int64_t sz = d < lead ? 1 : t->sizes[d - lead];
-        int64_t st = d < lead ? 0 : t->strides[d - lead];
-        if (sz == o->sizes[d]) r->strides[d] = sz == 1 ? 0 : st;
-        else if (sz == 1) r->strides[d] = 0;
-        else return -1;
-        r->sizes[d] = o->sizes[d];
-    }
-    return 0;
-}
 
-static int out_ok(const fl_tensor_t *out, int n_out) {
-    if (n_out < 1 || out[0].ndim < 0 || out[0].ndim > FL_MAX_DIMS) return 0;
-    return out[0].data != NULL || fl_numel(&out[0]) == 0; /* an empty tensor may have no storage */
-}
 
 /* ------------------------------------------------------------------ */
 /* dtype conversion of one strided row                                 */
@@ -187,12 +155,12 @@ static int copy_staged(const fl_tensor_t *dst, const fl_tensor_t *src) {
 
 static int k_copy_(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (!out_ok(out, n_out) || n_args < 2) return UNSUP;
+    if (!fl_out_ok(out, n_out) || n_args < 2) return UNSUP;
     const fl_tensor_t *dst = &out[0];
     fl_tensor_t src;
     if (args[1].kind == FL_ARG_TENSOR) {
         if (args[1].i < 0 || args[1].i >= n_in) return UNSUP;
-        if (bcast(&in[args[1].i], dst, &src)) return UNSUP;
+        if (fl_bcast(&in[args[1].i], dst->ndim, dst->sizes, &src)) return UNSUP;
         if (src.data == dst->data) { /* overlapping copies with different layouts are declined */
             int64_t a0, a1, b0, b1;
             tensor_range(dst, &a0, &a1);
@@ -206,11 +174,11 @@ static int k_copy_(FL_KERNEL_ARGS) {
         copy_strided(dst, &src);
         return FL_OK;
     }
-    if (is_scalar_arg(&args[1])) {
+    if (fl_arg_is_num(&args[1])) {
         int64_t buf[2]; /* a complex128 is 16 bytes */
         fl_tensor_t s = {.data = buf, .offset = 0, .dtype = dst->dtype, .ndim = 0};
         scalar_to(&args[1], dst->dtype, buf);
-        if (bcast(&s, dst, &src)) return UNSUP;
+        if (fl_bcast(&s, dst->ndim, dst->sizes, &src)) return UNSUP;
         copy_strided(dst, &src);
         return FL_OK;
     }
@@ -225,25 +193,25 @@ static int fill_value(const fl_tensor_t *dst, const fl_arg_t *a, const fl_tensor
         const fl_tensor_t *v = &in[a->i];
         if (fl_numel(v) != 1 || v->ndim < 0) return UNSUP;
         fl_cvt_row(dst->dtype, buf, 1, v->dtype, fl_elem(v, v->offset), 0, 1);
-    } else if (is_scalar_arg(a)) {
+    } else if (fl_arg_is_num(a)) {
         scalar_to(a, dst->dtype, buf);
     } else {
         return UNSUP;
     }
-    if (bcast(&s, dst, &src)) return UNSUP;
+    if (fl_bcast(&s, dst->ndim, dst->sizes, &src)) return UNSUP;
     copy_strided(dst, &src);
     return FL_OK;
 }
 
 static int k_fill_(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (!out_ok(out, n_out) || n_args < 2) return UNSUP;
+    if (!fl_out_ok(out, n_out) || n_args < 2) return UNSUP;
     return fill_value(&out[0], &args[1], in, n_in);
 }
 
 static int k_zero_(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (!out_ok(out, n_out)) return UNSUP;
+    if (!fl_out_ok(out, n_out)) return UNSUP;
     fl_arg_t z = {.kind = FL_ARG_INT, .i = 0};
     return fill_value(&out[0], &z, in, n_in);
 }
@@ -279,12 +247,12 @@ static int opnd_add(opnds_t *o, const fl_tensor_t *in, int n_in, const fl_arg_t 
     fl_tensor_t *t = &o->t[o->n];
     if (a->kind == FL_ARG_TENSOR) {
         if (a->i < 0 || a->i >= n_in) return UNSUP;
-        if (bcast(&in[a->i], out, t)) return UNSUP;
-    } else if (is_scalar_arg(a)) {
+        if (fl_bcast(&in[a->i], out->ndim, out->sizes, t)) return UNSUP;
+    } else if (fl_arg_is_num(a)) {
         if (ct == CT_I && a->kind == FL_ARG_FLOAT && a->f != (double)(int64_t)a->f) return UNSUP;
         scalar_to(a, ct_dtype[ct], &o->sc[o->n]);
         fl_tensor_t s = {.data = &o->sc[o->n], .offset = 0, .dtype = ct_dtype[ct], .ndim = 0};
-        if (bcast(&s, out, t)) return UNSUP;
+        if (fl_bcast(&s, out->ndim, out->sizes, t)) return UNSUP;
     } else {
         return UNSUP;
     }
@@ -411,36 +379,16 @@ static int ew_run(const fl_tensor_t *out, const opnds_t *ops, int ct, ewfn fn, c
 
 /* ---- scalar helpers ---- */
 
-/* Vectorizable float exp (Cephes polynomial, ~1 ulp): branch-free so that
- * GCC vectorizes the loops that call it (libm's expf is a scalar call).
- * Overflow to inf, underflow through denormals to 0, NaN propagates. */
-static inline float vexpf(float x) {
-    x = x < -104.0f ? -104.0f : x;
-    x = x > 89.0f ? 89.0f : x;
-    float t = x * 1.44269504088896341f + 12582912.0f;
-    float k = t - 12582912.0f;
-    float r = x - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
-    float r2 = r * r;
-    float p = ((((1.9875691500E-4f * r + 1.3981999507E-3f) * r + 8.3334519073E-3f) * r + 4.1665795894E-2f) * r +
-               1.6666665459E-1f) * r + 5.0000001201E-1f;
-    p = p * r2 + r + 1.0f;
-    int32_t n = (int32_t)k, n1 = n / 2, n2 = n - n1;
-    union { uint32_t u; float f; } s1, s2;
-    s1.u = (uint32_t)(n1 + 127) << 23;
-    s2.u = (uint32_t)(n2 + 127) << 23;
-    return p * s1.f * s2.f;
-}
 static inline float vtanhf(float x) {
     float ax = fabsf(x);
     float z = x * x;
     float small = ((((-5.70498872745E-3f * z + 2.06390887954E-2f) * z - 5.37397155531E-2f) * z + 1.33314422036E-1f) * z -
                    3.33332819422E-1f) * z * x + x;
-    float big = 1.0f - 2.0f / (vexpf(2.0f * ax) + 1.0f);
+    float big = 1.0f - 2.0f / (fl_vexpf(2.0f * ax) + 1.0f);
     big = x < 0 ? -big : big;
     return ax < 0.625f ? (x == 0.0f ? x : small) : big; /* tanh(-0.0) is -0.0 */
 }
-static inline float sigm_f(float x) { return 1.0f / (1.0f + vexpf(-x)); }
+static inline float sigm_f(float x) { return 1.0f / (1.0f + fl_vexpf(-x)); }
 static inline double sigm_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 static inline int64_t ipow(int64_t b, int64_t e) {
     if (e < 0) return b == 1 ? 1 : (b == -1 ? ((e & 1) ? -1 : 1) : 0);
@@ -464,7 +412,7 @@ static inline float gelut_sf(float x) { return 0.5f * x * (1.0f + vtanhf((float)
 static inline double gelut_sd(double x) { return 0.5 * x * (1.0 + tanh(KBETA * (x + KKAPPA * x * x * x))); }
 static inline float gelu_bw_sf(float g, float x) {
     float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
-    float pdf = vexpf(-0.5f * x * x) * (float)(0.3989422804014327);
+    float pdf = fl_vexpf(-0.5f * x * x) * (float)(0.3989422804014327);
     return g * (cdf + x * pdf);
 }
 static inline double gelu_bw_sd(double g, double x) {
@@ -493,7 +441,7 @@ static inline double gelut_bw_sd(double g, double x) {
 /* ---- unary ---- */
 OP1(neg, -a, -a, (int64_t)(0ull - (uint64_t)a))
 OP1(abs, fabsf(a), fabs(a), a < 0 ? (int64_t)(0ull - (uint64_t)a) : a)
-OP1F(exp, vexpf(a), exp(a))
+OP1F(exp, fl_vexpf(a), exp(a))
 OP1F(exp2, exp2f(a), exp2(a))
 OP1F(log, logf(a), log(a))
 OP1F(log2, log2f(a), log2(a))
@@ -592,7 +540,7 @@ OP3(clampt_min, (a != a) ? a : ((b != b) ? b : (a < b ? b : a)), (a != a) ? a : 
 /* Operands are args[opi[k]] (k < nop); params p (already filled). */
 static int ew_simple(const fl_tensor_t *in, int n_in, const fl_tensor_t *out, int n_out, const fl_arg_t *args,
                      int n_args, int nop, const int *opi, const ewfn *tab, const kp_t *p, int ct) {
-    if (!out_ok(out, n_out)) return UNSUP;
+    if (!fl_out_ok(out, n_out)) return UNSUP;
     if (ct < 0) ct = ct_of(out[0].dtype);
     opnds_t o;
     o.n = 0;
@@ -606,15 +554,15 @@ static int ew_simple(const fl_tensor_t *in, int n_in, const fl_tensor_t *out, in
 
 /* param k from scalar argument a; declines a fractional value for int compute */
 static int set_param(kp_t *p, int k, const fl_arg_t *a, int ct) {
-    if (!is_scalar_arg(a)) return UNSUP;
-    p->d[k] = arg_d(a);
+    if (!fl_arg_is_num(a)) return UNSUP;
+    p->d[k] = fl_arg_num(a);
     p->i[k] = a->kind == FL_ARG_FLOAT ? (int64_t)a->f : a->i;
     if (ct == CT_I && a->kind == FL_ARG_FLOAT && a->f != (double)p->i[k]) return UNSUP;
     return FL_OK;
 }
 
-#define OUTCT (out_ok(out, n_out) ? ct_of(out[0].dtype) : CT_F)
-#define CHECK_OUT if (!out_ok(out, n_out)) return UNSUP;
+#define OUTCT (fl_out_ok(out, n_out) ? ct_of(out[0].dtype) : CT_F)
+#define CHECK_OUT if (!fl_out_ok(out, n_out)) return UNSUP;
 
 /* unary, no params */
 #define DEF_UNARY(kname, tab)                                                          \
@@ -653,7 +601,7 @@ DEF_UNARY(k_bnot, bnot_t)
 /* unary whose result is bool but computed in the input's type */
 static int unary_pred(FL_KERNEL_ARGS, const ewfn *tab) {
     FL_UNUSED_KERNEL_ARGS;
-    if (!out_ok(out, n_out) || n_args < 1 || args[0].kind != FL_ARG_TENSOR || args[0].i >= n_in) return UNSUP;
+    if (!fl_out_ok(out, n_out) || n_args < 1 || args[0].kind != FL_ARG_TENSOR || args[0].i >= n_in) return UNSUP;
     kp_t p = {{0}};
     int ct = in[args[0].i].dtype == FL_FLOAT64 ? CT_D : (fl_is_floating(in[args[0].i].dtype) ? CT_F : CT_I);
     if (tab == lnot_t) ct = fl_is_floating(in[args[0].i].dtype) ? CT_D : CT_I;
@@ -664,7 +612,7 @@ static int k_isinf(FL_KERNEL_ARGS) { return unary_pred(stream, device, in, n_in,
 static int k_lnot(FL_KERNEL_ARGS) { return unary_pred(stream, device, in, n_in, out, n_out, args, n_args, lnot_t); }
 
 static int approx_mode(const fl_arg_t *a) { /* 0 none, 1 tanh, -1 unknown */
-    if (a->kind == FL_ARG_OTHER && (a->i == 0 || a->i == 1)) return (int)a->i;
+    if (a->kind == FL_ARG_OTHER && (a->i == FL_STR_none || a->i == FL_STR_tanh)) return a->i == FL_STR_tanh;
     return -1;
 }
 
@@ -683,7 +631,7 @@ static int unary_params(FL_KERNEL_ARGS, const ewfn *tab, int np, const int *pi, 
     int ct = ct_of(out[0].dtype);
     kp_t p = {{0}};
     for (int k = 0; k < np; k++) {
-        if (pi[k] < n_args && is_scalar_arg(&args[pi[k]])) {
+        if (pi[k] < n_args && fl_arg_is_num(&args[pi[k]])) {
             int st = set_param(&p, k, &args[pi[k]], ct);
             if (st) return st;
         } else if (defaults) {
@@ -759,9 +707,9 @@ static int k_nan_to_num(FL_KERNEL_ARGS) {
     double big = dt == FL_FLOAT32 ? 3.4028234663852886e38 : dt == FL_FLOAT64 ? 1.7976931348623157e308
                  : dt == FL_FLOAT16 ? 65504.0 : 3.3895313892515355e38;
     kp_t p = {{0}};
-    p.d[0] = args[1].kind == FL_ARG_NONE ? 0.0 : arg_d(&args[1]);
-    p.d[1] = args[2].kind == FL_ARG_NONE ? big : arg_d(&args[2]);
-    p.d[2] = args[3].kind == FL_ARG_NONE ? -big : arg_d(&args[3]);
+    p.d[0] = args[1].kind == FL_ARG_NONE ? 0.0 : fl_arg_num(&args[1]);
+    p.d[1] = args[2].kind == FL_ARG_NONE ? big : fl_arg_num(&args[2]);
+    p.d[2] = args[3].kind == FL_ARG_NONE ? -big : fl_arg_num(&args[3]);
     return ew_simple(in, n_in, out, n_out, args, n_args, 1, (int[]){0}, nan2num_t, &p, -1);
 }
 
@@ -781,7 +729,7 @@ static int binary_alpha(FL_KERNEL_ARGS, const ewfn *tab, const ewfn *tab1) {
 }
 /* a complex result goes to k_complex.c (the table names each op once) */
 #define COMPLEX_TO(op)                                                                          \
-    if (out_ok(out, n_out) && fl_is_complex(out[0].dtype))                                      \
+    if (fl_out_ok(out, n_out) && fl_is_complex(out[0].dtype))                                      \
         return fl_host_complex_pointwise(op, stream, device, in, n_in, out, n_out, args, n_args)
 static int k_add(FL_KERNEL_ARGS) {
     COMPLEX_TO(FL_CX_ADD);
@@ -789,11 +737,11 @@ static int k_add(FL_KERNEL_ARGS) {
 }
 static int k_sub(FL_KERNEL_ARGS) {
     COMPLEX_TO(FL_CX_SUB);
-    if (out_ok(out, n_out) && out[0].dtype == FL_BOOL) return UNSUP;
+    if (fl_out_ok(out, n_out) && out[0].dtype == FL_BOOL) return UNSUP;
     return binary_alpha(stream, device, in, n_in, out, n_out, args, n_args, sub_t, sub1_t);
 }
 static int k_rsub(FL_KERNEL_ARGS) {
-    if (out_ok(out, n_out) && out[0].dtype == FL_BOOL) return UNSUP;
+    if (fl_out_ok(out, n_out) && out[0].dtype == FL_BOOL) return UNSUP;
     return binary_alpha(stream, device, in, n_in, out, n_out, args, n_args, rsub_t, NULL);
 }
 
@@ -836,7 +784,7 @@ static int k_div(FL_KERNEL_ARGS) {
 
 /* scans operand for an integer zero (division guard) */
 static int has_int_zero(const fl_tensor_t *in, int n_in, const fl_arg_t *a) {
-    if (is_scalar_arg(a)) return a->kind != FL_ARG_FLOAT && a->i == 0;
+    if (fl_arg_is_num(a)) return a->kind != FL_ARG_FLOAT && a->i == 0;
     if (a->kind != FL_ARG_TENSOR || a->i < 0 || a->i >= n_in) return 0;
     const fl_tensor_t *t = &in[a->i];
     if (fl_is_floating(t->dtype)) return 0;
@@ -873,7 +821,7 @@ static int k_band(FL_KERNEL_ARGS) { return bitwise(stream, device, in, n_in, out
 static int k_bor(FL_KERNEL_ARGS) { return bitwise(stream, device, in, n_in, out, n_out, args, n_args, bor_t); }
 static int k_bxor(FL_KERNEL_ARGS) { return bitwise(stream, device, in, n_in, out, n_out, args, n_args, bxor_t); }
 static int k_bnot_chk(FL_KERNEL_ARGS) {
-    if (!out_ok(out, n_out) || fl_is_floating(out[0].dtype)) return UNSUP;
+    if (!fl_out_ok(out, n_out) || fl_is_floating(out[0].dtype)) return UNSUP;
     if (out[0].dtype == FL_BOOL) return k_lnot(stream, device, in, n_in, out, n_out, args, n_args);
     return k_bnot(stream, device, in, n_in, out, n_out, args, n_args);
 }
@@ -882,7 +830,7 @@ static int k_bnot_chk(FL_KERNEL_ARGS) {
 static int k_pow_ts(FL_KERNEL_ARGS) { /* pow.Tensor_Scalar, pow_.Scalar */
     FL_UNUSED_KERNEL_ARGS;
     CHECK_OUT;
-    if (n_args < 2 || !is_scalar_arg(&args[1])) return UNSUP;
+    if (n_args < 2 || !fl_arg_is_num(&args[1])) return UNSUP;
     int ct = ct_of(out[0].dtype);
     kp_t p = {{0}};
     if (ct == CT_I) {
@@ -891,7 +839,7 @@ static int k_pow_ts(FL_KERNEL_ARGS) { /* pow.Tensor_Scalar, pow_.Scalar */
         p.i[0] = args[1].i;
         return ew_simple(in, n_in, out, n_out, args, n_args, 1, (int[]){0}, powi_t, &p, ct);
     }
-    double e = arg_d(&args[1]);
+    double e = fl_arg_num(&args[1]);
     p.d[0] = e;
     const ewfn *tab = powsc_t;
     if (e == 2.0) tab = powsq_t;
@@ -936,7 +884,7 @@ static int cmp_kernel(FL_KERNEL_ARGS, const ewfn *tab) {
         kp_t p = {{0}};
         return ew_simple(in, n_in, out, n_out, args, n_args, 2, (int[]){0, 1}, tab, &p, ct);
     }
-    if (!is_scalar_arg(&args[1])) return UNSUP;
+    if (!fl_arg_is_num(&args[1])) return UNSUP;
     /* tensor vs wrapped number */
     if (fl_is_floating(da)) common = da;
     else if (args[1].kind == FL_ARG_FLOAT) common = FL_FLOAT32;
@@ -1048,7 +996,7 @@ static int addc(FL_KERNEL_ARGS, const ewfn *tab) {
 }
 static int k_addcmul(FL_KERNEL_ARGS) { return addc(stream, device, in, n_in, out, n_out, args, n_args, addcmul_t); }
 static int k_addcdiv(FL_KERNEL_ARGS) {
-    if (out_ok(out, n_out) && !fl_is_floating(out[0].dtype)) return UNSUP;
+    if (fl_out_ok(out, n_out) && !fl_is_floating(out[0].dtype)) return UNSUP;
     return addc(stream, device, in, n_in, out, n_out, args, n_args, addcdiv_t);
 }
 static int k_lerp_s(FL_KERNEL_ARGS) {
@@ -1060,7 +1008,7 @@ static int k_lerp_s(FL_KERNEL_ARGS) {
 }
 static int k_lerp_t(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (n_args >= 3 && is_scalar_arg(&args[2])) return k_lerp_s(stream, device, in, n_in, out, n_out, args, n_args);
+    if (n_args >= 3 && fl_arg_is_num(&args[2])) return k_lerp_s(stream, device, in, n_in, out, n_out, args, n_args);
     kp_t p = {{0}};
     return ew_simple(in, n_in, out, n_out, args, n_args, 3, (int[]){0, 1, 2}, lerp_t, &p, -1);
 }
@@ -1077,7 +1025,7 @@ static int k_masked_fill(FL_KERNEL_ARGS) { /* .Scalar and .Tensor (0-dim value) 
         const fl_tensor_t *v = &in[args[2].i];
         if (v->ndim != 0) return UNSUP;
         fl_cvt_row(out[0].dtype, &tmp, 1, v->dtype, fl_elem(v, v->offset), 0, 1);
-    } else if (is_scalar_arg(&args[2])) {
+    } else if (fl_arg_is_num(&args[2])) {
         scalar_to(&args[2], out[0].dtype, &tmp);
     } else {
         return UNSUP;
@@ -1138,7 +1086,7 @@ static int k_uniform_(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     CHECK_OUT;
     if (!fl_is_floating(out[0].dtype) || n_args < 3) return UNSUP;
-    double a = arg_d(&args[1]), b = arg_d(&args[2]);
+    double a = fl_arg_num(&args[1]), b = fl_arg_num(&args[2]);
     if (!(a <= b)) FL_FAIL(FL_ERR_INVALID, "uniform_ expects to return a [from, to) range, but found from=%g > to=%g", a, b);
     return rand_fill(device, &out[0], R_UNIFORM, a, b, 0, 0);
 }
@@ -1146,7 +1094,7 @@ static int k_normal_(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     CHECK_OUT;
     if (!fl_is_floating(out[0].dtype) || n_args < 3) return UNSUP;
-    double m = arg_d(&args[1]), s = arg_d(&args[2]);
+    double m = fl_arg_num(&args[1]), s = fl_arg_num(&args[2]);
     if (s < 0) FL_FAIL(FL_ERR_INVALID, "normal expects std >= 0.0, but found std %g", s);
     return rand_fill(device, &out[0], R_NORMAL, m, s, 0, 0);
 }
@@ -1154,22 +1102,22 @@ static int k_exponential_(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     CHECK_OUT;
     if (!fl_is_floating(out[0].dtype) || n_args < 2) return UNSUP;
-    double l = arg_d(&args[1]);
+    double l = fl_arg_num(&args[1]);
     if (!(l > 0)) FL_FAIL(FL_ERR_INVALID, "exponential_ expects lambda > 0.0, but found lambda=%g", l);
     return rand_fill(device, &out[0], R_EXP, l, 0, 0, 0);
 }
 static int k_bernoulli_f(FL_KERNEL_ARGS) { /* bernoulli_.float(self, p), bernoulli.p(self, p) */
     FL_UNUSED_KERNEL_ARGS;
     CHECK_OUT;
-    if (n_args < 2 || !is_scalar_arg(&args[1])) return UNSUP;
-    double p = arg_d(&args[1]);
+    if (n_args < 2 || !fl_arg_is_num(&args[1])) return UNSUP;
+    double p = fl_arg_num(&args[1]);
     if (!(p >= 0 && p <= 1)) FL_FAIL(FL_ERR_INVALID, "bernoulli_ expects p to be in [0, 1], but got p=%g", p);
     return rand_fill(device, &out[0], R_BERN, p, 0, 0, 0);
 }
 /* bernoulli(self) / bernoulli_.Tensor(self, p): probabilities from a tensor */
 static int bern_tensor(int device, const fl_tensor_t *o, const fl_tensor_t *prob) {
     fl_tensor_t pb;
-    if (bcast(prob, o, &pb)) return UNSUP;
+    if (fl_bcast(prob, o->ndim, o->sizes, &pb)) return UNSUP;
     int64_t n = fl_numel(o);
     if (n == 0) return FL_OK;
     uint64_t seed, start = fl_host_rng_reserve(device, (uint64_t)n, &seed);
@@ -1198,7 +1146,7 @@ static int k_bernoulli_t(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     CHECK_OUT;
     if (n_args < 2) return UNSUP;
-    if (is_scalar_arg(&args[1])) return k_bernoulli_f(stream, device, in, n_in, out, n_out, args, n_args);
+    if (fl_arg_is_num(&args[1])) return k_bernoulli_f(stream, device, in, n_in, out, n_out, args, n_args);
     if (args[1].kind != FL_ARG_TENSOR || args[1].i >= n_in) return UNSUP;
     return bern_tensor(device, &out[0], &in[args[1].i]);
 }
@@ -1252,13 +1200,13 @@ static int k_random_(FL_KERNEL_ARGS) {
 /* native_dropout(input, p, train?) -> (output, mask) */
 static int k_native_dropout(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (n_out < 2 || !out_ok(out, n_out) || out_ok(out + 1, 1) == 0 || out[1].ndim != out[0].ndim) return UNSUP;
-    if (n_args < 3 || args[0].kind != FL_ARG_TENSOR || args[0].i >= n_in || !is_scalar_arg(&args[1])) return UNSUP;
+    if (n_out < 2 || !fl_out_ok(out, n_out) || fl_out_ok(out + 1, 1) == 0 || out[1].ndim != out[0].ndim) return UNSUP;
+    if (n_args < 3 || args[0].kind != FL_ARG_TENSOR || args[0].i >= n_in || !fl_arg_is_num(&args[1])) return UNSUP;
     if (!fl_is_floating(out[0].dtype)) return UNSUP;
-    double p = arg_d(&args[1]);
+    double p = fl_arg_num(&args[1]);
     int train = args[2].kind == FL_ARG_NONE ? 1 : (int)args[2].i;
     fl_tensor_t x;
-    if (bcast(&in[args[0].i], &out[0], &x)) return UNSUP;
+    if (fl_bcast(&in[args[0].i], out[0].ndim, out[0].sizes, &x)) return UNSUP;
     for (int d = 0; d < out[0].ndim; d++)
         if (out[1].sizes[d] != out[0].sizes[d]) return UNSUP;
     int64_t n = fl_numel(&out[0]);
@@ -1266,7 +1214,7 @@ static int k_native_dropout(FL_KERNEL_ARGS) {
         copy_strided(&out[0], &x);
         uint8_t one = 1;
         fl_tensor_t s = {.data = &one, .dtype = FL_BOOL, .ndim = 0}, sb;
-        bcast(&s, &out[1], &sb);
+        fl_bcast(&s, out[1].ndim, out[1].sizes, &sb);
         copy_strided(&out[1], &sb);
         return FL_OK;
     }

@@ -1,7 +1,10 @@
-/* Host kernels: sorting, scans, and indexing / scatter ops.
+/* Host kernels: indexing. Serves sorting, scans, gathers and scatters, advanced
+ * indexing, searching, concatenation and the layout ops below (cumsum is with
+ * the row-wise reductions in k_reduce.c).
  *
  * Sections:
- *   helpers        argument access, element load/store, a strided multi-tensor walker
+ *   helpers        element load/store, index checks (arguments, broadcasting and the walkers:
+ *                  fl_kernel_util.h)
  *   sorting        sort, topk, kthvalue, median, nanmedian, mode
  *   scans          cumprod, cummax, cummin, logcumsumexp
  *   scatter        scatter (src/value, reduce), scatter_reduce, index_add/copy/fill/reduce
@@ -10,6 +13,8 @@
  *   search         searchsorted, bucketize, isin, histc
  *   layout         roll, slice_scatter, as_strided_scatter, repeat_interleave
  *   segments       segment_reduce
+ *   gather         embedding(_dense_backward), index_select, gather, scatter_add, cat, stack, flip,
+ *                  arange (a factory)
  *
  * Conventions. Every order-sensitive loop (sorting ties, accumulating scatters)
  * runs in a fixed logical order, so results are deterministic. Sorting works on
@@ -19,9 +24,10 @@
  * wrap when negative only where PyTorch wraps them. float16/bfloat16 compute in
  * float or double and round on every store, as the other host kernels do.
  *
- * String arguments (reduce="amax", side="right") arrive as FL_ARG_OTHER with the
- * code the runtime's STRING_CODES table gives (-1 when the table lacks the
- * string). A kernel that cannot tell which string it got declines the call.
+ * String arguments (reduce="amax", side="right") arrive as FL_ARG_OTHER with their
+ * fl_string_code_t (fl_plugin.h: FL_STR_amax, FL_STR_right; FL_STR_UNKNOWN for a
+ * string the ABI has no code for). A kernel that cannot tell which string it got
+ * declines the call.
  */
 #include <omp.h>
 #include <stdlib.h>
@@ -35,39 +41,6 @@
 /* helpers                                                            */
 /* ================================================================== */
 
-/* Codes of the strings these kernels read (torch_fl/runtime/native.py STRING_CODES). */
-enum { S_MEAN = 4, S_SUM = 5, S_PROD = 8, S_AMAX = 9, S_AMIN = 10, S_ADD = 11, S_MULTIPLY = 12,
-       S_LEFT = 13, S_RIGHT = 14, S_MAX = 15, S_MIN = 16 };
-
-static int tensor_ok(const fl_tensor_t *t) {
-    if (t->ndim < 0 || t->ndim > FL_MAX_DIMS) return 0;
-    return t->data != NULL || fl_numel(t) == 0;
-}
-static const fl_tensor_t *arg_tensor(const fl_arg_t *args, int n_args, int k, const fl_tensor_t *in, int n_in) {
-    if (k >= n_args || args[k].kind != FL_ARG_TENSOR || args[k].i < 0 || args[k].i >= n_in) return NULL;
-    const fl_tensor_t *t = &in[args[k].i];
-    return tensor_ok(t) ? t : NULL;
-}
-static int is_num(const fl_arg_t *a) {
-    return a->kind == FL_ARG_INT || a->kind == FL_ARG_FLOAT || a->kind == FL_ARG_BOOL;
-}
-/* an int/bool argument, or dflt when absent or None */
-static int64_t arg_i(const fl_arg_t *args, int n_args, int k, int64_t dflt) {
-    if (k >= n_args || (args[k].kind != FL_ARG_INT && args[k].kind != FL_ARG_BOOL)) return dflt;
-    return args[k].i;
-}
-static double arg_f(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
-/* the string code of argument k, -1 when unknown, -2 when not a string */
-static int64_t arg_str(const fl_arg_t *args, int n_args, int k) {
-    if (k >= n_args || args[k].kind != FL_ARG_OTHER) return -2;
-    return args[k].i;
-}
-static int wrap_dim(int64_t d, int ndim, int *out) {
-    int n = ndim > 0 ? ndim : 1;
-    if (d < -n || d >= n) return -1;
-    *out = (int)(d < 0 ? d + n : d);
-    return 0;
-}
 static int is_int_index(int dtype) { return dtype == FL_INT64 || dtype == FL_INT32; }
 static int is_mask(int dtype) { return dtype == FL_BOOL || dtype == FL_UINT8; }
 /* rank >= 1 view of t (a 0-dim tensor becomes one element of size 1) */
@@ -90,14 +63,6 @@ static int same_sizes(const fl_tensor_t *a, const fl_tensor_t *b) {
     for (int d = 0; d < a->ndim; d++) if (a->sizes[d] != b->sizes[d]) return 0;
     return 1;
 }
-static int64_t load_i64(const fl_tensor_t *t, int64_t off) {
-    const char *p = fl_elem(t, off);
-    switch (t->dtype) {
-    case FL_INT64: return *(const int64_t *)p;
-    case FL_INT32: return *(const int32_t *)p;
-    default: { int64_t v; fl_cvt_row(FL_INT64, &v, 1, t->dtype, p, 1, 1); return v; }
-    }
-}
 static void store_i64(const fl_tensor_t *t, int64_t off, int64_t v) {
     char *p = fl_elem(t, off);
     if (t->dtype == FL_INT64) *(int64_t *)p = v;
@@ -107,23 +72,9 @@ static void copy_elem(const fl_tensor_t *dst, int64_t doff, const fl_tensor_t *s
     if (dst->dtype == src->dtype) memcpy(fl_elem(dst, doff), fl_elem(src, soff), fl_itemsize(dst->dtype));
     else fl_cvt_row(dst->dtype, fl_elem(dst, doff), 1, src->dtype, fl_elem(src, soff), 1, 1);
 }
-/* dst = src (same shape), converting; strided both */
-static void copy_any(const fl_tensor_t *dst, const fl_tensor_t *src) {
-    int64_t numel = fl_numel(dst);
-    if (numel == 0) return;
-    fl_iter_t it;
-    fl_iter_init(&it, 2, (const fl_tensor_t *[]){dst, src});
-#pragma omp parallel for schedule(static) if (numel >= PAR_MIN && it.outer > 1)
-    for (int64_t r = 0; r < it.outer; r++) {
-        int64_t b[FL_ITER_MAX];
-        fl_iter_row(&it, r, b);
-        fl_cvt_row(dst->dtype, fl_elem(dst, b[0]), it.inner_stride[0], src->dtype, fl_elem(src, b[1]),
-                   it.inner_stride[1], it.inner);
-    }
-}
 /* the functional form of an op writes into a fresh output: start it as a copy of self */
 static void init_from_self(const fl_tensor_t *o, const fl_tensor_t *x) {
-    if (o->data != x->data || o->offset != x->offset || !same_sizes(o, x)) copy_any(o, x);
+    if (o->data != x->data || o->offset != x->offset || !same_sizes(o, x)) fl_copy_strided(o, x);
 }
 /* offset of the element with logical (row-major) index lin */
 static int64_t lin_off(const fl_tensor_t *t, int64_t lin) {
@@ -134,101 +85,12 @@ static int64_t lin_off(const fl_tensor_t *t, int64_t lin) {
     }
     return off;
 }
-/* t broadcast (right-aligned) to shape[0..nd): 0 on success, -1 when not broadcastable */
-static int bcast_view(const fl_tensor_t *t, int nd, const int64_t *shape, fl_tensor_t *v) {
-    if (t->ndim > nd) return -1;
-    *v = *t;
-    v->ndim = nd;
-    for (int d = nd - 1, s = t->ndim - 1; d >= 0; d--, s--) {
-        v->sizes[d] = shape[d];
-        if (s < 0) { v->strides[d] = 0; continue; }
-        if (t->sizes[s] == shape[d]) v->strides[d] = t->strides[s];
-        else if (t->sizes[s] == 1) v->strides[d] = 0;
-        else return -1;
-    }
-    return 0;
-}
 static void shape_str(char *buf, size_t n, int nd, const int64_t *s) {
     size_t k = (size_t)snprintf(buf, n, "[");
     for (int d = 0; d < nd && k < n; d++) k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)s[d]);
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
-/* ---- a strided walk over one shape for several tensors (any count up to WALK_MAX) ---- */
-#define WALK_MAX (FL_MAX_DIMS + 3)
-typedef struct {
-    int nd, nt;
-    int64_t size[FL_MAX_DIMS];
-    int64_t st[WALK_MAX][FL_MAX_DIMS];
-    int64_t base[WALK_MAX];
-    int64_t numel;
-} walk_t;
-static void walk_init(walk_t *w, int nd, const int64_t *size) {
-    memset(w, 0, sizeof *w);
-    w->nd = nd;
-    w->numel = 1;
-    for (int d = 0; d < nd; d++) { w->size[d] = size[d]; w->numel *= size[d]; }
-}
-/* adds tensor t (already of the walk's shape, or a view built for it); returns its slot */
-static int walk_add(walk_t *w, const fl_tensor_t *t) {
-    int k = w->nt++;
-    w->base[k] = t->offset;
-    for (int d = 0; d < w->nd; d++) w->st[k][d] = t->strides[d];
-    return k;
-}
-static void walk_seek(const walk_t *w, int64_t lin, int64_t *ctr, int64_t *off) {
-    for (int k = 0; k < w->nt; k++) off[k] = w->base[k];
-    for (int d = w->nd - 1; d >= 0; d--) {
-        ctr[d] = lin % w->size[d];
-        lin /= w->size[d];
-        for (int k = 0; k < w->nt; k++) off[k] += ctr[d] * w->st[k][d];
-    }
-}
-static inline void walk_next(const walk_t *w, int64_t *ctr, int64_t *off) {
-    for (int d = w->nd - 1; d >= 0; d--) {
-        if (++ctr[d] < w->size[d]) {
-            for (int k = 0; k < w->nt; k++) off[k] += w->st[k][d];
-            return;
-        }
-        ctr[d] = 0;
-        for (int k = 0; k < w->nt; k++) off[k] -= w->st[k][d] * (w->size[d] - 1);
-    }
-}
-
-/* ---- lines along one dim: the rows of per-row ops (sort, scans) ----
- * ts[0] gives the outer shape; every tensor must match it outside `dim`. */
-typedef struct {
-    int no, nt;
-    int64_t osz[FL_MAX_DIMS], ost[4][FL_MAX_DIMS], dst[4], nrows;
-} lines_t;
-static int lines_init(lines_t *L, const fl_tensor_t *const *ts, int nt, int dim) {
-    memset(L, 0, sizeof *L);
-    L->nt = nt;
-    L->nrows = 1;
-    const fl_tensor_t *t0 = ts[0];
-    for (int k = 0; k < nt; k++) {
-        if (ts[k]->ndim != t0->ndim) return -1;
-        for (int d = 0; d < t0->ndim; d++)
-            if (d != dim && ts[k]->sizes[d] != t0->sizes[d]) return -1;
-        L->dst[k] = ts[k]->strides[dim];
-    }
-    for (int d = 0; d < t0->ndim; d++) {
-        if (d == dim) continue;
-        L->osz[L->no] = t0->sizes[d];
-        for (int k = 0; k < nt; k++) L->ost[k][L->no] = ts[k]->strides[d];
-        L->nrows *= t0->sizes[d];
-        L->no++;
-    }
-    return 0;
-}
-static void lines_at(const lines_t *L, const fl_tensor_t *const *ts, int64_t row, int64_t *off) {
-    for (int k = 0; k < L->nt; k++) off[k] = ts[k]->offset;
-    for (int d = L->no - 1; d >= 0 && row; d--) {
-        int64_t i = row % L->osz[d];
-        row /= L->osz[d];
-        for (int k = 0; k < L->nt; k++) off[k] += i * L->ost[k][d];
-    }
-}
 
 /* ---- numbers: int64 for integer/bool dtypes (exact), double for floats ---- */
 typedef struct { double f; int64_t i; } num_t;
@@ -246,7 +108,7 @@ static inline void num_store(int dtype, void *p, num_t v) {
 static int num_arg(int dtype, const fl_arg_t *a, const fl_tensor_t *in, int n_in, num_t *v) {
     char tmp[8];
     if (a->kind == FL_ARG_TENSOR) {
-        if (a->i < 0 || a->i >= n_in || !tensor_ok(&in[a->i]) || fl_numel(&in[a->i]) != 1) return -1;
+        if (a->i < 0 || a->i >= n_in || !fl_tensor_ok(&in[a->i]) || fl_numel(&in[a->i]) != 1) return -1;
         copy_elem(&(fl_tensor_t){.data = tmp, .dtype = dtype}, 0, &in[a->i], in[a->i].offset);
     } else if (a->kind == FL_ARG_FLOAT) {
         fl_store_f64(dtype, tmp, a->f);
@@ -523,8 +385,8 @@ static int select_rows(const char *name, int what, const fl_tensor_t *x0, int di
     if (v.ndim != x.ndim || ix.ndim != x.ndim || v.dtype != x.dtype) return UNSUP;
     if (idx0 && ix.dtype != FL_INT64) return UNSUP;
     const fl_tensor_t *ts[3] = {&x, &v, &ix};
-    lines_t L;
-    if (lines_init(&L, ts, 3, dim)) return UNSUP;
+    fl_rows_t L;
+    if (fl_rows_init(&L, ts, 3, dim)) return UNSUP;
     int64_t n = x.sizes[dim], nout = v.sizes[dim];
     if (ix.sizes[dim] != nout) return UNSUP;
     if (L.nrows == 0 || nout == 0) return FL_OK;
@@ -541,8 +403,8 @@ static int select_rows(const char *name, int what, const fl_tensor_t *x0, int di
         for (int64_t row = 0; row < L.nrows; row++) {
             if (!kv || !buf) continue;
             int64_t off[3];
-            lines_at(&L, ts, row, off);
-            load_keys(&x, off[0], L.dst[0], n, desc, buf, kv);
+            fl_rows_at(&L, ts, row, off);
+            load_keys(&x, off[0], L.st[0], n, desc, buf, kv);
             int64_t pick = 0; /* position in kv of the single answer (kth, median, mode) */
             if (what == SEL_SORT) {
                 if (stable) kv_sort(kv, kv + n, n);
@@ -583,11 +445,11 @@ static int select_rows(const char *name, int what, const fl_tensor_t *x0, int di
             }
             if (what == SEL_SORT || what == SEL_TOPK) {
                 for (int64_t j = 0; j < nout; j++) {
-                    copy_elem(&v, off[1] + j * L.dst[1], &x, off[0] + kv[j].i * L.dst[0]);
-                    if (idx0) *(int64_t *)fl_elem(&ix, off[2] + j * L.dst[2]) = kv[j].i;
+                    copy_elem(&v, off[1] + j * L.st[1], &x, off[0] + kv[j].i * L.st[0]);
+                    if (idx0) *(int64_t *)fl_elem(&ix, off[2] + j * L.st[2]) = kv[j].i;
                 }
             } else {
-                copy_elem(&v, off[1], &x, off[0] + kv[pick].i * L.dst[0]);
+                copy_elem(&v, off[1], &x, off[0] + kv[pick].i * L.st[0]);
                 if (idx0) *(int64_t *)fl_elem(&ix, off[2]) = kv[pick].i;
             }
         }
@@ -604,42 +466,42 @@ static int select_rows(const char *name, int what, const fl_tensor_t *x0, int di
 /* sort(self, dim=-1, descending=False) -> (values, indices) */
 static int k_sort(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < 2 || !tensor_ok(&out[0]) || !tensor_ok(&out[1])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 2 || !fl_tensor_ok(&out[0]) || !fl_tensor_ok(&out[1])) return UNSUP;
     int dim;
-    if (wrap_dim(arg_i(args, n_args, 1, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "sort: dimension out of range");
-    return select_rows("sort", SEL_SORT, x, dim, (int)arg_i(args, n_args, 2, 0), 0, 0, &out[0], &out[1]);
+    if (fl_wrap_dim(fl_arg_int_or(args, n_args, 1, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "sort: dimension out of range");
+    return select_rows("sort", SEL_SORT, x, dim, (int)fl_arg_int_or(args, n_args, 2, 0), 0, 0, &out[0], &out[1]);
 }
 /* sort.stable(self, *, stable?, dim=-1, descending=False): stable=True keeps ties in order (merge sort);
  * otherwise ties end where std::sort leaves them, as on CPU */
 static int k_sort_stable(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < 2 || !tensor_ok(&out[0]) || !tensor_ok(&out[1])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 2 || !fl_tensor_ok(&out[0]) || !fl_tensor_ok(&out[1])) return UNSUP;
     int dim;
-    if (wrap_dim(arg_i(args, n_args, 2, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "sort: dimension out of range");
-    return select_rows("sort", SEL_SORT, x, dim, (int)arg_i(args, n_args, 3, 0), (int)arg_i(args, n_args, 1, 0), 0,
+    if (fl_wrap_dim(fl_arg_int_or(args, n_args, 2, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "sort: dimension out of range");
+    return select_rows("sort", SEL_SORT, x, dim, (int)fl_arg_int_or(args, n_args, 3, 0), (int)fl_arg_int_or(args, n_args, 1, 0), 0,
                        &out[0], &out[1]);
 }
 /* topk(self, k, dim=-1, largest=True, sorted=True): CPU's partial_sort / nth_element replayed */
 static int k_topk(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < 2 || !tensor_ok(&out[0]) || !tensor_ok(&out[1]) || n_args < 2) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 2 || !fl_tensor_ok(&out[0]) || !fl_tensor_ok(&out[1]) || n_args < 2) return UNSUP;
     int dim;
-    if (wrap_dim(arg_i(args, n_args, 2, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "topk: dimension out of range");
+    if (fl_wrap_dim(fl_arg_int_or(args, n_args, 2, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "topk: dimension out of range");
     int64_t k = args[1].i, n = x->ndim ? x->sizes[dim] : 1;
     if (k < 0 || k > n) FL_FAIL(FL_ERR_INVALID, "selected index k out of range");
-    return select_rows("topk", SEL_TOPK, x, dim, (int)arg_i(args, n_args, 3, 1), (int)arg_i(args, n_args, 4, 1), k,
+    return select_rows("topk", SEL_TOPK, x, dim, (int)fl_arg_int_or(args, n_args, 3, 1), (int)fl_arg_int_or(args, n_args, 4, 1), k,
                        &out[0], &out[1]);
 }
 /* kthvalue(self, k, dim=-1, keepdim=False) */
 static int k_kthvalue(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < 2 || !tensor_ok(&out[0]) || !tensor_ok(&out[1]) || n_args < 2) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 2 || !fl_tensor_ok(&out[0]) || !fl_tensor_ok(&out[1]) || n_args < 2) return UNSUP;
     int dim;
-    if (wrap_dim(arg_i(args, n_args, 2, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "kthvalue: dimension out of range");
+    if (fl_wrap_dim(fl_arg_int_or(args, n_args, 2, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "kthvalue: dimension out of range");
     int64_t k = args[1].i, n = x->ndim ? x->sizes[dim] : 1;
     if (k < 1 || k > n)
         FL_FAIL(FL_ERR_INVALID, "kthvalue(): selected number k out of range for dimension %d", dim);
@@ -649,10 +511,10 @@ static int k_kthvalue(FL_KERNEL_ARGS) {
 /* median.dim / nanmedian.dim / mode(self, dim, keepdim) */
 static int per_row_pick(const char *name, int what, FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < 2 || !tensor_ok(&out[0]) || !tensor_ok(&out[1])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 2 || !fl_tensor_ok(&out[0]) || !fl_tensor_ok(&out[1])) return UNSUP;
     int dim;
-    if (wrap_dim(arg_i(args, n_args, 1, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "%s: dimension out of range", name);
+    if (fl_wrap_dim(fl_arg_int_or(args, n_args, 1, -1), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "%s: dimension out of range", name);
     if (x->ndim && x->sizes[dim] == 0)
         FL_FAIL(FL_ERR_INVALID, "%s(): Expected reduction dim %d to have non-zero size.", name, dim);
     fl_tensor_t v = keep_dim(&out[0], x->ndim, dim), ix = keep_dim(&out[1], x->ndim, dim);
@@ -665,8 +527,8 @@ static int k_mode(FL_KERNEL_ARGS) { return per_row_pick("mode", SEL_MODE, stream
 /* median(self) / nanmedian(self): the value over all elements (NaN when empty) */
 static int whole_median(int what, FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < 1 || !tensor_ok(&out[0]) || out[0].ndim != 0 || out[0].dtype != x->dtype) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 1 || !fl_tensor_ok(&out[0]) || out[0].ndim != 0 || out[0].dtype != x->dtype) return UNSUP;
     int64_t n = fl_numel(x);
     if (n == 0) {
         if (!fl_is_floating(x->dtype)) FL_FAIL(FL_ERR_INVALID, "median() input tensor cannot be empty");
@@ -680,7 +542,7 @@ static int whole_median(int what, FL_KERNEL_ARGS) {
     fl_tensor_t dst = *x;
     dst.data = flat; dst.offset = 0; dst.dtype = wide;
     for (int64_t d = x->ndim - 1, s = 1; d >= 0; d--) { dst.strides[d] = s; s *= x->sizes[d]; }
-    copy_any(&dst, x);
+    fl_copy_strided(&dst, x);
     fl_tensor_t f = {.data = flat, .offset = 0, .dtype = wide, .ndim = 1, .sizes = {n}, .strides = {1}};
     char res[8];
     fl_tensor_t rv = {.data = res, .dtype = wide, .ndim = 1, .sizes = {1}, .strides = {1}};
@@ -717,8 +579,8 @@ static int scan_rows(const char *name, int what, const fl_tensor_t *x0, int dim,
     if (!same_sizes(&x, &v) || (ix0 && (!same_sizes(&x, &ix) || ix.dtype != FL_INT64))) return UNSUP;
     if (what != SCAN_PROD && v.dtype != x.dtype) return UNSUP;
     const fl_tensor_t *ts[3] = {&x, &v, &ix};
-    lines_t L;
-    if (lines_init(&L, ts, 3, dim)) return UNSUP;
+    fl_rows_t L;
+    if (fl_rows_init(&L, ts, 3, dim)) return UNSUP;
     int64_t n = x.sizes[dim];
     if (L.nrows == 0 || n == 0) return FL_OK;
     int isint = !fl_is_floating(v.dtype);
@@ -734,9 +596,9 @@ static int scan_rows(const char *name, int what, const fl_tensor_t *x0, int dim,
         for (int64_t row = 0; row < L.nrows; row++) {
             if (!buf || !raw) continue;
             int64_t off[3];
-            lines_at(&L, ts, row, off);
+            fl_rows_at(&L, ts, row, off);
             /* x's row in the output dtype, then widened */
-            fl_cvt_row(v.dtype, raw, 1, x.dtype, fl_elem(&x, off[0]), L.dst[0], n);
+            fl_cvt_row(v.dtype, raw, 1, x.dtype, fl_elem(&x, off[0]), L.st[0], n);
             if (isint) {
                 int64_t *b = buf;
                 fl_cvt_row(FL_INT64, b, 1, v.dtype, raw, 1, n);
@@ -749,9 +611,9 @@ static int scan_rows(const char *name, int what, const fl_tensor_t *x0, int dim,
                         at = j;
                     }
                     b[j] = acc;
-                    if (ix0) *(int64_t *)fl_elem(&ix, off[2] + j * L.dst[2]) = at;
+                    if (ix0) *(int64_t *)fl_elem(&ix, off[2] + j * L.st[2]) = at;
                 }
-                fl_cvt_row(v.dtype, fl_elem(&v, off[1]), L.dst[1], FL_INT64, b, 1, n);
+                fl_cvt_row(v.dtype, fl_elem(&v, off[1]), L.st[1], FL_INT64, b, 1, n);
             } else {
                 double *b = buf;
                 fl_cvt_row(FL_FLOAT64, b, 1, v.dtype, raw, 1, n);
@@ -768,9 +630,9 @@ static int scan_rows(const char *name, int what, const fl_tensor_t *x0, int dim,
                         at = j;
                     }
                     b[j] = acc;
-                    if (ix0) *(int64_t *)fl_elem(&ix, off[2] + j * L.dst[2]) = at;
+                    if (ix0) *(int64_t *)fl_elem(&ix, off[2] + j * L.st[2]) = at;
                 }
-                fl_cvt_row(v.dtype, fl_elem(&v, off[1]), L.dst[1], FL_FLOAT64, b, 1, n);
+                fl_cvt_row(v.dtype, fl_elem(&v, off[1]), L.st[1], FL_FLOAT64, b, 1, n);
             }
         }
         free(buf);
@@ -781,11 +643,11 @@ static int scan_rows(const char *name, int what, const fl_tensor_t *x0, int dim,
 }
 static int scan_kernel(const char *name, int what, int nres, FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < nres || n_args < 2 || args[1].kind != FL_ARG_INT || !tensor_ok(&out[0])) return UNSUP;
-    if (nres == 2 && !tensor_ok(&out[1])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < nres || n_args < 2 || args[1].kind != FL_ARG_INT || !fl_tensor_ok(&out[0])) return UNSUP;
+    if (nres == 2 && !fl_tensor_ok(&out[1])) return UNSUP;
     int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "%s: dimension out of range", name);
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "%s: dimension out of range", name);
     return scan_rows(name, what, x, dim, &out[0], nres == 2 ? &out[1] : NULL);
 }
 /* cumprod(self, dim, *, dtype?) / cumprod_ */
@@ -832,13 +694,13 @@ static inline void reduce_into(const fl_tensor_t *o, int64_t at, num_t v, int re
 /* mean's last step over every element that received values */
 static void hits_finish_mean(const fl_tensor_t *o, const hits_t *h, int include_self) {
     int isint = !fl_is_floating(o->dtype);
-    walk_t w;
-    walk_init(&w, o->ndim, o->sizes);
-    walk_add(&w, o);
+    fl_walk_t w;
+    fl_walk_init(&w, o->ndim, o->sizes);
+    fl_walk_add(&w, o);
     if (w.numel == 0) return;
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-    walk_seek(&w, 0, ctr, off);
-    for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+    fl_walk_seek(&w, 0, ctr, off);
+    for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
         int64_t c = h->count[off[0] - h->lo];
         if (c == 0) continue;
         void *p = fl_elem(o, off[0]);
@@ -850,13 +712,13 @@ static void hits_finish_mean(const fl_tensor_t *o, const hits_t *h, int include_
  * scatter_reduce / index_reduce ("sum", "prod", "mean", "amax", "amin");
  * -1 when the code is unknown. */
 static int reduce_of(int64_t code, int legacy) {
-    if (legacy) return code == S_ADD ? R_SUM : code == S_MULTIPLY ? R_PROD : -1;
+    if (legacy) return code == FL_STR_add ? R_SUM : code == FL_STR_multiply ? R_PROD : -1;
     switch (code) {
-    case S_SUM: return R_SUM;
-    case S_PROD: return R_PROD;
-    case S_MEAN: return R_MEAN;
-    case S_AMAX: return R_MAX;
-    case S_AMIN: return R_MIN;
+    case FL_STR_sum: return R_SUM;
+    case FL_STR_prod: return R_PROD;
+    case FL_STR_mean: return R_MEAN;
+    case FL_STR_amax: return R_MAX;
+    case FL_STR_amin: return R_MIN;
     }
     return -1;
 }
@@ -890,15 +752,15 @@ static int scatter_run(const char *name, const fl_tensor_t *o, int dim, const fl
         ov.sizes[d] = idx.sizes[d];
         if (d == dim) ov.strides[d] = 0;
     }
-    walk_t w;
-    walk_init(&w, idx.ndim, idx.sizes);
-    walk_add(&w, &idx);
-    walk_add(&w, &ov);
-    walk_add(&w, &sv);
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-    walk_seek(&w, 0, ctr, off);
-    for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) { /* every index first: no partial writes */
-        int64_t v = load_i64(&idx, off[0]);
+    fl_walk_t w;
+    fl_walk_init(&w, idx.ndim, idx.sizes);
+    fl_walk_add(&w, &idx);
+    fl_walk_add(&w, &ov);
+    fl_walk_add(&w, &sv);
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+    fl_walk_seek(&w, 0, ctr, off);
+    for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) { /* every index first: no partial writes */
+        int64_t v = fl_load_i64(&idx, off[0]);
         if (v < 0 || v >= size) OOB(v, dim, size);
     }
     hits_t h;
@@ -906,9 +768,9 @@ static int scatter_run(const char *name, const fl_tensor_t *o, int dim, const fl
     if (st == UNSUP) return UNSUP;
     if (st) OOM(name);
     int64_t dstride = oo.strides[dim];
-    walk_seek(&w, 0, ctr, off);
-    for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
-        int64_t v = load_i64(&idx, off[0]);
+    fl_walk_seek(&w, 0, ctr, off);
+    for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
+        int64_t v = fl_load_i64(&idx, off[0]);
         num_t s = src0 ? num_load(src.dtype, fl_elem(&src, off[2])) : value;
         reduce_into(&oo, off[1] + v * dstride, s, red, include_self, &h);
     }
@@ -920,38 +782,38 @@ static int scatter_run(const char *name, const fl_tensor_t *o, int dim, const fl
 /* scatter.src / .value / .reduce / .value_reduce(self, dim, index, src|value, *, reduce) and scatter_ */
 static int k_scatter(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 2, in, n_in);
-    if (!x || !idx || n_args < 4 || args[1].kind != FL_ARG_INT || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!x || !idx || n_args < 4 || args[1].kind != FL_ARG_INT || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     const fl_tensor_t *o = &out[0], *src = NULL;
     if (!same_sizes(o, x) || o->dtype != x->dtype) return UNSUP;
     num_t value = {0, 0};
-    if (args[3].kind == FL_ARG_TENSOR) src = arg_tensor(args, n_args, 3, in, n_in);
+    if (args[3].kind == FL_ARG_TENSOR) src = fl_arg_tensor(args, n_args, 3, in, n_in);
     else if (num_arg(o->dtype, &args[3], in, n_in, &value)) return UNSUP;
     if (args[3].kind == FL_ARG_TENSOR && !src) return UNSUP;
     int red = R_NONE;
     if (n_args > 4 && args[4].kind != FL_ARG_NONE) {
-        red = reduce_of(arg_str(args, n_args, 4), 1);
+        red = reduce_of(fl_arg_code(args, n_args, 4), 1);
         if (red < 0) return UNSUP; /* a reduce string the runtime could not name */
     }
     int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "scatter: dimension out of range");
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "scatter: dimension out of range");
     init_from_self(o, x);
     return scatter_run("scatter", o, dim, idx, src, value, red, 1);
 }
 /* scatter_reduce.two(self, dim, index, src, reduce, *, include_self=True) and scatter_reduce_ */
 static int k_scatter_reduce(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 2, in, n_in),
-                      *src = arg_tensor(args, n_args, 3, in, n_in);
-    if (!x || !idx || !src || n_args < 5 || args[1].kind != FL_ARG_INT || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 2, in, n_in),
+                      *src = fl_arg_tensor(args, n_args, 3, in, n_in);
+    if (!x || !idx || !src || n_args < 5 || args[1].kind != FL_ARG_INT || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     const fl_tensor_t *o = &out[0];
     if (!same_sizes(o, x) || o->dtype != x->dtype) return UNSUP;
-    int red = reduce_of(arg_str(args, n_args, 4), 0);
+    int red = reduce_of(fl_arg_code(args, n_args, 4), 0);
     if (red < 0) return UNSUP;
     int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "scatter_reduce: dimension out of range");
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "scatter_reduce: dimension out of range");
     init_from_self(o, x);
-    return scatter_run("scatter_reduce", o, dim, idx, src, (num_t){0, 0}, red, (int)arg_i(args, n_args, 5, 1));
+    return scatter_run("scatter_reduce", o, dim, idx, src, (num_t){0, 0}, red, (int)fl_arg_int_or(args, n_args, 5, 1));
 }
 
 /* index_* along one dim with a 1-D index: for each i, the slice index[i] of o
@@ -973,7 +835,7 @@ static int index_dim_run(const char *name, const fl_tensor_t *o0, int dim, const
                 FL_FAIL(FL_ERR_INVALID, "%s(): source and self must have the same shape outside dimension %d", name, dim);
     }
     for (int64_t j = 0; j < n; j++) {
-        int64_t v = load_i64(idx, idx->offset + j * ist);
+        int64_t v = fl_load_i64(idx, idx->offset + j * ist);
         if (v < (wrap ? -size : 0) || v >= size) OOB(v, dim, size);
     }
     hits_t h;
@@ -987,17 +849,17 @@ static int index_dim_run(const char *name, const fl_tensor_t *o0, int dim, const
     fl_tensor_t os = o, ss = src;
     os.sizes[dim] = 1;
     ss.sizes[dim] = 1;
-    walk_t w;
-    walk_init(&w, o.ndim, os.sizes);
-    walk_add(&w, &os);
-    walk_add(&w, &ss);
+    fl_walk_t w;
+    fl_walk_init(&w, o.ndim, os.sizes);
+    fl_walk_add(&w, &os);
+    fl_walk_add(&w, &ss);
     for (int64_t j = 0; j < n; j++) {
-        int64_t v = load_i64(idx, idx->offset + j * ist);
+        int64_t v = fl_load_i64(idx, idx->offset + j * ist);
         if (v < 0) v += size;
         int64_t obase = v * o.strides[dim], sbase = j * src.strides[dim];
-        int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-        walk_seek(&w, 0, ctr, off);
-        for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
+        int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+        fl_walk_seek(&w, 0, ctr, off);
+        for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
             num_t s = value;
             if (src0) {
                 s = num_load(src.dtype, fl_elem(&src, off[1] + sbase));
@@ -1013,17 +875,17 @@ static int index_dim_run(const char *name, const fl_tensor_t *o0, int dim, const
 /* common argument handling: (self, dim, index, source|value, ...) */
 static int index_dim_args(const fl_arg_t *args, int n_args, const fl_tensor_t *in, int n_in, const fl_tensor_t *out,
                           int n_out, const fl_tensor_t **x, const fl_tensor_t **idx, int *dim) {
-    *x = arg_tensor(args, n_args, 0, in, n_in);
-    *idx = arg_tensor(args, n_args, 2, in, n_in);
-    if (!*x || !*idx || n_args < 4 || args[1].kind != FL_ARG_INT || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    *idx = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!*x || !*idx || n_args < 4 || args[1].kind != FL_ARG_INT || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     if (!same_sizes(&out[0], *x) || out[0].dtype != (*x)->dtype) return UNSUP;
-    if (wrap_dim(args[1].i, (*x)->ndim, dim)) FL_FAIL(FL_ERR_INVALID, "dimension out of range");
+    if (fl_wrap_dim(args[1].i, (*x)->ndim, dim)) FL_FAIL(FL_ERR_INVALID, "dimension out of range");
     return FL_OK;
 }
 /* index_add(self, dim, index, source, *, alpha=1) / index_add_ */
 static int k_index_add(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x, *idx, *src = arg_tensor(args, n_args, 3, in, n_in);
+    const fl_tensor_t *x, *idx, *src = fl_arg_tensor(args, n_args, 3, in, n_in);
     int dim, st = index_dim_args(args, n_args, in, n_in, out, n_out, &x, &idx, &dim);
     if (st) return st;
     num_t alpha = {1.0, 1};
@@ -1034,7 +896,7 @@ static int k_index_add(FL_KERNEL_ARGS) {
 /* index_copy(self, dim, index, source) / index_copy_ */
 static int k_index_copy(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x, *idx, *src = arg_tensor(args, n_args, 3, in, n_in);
+    const fl_tensor_t *x, *idx, *src = fl_arg_tensor(args, n_args, 3, in, n_in);
     int dim, st = index_dim_args(args, n_args, in, n_in, out, n_out, &x, &idx, &dim);
     if (st) return st;
     if (!src || src->dtype != x->dtype) return UNSUP;
@@ -1058,14 +920,14 @@ static int k_index_fill(FL_KERNEL_ARGS) {
 /* index_reduce(self, dim, index, source, reduce, *, include_self=True) / index_reduce_ */
 static int k_index_reduce(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x, *idx, *src = arg_tensor(args, n_args, 3, in, n_in);
+    const fl_tensor_t *x, *idx, *src = fl_arg_tensor(args, n_args, 3, in, n_in);
     int dim, st = index_dim_args(args, n_args, in, n_in, out, n_out, &x, &idx, &dim);
     if (st) return st;
-    int red = reduce_of(arg_str(args, n_args, 4), 0);
+    int red = reduce_of(fl_arg_code(args, n_args, 4), 0);
     if (!src || src->dtype != x->dtype || red < 0 || red == R_SUM) return UNSUP;
     init_from_self(&out[0], x);
     return index_dim_run("index_reduce", &out[0], dim, idx, src, (num_t){0, 0}, (num_t){1, 1}, red,
-                         (int)arg_i(args, n_args, 5, 1), 0);
+                         (int)fl_arg_int_or(args, n_args, 5, 1), 0);
 }
 
 /* ================================================================== */
@@ -1103,21 +965,21 @@ static int adv_mask(adv_t *a, const fl_tensor_t *self, const fl_tensor_t *m, int
             FL_FAIL(FL_ERR_INVALID, "The shape of the mask %s at index %d does not match the shape of the indexed tensor %s "
                     "at index %d", ms, pos, ss, d0 + d);
         }
-    walk_t w;
-    walk_init(&w, m->ndim, m->sizes);
-    walk_add(&w, m);
-    int64_t nnz = 0, ctr[FL_MAX_DIMS], off[WALK_MAX];
+    fl_walk_t w;
+    fl_walk_init(&w, m->ndim, m->sizes);
+    fl_walk_add(&w, m);
+    int64_t nnz = 0, ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
     if (w.numel) {
-        walk_seek(&w, 0, ctr, off);
-        for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) nnz += *(const uint8_t *)fl_elem(m, off[0]) != 0;
+        fl_walk_seek(&w, 0, ctr, off);
+        for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) nnz += *(const uint8_t *)fl_elem(m, off[0]) != 0;
     }
     int64_t *coords = xmalloc(sizeof(int64_t) * (size_t)(nnz * m->ndim));
     if (!coords) return FL_ERR_OOM;
     a->owned[a->nowned++] = coords;
     if (w.numel) {
         int64_t k = 0;
-        walk_seek(&w, 0, ctr, off);
-        for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
+        fl_walk_seek(&w, 0, ctr, off);
+        for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
             if (!*(const uint8_t *)fl_elem(m, off[0])) continue;
             for (int d = 0; d < m->ndim; d++) coords[d * nnz + k] = ctr[d];
             k++;
@@ -1142,7 +1004,7 @@ static int adv_build(adv_t *a, const fl_tensor_t *self, const fl_arg_t *args, in
     for (int64_t j = 0; j < len; j++) {
         const fl_tensor_t *t = &in[first + j];
         if (t->ndim < 0) { d++; continue; } /* None: the dim is kept whole */
-        if (!tensor_ok(t)) return UNSUP;
+        if (!fl_tensor_ok(t)) return UNSUP;
         if (is_mask(t->dtype)) {
             int st = adv_mask(a, self, t, d, (int)j);
             if (st) return st;
@@ -1207,14 +1069,14 @@ static int adv_check(const adv_t *a, const fl_tensor_t *self) {
     for (int j = 0; j < a->n; j++) {
         const fl_tensor_t *t = &a->t[j];
         int64_t size = self->sizes[a->sdim[j]];
-        walk_t w;
-        walk_init(&w, t->ndim, t->sizes);
-        walk_add(&w, t);
+        fl_walk_t w;
+        fl_walk_init(&w, t->ndim, t->sizes);
+        fl_walk_add(&w, t);
         if (!w.numel) continue;
-        int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-        walk_seek(&w, 0, ctr, off);
-        for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
-            int64_t v = load_i64(t, off[0]);
+        int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+        fl_walk_seek(&w, 0, ctr, off);
+        for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
+            int64_t v = fl_load_i64(t, off[0]);
             if (v < -size || v >= size) OOB(v, a->sdim[j], size);
         }
     }
@@ -1226,7 +1088,7 @@ enum { IDX_CHECKED, IDX_CLAMPNEG };
 static inline int64_t adv_self_off(const adv_t *a, const fl_tensor_t *self, const int64_t *off, int mode) {
     int64_t o = off[1];
     for (int j = 0; j < a->n; j++) {
-        int64_t size = self->sizes[a->sdim[j]], v = load_i64(&a->t[j], off[2 + j]);
+        int64_t size = self->sizes[a->sdim[j]], v = fl_load_i64(&a->t[j], off[2 + j]);
         if (mode == IDX_CLAMPNEG) v = v < -size ? -size : v > size - 1 ? size - 1 : v;
         if (v < 0) v += size;
         o += v * self->strides[a->sdim[j]];
@@ -1234,12 +1096,12 @@ static inline int64_t adv_self_off(const adv_t *a, const fl_tensor_t *self, cons
     return o;
 }
 /* a walk over the result shape: slot 0 = res, 1 = self, 2.. = indices, last = mask (optional) */
-static void adv_walk(const adv_t *a, const fl_tensor_t *res, const fl_tensor_t *mask, walk_t *w) {
-    walk_init(w, a->rnd, a->rshape);
-    walk_add(w, res);
-    walk_add(w, &a->selfv);
-    for (int j = 0; j < a->n; j++) walk_add(w, &a->tv[j]);
-    if (mask) walk_add(w, mask);
+static void adv_walk(const adv_t *a, const fl_tensor_t *res, const fl_tensor_t *mask, fl_walk_t *w) {
+    fl_walk_init(w, a->rnd, a->rshape);
+    fl_walk_add(w, res);
+    fl_walk_add(w, &a->selfv);
+    for (int j = 0; j < a->n; j++) fl_walk_add(w, &a->tv[j]);
+    if (mask) fl_walk_add(w, mask);
 }
 
 /* gather: out = self[indices], optionally masked (where the mask is false: fill) */
@@ -1250,7 +1112,7 @@ static int adv_gather(const char *name, const fl_tensor_t *x, const fl_arg_t *ar
     int st = adv_build(&a, x, args, n_args, k, in, n_in);
     if (st) { adv_free(&a); return st; }
     fl_tensor_t mv;
-    if (o->ndim != a.rnd || o->dtype != x->dtype || (mask && bcast_view(mask, a.rnd, a.rshape, &mv))) {
+    if (o->ndim != a.rnd || o->dtype != x->dtype || (mask && fl_bcast(mask, a.rnd, a.rshape, &mv))) {
         adv_free(&a);
         return UNSUP;
     }
@@ -1258,7 +1120,7 @@ static int adv_gather(const char *name, const fl_tensor_t *x, const fl_arg_t *ar
         if (o->sizes[q] != a.rshape[q]) { adv_free(&a); return UNSUP; }
     int empty_self = fl_numel(x) == 0;
     if (mode == IDX_CHECKED && fl_numel(o) && (st = adv_check(&a, x))) { adv_free(&a); return st; }
-    walk_t w;
+    fl_walk_t w;
     adv_walk(&a, o, mask ? &mv : NULL, &w);
     int mslot = 2 + a.n;
     size_t es = fl_itemsize(o->dtype);
@@ -1267,9 +1129,9 @@ static int adv_gather(const char *name, const fl_tensor_t *x, const fl_arg_t *ar
     for (int c = 0; c < nth; c++) {
         int64_t lo = w.numel * c / nth, hi = w.numel * (c + 1) / nth;
         if (lo >= hi) continue;
-        int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-        walk_seek(&w, lo, ctr, off);
-        for (int64_t q = lo; q < hi; q++, walk_next(&w, ctr, off)) {
+        int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+        fl_walk_seek(&w, lo, ctr, off);
+        for (int64_t q = lo; q < hi; q++, fl_walk_next(&w, ctr, off)) {
             if (mask && (empty_self || !*(const uint8_t *)fl_elem(&mv, off[mslot]))) {
                 num_store(o->dtype, fl_elem(o, off[0]), fill);
                 continue;
@@ -1293,7 +1155,7 @@ static int adv_put(const char *name, const fl_tensor_t *x, const fl_arg_t *args,
     int st = same_sizes(o, x) ? adv_build(&a, o, args, n_args, k, in, n_in) : UNSUP;
     if (st) { adv_free(&a); return st; }
     fl_tensor_t vv, mv;
-    if (bcast_view(vals, a.rnd, a.rshape, &vv)) {
+    if (fl_bcast(vals, a.rnd, a.rshape, &vv)) {
         char vs[96], rs[96];
         shape_str(vs, sizeof vs, vals->ndim, vals->sizes);
         shape_str(rs, sizeof rs, a.rnd, a.rshape);
@@ -1301,17 +1163,17 @@ static int adv_put(const char *name, const fl_tensor_t *x, const fl_arg_t *args,
         FL_FAIL(FL_ERR_INVALID, "shape mismatch: value tensor of shape %s cannot be broadcast to indexing result of shape %s",
                 vs, rs);
     }
-    if (mask && bcast_view(mask, a.rnd, a.rshape, &mv)) { adv_free(&a); return UNSUP; }
-    walk_t w;
+    if (mask && fl_bcast(mask, a.rnd, a.rshape, &mv)) { adv_free(&a); return UNSUP; }
+    fl_walk_t w;
     adv_walk(&a, &vv, mask ? &mv : NULL, &w);
     if (w.numel && mode == IDX_CHECKED && (st = adv_check(&a, x))) { adv_free(&a); return st; }
     init_from_self(o, x);
     if (w.numel == 0 || fl_numel(x) == 0) { adv_free(&a); return FL_OK; }
     int isint = !fl_is_floating(o->dtype);
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
     int mslot = 2 + a.n;
-    walk_seek(&w, 0, ctr, off);
-    for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) { /* in order: accumulation is deterministic */
+    fl_walk_seek(&w, 0, ctr, off);
+    for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) { /* in order: accumulation is deterministic */
         if (mask && !*(const uint8_t *)fl_elem(&mv, off[mslot])) continue;
         int64_t oo = adv_self_off(&a, o, off, mode);
         void *p = fl_elem(o, oo);
@@ -1325,34 +1187,34 @@ static int adv_put(const char *name, const fl_tensor_t *x, const fl_arg_t *args,
 /* index.Tensor(self, Tensor?[] indices) and _unsafe_index.Tensor */
 static int k_index(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     return adv_gather("index", x, args, n_args, 1, in, n_in, &out[0], NULL, (num_t){0, 0}, IDX_CHECKED);
 }
 /* index_put(self, indices, values, accumulate=False), index_put_, _index_put_impl_(.., unsafe), _unsafe_index_put */
 static int k_index_put(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *v = arg_tensor(args, n_args, 2, in, n_in);
-    if (!x || !v || n_out < 1 || !tensor_ok(&out[0]) || out[0].dtype != x->dtype) return UNSUP;
-    return adv_put("index_put", x, args, n_args, 1, in, n_in, &out[0], v, NULL, (int)arg_i(args, n_args, 3, 0),
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *v = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!x || !v || n_out < 1 || !fl_tensor_ok(&out[0]) || out[0].dtype != x->dtype) return UNSUP;
+    return adv_put("index_put", x, args, n_args, 1, in, n_in, &out[0], v, NULL, (int)fl_arg_int_or(args, n_args, 3, 0),
                    IDX_CHECKED);
 }
 /* _unsafe_masked_index(self, mask, indices, fill): self[indices] where mask, else fill; indices are
  * clamped to [-size, size) and then wrap, as PyTorch's CPU kernel reads them */
 static int k_unsafe_masked_index(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *m = arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *m = fl_arg_tensor(args, n_args, 1, in, n_in);
     num_t fill;
-    if (!x || !m || n_args < 4 || n_out < 1 || !tensor_ok(&out[0]) || m->dtype != FL_BOOL) return UNSUP;
+    if (!x || !m || n_args < 4 || n_out < 1 || !fl_tensor_ok(&out[0]) || m->dtype != FL_BOOL) return UNSUP;
     if (num_arg(x->dtype, &args[3], in, n_in, &fill)) return UNSUP;
     return adv_gather("_unsafe_masked_index", x, args, n_args, 2, in, n_in, &out[0], m, fill, IDX_CLAMPNEG);
 }
 /* _unsafe_masked_index_put_accumulate(self, mask, indices, values): indices clamped to [-size, size) */
 static int k_unsafe_masked_index_put_acc(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *m = arg_tensor(args, n_args, 1, in, n_in),
-                      *v = arg_tensor(args, n_args, 3, in, n_in);
-    if (!x || !m || !v || n_out < 1 || !tensor_ok(&out[0]) || m->dtype != FL_BOOL || out[0].dtype != x->dtype) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *m = fl_arg_tensor(args, n_args, 1, in, n_in),
+                      *v = fl_arg_tensor(args, n_args, 3, in, n_in);
+    if (!x || !m || !v || n_out < 1 || !fl_tensor_ok(&out[0]) || m->dtype != FL_BOOL || out[0].dtype != x->dtype) return UNSUP;
     return adv_put("_unsafe_masked_index_put_accumulate", x, args, n_args, 2, in, n_in, &out[0], v, m, 1, IDX_CLAMPNEG);
 }
 
@@ -1361,14 +1223,14 @@ static int k_unsafe_masked_index_put_acc(FL_KERNEL_ARGS) {
 /* ================================================================== */
 
 static int flat_check(const fl_tensor_t *idx, int64_t n) {
-    walk_t w;
-    walk_init(&w, idx->ndim, idx->sizes);
-    walk_add(&w, idx);
+    fl_walk_t w;
+    fl_walk_init(&w, idx->ndim, idx->sizes);
+    fl_walk_add(&w, idx);
     if (!w.numel) return FL_OK;
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-    walk_seek(&w, 0, ctr, off);
-    for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
-        int64_t v = load_i64(idx, off[0]);
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+    fl_walk_seek(&w, 0, ctr, off);
+    for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
+        int64_t v = fl_load_i64(idx, off[0]);
         if (v < -n || v >= n)
             FL_FAIL(FL_ERR_INVALID, "out of range: tried to access index %lld on a tensor of %lld elements.", (long long)v,
                     (long long)n);
@@ -1378,22 +1240,22 @@ static int flat_check(const fl_tensor_t *idx, int64_t n) {
 /* take(self, index): out[i] = self.flatten()[index[i]] */
 static int k_take(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 1, in, n_in);
-    if (!x || !idx || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!x || !idx || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     const fl_tensor_t *o = &out[0];
     if (!is_int_index(idx->dtype) || !same_sizes(o, idx) || o->dtype != x->dtype) return UNSUP;
     int64_t n = fl_numel(x);
     int st = flat_check(idx, n);
     if (st) return st;
-    walk_t w;
-    walk_init(&w, o->ndim, o->sizes);
-    walk_add(&w, o);
-    walk_add(&w, idx);
+    fl_walk_t w;
+    fl_walk_init(&w, o->ndim, o->sizes);
+    fl_walk_add(&w, o);
+    fl_walk_add(&w, idx);
     if (!w.numel) return FL_OK;
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-    walk_seek(&w, 0, ctr, off);
-    for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
-        int64_t v = load_i64(idx, off[1]);
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+    fl_walk_seek(&w, 0, ctr, off);
+    for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
+        int64_t v = fl_load_i64(idx, off[1]);
         copy_elem(o, off[0], x, lin_off(x, v < 0 ? v + n : v));
     }
     return FL_OK;
@@ -1401,9 +1263,9 @@ static int k_take(FL_KERNEL_ARGS) {
 /* put(self, index, source, accumulate=False) / put_: self.flatten()[index[i]] (+)= source.flatten()[i] */
 static int k_put(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 1, in, n_in),
-                      *src = arg_tensor(args, n_args, 2, in, n_in);
-    if (!x || !idx || !src || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 1, in, n_in),
+                      *src = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!x || !idx || !src || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     const fl_tensor_t *o = &out[0];
     if (!is_int_index(idx->dtype) || !same_sizes(o, x) || o->dtype != x->dtype || src->dtype != x->dtype) return UNSUP;
     if (fl_numel(idx) != fl_numel(src))
@@ -1413,15 +1275,15 @@ static int k_put(FL_KERNEL_ARGS) {
     int st = flat_check(idx, n);
     if (st) return st;
     init_from_self(o, x);
-    int acc = (int)arg_i(args, n_args, 3, 0), isint = !fl_is_floating(o->dtype);
-    walk_t w;
-    walk_init(&w, idx->ndim, idx->sizes);
-    walk_add(&w, idx);
+    int acc = (int)fl_arg_int_or(args, n_args, 3, 0), isint = !fl_is_floating(o->dtype);
+    fl_walk_t w;
+    fl_walk_init(&w, idx->ndim, idx->sizes);
+    fl_walk_add(&w, idx);
     if (!w.numel) return FL_OK;
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-    walk_seek(&w, 0, ctr, off);
-    for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
-        int64_t v = load_i64(idx, off[0]);
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+    fl_walk_seek(&w, 0, ctr, off);
+    for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
+        int64_t v = fl_load_i64(idx, off[0]);
         int64_t at = lin_off(o, v < 0 ? v + n : v), so = lin_off(src, q);
         if (!acc) { copy_elem(o, at, src, so); continue; }
         void *p = fl_elem(o, at);
@@ -1433,29 +1295,29 @@ static int k_put(FL_KERNEL_ARGS) {
  * the output), the next element of source in its logical order */
 static int k_masked_scatter(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *m = arg_tensor(args, n_args, 1, in, n_in),
-                      *src = arg_tensor(args, n_args, 2, in, n_in);
-    if (!x || !m || !src || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *m = fl_arg_tensor(args, n_args, 1, in, n_in),
+                      *src = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!x || !m || !src || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
     const fl_tensor_t *o = &out[0];
     if (!is_mask(m->dtype) || o->dtype != x->dtype || src->dtype != x->dtype) return UNSUP;
     fl_tensor_t xv, mv;
-    if (bcast_view(x, o->ndim, o->sizes, &xv) || bcast_view(m, o->ndim, o->sizes, &mv)) return UNSUP;
-    walk_t w;
-    walk_init(&w, o->ndim, o->sizes);
-    walk_add(&w, &mv);
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX], need = 0, have = fl_numel(src);
+    if (fl_bcast(x, o->ndim, o->sizes, &xv) || fl_bcast(m, o->ndim, o->sizes, &mv)) return UNSUP;
+    fl_walk_t w;
+    fl_walk_init(&w, o->ndim, o->sizes);
+    fl_walk_add(&w, &mv);
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX], need = 0, have = fl_numel(src);
     if (w.numel) {
-        walk_seek(&w, 0, ctr, off);
-        for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) need += *(const uint8_t *)fl_elem(&mv, off[0]) != 0;
+        fl_walk_seek(&w, 0, ctr, off);
+        for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) need += *(const uint8_t *)fl_elem(&mv, off[0]) != 0;
     }
     if (need > have) FL_FAIL(FL_ERR_INVALID, "masked_scatter: expected source to have at least %lld elements, got %lld",
                              (long long)need, (long long)have);
     init_from_self(o, &xv);
-    walk_add(&w, o);
+    fl_walk_add(&w, o);
     if (!w.numel) return FL_OK;
     int64_t k = 0;
-    walk_seek(&w, 0, ctr, off);
-    for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off))
+    fl_walk_seek(&w, 0, ctr, off);
+    for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off))
         if (*(const uint8_t *)fl_elem(&mv, off[0])) copy_elem(o, off[1], src, lin_off(src, k++));
     return FL_OK;
 }
@@ -1463,26 +1325,26 @@ static int k_masked_scatter(FL_KERNEL_ARGS) {
  * positions (in order), then zeros, shaped `sizes` */
 static int k_masked_scatter_backward(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *g = arg_tensor(args, n_args, 0, in, n_in), *m = arg_tensor(args, n_args, 1, in, n_in);
-    if (!g || !m || n_out < 1 || !tensor_ok(&out[0]) || !is_mask(m->dtype) || out[0].dtype != g->dtype) return UNSUP;
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *m = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!g || !m || n_out < 1 || !fl_tensor_ok(&out[0]) || !is_mask(m->dtype) || out[0].dtype != g->dtype) return UNSUP;
     const fl_tensor_t *o = &out[0];
     int nd = g->ndim > m->ndim ? g->ndim : m->ndim;
-    int64_t shape[FL_MAX_DIMS];
+    int64_t shape[FL_MAX_DIMS] = {0};
     for (int d = 0; d < nd; d++) {
         int dg = d - (nd - g->ndim), dm = d - (nd - m->ndim);
         int64_t sg = dg >= 0 ? g->sizes[dg] : 1, sm = dm >= 0 ? m->sizes[dm] : 1;
         shape[d] = sg == 1 ? sm : sg;
     }
     fl_tensor_t gv, mv;
-    if (bcast_view(g, nd, shape, &gv) || bcast_view(m, nd, shape, &mv)) return UNSUP;
-    walk_t w;
-    walk_init(&w, nd, shape);
-    walk_add(&w, &gv);
-    walk_add(&w, &mv);
-    int64_t n = fl_numel(o), k = 0, ctr[FL_MAX_DIMS], off[WALK_MAX];
+    if (fl_bcast(g, nd, shape, &gv) || fl_bcast(m, nd, shape, &mv)) return UNSUP;
+    fl_walk_t w;
+    fl_walk_init(&w, nd, shape);
+    fl_walk_add(&w, &gv);
+    fl_walk_add(&w, &mv);
+    int64_t n = fl_numel(o), k = 0, ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
     if (w.numel) {
-        walk_seek(&w, 0, ctr, off);
-        for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
+        fl_walk_seek(&w, 0, ctr, off);
+        for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
             if (!*(const uint8_t *)fl_elem(&mv, off[1])) continue;
             if (k >= n) FL_FAIL(FL_ERR_INVALID, "masked_scatter_backward: the mask selects more than %lld elements", (long long)n);
             copy_elem(o, lin_off(o, k++), &gv, off[0]);
@@ -1494,19 +1356,19 @@ static int k_masked_scatter_backward(FL_KERNEL_ARGS) {
 /* nonzero_static(self, *, size, fill_value=-1): the first `size` coordinates of nonzeros, then fill rows */
 static int k_nonzero_static(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < 1 || !tensor_ok(&out[0]) || n_args < 2) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 2) return UNSUP;
     const fl_tensor_t *o = &out[0];
-    int64_t size = args[1].i, fill = arg_i(args, n_args, 2, -1);
+    int64_t size = args[1].i, fill = fl_arg_int_or(args, n_args, 2, -1);
     if (o->ndim != 2 || o->sizes[0] != size || o->sizes[1] != x->ndim || o->dtype != FL_INT64) return UNSUP;
-    walk_t w;
-    walk_init(&w, x->ndim, x->sizes);
-    walk_add(&w, x);
-    int64_t k = 0, ctr[FL_MAX_DIMS], off[WALK_MAX];
+    fl_walk_t w;
+    fl_walk_init(&w, x->ndim, x->sizes);
+    fl_walk_add(&w, x);
+    int64_t k = 0, ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
     int isint = !fl_is_floating(x->dtype);
     if (w.numel) {
-        walk_seek(&w, 0, ctr, off);
-        for (int64_t q = 0; q < w.numel && k < size; q++, walk_next(&w, ctr, off)) {
+        fl_walk_seek(&w, 0, ctr, off);
+        for (int64_t q = 0; q < w.numel && k < size; q++, fl_walk_next(&w, ctr, off)) {
             num_t v = num_load(x->dtype, fl_elem(x, off[0]));
             if (isint ? v.i == 0 : v.f == 0.0) continue;
             for (int d = 0; d < x->ndim; d++) store_i64(o, o->offset + k * o->strides[0] + d * o->strides[1], ctr[d]);
@@ -1557,26 +1419,26 @@ static int search_run(const char *name, const fl_tensor_t *seq, const fl_tensor_
     if (sorter) {
         if (!same_sizes(sorter, seq) || sorter->dtype != FL_INT64)
             FL_FAIL(FL_ERR_INVALID, "%s(): sorter must be a long tensor of the boundaries' shape", name);
-        walk_t w;
-        walk_init(&w, sorter->ndim, sorter->sizes);
-        walk_add(&w, sorter);
-        int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-        if (w.numel) walk_seek(&w, 0, ctr, off);
-        for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
-            int64_t v = load_i64(sorter, off[0]);
+        fl_walk_t w;
+        fl_walk_init(&w, sorter->ndim, sorter->sizes);
+        fl_walk_add(&w, sorter);
+        int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+        if (w.numel) fl_walk_seek(&w, 0, ctr, off);
+        for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
+            int64_t v = fl_load_i64(sorter, off[0]);
             if (v < 0 || v >= n) FL_FAIL(FL_ERR_INVALID, "%s(): sorter index out of range", name);
         }
     }
     int isint = !fl_is_floating(seq->dtype) && (vals ? !fl_is_floating(vals->dtype) : !sv_float);
     if (!isint && !vals && !sv_float) sv.f = (double)sv.i;
-    walk_t w;
-    walk_init(&w, o->ndim, o->sizes);
-    walk_add(&w, o);
-    if (vals) walk_add(&w, vals);
+    fl_walk_t w;
+    fl_walk_init(&w, o->ndim, o->sizes);
+    fl_walk_add(&w, o);
+    if (vals) fl_walk_add(&w, vals);
     if (!w.numel) return FL_OK;
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-    walk_seek(&w, 0, ctr, off);
-    for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+    fl_walk_seek(&w, 0, ctr, off);
+    for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
         num_t x = vals ? num_as(isint, vals->dtype, fl_elem(vals, off[1])) : sv;
         int64_t row = seq->offset, srow = sorter ? sorter->offset : 0;
         for (int d = 0; d < seq->ndim - 1; d++) {
@@ -1586,7 +1448,7 @@ static int search_run(const char *name, const fl_tensor_t *seq, const fl_tensor_
         int64_t lo = 0, hi = n;
         while (lo < hi) {
             int64_t mid = lo + ((hi - lo) >> 1);
-            int64_t at = sorter ? load_i64(sorter, srow + mid * sorter->strides[seq->ndim - 1]) : mid;
+            int64_t at = sorter ? fl_load_i64(sorter, srow + mid * sorter->strides[seq->ndim - 1]) : mid;
             num_t b = num_as(isint, seq->dtype, fl_elem(seq, row + at * sst));
             if (right ? !num_gt(isint, b, x) : !num_ge(isint, b, x)) lo = mid + 1;
             else hi = mid;
@@ -1597,10 +1459,10 @@ static int search_run(const char *name, const fl_tensor_t *seq, const fl_tensor_
 }
 /* right=, side= (side wins; an unknown side string is fine only when right already says "right") */
 static int side_right(const fl_arg_t *args, int n_args, int kright, int kside, int *right) {
-    *right = (int)arg_i(args, n_args, kright, 0);
-    int64_t side = arg_str(args, n_args, kside);
-    if (side == S_RIGHT) *right = 1;
-    else if (side == S_LEFT) {
+    *right = (int)fl_arg_int_or(args, n_args, kright, 0);
+    int64_t side = fl_arg_code(args, n_args, kside);
+    if (side == FL_STR_right) *right = 1;
+    else if (side == FL_STR_left) {
         if (*right) FL_FAIL(FL_ERR_INVALID, "torch.searchsorted(): side and right can't be set to opposites, got side of "
                             "left while right was True");
     } else if (side == -1 && !*right) {
@@ -1611,17 +1473,17 @@ static int side_right(const fl_arg_t *args, int n_args, int kright, int kside, i
 /* searchsorted.Tensor / .Scalar(sorted_sequence, self, *, out_int32, right, side?, sorter?) */
 static int k_searchsorted(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *seq = arg_tensor(args, n_args, 0, in, n_in), *vals = arg_tensor(args, n_args, 1, in, n_in);
-    if (!seq || n_out < 1 || !tensor_ok(&out[0]) || n_args < 6) return UNSUP;
+    const fl_tensor_t *seq = fl_arg_tensor(args, n_args, 0, in, n_in), *vals = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!seq || n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 6) return UNSUP;
     num_t sv = {0, 0};
     int sv_float = 0;
     if (!vals) {
-        if (!is_num(&args[1])) return UNSUP;
+        if (!fl_arg_is_num(&args[1])) return UNSUP;
         sv_float = args[1].kind == FL_ARG_FLOAT;
         if (sv_float) sv.f = args[1].f; else sv.i = args[1].i;
     }
     const fl_tensor_t *sorter = NULL;
-    if (args[5].kind == FL_ARG_TENSOR && !(sorter = arg_tensor(args, n_args, 5, in, n_in))) return UNSUP;
+    if (args[5].kind == FL_ARG_TENSOR && !(sorter = fl_arg_tensor(args, n_args, 5, in, n_in))) return UNSUP;
     int right, st = side_right(args, n_args, 3, 4, &right);
     if (st) return st;
     return search_run("torch.searchsorted", seq, vals, sv, sv_float, &out[0], right, sorter);
@@ -1629,24 +1491,20 @@ static int k_searchsorted(FL_KERNEL_ARGS) {
 /* bucketize.Tensor(self, boundaries, *, out_int32, right) / bucketize.Scalar(Scalar self, boundaries, ...) */
 static int k_bucketize(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *vals = arg_tensor(args, n_args, 0, in, n_in), *bd = arg_tensor(args, n_args, 1, in, n_in);
-    if (!bd || n_out < 1 || !tensor_ok(&out[0]) || n_args < 4) return UNSUP;
+    const fl_tensor_t *vals = fl_arg_tensor(args, n_args, 0, in, n_in), *bd = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!bd || n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 4) return UNSUP;
     if (bd->ndim != 1) FL_FAIL(FL_ERR_INVALID, "bucketize(): boundaries tensor must be 1 dimension, but got dim(%d)", bd->ndim);
     num_t sv = {0, 0};
     int sv_float = 0;
     if (!vals) {
-        if (!is_num(&args[0])) return UNSUP;
+        if (!fl_arg_is_num(&args[0])) return UNSUP;
         sv_float = args[0].kind == FL_ARG_FLOAT;
         if (sv_float) sv.f = args[0].f; else sv.i = args[0].i;
     }
-    return search_run("bucketize", bd, vals, sv, sv_float, &out[0], (int)arg_i(args, n_args, 3, 0), NULL);
+    return search_run("bucketize", bd, vals, sv, sv_float, &out[0], (int)fl_arg_int_or(args, n_args, 3, 0), NULL);
 }
 
 /* isin: each element against the sorted test values (binary search; NaN never matches) */
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
 static int cmp_f64(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -1662,14 +1520,14 @@ static int isin_run(const fl_tensor_t *el, num_t esv, int es_float, const fl_ten
         fl_tensor_t flat = *te;
         flat.data = tv; flat.offset = 0; flat.dtype = isint ? FL_INT64 : FL_FLOAT64;
         for (int64_t d = te->ndim - 1, s = 1; d >= 0; d--) { flat.strides[d] = s; s *= te->sizes[d]; }
-        copy_any(&flat, te);
+        fl_copy_strided(&flat, te);
     } else if (isint) {
         *(int64_t *)tv = tsv.i;
     } else {
         *(double *)tv = ts_float ? tsv.f : (double)tsv.i;
     }
     if (isint) {
-        qsort(tv, (size_t)nt, 8, cmp_i64);
+        qsort(tv, (size_t)nt, 8, fl_cmp_i64);
     } else { /* NaN never equals anything: drop them, then sort */
         double *d = tv;
         int64_t k = 0;
@@ -1679,13 +1537,13 @@ static int isin_run(const fl_tensor_t *el, num_t esv, int es_float, const fl_ten
     }
     fl_tensor_t ev = el ? *el : *o;
     if (el && !same_sizes(o, el)) { free(tv); return UNSUP; }
-    walk_t w;
-    walk_init(&w, o->ndim, o->sizes);
-    walk_add(&w, o);
-    if (el) walk_add(&w, &ev);
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-    if (w.numel) walk_seek(&w, 0, ctr, off);
-    for (int64_t q = 0; q < w.numel; q++, walk_next(&w, ctr, off)) {
+    fl_walk_t w;
+    fl_walk_init(&w, o->ndim, o->sizes);
+    fl_walk_add(&w, o);
+    if (el) fl_walk_add(&w, &ev);
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+    if (w.numel) fl_walk_seek(&w, 0, ctr, off);
+    for (int64_t q = 0; q < w.numel; q++, fl_walk_next(&w, ctr, off)) {
         num_t x = el ? num_as(isint, el->dtype, fl_elem(el, off[1])) : esv;
         if (!el && !isint && !es_float) x.f = (double)x.i;
         int64_t lo = 0, hi = nt;
@@ -1701,7 +1559,7 @@ static int isin_run(const fl_tensor_t *el, num_t esv, int es_float, const fl_ten
     return FL_OK;
 }
 static int scalar_of(const fl_arg_t *a, num_t *v, int *isf) {
-    if (!is_num(a)) return -1;
+    if (!fl_arg_is_num(a)) return -1;
     *isf = a->kind == FL_ARG_FLOAT;
     v->f = a->f;
     v->i = a->i;
@@ -1710,14 +1568,14 @@ static int scalar_of(const fl_arg_t *a, num_t *v, int *isf) {
 /* isin.Tensor_Tensor / Tensor_Scalar / Scalar_Tensor(elements, test_elements, *, assume_unique, invert) */
 static int k_isin(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (n_out < 1 || !tensor_ok(&out[0]) || n_args < 4) return UNSUP;
-    const fl_tensor_t *el = arg_tensor(args, n_args, 0, in, n_in), *te = arg_tensor(args, n_args, 1, in, n_in);
+    if (n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 4) return UNSUP;
+    const fl_tensor_t *el = fl_arg_tensor(args, n_args, 0, in, n_in), *te = fl_arg_tensor(args, n_args, 1, in, n_in);
     num_t es = {0, 0}, ts = {0, 0};
     int ef = 0, tf = 0;
     if (!el && scalar_of(&args[0], &es, &ef)) return UNSUP;
     if (!te && scalar_of(&args[1], &ts, &tf)) return UNSUP;
     if (!el && !te) return UNSUP;
-    return isin_run(el, es, ef, te, ts, tf, &out[0], (int)arg_i(args, n_args, 3, 0));
+    return isin_run(el, es, ef, te, ts, tf, &out[0], (int)fl_arg_int_or(args, n_args, 3, 0));
 }
 
 /* histc(self, bins=100, min=0, max=0): PyTorch's linear binning, with the
@@ -1729,22 +1587,22 @@ static inline double rnd_to(int dtype, double v) {
 }
 static int k_histc(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < 1 || !tensor_ok(&out[0]) || n_args < 4 || !is_num(&args[2]) || !is_num(&args[3])) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 4 || !fl_arg_is_num(&args[2]) || !fl_arg_is_num(&args[3])) return UNSUP;
     const fl_tensor_t *o = &out[0];
-    int64_t bins = arg_i(args, n_args, 1, 100);
+    int64_t bins = fl_arg_int_or(args, n_args, 1, 100);
     if (bins <= 0) FL_FAIL(FL_ERR_INVALID, "torch.histc: bins must be > 0, but got %lld for dimension 0", (long long)bins);
     if (!fl_is_floating(x->dtype) || o->dtype != x->dtype || o->ndim != 1 || o->sizes[0] != bins) return UNSUP;
-    double lo = arg_f(&args[2]), hi = arg_f(&args[3]);
+    double lo = fl_arg_num(&args[2]), hi = fl_arg_num(&args[3]);
     int64_t n = fl_numel(x);
-    walk_t w;
-    walk_init(&w, x->ndim, x->sizes);
-    walk_add(&w, x);
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
+    fl_walk_t w;
+    fl_walk_init(&w, x->ndim, x->sizes);
+    fl_walk_add(&w, x);
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
     if (lo == hi && n) { /* the data's own range */
         double mn = INFINITY, mx = -INFINITY;
-        walk_seek(&w, 0, ctr, off);
-        for (int64_t q = 0; q < n; q++, walk_next(&w, ctr, off)) {
+        fl_walk_seek(&w, 0, ctr, off);
+        for (int64_t q = 0; q < n; q++, fl_walk_next(&w, ctr, off)) {
             double v = fl_load_f64(x->dtype, fl_elem(x, off[0]));
             if (isnan(v)) { mn = mx = NAN; break; }
             if (v < mn) mn = v;
@@ -1764,8 +1622,8 @@ static int k_histc(FL_KERNEL_ARGS) {
     int64_t *cnt = calloc((size_t)bins, sizeof(int64_t));
     if (!cnt) OOM("histc");
     if (n) {
-        walk_seek(&w, 0, ctr, off);
-        for (int64_t q = 0; q < n; q++, walk_next(&w, ctr, off)) {
+        fl_walk_seek(&w, 0, ctr, off);
+        for (int64_t q = 0; q < n; q++, fl_walk_next(&w, ctr, off)) {
             double v = fl_load_f64(dt, fl_elem(x, off[0]));
             if (!(v >= lo && v <= hi)) continue;
             double p = rnd_to(dt, rnd_to(dt, rnd_to(dt, v - lo) * (double)bins) / width);
@@ -1789,8 +1647,8 @@ static inline int64_t pmod(int64_t a, int64_t n) { int64_t r = a % n; return r <
 /* roll(self, shifts, dims=[]): with no dims, the flattened tensor rolls */
 static int k_roll(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < 1 || !tensor_ok(&out[0]) || n_args < 3 || args[1].kind != FL_ARG_INT_LIST ||
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 3 || args[1].kind != FL_ARG_INT_LIST ||
         args[2].kind != FL_ARG_INT_LIST)
         return UNSUP;
     const fl_tensor_t *o = &out[0];
@@ -1801,24 +1659,24 @@ static int k_roll(FL_KERNEL_ARGS) {
     if (nd && ns != nd) FL_FAIL(FL_ERR_INVALID, "shifts and dimensions must align. shifts: %d, dims:%d", ns, nd);
     int64_t n = fl_numel(x);
     if (n == 0) return FL_OK;
-    walk_t w;
-    walk_init(&w, o->ndim, o->sizes);
-    walk_add(&w, o);
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-    walk_seek(&w, 0, ctr, off);
+    fl_walk_t w;
+    fl_walk_init(&w, o->ndim, o->sizes);
+    fl_walk_add(&w, o);
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+    fl_walk_seek(&w, 0, ctr, off);
     if (nd == 0) {
         int64_t s = pmod(args[1].list[0], n);
-        for (int64_t q = 0; q < n; q++, walk_next(&w, ctr, off)) copy_elem(o, off[0], x, lin_off(x, pmod(q - s, n)));
+        for (int64_t q = 0; q < n; q++, fl_walk_next(&w, ctr, off)) copy_elem(o, off[0], x, lin_off(x, pmod(q - s, n)));
         return FL_OK;
     }
     int64_t shift[FL_MAX_DIMS] = {0};
     for (int k = 0; k < nd; k++) {
         int d;
-        if (wrap_dim(args[2].list[k], x->ndim, &d) || x->ndim == 0)
+        if (fl_wrap_dim(args[2].list[k], x->ndim, &d) || x->ndim == 0)
             FL_FAIL(FL_ERR_INVALID, "roll: dimension %lld out of range", (long long)args[2].list[k]);
         shift[d] += args[1].list[k];
     }
-    for (int64_t q = 0; q < n; q++, walk_next(&w, ctr, off)) {
+    for (int64_t q = 0; q < n; q++, fl_walk_next(&w, ctr, off)) {
         int64_t so = x->offset;
         for (int d = 0; d < x->ndim; d++) so += pmod(ctr[d] - shift[d], x->sizes[d]) * x->strides[d];
         copy_elem(o, off[0], x, so);
@@ -1829,14 +1687,14 @@ static int k_roll(FL_KERNEL_ARGS) {
 /* slice_scatter(self, src, dim=0, start?, end?, step=1): self with self[start:end:step] (along dim) = src */
 static int k_slice_scatter(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *src = arg_tensor(args, n_args, 1, in, n_in);
-    if (!x || !src || n_out < 1 || !tensor_ok(&out[0]) || n_args < 6 || x->ndim == 0) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *src = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!x || !src || n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 6 || x->ndim == 0) return UNSUP;
     const fl_tensor_t *o = &out[0];
     if (!same_sizes(o, x) || o->dtype != x->dtype) return UNSUP;
     int dim;
-    if (wrap_dim(arg_i(args, n_args, 2, 0), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "slice_scatter: dimension out of range");
-    int64_t size = x->sizes[dim], step = arg_i(args, n_args, 5, 1);
-    int64_t start = arg_i(args, n_args, 3, 0), end = arg_i(args, n_args, 4, size);
+    if (fl_wrap_dim(fl_arg_int_or(args, n_args, 2, 0), x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "slice_scatter: dimension out of range");
+    int64_t size = x->sizes[dim], step = fl_arg_int_or(args, n_args, 5, 1);
+    int64_t start = fl_arg_int_or(args, n_args, 3, 0), end = fl_arg_int_or(args, n_args, 4, size);
     if (step <= 0) FL_FAIL(FL_ERR_INVALID, "slice step must be positive");
     if (start < 0) start += size;
     if (end < 0) end += size;
@@ -1854,7 +1712,7 @@ static int k_slice_scatter(FL_KERNEL_ARGS) {
                 "slice size = %s", a, b);
     }
     init_from_self(o, x);
-    copy_any(&view, src);
+    fl_copy_strided(&view, src);
     return FL_OK;
 }
 
@@ -1863,8 +1721,8 @@ static int k_slice_scatter(FL_KERNEL_ARGS) {
  * view of its storage takes src */
 static int k_as_strided_scatter(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *src = arg_tensor(args, n_args, 1, in, n_in);
-    if (!x || !src || n_out < 1 || !tensor_ok(&out[0]) || n_args < 5 || args[2].kind != FL_ARG_INT_LIST ||
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *src = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!x || !src || n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 5 || args[2].kind != FL_ARG_INT_LIST ||
         args[3].kind != FL_ARG_INT_LIST || args[2].len != args[3].len)
         return UNSUP;
     const fl_tensor_t *o = &out[0];
@@ -1897,13 +1755,13 @@ static int k_as_strided_scatter(FL_KERNEL_ARGS) {
     init_from_self(o, x);
     if (!numel) return FL_OK;
     /* in logical order, one element at a time: overlapping views end with the last write, as copy_ does on CPU */
-    walk_t w;
-    walk_init(&w, view.ndim, view.sizes);
-    walk_add(&w, &view);
-    walk_add(&w, src);
-    int64_t ctr[FL_MAX_DIMS], off[WALK_MAX];
-    walk_seek(&w, 0, ctr, off);
-    for (int64_t q = 0; q < numel; q++, walk_next(&w, ctr, off)) copy_elem(&view, off[0], src, off[1]);
+    fl_walk_t w;
+    fl_walk_init(&w, view.ndim, view.sizes);
+    fl_walk_add(&w, &view);
+    fl_walk_add(&w, src);
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+    fl_walk_seek(&w, 0, ctr, off);
+    for (int64_t q = 0; q < numel; q++, fl_walk_next(&w, ctr, off)) copy_elem(&view, off[0], src, off[1]);
     return FL_OK;
 }
 
@@ -1911,14 +1769,14 @@ static int k_as_strided_scatter(FL_KERNEL_ARGS) {
  * Only with output_size given: the output's size otherwise depends on the data. */
 static int k_repeat_interleave(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *r = arg_tensor(args, n_args, 0, in, n_in);
-    if (!r || n_out < 1 || !tensor_ok(&out[0]) || n_args < 2 || args[1].kind != FL_ARG_INT) return UNSUP;
+    const fl_tensor_t *r = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!r || n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 2 || args[1].kind != FL_ARG_INT) return UNSUP;
     const fl_tensor_t *o = &out[0];
     if (!is_int_index(r->dtype) || o->ndim != 1 || o->dtype != r->dtype) return UNSUP;
     if (r->ndim > 1) FL_FAIL(FL_ERR_INVALID, "repeat_interleave only accept 1D vector as repeat");
     int64_t n = fl_numel(r), st = r->ndim ? r->strides[0] : 0, total = 0;
     for (int64_t j = 0; j < n; j++) {
-        int64_t v = load_i64(r, r->offset + j * st);
+        int64_t v = fl_load_i64(r, r->offset + j * st);
         if (v < 0) FL_FAIL(FL_ERR_INVALID, "repeats can not be negative");
         total += v;
     }
@@ -1927,7 +1785,7 @@ static int k_repeat_interleave(FL_KERNEL_ARGS) {
                 (long long)o->sizes[0], (long long)total);
     int64_t k = 0;
     for (int64_t j = 0; j < n; j++)
-        for (int64_t c = load_i64(r, r->offset + j * st); c > 0; c--) store_i64(o, o->offset + (k++) * o->strides[0], j);
+        for (int64_t c = fl_load_i64(r, r->offset + j * st); c > 0; c--) store_i64(o, o->offset + (k++) * o->strides[0], j);
     return FL_OK;
 }
 
@@ -1941,19 +1799,19 @@ static int k_repeat_interleave(FL_KERNEL_ARGS) {
  * reduction's identity (NaN for mean). */
 static int k_segment_reduce(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in);
-    if (!x || n_out < 1 || !tensor_ok(&out[0]) || n_args < 8 || !fl_is_floating(x->dtype)) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 8 || !fl_is_floating(x->dtype)) return UNSUP;
     const fl_tensor_t *o = &out[0];
-    int64_t code = arg_str(args, n_args, 1);
-    int red = code == S_SUM ? R_SUM : code == S_MEAN ? R_MEAN : code == S_PROD ? R_PROD : code == S_MAX ? R_MAX
-            : code == S_MIN ? R_MIN : -1;
+    int64_t code = fl_arg_code(args, n_args, 1);
+    int red = code == FL_STR_sum ? R_SUM : code == FL_STR_mean ? R_MEAN : code == FL_STR_prod ? R_PROD : code == FL_STR_max ? R_MAX
+            : code == FL_STR_min ? R_MIN : -1;
     if (red < 0) return UNSUP;
-    const fl_tensor_t *len = arg_tensor(args, n_args, 2, in, n_in), *offs = arg_tensor(args, n_args, 4, in, n_in);
+    const fl_tensor_t *len = fl_arg_tensor(args, n_args, 2, in, n_in), *offs = fl_arg_tensor(args, n_args, 4, in, n_in);
     if (args[3].kind != FL_ARG_NONE) return UNSUP; /* indices: not supported by PyTorch either */
     if (!len == !offs) return UNSUP;
     const fl_tensor_t *seg = len ? len : offs;
     int axis;
-    if (wrap_dim(arg_i(args, n_args, 5, 0), x->ndim, &axis) || x->ndim == 0) return UNSUP;
+    if (fl_wrap_dim(fl_arg_int_or(args, n_args, 5, 0), x->ndim, &axis) || x->ndim == 0) return UNSUP;
     if (!is_int_index(seg->dtype) || seg->ndim != axis + 1 || o->ndim != x->ndim || o->dtype != x->dtype) return UNSUP;
     int64_t nseg = seg->sizes[axis] - (offs ? 1 : 0);
     if (nseg < 0 || o->sizes[axis] != nseg) return UNSUP;
@@ -1962,7 +1820,7 @@ static int k_segment_reduce(FL_KERNEL_ARGS) {
         if (d > axis && o->sizes[d] != x->sizes[d]) return UNSUP;
     }
     int has_init = args[7].kind == FL_ARG_INT || args[7].kind == FL_ARG_FLOAT || args[7].kind == FL_ARG_BOOL;
-    double init = has_init ? arg_f(&args[7]) : 0.0;
+    double init = has_init ? fl_arg_num(&args[7]) : 0.0;
     int dt = x->dtype;
     /* outer: dims before axis; inner: dims after (walked as a view of one slice) */
     fl_tensor_t xo = *x, oo = *o, so = *seg;
@@ -1973,41 +1831,41 @@ static int k_segment_reduce(FL_KERNEL_ARGS) {
         xi.sizes[d] = x->sizes[axis + 1 + d]; xi.strides[d] = x->strides[axis + 1 + d];
         oi.sizes[d] = o->sizes[axis + 1 + d]; oi.strides[d] = o->strides[axis + 1 + d];
     }
-    walk_t wo, wi;
-    walk_init(&wo, axis, x->sizes);
-    walk_add(&wo, &xo);
-    walk_add(&wo, &oo);
-    walk_add(&wo, &so);
-    walk_init(&wi, xi.ndim, xi.sizes);
-    walk_add(&wi, &xi);
-    walk_add(&wi, &oi);
+    fl_walk_t wo, wi;
+    fl_walk_init(&wo, axis, x->sizes);
+    fl_walk_add(&wo, &xo);
+    fl_walk_add(&wo, &oo);
+    fl_walk_add(&wo, &so);
+    fl_walk_init(&wi, xi.ndim, xi.sizes);
+    fl_walk_add(&wi, &xi);
+    fl_walk_add(&wi, &oi);
     int64_t axlen = x->sizes[axis];
     if (!wo.numel) return FL_OK;
-    int64_t c1[FL_MAX_DIMS], o1[WALK_MAX], c2[FL_MAX_DIMS], o2[WALK_MAX];
-    walk_seek(&wo, 0, c1, o1);
-    for (int64_t q = 0; q < wo.numel; q++, walk_next(&wo, c1, o1)) {
+    int64_t c1[FL_MAX_DIMS], o1[FL_WALK_MAX], c2[FL_MAX_DIMS], o2[FL_WALK_MAX];
+    fl_walk_seek(&wo, 0, c1, o1);
+    for (int64_t q = 0; q < wo.numel; q++, fl_walk_next(&wo, c1, o1)) {
         /* the segment bounds of this outer row, checked */
         int64_t start = 0, sst = seg->strides[axis];
         for (int64_t s = 0; s < nseg; s++) {
             int64_t a, b;
             if (len) {
-                int64_t l = load_i64(seg, o1[2] + s * sst);
+                int64_t l = fl_load_i64(seg, o1[2] + s * sst);
                 if (l < 0) FL_FAIL(FL_ERR_INVALID, "lengths contains negative value!");
                 a = start; b = start + l;
             } else {
-                a = load_i64(seg, o1[2] + s * sst);
-                b = load_i64(seg, o1[2] + (s + 1) * sst);
+                a = fl_load_i64(seg, o1[2] + s * sst);
+                b = fl_load_i64(seg, o1[2] + (s + 1) * sst);
                 if (a < 0 || b < a) FL_FAIL(FL_ERR_INVALID, "segment_reduce: offsets must be non-decreasing and non-negative");
             }
             if (b > axlen) FL_FAIL(FL_ERR_INVALID, "segment_reduce: segments cover %lld elements of an axis of size %lld",
                                    (long long)b, (long long)axlen);
             start = b;
-            if (len && s == nseg - 1 && b != axlen && !arg_i(args, n_args, 6, 0))
+            if (len && s == nseg - 1 && b != axlen && !fl_arg_int_or(args, n_args, 6, 0))
                 FL_FAIL(FL_ERR_INVALID, "segment_reduce: lengths sum to %lld, but the axis has size %lld", (long long)b,
                         (long long)axlen);
             if (!wi.numel) continue;
-            walk_seek(&wi, 0, c2, o2);
-            for (int64_t e = 0; e < wi.numel; e++, walk_next(&wi, c2, o2)) {
+            fl_walk_seek(&wi, 0, c2, o2);
+            for (int64_t e = 0; e < wi.numel; e++, fl_walk_next(&wi, c2, o2)) {
                 double acc = has_init ? init
                            : red == R_PROD ? 1.0 : red == R_MAX ? -INFINITY : red == R_MIN ? INFINITY : 0.0;
                 acc = rnd_to(dt, acc);
@@ -2025,6 +1883,397 @@ static int k_segment_reduce(FL_KERNEL_ARGS) {
 }
 
 /* ================================================================== */
+/* gather / select / embedding, concatenation, flip, arange            */
+/* ================================================================== */
+static int check_indices(const fl_tensor_t *idx, int64_t n, const char *what) {
+    fl_iter_t it;
+    fl_iter_init(&it, 1, (const fl_tensor_t *[]){idx});
+    for (int64_t r = 0; r < it.outer; r++) {
+        int64_t b[FL_ITER_MAX];
+        fl_iter_row(&it, r, b);
+        for (int64_t i = 0; i < it.inner; i++) {
+            int64_t v = fl_load_i64(idx, b[0] + i * it.inner_stride[0]);
+            if (v < -n || v >= n) FL_FAIL(FL_ERR_INVALID, "%s: index %lld is out of bounds for size %lld", what, (long long)v, (long long)n);
+        }
+    }
+    return 0;
+}
+
+/* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse) */
+static int k_embedding(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    const fl_tensor_t *wt = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!wt || !idx || n_out < 1 || !fl_tensor_ok(&out[0]) || wt->ndim != 2 || fl_is_floating(idx->dtype)) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    if (o->ndim != idx->ndim + 1 || o->dtype != wt->dtype) return UNSUP;
+    int64_t V = wt->sizes[0], D = wt->sizes[1];
+    if (o->sizes[o->ndim - 1] != D) return UNSUP;
+    int64_t n = fl_numel(idx);
+    /* indices must be in [0, V) */
+    fl_iter_t it;
+    fl_tensor_t ov = *o; /* out without its last dim, to walk with the indices */
+    ov.ndim = idx->ndim;
+    for (int d = 0; d < idx->ndim; d++)
+        if (ov.sizes[d] != idx->sizes[d]) return UNSUP;
+    fl_iter_init(&it, 2, (const fl_tensor_t *[]){idx, &ov});
+    for (int64_t r = 0; r < it.outer; r++) {
+        int64_t b[FL_ITER_MAX];
+        fl_iter_row(&it, r, b);
+        for (int64_t i = 0; i < it.inner; i++) {
+            int64_t v = fl_load_i64(idx, b[0] + i * it.inner_stride[0]);
+            if (v < 0 || v >= V) FL_FAIL(FL_ERR_INVALID, "embedding: index %lld out of range for %lld rows", (long long)v, (long long)V);
+        }
+    }
+    int64_t os = o->strides[o->ndim - 1], ws = wt->strides[1];
+#pragma omp parallel for schedule(static) if (n * D >= PAR_MIN)
+    for (int64_t r = 0; r < it.outer; r++) {
+        int64_t b[FL_ITER_MAX];
+        fl_iter_row(&it, r, b);
+        for (int64_t i = 0; i < it.inner; i++) {
+            int64_t v = fl_load_i64(idx, b[0] + i * it.inner_stride[0]);
+            fl_cvt_row(o->dtype, fl_elem(o, b[1] + i * it.inner_stride[1]), os, wt->dtype,
+                    fl_elem(wt, wt->offset + v * wt->strides[0]), ws, D);
+        }
+    }
+    return FL_OK;
+}
+
+/* embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq) */
+static int k_embedding_bw(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!g || !idx || n_args < 5 || n_out < 1 || !fl_tensor_ok(&out[0]) || fl_is_floating(idx->dtype)) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    if (o->dtype != FL_FLOAT32 && o->dtype != FL_FLOAT64) return UNSUP;
+    int64_t Vn = args[2].i, pad = args[3].i;
+    int scale = (int)args[4].i;
+    if (o->ndim != 2 || o->sizes[0] != Vn || g->ndim != idx->ndim + 1) return UNSUP;
+    int64_t D = o->sizes[1];
+    if (g->sizes[g->ndim - 1] != D) return UNSUP;
+    int64_t n = fl_numel(idx);
+    int64_t *iv = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    int64_t *goff = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    int64_t *cnt = scale ? calloc((size_t)(Vn ? Vn : 1), sizeof(int64_t)) : NULL;
+    if (!iv || !goff || (scale && !cnt)) { free(iv); free(goff); free(cnt); FL_FAIL(FL_ERR_OOM, "embedding backward: out of host memory"); }
+    fl_tensor_t gv = *g;
+    gv.ndim = idx->ndim;
+    fl_iter_t it;
+    fl_iter_init(&it, 2, (const fl_tensor_t *[]){idx, &gv});
+    int64_t k = 0;
+    for (int64_t r = 0; r < it.outer; r++) {
+        int64_t b[FL_ITER_MAX];
+        fl_iter_row(&it, r, b);
+        for (int64_t i = 0; i < it.inner; i++, k++) {
+            iv[k] = fl_load_i64(idx, b[0] + i * it.inner_stride[0]);
+            goff[k] = b[1] + i * it.inner_stride[1];
+            if (iv[k] < 0 || iv[k] >= Vn) {
+                free(iv); free(goff); free(cnt);
+                FL_FAIL(FL_ERR_INVALID, "embedding backward: index out of range");
+            }
+            if (cnt) cnt[iv[k]]++;
+        }
+    }
+    fl_zero_strided(o);
+    int64_t gs = g->strides[g->ndim - 1], os0 = o->strides[0], os1 = o->strides[1];
+    int nth = omp_get_max_threads();
+    int64_t nb = D < nth ? D : nth;
+#pragma omp parallel for schedule(static) if (n * D >= PAR_MIN)
+    for (int64_t blk = 0; blk < nb; blk++) {
+        int64_t d0 = D * blk / nb, d1 = D * (blk + 1) / nb;
+        for (int64_t q = 0; q < n; q++) {
+            int64_t v = iv[q];
+            if (v == pad) continue;
+            double sc = cnt ? 1.0 / (double)cnt[v] : 1.0;
+            if (o->dtype == FL_FLOAT32 && g->dtype == FL_FLOAT32) {
+                float *dst = (float *)o->data + o->offset + v * os0;
+                const float *src = (const float *)g->data + goff[q];
+                float fs = (float)sc;
+                if (os1 == 1 && gs == 1) for (int64_t d = d0; d < d1; d++) dst[d] += cnt ? src[d] * fs : src[d];
+                else for (int64_t d = d0; d < d1; d++) dst[d * os1] += cnt ? src[d * gs] * fs : src[d * gs];
+            } else {
+                for (int64_t d = d0; d < d1; d++) {
+                    char *pd = fl_elem(o, o->offset + v * os0 + d * os1);
+                    fl_store_f64(o->dtype, pd, fl_load_f64(o->dtype, pd) + sc * fl_load_f64(g->dtype, fl_elem(g, goff[q] + d * gs)));
+                }
+            }
+        }
+    }
+    free(iv); free(goff); free(cnt);
+    return FL_OK;
+}
+
+/* index_select(self, dim, index) */
+static int k_index_select(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!x || !idx || n_args < 3 || args[1].kind != FL_ARG_INT || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
+    if (fl_is_floating(idx->dtype) || idx->ndim > 1) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    int dim;
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "index_select: dimension out of range");
+    int64_t n = fl_numel(idx), sz = x->ndim ? x->sizes[dim] : 1;
+    if (o->ndim != x->ndim) return UNSUP;
+    if (check_indices(idx, sz, "index_select")) return FL_ERR_INVALID;
+    fl_tensor_t xs = *x, os = *o;
+    if (x->ndim) { xs.sizes[dim] = 1; os.sizes[dim] = 1; }
+    for (int d = 0; d < x->ndim; d++)
+        if (d != dim && o->sizes[d] != x->sizes[d]) return UNSUP;
+    int64_t slice = fl_numel(&xs);
+    int64_t istride = idx->ndim ? idx->strides[0] : 0;
+#pragma omp parallel for schedule(static) if (n * slice >= PAR_MIN && n > 1)
+    for (int64_t j = 0; j < n; j++) {
+        int64_t v = fl_load_i64(idx, idx->offset + j * istride);
+        if (v < 0) v += sz;
+        fl_tensor_t s = xs, d = os;
+        if (x->ndim) { s.offset += v * x->strides[dim]; d.offset += j * o->strides[dim]; }
+        fl_iter_t it;
+        fl_iter_init(&it, 2, (const fl_tensor_t *[]){&d, &s});
+        for (int64_t r = 0; r < it.outer; r++) {
+            int64_t b[FL_ITER_MAX];
+            fl_iter_row(&it, r, b);
+            fl_cvt_row(d.dtype, fl_elem(&d, b[0]), it.inner_stride[0], s.dtype, fl_elem(&s, b[1]), it.inner_stride[1], it.inner);
+        }
+    }
+    return FL_OK;
+}
+
+/* gather(self, dim, index, sparse_grad): out[i][j] = self[index[i][j]][j] */
+static int k_gather(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!x || !idx || n_args < 3 || args[1].kind != FL_ARG_INT || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
+    if (fl_is_floating(idx->dtype)) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    int dim;
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "gather: dimension out of range");
+    if (idx->ndim != x->ndim && !(idx->ndim <= 1 && x->ndim <= 1)) return UNSUP;
+    if (o->ndim != idx->ndim) return UNSUP;
+    int64_t sz = x->ndim ? x->sizes[dim] : 1;
+    fl_tensor_t xv = *idx; /* self's strides over index's shape, dim stride 0 */
+    xv.dtype = x->dtype; xv.data = x->data; xv.offset = x->offset;
+    for (int d = 0; d < idx->ndim; d++) {
+        if (d != dim && x->ndim && idx->sizes[d] > x->sizes[d]) FL_FAIL(FL_ERR_INVALID, "gather: index size exceeds self");
+        xv.strides[d] = (d == dim || !x->ndim) ? 0 : x->strides[d];
+    }
+    int64_t dstride = x->ndim ? x->strides[dim] : 0;
+    if (check_indices(idx, sz, "gather")) return FL_ERR_INVALID;
+    fl_iter_t it;
+    fl_iter_init(&it, 3, (const fl_tensor_t *[]){o, idx, &xv});
+    int64_t numel = fl_numel(o);
+    size_t isz = fl_itemsize(o->dtype);
+    int same = o->dtype == x->dtype;
+#pragma omp parallel for schedule(static) if (numel >= PAR_MIN && it.outer > 1)
+    for (int64_t r = 0; r < it.outer; r++) {
+        int64_t b[FL_ITER_MAX];
+        fl_iter_row(&it, r, b);
+        for (int64_t i = 0; i < it.inner; i++) {
+            int64_t v = fl_load_i64(idx, b[1] + i * it.inner_stride[1]);
+            if (v < 0) v += sz;
+            const char *src = fl_elem(x, b[2] + i * it.inner_stride[2] + v * dstride);
+            char *dst = fl_elem(o, b[0] + i * it.inner_stride[0]);
+            if (same) memcpy(dst, src, isz);
+            else fl_cvt_row(o->dtype, dst, 1, x->dtype, src, 1, 1);
+        }
+    }
+    return FL_OK;
+}
+
+/* scatter_add(self, dim, index, src) / scatter_add_ */
+static int k_scatter_add(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *idx = fl_arg_tensor(args, n_args, 2, in, n_in),
+                      *src = fl_arg_tensor(args, n_args, 3, in, n_in);
+    if (!x || !idx || !src || args[1].kind != FL_ARG_INT || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
+    if (fl_is_floating(idx->dtype) || idx->ndim != x->ndim || src->ndim != x->ndim || src->dtype != x->dtype) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    if (o->ndim != x->ndim || o->dtype != x->dtype) return UNSUP;
+    int dim;
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "scatter_add: dimension out of range");
+    int64_t sz = x->ndim ? x->sizes[dim] : 1;
+    if (check_indices(idx, sz, "scatter_add")) return FL_ERR_INVALID;
+    for (int d = 0; d < x->ndim; d++)
+        if (idx->sizes[d] > src->sizes[d] || (d != dim && idx->sizes[d] > x->sizes[d])) return UNSUP;
+    if (o->data != x->data || o->offset != x->offset) fl_copy_strided(o, x);
+    fl_tensor_t sv = *src, ov = *o;
+    for (int d = 0; d < idx->ndim; d++) {
+        sv.sizes[d] = idx->sizes[d];
+        ov.sizes[d] = idx->sizes[d];
+        if (d == dim) ov.strides[d] = 0;
+    }
+    int64_t dstride = x->ndim ? o->strides[dim] : 0;
+    fl_iter_t it;
+    fl_iter_init(&it, 3, (const fl_tensor_t *[]){idx, &sv, &ov});
+    int intmode = !fl_is_floating(o->dtype);
+    for (int64_t r = 0; r < it.outer; r++) {
+        int64_t b[FL_ITER_MAX];
+        fl_iter_row(&it, r, b);
+        for (int64_t i = 0; i < it.inner; i++) {
+            int64_t v = fl_load_i64(idx, b[0] + i * it.inner_stride[0]);
+            if (v < 0) v += sz;
+            char *pd = fl_elem(o, b[2] + i * it.inner_stride[2] + v * dstride);
+            const char *ps = fl_elem(&sv, b[1] + i * it.inner_stride[1]);
+            if (intmode) {
+                int64_t a, c;
+                fl_cvt_row(FL_INT64, &a, 1, o->dtype, pd, 1, 1);
+                fl_cvt_row(FL_INT64, &c, 1, o->dtype, ps, 1, 1);
+                a = (int64_t)((uint64_t)a + (uint64_t)c);
+                fl_cvt_row(o->dtype, pd, 1, FL_INT64, &a, 1, 1);
+            } else if (o->dtype == FL_FLOAT32) {
+                *(float *)pd += *(const float *)ps;
+            } else {
+                fl_store_f64(o->dtype, pd, fl_load_f64(o->dtype, pd) + fl_load_f64(o->dtype, ps));
+            }
+        }
+    }
+    return FL_OK;
+}
+
+/* cat(Tensor[] tensors, dim) */
+/* aten::arange / arange.start / arange.start_step: a factory (no tensor input). out[i] = start + i * step,
+ * computed in PyTorch's CPU accumulate type: double for floating outputs, int64 for integer ones (exact
+ * beyond 2^53, wrapping as PyTorch's does; a float bound is truncated first, as Scalar::to<int64_t>). */
+static int arange_fill_int(const fl_tensor_t *o, int64_t start, int64_t step) {
+    int64_t n = o->sizes[0];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = (int64_t)((uint64_t)start + (uint64_t)i * (uint64_t)step);
+        fl_cvt_row(o->dtype, fl_elem(o, o->offset + i * o->strides[0]), 1, FL_INT64, &v, 0, 1);
+    }
+    return FL_OK;
+}
+static int arange_fill(const fl_tensor_t *o, const fl_arg_t *start, const fl_arg_t *step) {
+    static const fl_arg_t zero = {.kind = FL_ARG_INT, .i = 0}, one = {.kind = FL_ARG_INT, .i = 1};
+    if (o->ndim != 1) return UNSUP;
+    if (!start) start = &zero;
+    if (!step) step = &one;
+    if (!fl_is_floating(o->dtype) && !fl_is_complex(o->dtype)) return arange_fill_int(o, fl_arg_int(start), fl_arg_int(step));
+    int64_t n = o->sizes[0];
+    double start_d = fl_arg_num(start), step_d = fl_arg_num(step);
+    for (int64_t i = 0; i < n; i++) {
+        double v = start_d + (double)i * step_d;
+        char *p = fl_elem(o, o->offset + i * o->strides[0]);
+        switch (o->dtype) {
+        case FL_FLOAT32: *(float *)p = (float)v; break;
+        case FL_FLOAT64: *(double *)p = v; break;
+        case FL_INT64: *(int64_t *)p = (int64_t)v; break;
+        case FL_INT32: *(int32_t *)p = (int32_t)v; break;
+        default: fl_store_f64(o->dtype, p, v);
+        }
+    }
+    return FL_OK;
+}
+static int k_arange(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_out < 1 || n_args < 1) return UNSUP;
+    return arange_fill(&out[0], NULL, NULL);
+}
+static int k_arange_start(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_out < 1 || n_args < 2) return UNSUP;
+    return arange_fill(&out[0], &args[0], NULL);
+}
+static int k_arange_start_step(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_out < 1 || n_args < 3) return UNSUP;
+    return arange_fill(&out[0], &args[0], &args[2]);
+}
+
+/* aten::flip(Tensor self, int[] dims): out[i] = self[i with the listed dims reversed]; any dtype, any strides */
+static int k_flip(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_in < 1 || n_out < 1 || n_args < 2 || args[1].kind != FL_ARG_INT_LIST) return UNSUP;
+    const fl_tensor_t *x = &in[0], *o = &out[0];
+    if (x->dtype != o->dtype || x->ndim != o->ndim || x->ndim > FL_MAX_DIMS) return UNSUP;
+    int nd = x->ndim, rev[FL_MAX_DIMS] = {0};
+    for (int k = 0; k < args[1].len; k++) {
+        int64_t d = args[1].list[k];
+        if (d < 0) d += nd;
+        if (d < 0 || d >= nd) FL_FAIL(FL_ERR_INVALID, "flip: dim %lld out of range", (long long)args[1].list[k]);
+        rev[d] = 1;
+    }
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) {
+        if (x->sizes[d] != o->sizes[d]) return UNSUP;
+        n *= x->sizes[d];
+    }
+    size_t es = fl_itemsize(x->dtype);
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t lin = 0; lin < n; lin++) {
+        int64_t rem = lin, xo = x->offset, oo = o->offset;
+        for (int d = nd - 1; d >= 0; d--) {
+            int64_t idx = rem % o->sizes[d];
+            rem /= o->sizes[d];
+            oo += idx * o->strides[d];
+            xo += (rev[d] ? o->sizes[d] - 1 - idx : idx) * x->strides[d];
+        }
+        memcpy((char *)o->data + oo * (int64_t)es, (const char *)x->data + xo * (int64_t)es, es);
+    }
+    return FL_OK;
+}
+
+static int k_cat(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 1 || args[0].kind != FL_ARG_TENSOR_LIST || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    int64_t first = args[0].i, cnt = args[0].len;
+    if (first < 0 || first + cnt > n_in) return UNSUP;
+    int dim;
+    int64_t dimarg = n_args > 1 && args[1].kind == FL_ARG_INT ? args[1].i : 0;
+    if (o->ndim == 0) return UNSUP;
+    if (fl_wrap_dim(dimarg, o->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "cat: dimension out of range");
+    int64_t pos = 0;
+    for (int64_t k = 0; k < cnt; k++) {
+        const fl_tensor_t *t = &in[first + k];
+        if (!fl_tensor_ok(t)) return UNSUP;
+        if (t->ndim == 1 && t->sizes[0] == 0 && o->ndim != 1) continue; /* legacy empty */
+        if (t->ndim != o->ndim) return UNSUP;
+        for (int d = 0; d < o->ndim; d++)
+            if (d != dim && t->sizes[d] != o->sizes[d]) return UNSUP;
+        pos += t->sizes[dim];
+    }
+    if (pos != o->sizes[dim]) return UNSUP;
+    pos = 0;
+    for (int64_t k = 0; k < cnt; k++) {
+        const fl_tensor_t *t = &in[first + k];
+        if (t->ndim == 1 && t->sizes[0] == 0 && o->ndim != 1) continue;
+        fl_tensor_t d = *o;
+        d.sizes[dim] = t->sizes[dim];
+        d.offset += pos * o->strides[dim];
+        fl_copy_strided(&d, t);
+        pos += t->sizes[dim];
+    }
+    return FL_OK;
+}
+
+/* stack(Tensor[] tensors, dim) */
+static int k_stack(FL_KERNEL_ARGS) {
+    FL_UNUSED_KERNEL_ARGS;
+    if (n_args < 1 || args[0].kind != FL_ARG_TENSOR_LIST || n_out < 1 || !fl_tensor_ok(&out[0])) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    int64_t first = args[0].i, cnt = args[0].len;
+    if (first < 0 || first + cnt > n_in || o->ndim < 1) return UNSUP;
+    int dim;
+    int64_t dimarg = n_args > 1 && args[1].kind == FL_ARG_INT ? args[1].i : 0;
+    if (fl_wrap_dim(dimarg, o->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "stack: dimension out of range");
+    if (o->sizes[dim] != cnt) return UNSUP;
+    for (int64_t k = 0; k < cnt; k++) {
+        const fl_tensor_t *t = &in[first + k];
+        if (!fl_tensor_ok(t) || t->ndim != o->ndim - 1) return UNSUP;
+        fl_tensor_t d;
+        d.data = o->data; d.dtype = o->dtype; d.ndim = t->ndim;
+        d.offset = o->offset + k * o->strides[dim];
+        for (int q = 0, j = 0; q < o->ndim; q++) {
+            if (q == dim) continue;
+            if (o->sizes[q] != t->sizes[j]) return UNSUP;
+            d.sizes[j] = o->sizes[q];
+            d.strides[j] = o->strides[q];
+            j++;
+        }
+        fl_copy_strided(&d, t);
+    }
+    return FL_OK;
+}
+
+/* ================================================================== */
 /* table                                                               */
 /* ================================================================== */
 #define ALL FL_ALL_DTYPES
@@ -2033,6 +2282,16 @@ static int k_segment_reduce(FL_KERNEL_ARGS) {
 #define E(name, mask, fn) {name, mask, 0, fn}
 
 static const fl_kernel_entry_t entries[] = {
+    /* gather / select / embedding, concatenation, flip, arange */
+    E("aten::embedding", ALL, k_embedding),
+    E("aten::embedding_dense_backward", FL_F32 | FL_F64, k_embedding_bw),
+    E("aten::index_select", ALL, k_index_select),
+    E("aten::gather", ALL, k_gather),
+    E("aten::scatter_add", ALL, k_scatter_add),
+    E("aten::scatter_add_", ALL, k_scatter_add),
+    E("aten::cat", ALL, k_cat), E("aten::flip", ALL, k_flip), E("aten::arange", ALL, k_arange),
+    E("aten::arange.start", ALL, k_arange_start), E("aten::arange.start_step", ALL, k_arange_start_step),
+    E("aten::stack", ALL, k_stack),
     /* sorting */
     E("aten::sort", ALL, k_sort), E("aten::sort.stable", ALL, k_sort_stable),
     E("aten::topk", NUM, k_topk), E("aten::kthvalue", NUM, k_kthvalue),

@@ -30,10 +30,6 @@
 #include <cblas.h>
 #include <lapack.h>
 
-/* Codes the runtime gives string arguments (torch_fl/runtime/native.py
- * STRING_CODES); an unknown string arrives as -1. */
-enum { LP_STR_L = 6, LP_STR_U = 7 };
-
 /* ======================================================================
  * Small helpers: errors, element access, batches, strided matrix copies
  * ====================================================================== */
@@ -793,8 +789,8 @@ static int k_eigh(FL_KERNEL_ARGS) {
     lp_batch_t b;
     lp_batch(&b, A, 2);
     char uplo = 0;
-    if (n_args > 1 && args[1].kind == FL_ARG_OTHER && args[1].i == LP_STR_L) uplo = 'L';
-    else if (n_args > 1 && args[1].kind == FL_ARG_OTHER && args[1].i == LP_STR_U) uplo = 'U';
+    if (n_args > 1 && args[1].kind == FL_ARG_OTHER && args[1].i == FL_STR_L) uplo = 'L';
+    else if (n_args > 1 && args[1].kind == FL_ARG_OTHER && args[1].i == FL_STR_U) uplo = 'U';
     if (!uplo) {
         /* The runtime did not say which triangle to read: that only does not
          * matter when every matrix is exactly symmetric. */

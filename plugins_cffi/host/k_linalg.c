@@ -1,7 +1,7 @@
 /* Host kernels: linalg. BLAS-backed matrix products (mm, addmm, bmm, baddbmm,
- * mv, addmv, dot), the helpers the other k_linalg_*.c files share, and the
- * group's kernel table (convolution, normalisation and pooling kernels live in
- * k_linalg_conv.c, k_linalg_norm.c and k_linalg_pool.c).
+ * mv, addmv, dot), the helpers k_conv.c, k_norm.c and k_pool.c share, and the
+ * group's kernel table, which also lists the convolution (k_conv.c) and
+ * normalisation (k_norm.c) kernels with their float16/bfloat16 wrappers.
  *
  * Helpers with external linkage carry the fl_lin_ prefix; the library is built
  * with -fvisibility=hidden, so none of them leaves the shared object. */
@@ -13,10 +13,10 @@
 
 #include <cblas.h>
 
-#include "fl_host.h"
+#include "k_linalg.h"
 
 /* ======================================================================
- * Shared helpers (declared again at the top of each k_linalg_*.c)
+ * Shared helpers (declared in k_linalg.h)
  * ====================================================================== */
 
 /* A Scalar / float argument as a double (ints, floats and bools). */
@@ -27,20 +27,6 @@ double fl_lin_num(const fl_arg_t *a, double dflt) {
     case FL_ARG_INT: case FL_ARG_BOOL: return (double)a->i;
     default: return dflt;
     }
-}
-
-/* The input descriptor an argument refers to, or NULL (None / not a tensor). */
-const fl_tensor_t *fl_lin_tensor(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int n_args, int k) {
-    if (k >= n_args || args[k].kind != FL_ARG_TENSOR) return NULL;
-    if (args[k].i < 0 || args[k].i >= n_in) return NULL;
-    return &in[args[k].i];
-}
-
-/* An output that the op defines (data != NULL, ndim >= 0), else NULL. */
-const fl_tensor_t *fl_lin_out(const fl_tensor_t *out, int n_out, int k) {
-    if (k >= n_out || out[k].ndim < 0 || (out[k].data == NULL && fl_numel(&out[k]) != 0)) return NULL;
-    if (out[k].ndim < 0) return NULL;
-    return &out[k];
 }
 
 /* Strided copy between two tensors of one shape and one dtype. */
@@ -615,88 +601,27 @@ done:
     return st;
 }
 
-#define HALF_WRAP(name, inner, wr) \
-    static int name(FL_KERNEL_ARGS) { return fl_lin_via_f32(inner, wr, stream, device, in, n_in, out, n_out, args, n_args); }
-
-static int k_mm_any(FL_KERNEL_ARGS) {
-    if (n_in >= 1 && is_half(in[0].dtype)) return fl_lin_via_f32(k_mm, 0, stream, device, in, n_in, out, n_out, args, n_args);
-    return k_mm(stream, device, in, n_in, out, n_out, args, n_args);
-}
-static int k_addmm_any(FL_KERNEL_ARGS) {
-    if (n_in >= 1 && is_half(in[0].dtype)) return fl_lin_via_f32(k_addmm, 0, stream, device, in, n_in, out, n_out, args, n_args);
-    return k_addmm(stream, device, in, n_in, out, n_out, args, n_args);
-}
-static int k_addmm_inplace(FL_KERNEL_ARGS) {
-    /* out[0] aliases self */
-    if (n_in >= 1 && is_half(in[0].dtype)) return fl_lin_via_f32(k_addmm, 0, stream, device, in, n_in, out, n_out, args, n_args);
-    return k_addmm(stream, device, in, n_in, out, n_out, args, n_args);
-}
-static int k_bmm_any(FL_KERNEL_ARGS) {
-    if (n_in >= 1 && is_half(in[0].dtype)) return fl_lin_via_f32(k_bmm, 0, stream, device, in, n_in, out, n_out, args, n_args);
-    return k_bmm(stream, device, in, n_in, out, n_out, args, n_args);
-}
-static int k_baddbmm_any(FL_KERNEL_ARGS) {
-    if (n_in >= 1 && is_half(in[0].dtype)) return fl_lin_via_f32(k_baddbmm, 0, stream, device, in, n_in, out, n_out, args, n_args);
-    return k_baddbmm(stream, device, in, n_in, out, n_out, args, n_args);
-}
+LIN_ANY_FLOAT(k_mm_any, k_mm)
+LIN_ANY_FLOAT(k_addmm_any, k_addmm) /* addmm and addmm_ (out[0] aliases self) */
+LIN_ANY_FLOAT(k_bmm_any, k_bmm)
+LIN_ANY_FLOAT(k_baddbmm_any, k_baddbmm)
 
 /* ======================================================================
- * Kernels from the other k_linalg_*.c files
+ * Kernels from k_conv.c and k_norm.c (k_pool.c has its own table)
  * ====================================================================== */
-int fl_lin_convolution(FL_KERNEL_ARGS);
-int fl_lin_convolution_backward(FL_KERNEL_ARGS);
-int fl_lin_native_batch_norm(FL_KERNEL_ARGS);
-int fl_lin_native_batch_norm_backward(FL_KERNEL_ARGS);
-int fl_lin_bn_legit(FL_KERNEL_ARGS);
-int fl_lin_bn_legit_no_stats(FL_KERNEL_ARGS);
-int fl_lin_bn_legit_no_training(FL_KERNEL_ARGS);
-int fl_lin_bn_with_update(FL_KERNEL_ARGS);
-int fl_lin_bn_no_update(FL_KERNEL_ARGS);
-int fl_lin_batch_norm_backward(FL_KERNEL_ARGS);
-int fl_lin_native_layer_norm(FL_KERNEL_ARGS);
-int fl_lin_native_layer_norm_backward(FL_KERNEL_ARGS);
-int fl_lin_native_group_norm(FL_KERNEL_ARGS);
-int fl_lin_native_group_norm_backward(FL_KERNEL_ARGS);
-int fl_lin_max_pool2d(FL_KERNEL_ARGS);
-int fl_lin_max_pool2d_backward(FL_KERNEL_ARGS);
-int fl_lin_avg_pool2d(FL_KERNEL_ARGS);
-int fl_lin_avg_pool2d_backward(FL_KERNEL_ARGS);
-int fl_lin_adaptive_avg_pool2d(FL_KERNEL_ARGS);
-int fl_lin_adaptive_avg_pool2d_backward(FL_KERNEL_ARGS);
+/* (declared in k_linalg.h) */
 
-HALF_WRAP(h_convolution, fl_lin_convolution, 0)
-HALF_WRAP(h_convolution_backward, fl_lin_convolution_backward, 0)
-HALF_WRAP(h_layer_norm, fl_lin_native_layer_norm, 0)
-HALF_WRAP(h_layer_norm_backward, fl_lin_native_layer_norm_backward, 0)
-HALF_WRAP(h_max_pool2d, fl_lin_max_pool2d, 0)
-HALF_WRAP(h_max_pool2d_backward, fl_lin_max_pool2d_backward, 0)
-HALF_WRAP(h_avg_pool2d, fl_lin_avg_pool2d, 0)
-HALF_WRAP(h_avg_pool2d_backward, fl_lin_avg_pool2d_backward, 0)
-HALF_WRAP(h_adaptive_avg_pool2d, fl_lin_adaptive_avg_pool2d, 0)
-HALF_WRAP(h_adaptive_avg_pool2d_backward, fl_lin_adaptive_avg_pool2d_backward, 0)
-
-#define DISPATCH(name, f32fn, halffn) \
-    static int name(FL_KERNEL_ARGS) { \
-        if (n_in >= 1 && is_half(in[0].dtype)) return halffn(stream, device, in, n_in, out, n_out, args, n_args); \
-        return f32fn(stream, device, in, n_in, out, n_out, args, n_args); \
-    }
-DISPATCH(d_convolution, fl_lin_convolution, h_convolution)
-DISPATCH(d_convolution_backward, fl_lin_convolution_backward, h_convolution_backward)
-DISPATCH(d_layer_norm, fl_lin_native_layer_norm, h_layer_norm)
-DISPATCH(d_layer_norm_backward, fl_lin_native_layer_norm_backward, h_layer_norm_backward)
-DISPATCH(d_max_pool2d, fl_lin_max_pool2d, h_max_pool2d)
-DISPATCH(d_max_pool2d_backward, fl_lin_max_pool2d_backward, h_max_pool2d_backward)
-DISPATCH(d_avg_pool2d, fl_lin_avg_pool2d, h_avg_pool2d)
-DISPATCH(d_avg_pool2d_backward, fl_lin_avg_pool2d_backward, h_avg_pool2d_backward)
-DISPATCH(d_adaptive_avg_pool2d, fl_lin_adaptive_avg_pool2d, h_adaptive_avg_pool2d)
-DISPATCH(d_adaptive_avg_pool2d_backward, fl_lin_adaptive_avg_pool2d_backward, h_adaptive_avg_pool2d_backward)
+LIN_ANY_FLOAT(d_convolution, fl_lin_convolution)
+LIN_ANY_FLOAT(d_convolution_backward, fl_lin_convolution_backward)
+LIN_ANY_FLOAT(d_layer_norm, fl_lin_native_layer_norm)
+LIN_ANY_FLOAT(d_layer_norm_backward, fl_lin_native_layer_norm_backward)
 
 #define F3264 (FL_F32 | FL_F64)
 
 static const fl_kernel_entry_t entries[] = {
     {"aten::mm", FL_FLOATS, 0, k_mm_any},
     {"aten::addmm", FL_FLOATS, 0, k_addmm_any},
-    {"aten::addmm_", FL_FLOATS, 0, k_addmm_inplace},
+    {"aten::addmm_", FL_FLOATS, 0, k_addmm_any},
     {"aten::bmm", FL_FLOATS, 0, k_bmm_any},
     {"aten::baddbmm", FL_FLOATS, 0, k_baddbmm_any},
     {"aten::mv", F3264, 0, k_mv},
@@ -716,12 +641,6 @@ static const fl_kernel_entry_t entries[] = {
     {"aten::native_layer_norm_backward", FL_FLOATS, 0, d_layer_norm_backward},
     {"aten::native_group_norm", F3264, 0, fl_lin_native_group_norm},
     {"aten::native_group_norm_backward", F3264, 0, fl_lin_native_group_norm_backward},
-    {"aten::max_pool2d_with_indices", FL_FLOATS, 0, d_max_pool2d},
-    {"aten::max_pool2d_with_indices_backward", FL_FLOATS, 0, d_max_pool2d_backward},
-    {"aten::avg_pool2d", FL_FLOATS, 0, d_avg_pool2d},
-    {"aten::avg_pool2d_backward", FL_FLOATS, 0, d_avg_pool2d_backward},
-    {"aten::_adaptive_avg_pool2d", FL_FLOATS, 0, d_adaptive_avg_pool2d},
-    {"aten::_adaptive_avg_pool2d_backward", FL_FLOATS, 0, d_adaptive_avg_pool2d_backward},
 };
 
 const fl_kernel_group_t fl_host_group_linalg = {entries, (int)(sizeof entries / sizeof entries[0])};

@@ -1,4 +1,8 @@
-/* Host kernels: reductions, softmax, losses, indexing and concatenation.
+/* Host kernels: reductions. Serves sum, mean, prod, amax/amin, max/min (with
+ * and without dim), argmax/argmin, var/std(_mean), any/all, vector norms,
+ * logsumexp, and the row-wise ops along one dim: cumsum and the softmax
+ * family (_softmax, _log_softmax, _safe_softmax and their backward). Indexing
+ * lives in k_index.c, losses in k_loss.c.
  *
  * Reductions: the input is split into kept dims (one output element per
  * combination) and reduced dims. Each output element's reduced elements are
@@ -17,42 +21,9 @@
 
 #include "fl_host.h"
 
-/* Hot leaf loops are compiled twice (AVX2+FMA and baseline x86-64) and
- * picked at load time through an ifunc, so the library runs on any x86-64. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FL_MV __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define FL_MV
-#endif
-
 #define UNSUP FL_ERR_UNSUPPORTED
 #define PAR_MIN 32768
 #define SEG 2048
-
-/* fl_cvt_row (one strided row, any dtype to any dtype) lives in common.c */
-
-
-
-/* Vectorizable float exp (Cephes polynomial, ~1 ulp): branch-free so that
- * GCC vectorizes the loops that call it (libm's expf is a scalar call).
- * Overflow to inf, underflow through denormals to 0, NaN propagates. */
-static inline float vexpf(float x) {
-    x = x < -104.0f ? -104.0f : x;
-    x = x > 89.0f ? 89.0f : x;
-    float t = x * 1.44269504088896341f + 12582912.0f;
-    float k = t - 12582912.0f;
-    float r = x - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
-    float r2 = r * r;
-    float p = ((((1.9875691500E-4f * r + 1.3981999507E-3f) * r + 8.3334519073E-3f) * r + 4.1665795894E-2f) * r +
-               1.6666665459E-1f) * r + 5.0000001201E-1f;
-    p = p * r2 + r + 1.0f;
-    int32_t n = (int32_t)k, n1 = n / 2, n2 = n - n1;
-    union { uint32_t u; float f; } s1, s2;
-    s1.u = (uint32_t)(n1 + 127) << 23;
-    s2.u = (uint32_t)(n2 + 127) << 23;
-    return p * s1.f * s2.f;
-}
 
 FL_MV static double sum_fd(const float *b, int64_t n) { /* float array summed in double lanes */
     double acc[8] = {0};
@@ -63,25 +34,6 @@ FL_MV static double sum_fd(const float *b, int64_t n) { /* float array summed in
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-static int is_scalar_arg(const fl_arg_t *a) {
-    return a->kind == FL_ARG_INT || a->kind == FL_ARG_FLOAT || a->kind == FL_ARG_BOOL;
-}
-static double arg_d(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
-static int tensor_ok(const fl_tensor_t *t) {
-    if (t->ndim < 0 || t->ndim > FL_MAX_DIMS) return 0;
-    return t->data != NULL || fl_numel(t) == 0;
-}
-static const fl_tensor_t *arg_tensor(const fl_arg_t *args, int n_args, int k, const fl_tensor_t *in, int n_in) {
-    if (k >= n_args || args[k].kind != FL_ARG_TENSOR || args[k].i < 0 || args[k].i >= n_in) return NULL;
-    const fl_tensor_t *t = &in[args[k].i];
-    return tensor_ok(t) ? t : NULL;
-}
-static int wrap_dim(int64_t d, int ndim, int *out) {
-    int n = ndim > 0 ? ndim : 1;
-    if (d < -n || d >= n) return -1;
-    *out = (int)(d < 0 ? d + n : d);
-    return 0;
-}
 /* dims argument -> bit mask over x's dims. NONE / empty list = all dims. */
 static int parse_dims(const fl_arg_t *a, int ndim, uint32_t *mask) {
     uint32_t all = ndim ? ((1u << ndim) - 1) : 0;
@@ -89,12 +41,12 @@ static int parse_dims(const fl_arg_t *a, int ndim, uint32_t *mask) {
     uint32_t m = 0;
     if (a->kind == FL_ARG_INT) {
         int d;
-        if (wrap_dim(a->i, ndim, &d)) FL_FAIL(FL_ERR_INVALID, "dimension %lld out of range", (long long)a->i);
+        if (fl_wrap_dim(a->i, ndim, &d)) FL_FAIL(FL_ERR_INVALID, "dimension %lld out of range", (long long)a->i);
         m = ndim ? 1u << d : 0;
     } else if (a->kind == FL_ARG_INT_LIST) {
         for (int k = 0; k < a->len && k < FL_MAX_DIMS; k++) {
             int d;
-            if (wrap_dim(a->list[k], ndim, &d)) FL_FAIL(FL_ERR_INVALID, "dimension %lld out of range", (long long)a->list[k]);
+            if (fl_wrap_dim(a->list[k], ndim, &d)) FL_FAIL(FL_ERR_INVALID, "dimension %lld out of range", (long long)a->list[k]);
             if (!ndim) continue;
             if (m & (1u << d)) FL_FAIL(FL_ERR_INVALID, "dim %d appears multiple times in the list of dims", d);
             m |= 1u << d;
@@ -122,7 +74,7 @@ static int make_plan(const fl_tensor_t *x, uint32_t mask, int keepdim, const fl_
     p->nout = 1;
     p->nred = 1;
     for (int k = 0; k < nouts; k++)
-        if (!tensor_ok(&outs[k])) return UNSUP;
+        if (!fl_tensor_ok(&outs[k])) return UNSUP;
     int j = 0;
     for (int d = 0; d < x->ndim; d++) {
         if (mask & (1u << d)) {
@@ -508,7 +460,7 @@ static int run_reduce(const fl_tensor_t *x, const fl_arg_t *dims, int keepdim, c
     return reduce_run(&r, &p, x, outs, fin, ctx);
 }
 
-#define GET_X const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in); if (!x || n_out < 1) return UNSUP;
+#define GET_X const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in); if (!x || n_out < 1) return UNSUP;
 static int bool_arg(const fl_arg_t *args, int n_args, int k) {
     return k < n_args && (args[k].kind == FL_ARG_BOOL || args[k].kind == FL_ARG_INT) ? (int)args[k].i : 0;
 }
@@ -602,7 +554,7 @@ static int varstd(FL_KERNEL_ARGS, int mode) { /* var.correction(self, dim?, corr
     double ctx[2];
     int *m = (int *)&ctx[0];
     *m = mode;
-    ctx[1] = (n_args > 2 && is_scalar_arg(&args[2])) ? arg_d(&args[2]) : 1.0;
+    ctx[1] = (n_args > 2 && fl_arg_is_num(&args[2])) ? fl_arg_num(&args[2]) : 1.0;
     return run_reduce(x, n_args > 1 ? &args[1] : NULL, bool_arg(args, n_args, 3), out, nouts, OP_VAR, ctx, fin_value, 1, 0, 0);
 }
 static int k_var(FL_KERNEL_ARGS) { return varstd(stream, device, in, n_in, out, n_out, args, n_args, 2); }
@@ -624,7 +576,7 @@ static int k_all_dim(FL_KERNEL_ARGS) { return anyall(stream, device, in, n_in, o
 static int norm_common(const fl_tensor_t *x, const fl_arg_t *ordarg, const fl_arg_t *dims, int keepdim,
                        const fl_tensor_t *out) {
     if (!fl_is_floating(x->dtype) || !fl_is_floating(out->dtype)) return UNSUP;
-    double ord = (ordarg && is_scalar_arg(ordarg)) ? arg_d(ordarg) : 2.0;
+    double ord = (ordarg && fl_arg_is_num(ordarg)) ? fl_arg_num(ordarg) : 2.0;
     int norm = ord == 2 ? NORM_2 : ord == 1 ? NORM_1 : ord == INFINITY ? NORM_INF : ord == -INFINITY ? NORM_NINF
                : ord == 0 ? NORM_0 : NORM_P;
     if ((norm == NORM_INF || norm == NORM_NINF) && empty_reduce_check(x, dims))
@@ -660,51 +612,22 @@ static int k_logsumexp(FL_KERNEL_ARGS) { /* logsumexp(self, dim[], keepdim) */
 /* ------------------------------------------------------------------ */
 /* row-wise ops along one dim: cumsum, softmax family                  */
 /* ------------------------------------------------------------------ */
-/* Calls fn for every row along `dim` of the tensors ts[0..n) (same shape). */
-typedef struct {
-    int64_t osz[FL_MAX_DIMS], ost[4][FL_MAX_DIMS];
-    int no, n;
-    int64_t len, st[4], nrows;
-} rows_t;
-static int rows_init(rows_t *r, const fl_tensor_t *const *ts, int n, int dim) {
-    const fl_tensor_t *t0 = ts[0];
-    memset(r, 0, sizeof *r);
-    r->n = n;
-    r->nrows = 1;
-    r->len = t0->ndim ? t0->sizes[dim] : 1;
-    for (int k = 0; k < n; k++) {
-        if (ts[k]->ndim != t0->ndim) return -1;
-        for (int d = 0; d < t0->ndim; d++)
-            if (ts[k]->sizes[d] != t0->sizes[d]) return -1;
-        r->st[k] = t0->ndim ? ts[k]->strides[dim] : 0;
-    }
-    for (int d = 0; d < t0->ndim; d++) {
-        if (d == dim) continue;
-        r->osz[r->no] = t0->sizes[d];
-        for (int k = 0; k < n; k++) r->ost[k][r->no] = ts[k]->strides[d];
-        r->nrows *= t0->sizes[d];
-        r->no++;
-    }
+/* The rows along dim of n tensors of one shape (fl_rows_init lets the size along dim differ). */
+static int same_rows(fl_rows_t *r, const fl_tensor_t *const *ts, int n, int dim) {
+    if (fl_rows_init(r, ts, n, dim)) return -1;
+    for (int k = 1; k < n; k++)
+        if (ts[0]->ndim && ts[k]->sizes[dim] != r->len) return -1;
     return 0;
 }
-static void rows_offsets(const rows_t *r, const fl_tensor_t *const *ts, int64_t row, int64_t *off) {
-    for (int k = 0; k < r->n; k++) off[k] = ts[k]->offset;
-    for (int d = r->no - 1; d >= 0 && row; d--) {
-        int64_t idx = row % r->osz[d];
-        row /= r->osz[d];
-        for (int k = 0; k < r->n; k++) off[k] += idx * r->ost[k][d];
-    }
-}
-
 static int k_cumsum(FL_KERNEL_ARGS) { /* cumsum(self, dim, dtype?) ; cumsum_ */
     FL_UNUSED_KERNEL_ARGS;
     GET_X;
-    if (n_args < 2 || args[1].kind != FL_ARG_INT || !tensor_ok(&out[0])) return UNSUP;
+    if (n_args < 2 || args[1].kind != FL_ARG_INT || !fl_tensor_ok(&out[0])) return UNSUP;
     int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "cumsum: dimension out of range");
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "cumsum: dimension out of range");
     const fl_tensor_t *ts[2] = {&out[0], x};
-    rows_t r;
-    if (rows_init(&r, ts, 2, dim)) return UNSUP;
+    fl_rows_t r;
+    if (same_rows(&r, ts, 2, dim)) return UNSUP;
     int intmode = !fl_is_floating(out[0].dtype);
     if (r.len == 0 || r.nrows == 0) return FL_OK;
     int err = 0;
@@ -719,7 +642,7 @@ static int k_cumsum(FL_KERNEL_ARGS) { /* cumsum(self, dim, dtype?) ; cumsum_ */
         for (int64_t row = 0; row < r.nrows; row++) {
             if (!buf) continue;
             int64_t off[2];
-            rows_offsets(&r, ts, row, off);
+            fl_rows_at(&r, ts, row, off);
             if (intmode) {
                 int64_t *b = (int64_t *)buf;
                 fl_cvt_row(FL_INT64, b, 1, x->dtype, fl_elem(x, off[1]), r.st[1], r.len);
@@ -745,8 +668,8 @@ static int k_cumsum(FL_KERNEL_ARGS) { /* cumsum(self, dim, dtype?) ; cumsum_ */
 static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_tensor_t *b, int dim, int kind) {
     if (!fl_is_floating(o->dtype) || !fl_is_floating(a->dtype) || (b && !fl_is_floating(b->dtype))) return UNSUP;
     const fl_tensor_t *ts[3] = {o, a, b};
-    rows_t r;
-    if (rows_init(&r, ts, b ? 3 : 2, dim)) return UNSUP;
+    fl_rows_t r;
+    if (same_rows(&r, ts, b ? 3 : 2, dim)) return UNSUP;
     if (r.len == 0 || r.nrows == 0) return FL_OK;
     int dbl = o->dtype == FL_FLOAT64 || a->dtype == FL_FLOAT64;
     int err = 0;
@@ -762,7 +685,7 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
         for (int64_t row = 0; row < r.nrows; row++) {
             if (!mem) continue;
             int64_t off[3];
-            rows_offsets(&r, ts, row, off);
+            fl_rows_at(&r, ts, row, off);
             if (!dbl) {
                 float *x = (float *)mem, *y = (float *)(mem + L);
                 fl_cvt_row(FL_FLOAT32, x, 1, a->dtype, fl_elem(a, off[1]), r.st[1], L);
@@ -774,13 +697,13 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
                         for (int64_t i = 0; i < L; i++) y[i] = 0;
                     } else if (kind == 1) {
                         double s = 0;
-                        for (int64_t i = 0; i < L; i++) y[i] = vexpf(x[i] - mx);
+                        for (int64_t i = 0; i < L; i++) y[i] = fl_vexpf(x[i] - mx);
                         s = sum_fd(y, L);
                         float ls = (float)log(s);
                         for (int64_t i = 0; i < L; i++) y[i] = x[i] - mx - ls;
                     } else {
                         double s = 0;
-                        for (int64_t i = 0; i < L; i++) y[i] = vexpf(x[i] - mx);
+                        for (int64_t i = 0; i < L; i++) y[i] = fl_vexpf(x[i] - mx);
                         s = sum_fd(y, L);
                         float inv = (float)(1.0 / s);
                         for (int64_t i = 0; i < L; i++) y[i] *= inv;
@@ -795,7 +718,7 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
                     } else {
                         for (int64_t i = 0; i < L; i++) s += x[i];
                         float fs = (float)s;
-                        for (int64_t i = 0; i < L; i++) y[i] = x[i] - vexpf(y[i]) * fs;
+                        for (int64_t i = 0; i < L; i++) y[i] = x[i] - fl_vexpf(y[i]) * fs;
                     }
                 }
                 fl_cvt_row(o->dtype, fl_elem(o, off[0]), r.st[0], FL_FLOAT32, y, 1, L);
@@ -841,9 +764,9 @@ static int softmax_rows(const fl_tensor_t *o, const fl_tensor_t *a, const fl_ten
 static int softmax_k(FL_KERNEL_ARGS, int kind) {
     FL_UNUSED_KERNEL_ARGS;
     GET_X;
-    if (n_args < 2 || args[1].kind != FL_ARG_INT || !tensor_ok(&out[0])) return UNSUP;
+    if (n_args < 2 || args[1].kind != FL_ARG_INT || !fl_tensor_ok(&out[0])) return UNSUP;
     int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "softmax: dimension out of range");
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "softmax: dimension out of range");
     return softmax_rows(&out[0], x, NULL, dim, kind);
 }
 static int k_softmax(FL_KERNEL_ARGS) { return softmax_k(stream, device, in, n_in, out, n_out, args, n_args, 0); }
@@ -851,549 +774,14 @@ static int k_log_softmax(FL_KERNEL_ARGS) { return softmax_k(stream, device, in, 
 static int k_safe_softmax(FL_KERNEL_ARGS) { return softmax_k(stream, device, in, n_in, out, n_out, args, n_args, 2); }
 static int softmax_bw_k(FL_KERNEL_ARGS, int kind) { /* (grad_output, output, dim, input_dtype) */
     FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *g = arg_tensor(args, n_args, 0, in, n_in), *y = arg_tensor(args, n_args, 1, in, n_in);
-    if (!g || !y || n_out < 1 || !tensor_ok(&out[0]) || n_args < 3 || args[2].kind != FL_ARG_INT) return UNSUP;
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *y = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!g || !y || n_out < 1 || !fl_tensor_ok(&out[0]) || n_args < 3 || args[2].kind != FL_ARG_INT) return UNSUP;
     int dim;
-    if (wrap_dim(args[2].i, g->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "softmax backward: dimension out of range");
+    if (fl_wrap_dim(args[2].i, g->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "softmax backward: dimension out of range");
     return softmax_rows(&out[0], g, y, dim, kind);
 }
 static int k_softmax_bw(FL_KERNEL_ARGS) { return softmax_bw_k(stream, device, in, n_in, out, n_out, args, n_args, 3); }
 static int k_log_softmax_bw(FL_KERNEL_ARGS) { return softmax_bw_k(stream, device, in, n_in, out, n_out, args, n_args, 4); }
-
-/* ------------------------------------------------------------------ */
-/* nll_loss / nll_loss2d                                               */
-/* ------------------------------------------------------------------ */
-typedef struct {
-    int64_t N, C, H, W;
-    int64_t xs[4], ts[3]; /* self strides (n, c, h, w), target strides (n, h, w) */
-} nll_geo_t;
-static int nll_geo(const fl_tensor_t *x, const fl_tensor_t *t, int two_d, nll_geo_t *g) {
-    memset(g, 0, sizeof *g);
-    g->H = g->W = 1;
-    if (!two_d && x->ndim == 1 && t->ndim == 0) {
-        g->N = 1; g->C = x->sizes[0]; g->xs[1] = x->strides[0];
-    } else if (!two_d && x->ndim == 2 && t->ndim == 1 && t->sizes[0] == x->sizes[0]) {
-        g->N = x->sizes[0]; g->C = x->sizes[1]; g->xs[0] = x->strides[0]; g->xs[1] = x->strides[1]; g->ts[0] = t->strides[0];
-    } else if (two_d && x->ndim == 4 && t->ndim == 3 && t->sizes[0] == x->sizes[0] && t->sizes[1] == x->sizes[2] &&
-               t->sizes[2] == x->sizes[3]) {
-        g->N = x->sizes[0]; g->C = x->sizes[1]; g->H = x->sizes[2]; g->W = x->sizes[3];
-        for (int d = 0; d < 4; d++) g->xs[d] = x->strides[d];
-        for (int d = 0; d < 3; d++) g->ts[d] = t->strides[d];
-    } else {
-        return -1;
-    }
-    return 0;
-}
-static int64_t load_idx(const fl_tensor_t *t, int64_t off) {
-    if (t->dtype == FL_INT64) return *(const int64_t *)fl_elem(t, off);
-    if (t->dtype == FL_INT32) return *(const int32_t *)fl_elem(t, off);
-    return (int64_t)fl_load_f64(t->dtype, fl_elem(t, off));
-}
-
-static int nll_fwd(FL_KERNEL_ARGS, int two_d) { /* (self, target, weight?, reduction, ignore_index) -> (out, total_weight) */
-    FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *t = arg_tensor(args, n_args, 1, in, n_in);
-    if (!x || !t || n_args < 5 || n_out < 2 || !tensor_ok(&out[0]) || !tensor_ok(&out[1])) return UNSUP;
-    if (fl_is_floating(t->dtype) || !fl_is_floating(x->dtype)) return UNSUP;
-    const fl_tensor_t *w = args[2].kind == FL_ARG_TENSOR ? arg_tensor(args, n_args, 2, in, n_in) : NULL;
-    if (args[2].kind == FL_ARG_TENSOR && !w) return UNSUP;
-    int64_t red = args[3].i, ign = args[4].i;
-    nll_geo_t g;
-    if (nll_geo(x, t, two_d, &g)) return UNSUP;
-    if (w && (w->ndim != 1 || w->sizes[0] != g.C)) return UNSUP;
-    if (red == 0) {
-        int64_t per = g.H * g.W;
-        if (fl_numel(&out[0]) != g.N * per) return UNSUP;
-    } else if (out[0].ndim != 0) {
-        return UNSUP;
-    }
-    double total = 0, tw = 0;
-    for (int64_t n = 0; n < g.N; n++)
-        for (int64_t h = 0; h < g.H; h++)
-            for (int64_t q = 0; q < g.W; q++) {
-                int64_t c = load_idx(t, t->offset + n * g.ts[0] + h * g.ts[1] + q * g.ts[2]);
-                double v = 0;
-                if (c != ign) {
-                    if (c < 0 || c >= g.C) FL_FAIL(FL_ERR_INVALID, "Target %lld is out of bounds.", (long long)c);
-                    double wt = w ? fl_load_f64(w->dtype, fl_elem(w, w->offset + c * w->strides[0])) : 1.0;
-                    v = -wt * fl_load_f64(x->dtype, fl_elem(x, x->offset + n * g.xs[0] + c * g.xs[1] + h * g.xs[2] + q * g.xs[3]));
-                    tw += wt;
-                }
-                if (red == 0) {
-                    int64_t off = out[0].offset;
-                    if (out[0].ndim == 1) off += n * out[0].strides[0];
-                    else if (out[0].ndim == 3) off += n * out[0].strides[0] + h * out[0].strides[1] + q * out[0].strides[2];
-                    fl_store_f64(out[0].dtype, fl_elem(&out[0], off), v);
-                }
-                total += v;
-            }
-    if (red == 1) store_d(&out[0], 0, total / tw);
-    else if (red == 2) store_d(&out[0], 0, total);
-    /* torch leaves total_weight 0 for an unreduced batch; a single sample reports its weight */
-    if (fl_numel(&out[1]) == 1) store_d(&out[1], 0, (red == 0 && x->ndim != 1) ? 0.0 : tw);
-    return FL_OK;
-}
-static int k_nll_fwd(FL_KERNEL_ARGS) { return nll_fwd(stream, device, in, n_in, out, n_out, args, n_args, 0); }
-static int k_nll2d_fwd(FL_KERNEL_ARGS) { return nll_fwd(stream, device, in, n_in, out, n_out, args, n_args, 1); }
-
-static void zero_tensor(const fl_tensor_t *o) {
-    int64_t z = 0;
-    fl_iter_t it;
-    fl_iter_init(&it, 1, (const fl_tensor_t *[]){o});
-    for (int64_t r = 0; r < it.outer; r++) {
-        int64_t b[FL_ITER_MAX];
-        fl_iter_row(&it, r, b);
-        fl_cvt_row(o->dtype, fl_elem(o, b[0]), it.inner_stride[0], FL_INT64, &z, 0, it.inner);
-    }
-}
-
-/* (grad_output, self, target, weight?, reduction, ignore_index, total_weight) */
-static int nll_bwd(FL_KERNEL_ARGS, int two_d) {
-    FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *go = arg_tensor(args, n_args, 0, in, n_in), *x = arg_tensor(args, n_args, 1, in, n_in),
-                      *t = arg_tensor(args, n_args, 2, in, n_in), *tw = arg_tensor(args, n_args, 6, in, n_in);
-    if (!go || !x || !t || !tw || n_args < 7 || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
-    const fl_tensor_t *w = args[3].kind == FL_ARG_TENSOR ? arg_tensor(args, n_args, 3, in, n_in) : NULL;
-    if (args[3].kind == FL_ARG_TENSOR && !w) return UNSUP;
-    int64_t red = args[4].i, ign = args[5].i;
-    nll_geo_t g;
-    if (nll_geo(x, t, two_d, &g) || out[0].ndim != x->ndim) return UNSUP;
-    const fl_tensor_t *o = &out[0];
-    zero_tensor(o);
-    int64_t oxs[4] = {0, 0, 0, 0};
-    if (o->ndim == 1) oxs[1] = o->strides[0];
-    else for (int d = 0; d < o->ndim; d++) oxs[d] = o->strides[d];
-    double scale = 1.0;
-    if (red != 0) {
-        scale = fl_load_f64(go->dtype, fl_elem(go, go->offset));
-        if (red == 1) scale /= fl_load_f64(tw->dtype, fl_elem(tw, tw->offset));
-    }
-    for (int64_t n = 0; n < g.N; n++)
-        for (int64_t h = 0; h < g.H; h++)
-            for (int64_t q = 0; q < g.W; q++) {
-                int64_t c = load_idx(t, t->offset + n * g.ts[0] + h * g.ts[1] + q * g.ts[2]);
-                if (c == ign) continue;
-                if (c < 0 || c >= g.C) FL_FAIL(FL_ERR_INVALID, "Target %lld is out of bounds.", (long long)c);
-                double wt = w ? fl_load_f64(w->dtype, fl_elem(w, w->offset + c * w->strides[0])) : 1.0;
-                double gv = scale;
-                if (red == 0) {
-                    int64_t off = go->offset;
-                    if (go->ndim == 1) off += n * go->strides[0];
-                    else if (go->ndim == 3) off += n * go->strides[0] + h * go->strides[1] + q * go->strides[2];
-                    gv = fl_load_f64(go->dtype, fl_elem(go, off));
-                }
-                fl_store_f64(o->dtype, fl_elem(o, o->offset + n * oxs[0] + c * oxs[1] + h * oxs[2] + q * oxs[3]), -wt * gv);
-            }
-    return FL_OK;
-}
-static int k_nll_bwd(FL_KERNEL_ARGS) { return nll_bwd(stream, device, in, n_in, out, n_out, args, n_args, 0); }
-static int k_nll2d_bwd(FL_KERNEL_ARGS) { return nll_bwd(stream, device, in, n_in, out, n_out, args, n_args, 1); }
-
-/* ------------------------------------------------------------------ */
-/* indexing                                                            */
-/* ------------------------------------------------------------------ */
-/* copy with conversion; src already has dst's shape */
-static void copy_any(const fl_tensor_t *dst, const fl_tensor_t *src) {
-    fl_iter_t it;
-    int64_t numel = fl_numel(dst);
-    if (numel == 0) return;
-    fl_iter_init(&it, 2, (const fl_tensor_t *[]){dst, src});
-#pragma omp parallel for schedule(static) if (numel >= PAR_MIN && it.outer > 1)
-    for (int64_t r = 0; r < it.outer; r++) {
-        int64_t b[FL_ITER_MAX];
-        fl_iter_row(&it, r, b);
-        fl_cvt_row(dst->dtype, fl_elem(dst, b[0]), it.inner_stride[0], src->dtype, fl_elem(src, b[1]), it.inner_stride[1], it.inner);
-    }
-}
-static int check_indices(const fl_tensor_t *idx, int64_t n, const char *what) {
-    fl_iter_t it;
-    fl_iter_init(&it, 1, (const fl_tensor_t *[]){idx});
-    for (int64_t r = 0; r < it.outer; r++) {
-        int64_t b[FL_ITER_MAX];
-        fl_iter_row(&it, r, b);
-        for (int64_t i = 0; i < it.inner; i++) {
-            int64_t v = load_idx(idx, b[0] + i * it.inner_stride[0]);
-            if (v < -n || v >= n) FL_FAIL(FL_ERR_INVALID, "%s: index %lld is out of bounds for size %lld", what, (long long)v, (long long)n);
-        }
-    }
-    return 0;
-}
-
-/* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse) */
-static int k_embedding(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *wt = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 1, in, n_in);
-    if (!wt || !idx || n_out < 1 || !tensor_ok(&out[0]) || wt->ndim != 2 || fl_is_floating(idx->dtype)) return UNSUP;
-    const fl_tensor_t *o = &out[0];
-    if (o->ndim != idx->ndim + 1 || o->dtype != wt->dtype) return UNSUP;
-    int64_t V = wt->sizes[0], D = wt->sizes[1];
-    if (o->sizes[o->ndim - 1] != D) return UNSUP;
-    int64_t n = fl_numel(idx);
-    /* indices must be in [0, V) */
-    fl_iter_t it;
-    fl_tensor_t ov = *o; /* out without its last dim, to walk with the indices */
-    ov.ndim = idx->ndim;
-    for (int d = 0; d < idx->ndim; d++)
-        if (ov.sizes[d] != idx->sizes[d]) return UNSUP;
-    fl_iter_init(&it, 2, (const fl_tensor_t *[]){idx, &ov});
-    for (int64_t r = 0; r < it.outer; r++) {
-        int64_t b[FL_ITER_MAX];
-        fl_iter_row(&it, r, b);
-        for (int64_t i = 0; i < it.inner; i++) {
-            int64_t v = load_idx(idx, b[0] + i * it.inner_stride[0]);
-            if (v < 0 || v >= V) FL_FAIL(FL_ERR_INVALID, "embedding: index %lld out of range for %lld rows", (long long)v, (long long)V);
-        }
-    }
-    int64_t os = o->strides[o->ndim - 1], ws = wt->strides[1];
-#pragma omp parallel for schedule(static) if (n * D >= PAR_MIN)
-    for (int64_t r = 0; r < it.outer; r++) {
-        int64_t b[FL_ITER_MAX];
-        fl_iter_row(&it, r, b);
-        for (int64_t i = 0; i < it.inner; i++) {
-            int64_t v = load_idx(idx, b[0] + i * it.inner_stride[0]);
-            fl_cvt_row(o->dtype, fl_elem(o, b[1] + i * it.inner_stride[1]), os, wt->dtype,
-                    fl_elem(wt, wt->offset + v * wt->strides[0]), ws, D);
-        }
-    }
-    return FL_OK;
-}
-
-/* embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq) */
-static int k_embedding_bw(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *g = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 1, in, n_in);
-    if (!g || !idx || n_args < 5 || n_out < 1 || !tensor_ok(&out[0]) || fl_is_floating(idx->dtype)) return UNSUP;
-    const fl_tensor_t *o = &out[0];
-    if (o->dtype != FL_FLOAT32 && o->dtype != FL_FLOAT64) return UNSUP;
-    int64_t Vn = args[2].i, pad = args[3].i;
-    int scale = (int)args[4].i;
-    if (o->ndim != 2 || o->sizes[0] != Vn || g->ndim != idx->ndim + 1) return UNSUP;
-    int64_t D = o->sizes[1];
-    if (g->sizes[g->ndim - 1] != D) return UNSUP;
-    int64_t n = fl_numel(idx);
-    int64_t *iv = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
-    int64_t *goff = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
-    int64_t *cnt = scale ? calloc((size_t)(Vn ? Vn : 1), sizeof(int64_t)) : NULL;
-    if (!iv || !goff || (scale && !cnt)) { free(iv); free(goff); free(cnt); FL_FAIL(FL_ERR_OOM, "embedding backward: out of host memory"); }
-    fl_tensor_t gv = *g;
-    gv.ndim = idx->ndim;
-    fl_iter_t it;
-    fl_iter_init(&it, 2, (const fl_tensor_t *[]){idx, &gv});
-    int64_t k = 0;
-    for (int64_t r = 0; r < it.outer; r++) {
-        int64_t b[FL_ITER_MAX];
-        fl_iter_row(&it, r, b);
-        for (int64_t i = 0; i < it.inner; i++, k++) {
-            iv[k] = load_idx(idx, b[0] + i * it.inner_stride[0]);
-            goff[k] = b[1] + i * it.inner_stride[1];
-            if (iv[k] < 0 || iv[k] >= Vn) {
-                free(iv); free(goff); free(cnt);
-                FL_FAIL(FL_ERR_INVALID, "embedding backward: index out of range");
-            }
-            if (cnt) cnt[iv[k]]++;
-        }
-    }
-    zero_tensor(o);
-    int64_t gs = g->strides[g->ndim - 1], os0 = o->strides[0], os1 = o->strides[1];
-    int nth = omp_get_max_threads();
-    int64_t nb = D < nth ? D : nth;
-#pragma omp parallel for schedule(static) if (n * D >= PAR_MIN)
-    for (int64_t blk = 0; blk < nb; blk++) {
-        int64_t d0 = D * blk / nb, d1 = D * (blk + 1) / nb;
-        for (int64_t q = 0; q < n; q++) {
-            int64_t v = iv[q];
-            if (v == pad) continue;
-            double sc = cnt ? 1.0 / (double)cnt[v] : 1.0;
-            if (o->dtype == FL_FLOAT32 && g->dtype == FL_FLOAT32) {
-                float *dst = (float *)o->data + o->offset + v * os0;
-                const float *src = (const float *)g->data + goff[q];
-                float fs = (float)sc;
-                if (os1 == 1 && gs == 1) for (int64_t d = d0; d < d1; d++) dst[d] += cnt ? src[d] * fs : src[d];
-                else for (int64_t d = d0; d < d1; d++) dst[d * os1] += cnt ? src[d * gs] * fs : src[d * gs];
-            } else {
-                for (int64_t d = d0; d < d1; d++) {
-                    char *pd = fl_elem(o, o->offset + v * os0 + d * os1);
-                    fl_store_f64(o->dtype, pd, fl_load_f64(o->dtype, pd) + sc * fl_load_f64(g->dtype, fl_elem(g, goff[q] + d * gs)));
-                }
-            }
-        }
-    }
-    free(iv); free(goff); free(cnt);
-    return FL_OK;
-}
-
-/* index_select(self, dim, index) */
-static int k_index_select(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 2, in, n_in);
-    if (!x || !idx || n_args < 3 || args[1].kind != FL_ARG_INT || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
-    if (fl_is_floating(idx->dtype) || idx->ndim > 1) return UNSUP;
-    const fl_tensor_t *o = &out[0];
-    int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "index_select: dimension out of range");
-    int64_t n = fl_numel(idx), sz = x->ndim ? x->sizes[dim] : 1;
-    if (o->ndim != x->ndim) return UNSUP;
-    if (check_indices(idx, sz, "index_select")) return FL_ERR_INVALID;
-    fl_tensor_t xs = *x, os = *o;
-    if (x->ndim) { xs.sizes[dim] = 1; os.sizes[dim] = 1; }
-    for (int d = 0; d < x->ndim; d++)
-        if (d != dim && o->sizes[d] != x->sizes[d]) return UNSUP;
-    int64_t slice = fl_numel(&xs);
-    int64_t istride = idx->ndim ? idx->strides[0] : 0;
-#pragma omp parallel for schedule(static) if (n * slice >= PAR_MIN && n > 1)
-    for (int64_t j = 0; j < n; j++) {
-        int64_t v = load_idx(idx, idx->offset + j * istride);
-        if (v < 0) v += sz;
-        fl_tensor_t s = xs, d = os;
-        if (x->ndim) { s.offset += v * x->strides[dim]; d.offset += j * o->strides[dim]; }
-        fl_iter_t it;
-        fl_iter_init(&it, 2, (const fl_tensor_t *[]){&d, &s});
-        for (int64_t r = 0; r < it.outer; r++) {
-            int64_t b[FL_ITER_MAX];
-            fl_iter_row(&it, r, b);
-            fl_cvt_row(d.dtype, fl_elem(&d, b[0]), it.inner_stride[0], s.dtype, fl_elem(&s, b[1]), it.inner_stride[1], it.inner);
-        }
-    }
-    return FL_OK;
-}
-
-/* gather(self, dim, index, sparse_grad): out[i][j] = self[index[i][j]][j] */
-static int k_gather(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 2, in, n_in);
-    if (!x || !idx || n_args < 3 || args[1].kind != FL_ARG_INT || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
-    if (fl_is_floating(idx->dtype)) return UNSUP;
-    const fl_tensor_t *o = &out[0];
-    int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "gather: dimension out of range");
-    if (idx->ndim != x->ndim && !(idx->ndim <= 1 && x->ndim <= 1)) return UNSUP;
-    if (o->ndim != idx->ndim) return UNSUP;
-    int64_t sz = x->ndim ? x->sizes[dim] : 1;
-    fl_tensor_t xv = *idx; /* self's strides over index's shape, dim stride 0 */
-    xv.dtype = x->dtype; xv.data = x->data; xv.offset = x->offset;
-    for (int d = 0; d < idx->ndim; d++) {
-        if (d != dim && x->ndim && idx->sizes[d] > x->sizes[d]) FL_FAIL(FL_ERR_INVALID, "gather: index size exceeds self");
-        xv.strides[d] = (d == dim || !x->ndim) ? 0 : x->strides[d];
-    }
-    int64_t dstride = x->ndim ? x->strides[dim] : 0;
-    if (check_indices(idx, sz, "gather")) return FL_ERR_INVALID;
-    fl_iter_t it;
-    fl_iter_init(&it, 3, (const fl_tensor_t *[]){o, idx, &xv});
-    int64_t numel = fl_numel(o);
-    size_t isz = fl_itemsize(o->dtype);
-    int same = o->dtype == x->dtype;
-#pragma omp parallel for schedule(static) if (numel >= PAR_MIN && it.outer > 1)
-    for (int64_t r = 0; r < it.outer; r++) {
-        int64_t b[FL_ITER_MAX];
-        fl_iter_row(&it, r, b);
-        for (int64_t i = 0; i < it.inner; i++) {
-            int64_t v = load_idx(idx, b[1] + i * it.inner_stride[1]);
-            if (v < 0) v += sz;
-            const char *src = fl_elem(x, b[2] + i * it.inner_stride[2] + v * dstride);
-            char *dst = fl_elem(o, b[0] + i * it.inner_stride[0]);
-            if (same) memcpy(dst, src, isz);
-            else fl_cvt_row(o->dtype, dst, 1, x->dtype, src, 1, 1);
-        }
-    }
-    return FL_OK;
-}
-
-/* scatter_add(self, dim, index, src) / scatter_add_ */
-static int k_scatter_add(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    const fl_tensor_t *x = arg_tensor(args, n_args, 0, in, n_in), *idx = arg_tensor(args, n_args, 2, in, n_in),
-                      *src = arg_tensor(args, n_args, 3, in, n_in);
-    if (!x || !idx || !src || args[1].kind != FL_ARG_INT || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
-    if (fl_is_floating(idx->dtype) || idx->ndim != x->ndim || src->ndim != x->ndim || src->dtype != x->dtype) return UNSUP;
-    const fl_tensor_t *o = &out[0];
-    if (o->ndim != x->ndim || o->dtype != x->dtype) return UNSUP;
-    int dim;
-    if (wrap_dim(args[1].i, x->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "scatter_add: dimension out of range");
-    int64_t sz = x->ndim ? x->sizes[dim] : 1;
-    if (check_indices(idx, sz, "scatter_add")) return FL_ERR_INVALID;
-    for (int d = 0; d < x->ndim; d++)
-        if (idx->sizes[d] > src->sizes[d] || (d != dim && idx->sizes[d] > x->sizes[d])) return UNSUP;
-    if (o->data != x->data || o->offset != x->offset) copy_any(o, x);
-    fl_tensor_t sv = *src, ov = *o;
-    for (int d = 0; d < idx->ndim; d++) {
-        sv.sizes[d] = idx->sizes[d];
-        ov.sizes[d] = idx->sizes[d];
-        if (d == dim) ov.strides[d] = 0;
-    }
-    int64_t dstride = x->ndim ? o->strides[dim] : 0;
-    fl_iter_t it;
-    fl_iter_init(&it, 3, (const fl_tensor_t *[]){idx, &sv, &ov});
-    int intmode = !fl_is_floating(o->dtype);
-    for (int64_t r = 0; r < it.outer; r++) {
-        int64_t b[FL_ITER_MAX];
-        fl_iter_row(&it, r, b);
-        for (int64_t i = 0; i < it.inner; i++) {
-            int64_t v = load_idx(idx, b[0] + i * it.inner_stride[0]);
-            if (v < 0) v += sz;
-            char *pd = fl_elem(o, b[2] + i * it.inner_stride[2] + v * dstride);
-            const char *ps = fl_elem(&sv, b[1] + i * it.inner_stride[1]);
-            if (intmode) {
-                int64_t a, c;
-                fl_cvt_row(FL_INT64, &a, 1, o->dtype, pd, 1, 1);
-                fl_cvt_row(FL_INT64, &c, 1, o->dtype, ps, 1, 1);
-                a = (int64_t)((uint64_t)a + (uint64_t)c);
-                fl_cvt_row(o->dtype, pd, 1, FL_INT64, &a, 1, 1);
-            } else if (o->dtype == FL_FLOAT32) {
-                *(float *)pd += *(const float *)ps;
-            } else {
-                fl_store_f64(o->dtype, pd, fl_load_f64(o->dtype, pd) + fl_load_f64(o->dtype, ps));
-            }
-        }
-    }
-    return FL_OK;
-}
-
-/* cat(Tensor[] tensors, dim) */
-/* aten::arange / arange.start / arange.start_step: a factory (no tensor input). out[i] = start + i * step,
- * computed in PyTorch's CPU accumulate type: double for floating outputs, int64 for integer ones (exact
- * beyond 2^53, wrapping as PyTorch's does; a float bound is truncated first, as Scalar::to<int64_t>). */
-static double arg_num(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
-static int64_t arg_int(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? (int64_t)a->f : a->i; }
-static int arange_fill_int(const fl_tensor_t *o, int64_t start, int64_t step) {
-    int64_t n = o->sizes[0];
-    for (int64_t i = 0; i < n; i++) {
-        int64_t v = (int64_t)((uint64_t)start + (uint64_t)i * (uint64_t)step);
-        fl_cvt_row(o->dtype, fl_elem(o, o->offset + i * o->strides[0]), 1, FL_INT64, &v, 0, 1);
-    }
-    return FL_OK;
-}
-static int arange_fill(const fl_tensor_t *o, const fl_arg_t *start, const fl_arg_t *step) {
-    static const fl_arg_t zero = {.kind = FL_ARG_INT, .i = 0}, one = {.kind = FL_ARG_INT, .i = 1};
-    if (o->ndim != 1) return UNSUP;
-    if (!start) start = &zero;
-    if (!step) step = &one;
-    if (!fl_is_floating(o->dtype) && !fl_is_complex(o->dtype)) return arange_fill_int(o, arg_int(start), arg_int(step));
-    int64_t n = o->sizes[0];
-    double start_d = arg_num(start), step_d = arg_num(step);
-    for (int64_t i = 0; i < n; i++) {
-        double v = start_d + (double)i * step_d;
-        char *p = fl_elem(o, o->offset + i * o->strides[0]);
-        switch (o->dtype) {
-        case FL_FLOAT32: *(float *)p = (float)v; break;
-        case FL_FLOAT64: *(double *)p = v; break;
-        case FL_INT64: *(int64_t *)p = (int64_t)v; break;
-        case FL_INT32: *(int32_t *)p = (int32_t)v; break;
-        default: fl_store_f64(o->dtype, p, v);
-        }
-    }
-    return FL_OK;
-}
-static int k_arange(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    if (n_out < 1 || n_args < 1) return UNSUP;
-    return arange_fill(&out[0], NULL, NULL);
-}
-static int k_arange_start(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    if (n_out < 1 || n_args < 2) return UNSUP;
-    return arange_fill(&out[0], &args[0], NULL);
-}
-static int k_arange_start_step(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    if (n_out < 1 || n_args < 3) return UNSUP;
-    return arange_fill(&out[0], &args[0], &args[2]);
-}
-
-/* aten::flip(Tensor self, int[] dims): out[i] = self[i with the listed dims reversed]; any dtype, any strides */
-static int k_flip(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    if (n_in < 1 || n_out < 1 || n_args < 2 || args[1].kind != FL_ARG_INT_LIST) return UNSUP;
-    const fl_tensor_t *x = &in[0], *o = &out[0];
-    if (x->dtype != o->dtype || x->ndim != o->ndim || x->ndim > FL_MAX_DIMS) return UNSUP;
-    int nd = x->ndim, rev[FL_MAX_DIMS] = {0};
-    for (int k = 0; k < args[1].len; k++) {
-        int64_t d = args[1].list[k];
-        if (d < 0) d += nd;
-        if (d < 0 || d >= nd) FL_FAIL(FL_ERR_INVALID, "flip: dim %lld out of range", (long long)args[1].list[k]);
-        rev[d] = 1;
-    }
-    int64_t n = 1;
-    for (int d = 0; d < nd; d++) {
-        if (x->sizes[d] != o->sizes[d]) return UNSUP;
-        n *= x->sizes[d];
-    }
-    size_t es = fl_itemsize(x->dtype);
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t lin = 0; lin < n; lin++) {
-        int64_t rem = lin, xo = x->offset, oo = o->offset;
-        for (int d = nd - 1; d >= 0; d--) {
-            int64_t idx = rem % o->sizes[d];
-            rem /= o->sizes[d];
-            oo += idx * o->strides[d];
-            xo += (rev[d] ? o->sizes[d] - 1 - idx : idx) * x->strides[d];
-        }
-        memcpy((char *)o->data + oo * (int64_t)es, (const char *)x->data + xo * (int64_t)es, es);
-    }
-    return FL_OK;
-}
-
-static int k_cat(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    if (n_args < 1 || args[0].kind != FL_ARG_TENSOR_LIST || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
-    const fl_tensor_t *o = &out[0];
-    int64_t first = args[0].i, cnt = args[0].len;
-    if (first < 0 || first + cnt > n_in) return UNSUP;
-    int dim;
-    int64_t dimarg = n_args > 1 && args[1].kind == FL_ARG_INT ? args[1].i : 0;
-    if (o->ndim == 0) return UNSUP;
-    if (wrap_dim(dimarg, o->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "cat: dimension out of range");
-    int64_t pos = 0;
-    for (int64_t k = 0; k < cnt; k++) {
-        const fl_tensor_t *t = &in[first + k];
-        if (!tensor_ok(t)) return UNSUP;
-        if (t->ndim == 1 && t->sizes[0] == 0 && o->ndim != 1) continue; /* legacy empty */
-        if (t->ndim != o->ndim) return UNSUP;
-        for (int d = 0; d < o->ndim; d++)
-            if (d != dim && t->sizes[d] != o->sizes[d]) return UNSUP;
-        pos += t->sizes[dim];
-    }
-    if (pos != o->sizes[dim]) return UNSUP;
-    pos = 0;
-    for (int64_t k = 0; k < cnt; k++) {
-        const fl_tensor_t *t = &in[first + k];
-        if (t->ndim == 1 && t->sizes[0] == 0 && o->ndim != 1) continue;
-        fl_tensor_t d = *o;
-        d.sizes[dim] = t->sizes[dim];
-        d.offset += pos * o->strides[dim];
-        copy_any(&d, t);
-        pos += t->sizes[dim];
-    }
-    return FL_OK;
-}
-
-/* stack(Tensor[] tensors, dim) */
-static int k_stack(FL_KERNEL_ARGS) {
-    FL_UNUSED_KERNEL_ARGS;
-    if (n_args < 1 || args[0].kind != FL_ARG_TENSOR_LIST || n_out < 1 || !tensor_ok(&out[0])) return UNSUP;
-    const fl_tensor_t *o = &out[0];
-    int64_t first = args[0].i, cnt = args[0].len;
-    if (first < 0 || first + cnt > n_in || o->ndim < 1) return UNSUP;
-    int dim;
-    int64_t dimarg = n_args > 1 && args[1].kind == FL_ARG_INT ? args[1].i : 0;
-    if (wrap_dim(dimarg, o->ndim, &dim)) FL_FAIL(FL_ERR_INVALID, "stack: dimension out of range");
-    if (o->sizes[dim] != cnt) return UNSUP;
-    for (int64_t k = 0; k < cnt; k++) {
-        const fl_tensor_t *t = &in[first + k];
-        if (!tensor_ok(t) || t->ndim != o->ndim - 1) return UNSUP;
-        fl_tensor_t d;
-        d.data = o->data; d.dtype = o->dtype; d.ndim = t->ndim;
-        d.offset = o->offset + k * o->strides[dim];
-        for (int q = 0, j = 0; q < o->ndim; q++) {
-            if (q == dim) continue;
-            if (o->sizes[q] != t->sizes[j]) return UNSUP;
-            d.sizes[j] = o->sizes[q];
-            d.strides[j] = o->strides[q];
-            j++;
-        }
-        copy_any(&d, t);
-    }
-    return FL_OK;
-}
 
 /* ------------------------------------------------------------------ */
 /* table                                                               */
@@ -1439,19 +827,6 @@ static const fl_kernel_entry_t entries[] = {
     E("aten::_safe_softmax", FLT, k_safe_softmax),
     E("aten::_softmax_backward_data", FLT, k_softmax_bw),
     E("aten::_log_softmax_backward_data", FLT, k_log_softmax_bw),
-    E("aten::nll_loss_forward", FLT, k_nll_fwd),
-    E("aten::nll_loss_backward", FLT, k_nll_bwd),
-    E("aten::nll_loss2d_forward", FLT, k_nll2d_fwd),
-    E("aten::nll_loss2d_backward", FLT, k_nll2d_bwd),
-    E("aten::embedding", ALL, k_embedding),
-    E("aten::embedding_dense_backward", FL_F32 | FL_F64, k_embedding_bw),
-    E("aten::index_select", ALL, k_index_select),
-    E("aten::gather", ALL, k_gather),
-    E("aten::scatter_add", ALL, k_scatter_add),
-    E("aten::scatter_add_", ALL, k_scatter_add),
-    E("aten::cat", ALL, k_cat), E("aten::flip", ALL, k_flip), E("aten::arange", ALL, k_arange),
-    E("aten::arange.start", ALL, k_arange_start), E("aten::arange.start_step", ALL, k_arange_start_step),
-    E("aten::stack", ALL, k_stack),
 };
 
 const fl_kernel_group_t fl_host_group_reduce = {entries, (int)(sizeof entries / sizeof entries[0])};

@@ -52,43 +52,20 @@ typedef struct {
     int n;
 } sp_opnds_t;
 
-static int is_scalar_arg(const fl_arg_t *a) {
-    return a->kind == FL_ARG_INT || a->kind == FL_ARG_FLOAT || a->kind == FL_ARG_BOOL;
-}
 
-/* Broadcast t to the shape of o (right-aligned). -1 when not broadcastable. */
-static int bcast(const fl_tensor_t *t, const fl_tensor_t *o, fl_tensor_t *r) {
-    if (t->ndim < 0 || t->ndim > o->ndim || o->ndim > FL_MAX_DIMS) return -1;
-    *r = *t;
-    r->ndim = o->ndim;
-    int lead = o->ndim - t->ndim;
-    for (int d = 0; d < o->ndim; d++) {
-        int64_t sz = d < lead ? 1 : t->sizes[d - lead];
-        int64_t st = d < lead ? 0 : t->strides[d - lead];
-        if (sz == o->sizes[d]) r->strides[d] = sz == 1 ? 0 : st;
-        else if (sz == 1) r->strides[d] = 0;
-        else return -1;
-        r->sizes[d] = o->sizes[d];
-    }
-    return 0;
-}
 
-static int out_ok(const fl_tensor_t *out, int n_out) {
-    if (n_out < 1 || out[0].ndim < 0 || out[0].ndim > FL_MAX_DIMS) return 0;
-    return out[0].data != NULL || fl_numel(&out[0]) == 0; /* an empty tensor may have no storage */
-}
 
 /* Adds args[k] as an operand: a tensor broadcast to out, or a scalar stored
  * in the dtype `dt` as a zero-stride tensor. */
 static int opnd_add(sp_opnds_t *o, const fl_tensor_t *in, int n_in, const fl_arg_t *a, const fl_tensor_t *out, int dt) {
     fl_tensor_t *t = &o->t[o->n];
     if (a->kind == FL_ARG_TENSOR) {
-        if (a->i < 0 || a->i >= n_in || bcast(&in[a->i], out, t)) return UNSUP;
-    } else if (is_scalar_arg(a)) {
+        if (a->i < 0 || a->i >= n_in || fl_bcast(&in[a->i], out->ndim, out->sizes, t)) return UNSUP;
+    } else if (fl_arg_is_num(a)) {
         if (a->kind == FL_ARG_FLOAT) fl_cvt_row(dt, &o->scalar[o->n], 1, FL_FLOAT64, &a->f, 0, 1);
         else fl_cvt_row(dt, &o->scalar[o->n], 1, FL_INT64, &a->i, 0, 1);
         fl_tensor_t s = {.data = &o->scalar[o->n], .offset = 0, .dtype = dt, .ndim = 0};
-        if (bcast(&s, out, t)) return UNSUP;
+        if (fl_bcast(&s, out->ndim, out->sizes, t)) return UNSUP;
     } else {
         return UNSUP;
     }
@@ -109,7 +86,7 @@ static void sp_apply(const sp_fn_t *fn, int64_t n, double *o, const double *a, c
 /* out = fn(operands...) for a floating out; operands are args[opi[k]]. */
 static int sp_run(const fl_tensor_t *in, int n_in, const fl_tensor_t *out, int n_out, const fl_arg_t *args,
                   int n_args, const int *opi, const sp_fn_t *fn) {
-    if (!out_ok(out, n_out) || !fl_is_floating(out[0].dtype)) return UNSUP;
+    if (!fl_out_ok(out, n_out) || !fl_is_floating(out[0].dtype)) return UNSUP;
     if (fn->no_half && (out[0].dtype == FL_FLOAT16 || out[0].dtype == FL_BFLOAT16)) return UNSUP;
     const fl_tensor_t *o = &out[0];
     sp_opnds_t ops = {.n = 0};
@@ -198,7 +175,7 @@ DEF_BINARY(k_zeta, fl_sp_zeta, 0)
  * step to float, so overflow gives PyTorch's infinities and NaNs */
 static int poly(FL_KERNEL_ARGS, double (*f64)(double, double), double (*f32)(double, double)) {
     FL_UNUSED_KERNEL_ARGS;
-    if (!out_ok(out, n_out)) return UNSUP;
+    if (!fl_out_ok(out, n_out)) return UNSUP;
     sp_fn_t fn = {.nop = 2, .f2 = out[0].dtype == FL_FLOAT64 ? f64 : f32, .no_half = 1};
     return sp_run(in, n_in, out, n_out, args, n_args, (int[]){0, 1}, &fn);
 }
@@ -229,7 +206,7 @@ static double polygammaf_fn(double x, int64_t n) { return fl_sp_polygammaf(n, x)
 /* polygamma(int n, Tensor self) and polygamma_(Tensor self, int n) */
 static int polygamma(FL_KERNEL_ARGS, int self_at, int n_at) {
     FL_UNUSED_KERNEL_ARGS;
-    if (!out_ok(out, n_out) || n_args < 2 || args[n_at].kind != FL_ARG_INT) return UNSUP;
+    if (!fl_out_ok(out, n_out) || n_args < 2 || args[n_at].kind != FL_ARG_INT) return UNSUP;
     if (args[n_at].i < 0) FL_FAIL(FL_ERR_INVALID, "polygamma(n, x) does not support negative n.");
     sp_fn_t fn = {.nop = 1, .fi = out[0].dtype == FL_FLOAT64 ? polygamma_fn : polygammaf_fn, .iarg = args[n_at].i};
     return sp_run(in, n_in, out, n_out, args, n_args, (int[]){self_at}, &fn);
@@ -252,7 +229,7 @@ static int k_mvlgamma(FL_KERNEL_ARGS) {
 static double round_dec_f(double x, int64_t d) { return fl_sp_round_decimalsf((float)x, d); }
 static int k_round_decimals(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (!out_ok(out, n_out) || n_args < 2 || args[1].kind != FL_ARG_INT) return UNSUP;
+    if (!fl_out_ok(out, n_out) || n_args < 2 || args[1].kind != FL_ARG_INT) return UNSUP;
     sp_fn_t fn = {.nop = 1, .fi = out[0].dtype == FL_FLOAT64 ? fl_sp_round_decimals : round_dec_f, .iarg = args[1].i};
     return sp_run(in, n_in, out, n_out, args, n_args, (int[]){0}, &fn);
 }
@@ -285,7 +262,7 @@ static double nextafter_bf16(double a, double b) {
 }
 static int k_nextafter(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (!out_ok(out, n_out)) return UNSUP;
+    if (!fl_out_ok(out, n_out)) return UNSUP;
     int dt = out[0].dtype;
     sp_fn_t fn = {.nop = 2, .f2 = dt == FL_FLOAT64 ? nextafter : dt == FL_FLOAT32 ? nextafter_f32
                                 : dt == FL_FLOAT16 ? nextafter_f16 : nextafter_bf16};
@@ -327,7 +304,7 @@ static int fminmax_int(const fl_tensor_t *in, int n_in, const fl_tensor_t *o, co
 }
 static int fminmax(FL_KERNEL_ARGS, int is_max) {
     FL_UNUSED_KERNEL_ARGS;
-    if (!out_ok(out, n_out) || n_args < 2) return UNSUP;
+    if (!fl_out_ok(out, n_out) || n_args < 2) return UNSUP;
     if (!fl_is_floating(out[0].dtype)) return fminmax_int(in, n_in, &out[0], args, is_max);
     sp_fn_t fn = {.nop = 2, .f2 = is_max ? fmax : fmin};
     return sp_run(in, n_in, out, n_out, args, n_args, (int[]){0, 1}, &fn);
@@ -340,7 +317,7 @@ static int k_fmin(FL_KERNEL_ARGS) { return fminmax(stream, device, in, n_in, out
 /* ------------------------------------------------------------------ */
 static int k_frexp(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
-    if (n_out < 2 || !out_ok(out, n_out) || !out_ok(out + 1, 1) || n_args < 1) return UNSUP;
+    if (n_out < 2 || !fl_out_ok(out, n_out) || !fl_out_ok(out + 1, 1) || n_args < 1) return UNSUP;
     if (args[0].kind != FL_ARG_TENSOR || args[0].i < 0 || args[0].i >= n_in) return UNSUP;
     const fl_tensor_t *m = &out[0], *e = &out[1];
     if (!fl_is_floating(in[args[0].i].dtype))
@@ -349,7 +326,7 @@ static int k_frexp(FL_KERNEL_ARGS) {
     for (int d = 0; d < m->ndim; d++)
         if (e->sizes[d] != m->sizes[d]) return UNSUP;
     fl_tensor_t x;
-    if (bcast(&in[args[0].i], m, &x)) return UNSUP;
+    if (fl_bcast(&in[args[0].i], m->ndim, m->sizes, &x)) return UNSUP;
     fl_iter_t it;
     fl_iter_init(&it, 3, (const fl_tensor_t *[]){m, e, &x});
     int64_t numel = it.outer * it.inner;

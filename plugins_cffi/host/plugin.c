@@ -98,16 +98,7 @@ static int copy_any(int device, void *dst, const void *src, size_t n, fl_stream_
     return FL_OK;
 }
 
-/* Synchronous streams: a stream is a token, an event is always complete. */
-static int stream_create(int device, fl_stream_t *s) { *s = (fl_stream_t)(intptr_t)1; return check_device(device); }
-static int stream_destroy(int device, fl_stream_t s) { (void)s; return check_device(device); }
-static int stream_sync(int device, fl_stream_t s) { (void)s; return check_device(device); }
-static int event_create(int device, fl_event_t *e) { *e = (fl_event_t)(intptr_t)1; return check_device(device); }
-static int event_destroy(int device, fl_event_t e) { (void)e; return check_device(device); }
-static int event_record(int device, fl_event_t e, fl_stream_t s) { (void)e; (void)s; return check_device(device); }
-static int event_sync(int device, fl_event_t e) { (void)e; return check_device(device); }
-static int event_query(int device, fl_event_t e, int *done) { (void)e; *done = 1; return check_device(device); }
-static int synchronize(int device) { return check_device(device); }
+FL_SYNC_STREAMS(check_device)
 
 /* ---- RNG ---- */
 static uint64_t rng_seed = 67280421310721ull, rng_offset;
@@ -132,21 +123,16 @@ uint64_t fl_host_rng_reserve(int device, uint64_t count, uint64_t *seed) {
 }
 
 /* ---- kernel table ---- */
-static const fl_kernel_group_t *groups[] = {&fl_host_group_elementwise, &fl_host_group_reduce,
-                                            &fl_host_group_linalg, &fl_host_group_special,
-    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_fft};
-#define NGROUPS ((int)(sizeof groups / sizeof groups[0]))
-
 static int kernel_count(int *count) {
     int n = 0;
-    for (int g = 0; g < NGROUPS; g++) n += groups[g]->count;
+    for (int g = 0; g < fl_host_ngroups; g++) n += fl_host_groups[g]->count;
     *count = n;
     return FL_OK;
 }
 static int kernel_get(int index, fl_kernel_entry_t *entry) {
-    for (int g = 0; g < NGROUPS; g++) {
-        if (index < groups[g]->count) { *entry = groups[g]->entries[index]; return FL_OK; }
-        index -= groups[g]->count;
+    for (int g = 0; g < fl_host_ngroups; g++) {
+        if (index < fl_host_groups[g]->count) { *entry = fl_host_groups[g]->entries[index]; return FL_OK; }
+        index -= fl_host_groups[g]->count;
     }
     FL_FAIL(FL_ERR_INVALID, "cpu: kernel index out of range");
 }

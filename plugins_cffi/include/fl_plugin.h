@@ -81,8 +81,36 @@ typedef enum {
     FL_ARG_BOOL = 5,        /* i (0 or 1) */
     FL_ARG_INT_LIST = 6,    /* list[0..len) ; len <= FL_MAX_DIMS */
     FL_ARG_DTYPE = 7,       /* i = fl_dtype_t */
-    FL_ARG_OTHER = 8        /* something the ABI does not describe (string, layout...) */
+    FL_ARG_OTHER = 8        /* a string (i = its fl_string_code_t), or something the ABI does
+                               not describe (layout, memory format...) */
 } fl_arg_kind_t;
+
+/* The strings kernels read (reduce="amax", side="right", approximate="tanh",
+ * UPLO="L") arrive as FL_ARG_OTHER with the string's code in `i`. The
+ * constant's name is FL_STR_ followed by the string exactly as PyTorch spells
+ * it: the runtime reads this enum to build its table, so the two can never
+ * disagree. A string not listed arrives as FL_STR_UNKNOWN; a new one gets
+ * the next code (the numbering is part of the ABI). */
+typedef enum {
+    FL_STR_UNKNOWN = -1,
+    FL_STR_none = 0,      /* gelu approximate */
+    FL_STR_tanh = 1,
+    FL_STR_trunc = 2,     /* div rounding_mode */
+    FL_STR_floor = 3,
+    FL_STR_mean = 4,      /* scatter_reduce / index_reduce / segment_reduce reduce */
+    FL_STR_sum = 5,
+    FL_STR_L = 6,         /* eigh / eigvalsh UPLO */
+    FL_STR_U = 7,
+    FL_STR_prod = 8,
+    FL_STR_amax = 9,
+    FL_STR_amin = 10,
+    FL_STR_add = 11,      /* scatter reduce */
+    FL_STR_multiply = 12,
+    FL_STR_left = 13,     /* searchsorted side */
+    FL_STR_right = 14,
+    FL_STR_max = 15,      /* segment_reduce reduce */
+    FL_STR_min = 16
+} fl_string_code_t;
 
 typedef struct {
     int32_t kind;
@@ -121,9 +149,11 @@ typedef int (*fl_kernel_fn)(fl_stream_t stream, int device,
 /* One entry of the kernel table: aten overload name ("aten::mm",
  * "aten::add.Tensor", "aten::native_layer_norm_backward") and the dtypes it
  * serves (a mask of FL_DTYPE_BIT). The lookup dtype is that of the op's first
- * fl tensor argument; an op with no fl tensor argument (a factory) never
- * reaches a kernel (the runtime computes it on the host and copies it). Each
- * name appears once. */
+ * fl tensor argument. A factory (an op with no fl tensor argument, such as
+ * "aten::arange.start_step") is looked up by its output's dtype: its kernel
+ * gets no inputs, the op's scalar arguments and the output the runtime
+ * allocated; a factory without a kernel is computed on the host and copied.
+ * Each name appears once. */
 typedef struct {
     const char *op;
     uint32_t dtypes;
@@ -131,14 +161,19 @@ typedef struct {
     fl_kernel_fn fn;
 } fl_kernel_entry_t;
 
-#define FL_KERNEL_FUSED 1u
+/* Kernel flags (fl_kernel_entry_t.flags). */
+typedef enum {
+    FL_KERNEL_FUSED = 1
+} fl_kernel_flag_t;
 
-/* Device feature flags. */
-#define FL_FEATURE_HOST_ACCESSIBLE 1u   /* device pointers may be read by the host CPU */
-#define FL_FEATURE_ASYNC_COPY 2u        /* copies on non-default streams overlap */
-#define FL_FEATURE_FP16_STABLE 4u       /* fp16 autocast is numerically safe */
-#define FL_FEATURE_COLLECTIVES 8u
-#define FL_FEATURE_CHANNELS_LAST 16u    /* convolutions run fastest on NHWC (channels-last) tensors */
+/* Device feature flags (fl_device_props_t.features), a mask. */
+typedef enum {
+    FL_FEATURE_HOST_ACCESSIBLE = 1,   /* device pointers may be read by the host CPU */
+    FL_FEATURE_ASYNC_COPY = 2,        /* copies on non-default streams overlap */
+    FL_FEATURE_FP16_STABLE = 4,       /* fp16 autocast is numerically safe */
+    FL_FEATURE_COLLECTIVES = 8,       /* the comm_* entry points are real collectives */
+    FL_FEATURE_CHANNELS_LAST = 16     /* convolutions run fastest on NHWC (channels-last) tensors */
+} fl_feature_t;
 
 typedef struct {
     char name[64];

@@ -16,7 +16,8 @@
  *
  * Build:  make            (or: cc -O2 -shared -fPIC -fvisibility=hidden -I../include \
  *                               fl_template.c -o libfl_template.so)
- * Only fl_plugin.h and the C library are used.
+ * Only fl_plugin.h, fl_kernel_util.h (header-only helpers: the strided
+ * iterator, argument accessors, size parsing) and the C library are used.
  */
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -26,6 +27,7 @@
 #include <string.h>
 
 #include "fl_plugin.h"
+#include "fl_kernel_util.h"
 
 #define TEMPLATE_NAME "template"
 #define DEFAULT_MEMORY_LIMIT (256ull << 20) /* 256 MiB; env FL_TEMPLATE_MEMORY_LIMIT overrides */
@@ -67,20 +69,6 @@ static int check_device(int device) {
 /* Devices                                                                  */
 /* ------------------------------------------------------------------------ */
 static uint64_t memory_limit = DEFAULT_MEMORY_LIMIT;
-
-/* "268435456", "512M", "2G", "64k" -> bytes; 0 when unparsable. */
-static uint64_t parse_bytes(const char *s) {
-    char *end;
-    double v = strtod(s, &end);
-    switch (*end) {
-    case 'G': case 'g': v *= 1024.0 * 1024.0 * 1024.0; break;
-    case 'M': case 'm': v *= 1024.0 * 1024.0; break;
-    case 'K': case 'k': v *= 1024.0; break;
-    case '\0': break;
-    default: return 0;
-    }
-    return v > 0 ? (uint64_t)v : 0;
-}
 
 static int device_count(int *count) {
     if (!count) return fail(FL_ERR_INVALID, TEMPLATE_NAME ": device_count(NULL)");
@@ -256,12 +244,6 @@ static int rng_get_state(int device, uint64_t *seed, uint64_t *offset) {
  * dereference before checking the element count. */
 #define AT(T, t, off) (((T *)(t)->data)[off])
 
-static int64_t numel(const fl_tensor_t *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
-    return n;
-}
-
 static int same_shape(const fl_tensor_t *a, const fl_tensor_t *b) {
     if (a->ndim != b->ndim) return 0;
     for (int d = 0; d < a->ndim; d++)
@@ -271,47 +253,25 @@ static int same_shape(const fl_tensor_t *a, const fl_tensor_t *b) {
 
 static int is_float_dtype(int dtype) { return dtype == FL_FLOAT32 || dtype == FL_FLOAT64; }
 
-static int is_scalar_arg(const fl_arg_t *a) {
-    return a->kind == FL_ARG_INT || a->kind == FL_ARG_FLOAT || a->kind == FL_ARG_BOOL;
-}
-static double scalar_value(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
-
 /* Walks the elements of `shape` in row-major order and keeps the element
  * offset of up to 3 tensors of that shape (each with its own strides), so one
  * loop serves contiguous, transposed, sliced and broadcast operands alike.
- * A real device would collapse contiguous dimensions and vectorise; the
- * template stays obvious. */
-#define WALK_MAX 3
+ * fl_walk_t (fl_kernel_util.h) does the walking; a NULL tensor stands for a
+ * scalar operand, whose offset is never read. A real device would rather use
+ * fl_iter_t, which coalesces contiguous dimensions into long rows to
+ * vectorise; the template stays obvious. */
 typedef struct {
-    int ndim, n;
-    int64_t sizes[FL_MAX_DIMS], idx[FL_MAX_DIMS];
-    int64_t strides[WALK_MAX][FL_MAX_DIMS];
-    int64_t off[WALK_MAX];
-} walk_t;
+    fl_walk_t w;
+    int64_t ctr[FL_MAX_DIMS], off[FL_WALK_MAX];
+} cursor_t;
 
-static void walk_init(walk_t *w, const fl_tensor_t *shape, int n, const fl_tensor_t *const *ts) {
-    w->ndim = shape->ndim;
-    w->n = n;
-    for (int d = 0; d < w->ndim; d++) {
-        w->sizes[d] = shape->sizes[d];
-        w->idx[d] = 0;
-    }
-    for (int k = 0; k < n; k++) {
-        /* a NULL tensor stands for a scalar: stride 0 everywhere, offset 0 */
-        w->off[k] = ts[k] ? ts[k]->offset : 0;
-        for (int d = 0; d < w->ndim; d++) w->strides[k][d] = ts[k] ? ts[k]->strides[d] : 0;
-    }
+static void cursor_init(cursor_t *c, const fl_tensor_t *shape, int n, const fl_tensor_t *const *ts) {
+    fl_walk_init(&c->w, shape->ndim, shape->sizes);
+    for (int k = 0; k < n; k++) fl_walk_add(&c->w, ts[k] ? ts[k] : shape);
+    fl_walk_seek(&c->w, 0, c->ctr, c->off);
 }
 
-static void walk_next(walk_t *w) {
-    for (int d = w->ndim - 1; d >= 0; d--) {
-        int64_t *i = &w->idx[d];
-        for (int k = 0; k < w->n; k++) w->off[k] += w->strides[k][d];
-        if (++*i < w->sizes[d]) return;
-        for (int k = 0; k < w->n; k++) w->off[k] -= w->strides[k][d] * w->sizes[d];
-        *i = 0;
-    }
-}
+static void cursor_next(cursor_t *c) { fl_walk_next(&c->w, c->ctr, c->off); }
 
 /* [lo, hi] in elements of the storage a non-empty tensor touches. */
 static void span(const fl_tensor_t *t, int64_t *lo, int64_t *hi) {
@@ -326,7 +286,7 @@ static void span(const fl_tensor_t *t, int64_t *lo, int64_t *hi) {
  * that overlaps differently (x[1:].add_(x[:-1])) would make the result depend
  * on the loop order, so such calls are declined. */
 static int partial_overlap(const fl_tensor_t *t, const fl_tensor_t *o) {
-    if (t->data != o->data || t->data == NULL || numel(t) == 0 || numel(o) == 0) return 0;
+    if (t->data != o->data || t->data == NULL || fl_numel(t) == 0 || fl_numel(o) == 0) return 0;
     int identical = t->offset == o->offset && t->ndim == o->ndim;
     for (int d = 0; identical && d < t->ndim; d++)
         if (t->sizes[d] != o->sizes[d] || (t->sizes[d] > 1 && t->strides[d] != o->strides[d])) identical = 0;
@@ -361,9 +321,9 @@ static int get_operand(const fl_arg_t *a, const fl_tensor_t *in, int n_in, const
         op->value = 0.0;
         return FL_OK;
     }
-    if (is_scalar_arg(a)) {
+    if (fl_arg_is_num(a)) {
         op->t = NULL;
-        op->value = scalar_value(a);
+        op->value = fl_arg_num(a);
         return FL_OK;
     }
     return DECLINE("argument kind %d not handled", a->kind);
@@ -373,7 +333,7 @@ static int get_operand(const fl_arg_t *a, const fl_tensor_t *in, int n_in, const
 static int get_output(const fl_tensor_t *out, int n_out, const fl_tensor_t **o) {
     if (n_out < 1 || out[0].ndim < 0 || out[0].ndim > FL_MAX_DIMS) return DECLINE("no defined output");
     if (!is_float_dtype(out[0].dtype)) return DECLINE("dtype %d not handled", out[0].dtype);
-    if (out[0].data == NULL && numel(&out[0]) != 0) return DECLINE("output without storage");
+    if (out[0].data == NULL && fl_numel(&out[0]) != 0) return DECLINE("output without storage");
     *o = &out[0];
     return FL_OK;
 }
@@ -405,13 +365,13 @@ static int k_add(KERNEL_ARGS) {
     if ((st = get_output(out, n_out, &o)) || (st = get_operand(&args[0], in, n_in, o, &a)) ||
         (st = get_operand(&args[1], in, n_in, o, &b)))
         return st;
-    if (!is_scalar_arg(&args[2])) return DECLINE("add: alpha of kind %d", args[2].kind);
-    double alpha = scalar_value(&args[2]);
-    int64_t n = numel(o);
-    walk_t w;
-    walk_init(&w, o, 3, (const fl_tensor_t *const[]){o, a.t, b.t});
+    if (!fl_arg_is_num(&args[2])) return DECLINE("add: alpha of kind %d", args[2].kind);
+    double alpha = fl_arg_num(&args[2]);
+    int64_t n = fl_numel(o);
+    cursor_t w;
+    cursor_init(&w, o, 3, (const fl_tensor_t *const[]){o, a.t, b.t});
 #define ADD_LOOP(T)                                                                        \
-    for (int64_t i = 0; i < n; i++, walk_next(&w))                                         \
+    for (int64_t i = 0; i < n; i++, cursor_next(&w))                                         \
         AT(T, o, w.off[0]) = OPERAND(T, a, w, 1) + (T)alpha * OPERAND(T, b, w, 2);
     if (o->dtype == FL_FLOAT32) { ADD_LOOP(float) } else { ADD_LOOP(double) }
 #undef ADD_LOOP
@@ -429,11 +389,11 @@ static int k_mul(KERNEL_ARGS) {
     if ((st = get_output(out, n_out, &o)) || (st = get_operand(&args[0], in, n_in, o, &a)) ||
         (st = get_operand(&args[1], in, n_in, o, &b)))
         return st;
-    int64_t n = numel(o);
-    walk_t w;
-    walk_init(&w, o, 3, (const fl_tensor_t *const[]){o, a.t, b.t});
+    int64_t n = fl_numel(o);
+    cursor_t w;
+    cursor_init(&w, o, 3, (const fl_tensor_t *const[]){o, a.t, b.t});
 #define MUL_LOOP(T)                                                                        \
-    for (int64_t i = 0; i < n; i++, walk_next(&w))                                         \
+    for (int64_t i = 0; i < n; i++, cursor_next(&w))                                         \
         AT(T, o, w.off[0]) = OPERAND(T, a, w, 1) * OPERAND(T, b, w, 2);
     if (o->dtype == FL_FLOAT32) { MUL_LOOP(float) } else { MUL_LOOP(double) }
 #undef MUL_LOOP
@@ -450,11 +410,11 @@ static int k_relu(KERNEL_ARGS) {
     if (n_args < 1) return DECLINE("relu: expected 1 argument");
     if ((st = get_output(out, n_out, &o)) || (st = get_operand(&args[0], in, n_in, o, &x))) return st;
     if (!x.t) return DECLINE("relu: self is not a tensor");
-    int64_t n = numel(o);
-    walk_t w;
-    walk_init(&w, o, 2, (const fl_tensor_t *const[]){o, x.t});
+    int64_t n = fl_numel(o);
+    cursor_t w;
+    cursor_init(&w, o, 2, (const fl_tensor_t *const[]){o, x.t});
 #define RELU_LOOP(T)                                                                       \
-    for (int64_t i = 0; i < n; i++, walk_next(&w)) {                                       \
+    for (int64_t i = 0; i < n; i++, cursor_next(&w)) {                                       \
         T v = AT(T, x.t, w.off[1]);                                                        \
         AT(T, o, w.off[0]) = (v > 0 || v != v) ? v : (T)0;                                 \
     }
@@ -471,15 +431,15 @@ static int k_fill_(KERNEL_ARGS) {
     const fl_tensor_t *o;
     int st;
     if ((st = get_output(out, n_out, &o))) return st;
-    if (n_args < 2 || !is_scalar_arg(&args[1])) return DECLINE("fill_: value is not a number");
-    double value = scalar_value(&args[1]);
-    int64_t n = numel(o);
-    walk_t w;
-    walk_init(&w, o, 1, (const fl_tensor_t *const[]){o});
+    if (n_args < 2 || !fl_arg_is_num(&args[1])) return DECLINE("fill_: value is not a number");
+    double value = fl_arg_num(&args[1]);
+    int64_t n = fl_numel(o);
+    cursor_t w;
+    cursor_init(&w, o, 1, (const fl_tensor_t *const[]){o});
     if (o->dtype == FL_FLOAT32) {
-        for (int64_t i = 0; i < n; i++, walk_next(&w)) AT(float, o, w.off[0]) = (float)value;
+        for (int64_t i = 0; i < n; i++, cursor_next(&w)) AT(float, o, w.off[0]) = (float)value;
     } else {
-        for (int64_t i = 0; i < n; i++, walk_next(&w)) AT(double, o, w.off[0]) = value;
+        for (int64_t i = 0; i < n; i++, cursor_next(&w)) AT(double, o, w.off[0]) = value;
     }
     return FL_OK;
 }
@@ -528,15 +488,15 @@ static int k_sum(KERNEL_ARGS) {
     if (o->ndim != 0) return DECLINE("sum: output is not a 0-dim tensor");
     if (!is_float_dtype(o->dtype) || x->dtype != o->dtype)
         return DECLINE("sum: dtype %d -> %d not handled", x->dtype, o->dtype);
-    int64_t n = numel(x);
+    int64_t n = fl_numel(x);
     double acc = 0.0; /* the sum of zero elements is 0 */
-    walk_t w;
-    walk_init(&w, x, 1, (const fl_tensor_t *const[]){x});
+    cursor_t w;
+    cursor_init(&w, x, 1, (const fl_tensor_t *const[]){x});
     if (x->dtype == FL_FLOAT32) {
-        for (int64_t i = 0; i < n; i++, walk_next(&w)) acc += AT(float, x, w.off[0]);
+        for (int64_t i = 0; i < n; i++, cursor_next(&w)) acc += AT(float, x, w.off[0]);
         AT(float, o, o->offset) = (float)acc;
     } else {
-        for (int64_t i = 0; i < n; i++, walk_next(&w)) acc += AT(double, x, w.off[0]);
+        for (int64_t i = 0; i < n; i++, cursor_next(&w)) acc += AT(double, x, w.off[0]);
         AT(double, o, o->offset) = acc;
     }
     return FL_OK;
@@ -596,8 +556,8 @@ int fl_plugin_init(fl_plugin_t *p) {
      * FL_ERR_INVALID" for it. */
     const char *env = getenv("FL_TEMPLATE_MEMORY_LIMIT");
     if (env && *env) {
-        uint64_t v = parse_bytes(env);
-        if (!v) return fail(FL_ERR_INVALID, TEMPLATE_NAME ": FL_TEMPLATE_MEMORY_LIMIT=%s is not a size", env);
+        uint64_t v;
+        if (fl_parse_size(env, &v) || !v) return fail(FL_ERR_INVALID, TEMPLATE_NAME ": FL_TEMPLATE_MEMORY_LIMIT=%s is not a size", env);
         memory_limit = v;
     }
     p->abi_version = FL_ABI_VERSION;

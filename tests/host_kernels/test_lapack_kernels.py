@@ -12,10 +12,10 @@ import harness
 import pytest
 import torch
 
-from torch_fl.runtime import ffi
+from torch_fl.runtime import STRING_CODES, ffi
 
 A = torch.ops.aten
-STRINGS = {"L": 6, "U": 7}  # the codes k_lapack.c expects for UPLO (see the report on STRING_CODES)
+STRINGS = dict(STRING_CODES)  # fl_plugin.h's fl_string_code_t, as the runtime reads it (a test may drop one)
 DTYPES = [torch.float32, torch.float64]
 
 

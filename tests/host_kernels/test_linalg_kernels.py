@@ -1,4 +1,4 @@
-"""Host-plugin linalg kernels (k_linalg*.c) against PyTorch's own CPU ops:
+"""Host-plugin linalg kernels (k_linalg.c, k_conv.c, k_norm.c, k_pool.c) against PyTorch's own CPU ops:
 GEMM family, convolution (+ backward), batch/layer/group norm, pooling."""
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtyp
         body = store("(*S)", "so", _load("(*T)", dtype, "to"))
     else:  # T = out (written at the index), S = src (read where the index is)
         setup = "const fl_tensor_t *T = &out[0], *S = &in[2];"
-        number = f"fl_{'i' if integer else ''}num(&args[{value_arg}])"
+        number = f"fl_arg_{'int' if integer else 'num'}(&args[{value_arg}])"
         v = number if value_arg is not None else _load("(*S)", dtype, "so")
         if not inplace:  # the functional form starts from a copy of self
             pre += f"""

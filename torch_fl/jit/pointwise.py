@@ -425,7 +425,7 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
             slot += 1
         elif isinstance(v, torch.Tensor):  # a wrapped number: passed as a scalar argument
             example.append(v.clone())
-            inputs[f"arg{slot}_1"] = f"fl_{'i' if exact(v.dtype) else ''}num(&args[{i}])"
+            inputs[f"arg{slot}_1"] = f"fl_arg_{'int' if exact(v.dtype) else 'num'}(&args[{i}])"
             scalars.add(f"arg{slot}_1")
             slot += 1
         elif isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):

@@ -1,16 +1,19 @@
 """The C the JIT generators share: the C type of each dtype a generated kernel
 stores, loads and stores through a tensor descriptor (bfloat16 converted,
 integers exact in int64_t, floating values in double), constants, and the
-prelude every generated source starts with (the ABI header itself, so the
-generated code can never disagree with it, then the helpers below; with
-`special`, the special-function header the host plugin's kernels are built
-from). A generator that cannot express a call raises Unsupported."""
+prelude every generated source starts with (the ABI header and fl_kernel_util.h
+themselves, so the generated code can never disagree with them and converts
+bfloat16 as the host kernels do, then the helpers below; with `special`, the
+special-function header the host plugin's kernels are built from). A generator
+that cannot express a call raises Unsupported."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-from ..runtime import TO_CODE, header_path, special_math_path
+from ..runtime import TO_CODE, get_include, header_path, special_math_path
 
 DTYPES = {torch.float32: "float", torch.float64: "double", torch.bfloat16: "bf16", torch.bool: "uint8_t",
           torch.int64: "int64_t", torch.int32: "int32_t"}
@@ -57,17 +60,8 @@ def value_type(dtype) -> str:
 
 
 HELPERS = r"""
-#include <math.h>
-#include <string.h>
-static inline double fl_ld_bf16(const uint16_t *p) {
-    uint32_t u = (uint32_t)(*p) << 16; float f; memcpy(&f, &u, 4); return f;
-}
-static inline void fl_st_bf16(uint16_t *p, double v) {
-    float f = (float)v; uint32_t u; memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) { *p = (uint16_t)((u >> 16) | 0x40); return; }
-    u += 0x7fffu + ((u >> 16) & 1u); *p = (uint16_t)(u >> 16);
-}
-static inline double fl_rnd_bf16(double v) { uint16_t h; fl_st_bf16(&h, v); return fl_ld_bf16(&h); }
+/* v rounded to bfloat16 (fl_kernel_util.h's conversions), as a double */
+static inline double fl_rnd_bf16(double v) { return fl_bf16_to_f32(fl_f32_to_bf16((float)v)); }
 /* as PyTorch's CPU kernels: relu and the clamps keep x when it equals the bound (relu(-0.0) is -0.0),
  * a NaN input or bound gives NaN, and floor division follows ATen's div_floor_floating */
 static inline double fl_relu(double x) { return x < 0.0 ? 0.0 : x; }
@@ -88,8 +82,6 @@ static inline double fl_sign(double x) { return (double)((x > 0.0) - (x < 0.0));
 static inline double fl_rem(double a, double b) {
     double m = fmod(a, b); return (m != 0.0 && ((m < 0.0) != (b < 0.0))) ? m + b : m;
 }
-static inline double fl_num(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }
-static inline int64_t fl_inum(const fl_arg_t *a) { return a->kind == FL_ARG_FLOAT ? (int64_t)a->f : a->i; }
 /* integers as PyTorch computes them: two's complement wrap-around (through uint64_t: signed
  * overflow is undefined in C), C division truncating, floor division and remainder with
  * Python's signs, INT64_MIN / -1 wrapping, a zero divisor flagged in *err (PyTorch raises
@@ -143,10 +135,11 @@ static inline int64_t fl_ilcm(int64_t a, int64_t b) {
 
 
 def prelude(special: bool = False) -> str:
-    """The ABI header itself (so the generated code can never disagree with it), then helpers;
-    with `special`, the special-function header the host plugin's kernels are built from."""
-    with open(header_path()) as f:
-        text = f.read() + HELPERS
+    """The ABI header and fl_kernel_util.h themselves (so the generated code can never disagree with
+    them), then helpers; with `special`, the special-function header the host plugin's kernels are
+    built from. Pasted, not #included: the plugin compiles the source with no include path."""
+    with open(header_path()) as f, open(os.path.join(get_include(), "fl_kernel_util.h")) as g:
+        text = f.read() + g.read() + HELPERS
     if special:
         path = special_math_path()
         if path is None:
@@ -165,7 +158,7 @@ def c_load(t: str, dtype, off: str) -> str:
     int64_t for integers and bool (exact), double for floating dtypes."""
     c = ctype(dtype)
     if c == "bf16":
-        return f"fl_ld_bf16((const uint16_t *){t}.data + {off})"
+        return f"(double)fl_bf16_to_f32(((const uint16_t *){t}.data)[{off}])"
     if exact(dtype):
         return f"(int64_t)((const {c} *){t}.data)[{off}]"
     return f"(double)((const {c} *){t}.data)[{off}]"
@@ -179,8 +172,7 @@ def c_store(t: str, dtype, off: str, expr: str, integer: bool = False) -> str:
         zero = "0" if integer else "0.0"
         return f"((uint8_t *){t}.data)[{off}] = (uint8_t)(({expr}) != {zero});"
     if c == "bf16":
-        value = f"(double)(float)({expr})" if integer else expr
-        return f"fl_st_bf16((uint16_t *){t}.data + {off}, {value});"
+        return f"((uint16_t *){t}.data)[{off}] = fl_f32_to_bf16((float)({expr}));"
     if integer or dtype.is_floating_point:
         return f"(({c} *){t}.data)[{off}] = ({c})({expr});"
     return f"(({c} *){t}.data)[{off}] = ({c})trunc({expr});"

@@ -130,6 +130,7 @@ def generate(name: str, kind: str, extra: int, ndim: int, in_dtype, out_dtypes: 
     step = _STEPS[kind].replace("EXTRA", f"((int64_t){extra})").replace("VT", vt)
     for macro, fn in _ARITH[integer].items():
         step = step.replace(macro, fn)
+    step = step.replace("return 2;", "{ free(r); free(tmp); return 2; }")  # an early exit frees the scratch rows
     load = c_load("in[0]", in_dtype, "io")
     n_out = len(out_dtypes)
     key = "|".join(map(str, [name, kind, extra, ndim, in_dtype, out_dtypes]))
@@ -168,8 +169,6 @@ int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, co
     return 0;
 }}
 """
-    # an early `return 2` inside a step must free the scratch rows first
-    src = src.replace("return 2;", "{ free(r); free(tmp); return 2; }")
     return src, symbol
 
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 from . import abi, async_copy, config, core, events, memory, native, plugin, private, spawn
 from . import device as _device_module
 from . import ipc as _ipc
-from .abi import ffi, header_path, special_math_path
+from .abi import STRING_CODES, ffi, get_include, header_path, special_math_path
 from .capability import CapabilityTable, amp_dtypes
 from .device import FlDeviceModule
 from .dtypes import COMPLEX_CODES, FROM_CODE, TO_CODE, dtype_name, mask_to_names
 from .events import COPY, DECOMPOSITION, FALLBACK, JIT, NATIVE, PATHS, VIEW, OpEvent
 from .graph import KernelGraph, Recorder, recording
 from .memory import Pool
-from .native import NOT_HANDLED, STRING_CODES, native_factory, output_layouts, run_native
+from .native import NOT_HANDLED, native_factory, output_layouts, run_native
 from .registry import REGISTRY, Backend, Device
 from .settings import SETTINGS, clear_plans, disabled_paths
 from .tensor import (
@@ -58,7 +58,7 @@ __all__ = [
     "REGISTRY", "SETTINGS", "STRING_CODES", "TO_CODE", "VIEW",
     "Backend", "CapabilityTable", "Device", "FlDeviceModule", "KernelGraph", "OpEvent", "Pool", "Recorder",
     "abi", "amp_dtypes", "async_copy", "base_ptr", "clear_plans", "config", "copy_unique", "core", "cpu_into_fl",
-    "cpu_to_new_fl", "desc", "device_of", "disabled_paths", "dtype_name", "events", "ffi", "fl_to_cpu",
+    "cpu_to_new_fl", "desc", "device_of", "disabled_paths", "dtype_name", "events", "ffi", "fl_to_cpu", "get_include",
     "header_path", "host_bytes", "host_view", "is_dense", "is_fl", "iter_tensors", "like_layout", "map_tensors",
     "mask_to_names", "memory", "native", "native_factory", "new_tensor", "not_traced", "output_layouts", "plugin",
     "private", "raw", "recording", "register", "run_native", "span", "spawn", "special_math_path", "storage_nbytes",

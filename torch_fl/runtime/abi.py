@@ -22,6 +22,12 @@ def header_path() -> str:
     raise FileNotFoundError("fl_plugin.h not found; reinstall torch_fl (pip install .)")
 
 
+def get_include() -> str:
+    """The folder that holds fl_plugin.h and fl_kernel_util.h, the headers a plugin compiles against
+    (cc -I"$(python -c 'import torch_fl; print(torch_fl.get_include())')")."""
+    return os.path.dirname(header_path())
+
+
 def special_math_path() -> str | None:
     """fl_special_math.h, the special functions' C the host plugin's kernels are built from and the JIT
     pastes into the kernels it generates: shipped beside fl_plugin.h, or in a checkout's plugins_cffi/host."""
@@ -51,21 +57,43 @@ ffi = cffi.FFI()
 with open(header_path(), encoding="utf-8") as _header:
     ffi.cdef(_cdef_source(_header.read()))
 
-ABI_VERSION: int = 1
-MAX_DIMS: int = 8
+# The header's integer constants (its #defines and enum values), as cffi read them: no value of
+# fl_plugin.h is restated in Python. Any library object carries the cdef's constants; the C library
+# (dlopen(None)) is one that is always there.
+_HEADER = ffi.dlopen(None)
 
-# values mirror fl_plugin.h
-FL_OK, FL_ERR_OOM, FL_ERR_INVALID, FL_ERR_UNSUPPORTED, FL_ERR_INTERNAL = 0, 1, 2, 3, 4
-STATUS_NAMES = {0: "FL_OK", 1: "FL_ERR_OOM", 2: "FL_ERR_INVALID", 3: "FL_ERR_UNSUPPORTED", 4: "FL_ERR_INTERNAL"}
 
-ARG_NONE, ARG_TENSOR, ARG_TENSOR_LIST, ARG_INT, ARG_FLOAT, ARG_BOOL, ARG_INT_LIST, ARG_DTYPE, ARG_OTHER = range(9)
+def enum_values(ctype: str, prefix: str) -> dict[str, int]:
+    """The constants of one of fl_plugin.h's enums, by name without the prefix: enum_values("fl_feature_t",
+    "FL_FEATURE_") == {"HOST_ACCESSIBLE": 1, ...}."""
+    return {name[len(prefix):]: value for name, value in ffi.typeof(ctype).relements.items()
+            if name.startswith(prefix)}
 
-FEATURE_HOST_ACCESSIBLE = 1
-FEATURE_ASYNC_COPY = 2
-FEATURE_FP16_STABLE = 4
-FEATURE_COLLECTIVES = 8
-FEATURE_CHANNELS_LAST = 16
-KERNEL_FUSED = 1
+
+ABI_VERSION: int = _HEADER.FL_ABI_VERSION
+MAX_DIMS: int = _HEADER.FL_MAX_DIMS
+
+FL_OK, FL_ERR_OOM, FL_ERR_INVALID, FL_ERR_UNSUPPORTED, FL_ERR_INTERNAL = (
+    _HEADER.FL_OK, _HEADER.FL_ERR_OOM, _HEADER.FL_ERR_INVALID, _HEADER.FL_ERR_UNSUPPORTED, _HEADER.FL_ERR_INTERNAL)
+STATUS_NAMES: dict[int, str] = dict(ffi.typeof("fl_status_t").elements)
+
+ARG_NONE, ARG_TENSOR, ARG_TENSOR_LIST, ARG_INT, ARG_FLOAT, ARG_BOOL, ARG_INT_LIST, ARG_DTYPE, ARG_OTHER = (
+    _HEADER.FL_ARG_NONE, _HEADER.FL_ARG_TENSOR, _HEADER.FL_ARG_TENSOR_LIST, _HEADER.FL_ARG_INT, _HEADER.FL_ARG_FLOAT,
+    _HEADER.FL_ARG_BOOL, _HEADER.FL_ARG_INT_LIST, _HEADER.FL_ARG_DTYPE, _HEADER.FL_ARG_OTHER)
+
+FEATURES: dict[str, int] = enum_values("fl_feature_t", "FL_FEATURE_")
+FEATURE_HOST_ACCESSIBLE = FEATURES["HOST_ACCESSIBLE"]
+FEATURE_ASYNC_COPY = FEATURES["ASYNC_COPY"]
+FEATURE_FP16_STABLE = FEATURES["FP16_STABLE"]
+FEATURE_COLLECTIVES = FEATURES["COLLECTIVES"]
+FEATURE_CHANNELS_LAST = FEATURES["CHANNELS_LAST"]
+KERNEL_FUSED: int = _HEADER.FL_KERNEL_FUSED
+
+# The strings kernels read, passed as FL_ARG_OTHER with their code in `i`: fl_string_code_t names each one
+# FL_STR_<the string>, so "amax" -> FL_STR_amax. Any other string is STRING_UNKNOWN.
+STRING_UNKNOWN: int = _HEADER.FL_STR_UNKNOWN
+STRING_CODES: dict[str, int] = {name: code for name, code in enum_values("fl_string_code_t", "FL_STR_").items()
+                                if code != STRING_UNKNOWN}
 
 # Entry points a plugin must provide; the rest may be NULL.
 REQUIRED_ENTRIES = (

@@ -1,26 +1,17 @@
-"""torch dtypes <-> the ABI's fl_dtype_t codes (fl_plugin.h fixes the numbering)."""
+"""torch dtypes <-> the ABI's fl_dtype_t codes, read from fl_plugin.h's enum (the header fixes the numbering)."""
 
 from __future__ import annotations
 
 import torch
 
-TO_CODE: dict[torch.dtype, int] = {
-    torch.float32: 0,
-    torch.float64: 1,
-    torch.float16: 2,
-    torch.bfloat16: 3,
-    torch.int64: 4,
-    torch.int32: 5,
-    torch.int16: 6,
-    torch.int8: 7,
-    torch.uint8: 8,
-    torch.bool: 9,
-    torch.complex64: 10,
-    torch.complex128: 11,
-}
+from .abi import enum_values
+
+# fl_dtype_t names each dtype FL_<PyTorch's name, upper case>: FL_BFLOAT16 is torch.bfloat16
+_CODES = {name.lower(): code for name, code in enum_values("fl_dtype_t", "FL_").items() if name != "DTYPE_COUNT"}
+TO_CODE: dict[torch.dtype, int] = {getattr(torch, name): code
+                                   for name, code in sorted(_CODES.items(), key=lambda item: item[1])}
 FROM_CODE: dict[int, torch.dtype] = {v: k for k, v in TO_CODE.items()}
-NAMES: dict[int, str] = {0: "float32", 1: "float64", 2: "float16", 3: "bfloat16", 4: "int64", 5: "int32",
-                         6: "int16", 7: "int8", 8: "uint8", 9: "bool", 10: "complex64", 11: "complex128"}
+NAMES: dict[int, str] = {code: name for name, code in _CODES.items()}
 COMPLEX_CODES = frozenset(c for d, c in TO_CODE.items() if d.is_complex)
 
 

@@ -33,10 +33,6 @@ aten = torch.ops.aten
 
 NOT_HANDLED = object()  # what a call returns when this path does not serve it
 
-# Strings the ABI passes as FL_ARG_OTHER with a known code in `i`.
-# strings kernels read (fl_plugin.h FL_ARG_OTHER; docs/writing-a-plugin.md lists them): a new one gets the next code
-STRING_CODES = {"none": 0, "tanh": 1, "trunc": 2, "floor": 3, "mean": 4, "sum": 5, "L": 6, "U": 7, "prod": 8,
-                "amax": 9, "amin": 10, "add": 11, "multiply": 12, "left": 13, "right": 14, "max": 15, "min": 16}
 
 
 def _desc_for(t: torch.Tensor, shape=None) -> dict:
@@ -251,7 +247,7 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
         elif isinstance(v, torch.dtype):
             cargs.append((abi.ARG_DTYPE, 0, TO_CODE.get(v, -1)))
         elif isinstance(v, str):
-            cargs.append((abi.ARG_OTHER, 0, STRING_CODES.get(v, -1)))
+            cargs.append((abi.ARG_OTHER, 0, abi.STRING_CODES.get(v, abi.STRING_UNKNOWN)))
         else:
             cargs.append((abi.ARG_OTHER, 0, -1))
     out_descs = [(desc(t) if is_fl(t) else _UNDEFINED) for t in outs]

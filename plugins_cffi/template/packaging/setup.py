@@ -8,13 +8,14 @@ the wheel is tagged py3-none-<platform> (any Python, this OS/CPU only).
 Where the sources come from:
   fl_template.c   next to this file (your own repository), else ../fl_template.c
                   (this SDK's layout: plugins_cffi/template/packaging/..)
-  fl_plugin.h     $FL_INCLUDE, else ./include, else ../../include (this SDK).
-                  An installed torch_fl ships its copy; with build isolation off
-                  (pip install --no-build-isolation) you can point at it:
-                  FL_INCLUDE=$(python -c 'import torch_fl,os;print(os.path.dirname(torch_fl.runtime.header_path()))')
+  fl_plugin.h     $FL_INCLUDE, else ./include, else ../../include (this SDK),
+  fl_kernel_util.h  beside it.
+                  An installed torch_fl ships its copies; with build isolation off
+                  (pip install --no-build-isolation) you can point at them:
+                  FL_INCLUDE=$(python -c 'import torch_fl; print(torch_fl.get_include())')
 Keep the header you build against at the ABI version of the torch_fl your
 users run: torch_fl rejects a plugin whose fl_plugin_abi_version() differs.
-For a self-contained sdist, keep fl_template.c and include/fl_plugin.h inside
+For a self-contained sdist, keep fl_template.c, include/fl_plugin.h and include/fl_kernel_util.h inside
 this folder.
 """
 
@@ -75,7 +76,7 @@ setup(
             "torch_fl_template.fl_template",
             sources=[SOURCE],
             include_dirs=[INCLUDE],
-            depends=[os.path.join(INCLUDE, "fl_plugin.h")],
+            depends=[os.path.join(INCLUDE, "fl_plugin.h"), os.path.join(INCLUDE, "fl_kernel_util.h")],
             extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wextra"],
         )
     ],

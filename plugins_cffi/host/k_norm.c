@@ -6,20 +6,7 @@
  * This file includes itself once per element type for the typed section. */
 #ifndef LIN_T
 
-#include <stdlib.h>
-
-#include "fl_host.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-void *fl_lin_pack(const fl_tensor_t *t, void **owned);
-void *fl_lin_out_buf(const fl_tensor_t *t, void **owned);
-void fl_lin_unpack(const fl_tensor_t *t, void *owned);
-const fl_tensor_t *fl_lin_tensor(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int n_args, int k);
-const fl_tensor_t *fl_lin_out(const fl_tensor_t *out, int n_out, int k);
-double fl_lin_num(const fl_arg_t *a, double dflt);
+#include "k_linalg.h"
 
 /* A 1-D parameter (weight, bias, running stats, saved stats): base + stride. */
 typedef struct { char *p; int64_t s; } vec_t;
@@ -41,49 +28,14 @@ static int vec_ok(const fl_tensor_t *t, int64_t n, int dt) {
     return non1 <= 1;
 }
 
-static int nthreads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
 static int mask_bit(const fl_arg_t *a, int k) {
     if (a->kind != FL_ARG_INT_LIST || a->len <= k) return 1;
     return a->list[k] != 0;
 }
 
-/* Hot loops are compiled for AVX2 and AVX-512 too and picked at load time
- * (the build itself targets baseline x86-64). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define LIN_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define LIN_CLONES
-#endif
+#define LIN_SELF "k_norm.c"
+#include "k_linalg_typed.h"
 
-#define LIN_CAT_(a, b) a##b
-#define LIN_CAT(a, b) LIN_CAT_(a, b)
-
-#define LIN_T float
-#define LIN_S f32
-#include "k_linalg_norm.c"
-#undef LIN_T
-#undef LIN_S
-#define LIN_T double
-#define LIN_S f64
-#include "k_linalg_norm.c"
-#undef LIN_T
-#undef LIN_S
-
-static int float_dt(int dt) { return dt == FL_FLOAT32 || dt == FL_FLOAT64; }
 
 /* ======================================================================
  * batch norm
@@ -94,7 +46,7 @@ static int bn_forward(const fl_tensor_t *x, const fl_tensor_t *w, const fl_tenso
                       const fl_tensor_t *rv, int training, double momentum, double eps, const fl_tensor_t *y,
                       const fl_tensor_t *smean, const fl_tensor_t *sinv) {
     int dt = x->dtype;
-    if (!float_dt(dt) || x->ndim < 2 || x->ndim > FL_MAX_DIMS || !y || y->dtype != dt) return FL_ERR_UNSUPPORTED;
+    if (!fl_lin_float_dt(dt) || x->ndim < 2 || x->ndim > FL_MAX_DIMS || !y || y->dtype != dt) return FL_ERR_UNSUPPORTED;
     int64_t N = x->sizes[0], C = x->sizes[1], S = 1;
     for (int d = 2; d < x->ndim; d++) S *= x->sizes[d];
     if (!vec_ok(w, C, dt) || !vec_ok(b, C, dt) || !vec_ok(rm, C, dt) || !vec_ok(rv, C, dt)) return FL_ERR_UNSUPPORTED;
@@ -122,7 +74,7 @@ static int bn_backward(const fl_tensor_t *go, const fl_tensor_t *x, const fl_ten
                        const fl_tensor_t *rv, const fl_tensor_t *smean, const fl_tensor_t *sinv, int train, double eps,
                        const fl_tensor_t *gi, const fl_tensor_t *gw, const fl_tensor_t *gb) {
     int dt = x->dtype;
-    if (!float_dt(dt) || go->dtype != dt || x->ndim < 2 || x->ndim > FL_MAX_DIMS || go->ndim != x->ndim)
+    if (!fl_lin_float_dt(dt) || go->dtype != dt || x->ndim < 2 || x->ndim > FL_MAX_DIMS || go->ndim != x->ndim)
         return FL_ERR_UNSUPPORTED;
     int64_t N = x->sizes[0], C = x->sizes[1], S = 1;
     for (int d = 2; d < x->ndim; d++) S *= x->sizes[d];
@@ -148,8 +100,8 @@ static int bn_backward(const fl_tensor_t *go, const fl_tensor_t *x, const fl_ten
     return FL_OK;
 }
 
-#define T_(k) fl_lin_tensor(in, n_in, args, n_args, (k))
-#define O_(k) fl_lin_out(out, n_out, (k))
+#define T_(k) fl_arg_tensor(args, n_args, (k), in, n_in)
+#define O_(k) fl_out_at(out, n_out, (k))
 
 /* native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum, eps) */
 int fl_lin_native_batch_norm(FL_KERNEL_ARGS) {
@@ -221,7 +173,7 @@ int fl_lin_native_layer_norm(FL_KERNEL_ARGS) {
     const fl_tensor_t *x = T_(0), *w = T_(2), *b = T_(3), *y = O_(0), *mo = O_(1), *ro = O_(2);
     if (!x || !y || args[1].kind != FL_ARG_INT_LIST) return FL_ERR_UNSUPPORTED;
     int dt = x->dtype, nd = args[1].len;
-    if (!float_dt(dt) || y->dtype != dt || x->ndim > FL_MAX_DIMS || nd > x->ndim) return FL_ERR_UNSUPPORTED;
+    if (!fl_lin_float_dt(dt) || y->dtype != dt || x->ndim > FL_MAX_DIMS || nd > x->ndim) return FL_ERR_UNSUPPORTED;
     int64_t M = 1, Nn = 1;
     for (int d = 0; d < x->ndim; d++) {
         if (d < x->ndim - nd) M *= x->sizes[d];
@@ -260,7 +212,7 @@ int fl_lin_native_layer_norm_backward(FL_KERNEL_ARGS) {
     const fl_tensor_t *gi = mask_bit(m, 0) ? O_(0) : NULL, *gw = mask_bit(m, 1) ? O_(1) : NULL,
                       *gb = mask_bit(m, 2) ? O_(2) : NULL;
     int dt = x->dtype, nd = args[2].len;
-    if (!float_dt(dt) || go->dtype != dt || x->ndim > FL_MAX_DIMS || nd > x->ndim) return FL_ERR_UNSUPPORTED;
+    if (!fl_lin_float_dt(dt) || go->dtype != dt || x->ndim > FL_MAX_DIMS || nd > x->ndim) return FL_ERR_UNSUPPORTED;
     int64_t M = 1, Nn = 1;
     for (int d = 0; d < x->ndim; d++) {
         if (d < x->ndim - nd) M *= x->sizes[d];
@@ -304,7 +256,7 @@ int fl_lin_native_group_norm(FL_KERNEL_ARGS) {
     if (!x || !y) return FL_ERR_UNSUPPORTED;
     int dt = x->dtype;
     int64_t N = args[3].i, C = args[4].i, HW = args[5].i, G = args[6].i;
-    if (!float_dt(dt) || y->dtype != dt || x->ndim > FL_MAX_DIMS) return FL_ERR_UNSUPPORTED;
+    if (!fl_lin_float_dt(dt) || y->dtype != dt || x->ndim > FL_MAX_DIMS) return FL_ERR_UNSUPPORTED;
     if (G <= 0 || C % G || fl_numel(x) != N * C * HW) FL_FAIL(FL_ERR_INVALID, "group_norm: bad N/C/HxW/group");
     if ((w && (w->dtype != dt || fl_numel(w) != C)) || (b && (b->dtype != dt || fl_numel(b) != C)) ||
         (mo && (mo->dtype != dt || fl_numel(mo) != N * G)) || (ro && (ro->dtype != dt || fl_numel(ro) != N * G)))
@@ -337,7 +289,7 @@ int fl_lin_native_group_norm_backward(FL_KERNEL_ARGS) {
                       *gb = mask_bit(m, 2) ? O_(2) : NULL;
     int dt = x->dtype;
     int64_t N = args[5].i, C = args[6].i, HW = args[7].i, G = args[8].i;
-    if (!float_dt(dt) || go->dtype != dt || x->ndim > FL_MAX_DIMS) return FL_ERR_UNSUPPORTED;
+    if (!fl_lin_float_dt(dt) || go->dtype != dt || x->ndim > FL_MAX_DIMS) return FL_ERR_UNSUPPORTED;
     if (G <= 0 || C % G || fl_numel(x) != N * C * HW || fl_numel(go) != N * C * HW)
         FL_FAIL(FL_ERR_INVALID, "group_norm_backward: bad N/C/HxW/group");
     if (mean->dtype != dt || rstd->dtype != dt || fl_numel(mean) != N * G || fl_numel(rstd) != N * G ||
@@ -549,7 +501,7 @@ LIN_CLONES static void F(ln_bwd_row)(const T *g, const T *xp, const T *w, double
 
 static int F(ln_bwd)(const T *go, const T *x, const T *mean, const T *rstd, const T *w, T *gi, T *gw, T *gb,
                      int64_t M, int64_t Nn) {
-    int nt = nthreads();
+    int nt = fl_lin_team_size();
     double *acc = NULL;
     if (gw || gb) {
         acc = calloc((size_t)(2 * nt * (Nn > 0 ? Nn : 1)), sizeof(double));
@@ -557,7 +509,7 @@ static int F(ln_bwd)(const T *go, const T *x, const T *mean, const T *rstd, cons
     }
 #pragma omp parallel if (M * Nn > 16384)
     {
-        int tid = thread_id();
+        int tid = fl_lin_thread_id();
         double *aw = acc ? acc + (size_t)(2 * tid) * (size_t)Nn : NULL, *ab = acc ? aw + Nn : NULL;
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < M; r++)

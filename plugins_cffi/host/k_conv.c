@@ -20,23 +20,8 @@
 #ifndef LIN_T
 
 #include <limits.h>
-#include <stdlib.h>
 
-#include <omp.h>
-
-#include "fl_host.h"
-
-/* shared helpers from k_linalg.c */
-int fl_lin_threads(void);
-void *fl_lin_scratch(int slot, size_t bytes);
-void fl_lin_scratch_trim(void);
-void fl_lin_gemm(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha,
-                 const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
-void *fl_lin_pack(const fl_tensor_t *t, void **owned);
-void *fl_lin_out_buf(const fl_tensor_t *t, void **owned);
-void fl_lin_unpack(const fl_tensor_t *t, void *owned);
-const fl_tensor_t *fl_lin_tensor(const fl_tensor_t *in, int n_in, const fl_arg_t *args, int n_args, int k);
-const fl_tensor_t *fl_lin_out(const fl_tensor_t *out, int n_out, int k);
+#include "k_linalg.h"
 
 typedef struct {
     int64_t N, C, H, W;   /* conv-input space */
@@ -61,29 +46,8 @@ static int trivial_1x1(const geom_t *g) {
            g->OH == g->H && g->OW == g->W;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define LIN_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define LIN_CLONES
-#endif
-
-#define LIN_CAT_(a, b) a##b
-#define LIN_CAT(a, b) LIN_CAT_(a, b)
-
-#define LIN_T float
-#define LIN_S f32
-#define LIN_DT FL_FLOAT32
-#include "k_linalg_conv.c"
-#undef LIN_T
-#undef LIN_S
-#undef LIN_DT
-#define LIN_T double
-#define LIN_S f64
-#define LIN_DT FL_FLOAT64
-#include "k_linalg_conv.c"
-#undef LIN_T
-#undef LIN_S
-#undef LIN_DT
+#define LIN_SELF "k_conv.c"
+#include "k_linalg_typed.h"
 
 /* ---- argument parsing ---- */
 
@@ -142,17 +106,16 @@ static int make_geom(geom_t *g, const fl_tensor_t *xin, const fl_tensor_t *yout,
     return FL_OK;
 }
 
-static int float_dt(int dt) { return dt == FL_FLOAT32 || dt == FL_FLOAT64; }
 
 /* aten::convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups) */
 int fl_lin_convolution(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     if (n_args < 9 || n_out < 1) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *x = fl_lin_tensor(in, n_in, args, n_args, 0), *w = fl_lin_tensor(in, n_in, args, n_args, 1);
-    const fl_tensor_t *b = fl_lin_tensor(in, n_in, args, n_args, 2), *y = &out[0];
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *w = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *b = fl_arg_tensor(args, n_args, 2, in, n_in), *y = &out[0];
     if (!x || !w) return FL_ERR_UNSUPPORTED;
     int dt = x->dtype;
-    if (!float_dt(dt) || w->dtype != dt || y->dtype != dt || (b && (b->dtype != dt || b->ndim != 1)))
+    if (!fl_lin_float_dt(dt) || w->dtype != dt || y->dtype != dt || (b && (b->dtype != dt || b->ndim != 1)))
         return FL_ERR_UNSUPPORTED;
     int transposed = (int)args[6].i;
     geom_t g;
@@ -184,17 +147,17 @@ int fl_lin_convolution(FL_KERNEL_ARGS) {
 int fl_lin_convolution_backward(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
     if (n_args < 11 || n_out < 3) return FL_ERR_UNSUPPORTED;
-    const fl_tensor_t *go = fl_lin_tensor(in, n_in, args, n_args, 0), *x = fl_lin_tensor(in, n_in, args, n_args, 1),
-                      *w = fl_lin_tensor(in, n_in, args, n_args, 2);
+    const fl_tensor_t *go = fl_arg_tensor(args, n_args, 0, in, n_in), *x = fl_arg_tensor(args, n_args, 1, in, n_in),
+                      *w = fl_arg_tensor(args, n_args, 2, in, n_in);
     if (!go || !x || !w) return FL_ERR_UNSUPPORTED;
     int dt = go->dtype;
-    if (!float_dt(dt) || x->dtype != dt || w->dtype != dt) return FL_ERR_UNSUPPORTED;
+    if (!fl_lin_float_dt(dt) || x->dtype != dt || w->dtype != dt) return FL_ERR_UNSUPPORTED;
     const fl_arg_t *mask = &args[10];
     int m[3] = {1, 1, 1};
     if (mask->kind == FL_ARG_INT_LIST && mask->len == 3)
         for (int k = 0; k < 3; k++) m[k] = mask->list[k] != 0;
-    const fl_tensor_t *gi = m[0] ? fl_lin_out(out, n_out, 0) : NULL, *gw = m[1] ? fl_lin_out(out, n_out, 1) : NULL,
-                      *gb = m[2] ? fl_lin_out(out, n_out, 2) : NULL;
+    const fl_tensor_t *gi = m[0] ? fl_out_at(out, n_out, 0) : NULL, *gw = m[1] ? fl_out_at(out, n_out, 1) : NULL,
+                      *gb = m[2] ? fl_out_at(out, n_out, 2) : NULL;
     if ((gi && gi->dtype != dt) || (gw && gw->dtype != dt) || (gb && gb->dtype != dt)) return FL_ERR_UNSUPPORTED;
     int transposed = (int)args[7].i;
     geom_t g;
