@@ -40,6 +40,8 @@ import torch.fx as fx
 from torch import nn
 
 from . import pointwise as pw
+from .fxnodes import activation, arg, is_call, op_name, where
+from .report import Pattern
 
 aten = torch.ops.aten
 F = torch.nn.functional
@@ -47,38 +49,18 @@ LINEAR_ACT_KERNELS = ("fl::linear_act", "fl::linear_act_backward")
 _KEEP_META = ("nn_module_stack", "stack_trace", "source_fn_stack")
 
 
-def _pattern(*args, **kwargs):
-    from .dynamo import Pattern  # dynamo imports this module: its report class is looked up when a pass runs
-
-    return Pattern(*args, **kwargs)
 
 
-def _where(node: fx.Node) -> str:
-    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
-    if stack:
-        path = str(list(stack.values())[-1][0])
-        if path.startswith("L['"):
-            path = path.split("]", 1)[1].lstrip(".")
-        return path or node.name
-    return node.name
 
 
-def _name(node: fx.Node) -> str:
-    t = node.target
-    name = getattr(t, "name", None)
-    return name() if callable(name) else getattr(t, "__name__", str(t))
 
 
-def _is_call(node, *targets) -> bool:
-    return isinstance(node, fx.Node) and node.op == "call_function" and node.target in targets
 
 
-def _arg(node: fx.Node, i: int, name: str, default=None):
-    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
 def _linear(node) -> bool:
-    return _is_call(node, F.linear, torch._C._nn.linear) and len(node.args) in (2, 3) and not node.kwargs
+    return is_call(node, F.linear, torch._C._nn.linear) and len(node.args) in (2, 3) and not node.kwargs
 
 
 def _val(node):
@@ -154,13 +136,6 @@ _lib.impl("linear_act_dropout", LinearActDropoutFn.apply, "Autograd")
 _ACTS = {1: "relu", 2: "gelu"}
 
 
-def _activation(node) -> int | None:
-    if _is_call(node, F.relu, torch.relu) and len(node.args) == 1 and not node.kwargs.get("inplace"):
-        return 1
-    if _is_call(node, F.gelu, torch._C._nn.gelu) and len(node.args) == 1 and \
-            node.kwargs.get("approximate", "none") == "none":
-        return 2
-    return None
 
 
 def linear_act_dropout_captured(gm: fx.GraphModule, kernels: set, patterns: list, passes: list[str]) -> None:
@@ -176,24 +151,24 @@ def linear_act_dropout_captured(gm: fx.GraphModule, kernels: set, patterns: list
         if not _linear(lin) or len(lin.users) != 1:
             continue
         act_node = next(iter(lin.users))
-        act = _activation(act_node)
+        act = activation(act_node)
         if act is None or len(act_node.users) != 1:
             continue
         drop = next(iter(act_node.users))
-        if not _is_call(drop, F.dropout) or drop.args[0] is not act_node:
+        if not is_call(drop, F.dropout) or drop.args[0] is not act_node:
             continue
-        p, training, inplace = _arg(drop, 1, "p", 0.5), _arg(drop, 2, "training", True), _arg(drop, 3, "inplace")
+        p, training, inplace = arg(drop, 1, "p", 0.5), arg(drop, 2, "training", True), arg(drop, 3, "inplace")
         if training is False or p == 0.0:
             continue  # an identity dropout: linear_act's own rewrite takes it
         nodes = [lin, act_node, drop]
         name = f"linear+{_ACTS[act]}+dropout"
-        replaced = [_name(n) for n in nodes]
+        replaced = [op_name(n) for n in nodes]
         if not has:
-            patterns.append(_pattern(name, "captured", _where(lin), replaced, "kept", False,
+            patterns.append(Pattern(name, "captured", where(lin), replaced, "kept", False,
                                      f"no {LINEAR_ACT_KERNELS[0]} kernel"))
             continue
         if not isinstance(p, float) or not 0.0 < p < 1.0 or training is not True or inplace:
-            patterns.append(_pattern(name, "captured", _where(lin), replaced,
+            patterns.append(Pattern(name, "captured", where(lin), replaced,
                                      "linear+act fused, dropout kept", False,
                                      "the dropout is in place, p is 1 or p / training is not a constant: the "
                                      "kernel's dropout epilogue scales by 1/(1-p) and needs both at compile time"))
@@ -208,7 +183,7 @@ def linear_act_dropout_captured(gm: fx.GraphModule, kernels: set, patterns: list
         drop.replace_all_uses_with(first)
         for n in (drop, act_node, lin):
             graph.erase_node(n)
-        patterns.append(_pattern(name, "captured", _where(lin), replaced,
+        patterns.append(Pattern(name, "captured", where(lin), replaced,
                                  f"{LINEAR_ACT_KERNELS[0]} with its dropout epilogue, a fresh seed per call "
                                  f"(fl::linear_act_dropout; backward: {LINEAR_ACT_KERNELS[1]} regenerating the mask)"))
 
@@ -253,7 +228,7 @@ def qkv_captured(gm: fx.GraphModule, kernels: set, patterns: list, passes: list[
             n.replace_all_uses_with(part)
             graph.erase_node(n)
         pattern = "QKV projections" if len(same) == 3 else f"{len(same)} projections of one input"
-        patterns.append(_pattern(pattern, "captured", ", ".join(_where(n) for n in same),
+        patterns.append(Pattern(pattern, "captured", ", ".join(where(n) for n in same),
                                  ["linear"] * len(same),
                                  "one GEMM on the concatenated weights, split into the parts"))
 
@@ -289,7 +264,7 @@ def qkv(ctx) -> None:
     returned = set(next(n for n in graph.nodes if n.op == "output").all_input_nodes)
     for n in list(graph.nodes):
         # a concatenation the graph returns is not cached: the caller could write into the cached tensor
-        if not _is_call(n, aten.cat.default) or not all(a.op == "placeholder" for a in n.args[0]) \
+        if not is_call(n, aten.cat.default) or not all(a.op == "placeholder" for a in n.args[0]) \
                 or len(n.args[0]) < 2 or (ctx.kind == "inference" and n in returned):
             continue
         if ctx.kind != "inference":
@@ -381,7 +356,7 @@ def _identity_copy(node: fx.Node, outputs: set) -> bool:
     nothing (p = 0, or not training) leaves in a traced graph, where eager returns the
     input itself. Removing it is exact: the graph is functional, nothing writes either."""
     layout = node.kwargs.get("memory_format", torch.preserve_format)
-    if not _is_call(node, aten.clone.default) or node in outputs or layout is not torch.preserve_format:
+    if not is_call(node, aten.clone.default) or node in outputs or layout is not torch.preserve_format:
         return False
     src, val = node.args[0], node.meta.get("val")
     src_val = src.meta.get("val") if isinstance(src, fx.Node) else None
@@ -481,7 +456,7 @@ def layout(ctx) -> None:
     outputs in the input's memory format."""
     import torch_fl
 
-    convs = [n for n in ctx.gm.graph.nodes if _is_call(n, aten.convolution.default, aten.convolution_backward.default)
+    convs = [n for n in ctx.gm.graph.nodes if is_call(n, aten.convolution.default, aten.convolution_backward.default)
              and isinstance(n.args[1].meta.get("val"), torch.Tensor) and n.args[1].meta["val"].dim() == 4]
     if not convs:
         return

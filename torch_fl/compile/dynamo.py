@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import operator
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +69,7 @@ import torch.fx as fx
 
 from ..dispatch import sdpa_backward, sdpa_forward
 from . import aten_passes
+from .fxnodes import activation, arg, is_call, only_user, op_name, where
 from .inplace import restore_inplace_updates
 from .replay import ReplayStatus, replayable
 from .report import GRAPHS, AtenGraph, DynamoGraph, FusionReport, Pattern, forget, frame_modules
@@ -100,26 +100,14 @@ class _Ctx:
 
     def record(self, pattern: str, nodes: list[fx.Node], replacement: str, applied: bool = True,
                note: str = "") -> None:
-        self.patterns.append(Pattern(pattern, self.kind, _where(nodes[0]), [_op_name(n) for n in nodes],
+        self.patterns.append(Pattern(pattern, self.kind, where(nodes[0]), [op_name(n) for n in nodes],
                                      replacement, applied, note))
 
 
-def _where(node: fx.Node) -> str:
-    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
-    if stack:
-        path = list(stack.values())[-1][0]
-        return re.sub(r"^L\['[^']*'\]\.?", "", str(path)) or node.name
-    return node.name
 
 
-def _op_name(node: fx.Node) -> str:
-    t = node.target
-    name = getattr(t, "name", None)
-    return name() if callable(name) else getattr(t, "__name__", str(t))
 
 
-def _only_user(node: fx.Node) -> fx.Node | None:
-    return next(iter(node.users)) if len(node.users) == 1 else None
 
 
 def enabled_passes(passes: Mapping[str, bool] | Iterable[str] | None) -> list[str]:
@@ -284,7 +272,7 @@ def conv_bn(ctx: _Ctx) -> None:
         x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
         _, bn_w, bn_b, mean, var, _, eps = bn.args
         out = next((u for u in bn.users if u.target is operator.getitem and u.args[1] == 0), None)
-        relu = _only_user(out) if out is not None else None
+        relu = only_user(out) if out is not None else None
         relu = relu if relu is not None and relu.target in (aten.relu.default, aten.relu_.default) else None
         nodes = [conv, bn] + ([relu] if relu is not None else [])
         name = "conv+bn" + ("+relu" if relu is not None else "")
@@ -339,40 +327,28 @@ LINEAR_ADD_NORM_KERNELS = ("fl::linear_add_layer_norm", "fl::linear_add_layer_no
 _F = torch.nn.functional
 
 
-def _is_call(node, *targets) -> bool:
-    return isinstance(node, fx.Node) and node.op == "call_function" and node.target in targets
 
 
-def _arg(node: fx.Node, i: int, name: str, default=None):
-    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
 def _identity_dropout(node) -> bool:
     """F.dropout that changes nothing: p == 0 or training=False."""
-    return _is_call(node, _F.dropout) and (_arg(node, 1, "p", 0.5) == 0.0 or _arg(node, 2, "training", True) is False)
+    return is_call(node, _F.dropout) and (arg(node, 1, "p", 0.5) == 0.0 or arg(node, 2, "training", True) is False)
 
 
-def _activation(node) -> int | None:
-    """fl::linear_act's `act` code for ReLU / exact GELU nodes."""
-    if _is_call(node, _F.relu, torch.relu) and len(node.args) == 1 and not node.kwargs.get("inplace"):
-        return 1
-    if _is_call(node, _F.gelu, torch._C._nn.gelu) and len(node.args) == 1 and \
-            node.kwargs.get("approximate", "none") == "none":
-        return 2
-    return None
 
 
 def _linear(node) -> bool:
-    return _is_call(node, _F.linear, torch._C._nn.linear) and len(node.args) in (2, 3) and not node.kwargs
+    return is_call(node, _F.linear, torch._C._nn.linear) and len(node.args) in (2, 3) and not node.kwargs
 
 
 def _replace_with(graph: fx.Graph, last: fx.Node, op, args: tuple, dead: list[fx.Node],
-                  where: fx.Node | None = None) -> None:
+                  meta_from: fx.Node | None = None) -> None:
     with graph.inserting_before(last):
         call = graph.call_function(op, args)
         first = graph.call_function(operator.getitem, (call, 0))
     first.meta.update(last.meta)
-    call.meta.update({k: v for k, v in (where or last).meta.items() if k in ("nn_module_stack", "stack_trace")})
+    call.meta.update({k: v for k, v in (meta_from or last).meta.items() if k in ("nn_module_stack", "stack_trace")})
     last.replace_all_uses_with(first)
     for n in dead:
         if not n.users:
@@ -387,7 +363,7 @@ def linear_act_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern
         if not _linear(lin) or len(lin.users) != 1:
             continue
         act_node = next(iter(lin.users))
-        act = _activation(act_node)
+        act = activation(act_node)
         if act is None:
             continue
         nodes, last = [lin, act_node], act_node
@@ -396,14 +372,14 @@ def linear_act_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern
             nodes.append(last)
         name = "linear+" + ("relu" if act == 1 else "gelu")
         if not has:
-            patterns.append(Pattern(name, "captured", _where(lin), [_op_name(n) for n in nodes], "kept", False,
+            patterns.append(Pattern(name, "captured", where(lin), [op_name(n) for n in nodes], "kept", False,
                                     f"no {LINEAR_ACT_KERNELS[0]} kernel"))
             continue
         x, w = lin.args[0], lin.args[1]
         b = lin.args[2] if len(lin.args) > 2 else None
         _replace_with(graph, last, torch.ops.fl.linear_act.default, (x, w, b, act, 0.0, 0, act == 2),
-                      list(reversed(nodes)), where=lin)
-        patterns.append(Pattern(name, "captured", _where(lin), [_op_name(n) for n in nodes],
+                      list(reversed(nodes)), meta_from=lin)
+        patterns.append(Pattern(name, "captured", where(lin), [op_name(n) for n in nodes],
                                 f"{LINEAR_ACT_KERNELS[0]} (bias + activation as the GEMM's epilogue; backward: "
                                 f"{LINEAR_ACT_KERNELS[1]})"))
 
@@ -415,10 +391,10 @@ def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern],
     has_add = all(k in kernels for k in ADD_NORM_KERNELS)
     graph = gm.graph
     for norm in list(graph.nodes):
-        if not _is_call(norm, _F.layer_norm) or norm.kwargs or len(norm.args) != 5:
+        if not is_call(norm, _F.layer_norm) or norm.kwargs or len(norm.args) != 5:
             continue
         add, shape, ln_w, ln_b, eps = norm.args
-        if not (_is_call(add, operator.add, torch.add) and len(add.args) == 2 and not add.kwargs
+        if not (is_call(add, operator.add, torch.add) and len(add.args) == 2 and not add.kwargs
                 and len(add.users) == 1 and len(shape) == 1 and all(isinstance(a, fx.Node) for a in add.args)):
             continue
         # the branch: the operand with a linear producer (through an identity dropout), else a dropout
@@ -442,18 +418,18 @@ def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern],
             _replace_with(graph, norm, torch.ops.fl.linear_add_layer_norm.default,
                           (lin.args[0], lin.args[1], b, res, ln_w, ln_b, float(eps), 0.0, 0, True),
                           [norm, add] + dropped + [lin])
-            patterns.append(Pattern("linear+add+layer_norm", "captured", _where(norm), [_op_name(n) for n in nodes],
+            patterns.append(Pattern("linear+add+layer_norm", "captured", where(norm), [op_name(n) for n in nodes],
                                     f"{LINEAR_ADD_NORM_KERNELS[0]} (GEMM; bias, residual add and LayerNorm as its "
                                     f"epilogue; backward: {LINEAR_ADD_NORM_KERNELS[1]})"))
         elif has_add:
             nodes = dropped + [add, norm]
             _replace_with(graph, norm, torch.ops.fl.add_layer_norm.default,
                           (value, res, ln_w, ln_b, float(eps), 0.0, 0, True), [norm, add] + dropped)
-            patterns.append(Pattern("add+layer_norm", "captured", _where(norm), [_op_name(n) for n in nodes],
+            patterns.append(Pattern("add+layer_norm", "captured", where(norm), [op_name(n) for n in nodes],
                                     f"{ADD_NORM_KERNELS[0]} (residual add and LayerNorm in one kernel; backward: "
                                     f"{ADD_NORM_KERNELS[1]})"))
         else:
-            patterns.append(Pattern("add+layer_norm", "captured", _where(norm), ["add", "layer_norm"], "kept", False,
+            patterns.append(Pattern("add+layer_norm", "captured", where(norm), ["add", "layer_norm"], "kept", False,
                                     f"no {ADD_NORM_KERNELS[0]} kernel"))
 
 
@@ -503,7 +479,7 @@ def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], pass
         return
     mha_fn = _F.multi_head_attention_forward
     for node in list(gm.graph.nodes):
-        if not _is_call(node, mha_fn):
+        if not is_call(node, mha_fn):
             continue
         call = {**_MHA_DEFAULTS, **dict(zip(_MHA_ARGS, node.args, strict=False)), **node.kwargs}
         why = None
@@ -517,7 +493,7 @@ def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], pass
         elif call["dropout_p"] and call["training"]:
             why = "attention dropout in training"
         if why:
-            patterns.append(Pattern("multi-head attention", "captured", _where(node), ["multi_head_attention_forward"],
+            patterns.append(Pattern("multi-head attention", "captured", where(node), ["multi_head_attention_forward"],
                                     "kept", False, why))
             continue
         with gm.graph.inserting_before(node):
@@ -529,7 +505,7 @@ def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], pass
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
         gemm = "fl::linear_act (GEMM + bias)" if new.args[-1] else "one QKV GEMM"
-        patterns.append(Pattern("multi-head attention", "captured", _where(new), ["multi_head_attention_forward"],
+        patterns.append(Pattern("multi-head attention", "captured", where(new), ["multi_head_attention_forward"],
                                 f"{gemm} viewed as q, k, v + the fused attention pair on the views"))
 
 
@@ -550,19 +526,19 @@ def explicit_attention_captured(gm: fx.GraphModule, kernels: set, patterns: list
         return
     graph = gm.graph
     for sm in list(graph.nodes):
-        if not (_is_call(sm, _F.softmax, torch.softmax) or _is_method(sm, "softmax")) or not _single(sm):
+        if not (is_call(sm, _F.softmax, torch.softmax) or _is_method(sm, "softmax")) or not _single(sm):
             continue
-        if _arg(sm, 1, "dim") not in (-1, 3) or _arg(sm, 2, "dtype") is not None or len(sm.args) > 2:
+        if arg(sm, 1, "dim") not in (-1, 3) or arg(sm, 2, "dtype") is not None or len(sm.args) > 2:
             continue
         chain, x, mask, scale = [sm], sm.args[0], None, 1.0  # no scaling op: scale 1, not SDPA's default
-        if _is_call(x, operator.add) and _single(x) and len(x.args) == 2:
+        if is_call(x, operator.add) and _single(x) and len(x.args) == 2:
             chain.append(x)
             x, mask = x.args
-        if _is_call(x, operator.mul, operator.truediv) and _single(x) and isinstance(x.args[1], (int, float)):
+        if is_call(x, operator.mul, operator.truediv) and _single(x) and isinstance(x.args[1], (int, float)):
             chain.append(x)
             scale = float(x.args[1]) if x.target is operator.mul else 1.0 / float(x.args[1])
             x = x.args[0]
-        if not (_is_call(x, torch.matmul) and _single(x)):
+        if not (is_call(x, torch.matmul) and _single(x)):
             continue
         qk = x
         q, kt = qk.args
@@ -571,7 +547,7 @@ def explicit_attention_captured(gm: fx.GraphModule, kernels: set, patterns: list
         probs, user = sm, next(iter(sm.users))
         if _identity_dropout(user) and _single(user):
             probs, user = user, next(iter(user.users))
-        if not (_is_call(user, torch.matmul) and user.args[0] is probs):
+        if not (is_call(user, torch.matmul) and user.args[0] is probs):
             continue
         shapes = [n.meta.get("example_value") for n in (q, kt.args[0], user.args[1])]
         if any(v is None or v.dim() != 4 for v in shapes) or (mask is not None and not isinstance(mask, fx.Node)):
@@ -585,8 +561,8 @@ def explicit_attention_captured(gm: fx.GraphModule, kernels: set, patterns: list
         nodes = [kt, qk] + chain[::-1] + ([probs] if probs is not sm else []) + [user]
         for n in reversed(nodes):
             graph.erase_node(n)
-        patterns.append(Pattern("matmul-softmax-matmul attention", "captured", _where(new),
-                                [_op_name(n) for n in nodes], "F.scaled_dot_product_attention (the fused pair)"))
+        patterns.append(Pattern("matmul-softmax-matmul attention", "captured", where(new),
+                                [op_name(n) for n in nodes], "F.scaled_dot_product_attention (the fused pair)"))
 
 
 def _expand_encoder_layer(graph: fx.Graph, node: fx.Node, embed: int) -> fx.Node:
@@ -627,18 +603,18 @@ def encoder_fast_path(gm: fx.GraphModule, patterns: list[Pattern]) -> None:
     on the device and the passes after this one see its patterns. Not a pass that
     can be switched off: it changes where the layer runs, not which kernels fuse."""
     for node in list(gm.graph.nodes):
-        if not _is_call(node, torch._transformer_encoder_layer_fwd) or node.kwargs or len(node.args) < 18:
+        if not is_call(node, torch._transformer_encoder_layer_fwd) or node.kwargs or len(node.args) < 18:
             continue
         val = node.meta.get("example_value")
         if any(a is not None for a in node.args[18:]) or not isinstance(node.args[2], int) or val is None:
-            patterns.append(Pattern("encoder-layer fast path", "captured", _where(node),
+            patterns.append(Pattern("encoder-layer fast path", "captured", where(node),
                                     ["_transformer_encoder_layer_fwd"], "kept", False,
                                     "a mask or an unknown shape: the fast path stays"))
             continue
         out = _expand_encoder_layer(gm.graph, node, int(val.shape[-1]))
         node.replace_all_uses_with(out)
         gm.graph.erase_node(node)
-        patterns.append(Pattern("encoder-layer fast path", "captured", _where(out), ["_transformer_encoder_layer_fwd"],
+        patterns.append(Pattern("encoder-layer fast path", "captured", where(out), ["_transformer_encoder_layer_fwd"],
                                 "the layer's formula on the device (was one CPU-fallback op)"))
 
 

@@ -1,0 +1,51 @@
+"""What the passes ask of an fx node: which call it is, its arguments, where in
+the model it came from. One copy for the passes on Dynamo's graph and on the
+aten graphs (dynamo.py, aten_passes.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+F = torch.nn.functional
+
+
+def is_call(node: Any, *targets: Any) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_function" and node.target in targets
+
+
+def arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
+    """Argument i, given positionally or by name."""
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
+
+
+def only_user(node: fx.Node) -> fx.Node | None:
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def where(node: fx.Node) -> str:
+    """The module path the node came from (its nn_module_stack), else its name: what a report shows."""
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if stack:
+        path = list(stack.values())[-1][0]
+        return re.sub(r"^L\['[^']*'\]\.?", "", str(path)) or node.name
+    return node.name
+
+
+def op_name(node: fx.Node) -> str:
+    t = node.target
+    name = getattr(t, "name", None)
+    return name() if callable(name) else getattr(t, "__name__", str(t))
+
+
+def activation(node: Any) -> int | None:
+    """fl::linear_act's `act` code for a ReLU (1) or exact GELU (2) node, else None."""
+    if is_call(node, F.relu, torch.relu) and len(node.args) == 1 and not node.kwargs.get("inplace"):
+        return 1
+    if is_call(node, F.gelu, torch._C._nn.gelu) and len(node.args) == 1 and \
+            node.kwargs.get("approximate", "none") == "none":
+        return 2
+    return None
