@@ -23,7 +23,7 @@ import torch
 from ..errors import KernelError
 from ..runtime import NOT_HANDLED, is_fl, run_native
 from .kernel import Kernel
-from .render import DTYPES, c_load, c_store, exact, prelude, value_type
+from .render import DTYPES, c_load, c_store, exact, prelude, value_type, walk
 
 aten = torch.ops.aten
 
@@ -64,21 +64,12 @@ SERVED = {aten.gather.default, aten.scatter_add.default, aten.scatter_add_.defau
 _load, _store = c_load, c_store
 
 
-_WALK = """
-    int64_t n = 1;
-    for (int d = 0; d < nd; d++) n *= ix->sizes[d];
-    for (int64_t lin = 0; lin < n; lin++) {
-        int64_t rem = lin, io = ix->offset, to = T->offset, so = S->offset, k;
-        for (int d = nd - 1; d >= 0; d--) {
-            int64_t i = rem % ix->sizes[d]; rem /= ix->sizes[d];
-            io += i * ix->strides[d]; so += i * S->strides[d];
-            if (d != dim) to += i * T->strides[d];
-        }
-        k = (int64_t)((const IDX *)ix->data)[io];
+# every element of the index: its offsets in the index, in S (same position) and in T off dim
+# (Tz: T's strides with dim's zeroed), then T's position along dim read from the index
+_WALK = walk("(*ix)", {"io": "(*ix)", "so": "(*S)", "to": "Tz"}, """int64_t k = (int64_t)((const IDX *)ix->data)[io];
         if (k < 0 || k >= T->sizes[dim]) return 2;
         to += k * T->strides[dim];
-        BODY
-    }"""
+        BODY""")
 
 
 def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtype=torch.int64) -> tuple[str, str]:
@@ -100,19 +91,8 @@ def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtyp
         number = f"fl_arg_{'int' if integer else 'num'}(&args[{value_arg}])"
         v = number if value_arg is not None else _load("(*S)", dtype, "so")
         if not inplace:  # the functional form starts from a copy of self
-            pre += f"""
-    {{
-        int64_t m = 1;
-        for (int d = 0; d < nd; d++) m *= in[0].sizes[d];
-        for (int64_t lin = 0; lin < m; lin++) {{
-            int64_t rem = lin, a = in[0].offset, b = out[0].offset;
-            for (int d = nd - 1; d >= 0; d--) {{
-                int64_t i = rem % in[0].sizes[d]; rem /= in[0].sizes[d];
-                a += i * in[0].strides[d]; b += i * out[0].strides[d];
-            }}
-            {store("out[0]", "b", _load("in[0]", dtype, "a"))}
-        }}
-    }}"""
+            copy = store("out[0]", "b", _load("in[0]", dtype, "a"))
+            pre += "\n    " + walk("in[0]", {"a": "in[0]", "b": "out[0]"}, copy)
         if value_arg is not None:
             setup = "const fl_tensor_t *T = &out[0], *S = &in[1];"  # no src: walk the index's own strides
         if include_self and kind == "scatter":
@@ -128,26 +108,16 @@ def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtyp
             body = (f"{{ {vt} a = {_load('(*T)', dtype, 'to')}, v = {v}; int64_t c = to - T->offset;\n"
                     f"          a = ({cond}) ? v : ({fold}); count[c]++; {store('(*T)', 'to', 'a')} }}")
             if kind == "scatter_mean":
-                walk_out = f"""
-    {{
-        int64_t m = 1;
-        for (int d = 0; d < nd; d++) m *= T->sizes[d];
-        for (int64_t lin = 0; lin < m; lin++) {{
-            int64_t rem = lin, to = T->offset;
-            for (int d = nd - 1; d >= 0; d--) {{
-                int64_t i = rem % T->sizes[d]; rem /= T->sizes[d]; to += i * T->strides[d];
-            }}
-            int64_t c = count[to - T->offset] + {1 if include_self else 0};
-            if (count[to - T->offset] > 0) {{
-                {_mean_store(dtype, integer)}
-            }}
-        }}
-    }}"""
+                own = 1 if include_self else 0
+                walk_out = "\n    " + walk("(*T)", {"to": "(*T)"}, f"""int64_t c = count[to - T->offset] + {own};
+        if (count[to - T->offset] > 0) {{
+            {_mean_store(dtype, integer)}
+        }}""")
                 post += walk_out
             post += "\n    free(count);"
-    walk = _WALK.replace("BODY", body).replace("IDX", _INDEX_TYPES[index_dtype])
+    loop = _WALK.replace("BODY", body).replace("IDX", _INDEX_TYPES[index_dtype])
     if "count" in pre:  # free the counts on the error path too
-        walk = walk.replace("return 2;", "{ free(count); return 2; }")
+        loop = loop.replace("return 2;", "{ free(count); return 2; }")
     key = "|".join(map(str, [name, spec, ndim, dtype, inplace, index_dtype]))
     symbol = "fl_jiti_" + hashlib.sha256(key.encode()).hexdigest()[:16]
     src = prelude() + f"""
@@ -163,8 +133,10 @@ int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, co
     const fl_tensor_t *ix = &in[1];
     {setup}
     if (dim < 0 || dim >= nd || ix->ndim != nd) return 3;
+    fl_tensor_t Tz = *T;
+    Tz.strides[dim] = 0;
     {pre}
-    {walk}
+    {loop}
     {post}
     return 0;
 }}

@@ -29,7 +29,19 @@ import torch
 
 from ..runtime import NOT_HANDLED, is_fl, output_layouts
 from .kernel import STATS, Kernel, run, wrap_numbers
-from .render import DTYPES, Unsupported, c_const, c_int, c_load, c_store, dtype_code, exact, prelude, value_type
+from .render import (
+    DTYPES,
+    Unsupported,
+    c_const,
+    c_int,
+    c_load,
+    c_store,
+    dtype_code,
+    exact,
+    prelude,
+    value_type,
+    walk,
+)
 
 aten = torch.ops.aten
 
@@ -459,9 +471,11 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
     gm = make_fx(fn, decomposition_table=core_aten_decompositions())(*example)
     lines, result = _emit(gm.graph, inputs, dtype, frozenset(scalars))
     loads = "\n        ".join(f"{value_type(dtype)} x{k} = {c_load(f'in[{k}]', dtype, f'o{k}')};" for k in range(n_in))
-    offsets = " ".join(f"int64_t o{k} = in[{k}].offset;" for k in range(n_in))
-    steps = " ".join(f"o{k} += idx * in[{k}].strides[d];" for k in range(n_in))
     body = "\n        ".join(lines)
+    store = c_store("out[0]", out_dtype or dtype, "oo", result.expr, integer=result.integer)
+    loop = walk("out[0]", {"oo": "out[0]", **{f"o{k}": f"in[{k}]" for k in range(n_in)}},
+                f"{loads}\n        {body}\n        if (err) return 2; /* PyTorch raises ZeroDivisionError; the runtime "
+                f"says so */\n        {store}")
     digest = hashlib.sha256(("|".join([f.name, str(dtype), str(out_dtype)] + lines + [result.expr])).encode()
                             ).hexdigest()[:16]
     symbol = f"fl_jit_{digest}"
@@ -472,21 +486,8 @@ int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, co
              const fl_arg_t *args, int n_args) {{
     (void)stream; (void)device; (void)n_args;
     if (n_in != {n_in} || n_out < 1) return 3;
-    int nd = out[0].ndim;
-    int64_t n = 1;
     int err = 0; /* set by an integer division by zero */
-    for (int d = 0; d < nd; d++) n *= out[0].sizes[d];
-    for (int64_t lin = 0; lin < n; lin++) {{
-        int64_t rem = lin, oo = out[0].offset; {offsets}
-        for (int d = nd - 1; d >= 0; d--) {{
-            int64_t idx = rem % out[0].sizes[d]; rem /= out[0].sizes[d];
-            oo += idx * out[0].strides[d]; {steps}
-        }}
-        {loads}
-        {body}
-        if (err) return 2; /* PyTorch raises ZeroDivisionError; the runtime says so */
-        {c_store("out[0]", out_dtype or dtype, "oo", result.expr, integer=result.integer)}
-    }}
+    {loop}
     return 0;
 }}
 """

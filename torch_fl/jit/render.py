@@ -181,3 +181,28 @@ def c_store(t: str, dtype, off: str, expr: str, integer: bool = False) -> str:
 def dtype_code(dtype) -> int:
     """The ABI's fl_dtype_t code of a dtype."""
     return TO_CODE[dtype]
+
+
+def walk(space: str, offsets: dict[str, str], body: str) -> str:
+    """The one strided loop every generator's kernel runs: C that executes `body` once per
+    element of the index space of descriptor `space` (a C expression of an fl_tensor_t,
+    e.g. "out[0]"), in row-major order, with each name of `offsets` bound (int64_t) to
+    the element's offset in its descriptor (name -> C expression of an fl_tensor_t whose
+    strides describe that space: the same shape, or a view built for it). It is
+    fl_kernel_util.h's fl_walk_t, the walker the host plugin's kernels use; loops nest
+    (a reduction's inner walk over the reduced dimensions) as long as their offset names
+    differ. Generators describe the computation; this writes the loop."""
+    if not offsets or len(offsets) > 11:  # FL_WALK_MAX = FL_MAX_DIMS + 3
+        raise Unsupported(f"a walk over {len(offsets)} tensors")
+    w = "w_" + "_".join(offsets)
+    adds = " ".join(f"fl_walk_add(&{w}, &({t}));" for t in offsets.values())
+    binds = " ".join(f"int64_t {name} = {w}_off[{k}];" for k, name in enumerate(offsets))
+    return f"""{{
+    fl_walk_t {w}; fl_walk_init(&{w}, ({space}).ndim, ({space}).sizes); {adds}
+    int64_t {w}_ctr[FL_MAX_DIMS], {w}_off[FL_WALK_MAX];
+    if ({w}.numel > 0) fl_walk_seek(&{w}, 0, {w}_ctr, {w}_off);
+    for (int64_t {w}_i = 0; {w}_i < {w}.numel; {w}_i++, fl_walk_next(&{w}, {w}_ctr, {w}_off)) {{
+        {binds}
+        {body}
+    }}
+}}"""

@@ -22,7 +22,7 @@ import torch
 
 from ..runtime import NOT_HANDLED, desc, events, ffi, is_fl, new_tensor, run_native
 from .kernel import Kernel, fresh_layouts
-from .render import DTYPES, Unsupported, c_load, c_store, exact, prelude, value_type
+from .render import DTYPES, Unsupported, c_load, c_store, exact, prelude, value_type, walk
 
 aten = torch.ops.aten
 
@@ -133,6 +133,12 @@ def generate(name: str, kind: str, extra: int, ndim: int, in_dtype, out_dtypes: 
     step = step.replace("return 2;", "{ free(r); free(tmp); return 2; }")  # an early exit frees the scratch rows
     load = c_load("in[0]", in_dtype, "io")
     n_out = len(out_dtypes)
+    obs = ", ".join(f"ob{k}" for k in range(n_out))
+    loop = walk("rin", {"ib": "rin", **{f"ob{k}": f"rout[{k}]" for k in range(n_out)}},
+                f"int64_t ob[{n_out}] = {{{obs}}};\n"
+                f"        for (int64_t j = 0; j < n; j++) {{\n"
+                f"            int64_t io = ib + j * rs; r[j].v = {load}; r[j].i = j;\n        }}\n"
+                f"        {{ {step} }}")
     key = "|".join(map(str, [name, kind, extra, ndim, in_dtype, out_dtypes]))
     symbol = "fl_jits_" + hashlib.sha256(key.encode()).hexdigest()[:16]
     src = prelude() + _PRELUDE.replace("VT", vt) + _DOUBLE_ARITH + _put(out_dtypes, integer) + f"""
@@ -148,23 +154,22 @@ int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, co
     int64_t n = nd ? in[0].sizes[dim] : 1, rs = nd ? in[0].strides[dim] : 0, os[{n_out}];
     int reduced = {int(kind in _REDUCING)} && out[0].ndim != nd;
     for (int k = 0; k < {n_out}; k++) os[k] = (nd && !reduced && out[k].ndim) ? out[k].strides[dim] : 0;
-    int64_t rows = 1;
-    for (int d = 0; d < nd; d++) if (d != dim) rows *= in[0].sizes[d];
+    /* views over every dimension but dim (one row each): the input, and the outputs (a reducing
+     * op's output lacks dim; a 0-dim output has no strides to step) */
+    fl_tensor_t rin = in[0], rout[{n_out}];
+    rin.ndim = 0;
+    for (int k = 0; k < {n_out}; k++) {{ rout[k] = out[k]; rout[k].ndim = 0; }}
+    for (int d = 0; d < nd; d++) {{
+        if (d == dim) continue;
+        int od = (reduced && d > dim) ? d - 1 : d;
+        for (int k = 0; k < {n_out}; k++) {{
+            rout[k].sizes[rin.ndim] = in[0].sizes[d]; rout[k].strides[rin.ndim] = out[k].ndim ? out[k].strides[od] : 0;
+        }}
+        rin.sizes[rin.ndim] = in[0].sizes[d]; rin.strides[rin.ndim++] = in[0].strides[d];
+    }}
     fl_vi *r = malloc((size_t)(n > 0 ? n : 1) * sizeof *r), *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
     if (!r || !tmp) {{ free(r); free(tmp); return 1; }}
-    for (int64_t row = 0; row < rows; row++) {{
-        int64_t rem = row, ib = in[0].offset, ob[{n_out}];
-        for (int k = 0; k < {n_out}; k++) ob[k] = out[k].offset;
-        for (int d = nd - 1; d >= 0; d--) {{
-            if (d == dim) continue;
-            int64_t i = rem % in[0].sizes[d]; rem /= in[0].sizes[d];
-            ib += i * in[0].strides[d];
-            int od = (reduced && d > dim) ? d - 1 : d;
-            for (int k = 0; k < {n_out}; k++) if (out[k].ndim) ob[k] += i * out[k].strides[od];
-        }}
-        for (int64_t j = 0; j < n; j++) {{ int64_t io = ib + j * rs; r[j].v = {load}; r[j].i = j; }}
-        {{ {step} }}
-    }}
+    {loop}
     free(r); free(tmp);
     return 0;
 }}
