@@ -1,7 +1,8 @@
 """The JIT tier: kernels generated for ops a backend lacks, compiled by its plugin.
 
 Four generators describe a computation as C (render.py holds the C they share:
-types, loads and stores, constants, the prelude): pointwise ops (pointwise.py,
+types, loads and stores, constants, the prelude, and `walk`, the one strided
+loop all of them run, fl_kernel_util.h's fl_walk_t): pointwise ops (pointwise.py,
 one expression per element from the op's traced graph), reductions
 (reduce.py), gather and scatter (index.py), and ops along one dim: scans,
 sorting, order statistics (rows.py). Each returns a kernel (kernel.py) that

@@ -4,8 +4,9 @@ integers exact in int64_t, floating values in double), constants, and the
 prelude every generated source starts with (the ABI header and fl_kernel_util.h
 themselves, so the generated code can never disagree with them and converts
 bfloat16 as the host kernels do, then the helpers below; with `special`, the
-special-function header the host plugin's kernels are built from). A generator
-that cannot express a call raises Unsupported."""
+special-function header the host plugin's kernels are built from), and `walk`,
+the strided loop every generator's kernel runs. A generator that cannot express
+a call raises Unsupported."""
 
 from __future__ import annotations
 
