@@ -202,11 +202,7 @@ int fl_lin_convolution_backward(FL_KERNEL_ARGS) {
     }
 done:
     free(goo); free(xo); free(wo);
-    if (st) { free(gio); free(gwo); free(gbo); return st; }
-    if (gi) fl_lin_unpack(gi, gio);
-    if (gw) fl_lin_unpack(gw, gwo);
-    if (gb) fl_lin_unpack(gb, gbo);
-    return FL_OK;
+    return fl_lin_finish_grads(st, (const fl_tensor_t *const[3]){gi, gw, gb}, (void *[3]){gio, gwo, gbo});
 }
 
 #else /* ======================= typed section (LIN_T) ======================= */

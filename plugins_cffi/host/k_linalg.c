@@ -106,6 +106,14 @@ void fl_lin_unpack(const fl_tensor_t *t, void *owned) {
     free(owned);
 }
 
+int fl_lin_finish_grads(int st, const fl_tensor_t *const g[3], void *packed[3]) {
+    for (int k = 0; k < 3; k++) {
+        if (st) free(packed[k]);
+        else if (g[k]) fl_lin_unpack(g[k], packed[k]);
+    }
+    return st ? st : FL_OK;
+}
+
 /* Threading: every parallel loop of this plugin runs on its OpenMP pool, and
  * OpenBLAS is switched to one thread (once, on first use): a GEMM big enough
  * to share is split into per-thread blocks here, and the convolution kernels

@@ -19,6 +19,9 @@ void fl_lin_contig_desc(fl_tensor_t *d, const fl_tensor_t *t, void *p);
 void *fl_lin_pack(const fl_tensor_t *t, void **owned);
 void *fl_lin_out_buf(const fl_tensor_t *t, void **owned);
 void fl_lin_unpack(const fl_tensor_t *t, void *owned);
+/* The end of a backward kernel with up to three gradient outputs packed by fl_lin_out_buf: on
+ * error (st != FL_OK) the packed buffers are dropped, else each is copied into its output. */
+int fl_lin_finish_grads(int st, const fl_tensor_t *const g[3], void *packed[3]);
 void fl_lin_blas_init(void);
 int fl_lin_threads(void);
 void *fl_lin_scratch(int slot, size_t bytes);

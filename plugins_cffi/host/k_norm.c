@@ -237,11 +237,7 @@ int fl_lin_native_layer_norm_backward(FL_KERNEL_ARGS) {
         st = ln_bwd_f64(gop, xp, mp, rp, wp, gip, gwp, gbp, M, Nn);
     }
     free(goo); free(xo); free(mo); free(ro); free(wo);
-    if (st) { free(gio); free(gwo); free(gbo); return st; }
-    if (gi) fl_lin_unpack(gi, gio);
-    if (gw) fl_lin_unpack(gw, gwo);
-    if (gb) fl_lin_unpack(gb, gbo);
-    return FL_OK;
+    return fl_lin_finish_grads(st, (const fl_tensor_t *const[3]){gi, gw, gb}, (void *[3]){gio, gwo, gbo});
 }
 
 /* ======================================================================
@@ -311,11 +307,7 @@ int fl_lin_native_group_norm_backward(FL_KERNEL_ARGS) {
         st = gn_bwd_f64(gop, xp, mp, rp, wp, gip, gwp, gbp, N, C, HW, G);
     }
     free(goo); free(xo); free(mo); free(ro); free(wo);
-    if (st) { free(gio); free(gwo); free(gbo); return st; }
-    if (gi) fl_lin_unpack(gi, gio);
-    if (gw) fl_lin_unpack(gw, gwo);
-    if (gb) fl_lin_unpack(gb, gbo);
-    return FL_OK;
+    return fl_lin_finish_grads(st, (const fl_tensor_t *const[3]){gi, gw, gb}, (void *[3]){gio, gwo, gbo});
 }
 
 #else /* ======================= typed section (LIN_T) ======================= */
