@@ -125,6 +125,21 @@ static int avg_args(pool_t *p, const fl_arg_t *args, int n_args, int ak) {
     return FL_OK;
 }
 
+/* One float32/float64 pooling pass from src to dst through packed buffers (the
+ * average and adaptive-average kernels, forward and backward). */
+typedef void (*pool_pass_fn)(const pool_t *, const void *, void *);
+static int pool_pass(const pool_t *p, const fl_tensor_t *src, const fl_tensor_t *dst, pool_pass_fn f32,
+                     pool_pass_fn f64, const char *name) {
+    void *so, *dso;
+    const void *sp = fl_lin_pack(src, &so);
+    void *dp = fl_lin_out_buf(dst, &dso);
+    if (!sp || !dp) { free(so); free(dso); FL_FAIL(FL_ERR_OOM, "%s: cannot allocate scratch", name); }
+    (src->dtype == FL_FLOAT32 ? f32 : f64)(p, sp, dp);
+    free(so);
+    fl_lin_unpack(dst, dso);
+    return FL_OK;
+}
+
 /* avg_pool2d(self, kernel_size, stride=[], padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None) */
 int fl_lin_avg_pool2d(FL_KERNEL_ARGS) {
     FL_UNUSED_KERNEL_ARGS;
@@ -134,15 +149,7 @@ int fl_lin_avg_pool2d(FL_KERNEL_ARGS) {
     int st = geom(&p, x, y);
     if (!st) st = avg_args(&p, args, n_args, 1);
     if (st) return st;
-    void *xo, *yo;
-    const void *xp = fl_lin_pack(x, &xo);
-    void *yp = fl_lin_out_buf(y, &yo);
-    if (!xp || !yp) { free(xo); free(yo); FL_FAIL(FL_ERR_OOM, "avg_pool2d: cannot allocate scratch"); }
-    if (x->dtype == FL_FLOAT32) avgpool_fwd_f32(&p, xp, yp);
-    else avgpool_fwd_f64(&p, xp, yp);
-    free(xo);
-    fl_lin_unpack(y, yo);
-    return FL_OK;
+    return pool_pass(&p, x, y, avgpool_fwd_f32, avgpool_fwd_f64, "avg_pool2d");
 }
 
 /* avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override) */
@@ -154,15 +161,7 @@ int fl_lin_avg_pool2d_backward(FL_KERNEL_ARGS) {
     int st = geom(&p, gi, go);
     if (!st) st = avg_args(&p, args, n_args, 2);
     if (st) return st;
-    void *goo, *gio;
-    const void *gop = fl_lin_pack(go, &goo);
-    void *gip = fl_lin_out_buf(gi, &gio);
-    if (!gop || !gip) { free(goo); free(gio); FL_FAIL(FL_ERR_OOM, "avg_pool2d_backward: cannot allocate scratch"); }
-    if (go->dtype == FL_FLOAT32) avgpool_bwd_f32(&p, gop, gip);
-    else avgpool_bwd_f64(&p, gop, gip);
-    free(goo);
-    fl_lin_unpack(gi, gio);
-    return FL_OK;
+    return pool_pass(&p, go, gi, avgpool_bwd_f32, avgpool_bwd_f64, "avg_pool2d_backward");
 }
 
 /* _adaptive_avg_pool2d(self, output_size) */
@@ -173,15 +172,7 @@ int fl_lin_adaptive_avg_pool2d(FL_KERNEL_ARGS) {
     pool_t p;
     int st = geom(&p, x, y);
     if (st) return st;
-    void *xo, *yo;
-    const void *xp = fl_lin_pack(x, &xo);
-    void *yp = fl_lin_out_buf(y, &yo);
-    if (!xp || !yp) { free(xo); free(yo); FL_FAIL(FL_ERR_OOM, "adaptive_avg_pool2d: cannot allocate scratch"); }
-    if (x->dtype == FL_FLOAT32) adaptive_fwd_f32(&p, xp, yp);
-    else adaptive_fwd_f64(&p, xp, yp);
-    free(xo);
-    fl_lin_unpack(y, yo);
-    return FL_OK;
+    return pool_pass(&p, x, y, adaptive_fwd_f32, adaptive_fwd_f64, "adaptive_avg_pool2d");
 }
 
 /* _adaptive_avg_pool2d_backward(grad_output, self) */
@@ -192,15 +183,7 @@ int fl_lin_adaptive_avg_pool2d_backward(FL_KERNEL_ARGS) {
     pool_t p;
     int st = geom(&p, gi, go);
     if (st) return st;
-    void *goo, *gio;
-    const void *gop = fl_lin_pack(go, &goo);
-    void *gip = fl_lin_out_buf(gi, &gio);
-    if (!gop || !gip) { free(goo); free(gio); FL_FAIL(FL_ERR_OOM, "adaptive_avg_pool2d_backward: cannot allocate scratch"); }
-    if (go->dtype == FL_FLOAT32) adaptive_bwd_f32(&p, gop, gip);
-    else adaptive_bwd_f64(&p, gop, gip);
-    free(goo);
-    fl_lin_unpack(gi, gio);
-    return FL_OK;
+    return pool_pass(&p, go, gi, adaptive_bwd_f32, adaptive_bwd_f64, "adaptive_avg_pool2d_backward");
 }
 
 /* ======================================================================
@@ -741,7 +724,9 @@ static inline int64_t F(avg_window)(const pool_t *p, int64_t oh, int64_t ow, int
     return p->count_include_pad ? pool_size : (ih1 - ih0) * (iw1 - iw0);
 }
 
-static void F(avgpool_fwd)(const pool_t *p, const T *x, T *y) {
+static void F(avgpool_fwd)(const pool_t *p, const void *xv, void *yv) {
+    const T *x = xv;
+    T *y = yv;
     const int64_t H = p->H, W = p->W, OH = p->OH, OW = p->OW;
 #pragma omp parallel for schedule(static) collapse(2) if (p->planes * OH * OW > 4096)
     for (int64_t pl = 0; pl < p->planes; pl++)
@@ -760,7 +745,9 @@ static void F(avgpool_fwd)(const pool_t *p, const T *x, T *y) {
         }
 }
 
-static void F(avgpool_bwd)(const pool_t *p, const T *go, T *gi) {
+static void F(avgpool_bwd)(const pool_t *p, const void *gov, void *giv) {
+    const T *go = gov;
+    T *gi = giv;
     const int64_t H = p->H, W = p->W, OH = p->OH, OW = p->OW;
 #pragma omp parallel for schedule(static) if (p->planes * (H * W + OH * OW) > 16384)
     for (int64_t pl = 0; pl < p->planes; pl++) {
@@ -778,7 +765,9 @@ static void F(avgpool_bwd)(const pool_t *p, const T *go, T *gi) {
     }
 }
 
-static void F(adaptive_fwd)(const pool_t *p, const T *x, T *y) {
+static void F(adaptive_fwd)(const pool_t *p, const void *xv, void *yv) {
+    const T *x = xv;
+    T *y = yv;
     const int64_t H = p->H, W = p->W, OH = p->OH, OW = p->OW;
     if (OH == 0 || OW == 0) return;
 #pragma omp parallel for schedule(static) collapse(2) if (p->planes * H * W > 16384)
@@ -802,7 +791,9 @@ static void F(adaptive_fwd)(const pool_t *p, const T *x, T *y) {
         }
 }
 
-static void F(adaptive_bwd)(const pool_t *p, const T *go, T *gi) {
+static void F(adaptive_bwd)(const pool_t *p, const void *gov, void *giv) {
+    const T *go = gov;
+    T *gi = giv;
     const int64_t H = p->H, W = p->W, OH = p->OH, OW = p->OW;
 #pragma omp parallel for schedule(static) if (p->planes * H * W > 16384)
     for (int64_t pl = 0; pl < p->planes; pl++) {
