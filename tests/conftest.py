@@ -88,3 +88,24 @@ def same_as_cpu(expected, got, atol=1e-5, rtol=1e-4):
         b = b.cpu()
         assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
         assert torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True), (a, b)
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Compiled graphs and backend="fl" reports start empty (torch._dynamo.reset()) and are dropped after:
+    the test files of torch.compile use it for every test (pytestmark)."""
+    from torch_fl.compile import dynamo
+
+    dynamo.reset()
+    yield
+    dynamo.reset()
+
+
+def tiny_bert(**overrides):
+    """A randomly initialised 2-layer Hugging Face BERT (hidden 32, no dropout): the real model the
+    torch.compile tests run; keyword arguments override the config."""
+    import transformers
+
+    cfg = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+               max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return transformers.BertModel(transformers.BertConfig(**{**cfg, **overrides}))

@@ -18,12 +18,7 @@ from torch_fl import fused
 from torch_fl.compile import aten_passes
 from torch_fl.compile import dynamo as fl_dynamo
 
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    fl_dynamo.reset()
-    yield
-    fl_dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _close(a: torch.Tensor, ref: torch.Tensor, rtol: float = 1e-4) -> None:

@@ -26,11 +26,7 @@ from torch_fl.models import ResNet
 SDPA = "aten::_scaled_dot_product_fused_attention_overrideable"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    fl_dynamo.reset()
-    yield
-    fl_dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _on(backend: str, model: nn.Module) -> nn.Module:

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 import torch
+from conftest import tiny_bert
 from torch import nn
 
 import torch_fl as fl
@@ -23,11 +24,7 @@ BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 transformers = pytest.importorskip("transformers")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    fl_dynamo.reset()
-    yield
-    fl_dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-4) -> None:
@@ -36,10 +33,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-4) -> None:
 
 
 def _bert():
-    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                  attention_probs_dropout_prob=0.0)
-    return transformers.BertModel(cfg)
+    return tiny_bert()
 
 
 def _resnet():
@@ -358,10 +352,7 @@ def test_explicit_attention_becomes_the_fused_pair_where_the_table_has_it(backen
     backward; elsewhere it stays as written. Gradients match eager either way."""
     fl.set_backend(backend)
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                  attention_probs_dropout_prob=0.0, attn_implementation="eager")
-    bert = transformers.BertModel(cfg).to("fl")
+    bert = tiny_bert(num_hidden_layers=1, attn_implementation="eager").to("fl")
     ids = torch.randint(0, 100, (2, 7)).to("fl")
     mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2]).to("fl")
     report = _check_training_step(bert, {"input_ids": ids, "attention_mask": mask}, lambda o: o.last_hidden_state)

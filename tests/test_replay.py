@@ -15,6 +15,7 @@ import sys
 
 import pytest
 import torch
+from conftest import tiny_bert
 from torch import nn
 
 import torch_fl as fl
@@ -26,11 +27,7 @@ BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 transformers = pytest.importorskip("transformers")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    fl_dynamo.reset()
-    yield
-    fl_dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 @torch.library.custom_op("fl_test_replay::twice", mutates_args=(), device_types="cpu")
@@ -67,10 +64,7 @@ def _convnet():
 
 
 def _bert():
-    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                  attention_probs_dropout_prob=0.0)
-    return transformers.BertModel(cfg)
+    return tiny_bert()
 
 
 def _status(compiled) -> ReplayStatus:
