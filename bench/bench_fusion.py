@@ -6,6 +6,7 @@ does to the host time per kernel.
     python bench/bench_fusion.py --full          # the article's sizes (ResNet-50 b8 224², Transformer b16 s128)
     python bench/bench_fusion.py --backends rocm ascend --json fusion.json
     python bench/bench_fusion.py --only replay   # the graph replay section alone
+    python bench/bench_fusion.py --only layout --full   # channels-last on the devices that prefer it
 
 For each backend: ResNet-50 inference (eval forward) and training step
 (forward + backward of the output's sum, gradients reset first), the
@@ -18,6 +19,10 @@ best of 5 after a warm-up. PyTorch's MultiheadAttention/encoder fast path is
 switched off for the fl runs: on fl it is one fused op no plugin implements
 (a CPU fallback with zero kernels), which would make a kernel count
 meaningless; the native run keeps it, as native users have it.
+
+Layout: for each backend whose table prefers channels-last (ascend), ResNet-50
+inference compiled with the `layout` pass (NHWC activations) and without it
+(NCHW), against native CPU PyTorch in NCHW and in channels-last, best of 5.
 
 Graph replay (torch.compile(m, backend="fl", options={"replay": True})), for
 small inference models where the host, not the kernels, sets the step time (an
@@ -78,13 +83,7 @@ def native_seconds(model: torch.nn.Module, x: torch.Tensor, train: bool, repeat:
             with torch.no_grad():
                 m(x)
 
-    step()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        step()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return _best_seconds(step, repeat)
 
 
 def measure(model: torch.nn.Module, x: torch.Tensor, backend: str, train: bool) -> dict:
@@ -276,6 +275,50 @@ def measure_replay_train(name: str, model: torch.nn.Module, args: tuple, kwargs:
     return r
 
 
+def _best_seconds(fn, repeat: int = 5) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def layout_section(args: argparse.Namespace) -> list[dict]:
+    torch.manual_seed(0)
+    b, hw = (8, 224) if args.full else (1, 64)
+    resnet = resnet50(num_classes=1000).eval()
+    images = torch.randn(b, 3, hw, hw)
+    with torch.no_grad():
+        nchw = _best_seconds(lambda: resnet(images))
+        cl_model = copy.deepcopy(resnet).to(memory_format=torch.channels_last)
+        cl_images = images.contiguous(memory_format=torch.channels_last)
+        nhwc = _best_seconds(lambda: cl_model(cl_images))
+    print(f"layout pass, torch {torch.__version__}: ResNet-50 b{b} {hw}x{hw} inference, best of 5; native CPU NCHW "
+          f"{nchw * 1e3:.1f} ms, channels-last {nhwc * 1e3:.1f} ms")
+    rows = []
+    for backend in args.backends:
+        if not any(d.channels_last for d in fl.capabilities(backend).devices):
+            continue
+        fl.set_backend(backend)
+        dev = fl.device(backend)
+        model, x = copy.deepcopy(resnet).to(dev), images.to(dev)
+        ms = {}
+        for name, passes in (("nchw", {"layout": False}), ("nhwc", None)):
+            reset()
+            compiled = fl.compile(model, passes=passes)
+            with torch.no_grad():
+                ms[name] = _best_seconds(lambda c=compiled, x=x: c(x).cpu()) * 1e3
+        r = {"backend": backend, "workload": f"ResNet-50 b{b} {hw}x{hw} eval", "ms_layout_off": ms["nchw"],
+             "ms_layout_on": ms["nhwc"], "ms_native_nchw": nchw * 1e3, "ms_native_channels_last": nhwc * 1e3}
+        rows.append(r)
+        print(f"{backend:<8} compiled, layout off {ms['nchw']:8.1f} ms (x{ms['nchw'] / (nchw * 1e3):.2f} native NCHW)"
+              f"  layout on {ms['nhwc']:8.1f} ms (x{ms['nhwc'] / (nhwc * 1e3):.2f} native channels-last)"
+              f"  on/off x{ms['nhwc'] / ms['nchw']:.2f}", flush=True)
+    return rows
+
+
 def replay_line(r: dict) -> str:
     base = r["native_cpu_us"]
     times = "  ".join(f"{k} {r[k + '_us']:>8.1f} us (x{r[k + '_us'] / base:5.2f})"
@@ -293,14 +336,16 @@ def main() -> None:
     ap.add_argument("--backends", nargs="+", default=["cpu", "rocm", "ascend", "minimal"])
     ap.add_argument("--full", action="store_true", help="the article's sizes")
     ap.add_argument("--skip-train", action="store_true", help="inference only")
-    ap.add_argument("--only", choices=("fusion", "replay"), help="one section only")
+    ap.add_argument("--only", choices=("fusion", "layout", "replay"), help="one section only")
     ap.add_argument("--calls", type=int, default=200, help="timed calls per figure in the replay section")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     results = []
-    if args.only != "replay":
+    if args.only in (None, "fusion"):
         results += fusion_section(args)
-    if args.only != "fusion":
+    if args.only in (None, "layout"):
+        results += layout_section(args)
+    if args.only in (None, "replay"):
         torch.manual_seed(0)
         print(f"graph replay, torch {torch.__version__}: median of {args.calls} calls; ratios to native CPU PyTorch "
               f"(torch threads: {torch.get_num_threads()})")

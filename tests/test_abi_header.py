@@ -44,8 +44,8 @@ def test_the_runtime_reads_its_constants_from_the_header(tmp_path):
     pairs = [(f"FL_STR_{s}", code) for s, code in STRING_CODES.items()]
     pairs += [("FL_STR_UNKNOWN", abi.STRING_UNKNOWN)]
     pairs += [(f"FL_FEATURE_{name}", value) for name, value in abi.FEATURES.items()]
-    pairs += [("FL_KERNEL_FUSED", abi.KERNEL_FUSED), ("FL_ABI_VERSION", abi.ABI_VERSION),
-              ("FL_MAX_DIMS", abi.MAX_DIMS)]
+    pairs += [("FL_KERNEL_FUSED", abi.KERNEL_FUSED), ("FL_KERNEL_ANY_OUT_LAYOUT", abi.KERNEL_ANY_OUT_LAYOUT),
+              ("FL_ABI_VERSION", abi.ABI_VERSION), ("FL_MAX_DIMS", abi.MAX_DIMS)]
     pairs += [(name, code) for code, name in abi.STATUS_NAMES.items()]
     pairs += [(f"FL_ARG_{k}", getattr(abi, f"ARG_{k}")) for k in
               ("NONE", "TENSOR", "TENSOR_LIST", "INT", "FLOAT", "BOOL", "INT_LIST", "DTYPE", "OTHER")]

@@ -1,4 +1,4 @@
-"""backend="fl"'s qkv, pointwise and layout passes and linear -> act -> dropout in
+"""backend="fl"'s qkv and pointwise passes (layout: test_layout.py) and linear -> act -> dropout in
 training (torch_fl/compile/aten_passes.py): each applies where the capability table
 allows, matches eager in outputs and every gradient (judged against float64 on the
 host), is named in the report, goes away when switched off, and is recorded as kept,
@@ -15,7 +15,6 @@ from torch import nn
 
 import torch_fl as fl
 from torch_fl import fused
-from torch_fl.compile import aten_passes
 from torch_fl.compile import dynamo as fl_dynamo
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
@@ -324,35 +323,72 @@ def test_a_dropout_the_kernel_cannot_take_is_kept_after_a_fused_linear_act():
     assert _patterns(report, "linear+relu")[0].replacement.startswith("fl::linear_act")
 
 
-# -- layout ---------------------------------------------------------------------------------
-
-
 def _conv_net() -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
                          nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
 
 
-@pytest.mark.parametrize("backend", ["ascend", "cpu"])
-def test_layout_is_decided_from_the_table_and_the_kernel(backend):
-    """ascend declares FL_FEATURE_CHANNELS_LAST, but its convolution writes NCHW whatever
-    it reads: the convolutions are kept, and the report says why; cpu has no layout
-    preference: nothing to decide, nothing recorded."""
-    fl.set_backend(backend)
+# -- (linear ->) dropout -> residual add -> LayerNorm in training --------------------------------
+
+
+class SelfOutput(nn.Module):
+    """Hugging Face BERT's BertSelfOutput / BertOutput: LayerNorm(dropout(dense(h)) + input), and the
+    same without the linear (the dropout reads an activation)."""
+
+    def __init__(self, p: float, linear: bool):
+        super().__init__()
+        self.dense = nn.Linear(16, 16) if linear else nn.Tanh()
+        self.dropout, self.norm = nn.Dropout(p), nn.LayerNorm(16)
+
+    def forward(self, h, x):
+        return self.norm(self.dropout(self.dense(h)) + x)
+
+
+@pytest.mark.parametrize("linear", [True, False], ids=["linear", "activation"])
+def test_training_dropout_before_add_norm_is_the_kernels_epilogue_with_a_fresh_seed(linear):
+    fl.set_backend("rocm")
     torch.manual_seed(0)
-    model = _conv_net().to("fl")
-    x = torch.randn(2, 3, 8, 8).to("fl")
+    model = SelfOutput(0.25, linear).to("fl")
+    h, x = torch.randn(4, 6, 16), torch.randn(4, 6, 16)
     compiled = torch.compile(model, backend="fl")
-    _check_against_float64(model, compiled, x)
-    assert any(d.channels_last for d in fl.capabilities(backend).devices) == (backend == "ascend")
+    hd, xd = h.to("fl").requires_grad_(), x.to("fl").requires_grad_()
+    torch.manual_seed(1)
+    with fl.profile() as prof:
+        out = compiled(hd, xd)
+        out.square().mean().backward()
+    op = "fl::linear_add_layer_norm" if linear else "fl::add_layer_norm"
+    calls = {o.op: o.calls for o in prof.ops() if o.op.startswith("fl::")}
+    assert calls == {op: 1, op + "_backward": 1}, calls
+    # the reference: the mask from the seed the op drew (the first draw after manual_seed(1)), in float64
+    torch.manual_seed(1)
+    seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
+    ref = copy.deepcopy(model).cpu().double()
+    hr, xr = h.double().requires_grad_(), x.double().requires_grad_()
+    y = ref.dense(hr)
+    y = torch.where(fused.keep_mask(seed, y.shape, 0.25, "cpu"), y / 0.75, torch.zeros((), dtype=y.dtype))
+    want = ref.norm(y + xr)
+    want.square().mean().backward()
+    _close(out, want)
+    _close(hd.grad, hr.grad, rtol=1e-3)
+    _close(xd.grad, xr.grad, rtol=1e-3)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        _close(p.grad, q.grad, rtol=1e-3)
+    # a real dropout: another mask each call
+    with torch.no_grad():
+        a, b = compiled(hd, xd), compiled(hd, xd)
+    assert (a != b).any()
+    name = ("linear+" if linear else "") + "dropout+add+layer_norm"
     report = fl_dynamo.fusion_report(compiled)
-    kept = _patterns(report, "channels-last", applied=None)
-    if backend == "ascend":
-        assert not aten_passes.convolution_keeps_channels_last("ascend")
-        assert {p.graph for p in kept} == {"forward", "backward"} and not any(p.applied for p in kept)
-        assert all("writes NCHW" in p.note for p in kept)
-        fl_dynamo.reset()
-        off = torch.compile(model, backend="fl", options={"passes": {"layout": False}})
-        _train_step(off, x)
-        assert not _patterns(fl_dynamo.fusion_report(off), "channels-last", applied=None)
-    else:
-        assert kept == []
+    assert {p.graph for p in _patterns(report, name)} >= {"captured", "forward", "backward"}
+
+
+def test_training_dropout_before_add_norm_without_the_kernel_keeps_the_ops():
+    fl.set_backend("ascend")
+    torch.manual_seed(0)
+    model = SelfOutput(0.25, True).to("fl")
+    compiled = torch.compile(model, backend="fl")
+    with fl.profile() as prof:
+        compiled(torch.randn(4, 6, 16).to("fl"), torch.randn(4, 6, 16).to("fl")).sum().backward()
+    assert not [o for o in prof.ops() if o.op.startswith("fl::")]
+    kept = _patterns(fl_dynamo.fusion_report(compiled), "add+layer_norm", applied=False)
+    assert kept and "no fl::add_layer_norm kernel" in kept[0].replacement + kept[0].note

@@ -112,7 +112,7 @@ def test_resnet_eval_fuses_conv_bn_relu_where_the_table_has_the_kernel(backend):
     fused_ops = [o for o in fused.ops() if o.op == "fl::conv_bn_relu"]
     # this ResNet: conv -> bn -> relu three times (stem, first conv of each block), conv -> bn three times
     # (second conv of each block, the shortcut's projection)
-    patterns = sorted(p.pattern for p in report.patterns())
+    patterns = sorted(p.pattern for p in report.patterns() if p.pattern.startswith("conv"))
     if backend == "ascend":
         assert patterns == ["conv+bn"] * 3 + ["conv+bn+relu"] * 3, str(report)
         assert fused_ops and fused_ops[0].calls == 3 and fused_ops[0].path == "native"
@@ -120,11 +120,12 @@ def test_resnet_eval_fuses_conv_bn_relu_where_the_table_has_the_kernel(backend):
         assert patterns == ["conv+bn"] * 6 and not fused_ops, str(report)  # folded, the ReLU kept
         assert sum("no fl::conv_bn_relu kernel" in p.replacement for p in report.patterns()) == 3
     assert {p.graph for p in report.patterns()} == {"inference"}
-    # every batch norm gone (on ascend three ReLUs too); the folds are cached, so no kernel recomputes them
+    # every batch norm gone (on ascend three ReLUs too); the folds are cached, so no kernel recomputes them.
+    # ascend runs the graph channels-last (the layout pass): last_hidden_state leaves it in eager's NCHW, one copy
     if backend == "minimal":  # its batch norm is a decomposition of several kernels
         assert fused.kernels < eager.kernels * 0.75
     else:
-        assert eager.kernels - fused.kernels == (9 if backend == "ascend" else 6)
+        assert eager.kernels - fused.kernels == (9 - 1 if backend == "ascend" else 6)
 
 
 def test_conv_bn_is_kept_where_a_gradient_is_needed():

@@ -57,6 +57,29 @@ def test_jit_on_strided_and_in_place(minimal_strict):
     assert_close(y, x - 0.5)
 
 
+def test_jit_shared_layout_runs_in_memory_order_in_parallel(minimal_strict):
+    """Tensors of one dense layout (channels-last here, and long enough to be split over the
+    threads) run fl_walk_flat's plain loop; a broadcast operand takes the coordinate walk.
+    Both give CPU's values, and the result keeps the input's layout as on the CPU."""
+    x = torch.randn(4, 16, 40, 40).contiguous(memory_format=torch.channels_last)  # 102400 elements
+    d = x.to("fl")
+    got = F.elu(d, 0.3)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert_close(got, F.elu(x, 0.3))
+    b = torch.randn(16, 1, 1)
+    assert_close(torch.remainder(d, b.to("fl") + 2.0), torch.remainder(x, b + 2.0))
+
+
+def test_jit_integer_division_by_zero_in_a_long_parallel_loop_raises(minimal_strict):
+    a = torch.arange(1, 200001, dtype=torch.int64)
+    b = torch.full_like(a, 3)
+    b[123457] = 0
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.remainder(a.to("fl"), b.to("fl"))
+    b[123457] = 5
+    assert_close(torch.remainder(a.to("fl"), b.to("fl")), torch.remainder(a, b))
+
+
 def test_profiler_shows_compile_then_cached_kernels(minimal_strict, tmp_path):
     from torch_fl.runtime import clear_plans
 

@@ -36,6 +36,12 @@ _lib.define(
     "Tensor running_mean, Tensor running_var, float eps, int[] stride, int[] padding, int[] dilation, "
     "int groups) -> Tensor"
 )
+# The same into a given tensor: torch.compile's layout pass passes a channels-last one (compile/layout.py).
+_lib.define(
+    "conv_bn_relu.out(Tensor input, Tensor weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, "
+    "Tensor running_mean, Tensor running_var, float eps, int[] stride, int[] padding, int[] dilation, "
+    "int groups, *, Tensor(a!) out) -> Tensor(a!)"
+)
 
 
 def _reference(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding, dilation,
@@ -52,17 +58,38 @@ def _meta(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, ep
                             memory_format=torch.contiguous_format)
 
 
-def _autograd(*args):
+def _no_grad_wanted(*args):
     if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
         raise RuntimeError("fl::conv_bn_relu is an inference kernel and has no backward; call it under "
                            "torch.no_grad() / inference_mode(), or run the modules unfused for training")
+
+
+def _autograd(*args):
+    _no_grad_wanted(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return torch.ops.fl.conv_bn_relu.default(*args)
+
+
+def _reference_out(*args, out):
+    return out.copy_(_reference(*args))
+
+
+def _meta_out(*args, out):
+    return out
+
+
+def _autograd_out(*args, out):
+    _no_grad_wanted(*args, out)
+    with torch._C._AutoDispatchBelowAutograd():
+        return torch.ops.fl.conv_bn_relu.out(*args, out=out)
 
 
 _lib.impl("conv_bn_relu", not_traced(_reference), "CPU")
 _lib.impl("conv_bn_relu", not_traced(_meta), "Meta")
 _lib.impl("conv_bn_relu", not_traced(_autograd), "Autograd")
+_lib.impl("conv_bn_relu.out", not_traced(_reference_out), "CPU")
+_lib.impl("conv_bn_relu.out", not_traced(_meta_out), "Meta")
+_lib.impl("conv_bn_relu.out", not_traced(_autograd_out), "Autograd")
 
 conv_bn_relu_op = torch.ops.fl.conv_bn_relu.default
 

@@ -6,7 +6,9 @@
  *                    int[] dilation, int groups) -> Tensor
  * The convolution writes the output once; the normalisation and the ReLU are
  * applied per channel in the same pass over it, so the two intermediate
- * tensors (and two kernel launches) of conv -> bn -> relu never exist. */
+ * tensors (and two kernel launches) of conv -> bn -> relu never exist.
+ * The output may be NCHW or channels-last (FL_KERNEL_ANY_OUT_LAYOUT): the host
+ * convolution writes either layout directly. */
 #include "emu.h"
 #include "k_linalg.h"
 
@@ -30,11 +32,16 @@ static int conv_bn_relu(FL_KERNEL_ARGS) {
         const fl_tensor_t *t = per_channel[k];
         if (t && (t->dtype != dt || t->ndim != 1 || t->sizes[0] != C)) return FL_ERR_UNSUPPORTED;
     }
-    /* the epilogue walks the output as (N, C, P): it must be contiguous */
-    int64_t expect = 1;
-    for (int d = y->ndim - 1; d >= 0; d--) {
-        if (y->sizes[d] != 1 && y->strides[d] != expect) return FL_ERR_UNSUPPORTED;
-        expect *= y->sizes[d];
+    /* the epilogue walks the output as (N, C, P) or, channels-last, as (N*P, C): it must be one of the two */
+    int nhwc = !fl_is_contiguous(y);
+    if (nhwc) {
+        int64_t expect = 1;
+        for (int k = 0; k < 4 && y->ndim == 4; k++) {
+            int d = (int[]){1, 3, 2, 0}[k];
+            if (y->sizes[d] != 1 && y->strides[d] != expect) return FL_ERR_UNSUPPORTED;
+            expect *= y->sizes[d];
+        }
+        if (y->ndim != 4) return FL_ERR_UNSUPPORTED;
     }
     /* convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups) */
     fl_tensor_t cin[3] = {*x, *w};
@@ -53,27 +60,40 @@ static int conv_bn_relu(FL_KERNEL_ARGS) {
     if (st) return st;
     int64_t N = y->sizes[0], P = 1;
     for (int d = 2; d < y->ndim; d++) P *= y->sizes[d];
-    double eps = args[7].f;
-#pragma omp parallel for schedule(static) if (N * C * P > 32768)
+    double eps = args[7].f, *sc = malloc((size_t)(2 * C + 1) * sizeof(double)), *sh = sc + C;
+    if (!sc) FL_FAIL(FL_ERR_OOM, "conv_bn_relu: cannot allocate scratch");
     for (int64_t c = 0; c < C; c++) {
         double s = 1.0 / sqrt(at(var, c) + eps), shift = -at(mean, c) * s;
         if (g) { s *= at(g, c); shift *= at(g, c); }
         if (beta) shift += at(beta, c);
-        for (int64_t n = 0; n < N; n++) {
-            int64_t base = y->offset + (n * C + c) * P;
-            if (dt == FL_FLOAT32) {
-                float *p = (float *)y->data + base, fs = (float)s, fh = (float)shift;
+        sc[c] = s; sh[c] = shift;
+    }
+    /* rows of P (NCHW: one per sample and channel) or rows of C (NHWC: one per pixel) */
+    int64_t rows = nhwc ? N * P : N * C, len = nhwc ? C : P;
+#pragma omp parallel for schedule(static) if (N * C * P > 32768)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t base = y->offset + r * len;
+        if (dt == FL_FLOAT32) {
+            float *p = (float *)y->data + base;
+            if (nhwc)
+                for (int64_t c = 0; c < C; c++) { float v = p[c] * (float)sc[c] + (float)sh[c]; p[c] = v > 0.0f ? v : 0.0f; }
+            else {
+                float fs = (float)sc[r % C], fh = (float)sh[r % C];
                 for (int64_t i = 0; i < P; i++) { float v = p[i] * fs + fh; p[i] = v > 0.0f ? v : 0.0f; }
-            } else {
-                double *p = (double *)y->data + base;
-                for (int64_t i = 0; i < P; i++) { double v = p[i] * s + shift; p[i] = v > 0.0 ? v : 0.0; }
             }
+        } else {
+            double *p = (double *)y->data + base;
+            if (nhwc)
+                for (int64_t c = 0; c < C; c++) { double v = p[c] * sc[c] + sh[c]; p[c] = v > 0.0 ? v : 0.0; }
+            else
+                for (int64_t i = 0; i < P; i++) { double v = p[i] * sc[r % C] + sh[r % C]; p[i] = v > 0.0 ? v : 0.0; }
         }
     }
+    free(sc);
     return FL_OK;
 }
 
 static const fl_kernel_entry_t entries[] = {
-    {"fl::conv_bn_relu", FL_F32 | FL_F64, FL_KERNEL_FUSED, conv_bn_relu},
+    {"fl::conv_bn_relu", FL_F32 | FL_F64, FL_KERNEL_FUSED | FL_KERNEL_ANY_OUT_LAYOUT, conv_bn_relu},
 };
 const fl_kernel_group_t fl_emu_group_conv_bn_relu = {entries, (int)(sizeof entries / sizeof entries[0])};

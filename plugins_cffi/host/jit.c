@@ -177,7 +177,7 @@ static int compiler_argv(char *cc_buf, size_t n, char **argv, const char *out_so
     for (char *tok = strtok_r(cc_buf, " \t", &save); tok && argc < MAX_CC_ARGS - 8; tok = strtok_r(NULL, " \t", &save))
         argv[argc++] = tok;
     if (!argc) argv[argc++] = "cc";
-    const char *flags[] = {"-O2", "-shared", "-fPIC", "-o", out_so, src, "-lm"};
+    const char *flags[] = {"-O2", "-fopenmp", "-shared", "-fPIC", "-o", out_so, src, "-lm"};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) argv[argc++] = (char *)flags[i];
     argv[argc] = NULL;
     return argc;

@@ -15,6 +15,13 @@
  * N dimension; a 1x1 / stride 1 / no padding convolution of a single sample
  * uses the input directly, with no im2col at all.
  *
+ * Channels-last: an ordinary 2-D convolution whose output is laid out NHWC
+ * (what torch.compile's layout pass asks for on a device that prefers it)
+ * runs in that layout: y (N*OH*OW, O) = patches (N*OH*OW, KH*KW*C/G) * w'^T
+ * with w' the weight as (O, KH, KW, C/G). Each patch row is KH*KW runs of
+ * contiguous channels; a 1x1 / stride 1 / no padding convolution is one GEMM
+ * over the input itself. An NCHW input or weight is transposed once first.
+ *
  * This file includes itself once per element type (float, double) for the
  * typed section below. */
 #ifndef LIN_T
@@ -44,6 +51,19 @@ static int64_t chunk_of(const geom_t *g, size_t es, int nt) {
 static int trivial_1x1(const geom_t *g) {
     return g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
            g->OH == g->H && g->OW == g->W;
+}
+
+/* 4-D and dense in channels-last order (N, H, W, C), size-1 dims ignored like PyTorch does */
+static int nhwc_dense(const fl_tensor_t *t) {
+    if (t->ndim != 4) return 0;
+    static const int order[4] = {1, 3, 2, 0};
+    int64_t expect = 1;
+    for (int k = 0; k < 4; k++) {
+        int d = order[k];
+        if (t->sizes[d] != 1 && t->strides[d] != expect) return 0;
+        expect *= t->sizes[d];
+    }
+    return 1;
 }
 
 #define LIN_SELF "k_conv.c"
@@ -121,6 +141,8 @@ int fl_lin_convolution(FL_KERNEL_ARGS) {
     geom_t g;
     int st = transposed ? make_geom(&g, y, x, w, args, 3, args[8].i, 1) : make_geom(&g, x, y, w, args, 3, args[8].i, 0);
     if (st) return st;
+    if (!transposed && x->ndim == 4 && nhwc_dense(y) && !fl_is_contiguous(y))
+        return dt == FL_FLOAT32 ? conv_nhwc_f32(&g, x, w, b, y) : conv_nhwc_f64(&g, x, w, b, y);
     /* a transposed weight is (Cin, Cout/G, ...) = conv weight layout (O, C/G) with O = Cin */
     void *xo, *wo, *bo = NULL, *yo;
     const void *xp = fl_lin_pack(x, &xo), *wp = fl_lin_pack(w, &wo), *bp = NULL;
@@ -469,6 +491,96 @@ static int F(conv_bwd)(const geom_t *g, const T *dy, const T *w, T *dx, const T 
         F(bwd_chunk)(g, dy, w, dx, x, dw, n0, g->N - n0 < nb_max ? g->N - n0 : nb_max, col, tmp, 1);
     fl_lin_scratch_trim();
     return FL_OK;
+}
+
+/* ---- channels-last forward ---- */
+
+/* t (4-D, sizes (A, B, C, D)) as a dense (A, C, D, B) array: the data itself when it is laid out
+ * so, else a copy in *owned. NHWC for an activation, (O, KH, KW, C/G) for a weight. */
+static const T *F(as_nhwc)(const fl_tensor_t *t, T **owned) {
+    *owned = NULL;
+    const T *src = (const T *)fl_elem(t, t->offset);
+    if (nhwc_dense(t)) return src;
+    const int64_t A = t->sizes[0], B = t->sizes[1], C = t->sizes[2], D = t->sizes[3];
+    const int64_t s0 = t->strides[0], s1 = t->strides[1], s2 = t->strides[2], s3 = t->strides[3];
+    T *dst = malloc((size_t)(A * B * C * D) * sizeof(T) + 1);
+    if (!dst) return NULL;
+#pragma omp parallel for schedule(static) collapse(2) if (A * B * C * D > 65536)
+    for (int64_t a = 0; a < A; a++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t d = 0; d < D; d++) {
+                T *row = dst + ((a * C + c) * D + d) * B;
+                const T *from = src + a * s0 + c * s2 + d * s3;
+                for (int64_t b = 0; b < B; b++) row[b] = from[b * s1];
+            }
+    *owned = dst;
+    return dst;
+}
+
+/* One patch row: the KH*KW runs of Cg channels (from channel c0) output pixel p of sample n reads. */
+LIN_CLONES static void F(patch_nhwc)(const geom_t *g, const T *x, int64_t r, int64_t c0, T *dst) {
+    const int64_t P = g->OH * g->OW, n = r / P, p = r % P, oh = p / g->OW, ow = p % g->OW, Cg = g->C / g->G;
+    const T *xn = x + n * g->H * g->W * g->C + c0;
+    for (int64_t ki = 0; ki < g->KH; ki++) {
+        const int64_t ih = oh * g->sh - g->ph + ki * g->dh;
+        for (int64_t kj = 0; kj < g->KW; kj++, dst += Cg) {
+            const int64_t iw = ow * g->sw - g->pw + kj * g->dw;
+            if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W) memset(dst, 0, (size_t)Cg * sizeof(T));
+            else memcpy(dst, xn + (ih * g->W + iw) * g->C, (size_t)Cg * sizeof(T));
+        }
+    }
+}
+
+/* y (N, OH, OW, O) = conv(x (N, H, W, C), w (O, KH, KW, C/G)) + b; y is the output's dense NHWC data */
+static int F(conv_fwd_nhwc)(const geom_t *g, const T *x, const T *w, const T *b, T *y) {
+    const int64_t R = g->N * g->OH * g->OW, Og = g->O / g->G, Cg = g->C / g->G, K = g->KH * g->KW * Cg;
+    if (R == 0 || g->O == 0) return FL_OK;
+    if (trivial_1x1(g) && g->G == 1) {
+        fl_lin_gemm(LIN_DT, 0, 1, R, g->O, g->C, 1.0, x, g->C, w, g->C, 0.0, y, g->O);
+    } else {
+        int64_t rb = (int64_t)((16.0 * 1024 * 1024) / ((double)K * sizeof(T)));
+        if (rb < 64) rb = 64;
+        if (rb > R) rb = R;
+        T *col = fl_lin_scratch(0, (size_t)(rb * K) * sizeof(T));
+        if (!col) FL_FAIL(FL_ERR_OOM, "convolution: cannot allocate scratch");
+        for (int64_t r0 = 0; r0 < R; r0 += rb) {
+            const int64_t nr = R - r0 < rb ? R - r0 : rb;
+            for (int64_t gr = 0; gr < g->G; gr++) {
+#pragma omp parallel for schedule(static) if (nr * K > 32768)
+                for (int64_t i = 0; i < nr; i++) F(patch_nhwc)(g, x, r0 + i, gr * Cg, col + i * K);
+                fl_lin_gemm(LIN_DT, 0, 1, nr, Og, K, 1.0, col, K, w + gr * Og * K, K, 0.0, y + r0 * g->O + gr * Og,
+                            g->O);
+            }
+        }
+        fl_lin_scratch_trim();
+    }
+    if (b) {
+#pragma omp parallel for schedule(static) if (R * g->O > 32768)
+        for (int64_t r = 0; r < R; r++) {
+            T *row = y + r * g->O;
+#pragma omp simd
+            for (int64_t o = 0; o < g->O; o++) row[o] += b[o];
+        }
+    }
+    return FL_OK;
+}
+
+/* The kernel's channels-last route: x and w read through as_nhwc, y written in place. */
+static int F(conv_nhwc)(const geom_t *g, const fl_tensor_t *x, const fl_tensor_t *w, const fl_tensor_t *b,
+                        const fl_tensor_t *y) {
+    if (fl_numel(y) == 0) return FL_OK;
+    T *xo = NULL, *wo = NULL;
+    void *bo = NULL;
+    const T *xp = F(as_nhwc)(x, &xo), *wp = F(as_nhwc)(w, &wo), *bp = b ? fl_lin_pack(b, &bo) : NULL;
+    int st;
+    if (!xp || !wp || (b && !bp)) {
+        st = FL_ERR_OOM;
+        fl_host_set_error("convolution: cannot allocate scratch");
+    } else {
+        st = F(conv_fwd_nhwc)(g, xp, wp, bp, (T *)fl_elem(y, y->offset));
+    }
+    free(xo); free(wo); free(bo);
+    return st;
 }
 
 #undef OOM_RET

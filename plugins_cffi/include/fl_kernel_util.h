@@ -13,7 +13,7 @@
  *                 fl_arg_code, fl_wrap_dim
  *   broadcasting  fl_bcast
  *   iteration     fl_iter_t (rows of a coalesced strided walk), fl_walk_t (element by element, with
- *                 coordinates), fl_rows_t (the lines along one dimension: softmax, scans, sorting)
+ *                 coordinates; fl_walk_flat: whether a plain q loop may replace it), fl_rows_t (the lines along one dimension: softmax, scans, sorting)
  *   math          fl_vexpf (a float exp the compiler can vectorise)
  *   sizes         fl_parse_size ("512M", "2 GiB")
  *
@@ -267,6 +267,29 @@ static inline void fl_walk_next(const fl_walk_t *w, int64_t *ctr, int64_t *off) 
         ctr[d] = 0;
         for (int k = 0; k < w->nt; k++) off[k] -= w->st[k][d] * (w->size[d] - 1);
     }
+}
+
+/* 1 when every tensor of the walk has the first one's strides and those are dense (a permutation
+ * of a contiguous layout: NCHW, channels-last, a transpose): each tensor's elements are then
+ * base[k] + q for q in [0, numel), in the same order for all of them, and an elementwise loop may
+ * run over q directly (and in parallel) instead of stepping through the coordinates. */
+static inline int fl_walk_flat(const fl_walk_t *w) {
+    int used[FL_MAX_DIMS] = {0}, big = 0, placed = 0;
+    for (int d = 0; d < w->nd; d++) {
+        if (w->size[d] == 1) continue;
+        big++;
+        for (int k = 1; k < w->nt; k++)
+            if (w->st[k][d] != w->st[0][d]) return 0;
+    }
+    for (int64_t expect = 1; placed < big; placed++) {
+        int found = -1;
+        for (int d = 0; d < w->nd && found < 0; d++)
+            if (!used[d] && w->size[d] != 1 && w->st[0][d] == expect) found = d;
+        if (found < 0) return 0;
+        used[found] = 1;
+        expect *= w->size[found];
+    }
+    return 1;
 }
 
 /* ---- fl_rows_t: the lines along one dimension ----

@@ -157,13 +157,16 @@ typedef int (*fl_kernel_fn)(fl_stream_t stream, int device,
 typedef struct {
     const char *op;
     uint32_t dtypes;
-    uint32_t flags; /* FL_KERNEL_FUSED for fused kernels (e.g. "fl::conv_bn_relu") */
+    uint32_t flags; /* fl_kernel_flag_t bits, or 0 */
     fl_kernel_fn fn;
 } fl_kernel_entry_t;
 
 /* Kernel flags (fl_kernel_entry_t.flags). */
 typedef enum {
-    FL_KERNEL_FUSED = 1
+    FL_KERNEL_FUSED = 1,           /* a fused kernel with an fl:: name (e.g. "fl::conv_bn_relu") */
+    FL_KERNEL_ANY_OUT_LAYOUT = 2   /* writes an output of any dense layout it is given (e.g. channels-last),
+                                      through its strides; without it an output always has the layout
+                                      PyTorch's meta function gives the op */
 } fl_kernel_flag_t;
 
 /* Device feature flags (fl_device_props_t.features), a mask. */

@@ -1,4 +1,4 @@
-"""The `qkv`, `pointwise` and `layout` passes of backend="fl", and linear -> act ->
+"""The `qkv` and `pointwise` passes of backend="fl" (and `layout`, from layout.py), and linear -> act ->
 dropout in training, each chosen from the active backend's capability table.
 
   qkv         Dynamo's graph: F.linear calls reading one input (q, k, v of a
@@ -13,10 +13,8 @@ dropout in training, each chosen from the active backend's capability table.
   pointwise   aten graphs (forward, backward, inference): a chain of elementwise
               ops whose intermediates are used nowhere else becomes one JIT
               kernel (compile/pointwise.py), where the backend can compile C.
-  layout      aten graphs: where the table says the device prefers channels-last,
-              whether its convolution keeps that layout (probed once per
-              backend); no bundled backend's does, so the convolutions are kept
-              and the report says why (a conversion would only add copies).
+  layout      aten inference graphs: channels-last convolutions where the table
+              says the device prefers them (compile/layout.py).
   linear_act  (its training-dropout part) Dynamo's graph: F.linear -> ReLU/GELU ->
               F.dropout(p, training) as `fl::linear_act_dropout`, an op that draws
               a fresh seed per call and hands it to the backend's fl::linear_act
@@ -39,6 +37,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
+from . import layout, seeded  # noqa: F401 - seeded defines the fl:: ops the rewrites call
 from . import pointwise as pw
 from .fxnodes import activation, arg, is_call, op_name, where
 from .report import Pattern
@@ -68,70 +67,6 @@ def _val(node):
 
 
 # -- linear -> activation -> dropout (training) ---------------------------------------
-
-_lib = torch.library.Library("fl", "FRAGMENT")
-_lib.define("linear_act_dropout(Tensor input, Tensor weight, Tensor? bias, int act, float p, bool save) "
-            "-> (Tensor, Tensor, Tensor)", tags=(torch.Tag.nondeterministic_seeded,))
-_lib.define("linear_act_dropout_backward(Tensor grad, Tensor input, Tensor weight, Tensor out, Tensor pre, int act, "
-            "float p, Tensor seed, bool has_bias) -> (Tensor, Tensor, Tensor)")
-
-
-def linear_act_dropout_impl(input, weight, bias, act: int, p: float, save: bool):
-    """fl::linear_act with a seed drawn now (PyTorch's CPU generator: reproducible under
-    torch.manual_seed); the seed comes back as a CPU int64 scalar for the backward."""
-    seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
-    out, pre = torch.ops.fl.linear_act.default(input, weight, bias, act, p, seed, save)
-    return out, pre, torch.tensor(seed, dtype=torch.int64)
-
-
-def linear_act_dropout_backward_impl(grad, input, weight, out, pre, act: int, p: float, seed, has_bias: bool):
-    """fl::linear_act_backward with the forward's seed: the same dropout mask, regenerated."""
-    return torch.ops.fl.linear_act_backward.default(grad, input, weight, out, pre, act, p, int(seed), has_bias)
-
-
-_lib.impl("linear_act_dropout", linear_act_dropout_impl, "CompositeExplicitAutograd")
-_lib.impl("linear_act_dropout_backward", linear_act_dropout_backward_impl, "CompositeExplicitAutograd")
-
-
-@torch.library.register_fake("fl::linear_act_dropout", lib=_lib)
-def _linear_act_dropout_fake(input, weight, bias, act, p, save):
-    out = input.new_empty(input.shape[:-1] + (weight.shape[0],))
-    pre = torch.empty_like(out) if save else input.new_empty(0)
-    return out, pre, torch.empty((), dtype=torch.int64, device="cpu")
-
-
-@torch.library.register_fake("fl::linear_act_dropout_backward", lib=_lib)
-def _linear_act_dropout_backward_fake(grad, input, weight, out, pre, act, p, seed, has_bias):
-    return (input.new_empty(input.shape), weight.new_empty(weight.shape),
-            weight.new_empty((weight.shape[0],) if has_bias else (0,)))
-
-
-class LinearActDropoutFn(torch.autograd.Function):
-    """Autograd for fl::linear_act_dropout: one backward kernel for the input, weight and
-    bias gradients, through the dropout mask the forward's seed gives."""
-
-    @staticmethod
-    def forward(ctx, input, weight, bias, act, p, save):
-        with torch._C._AutoDispatchBelowAutograd():
-            out, pre, seed = torch.ops.fl.linear_act_dropout.default(input, weight, bias, act, p, save)
-        ctx.save_for_backward(input, weight, out, pre, seed)
-        ctx.cfg = (act, p, bias is not None)
-        ctx.set_materialize_grads(False)
-        ctx.mark_non_differentiable(pre, seed)
-        return out, pre, seed
-
-    @staticmethod
-    def backward(ctx, grad, *_):
-        if grad is None:
-            return (None,) * 6
-        input, weight, out, pre, seed = ctx.saved_tensors
-        act, p, has_bias = ctx.cfg
-        gi, gw, gb = torch.ops.fl.linear_act_dropout_backward.default(grad, input, weight, out, pre, act, p, seed,
-                                                                      has_bias)
-        return gi, gw, gb if has_bias else None, None, None, None
-
-
-_lib.impl("linear_act_dropout", LinearActDropoutFn.apply, "Autograd")
 
 _ACTS = {1: "relu", 2: "gelu"}
 
@@ -425,51 +360,5 @@ def pointwise(ctx) -> None:
         ctx.record("elementwise chain", group, f"one JIT kernel ({label})")
 
 
-# -- layout ---------------------------------------------------------------------------
-
-_KEEPS_NHWC: dict[str, bool] = {}  # backend -> its convolution writes a channels-last input's output channels-last
-
-
-def convolution_keeps_channels_last(backend: str) -> bool:
-    """Whether the backend's convolution kernel returns channels-last for a
-    channels-last input: one 1x1 convolution on its device, once per backend."""
-    if backend not in _KEEPS_NHWC:
-        import torch_fl
-
-        dev = torch_fl.device(backend)
-        x = torch.ones(1, 2, 2, 2).to(dev).contiguous(memory_format=torch.channels_last)
-        w = torch.ones(2, 2, 1, 1).to(dev).contiguous(memory_format=torch.channels_last)
-        _KEEPS_NHWC[backend] = aten.convolution.default(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1
-                                                        ).is_contiguous(memory_format=torch.channels_last)
-    return _KEEPS_NHWC[backend]
-
-
-def layout(ctx) -> None:
-    """Channels-last for 2-D convolutions, where the table says the device prefers it
-    (FL_FEATURE_CHANNELS_LAST). The rewrite pays off only if the convolution kernel
-    keeps the layout it is given; where it writes NCHW whatever it reads (probed), a
-    conversion would be one copy more per graph input and every convolution after
-    the first would read NCHW again, so the convolutions are kept, with that reason.
-    Where the kernel keeps NHWC, the graph's traced layouts (NCHW from the meta
-    functions fl's convolution follows today) would no longer describe its tensors,
-    so that case is recorded as not rewritten too, until fl allocates convolution
-    outputs in the input's memory format."""
-    import torch_fl
-
-    convs = [n for n in ctx.gm.graph.nodes if is_call(n, aten.convolution.default, aten.convolution_backward.default)
-             and isinstance(n.args[1].meta.get("val"), torch.Tensor) and n.args[1].meta["val"].dim() == 4]
-    if not convs:
-        return
-    if not any(d.channels_last for d in torch_fl.capabilities(ctx.backend).devices):
-        return  # the device has no layout preference: NCHW is what it wants, nothing to record
-    if convolution_keeps_channels_last(ctx.backend):
-        why = (f"'{ctx.backend}' prefers channels-last and its convolution keeps it, but the graph was traced "
-               f"with NCHW outputs: converting would make its recorded layouts wrong")
-    else:
-        why = (f"'{ctx.backend}' prefers channels-last, but its convolution kernel writes NCHW whatever layout it "
-               f"reads: converting the inputs would add a copy per input and keep no intermediate channels-last")
-    ctx.record("channels-last convolutions", convs, "kept", applied=False, note=why)
-
-
 CAPTURED: dict[str, Callable] = {"qkv": qkv_captured}
-ATEN: dict[str, Callable] = {"qkv": qkv, "pointwise": pointwise, "layout": layout}
+ATEN: dict[str, Callable] = {"qkv": qkv, "pointwise": pointwise, "layout": layout.layout}

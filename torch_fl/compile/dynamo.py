@@ -30,8 +30,10 @@ Passes (same names as `fl.compile`; switch one off with
   linear_act  Dynamo's graph: linear -> ReLU/GELU as fl::linear_act; with a
               training dropout after it, fl::linear_act_dropout (the kernel's
               dropout epilogue, a fresh seed per call; aten_passes.py)
-  add_norm    Dynamo's graph: (linear ->) residual add -> LayerNorm as
-              fl::linear_add_layer_norm / fl::add_layer_norm
+  add_norm    Dynamo's graph: (linear ->) (dropout ->) residual add -> LayerNorm
+              as fl::linear_add_layer_norm / fl::add_layer_norm; a training
+              dropout as their dropout epilogue with a fresh seed per call
+              (fl::linear_add_layer_norm_dropout, fl::add_layer_norm_dropout: seeded.py)
   qkv         Dynamo's graph: linear projections of one input as one GEMM on
               the concatenated weights, split; inference graphs cache the
               concatenation (aten_passes.py)
@@ -39,9 +41,10 @@ Passes (same names as `fl.compile`; switch one off with
               the backend can compile; first, copies eager does not make (the
               clone of a p=0 dropout, batch norm's statistics write-backs) go
               (aten_passes.py)
-  layout      aten graphs: channels-last where the device prefers it, decided
-              by whether its convolution keeps the layout; no bundled backend's
-              does, so it records the convolutions kept, with why (aten_passes.py)
+  layout      aten inference graphs: NHWC activations and cached channels-last
+              weights for 2-D convolutions where the device prefers channels-last
+              and its kernels write it; the traced layout comes back wherever an op
+              could tell (layout.py)
 
 `options={"replay": True}` records each aten graph whose ops are all plugin
 kernel calls once as a kernel list and replays it without per-op Python
@@ -68,7 +71,7 @@ import torch
 import torch.fx as fx
 
 from ..dispatch import sdpa_backward, sdpa_forward
-from . import aten_passes
+from . import aten_passes, layout, seeded  # noqa: F401 - seeded defines the fl:: ops the passes call
 from .fxnodes import activation, arg, is_call, only_user, op_name, where
 from .inplace import restore_inplace_updates
 from .replay import ReplayStatus, replayable
@@ -234,6 +237,7 @@ class FoldedConv(torch.nn.Module):
     def __init__(self, eps: float, stride, padding, dilation, groups: int):
         super().__init__()
         self.eps, self.stride, self.padding, self.dilation, self.groups = eps, stride, padding, dilation, groups
+        self.channels_last = False  # set by the layout pass: a channels-last weight and output
         self._key: tuple | None = None
         self._folded: tuple | None = None
 
@@ -248,10 +252,14 @@ class FoldedConv(torch.nn.Module):
             if bn_bias is not None:
                 shift = shift + bn_bias
             w = weight * scale.reshape((-1,) + (1,) * (weight.dim() - 1))
+            if self.channels_last:
+                w = w.contiguous(memory_format=torch.channels_last)
             self._key, self._folded = key, (w, shift)
         w, b = self._folded
-        return aten.convolution.default(x, w, b, self.stride, self.padding, self.dilation, False,
-                                        [0] * len(self.stride), self.groups)
+        args = (x, w, b, self.stride, self.padding, self.dilation, False, [0] * len(self.stride), self.groups)
+        if self.channels_last:
+            return layout.ChannelsLastConv.run(aten.convolution.out, args, 3)
+        return aten.convolution.default(*args)
 
 
 def conv_bn(ctx: _Ctx) -> None:
@@ -384,9 +392,20 @@ def linear_act_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern
                                 f"{LINEAR_ACT_KERNELS[1]})"))
 
 
+def _training_dropout(node) -> float | None:
+    """p of an F.dropout the fused kernels' dropout epilogue can take: training, p a constant in (0, 1),
+    not in place; else None."""
+    if not is_call(node, _F.dropout) or arg(node, 3, "inplace", False):
+        return None
+    p, training = arg(node, 1, "p", 0.5), arg(node, 2, "training", True)
+    return float(p) if training is True and isinstance(p, float) and 0.0 < p < 1.0 else None
+
+
 def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
-    """layer_norm(residual + [identity dropout](linear(x))) as fl::linear_add_layer_norm,
-    layer_norm(residual + [identity dropout](x)) as fl::add_layer_norm."""
+    """layer_norm(residual + dropout(linear(x))) as fl::linear_add_layer_norm,
+    layer_norm(residual + dropout(x)) as fl::add_layer_norm. An identity dropout goes; a
+    training dropout becomes the kernel's dropout epilogue with a fresh seed per call
+    (fl::linear_add_layer_norm_dropout / fl::add_layer_norm_dropout, compile/seeded.py)."""
     has_linear = all(k in kernels for k in LINEAR_ADD_NORM_KERNELS)
     has_add = all(k in kernels for k in ADD_NORM_KERNELS)
     graph = gm.graph
@@ -397,37 +416,48 @@ def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern],
         if not (is_call(add, operator.add, torch.add) and len(add.args) == 2 and not add.kwargs
                 and len(add.users) == 1 and len(shape) == 1 and all(isinstance(a, fx.Node) for a in add.args)):
             continue
-        # the branch: the operand with a linear producer (through an identity dropout), else a dropout
+        # the branch: the operand with a linear producer (through a dropout), else a dropout
         chosen = None
         for i in (1, 0):
             br, res = add.args[i], add.args[1 - i]
-            drop = br if _identity_dropout(br) and len(br.users) == 1 else None
+            p = _training_dropout(br) if len(br.users) == 1 else None
+            drop = br if len(br.users) == 1 and (_identity_dropout(br) or p is not None) else None
             value = drop.args[0] if drop is not None else br
             lin = value if _linear(value) and len(value.users) == 1 and (drop is not None or value is br) else None
             if lin is not None or (chosen is None and drop is not None):
-                chosen = (drop, value, lin, res)
+                chosen = (drop, value, lin, res, p or 0.0)
                 if lin is not None:
                     break
         if chosen is None:
-            chosen = (None, add.args[1], None, add.args[0])
-        drop, value, lin, res = chosen
+            chosen = (None, add.args[1], None, add.args[0], 0.0)
+        drop, value, lin, res, p = chosen
         dropped = [drop] if drop is not None else []
+        epilogue = " with its dropout epilogue, a fresh seed per call" if p else ""
         if lin is not None and has_linear:
             b = lin.args[2] if len(lin.args) > 2 else None
             nodes = [lin] + dropped + [add, norm]
-            _replace_with(graph, norm, torch.ops.fl.linear_add_layer_norm.default,
-                          (lin.args[0], lin.args[1], b, res, ln_w, ln_b, float(eps), 0.0, 0, True),
-                          [norm, add] + dropped + [lin])
-            patterns.append(Pattern("linear+add+layer_norm", "captured", where(norm), [op_name(n) for n in nodes],
-                                    f"{LINEAR_ADD_NORM_KERNELS[0]} (GEMM; bias, residual add and LayerNorm as its "
-                                    f"epilogue; backward: {LINEAR_ADD_NORM_KERNELS[1]})"))
+            if p:
+                op, args = torch.ops.fl.linear_add_layer_norm_dropout.default, (lin.args[0], lin.args[1], b, res, ln_w,
+                                                                                 ln_b, float(eps), p)
+            else:
+                op, args = torch.ops.fl.linear_add_layer_norm.default, (lin.args[0], lin.args[1], b, res, ln_w, ln_b,
+                                                                         float(eps), 0.0, 0, True)
+            _replace_with(graph, norm, op, args, [norm, add] + dropped + [lin])
+            patterns.append(Pattern("linear+" + ("dropout+" if p else "") + "add+layer_norm", "captured", where(norm),
+                                    [op_name(n) for n in nodes],
+                                    f"{LINEAR_ADD_NORM_KERNELS[0]}{epilogue} (GEMM; bias, residual add and LayerNorm "
+                                    f"as its epilogue; backward: {LINEAR_ADD_NORM_KERNELS[1]})"))
         elif has_add:
             nodes = dropped + [add, norm]
-            _replace_with(graph, norm, torch.ops.fl.add_layer_norm.default,
-                          (value, res, ln_w, ln_b, float(eps), 0.0, 0, True), [norm, add] + dropped)
-            patterns.append(Pattern("add+layer_norm", "captured", where(norm), [op_name(n) for n in nodes],
-                                    f"{ADD_NORM_KERNELS[0]} (residual add and LayerNorm in one kernel; backward: "
-                                    f"{ADD_NORM_KERNELS[1]})"))
+            if p:
+                op, args = torch.ops.fl.add_layer_norm_dropout.default, (value, res, ln_w, ln_b, float(eps), p)
+            else:
+                op, args = torch.ops.fl.add_layer_norm.default, (value, res, ln_w, ln_b, float(eps), 0.0, 0, True)
+            _replace_with(graph, norm, op, args, [norm, add] + dropped)
+            patterns.append(Pattern(("dropout+" if p else "") + "add+layer_norm", "captured", where(norm),
+                                    [op_name(n) for n in nodes],
+                                    f"{ADD_NORM_KERNELS[0]}{epilogue} (residual add and LayerNorm in one kernel; "
+                                    f"backward: {ADD_NORM_KERNELS[1]})"))
         else:
             patterns.append(Pattern("add+layer_norm", "captured", where(norm), ["add", "layer_norm"], "kept", False,
                                     f"no {ADD_NORM_KERNELS[0]} kernel"))
@@ -625,7 +655,11 @@ _FL_OPS = {"linear_act": "linear+act", "linear_act_backward": "linear+act backwa
            "linear_act_dropout": "linear+act+dropout", "linear_act_dropout_backward": "linear+act+dropout backward",
            "add_layer_norm": "add+layer_norm", "add_layer_norm_backward": "add+layer_norm backward",
            "linear_add_layer_norm": "linear+add+layer_norm",
-           "linear_add_layer_norm_backward": "linear+add+layer_norm backward"}
+           "linear_add_layer_norm_backward": "linear+add+layer_norm backward",
+           "add_layer_norm_dropout": "dropout+add+layer_norm",
+           "add_layer_norm_dropout_backward": "dropout+add+layer_norm backward",
+           "linear_add_layer_norm_dropout": "linear+dropout+add+layer_norm",
+           "linear_add_layer_norm_dropout_backward": "linear+dropout+add+layer_norm backward"}
 
 
 def fused_ops(ctx: _Ctx) -> None:

@@ -141,7 +141,8 @@ def functional_twin(f: OpFacts) -> tuple | None:
     outs = [i for i in f.mutable if f.kwarg_only[i]]
     inputs = [i for i in range(len(f.arg_names)) if i not in outs]
     want = [(schema.arguments[i].name, str(schema.arguments[i].type)) for i in inputs]
-    packet = getattr(aten, schema.name.split("::")[1])
+    ns, base = schema.name.split("::")
+    packet = getattr(getattr(torch.ops, ns), base)  # aten's, or a library's own (fl::conv_bn_relu.out)
     for name in packet.overloads():
         op = getattr(packet, name)
         s = op._schema
@@ -158,7 +159,8 @@ def inplace_sibling(f: OpFacts) -> OpFacts | None:
     if twin is None:
         return None
     want = [(a.name, str(a.type)) for a in twin[0].func._schema.arguments]
-    packet = getattr(aten, twin[0].func._schema.name.split("::")[1] + "_", None)
+    ns, base = twin[0].func._schema.name.split("::")
+    packet = getattr(getattr(torch.ops, ns), base + "_", None)
     if packet is None:
         return None
     for name in packet.overloads():

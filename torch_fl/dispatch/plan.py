@@ -32,6 +32,7 @@ from ..runtime import (
     REGISTRY,
     SETTINGS,
     TO_CODE,
+    abi,
     async_copy,
     base_ptr,
     copy_unique,
@@ -338,7 +339,7 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals):
     outs = [vals[i] for i in outs_at]
     _check_out_dtypes(f, ff, fvals, outs)
     plan = _plan(ff, dev, fvals)
-    if plan.first == NATIVE and _writes_in_place(ff, fvals, outs):
+    if plan.first == NATIVE and _writes_in_place(ff, fvals, outs, plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT):
         site: dict | None = {} if native.FAST[0] else None
         result = _run_plan(ff, dev, fvals, _native_only(plan), outs, site, may_decline=True)
         if result is not NOT_HANDLED:
@@ -380,16 +381,20 @@ def _type_name(dtype: torch.dtype) -> str:
                                                                                                        str(dtype))
 
 
-def _writes_in_place(ff: OpFacts, fvals, outs) -> bool:
-    """The outputs have exactly the layouts the functional op gives, and none partly overlaps an input
-    (a pointwise kernel may write over an input of the same layout: that is what in-place ops are)."""
+def _writes_in_place(ff: OpFacts, fvals, outs, any_layout: int = 0) -> bool:
+    """The outputs have exactly the layouts the functional op gives (or, for a kernel that writes any
+    dense layout, such as a convolution into a channels-last buffer, dense layouts), and none partly
+    overlaps an input (a pointwise kernel may write over an input of the same layout: that is what
+    in-place ops are)."""
     layouts = output_layouts(ff, fvals)
     if layouts is None or len(layouts) != len(outs):
         return False
     for out, lay in zip(outs, layouts, strict=True):
         if not is_fl(out) or not isinstance(lay, tuple) or len(lay) != 3:
             return False
-        if list(out.shape) != lay[0] or out.dtype != lay[2] or (out.numel() > 1 and list(out.stride()) != lay[1]):
+        if list(out.shape) != lay[0] or out.dtype != lay[2]:
+            return False
+        if out.numel() > 1 and list(out.stride()) != lay[1] and not (any_layout and is_dense(out)):
             return False
         if out.is_conj() or out.is_neg():
             return False

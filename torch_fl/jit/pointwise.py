@@ -475,7 +475,8 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
     store = c_store("out[0]", out_dtype or dtype, "oo", result.expr, integer=result.integer)
     loop = walk("out[0]", {"oo": "out[0]", **{f"o{k}": f"in[{k}]" for k in range(n_in)}},
                 f"{loads}\n        {body}\n        if (err) return 2; /* PyTorch raises ZeroDivisionError; the runtime "
-                f"says so */\n        {store}")
+                f"says so */\n        {store}",
+                flat_body=f"{loads}\n            {body}\n            if (!err) {store}")
     digest = hashlib.sha256(("|".join([f.name, str(dtype), str(out_dtype)] + lines + [result.expr])).encode()
                             ).hexdigest()[:16]
     symbol = f"fl_jit_{digest}"
@@ -488,7 +489,7 @@ int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, co
     if (n_in != {n_in} || n_out < 1) return 3;
     int err = 0; /* set by an integer division by zero */
     {loop}
-    return 0;
+    return err ? 2 : 0;
 }}
 """
     return src, symbol

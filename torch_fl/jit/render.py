@@ -184,7 +184,7 @@ def dtype_code(dtype) -> int:
     return TO_CODE[dtype]
 
 
-def walk(space: str, offsets: dict[str, str], body: str) -> str:
+def walk(space: str, offsets: dict[str, str], body: str, flat_body: str | None = None) -> str:
     """The one strided loop every generator's kernel runs: C that executes `body` once per
     element of the index space of descriptor `space` (a C expression of an fl_tensor_t,
     e.g. "out[0]"), in row-major order, with each name of `offsets` bound (int64_t) to
@@ -192,18 +192,39 @@ def walk(space: str, offsets: dict[str, str], body: str) -> str:
     strides describe that space: the same shape, or a view built for it). It is
     fl_kernel_util.h's fl_walk_t, the walker the host plugin's kernels use; loops nest
     (a reduction's inner walk over the reduced dimensions) as long as their offset names
-    differ. Generators describe the computation; this writes the loop."""
+    differ. Generators describe the computation; this writes the loop.
+
+    With `flat_body` (an elementwise computation whose elements are independent: no
+    `return`, an error only ORed into `err`), tensors that share one dense layout (what
+    fl_walk_flat checks: NCHW or channels-last alike) run a plain loop over memory order
+    instead, split over OpenMP threads when it is long; the coordinate walk serves the rest."""
     if not offsets or len(offsets) > 11:  # FL_WALK_MAX = FL_MAX_DIMS + 3
         raise Unsupported(f"a walk over {len(offsets)} tensors")
     w = "w_" + "_".join(offsets)
     adds = " ".join(f"fl_walk_add(&{w}, &({t}));" for t in offsets.values())
     binds = " ".join(f"int64_t {name} = {w}_off[{k}];" for k, name in enumerate(offsets))
-    return f"""{{
-    fl_walk_t {w}; fl_walk_init(&{w}, ({space}).ndim, ({space}).sizes); {adds}
-    int64_t {w}_ctr[FL_MAX_DIMS], {w}_off[FL_WALK_MAX];
+    walked = f"""int64_t {w}_ctr[FL_MAX_DIMS], {w}_off[FL_WALK_MAX];
     if ({w}.numel > 0) fl_walk_seek(&{w}, 0, {w}_ctr, {w}_off);
     for (int64_t {w}_i = 0; {w}_i < {w}.numel; {w}_i++, fl_walk_next(&{w}, {w}_ctr, {w}_off)) {{
         {binds}
         {body}
+    }}"""
+    if flat_body is None:
+        return f"""{{
+    fl_walk_t {w}; fl_walk_init(&{w}, ({space}).ndim, ({space}).sizes); {adds}
+    {walked}
+}}"""
+    flat_binds = " ".join(f"int64_t {name} = {w}.base[{k}] + {w}_q;" for k, name in enumerate(offsets))
+    return f"""{{
+    fl_walk_t {w}; fl_walk_init(&{w}, ({space}).ndim, ({space}).sizes); {adds}
+    if (fl_walk_flat(&{w})) {{
+        const int64_t {w}_n = {w}.numel;
+#pragma omp parallel for schedule(static) reduction(| : err) if ({w}_n >= 65536)
+        for (int64_t {w}_q = 0; {w}_q < {w}_n; {w}_q++) {{
+            {flat_binds}
+            {flat_body}
+        }}
+    }} else {{
+    {walked}
     }}
 }}"""

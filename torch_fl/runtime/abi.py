@@ -88,6 +88,7 @@ FEATURE_FP16_STABLE = FEATURES["FP16_STABLE"]
 FEATURE_COLLECTIVES = FEATURES["COLLECTIVES"]
 FEATURE_CHANNELS_LAST = FEATURES["CHANNELS_LAST"]
 KERNEL_FUSED: int = _HEADER.FL_KERNEL_FUSED
+KERNEL_ANY_OUT_LAYOUT: int = _HEADER.FL_KERNEL_ANY_OUT_LAYOUT
 
 # The strings kernels read, passed as FL_ARG_OTHER with their code in `i`: fl_string_code_t names each one
 # FL_STR_<the string>, so "amax" -> FL_STR_amax. Any other string is STRING_UNKNOWN.

@@ -46,6 +46,9 @@ class CapabilityTable(Report):
     jit: bool
     amp_dtype: str
     notes: list[str] = field(default_factory=list)
+    # FL_KERNEL_ANY_OUT_LAYOUT: kernels that write an output of any dense layout they are given (a
+    # channels-last convolution output), what torch.compile's layout pass needs
+    any_layout_kernels: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -65,9 +68,10 @@ class CapabilityTable(Report):
         for d in self.devices:
             lines.append(f"  fl:{d.index}  {d.name}  memory {d.total_memory / 2**30:.1f} GiB  "
                          f"dtypes {','.join(d.dtypes)}  host-accessible {'yes' if d.host_accessible else 'no'}  "
-                         f"units {d.compute_units}")
+                         f"units {d.compute_units}" + ("  prefers channels-last" if d.channels_last else ""))
         lines.append(f"  native kernels: {len(self.kernels)} aten overloads; fused: "
-                     f"{', '.join(self.fused_kernels) or 'none'}")
+                     f"{', '.join(self.fused_kernels) or 'none'}; any output layout: "
+                     f"{', '.join(self.any_layout_kernels) or 'none'}")
         lines.append(f"  autocast dtype: {self.amp_dtype}   streams: {'yes' if self.streams else 'no'}   "
                      f"JIT: {'yes' if self.jit else 'no'}")
         lines.append(f"  collectives: {self.collectives_path} ({self.collectives_note()})")
@@ -105,6 +109,7 @@ def probe(backend) -> CapabilityTable:
                                   bool(d.props.features & abi.FEATURE_CHANNELS_LAST)))
     kernels = {op: mask_to_names(e.dtypes) for op, e in sorted(p.kernels.items())}
     fused = sorted(op for op, e in p.kernels.items() if e.flags & abi.KERNEL_FUSED)
+    any_layout = sorted(op for op, e in p.kernels.items() if e.flags & abi.KERNEL_ANY_OUT_LAYOUT)
     comm = {n[len("comm_"):]: p.optional[n] for n in abi.OPTIONAL_ENTRIES if n.startswith("comm_")}
     dt = set(devices[0].dtypes) if devices else set()
     amp = _amp_choice(dt, devices[0].fp16_stable if devices else False)
@@ -115,6 +120,7 @@ def probe(backend) -> CapabilityTable:
         fused_kernels=fused, collectives=comm,
         collectives_path="plugin" if all(comm.values()) else "cpu-relay",
         streams=bool(p.optional["stream_create"]), jit=bool(p.optional["jit_compile"]), amp_dtype=amp,
+        any_layout_kernels=any_layout,
     )
 
 

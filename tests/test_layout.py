@@ -1,0 +1,277 @@
+"""Channels-last end to end: the host convolution writing an NHWC output
+(FL_KERNEL_ANY_OUT_LAYOUT), fl::conv_bn_relu.out, and backend="fl"'s `layout` pass
+(torch_fl/compile/layout.py), which keeps a convolution net's activations NHWC on a
+device that prefers it. Numbers are judged against float64 on the host; the
+compiled model must return what eager returns, in eager's strides."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers
+from torch import nn
+
+import torch_fl as fl
+from torch_fl.compile import dynamo as fl_dynamo
+from torch_fl.compile import layout
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+aten = torch.ops.aten
+CL = torch.channels_last
+
+
+def _err(a: torch.Tensor, ref: torch.Tensor) -> float:
+    return (a.detach().cpu().double() - ref.double()).abs().max().item() if ref.numel() else 0.0
+
+
+# -- the kernels ------------------------------------------------------------------------------
+
+CASES = [  # N, C, H, W, O, k, stride, padding, dilation, groups, bias, input channels-last
+    (2, 3, 9, 9, 4, 3, 1, 1, 1, 1, True, False),
+    (2, 8, 7, 7, 16, 1, 1, 0, 1, 1, True, True),  # 1x1: one GEMM over the input
+    (3, 8, 10, 8, 8, 3, 2, 1, 2, 2, False, True),  # groups, stride, dilation
+    (1, 6, 5, 5, 6, 3, 1, 0, 1, 6, True, False),  # depthwise
+    (2, 4, 6, 6, 8, 1, 2, 0, 1, 1, False, True),  # strided 1x1: patches again
+    (0, 4, 6, 6, 8, 1, 1, 0, 1, 1, False, True),  # empty batch
+]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "rocm", "ascend"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:6])))
+def test_convolution_writes_a_channels_last_output_in_place(backend, case):
+    n, c, h, w, o, k, s, p, d, g, bias, x_cl = case
+    dev = fl.device(backend)
+    torch.manual_seed(0)
+    dtypes = [torch.float32] + ([torch.float64] if backend != "ascend" else [])
+    for dtype in dtypes:
+        x, wt = torch.randn(n, c, h, w, dtype=dtype), torch.randn(o, c // g, k, k, dtype=dtype)
+        b = torch.randn(o, dtype=dtype) if bias else None
+        ref = F.conv2d(x.double(), wt.double(), None if b is None else b.double(), s, p, d, g)
+        native = F.conv2d(x, wt, b, s, p, d, g)
+        xd = x.to(dev).contiguous(memory_format=CL) if x_cl else x.to(dev)
+        wd, bd = wt.to(dev), None if b is None else b.to(dev)
+        out = torch.empty(ref.shape, dtype=dtype, device=dev, memory_format=CL)
+        with fl.profile() as prof:
+            got = aten.convolution.out(xd, wd, bd, [s, s], [p, p], [d, d], False, [0, 0], g, out=out)
+        assert got is out and got.is_contiguous(memory_format=CL)
+        if n:
+            assert got.data_ptr() == out.data_ptr()
+            rows = {e.op: e for e in prof.ops()}
+            assert set(rows) == {"aten::convolution"} and rows["aten::convolution"].path == "native"
+        scale = ref.abs().max().item() if ref.numel() else 1.0
+        assert _err(got, ref) <= 4 * _err(native, ref) + 8 * torch.finfo(dtype).eps * scale
+
+
+def test_a_half_precision_channels_last_output_is_computed_through_float32():
+    dev = fl.device("ascend")
+    torch.manual_seed(0)
+    x, wt = torch.randn(2, 4, 6, 6), torch.randn(8, 4, 3, 3)
+    ref = F.conv2d(x.double(), wt.double(), padding=1)
+    out = torch.empty(2, 8, 6, 6, dtype=torch.bfloat16, device=dev, memory_format=CL)
+    aten.convolution.out(x.bfloat16().to(dev), wt.bfloat16().to(dev), None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                         out=out)
+    native = F.conv2d(x.bfloat16(), wt.bfloat16(), padding=1)
+    assert out.is_contiguous(memory_format=CL)
+    assert _err(out, ref) <= 2 * _err(native, ref) + 1e-2 * ref.abs().max().item()
+
+
+def test_a_kernel_without_the_flag_gets_its_usual_layout_and_a_copy():
+    """minimal's convolution is a decomposition: the result is copied into the NHWC buffer."""
+    dev = fl.device("minimal")
+    x, wt = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+    out = torch.empty(2, 4, 4, 4, device=dev, memory_format=CL)
+    got = aten.convolution.out(x.to(dev), wt.to(dev), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, out=out)
+    assert got.is_contiguous(memory_format=CL)
+    torch.testing.assert_close(got.cpu(), F.conv2d(x, wt), rtol=1e-5, atol=1e-5)
+
+
+def test_the_capability_table_names_the_kernels_that_write_any_layout():
+    assert "aten::convolution" in fl.capabilities("cpu").any_layout_kernels
+    assert "fl::conv_bn_relu" in fl.capabilities("ascend").any_layout_kernels
+    assert "any output layout: aten::convolution" in fl.capabilities("cpu").render()
+    assert "prefers channels-last" in fl.capabilities("ascend").render()
+    assert "prefers channels-last" not in fl.capabilities("cpu").render()
+
+
+def _bn_args(dtype=torch.float32):
+    torch.manual_seed(1)
+    return (torch.randn(2, 8, 9, 9, dtype=dtype), torch.randn(16, 8, 3, 3, dtype=dtype), torch.randn(16, dtype=dtype),
+            torch.rand(16, dtype=dtype) + 0.5, torch.randn(16, dtype=dtype), torch.randn(16, dtype=dtype),
+            torch.rand(16, dtype=dtype) + 0.5, 1e-5, [1, 1], [1, 1], [1, 1], 1)
+
+
+@pytest.mark.parametrize("backend", ["ascend", "rocm"])
+def test_conv_bn_relu_out_writes_nhwc(backend):
+    """ascend's fused kernel writes the channels-last buffer itself; rocm has no kernel and
+    its decomposition's result is copied in."""
+    args = _bn_args()
+    ref = torch.ops.fl.conv_bn_relu(*[a.double() if isinstance(a, torch.Tensor) else a for a in args])
+    native = torch.ops.fl.conv_bn_relu(*args)
+    dev = fl.device(backend)
+    out = torch.empty(2, 16, 9, 9, device=dev, memory_format=CL)
+    dargs = [a.to(dev) if isinstance(a, torch.Tensor) else a for a in args]
+    with torch.no_grad(), fl.profile() as prof:
+        got = torch.ops.fl.conv_bn_relu.out(*dargs, out=out)
+    assert got.data_ptr() == out.data_ptr() and got.is_contiguous(memory_format=CL)
+    assert _err(got, ref) <= 4 * _err(native, ref) + 1e-6 * ref.abs().max().item()
+    path = {e.op: e.path for e in prof.ops()}["fl::conv_bn_relu"]
+    assert path == ("native" if backend == "ascend" else "decomposition")
+
+
+def test_conv_bn_relu_out_refuses_a_gradient():
+    args = list(_bn_args())
+    args[1].requires_grad_(True)
+    with pytest.raises(RuntimeError, match="inference kernel and has no backward"):
+        torch.ops.fl.conv_bn_relu.out(*args, out=torch.empty(2, 16, 9, 9))
+    with torch.no_grad():
+        got = torch.ops.fl.conv_bn_relu.out(*args, out=torch.empty(2, 16, 9, 9))
+        torch.testing.assert_close(got, torch.ops.fl.conv_bn_relu(*args))
+
+
+# -- the pass ---------------------------------------------------------------------------------
+
+
+class Residual(nn.Module):
+    """conv -> bn -> relu, conv -> bn, residual add -> relu, a 1x1 conv, max pooling, then a
+    flatten over a 6x6 map (a view that needs the traced layout back) and a second output
+    that is a permuted view of an activation."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.c2, self.b2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.c3, self.pool = nn.Conv2d(8, 6, 1), nn.MaxPool2d(2)
+        self.fc = nn.Linear(6 * 6 * 6, 5)
+        for bn in (self.b1, self.b2):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        y = torch.relu(self.b2(self.c2(y)) + y)
+        y = self.pool(self.c3(y))
+        return self.fc(torch.flatten(y, 1)), y.permute(0, 2, 3, 1)
+
+
+def _run(model: nn.Module, x: torch.Tensor, passes=None):
+    compiled = fl.compile(model, passes=passes)
+    with torch.no_grad():
+        compiled(x)
+        return compiled, compiled(x)
+
+
+def _seen_inputs(monkeypatch) -> list[bool]:
+    """Whether each channels-last convolution's input arrived channels-last."""
+    seen: list[bool] = []
+    run = layout.ChannelsLastConv.run
+
+    def spy(out_op, args, spatial):
+        seen.append(args[0].is_contiguous(memory_format=CL))
+        y = run(out_op, args, spatial)
+        assert y.is_contiguous(memory_format=CL)
+        return y
+
+    monkeypatch.setattr(layout.ChannelsLastConv, "run", staticmethod(spy))
+    return seen
+
+
+def test_layout_keeps_activations_nhwc_on_ascend_and_returns_eager_strides(monkeypatch):
+    fl.set_backend("ascend")
+    torch.manual_seed(0)
+    model = Residual().eval()
+    x = torch.randn(2, 3, 12, 12)
+    ref = copy.deepcopy(model).double()(x.double())
+    native = model(x)
+    model = model.to("fl")
+    with torch.no_grad():
+        eager = model(x.to("fl"))
+    seen = _seen_inputs(monkeypatch)
+    compiled, out = _run(model, x.to("fl"))
+    # three convolutions per call, two calls: the first reads the NCHW input, the others NHWC
+    assert seen == [False, True, True] * 2
+    for got, want, e, nat in zip(out, ref, eager, native, strict=True):
+        assert got.shape == e.shape and got.stride() == e.stride()
+        assert _err(got, want) <= 4 * _err(nat, want) + 1e-6 * want.abs().max().item()
+    [pattern] = [p for p in fl.fusion_report(compiled).patterns(True) if p.pattern == "channels-last convolutions"]
+    assert pattern.graph == "inference" and "3 convolution(s)" in pattern.note
+    assert pattern.replaced == ["fl::conv_bn_relu", "fl_folded_conv_0", "aten::convolution"]
+
+
+def test_layout_off_by_name_and_on_a_device_without_the_preference(monkeypatch):
+    torch.manual_seed(0)
+    model = Residual().eval().to("fl")
+    x = torch.randn(2, 3, 12, 12).to("fl")
+    seen = _seen_inputs(monkeypatch)
+    fl.set_backend("ascend")
+    compiled, _ = _run(model, x, passes={"layout": False})
+    assert not [p for p in fl.fusion_report(compiled).patterns(None) if p.pattern.startswith("channels-last")]
+    fl_dynamo.reset()
+    fl.set_backend("cpu")
+    model = model.to("fl")
+    compiled, _ = _run(model, x.cpu().to("fl"))
+    assert not [p for p in fl.fusion_report(compiled).patterns(None) if p.pattern.startswith("channels-last")]
+    assert seen == []
+
+
+def test_training_graphs_keep_nchw_with_the_reason():
+    fl.set_backend("ascend")
+    torch.manual_seed(0)
+    model = Residual().to("fl")
+    x = torch.randn(2, 3, 12, 12).to("fl")
+    compiled = fl.compile(model)
+    out, _ = compiled(x)
+    out.square().mean().backward()
+    kept = [p for p in fl.fusion_report(compiled).patterns(False) if p.pattern == "channels-last convolutions"]
+    assert {p.graph for p in kept} == {"forward", "backward"}
+    assert all("convolution_backward" in p.note for p in kept)
+
+
+def test_cached_weights_follow_an_in_place_update():
+    """A model that keeps training between inference calls: the channels-last weight copy and
+    the folded batch norm are remade when a weight changes."""
+    fl.set_backend("ascend")
+    torch.manual_seed(0)
+    model = Residual().eval().to("fl")
+    x = torch.randn(2, 3, 12, 12).to("fl")
+    compiled, first = _run(model, x)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+        after = compiled(x)
+        eager = model(x)
+    assert _err(after[0], first[0].cpu()) > 1e-3
+    for got, want in zip(after, eager, strict=True):
+        torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-4, atol=1e-4)
+
+
+def test_traced_layout_copies_only_when_the_memory_order_differs():
+    t = torch.randn(2, 4, 1, 1).contiguous(memory_format=CL)
+    same = layout.traced_layout(t, (2, 4, 1, 1), (4, 1, 1, 1))
+    assert same.data_ptr() == t.data_ptr() and same.stride() == (4, 1, 1, 1)
+    u = torch.randn(2, 4, 3, 3).contiguous(memory_format=CL)
+    fixed = layout.traced_layout(u, (2, 4, 3, 3), (36, 9, 3, 1))
+    assert fixed.is_contiguous() and fixed.data_ptr() != u.data_ptr() and torch.equal(fixed, u)
+    assert layout.traced_layout(u, (2, 4, 3, 3), u.stride()) is u
+
+
+def test_hugging_face_resnet_eval_on_ascend_matches_eager():
+    fl.set_backend("ascend")
+    torch.manual_seed(0)
+    cfg = transformers.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                    layer_type="bottleneck")
+    model = transformers.ResNetModel(cfg).eval()
+    x = torch.randn(2, 3, 32, 32)
+    ref = copy.deepcopy(model).double()(pixel_values=x.double()).pooler_output
+    native = model(pixel_values=x).pooler_output
+    model = model.to("fl")
+    compiled = fl.compile(model)
+    with torch.no_grad():
+        eager = model(pixel_values=x.to("fl")).pooler_output
+        got = compiled(pixel_values=x.to("fl")).pooler_output
+    assert got.stride() == eager.stride()
+    assert _err(got, ref) <= 4 * _err(native, ref) + 1e-6 * ref.abs().max().item()
+    applied = [p for p in fl.fusion_report(compiled).patterns(True) if p.pattern == "channels-last convolutions"]
+    assert applied and applied[0].graph == "inference"

@@ -1,0 +1,220 @@
+"""The `layout` pass of backend="fl": channels-last convolutions in inference
+graphs, where the capability table says the device prefers them
+(FL_FEATURE_CHANNELS_LAST) and its convolution kernels write a channels-last
+output (FL_KERNEL_ANY_OUT_LAYOUT).
+
+Why not let PyTorch pick the layout: the graph is traced with fake tensors, and
+PyTorch's convolution rule for a PrivateUse1 tensor picks contiguous_format
+whatever the input's layout (torch._C._select_conv_backend gives
+_ConvBackend.Overrideable). So the pass asks for the layout itself: each 2-D
+convolution (aten.convolution, fl::conv_bn_relu, a convolution with the batch
+norm folded in) writes into a channels-last buffer through its out= overload,
+and its weight is kept as a cached channels-last copy. The ops between
+convolutions (ReLU, add, pooling, batch norm, JIT pointwise kernels) keep the
+layout they are given, so the activations stay NHWC from the first
+convolution to the last; the first reads the graph's NCHW input and the kernel
+transposes it once.
+
+What the graph was traced with stays true where it matters: before an op whose
+meaning depends on strides (view, as_strided...), before anything the pass does
+not know, and at the graph's outputs (AOTAutograd regenerates aliased outputs
+with as_strided on the traced strides), a tensor gets its traced layout back
+(`traced_layout`): nothing when only size-1 dimensions differ, else one copy.
+
+Training graphs keep NCHW: the backward would need channels-last
+convolution_backward kernels, which no bundled plugin has."""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+from torch import nn
+
+from .fxnodes import is_call
+
+aten = torch.ops.aten
+CL = torch.channels_last
+# ops whose result depends on the strides of their input, not only its values
+STRIDED = {aten.view.default, aten._unsafe_view.default, aten.as_strided.default, aten._reshape_alias.default,
+           aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default, aten.as_strided_scatter.default}
+
+
+def _out_shape(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation) -> tuple[int, ...]:
+    ext = [(x.shape[2 + i] + 2 * padding[i] - dilation[i] * (w.shape[2 + i] - 1) - 1) // stride[i] + 1
+           for i in range(2)]
+    return (x.shape[0], w.shape[0], max(ext[0], 0), max(ext[1], 0))
+
+
+class WeightCache:
+    """A channels-last copy of a weight, made on the device once and remade when the
+    weight changes (another storage, or an in-place update bumps its version): a
+    model that keeps training between inference calls stays correct. A 1x1 weight
+    is already channels-last and is used as it is."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._value: torch.Tensor | None = None
+
+    def get(self, w: torch.Tensor, make=None) -> torch.Tensor:
+        key = (w.data_ptr(), w._version, w.shape, w.stride())
+        if key != self._key:
+            v = make() if make is not None else w
+            self._key, self._value = key, v.contiguous(memory_format=CL)
+        return self._value
+
+
+class ChannelsLastConv(nn.Module):
+    """A 2-D convolution op (aten.convolution or fl::conv_bn_relu) writing a
+    channels-last output through its out= overload, with a cached channels-last
+    weight. `spatial` is the position of the op's stride argument (padding and
+    dilation follow it)."""
+
+    def __init__(self, out_op, spatial: int):
+        super().__init__()
+        self.out_op, self.spatial = out_op, spatial
+        self.weight = WeightCache()
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor, *rest):
+        return self.run(self.out_op, (x, self.weight.get(w), *rest), self.spatial)
+
+    @staticmethod
+    def run(out_op, args: tuple, spatial: int) -> torch.Tensor:
+        """out_op(*args) into a fresh channels-last tensor (args[spatial] is the stride)."""
+        x, w = args[0], args[1]
+        stride, padding, dilation = args[spatial:spatial + 3]
+        out = torch.empty(_out_shape(x, w, stride, padding, dilation), dtype=x.dtype, device=x.device,
+                          memory_format=CL)
+        return out_op(*args, out=out)
+
+    def extra_repr(self) -> str:
+        return str(self.out_op)
+
+
+def traced_layout(t, size, stride):
+    """t with the strides the graph was traced with: t itself when they differ only on
+    size-1 dimensions (the same memory order), a restrided view of it when only those
+    strides' values differ, else a copy."""
+    if not isinstance(t, torch.Tensor) or t.stride() == stride:
+        return t
+    if all(a == b for a, b, s in zip(t.stride(), stride, size, strict=True) if s != 1):
+        return t.as_strided(size, stride, t.storage_offset())
+    out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
+    return out.copy_(t)
+
+
+def _is_conv2d(node: fx.Node) -> bool:
+    if is_call(node, aten.convolution.default):
+        w = node.args[1].meta.get("val") if isinstance(node.args[1], fx.Node) else None
+        return not node.args[6] and isinstance(w, torch.Tensor) and w.dim() == 4
+    if is_call(node, torch.ops.fl.conv_bn_relu.default):
+        x = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+        return isinstance(x, torch.Tensor) and x.dim() == 4
+    return False
+
+
+def _is_folded(gm: fx.GraphModule, node: fx.Node) -> bool:
+    if node.op != "call_module":
+        return False
+    mod = gm.get_submodule(node.target)
+    return hasattr(mod, "channels_last") and len(mod.stride) == 2
+
+
+def _static(val) -> bool:
+    vals = val if isinstance(val, tuple | list) else (val,)
+    return all(not isinstance(v, torch.Tensor) or not any(isinstance(d, torch.SymInt) for d in (*v.shape,
+               *v.stride())) for v in vals)
+
+
+def _keeps_values(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """A node that computes the same values whatever the layout of its tensor inputs."""
+    if node.op == "call_function":
+        return isinstance(node.target, torch._ops.OpOverload) and node.target not in STRIDED \
+            or node.target is operator.getitem
+    if node.op == "call_module":  # torch_fl's own: folded convolutions, JIT pointwise chains, layout modules
+        return type(gm.get_submodule(node.target)).__module__.startswith("torch_fl.")
+    return False
+
+
+def layout(ctx) -> None:
+    import torch_fl
+
+    gm, graph = ctx.gm, ctx.gm.graph
+    convs = [n for n in graph.nodes if _is_conv2d(n) or _is_folded(gm, n)
+             or is_call(n, aten.convolution_backward.default)]
+    if not convs:
+        return
+    caps = torch_fl.capabilities(ctx.backend)
+    if not any(d.channels_last for d in caps.devices):
+        return  # the device has no layout preference: NCHW is what it wants, nothing to record
+    why = None
+    if ctx.kind != "inference":
+        why = (f"a {ctx.kind} graph: its backward would need channels-last convolution_backward kernels, "
+               f"which '{ctx.backend}' does not declare")
+    elif "aten::convolution" not in caps.any_layout_kernels:
+        why = (f"'{ctx.backend}' prefers channels-last, but its convolution kernel does not write a channels-last "
+               f"output (no FL_KERNEL_ANY_OUT_LAYOUT): converting would add copies and keep no activation NHWC")
+    elif not all(_static(n.meta.get("val")) for n in graph.nodes if n.op != "output"):
+        why = "dynamic shapes: the traced layouts are symbolic"
+    if why is not None:
+        ctx.record("channels-last convolutions", convs, "kept", applied=False, note=why)
+        return
+    fused_out = "fl::conv_bn_relu" in caps.any_layout_kernels
+    rewritten, kept, replaced = [], [], []
+    for i, node in enumerate(convs):
+        if _is_folded(gm, node):
+            gm.get_submodule(node.target).channels_last = True
+            rewritten.append(node)
+            continue
+        if node.target is torch.ops.fl.conv_bn_relu.default and not fused_out:
+            kept.append(node)
+            continue
+        out_op, spatial = ((aten.convolution.out, 3) if node.target is aten.convolution.default
+                           else (torch.ops.fl.conv_bn_relu.out, 8))
+        target = f"fl_channels_last_conv_{i}"
+        gm.add_submodule(target, ChannelsLastConv(out_op, spatial))
+        with graph.inserting_before(node):
+            new = graph.call_module(target, tuple(node.args))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        replaced.append((node, new))
+    if kept:
+        ctx.record("channels-last convolutions", kept, "kept", applied=False,
+                   note=f"'{ctx.backend}''s fl::conv_bn_relu kernel writes NCHW only")
+    if not rewritten and not replaced:
+        return
+    boundaries = _restore_traced_layouts(gm, rewritten + [new for _, new in replaced])
+    ctx.record("channels-last convolutions", [n for n in convs if n not in kept],
+               "NHWC activations, cached channels-last weights",
+               note=f"{len(convs) - len(kept)} convolution(s); traced layout restored at {boundaries} place(s)")
+    for node, _ in replaced:  # erased after the record, which names them
+        graph.erase_node(node)
+
+
+def _restore_traced_layouts(gm: fx.GraphModule, producers: list[fx.Node]) -> int:
+    """Puts traced_layout before every use of a possibly channels-last tensor by a node that
+    could tell the difference, and before the graph's outputs. Returns how many were put."""
+    graph = gm.graph
+    maybe = set(producers)
+    for node in graph.nodes:  # topological: a node downstream of a producer may carry the layout on
+        if node not in maybe and any(a in maybe for a in node.all_input_nodes) and _keeps_values(gm, node):
+            maybe.add(node)
+    count = 0
+    cache: dict[fx.Node, fx.Node] = {}
+    for node in list(graph.nodes):
+        if node in maybe and node.op != "output" and _keeps_values(gm, node):
+            continue
+        for src in [a for a in node.all_input_nodes if a in maybe]:
+            val = src.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                continue
+            fixed = cache.get(src)
+            if fixed is None:
+                with graph.inserting_after(src):
+                    fixed = graph.call_function(traced_layout, (src, tuple(val.shape), tuple(val.stride())))
+                fixed.meta.update(src.meta)
+                cache[src] = fixed
+                count += 1
+            node.replace_input_with(src, fixed)
+    return count
