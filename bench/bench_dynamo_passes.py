@@ -8,7 +8,7 @@ intermediate 512, dropout 0.1 as configured by default; batch 2, sequence 32)
 training step (forward + backward of last_hidden_state.square().mean()), and a
 small conv net (conv-bn-relu, conv-relu, pool, linear; batch 2, 3x32x32) in
 training and in eval under no_grad. Columns: eager, compiled with every pass,
-compiled with one of qkv / pointwise / linear_act switched off. Kernel counts
+compiled with one of qkv / pointwise / linear_act / add_norm switched off. Kernel counts
 are torch_fl.profile()'s launches for one step after a warm-up step; they are
 deterministic (no timing)."""
 
@@ -68,7 +68,7 @@ def run(backend: str) -> list[tuple]:
                                      ("conv net eval", cnn, cnn_eval, False)):
         model.train(train)
         counts = [kernels(model, step)]
-        for off in (None, "qkv", "pointwise", "linear_act"):
+        for off in (None, "qkv", "pointwise", "linear_act", "add_norm"):
             fl_dynamo.reset()
             opts = {"passes": {off: False}} if off else None
             counts.append(kernels(torch.compile(model, backend="fl", options=opts), step))
@@ -80,10 +80,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", nargs="+", default=["cpu", "rocm", "ascend", "minimal"])
     args = ap.parse_args()
-    print(f"{'workload':<16} {'backend':<8} {'eager':>6} {'fl':>6} {'-qkv':>6} {'-pointwise':>10} {'-linear_act':>11}")
+    print(f"{'workload':<16} {'backend':<8} {'eager':>6} {'fl':>6} {'-qkv':>6} {'-pointwise':>10} {'-linear_act':>11} "
+          f"{'-add_norm':>9}")
     for backend in args.backends:
-        for name, be, eager, full, no_qkv, no_pw, no_la in run(backend):
-            print(f"{name:<16} {be:<8} {eager:>6} {full:>6} {no_qkv:>6} {no_pw:>10} {no_la:>11}")
+        for name, be, eager, full, no_qkv, no_pw, no_la, no_an in run(backend):
+            print(f"{name:<16} {be:<8} {eager:>6} {full:>6} {no_qkv:>6} {no_pw:>10} {no_la:>11} {no_an:>9}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ CASES = [  # N, C, H, W, O, k, stride, padding, dilation, groups, bias, input ch
     (1, 6, 5, 5, 6, 3, 1, 0, 1, 6, True, False),  # depthwise
     (2, 4, 6, 6, 8, 1, 2, 0, 1, 1, False, True),  # strided 1x1: patches again
     (0, 4, 6, 6, 8, 1, 1, 0, 1, 1, False, True),  # empty batch
+    (4, 16, 12, 12, 8, 3, 1, 1, 1, 2, True, True),  # enough rows for whole chunks per thread
+    (4, 16, 10, 10, 8, 1, 1, 0, 1, 1, False, False),  # the same, 1x1 on the input itself
 ]
 
 

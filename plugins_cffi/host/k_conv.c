@@ -531,29 +531,60 @@ LIN_CLONES static void F(patch_nhwc)(const geom_t *g, const T *x, int64_t r, int
     }
 }
 
-/* y (N, OH, OW, O) = conv(x (N, H, W, C), w (O, KH, KW, C/G)) + b; y is the output's dense NHWC data */
+/* y rows [r0, r0+nr) of every group: patches (or the input itself, for a 1x1 / stride 1 / no padding
+ * convolution without groups) times the weight, one single-threaded GEMM per group */
+static void F(nhwc_rows)(const geom_t *g, const T *x, const T *w, T *y, int64_t r0, int64_t nr, T *col,
+                         void (*gemm)(int, int, int, int64_t, int64_t, int64_t, double, const void *, int64_t,
+                                      const void *, int64_t, double, void *, int64_t)) {
+    const int64_t Og = g->O / g->G, Cg = g->C / g->G, K = g->KH * g->KW * Cg;
+    if (!col) {
+        gemm(LIN_DT, 0, 1, nr, g->O, g->C, 1.0, x + r0 * g->C, g->C, w, g->C, 0.0, y + r0 * g->O, g->O);
+        return;
+    }
+    for (int64_t gr = 0; gr < g->G; gr++) {
+        for (int64_t i = 0; i < nr; i++) F(patch_nhwc)(g, x, r0 + i, gr * Cg, col + i * K);
+        gemm(LIN_DT, 0, 1, nr, Og, K, 1.0, col, K, w + gr * Og * K, K, 0.0, y + r0 * g->O + gr * Og, g->O);
+    }
+}
+
+/* y (N, OH, OW, O) = conv(x (N, H, W, C), w (O, KH, KW, C/G)) + b; y is the output's dense NHWC data.
+ * The output rows are split into chunks whose patches stay in a thread's cache; each thread takes
+ * whole chunks (patches and GEMM), as the NCHW path takes whole samples. Too few rows for that (a
+ * small late-stage map): one chunk, its GEMM split over the threads along the output channels. */
 static int F(conv_fwd_nhwc)(const geom_t *g, const T *x, const T *w, const T *b, T *y) {
-    const int64_t R = g->N * g->OH * g->OW, Og = g->O / g->G, Cg = g->C / g->G, K = g->KH * g->KW * Cg;
+    const int64_t R = g->N * g->OH * g->OW, Cg = g->C / g->G, K = g->KH * g->KW * Cg;
     if (R == 0 || g->O == 0) return FL_OK;
-    if (trivial_1x1(g) && g->G == 1) {
-        fl_lin_gemm(LIN_DT, 0, 1, R, g->O, g->C, 1.0, x, g->C, w, g->C, 0.0, y, g->O);
-    } else {
-        int64_t rb = (int64_t)((16.0 * 1024 * 1024) / ((double)K * sizeof(T)));
-        if (rb < 64) rb = 64;
-        if (rb > R) rb = R;
-        T *col = fl_lin_scratch(0, (size_t)(rb * K) * sizeof(T));
-        if (!col) FL_FAIL(FL_ERR_OOM, "convolution: cannot allocate scratch");
-        for (int64_t r0 = 0; r0 < R; r0 += rb) {
-            const int64_t nr = R - r0 < rb ? R - r0 : rb;
-            for (int64_t gr = 0; gr < g->G; gr++) {
-#pragma omp parallel for schedule(static) if (nr * K > 32768)
-                for (int64_t i = 0; i < nr; i++) F(patch_nhwc)(g, x, r0 + i, gr * Cg, col + i * K);
-                fl_lin_gemm(LIN_DT, 0, 1, nr, Og, K, 1.0, col, K, w + gr * Og * K, K, 0.0, y + r0 * g->O + gr * Og,
-                            g->O);
-            }
+    const int direct = trivial_1x1(g) && g->G == 1;
+    int nt = fl_lin_threads();
+    int64_t rb = (int64_t)((512.0 * 1024) / ((double)K * sizeof(T)));
+    if (rb < 32) rb = 32;
+    if (nt > 1 && rb > (R + nt - 1) / nt) rb = (R + nt - 1) / nt; /* a chunk per thread at least */
+    if (rb < 1) rb = 1;
+    const int64_t nchunks = (R + rb - 1) / rb;
+    if (nt > 1 && R < 64 * nt) {
+        T *col = direct ? NULL : fl_lin_scratch(0, (size_t)(R * K) * sizeof(T));
+        if (!direct && !col) FL_FAIL(FL_ERR_OOM, "convolution: cannot allocate scratch");
+        F(nhwc_rows)(g, x, w, y, 0, R, col, fl_lin_gemm);
+        fl_lin_scratch_trim();
+        goto bias;
+    }
+    int fail = 0;
+#pragma omp parallel if (nt > 1 && nchunks > 1)
+    {
+        T *col = direct ? NULL : fl_lin_scratch(0, (size_t)(rb * K) * sizeof(T));
+        if (!direct && !col) {
+#pragma omp atomic write
+            fail = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t ch = 0; ch < nchunks; ch++) {
+            const int64_t r0 = ch * rb, nr = R - r0 < rb ? R - r0 : rb;
+            if (direct || col) F(nhwc_rows)(g, x, w, y, r0, nr, col, fl_lin_gemm1);
         }
         fl_lin_scratch_trim();
     }
+    if (fail) FL_FAIL(FL_ERR_OOM, "convolution: cannot allocate scratch");
+bias:
     if (b) {
 #pragma omp parallel for schedule(static) if (R * g->O > 32768)
         for (int64_t r = 0; r < R; r++) {
