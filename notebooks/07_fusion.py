@@ -25,7 +25,9 @@ from torch_fl.notebook.figures import fusion_figure, fusion_patterns
 # ## ResNet on `ascend`: the NPU's fused Conv+BN+ReLU kernel
 #
 # `ascend` declares `fl::conv_bn_relu`. In eval mode every conv → bn → relu of the inference graph becomes that
-# kernel, and conv → bn without ReLU is folded into the convolution's weights.
+# kernel, and conv → bn without ReLU is folded into the convolution's weights. `ascend` also prefers channels-last
+# convolutions, so the `layout` pass makes every convolution of the graph write NHWC (the report's last pattern);
+# the logits come back as eager returns them.
 
 # %%
 torch.manual_seed(0)
