@@ -392,3 +392,21 @@ def test_training_dropout_before_add_norm_without_the_kernel_keeps_the_ops():
     assert not [o for o in prof.ops() if o.op.startswith("fl::")]
     kept = _patterns(fl_dynamo.fusion_report(compiled), "add+layer_norm", applied=False)
     assert kept and "no fl::add_layer_norm kernel" in kept[0].replacement + kept[0].note
+
+
+def test_fused_ops_under_autocast_cast_as_the_ops_they_fuse():
+    """torch.autocast("fl"): linear -> GELU (fl::linear_act) runs and returns the autocast dtype, as eager's
+    F.linear does; a fused residual add + LayerNorm returns float32, as eager's layer_norm does."""
+    fl.set_backend("rocm")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU()).to("fl")
+    norm = SelfOutput(0.0, True).to("fl")
+    x, h = torch.randn(4, 16).to("fl"), torch.randn(4, 6, 16).to("fl")
+    with torch.autocast("fl", dtype=torch.bfloat16):
+        want, want_norm = model(x), norm(h, h)
+        with fl.profile() as prof:
+            got, got_norm = torch.compile(model, backend="fl")(x), torch.compile(norm, backend="fl")(h, h)
+    assert {o.op for o in prof.ops()} >= {"fl::linear_act", "fl::linear_add_layer_norm"}
+    assert got.dtype == want.dtype == torch.bfloat16 and got_norm.dtype == want_norm.dtype == torch.float32
+    _close(got, want, rtol=2e-2)
+    _close(got_norm, want_norm, rtol=2e-2)

@@ -21,6 +21,7 @@ import functools
 import torch
 from torch import nn
 
+from .dispatch import autocast_kernel, tensor_map
 from .runtime import REGISTRY, not_traced
 
 LOWER = [
@@ -41,51 +42,7 @@ FLOAT32 = [
 PROMOTE = ["addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sampler", "index_put", "scatter_add",
            "tensordot", "cat", "stack"]
 
-_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
 _libs: list = []
-
-
-def _map(fn, v):
-    if isinstance(v, torch.Tensor):
-        return fn(v)
-    if isinstance(v, (list, tuple)):
-        return type(v)(_map(fn, x) for x in v)
-    return v
-
-
-def _tensors(v):
-    if isinstance(v, torch.Tensor):
-        yield v
-    elif isinstance(v, (list, tuple)):
-        for x in v:
-            yield from _tensors(x)
-
-
-def _kernel(op, policy: str):
-    def lower(t):
-        if t.is_floating_point() and t.dtype != torch.float64 and t.device.type == "fl":
-            return t.to(torch.get_autocast_dtype("fl"))
-        return t
-
-    def fp32(t):
-        if t.is_floating_point() and t.dtype in (torch.float16, torch.bfloat16) and t.device.type == "fl":
-            return t.float()
-        return t
-
-    def run(*args, **kwargs):
-        if policy == "promote":
-            floats = [t.dtype for t in _tensors((args, kwargs)) if t.is_floating_point()]
-            widest = functools.reduce(torch.promote_types, floats) if floats else None
-
-            def cast(t):
-                return t.to(widest) if widest is not None and t.is_floating_point() else t
-        else:
-            cast = lower if policy == "lower" else fp32
-        args, kwargs = _map(cast, args), {k: _map(cast, v) for k, v in kwargs.items()}
-        with torch._C._ExcludeDispatchKeyGuard(_KEYSET):
-            return op(*args, **kwargs)
-
-    return run
 
 
 def register() -> None:
@@ -106,7 +63,7 @@ def register() -> None:
                     continue  # out= and in-place overloads keep their dtypes, as under CUDA autocast
                 qualified = name if overload == "default" else f"{name}.{overload}"
                 try:
-                    lib.impl(qualified, not_traced(_kernel(op, policy)), "AutocastPrivateUse1")
+                    lib.impl(qualified, not_traced(autocast_kernel(op, policy)), "AutocastPrivateUse1")
                 except RuntimeError:  # an overload with a kernel there already
                     continue
     _libs.extend([fallthrough, lib])
@@ -146,7 +103,7 @@ def keep_float32(model: nn.Module, *types: type[nn.Module]) -> list[nn.Module]:
             def forward(*args, _original=original, **kwargs):
                 if not torch.is_autocast_enabled("fl"):
                     return _original(*args, **kwargs)
-                up = functools.partial(_map, lambda t: t.float() if t.is_floating_point() else t)
+                up = functools.partial(tensor_map, lambda t: t.float() if t.is_floating_point() else t)
                 with torch.autocast("fl", enabled=False):
                     return _original(*up(args), **{k: up(v) for k, v in kwargs.items()})
 

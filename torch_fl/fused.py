@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .dispatch import DECOMPOSITIONS, sdpa_scores
+from .dispatch import DECOMPOSITIONS, autocast_kernel, sdpa_scores
 from .runtime import not_traced
 
 _lib = torch.library.Library("fl", "DEF")
@@ -511,3 +511,10 @@ def attention_dropout(query, key, value, attn_mask=None, dropout_p: float = 0.0,
 
 
 register_decompositions(DECOMPOSITIONS)
+
+
+# Under torch.autocast("fl") each fused op casts as the ops it fuses would: a GEMM (with its epilogue) or attention
+# in the autocast dtype, anything ending in a LayerNorm in float32, so a compiled model's dtypes match eager's.
+for _name, _policy in (("conv_bn_relu", "lower"), ("linear_act", "lower"), ("attention_dropout", "lower"),
+                       ("add_layer_norm", "fp32"), ("linear_add_layer_norm", "fp32")):
+    _lib.impl(_name, not_traced(autocast_kernel(getattr(torch.ops.fl, _name).default, _policy)), "AutocastPrivateUse1")

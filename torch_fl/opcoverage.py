@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .api import cpu_fallback_enabled, set_cpu_fallback
+from .dispatch import tensors_in
 from .report import Report
 from .runtime import REGISTRY, events
 
@@ -159,16 +160,6 @@ def _with_storage(t: torch.Tensor, device) -> torch.Tensor:
     return whole.detach().to(device).as_strided(t.shape, t.stride(), t.storage_offset()).detach()
 
 
-def _tensors(v):
-    if isinstance(v, torch.Tensor):
-        yield v
-    elif isinstance(v, (list, tuple)):
-        for x in v:
-            yield from _tensors(x)
-    elif isinstance(v, dict):
-        for x in v.values():
-            yield from _tensors(x)
-
 
 # Ops whose vectors are defined up to sign (each singular or eigen vector may be negated, and PyTorch
 # documents that implementations may differ): LAPACK builds pick different signs (OpenBLAS here, MKL
@@ -222,7 +213,7 @@ def _sign_aligned(a, b, name: str):
 
 
 def _compare(a, b, shape_only: bool, sign_free: bool = False) -> str | None:
-    ta, tb = list(_tensors(a)), list(_tensors(b))
+    ta, tb = list(tensors_in(a)), list(tensors_in(b))
     if len(ta) != len(tb):
         return f"{len(ta)} output tensors, CPU gives {len(tb)}"
     for x, y in zip(ta, tb, strict=True):
@@ -316,7 +307,7 @@ def _loss_grads(out, leaves, sign_free: bool | set[int] = False):
     items = list(out) if isinstance(out, (list, tuple)) else [out]
     outs = []
     for i, item in enumerate(items):
-        for o in _tensors(item):
+        for o in tensors_in(item):
             if o.requires_grad and (o.is_floating_point() or o.is_complex()):
                 o = _real_pairs(o)
                 outs.append(o.abs() if sign_free is True or (sign_free and i in sign_free) else o)
@@ -392,8 +383,8 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
             if problem and problem.startswith("values differ"):
                 try:
                     ref = info.op(*_as64(args), **_as64(sample.kwargs))
-                    if _arbitrate(list(_tensors(_sign_aligned(got, ref, info.name))),
-                                  list(_tensors(_sign_aligned(expected, ref, info.name))), list(_tensors(ref))):
+                    if _arbitrate(list(tensors_in(_sign_aligned(got, ref, info.name))),
+                                  list(tensors_in(_sign_aligned(expected, ref, info.name))), list(tensors_in(ref))):
                         problem = None
                 except Exception:  # noqa: BLE001 - no float64 reference: the fp32 verdict stands
                     pass
@@ -402,8 +393,8 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
                 result.reason = f"forward: {problem}"
                 break
             if grad and result.backward == "pending" and not random_sample:
-                cpu_leaves = [t for t in _tensors(args) if t.requires_grad]
-                fl_leaves = [t for t in _tensors(fl_args) if t.requires_grad]
+                cpu_leaves = [t for t in tensors_in(args) if t.requires_grad]
+                fl_leaves = [t for t in tensors_in(fl_args) if t.requires_grad]
                 try:
                     g_cpu = _loss_grads(expected, cpu_leaves, sign_free)
                 except Exception:  # noqa: BLE001
@@ -431,7 +422,7 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
                         args64 = _as64(args)
                         kw64 = _as64(sample.kwargs)
                         out64 = info.op(*args64, **kw64)
-                        leaves64 = [t for t in _tensors((args64, kw64)) if t.requires_grad]
+                        leaves64 = [t for t in tensors_in((args64, kw64)) if t.requires_grad]
                         g64 = _loss_grads(out64, leaves64, sign_free)
                         if g64 is not None and _arbitrate(g_fl, g_cpu, g64):
                             problem = None
@@ -527,7 +518,7 @@ def model_coverage(model: torch.nn.Module, inputs, backends: list[str] | None = 
         x = _to_fl(inputs if isinstance(inputs, tuple) else (inputs,), device)
         with profile(label=name) as prof:
             y = m(*x)
-            first = next(iter(_tensors(y)))
+            first = next(iter(tensors_in(y)))
             first.float().sum().backward()
         out[name] = {s.op: {"path": s.path, "calls": s.calls + s.nested_calls, "kernels": s.kernels,
                             "ms": s.total_s * 1e3} for s in prof.ops()}

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import torch
 
+from ..dispatch import autocast_kernel
+from ..runtime import not_traced
+
 _lib = torch.library.Library("fl", "FRAGMENT")
 _SEEDED = (torch.Tag.nondeterministic_seeded,)
 
@@ -217,3 +220,7 @@ for _name, _fwd, _bwd, _fn in (
     _lib.impl(_name, _fwd, "CompositeExplicitAutograd")
     _lib.impl(_name + "_backward", _bwd, "CompositeExplicitAutograd")
     _lib.impl(_name, _fn.apply, "Autograd")
+    # autocast casts as for the ops fused: the GEMM + activation in the autocast dtype, a LayerNorm in float32
+    _lib.impl(_name, not_traced(autocast_kernel(getattr(torch.ops.fl, _name).default,
+                                                "lower" if _name == "linear_act_dropout" else "fp32")),
+              "AutocastPrivateUse1")
