@@ -277,3 +277,50 @@ def test_hugging_face_resnet_eval_on_ascend_matches_eager():
     assert _err(got, ref) <= 4 * _err(native, ref) + 1e-6 * ref.abs().max().item()
     applied = [p for p in fl.fusion_report(compiled).patterns(True) if p.pattern == "channels-last convolutions"]
     assert applied and applied[0].graph == "inference"
+
+
+def test_graph_replay_runs_the_channels_last_graph():
+    """options={"replay": True}: the NHWC graph is recorded once and replayed; new inputs and an
+    in-place weight update give eager's values."""
+    fl.set_backend("ascend")
+    torch.manual_seed(0)
+    model = Residual().eval().to("fl")
+    compiled = fl.compile(model, replay=True)
+    with torch.no_grad():
+        for step in range(4):
+            if step == 3:
+                for p in model.parameters():
+                    p.mul_(0.5)
+            x = torch.randn(2, 3, 12, 12).to("fl")
+            got, want = compiled(x), model(x)
+            for a, b in zip(got, want, strict=True):
+                assert a.stride() == b.stride()
+                torch.testing.assert_close(a.cpu(), b.cpu(), rtol=1e-4, atol=1e-5)
+    report = fl.fusion_report(compiled)
+    assert "replayed" in str(report.graphs[0].replay)
+    assert [p for p in report.patterns(True) if p.pattern == "channels-last convolutions"]
+
+
+@pytest.mark.parametrize("name", ["resnet", "convnext", "vit", "swin", "clip"])
+def test_zoo_vision_models_compile_channels_last_and_match_float64(name):
+    """Models nobody here wrote, with what follows their convolutions: ConvNeXt's permute -> LayerNorm ->
+    Linear -> permute back, ViT's and CLIP's flatten(2).transpose(1, 2) patch embedding, Swin's views."""
+    from torch_fl.zoo import MODELS
+
+    fl.set_backend("ascend")
+    zoo = MODELS[name]
+    model, inputs = zoo.build().eval(), zoo.inputs()
+    as64 = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
+    with torch.no_grad():
+        ref = [t for t in copy.deepcopy(model).double()(**as64).to_tuple() if isinstance(t, torch.Tensor)]
+        native = [t for t in model(**inputs).to_tuple() if isinstance(t, torch.Tensor)]
+        model = model.to("fl")
+        compiled = fl.compile(model)
+        got = [t for t in compiled(**{k: v.to("fl") for k, v in inputs.items()}).to_tuple()
+               if isinstance(t, torch.Tensor)]
+    assert len(got) == len(ref)
+    for g, r, n in zip(got, ref, native, strict=True):
+        assert g.shape == n.shape and g.stride() == n.stride()
+        assert _err(g, r) <= 4 * _err(n, r) + 1e-6 * r.abs().max().item()
+    applied = [p for p in fl.fusion_report(compiled).patterns(True) if p.pattern == "channels-last convolutions"]
+    assert len(applied) == 1
