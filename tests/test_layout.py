@@ -90,6 +90,27 @@ def test_a_kernel_without_the_flag_gets_its_usual_layout_and_a_copy():
     torch.testing.assert_close(got.cpu(), F.conv2d(x, wt), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "ascend"])
+@pytest.mark.parametrize("window", [(3, 2, 1, 1), (2, 2, 0, 1), (3, 1, 1, 2)], ids=str)
+def test_max_pooling_channels_last_in_and_out_equals_the_cpu_with_its_indices(backend, window):
+    """The host kernel pools NHWC without transposing; NaNs and ties pick CPU's indices."""
+    k, s, p, d = window
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 9, 9)
+    flat = x.view(-1)
+    flat[::7] = float("nan")
+    flat[3::11] = flat[4::11][:flat[3::11].numel()]  # ties
+    xc = x.contiguous(memory_format=CL)
+    want, want_i = aten.max_pool2d_with_indices(xc, [k, k], [s, s], [p, p], [d, d])
+    xd = xc.to(fl.device(backend))
+    with fl.profile() as prof:
+        got, got_i = aten.max_pool2d_with_indices(xd, [k, k], [s, s], [p, p], [d, d])
+    assert got.is_contiguous(memory_format=CL) and got_i.is_contiguous(memory_format=CL)
+    assert torch.equal(got_i.cpu(), want_i) and torch.equal(got.cpu().isnan(), want.isnan())
+    assert torch.equal(got.cpu().nan_to_num(), want.nan_to_num())
+    assert prof.kernels == 1
+
+
 def test_the_capability_table_names_the_kernels_that_write_any_layout():
     assert "aten::convolution" in fl.capabilities("cpu").any_layout_kernels
     assert "fl::conv_bn_relu" in fl.capabilities("ascend").any_layout_kernels

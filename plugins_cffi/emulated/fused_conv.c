@@ -34,15 +34,7 @@ static int conv_bn_relu(FL_KERNEL_ARGS) {
     }
     /* the epilogue walks the output as (N, C, P) or, channels-last, as (N*P, C): it must be one of the two */
     int nhwc = !fl_is_contiguous(y);
-    if (nhwc) {
-        int64_t expect = 1;
-        for (int k = 0; k < 4 && y->ndim == 4; k++) {
-            int d = (int[]){1, 3, 2, 0}[k];
-            if (y->sizes[d] != 1 && y->strides[d] != expect) return FL_ERR_UNSUPPORTED;
-            expect *= y->sizes[d];
-        }
-        if (y->ndim != 4) return FL_ERR_UNSUPPORTED;
-    }
+    if (nhwc && !fl_is_channels_last(y)) return FL_ERR_UNSUPPORTED;
     /* convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups) */
     fl_tensor_t cin[3] = {*x, *w};
     fl_arg_t cargs[9];

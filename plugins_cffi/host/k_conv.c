@@ -53,19 +53,6 @@ static int trivial_1x1(const geom_t *g) {
            g->OH == g->H && g->OW == g->W;
 }
 
-/* 4-D and dense in channels-last order (N, H, W, C), size-1 dims ignored like PyTorch does */
-static int nhwc_dense(const fl_tensor_t *t) {
-    if (t->ndim != 4) return 0;
-    static const int order[4] = {1, 3, 2, 0};
-    int64_t expect = 1;
-    for (int k = 0; k < 4; k++) {
-        int d = order[k];
-        if (t->sizes[d] != 1 && t->strides[d] != expect) return 0;
-        expect *= t->sizes[d];
-    }
-    return 1;
-}
-
 #define LIN_SELF "k_conv.c"
 #include "k_linalg_typed.h"
 
@@ -141,7 +128,7 @@ int fl_lin_convolution(FL_KERNEL_ARGS) {
     geom_t g;
     int st = transposed ? make_geom(&g, y, x, w, args, 3, args[8].i, 1) : make_geom(&g, x, y, w, args, 3, args[8].i, 0);
     if (st) return st;
-    if (!transposed && x->ndim == 4 && nhwc_dense(y) && !fl_is_contiguous(y))
+    if (!transposed && x->ndim == 4 && fl_is_channels_last(y) && !fl_is_contiguous(y))
         return dt == FL_FLOAT32 ? conv_nhwc_f32(&g, x, w, b, y) : conv_nhwc_f64(&g, x, w, b, y);
     /* a transposed weight is (Cin, Cout/G, ...) = conv weight layout (O, C/G) with O = Cin */
     void *xo, *wo, *bo = NULL, *yo;
@@ -500,7 +487,7 @@ static int F(conv_bwd)(const geom_t *g, const T *dy, const T *w, T *dx, const T 
 static const T *F(as_nhwc)(const fl_tensor_t *t, T **owned) {
     *owned = NULL;
     const T *src = (const T *)fl_elem(t, t->offset);
-    if (nhwc_dense(t)) return src;
+    if (fl_is_channels_last(t)) return src;
     const int64_t A = t->sizes[0], B = t->sizes[1], C = t->sizes[2], D = t->sizes[3];
     const int64_t s0 = t->strides[0], s1 = t->strides[1], s2 = t->strides[2], s3 = t->strides[3];
     T *dst = malloc((size_t)(A * B * C * D) * sizeof(T) + 1);

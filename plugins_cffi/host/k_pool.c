@@ -82,6 +82,16 @@ int fl_lin_max_pool2d(FL_KERNEL_ARGS) {
     if (!st) st = window_args(&p, args, n_args, 1, 1);
     if (st) return st;
     if (ind && fl_numel(ind) != fl_numel(y)) return FL_ERR_UNSUPPORTED;
+    if (fl_is_channels_last(x) && fl_is_channels_last(y) && !fl_is_contiguous(y) && (!ind || fl_is_channels_last(ind))) {
+        /* channels-last in and out (torch.compile's layout pass): pooled in place, no transposes */
+        const int64_t N = x->sizes[0], C = x->sizes[1];
+        int64_t *ip = ind ? (int64_t *)fl_elem(ind, ind->offset) : NULL;
+        if (x->dtype == FL_FLOAT32)
+            maxpool_nhwc_f32(&p, N, C, (const float *)fl_elem(x, x->offset), (float *)fl_elem(y, y->offset), ip);
+        else
+            maxpool_nhwc_f64(&p, N, C, (const double *)fl_elem(x, x->offset), (double *)fl_elem(y, y->offset), ip);
+        return FL_OK;
+    }
     void *xo, *yo, *io = NULL;
     const void *xp = fl_lin_pack(x, &xo);
     void *yp = fl_lin_out_buf(y, &yo), *ip = ind ? fl_lin_out_buf(ind, &io) : NULL;
@@ -690,6 +700,48 @@ static void F(maxpool_fwd)(const pool_t *p, const T *x, T *y, int64_t *ind) {
     for (int64_t pl = 0; pl < p->planes; pl++)
         for (int64_t oh = 0; oh < OH; oh++)
             F(maxpool_row)(p, x + pl * H * W, oh, y + (pl * OH + oh) * OW, ind ? ind + (pl * OH + oh) * OW : NULL);
+}
+
+/* Channels-last: each output pixel's C values at once, the taps in ATen's order (ties and NaNs pick
+ * the same index as the NCHW path); y and ind hold the running maxima. */
+static void F(maxpool_nhwc)(const pool_t *p, int64_t N, int64_t C, const T *x, T *y, int64_t *ind) {
+    const int64_t H = p->H, W = p->W, OH = p->OH, OW = p->OW;
+#pragma omp parallel for schedule(static) collapse(2) if (N * OH * OW * C > 16384)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t q = 0; q < OH * OW; q++) {
+            const int64_t oh = q / OW, ow = q % OW;
+            int64_t ih0 = oh * p->sh - p->ph, iw0 = ow * p->sw - p->pw;
+            int64_t ih1 = ih0 + (p->kh - 1) * p->dh + 1, iw1 = iw0 + (p->kw - 1) * p->dw + 1;
+            if (ih1 > H) ih1 = H;
+            if (iw1 > W) iw1 = W;
+            while (ih0 < 0) ih0 += p->dh;
+            while (iw0 < 0) iw0 += p->dw;
+            T *mv = y + (n * OH * OW + q) * C;
+            int64_t *mi = ind ? ind + (n * OH * OW + q) * C : NULL;
+            for (int64_t c = 0; c < C; c++) mv[c] = -INFINITY;
+            if (mi)
+                for (int64_t c = 0; c < C; c++) mi[c] = ih0 * W + iw0;
+            for (int64_t ih = ih0; ih < ih1; ih += p->dh)
+                for (int64_t iw = iw0; iw < iw1; iw += p->dw) {
+                    const T *src = x + ((n * H + ih) * W + iw) * C;
+                    const int64_t at = ih * W + iw;
+                    if (mi) {
+#pragma omp simd
+                        for (int64_t c = 0; c < C; c++) {
+                            T v = src[c];
+                            int take = (v > mv[c]) | (v != v);
+                            mv[c] = take ? v : mv[c];
+                            mi[c] = take ? at : mi[c];
+                        }
+                    } else {
+#pragma omp simd
+                        for (int64_t c = 0; c < C; c++) {
+                            T v = src[c];
+                            mv[c] = ((v > mv[c]) | (v != v)) ? v : mv[c];
+                        }
+                    }
+                }
+        }
 }
 
 static void F(maxpool_bwd)(const pool_t *p, const T *go, const int64_t *ind, T *gi) {

@@ -7,7 +7,8 @@
  * emulated devices), the template plugin and the C the JIT generates all use
  * these, so a vendor kernel walks tensors exactly as the bundled ones do.
  *
- *   dtypes        fl_itemsize, fl_is_floating, fl_is_complex, fl_elem, fl_numel, fl_is_contiguous
+ *   dtypes        fl_itemsize, fl_is_floating, fl_is_complex, fl_elem, fl_numel, fl_is_contiguous,
+ *                 fl_is_channels_last
  *   conversion    fl_bf16_to_f32, fl_f32_to_bf16, fl_f16_to_f32, fl_f32_to_f16
  *   arguments     fl_tensor_ok, fl_out_at, fl_out_ok, fl_arg_tensor, fl_arg_is_num, fl_arg_num, fl_arg_int, fl_arg_int_or,
  *                 fl_arg_code, fl_wrap_dim
@@ -61,6 +62,20 @@ static inline int fl_is_contiguous(const fl_tensor_t *t) {
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->sizes[d] != 1 && t->strides[d] != expected) return 0;
         expected *= t->sizes[d];
+    }
+    return 1;
+}
+
+/* 4-D and dense in channels-last order (N, H, W, C), size-1 dims ignored as PyTorch does: what
+ * torch.channels_last gives, and what a kernel flagged FL_KERNEL_ANY_OUT_LAYOUT may be handed */
+static inline int fl_is_channels_last(const fl_tensor_t *t) {
+    if (t->ndim != 4) return 0;
+    static const int order[4] = {1, 3, 2, 0};
+    int64_t expect = 1;
+    for (int k = 0; k < 4; k++) {
+        int d = order[k];
+        if (t->sizes[d] != 1 && t->strides[d] != expect) return 0;
+        expect *= t->sizes[d];
     }
     return 1;
 }
