@@ -300,7 +300,8 @@ def conv_bn(ctx: _Ctx) -> None:
                 new = graph.call_function(torch.ops.fl.conv_bn_relu.default,
                                           (x, w, b, bn_w, bn_b, mean, var, float(eps), list(stride), list(padding),
                                            list(dilation), groups))
-            new.meta.update({k: v for k, v in relu.meta.items() if k in ("val", "nn_module_stack", "stack_trace")})
+            new.meta["val"] = relu.meta.get("val")  # the module path is the convolution's: what the kernel is
+            new.meta.update({k: v for k, v in conv.meta.items() if k in ("nn_module_stack", "stack_trace")})
             relu.replace_all_uses_with(new)
             for n in (relu, out, bn, conv):
                 graph.erase_node(n)
