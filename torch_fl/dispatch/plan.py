@@ -337,9 +337,11 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals):
     ff, ins, outs_at = twin
     fvals = [vals[i] for i in ins]
     outs = [vals[i] for i in outs_at]
-    _check_out_dtypes(f, ff, fvals, outs)
+    layouts = output_layouts(ff, fvals)  # once: its cache key costs as much as the lookup
+    _check_out_dtypes(layouts, outs)
     plan = _plan(ff, dev, fvals)
-    if plan.first == NATIVE and _writes_in_place(ff, fvals, outs, plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT):
+    if plan.first == NATIVE and _writes_in_place(ff, fvals, outs, layouts,
+                                                 plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT):
         site: dict | None = {} if native.FAST[0] else None
         result = _run_plan(ff, dev, fvals, _native_only(plan), outs, site, may_decline=True)
         if result is not NOT_HANDLED:
@@ -362,9 +364,8 @@ def _native_only(plan: Plan) -> Plan:
     return p
 
 
-def _check_out_dtypes(f: OpFacts, ff: OpFacts, fvals, outs) -> None:
+def _check_out_dtypes(layouts, outs) -> None:
     """PyTorch refuses to write a result into an out= tensor of a dtype it cannot be cast to."""
-    layouts = output_layouts(ff, fvals)
     if not layouts:
         return
     for out, lay in zip(outs, layouts, strict=False):
@@ -381,12 +382,11 @@ def _type_name(dtype: torch.dtype) -> str:
                                                                                                        str(dtype))
 
 
-def _writes_in_place(ff: OpFacts, fvals, outs, any_layout: int = 0) -> bool:
+def _writes_in_place(ff: OpFacts, fvals, outs, layouts, any_layout: int = 0) -> bool:
     """The outputs have exactly the layouts the functional op gives (or, for a kernel that writes any
     dense layout, such as a convolution into a channels-last buffer, dense layouts), and none partly
     overlaps an input (a pointwise kernel may write over an input of the same layout: that is what
-    in-place ops are)."""
-    layouts = output_layouts(ff, fvals)
+    in-place ops are). layouts: output_layouts(ff, fvals)."""
     if layouts is None or len(layouts) != len(outs):
         return False
     for out, lay in zip(outs, layouts, strict=True):
