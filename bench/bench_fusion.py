@@ -22,8 +22,8 @@ meaningless; the native run keeps it, as native users have it.
 
 Layout: for each backend whose table prefers channels-last (ascend), ResNet-50
 inference compiled with the `layout` pass (NHWC activations) and without it
-(NCHW), against native CPU PyTorch in NCHW and in channels-last: best of 5, in
---rounds alternating rounds, the median round printed.
+(NCHW), both compiled once and called in turn --rounds times (median), against
+native CPU PyTorch in NCHW and in channels-last (best of 5).
 
 Graph replay (torch.compile(m, backend="fl", options={"replay": True})), for
 small inference models where the host, not the kernels, sets the step time (an
@@ -59,6 +59,7 @@ import torch
 
 import torch_fl as fl
 from torch_fl.compile import reset
+from torch_fl.compile.dynamo import backend as backend_with
 from torch_fl.models import resnet50, transformer_encoder
 
 
@@ -296,8 +297,8 @@ def layout_section(args: argparse.Namespace) -> list[dict]:
         cl_model = copy.deepcopy(resnet).to(memory_format=torch.channels_last)
         cl_images = images.contiguous(memory_format=torch.channels_last)
         nhwc = _best_seconds(lambda: cl_model(cl_images))
-    print(f"layout pass, torch {torch.__version__}: ResNet-50 b{b} {hw}x{hw} inference, best of 5, median of "
-          f"{args.rounds} alternating rounds; native CPU NCHW "
+    print(f"layout pass, torch {torch.__version__}: ResNet-50 b{b} {hw}x{hw} inference, median of {args.rounds} "
+          f"interleaved calls; native CPU (best of 5) NCHW "
           f"{nchw * 1e3:.1f} ms, channels-last {nhwc * 1e3:.1f} ms")
     rows = []
     for backend in args.backends:
@@ -306,14 +307,21 @@ def layout_section(args: argparse.Namespace) -> list[dict]:
         fl.set_backend(backend)
         dev = fl.device(backend)
         model, x = copy.deepcopy(resnet).to(dev), images.to(dev)
+        reset()
+        compiled = {"nchw": torch.compile(model, backend=backend_with({"layout": False})),
+                    "nhwc": torch.compile(model, backend=backend_with(None))}
         runs: dict[str, list[float]] = {"nchw": [], "nhwc": []}
-        for _ in range(args.rounds):  # alternating rounds: this machine's speed drifts for seconds at a time
-            for name, passes in (("nchw", {"layout": False}), ("nhwc", None)):
-                reset()
-                compiled = fl.compile(model, passes=passes)
-                with torch.no_grad():
-                    runs[name].append(_best_seconds(lambda c=compiled, x=x: c(x).cpu()) * 1e3)
-        ms = {name: statistics.median(v) for name, v in runs.items()}
+        with torch.no_grad():
+            for c in compiled.values():
+                c(x).cpu()
+                c(x).cpu()
+            # the two interleaved, call by call: this machine's speed drifts for seconds at a time
+            for i in range(args.rounds):
+                for name in ("nchw", "nhwc") if i % 2 == 0 else ("nhwc", "nchw"):
+                    t0 = time.perf_counter()
+                    compiled[name](x).cpu()
+                    runs[name].append(time.perf_counter() - t0)
+        ms = {name: statistics.median(v) * 1e3 for name, v in runs.items()}
         r = {"backend": backend, "workload": f"ResNet-50 b{b} {hw}x{hw} eval", "ms_layout_off": ms["nchw"],
              "ms_layout_on": ms["nhwc"], "ms_native_nchw": nchw * 1e3, "ms_native_channels_last": nhwc * 1e3}
         rows.append(r)
@@ -342,7 +350,7 @@ def main() -> None:
     ap.add_argument("--skip-train", action="store_true", help="inference only")
     ap.add_argument("--only", choices=("fusion", "layout", "replay"), help="one section only")
     ap.add_argument("--calls", type=int, default=200, help="timed calls per figure in the replay section")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per figure in the layout section")
+    ap.add_argument("--rounds", type=int, default=20, help="calls of each variant in the layout section")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     results = []
