@@ -1,7 +1,9 @@
 /* ascend: an NPU-class device, emulated. fp32/fp16/bf16 but no fp64; a
  * narrower native set (many backward and activation kernels missing, so
  * those ops take PyTorch's decompositions or the CPU fallback); a fused
- * Conv+BN+ReLU kernel; no fused attention; prefers channels-last convolutions. */
+ * Conv+BN+ReLU kernel; no fused attention; prefers channels-last convolutions (declared for the device
+ * class, so torch.compile's layout pass runs its graphs NHWC; the emulator's own host kernels compute
+ * NHWC at about NCHW speed: docs/fusion.md). */
 #include "../emu.h"
 
 static const char *const without[] = {
