@@ -150,6 +150,33 @@ def test_call_site_fast_path_keeps_values_scalars_and_metadata_right():
     assert sum(_counts("aten::mul.Tensor").values()) == before + 1
 
 
+def test_ops_taken_at_the_fl_key_get_the_fast_path_too():
+    """convolution is CompositeExplicitAutograd: torch_fl takes it at the fl key, where the C++ core's fallback
+    is its kernel, so a repeated signature skips the Python dispatcher (new data each call, right values),
+    an out= call into a channels-last buffer too; the profiler still sees every call."""
+    from torch_fl.runtime import core
+
+    hits = core.lib().fl_core_fast_hits
+    w, b = torch.randn(4, 3, 3, 3), torch.randn(4)
+    fw, fb = w.to("fl"), b.to("fl")
+    out = torch.empty(2, 4, 6, 6, device="fl", memory_format=torch.channels_last)
+    served = 0
+    for _ in range(3):
+        x = torch.randn(2, 3, 8, 8)
+        fx = x.to("fl")
+        before = hits()
+        y = torch.ops.aten.convolution(fx, fw, fb, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+        r = torch.ops.aten.convolution.out(fx, fw, fb, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, out=out)
+        served += hits() - before
+        assert r.is_contiguous(memory_format=torch.channels_last)
+        assert_close(y, torch.nn.functional.conv2d(x, w, b), 1e-5)
+        assert_close(r, torch.nn.functional.conv2d(x, w, b), 1e-5)
+    assert served == 4  # the second and third calls of each
+    with fl.profile() as prof:
+        torch.nn.functional.conv2d(x.to("fl"), fw, fb)
+    assert [o.calls for o in prof.ops() if o.op == "aten::convolution"] == [1]
+
+
 @pytest.mark.parametrize("backend", ["cpu", "ascend"])  # host-accessible memory, and device memory kept apart
 def test_partial_overlap_is_refused_and_aliasing_survives_the_fallback(backend):
     fl.set_backend(backend)

@@ -133,12 +133,16 @@ def install() -> None:
     direct = set(DIRECT) | _own_decomposed_ops() | _generic_out_ops()
     GENERIC.update(_native_generic_ops() - direct)
     libs: dict = {}
+    route = core.lib().fl_core_route_to_fallback
     for op in sorted(direct | GENERIC | _prims_served(), key=str):
         ns, name = op._schema.name.split("::")
+        qualified = name + ("" if op._overloadname == "default" else "." + op._overloadname)
         if ns not in libs:
             libs[ns] = torch.library.Library(ns, "IMPL")
-        libs[ns].impl(name + ("" if op._overloadname == "default" else "." + op._overloadname), not_traced(_direct(op)),
-                      "PrivateUse1")
+        # The C++ core's fallback as the op's kernel: its fast path first. A miss goes on to PrivateUse3, where
+        # this kernel must be registered too: PyTorch's composite kernel would otherwise take the op there.
+        key = "PrivateUse3" if route(ns.encode(), qualified.encode()) == 0 else "PrivateUse1"
+        libs[ns].impl(qualified, not_traced(_direct(op)), key)
     overrides = {**_implicit_overrides(), **AUTOGRAD_COMPOSITIONS}
     for op, fn in sorted(overrides.items(), key=lambda kv: str(kv[0])):
         ns, name = op._schema.name.split("::")

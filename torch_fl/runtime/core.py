@@ -146,6 +146,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fl_core_fast_size": ([], c_i64),
         "fl_core_fast_hits": ([], c_i64),
         "fl_core_fast_can_commit": ([ctypes.c_char_p], c_int),
+        "fl_core_route_to_fallback": ([ctypes.c_char_p, ctypes.c_char_p], c_int),
         "fl_core_fast_commit": ([ctypes.c_char_p, c_void, c_int, c_int, c_void, c_int, c_void, c_void, c_int, c_void,
                                  c_void, c_void, c_int, c_void, c_int, c_void, c_int, c_i64], c_int),
         "fl_core_fast_take_counts": ([ctypes.POINTER(c_i64), c_i64], c_i64),

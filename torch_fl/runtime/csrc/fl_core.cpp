@@ -945,6 +945,25 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
 }
 
+// An op PyTorch composes for every backend (CompositeExplicitAutograd: convolution, ...) never reaches the
+// fallback above, so torch_fl registers a kernel for it at the fl key. Registering the fallback itself as
+// that kernel gives the op the fast path too; on a miss it goes on to PrivateUse3 like any other op.
+static std::vector<std::unique_ptr<torch::Library>> g_routed;
+static std::mutex g_routed_mu;
+
+FL_API int fl_core_route_to_fallback(const char* ns, const char* name) {
+  try {
+    std::lock_guard<std::mutex> lock(g_routed_mu);
+    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__,
+                                                __LINE__);
+    lib->impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
+    g_routed.push_back(std::move(lib));
+    return 0;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 // ------------------------------------------------------------------ C API ---
 
 FL_API int fl_core_abi(void) { return FL_ABI_VERSION; }
