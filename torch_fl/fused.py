@@ -3,8 +3,10 @@
 `fl::conv_bn_relu` is convolution -> inference batch norm -> ReLU in one op.
 A backend whose plugin has a kernel for it (the ascend emulator) runs one
 kernel; every other backend, and the CPU, runs the three aten ops it stands
-for (its decomposition). The fusion pass (a later issue) rewrites eligible
-module sequences into it; until then `conv_bn_relu(conv, bn, x)` calls it.
+for (its decomposition). torch.compile's `conv_bn` pass rewrites inference
+graphs into it (compile/dynamo.py); `conv_bn_relu(conv, bn, x)` calls it
+directly. Its `.out` overload writes into a given tensor, channels-last
+included (the `layout` pass).
 
 Inference only: batch norm uses its running statistics, and the op has no
 autograd formula (a tensor that requires grad raises, naming the unfused

@@ -140,7 +140,7 @@ def install() -> None:
         if ns not in libs:
             libs[ns] = torch.library.Library(ns, "IMPL")
         # The C++ core's fallback as the op's kernel: its fast path first. A miss goes on to PrivateUse3, where
-        # this kernel must be registered too: PyTorch's composite kernel would otherwise take the op there.
+        # the Python kernel is registered instead: PyTorch's composite kernel would otherwise take the op there.
         key = "PrivateUse3" if route(ns.encode(), qualified.encode()) == 0 else "PrivateUse1"
         libs[ns].impl(qualified, not_traced(_direct(op)), key)
     overrides = {**_implicit_overrides(), **AUTOGRAD_COMPOSITIONS}
