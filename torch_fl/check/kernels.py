@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..dispatch import facts
+from ..dispatch import facts, tensor_map
 from ..runtime import NOT_HANDLED, base_ptr, fl_to_cpu, is_fl, output_layouts, run_native, span
 from .samples import snapshot
 
@@ -55,13 +55,6 @@ def noncontiguous(t: torch.Tensor) -> torch.Tensor:
     view.copy_(t)
     return view
 
-
-def _map(fn, v):
-    if isinstance(v, torch.Tensor):
-        return fn(v)
-    if isinstance(v, (list, tuple)):
-        return type(v)(_map(fn, x) for x in v)
-    return v
 
 
 @dataclass
@@ -140,22 +133,22 @@ def run_calls(dev, kernel, calls, variants: bool = True, guard=None) -> Outcome:
         tries = [("", args, kwargs)]
         if variants and f.name not in LAYOUT_DEPENDENT and any(
                 isinstance(a, torch.Tensor) and a.dim() > 0 and a.numel() > 0 for a in _flat(args)):
-            tries.append((" (non-contiguous inputs)", _map(lambda t: noncontiguous(snapshot(t)), args), kwargs))
+            tries.append((" (non-contiguous inputs)", tensor_map(lambda t: noncontiguous(snapshot(t)), args), kwargs))
         for label, a, kw in tries:
             # PyTorch on CPU sees the recorded layouts (some of its kernels assume the contiguous
             # inputs autograd gives them); the kernel sees the variant: same values either way
-            cpu_args = _map(snapshot, a if f.name in SAME_LAYOUT_REFERENCE else args)
+            cpu_args = tensor_map(snapshot, a if f.name in SAME_LAYOUT_REFERENCE else args)
             try:
                 expected = func(*cpu_args, **kw)
             except Exception:
                 reference = _REFERENCES.get(func)
                 if reference is None:
                     continue
-                cpu_args = _map(snapshot, args)
+                cpu_args = tensor_map(snapshot, args)
                 expected = reference(*cpu_args, **kw)
-            dev_args = _map(lambda t: to_device(dev, t, guard), _map(snapshot, a))
+            dev_args = tensor_map(lambda t: to_device(dev, t, guard), tensor_map(snapshot, a))
             # keyword tensors (searchsorted's sorter, segment_reduce's lengths) go to the device too
-            dev_kw = {k: _map(lambda t: to_device(dev, t, guard), _map(snapshot, v)) for k, v in kw.items()}
+            dev_kw = {k: tensor_map(lambda t: to_device(dev, t, guard), tensor_map(snapshot, v)) for k, v in kw.items()}
             vals = f.normalize(dev_args, dev_kw)
             result = run_native(f, kernel, dev, vals, _guarded_outputs(f, dev, vals, guard))
             if result is NOT_HANDLED:
