@@ -2184,11 +2184,11 @@ static int k_flip(FL_KERNEL_ARGS) {
     const fl_tensor_t *x = &in[0], *o = &out[0];
     if (x->dtype != o->dtype || x->ndim != o->ndim || x->ndim > FL_MAX_DIMS) return UNSUP;
     int nd = x->ndim, rev[FL_MAX_DIMS] = {0};
-    for (int k = 0; k < args[1].len; k++) {
-        int64_t d = args[1].list[k];
-        if (d < 0) d += nd;
-        if (d < 0 || d >= nd) FL_FAIL(FL_ERR_INVALID, "flip: dim %lld out of range", (long long)args[1].list[k]);
-        rev[d] = 1;
+    for (int k = 0; k < args[1].len; k++) { /* a 0-dim tensor has dims 0 and -1, as in PyTorch */
+        int d;
+        if (fl_wrap_dim(args[1].list[k], nd, &d))
+            FL_FAIL(FL_ERR_INVALID, "flip: dim %lld out of range", (long long)args[1].list[k]);
+        if (d < nd) rev[d] = 1;
     }
     int64_t n = 1;
     for (int d = 0; d < nd; d++) {

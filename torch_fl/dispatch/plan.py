@@ -142,8 +142,11 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     entry = backend.plugin.kernels.get(f.name)
     lookup = dtypes[0] if dtypes else None
     code = TO_CODE.get(lookup, -1) if lookup is not None else -1
+    unnamed = _without_abi_dtype(dtypes)
     if NATIVE in SETTINGS.disabled:
         plan.reasons.append("native kernels switched off")
+    elif unnamed:
+        plan.reasons.append(unnamed)
     elif f.is_out:
         plan.reasons.append("out= overloads are not sent to plugin kernels")
     elif entry is None:
@@ -173,7 +176,7 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
         plan.reasons.append(f"PyTorch's generic kernel for {f.name} (CompositeExplicitAutograd: other aten ops)")
     else:
         plan.reasons.append(f"no decomposition for {f.name}")
-    kernel = jit.lookup(backend, f, dtypes) if JIT not in SETTINGS.disabled else None
+    kernel = jit.lookup(backend, f, dtypes) if JIT not in SETTINGS.disabled and not unnamed else None
     if kernel is not None:
         plan.paths.append(JIT)
         plan.jit = kernel
@@ -205,6 +208,18 @@ def _note_jit_failure(plan: Plan, f: OpFacts, backend) -> None:
                        else r for r in plan.reasons]
 
 
+def _without_abi_dtype(dtypes) -> str | None:
+    """Why no plugin kernel, native or JIT, may serve these operands: one has a dtype the ABI has no code
+    for (uint16/32/64, float8, complex32, ...), which a kernel would read as something else or not at all.
+    Decompositions and the CPU fallback serve it."""
+    for d in dtypes:
+        if d not in TO_CODE:
+            advice = "; convert with .cfloat() or .cdouble()" if d.is_complex else ""
+            return (f"{dtype_name(d)} has no fl dtype (the plugin ABI has no code for it, so no plugin kernel "
+                    f"may read it{advice})")
+    return None
+
+
 def _unserved_complex(entry, dtypes) -> str | None:
     """A complex operand dtype the kernel's mask does not name: a kernel sees complex memory only
     if it says it can read it (plugins written before complex dtypes would read it as real)."""
@@ -218,12 +233,8 @@ def _unserved_complex(entry, dtypes) -> str | None:
 def _complex_note(backend, dtypes, dev_mask: int) -> str | None:
     """Why a complex operand cannot run natively on this device at all, said first."""
     cplx = [d for d in dtypes if d.is_complex]
-    if not cplx:
+    if not cplx or any(d not in TO_CODE for d in cplx):  # _without_abi_dtype says why
         return None
-    unnamed = [d for d in cplx if d not in TO_CODE]
-    if unnamed:
-        return (f"{dtype_name(unnamed[0])} has no fl dtype (the plugin ABI has complex64 and complex128; "
-                "convert with .cfloat() or .cdouble())")
     if not any((dev_mask >> c) & 1 for c in COMPLEX_CODES):
         return f"fl backend '{backend.name}' computes in no complex dtype (its device's dtype mask has none)"
     return None

@@ -201,6 +201,8 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
             cargs.append((abi.ARG_TENSOR, 0, len(inputs)))
             in_src.append((i, -1))
             inputs.append(_desc_for(v, shape))
+            if inputs[-1]["dtype"] < 0:  # a dtype the ABI has no code for: no kernel may read it
+                return NOT_HANDLED
         elif v is None:
             cargs.append((abi.ARG_NONE,))
         elif isinstance(v, bool):
@@ -238,6 +240,8 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
                         return NOT_HANDLED
                     in_src.append((i, k))
                     inputs.append(desc(x))
+                    if inputs[-1]["dtype"] < 0:
+                        return NOT_HANDLED
             elif len(v) <= abi.MAX_DIMS and all(isinstance(x, (int, bool)) for x in v):
                 cargs.append({"kind": abi.ARG_INT_LIST, "len": len(v), "list": [int(x) for x in v]})
             elif not v:
@@ -251,6 +255,8 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
         else:
             cargs.append((abi.ARG_OTHER, 0, -1))
     out_descs = [(desc(t) if is_fl(t) else _UNDEFINED) for t in outs]
+    if any(d["dtype"] < 0 and d["ndim"] >= 0 for d in out_descs):
+        return NOT_HANDLED
     n_in, n_out, n_args = len(inputs), len(out_descs), len(cargs)
     c_in = ffi.new("fl_tensor_t[]", inputs or 1)
     c_out = ffi.new("fl_tensor_t[]", out_descs or 1)
