@@ -23,6 +23,11 @@ class KernelError(FlError):
         self.status = status
 
 
+class KernelIndexError(KernelError, IndexError):
+    """A kernel of an indexing op (index, index_put_, index_select, embedding, take, ...) refused an index out
+    of range: an IndexError, as PyTorch raises for these ops, so code that catches IndexError works on fl."""
+
+
 class PrivateUse1TakenError(FlError):
     """Another package already owns PyTorch's PrivateUse1 device slot."""
 

@@ -83,7 +83,45 @@ def _arange_size(vals: list) -> None:
         raise RuntimeError("invalid size, possible overflow?")
 
 
+_INDEX_DTYPES = (torch.int64, torch.int32, torch.uint8, torch.bool)
+
+
+def _indexing(vals: list) -> None:
+    """ATen's checks of advanced indexing (index, index_put_), which run before its kernels and raise
+    IndexError: index dtypes, a mask's shape against the dims it covers, too many indices, and index
+    shapes that do not broadcast (judged without masks, whose sizes depend on their values)."""
+    self, indices = vals[0], vals[1]
+    dim, shapes, masks = 0, [], False
+    for idx in indices:
+        if idx is None:
+            dim += 1
+            continue
+        if idx.dtype not in _INDEX_DTYPES:
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+        if idx.dtype in (torch.uint8, torch.bool):
+            masks = True
+            for j in range(idx.dim()):
+                if dim + j < self.dim() and idx.shape[j] != self.shape[dim + j]:
+                    raise IndexError(f"The shape of the mask {list(idx.shape)} at index {j} does not match the "
+                                     f"shape of the indexed tensor {list(self.shape)} at index {dim + j}")
+            dim += idx.dim()
+        else:
+            shapes.append(list(idx.shape))
+            dim += 1
+    if dim > self.dim():
+        raise IndexError(f"too many indices for tensor of dimension {self.dim()} (got {dim})")
+    if not masks and len(shapes) > 1:
+        try:
+            torch.broadcast_shapes(*shapes)
+        except RuntimeError:
+            raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
+                             + ", ".join(str(s) for s in shapes)) from None
+
+
 _CHECKS: dict = {
+    aten.index.Tensor: _indexing, aten._unsafe_index.Tensor: _indexing, aten.index_put.default: _indexing,
+    aten.index_put_.default: _indexing, aten._index_put_impl_.default: _indexing,
+    aten._unsafe_index_put.default: _indexing,
     aten.arange.start_step: _arange_size,
     aten.max.default: _whole("max"), aten.min.default: _whole("min"),
     aten.max.dim: _over_dims("max", wrap=True), aten.min.dim: _over_dims("min", wrap=True),

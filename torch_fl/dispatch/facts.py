@@ -18,7 +18,7 @@ class OpFacts:
 
     __slots__ = ("func", "name", "arg_names", "kwarg_only", "defaults", "has_default", "mutable", "is_out",
                  "is_view", "pointwise", "ret_alias", "n_returns", "handler", "_functional", "tensor_arg", "overlap",
-                 "precheck", "_inplace_overlap")
+                 "precheck", "_inplace_overlap", "generator_at", "host_args")
 
     def __init__(self, func):
         schema = func._schema
@@ -27,6 +27,11 @@ class OpFacts:
         args = schema.arguments
         self.arg_names = [a.name for a in args]
         self.tensor_arg = [isinstance(a.type, torch.TensorType) for a in args]
+        # the position of a `Generator? generator` argument (random ops), swapped into the plugin (dispatch.rng)
+        accepted = HOST_ARGS.get(schema.name)
+        self.host_args = tuple((i, bound) for i, a in enumerate(args) for name, bound in (accepted or ())
+                               if a.name == name) or None
+        self.generator_at = next((i for i, a in enumerate(args) if "Generator" in str(a.type)), None)
         self.kwarg_only = [a.kwarg_only for a in args]
         self.has_default = [a.has_default_value() for a in args]
         self.defaults = [a.default_value if a.has_default_value() else None for a in args]
@@ -96,6 +101,12 @@ class OpFacts:
                 vals[i] = self.defaults[i]
         return vals
 
+    def split(self, vals) -> tuple[list, dict]:
+        """Normalized values back into (args, kwargs) as a caller passes them: keyword-only ones by name."""
+        args = [v for i, v in enumerate(vals) if not self.kwarg_only[i]]
+        kwargs = {self.arg_names[i]: v for i, v in enumerate(vals) if self.kwarg_only[i]}
+        return args, kwargs
+
     def call(self, vals):
         """Call the op with normalized values (keyword-only ones by name)."""
         return self.call_decomposition(self.func, vals)
@@ -123,6 +134,15 @@ class OpFacts:
         d = self.defaults[i]
         return type(v) is type(d) and v == d if not isinstance(v, (list, tuple)) else list(v) == list(d or [])
 
+
+# Arguments PyTorch's CUDA kernels take from the host and move to the device themselves: index tensors of
+# advanced indexing (x[cpu_idx], x[cpu_mask] = v), index_fill's index, and a 0-dim value ("0-dim": only then).
+# The dispatcher moves them the same way before any tier (dispatch.plan.compute).
+_INDEXING = (("indices", None), ("values", "0-dim"))
+HOST_ARGS = {"aten::index": (("indices", None),), "aten::_unsafe_index": (("indices", None),),
+             "aten::index_put": _INDEXING, "aten::index_put_": _INDEXING, "aten::_index_put_impl_": _INDEXING,
+             "aten::_unsafe_index_put": _INDEXING, "aten::index_fill": (("index", None), ("value", "0-dim")),
+             "aten::index_fill_": (("index", None), ("value", "0-dim"))}
 
 FACTS: dict = {}  # OpOverload -> OpFacts
 

@@ -20,6 +20,7 @@ from ..runtime import (
     map_tensors,
     span,
 )
+from .rng import host_generator
 
 
 def _shared_mirrors(dev, vals) -> dict[int, torch.Tensor]:
@@ -62,6 +63,10 @@ def run_fallback(f, dev, vals):
         return t
 
     cpu_vals = map_tensors(host, vals)
+    if f.generator_at is not None:
+        gen = host_generator(dev)  # inside a call given an fl generator (dispatch.rng)
+        if gen is not None:
+            cpu_vals[f.generator_at] = gen
     out = f.call(cpu_vals)
     # write back what the op mutated (zero-copy views on host-accessible devices need nothing)
     for i in f.mutable:

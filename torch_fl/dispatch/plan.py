@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import jit
+from ..errors import KernelError, KernelIndexError
 from ..runtime import (
     COMPLEX_CODES,
     DECOMPOSITION,
@@ -50,7 +51,7 @@ from ..runtime import (
     output_layouts,
     run_native,
 )
-from . import overlap
+from . import overlap, rng
 from .decompositions import DECOMPOSITIONS
 from .facts import OpFacts
 from .fallback import run_fallback
@@ -88,6 +89,23 @@ def _device_of(name: str, vals):
                 f"tensor with .to('{where}') first."
             )
     return dev
+
+
+def _host_args_to_device(f: OpFacts, vals: list) -> None:
+    """Index tensors (and a 0-dim value) given on the host go to the device of the op's fl tensors, as
+    CUDA's indexing kernels move them (facts.HOST_ARGS)."""
+    target = next((t.device for t in iter_tensors(vals) if t.device.type == "fl"), None)
+    if target is None:
+        return
+    for i, bound in f.host_args:
+        v = vals[i]
+        if isinstance(v, torch.Tensor):
+            if v.device.type == "cpu" and (bound is None or v.dim() == 0):
+                vals[i] = v.to(target)
+        elif isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) and x.device.type == "cpu"
+                                                   for x in v):
+            vals[i] = type(v)(x.to(target) if isinstance(x, torch.Tensor) and x.device.type == "cpu" else x
+                              for x in v)
 
 
 # -- plans ---------------------------------------------------------------------
@@ -242,6 +260,10 @@ def _complex_note(backend, dtypes, dev_mask: int) -> str | None:
 
 def compute(f: OpFacts, args, kwargs):
     vals = f.normalize(args, kwargs)
+    if f.generator_at is not None and vals[f.generator_at] is not None:
+        return rng.call_with_generator(f, vals, compute)
+    if f.host_args is not None:
+        _host_args_to_device(f, vals)
     if async_copy.PENDING:  # an async copy may still be writing one of these tensors
         async_copy.wait_for(iter_tensors(vals))
     if f.overlap is not None and not TLS.active:
@@ -331,12 +353,24 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
             if listening:
                 _emit(f.name, backend.name, path, t0, k0, b0)
             return result
+    except KernelError as e:
+        if e.status == abi.FL_ERR_INVALID and f.func._schema.name in INDEX_ERROR_OPS and not isinstance(e, IndexError):
+            raise KernelIndexError(str(e), e.status) from None
+        raise
     finally:
         if listening:
             events.DEPTH[0] -= 1
     if may_decline:
         return NOT_HANDLED
     raise _no_path_error(f, backend, plan, failures)
+
+
+# ops for which PyTorch raises IndexError on an index out of range: a kernel's (or a decomposition's
+# sub-op's) refusal of the call's values is raised as one (gather, scatter, index_add: RuntimeError, as CPU)
+INDEX_ERROR_OPS = frozenset(f"aten::{n}" for n in (
+    "index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put", "index_select",
+    "embedding", "take", "put", "put_", "index_copy", "index_copy_", "index_fill", "index_fill_", "index_reduce",
+    "index_reduce_", "select_scatter"))
 
 
 def _compute_out(f: OpFacts, twin: tuple, dev, vals):
@@ -548,6 +582,10 @@ def _factory_run(f: OpFacts, dev, args, kwargs):
             f"(FL_CPU_FALLBACK=0); enable it with FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)")
     if "device" in kwargs:
         kwargs = dict(kwargs, device="cpu")
+    if f.generator_at is not None and rng.STATE.depth:
+        vals = f.normalize(args, kwargs)
+        vals[f.generator_at] = rng.host_generator(dev)
+        args, kwargs = f.split(vals)
     out = f.func(*args, **kwargs)
     events.count(dev.backend, f.name, FALLBACK)
     if isinstance(out, torch.Tensor) and out.device.type == "cpu":

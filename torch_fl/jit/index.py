@@ -180,8 +180,8 @@ class IndexKernel(Kernel):
                 raise
             dim = vals[1] % x.dim()
             size = x.shape[dim]
-            raise RuntimeError(f"{f.name}: an index in `index` is out of bounds for dimension {dim} with size "
-                             f"{size} (valid indices are 0..{size - 1})") from None
+            raise KernelError(f"{f.name}: an index in `index` is out of bounds for dimension {dim} with size "
+                              f"{size} (valid indices are 0..{size - 1})", e.status) from None
 
 
 def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
