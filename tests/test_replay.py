@@ -321,3 +321,27 @@ def test_a_failing_kernel_in_a_replay_raises_naming_the_op_and_step():
                                           r"with FL_ERR_INTERNAL"):
         graph.replay(None, None)
     assert y.abs().sum().item() == 0  # the step after the failing one did not run
+
+
+@pytest.mark.parametrize("backend", ["cpu", "minimal"])
+def test_replayed_outputs_that_share_memory_stay_aliased(backend):
+    """y and y.view(-1) returned together are one tensor's memory in eager; a replay gives them one fresh copy
+    (before: two separate copies, so an in-place edit of one did not show in the other)."""
+    fl.set_backend(backend)
+    lin = nn.Linear(4, 6).to("fl")
+
+    def f(x):
+        y = torch.relu(lin(x))
+        return y, y.view(-1), y[1:], y * 2
+
+    compiled = torch.compile(f, backend="fl", options={"replay": True})
+    with torch.no_grad():
+        x = torch.randn(3, 4).to("fl")
+        for _ in range(4):
+            y, flat, tail, other = compiled(x)
+        assert fl_dynamo.fusion_report(compiled).graphs[0].replay.replays >= 1
+        y.add_(100.0)
+        assert torch.equal(flat.cpu(), y.cpu().view(-1)) and torch.equal(tail.cpu(), y.cpu()[1:])
+        assert other.min().item() >= 0 and other.max().item() < 100  # a separate result stays separate
+        assert y.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
+    fl.set_backend("cpu")

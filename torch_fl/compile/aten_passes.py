@@ -37,6 +37,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
+from ..runtime import Sources
 from . import layout, seeded  # noqa: F401 - seeded defines the fl:: ops the rewrites call
 from . import pointwise as pw
 from .fxnodes import activation, arg, is_call, op_name, where
@@ -171,19 +172,21 @@ def qkv_captured(gm: fx.GraphModule, kernels: set, patterns: list, passes: list[
 class CachedCat(nn.Module):
     """torch.cat of tensors that are graph inputs (the packed QKV weights) in an
     inference graph, computed once and reused while every input is the same tensor
-    object with the same storage and version (an optimizer step, an in-place update
-    or a new .data recomputes it). Only where no gradient flows: the cached result
-    is not part of any autograd graph. The check is host-side: no kernel."""
+    object, with the same storage, not written since through any alias
+    (runtime.Sources: an optimizer step, p.data.mul_(), a new .data recompute it).
+    Only where no gradient flows: the cached result is not part of any autograd
+    graph. The check is host-side: no kernel."""
 
     def __init__(self, dim: int):
         super().__init__()
         self.dim = dim
         self._refs: list = []
+        self._sources = Sources()
         self._key: tuple | None = None
         self._value: torch.Tensor | None = None
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        key = tuple((t.data_ptr(), t._version, tuple(t.shape)) for t in tensors)
+        key = self._sources.key(tensors)
         alive = len(self._refs) == len(tensors) and all(r() is t for r, t in zip(self._refs, tensors, strict=True))
         if not alive or key != self._key:
             self._value = torch.cat(tensors, self.dim)

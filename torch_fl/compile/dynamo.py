@@ -71,6 +71,7 @@ import torch
 import torch.fx as fx
 
 from ..dispatch import sdpa_backward, sdpa_forward
+from ..runtime import Sources
 from . import aten_passes, layout, seeded  # noqa: F401 - seeded defines the fl:: ops the passes call
 from .fxnodes import activation, arg, is_call, only_user, op_name, where
 from .inplace import restore_inplace_updates
@@ -230,20 +231,21 @@ def _attention_off(ctx: _Ctx) -> None:
 class FoldedConv(torch.nn.Module):
     """convolution -> inference batch norm as one convolution whose weights have the
     batch norm folded in. The fold is computed on the device once and cached; it is
-    recomputed when any of the six tensors changes (a new storage or an in-place
-    update bumps its version), so a model that keeps training between inference
-    calls stays correct. The cache check is host-side Python: no kernel."""
+    recomputed when any of the six tensors is another tensor or was written since,
+    through any alias (runtime.Sources: an optimizer step, load_state_dict,
+    p.data.mul_(), an EMA update, inference tensors too), so a model that keeps
+    training between inference calls stays correct. The check is host-side: no kernel."""
 
     def __init__(self, eps: float, stride, padding, dilation, groups: int):
         super().__init__()
         self.eps, self.stride, self.padding, self.dilation, self.groups = eps, stride, padding, dilation, groups
         self.channels_last = False  # set by the layout pass: a channels-last weight and output
+        self._sources = Sources()
         self._key: tuple | None = None
         self._folded: tuple | None = None
 
     def forward(self, x, weight, bias, bn_weight, bn_bias, mean, var):
-        tensors = (weight, bias, bn_weight, bn_bias, mean, var)
-        key = tuple((t.data_ptr(), t._version) if t is not None else None for t in tensors)
+        key = self._sources.key((weight, bias, bn_weight, bn_bias, mean, var))
         if key != self._key:
             scale = torch.rsqrt(var + self.eps)
             if bn_weight is not None:

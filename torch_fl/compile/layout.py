@@ -32,6 +32,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
+from ..runtime import Sources
 from .fxnodes import is_call
 
 aten = torch.ops.aten
@@ -49,16 +50,17 @@ def _out_shape(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation) -> t
 
 class WeightCache:
     """A channels-last copy of a weight, made on the device once and remade when the
-    weight changes (another storage, or an in-place update bumps its version): a
-    model that keeps training between inference calls stays correct. A 1x1 weight
-    is already channels-last and is used as it is."""
+    weight changes (another storage, or written since through any alias:
+    runtime.Sources): a model that keeps training between inference calls stays
+    correct. A 1x1 weight is already channels-last and is used as it is."""
 
     def __init__(self) -> None:
+        self._sources = Sources()
         self._key: tuple | None = None
         self._value: torch.Tensor | None = None
 
     def get(self, w: torch.Tensor, make=None) -> torch.Tensor:
-        key = (w.data_ptr(), w._version, w.shape, w.stride())
+        key = self._sources.key((w,))
         if key != self._key:
             v = make() if make is not None else w
             self._key, self._value = key, v.contiguous(memory_format=CL)

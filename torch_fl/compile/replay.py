@@ -21,17 +21,19 @@ parameters' storages, non-tensor values):
 Parameters and buffers (AOTAutograd's static inputs) are used in place: their
 storage is part of the recording, so an in-place update (an optimizer step,
 load_state_dict) is seen by the next replay; a parameter with a new storage, or,
-in an inference graph, one whose version counter moved (the conv+bn fold caches
-on it; training graphs have no such cache, and the optimizer moves every version
-each step), makes the next call a warm-up and the one after a new recording. A
+in an inference graph, one written since the recording, through any alias
+(runtime.WriteGuard: the conv+bn fold caches on it; training graphs have no such
+cache, and the optimizer writes every parameter each step), makes the next call
+a warm-up and the one after a new recording. A
 backward graph's inputs (saved tensors, gradients) are all copied. A changed shape, dtype or
 stride is another signature (recorded anew, up to MAX_SIGNATURES, then run
 normally): never a replay of the wrong shapes.
 
 Outputs: fresh tensors on every call (a copy out of the static outputs), so a
 result stays valid after the next call, unlike torch.cuda.graphs' static
-outputs; an output that is a view of an input is the same view of the caller's
-tensor. The graph steps aside (runs normally) while a profiler listens, since
+outputs; outputs that share memory (y and y.view(-1)) are views of one fresh
+copy, as in eager; an output that is a view of an input is the same view of the
+caller's tensor. The graph steps aside (runs normally) while a profiler listens, since
 it reports every op, and inside another recording. A Dynamo graph's status
 (fusion_report's `replay:` line) covers its aten graphs: a training step is
 replayed when both its forward and its backward are (dropout with p > 0 keeps
@@ -48,12 +50,11 @@ from typing import Any
 
 import torch
 
-from ..runtime import KernelGraph, async_copy, events, recording
+from ..runtime import KernelGraph, WriteGuard, async_copy, events, recording
 
 MAX_SIGNATURES = 8  # recordings kept per graph (each holds its buffers)
 _RECORDING_LOCK = threading.Lock()
 _DATA_PTR = torch.Tensor.data_ptr
-_VERSION = operator.attrgetter("_version")
 
 
 @dataclass
@@ -93,20 +94,19 @@ class ReplayStatus:
 class _Entry:
     """One signature's recording: the kernel graph, its static buffers, how to make the outputs."""
 
-    __slots__ = ("graph", "pick", "objs", "ptrs", "pick_versioned", "versions", "copied", "values", "out_specs")
+    __slots__ = ("graph", "pick", "objs", "ptrs", "guard", "copied", "values", "out_specs")
 
-    def __init__(self, graph: KernelGraph | None, static: list, copied: list, values: list, out_specs: list,
-                 check_versions: bool = True):
+    def __init__(self, graph: KernelGraph | None, static: list, copied: list, values: list, out_specs: tuple,
+                 check_writes: bool = True):
         self.graph = graph
         # the static inputs (parameters, buffers): picked from the arguments in one call, checked by
-        # identity, address and version counter with C-level loops (a model has hundreds of them)
+        # identity and address with C-level loops (a model has hundreds of them)
         self.pick = _picker([i for i, _ in static])
         self.objs = tuple(a for _, a in static)
         self.ptrs = [a.data_ptr() for a in self.objs]
-        # inference tensors keep no version counter (nothing outside inference mode can change them in place)
-        versioned = [(i, a) for i, a in static if check_versions and not a.is_inference()]
-        self.pick_versioned = _picker([i for i, _ in versioned])
-        self.versions = [a._version for _, a in versioned]
+        # an inference graph's host-side caches (the conv+bn fold) derive from them: a write through any alias
+        # (an optimizer step, p.data.mul_(), inference tensors too) makes the next call a warm-up
+        self.guard = WriteGuard(self.objs) if check_writes and graph is not None else None
         self.copied = copied  # (index, static buffer)
         self.values = values  # (index, value) of the non-tensor arguments the recording saw
         self.out_specs = out_specs
@@ -167,7 +167,7 @@ class ReplayedGraph:
                 return self.fn(args)
             self.last = entry
             return self._replay(entry, args, t0)
-        if entry is not None:  # same shapes, but a parameter's version moved: warm up, then record anew
+        if entry is not None:  # same shapes, but a parameter was written: warm up, then record anew
             del self.entries[key]
             self.warm.discard(key)
             self.last = None
@@ -206,8 +206,7 @@ class ReplayedGraph:
                 if not isinstance(a, torch.Tensor) or a.dtype != t.dtype or a.shape != t.shape or \
                         a.stride() != t.stride() or a.device != t.device:
                     return False
-        if list(map(_DATA_PTR, statics)) != entry.ptrs or \
-                list(map(_VERSION, entry.pick_versioned(args))) != entry.versions:
+        if list(map(_DATA_PTR, statics)) != entry.ptrs or (entry.guard is not None and entry.guard.written()):
             return False
         for i, buf in entry.copied:
             a = args[i]
@@ -254,7 +253,7 @@ class ReplayedGraph:
             return self._refuse(key, args, rec.reason, outs)
         by_storage = {a.untyped_storage().data_ptr(): ("static", i, a) for i, a in static}
         by_storage.update({b.untyped_storage().data_ptr(): ("input", i, b) for i, b in copied})
-        specs, out_copies = [], []
+        specs, regions = [], {}  # regions: storage -> [first byte, end byte] of the fresh outputs in it
         for k, o in enumerate(outs):
             if not isinstance(o, torch.Tensor):
                 specs.append(("value", o))
@@ -266,14 +265,30 @@ class ReplayedGraph:
                 kind, i, t = base
                 specs.append((kind, i, tuple(o.shape), o.stride(), o.storage_offset() - t.storage_offset()))
                 continue
-            specs.append(("copy", tuple(o.shape), o.stride(), o.dtype, o.device))  # a fresh tensor of its strides
-            out_copies.append((o.data_ptr(), _span(o) * o.element_size()))
+            # a fresh output: outputs sharing a storage (y and y.view(-1)) come back as views of one fresh
+            # copy of the bytes they span, so an in-place edit of one shows in the other, as in eager
+            first = o.storage_offset() * o.element_size()
+            span = regions.setdefault(o.untyped_storage().data_ptr(), [first, first])
+            span[0], span[1] = min(span[0], first), max(span[1], first + _span(o) * o.element_size())
+            specs.append(("fresh", o.untyped_storage().data_ptr(), tuple(o.shape), o.stride(), o.dtype, first))
+        order = list(regions)
+        for n, spec in enumerate(specs):
+            if spec[0] == "fresh":
+                lo = regions[spec[1]][0]
+                if (spec[5] - lo) % spec[4].itemsize:
+                    return self._refuse(key, args, "outputs view one storage at offsets their dtypes cannot "
+                                                   "express", outs)
+                offset = (spec[5] - lo) // spec[4].itemsize
+                specs[n] = ("fresh", order.index(spec[1]), spec[2], spec[3], spec[4], offset)
+        out_copies = [(ptr + lo, hi - lo) for ptr, (lo, hi) in regions.items()]
+        region_sizes = [hi - lo for lo, hi in regions.values()]
         if rec.device is None:
             return self._refuse(key, args, "the graph launches no kernel", outs)
         graph = KernelGraph(rec, [(b.data_ptr(), _span(b) * b.element_size()) for _, b in copied], out_copies)
-        # the version guard is for host-side caches keyed on parameter versions (the conv+bn fold), which only
-        # inference graphs have; in training the optimizer moves every version each step
-        entry = _Entry(graph, static, copied, values, specs, check_versions=self.kind == "inference")
+        # the write guard is for host-side caches derived from parameters (the conv+bn fold), which only
+        # inference graphs have; in training the optimizer writes every parameter each step
+        entry = _Entry(graph, static, copied, values, (specs, region_sizes, rec.device.torch_device),
+                       check_writes=self.kind == "inference")
         self.entries[key] = entry
         self.last = entry
         self.status.update(self.kind, True, None, graph.kernel_count)
@@ -282,7 +297,7 @@ class ReplayedGraph:
         return self._outputs(entry, args, lambda dsts: graph.replay(None, dsts, run_kernels=False))
 
     def _refuse(self, key: tuple, args: list, reason: str, outs: Any = None) -> Any:
-        self.entries[key] = _Entry(None, [], [], [], [])
+        self.entries[key] = _Entry(None, [], [], [], ([], [], None))
         self.status.update(self.kind, any(e.graph is not None for e in self.entries.values()), reason,
                            self.status.parts.get(self.kind, [0, 0, 0])[2])
         return outs if outs is not None else self.fn(args)
@@ -303,13 +318,15 @@ class ReplayedGraph:
 
     @staticmethod
     def _outputs(entry: _Entry, args: list, run: Callable) -> list:
-        outs, dsts = [], []
-        for spec in entry.out_specs:
+        specs, sizes, device = entry.out_specs
+        regions = [torch.empty(n, dtype=torch.uint8, device=device) for n in sizes]
+        dsts = [r.data_ptr() for r in regions]
+        outs = []
+        for spec in specs:
             kind = spec[0]
-            if kind == "copy":
-                t = torch.empty_strided(spec[1], spec[2], dtype=spec[3], device=spec[4])
-                dsts.append(t.data_ptr())
-                outs.append(t)
+            if kind == "fresh":
+                storage = regions[spec[1]].untyped_storage()
+                outs.append(torch.empty(0, dtype=spec[4], device=device).set_(storage, spec[5], spec[2], spec[3]))
             elif kind == "value":
                 outs.append(spec[1])
             else:

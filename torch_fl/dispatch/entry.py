@@ -19,6 +19,7 @@ from ..runtime import (
     DECOMPOSITION,
     REGISTRY,
     VIEW,
+    WATCH,
     core,
     device_of,
     events,
@@ -75,8 +76,26 @@ def dispatch(func, args, kwargs):
         f = facts(func)
         f.handler = handler_for(f)
     if events.LISTENERS and f.handler not in _SELF_REPORTING:
-        return _observed(f, args, kwargs)
-    return f.handler(f, args, kwargs)
+        result = _observed(f, args, kwargs)
+    else:
+        result = f.handler(f, args, kwargs)
+    if WATCH.active and (f.mutable or f.func in _COPIES_INTO):
+        _note_writes(f, args, kwargs)
+    return result
+
+
+_COPIES_INTO = {aten._copy_from.default: 1, aten._copy_from_and_resize.default: 1}  # dst: written, not marked (a!)
+
+
+def _note_writes(f, args, kwargs) -> None:
+    """Tell the C++ core's write watch which fl storages the op wrote (runtime.watch: caches of values
+    derived from weights see p.data.mul_() too)."""
+    vals = f.normalize(args, kwargs)
+    at = _COPIES_INTO.get(f.func)
+    for i in (f.mutable if at is None else (at,)):
+        for t in iter_tensors([vals[i]]):
+            if t.device.type == "fl":
+                WATCH.note_written(t)
 
 
 def _observed(f, args, kwargs):

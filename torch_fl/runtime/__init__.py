@@ -44,6 +44,7 @@ from .tensor import (
 )
 from .transfers import copy_unique, cpu_into_fl, cpu_to_new_fl, fl_to_cpu
 from .untraced import not_traced
+from .watch import WATCH, Sources, WriteGuard
 
 
 def register() -> None:
@@ -55,8 +56,9 @@ def register() -> None:
 
 __all__ = [
     "COMPLEX_CODES", "COPY", "DECOMPOSITION", "FALLBACK", "FROM_CODE", "JIT", "NATIVE", "NOT_HANDLED", "PATHS",
-    "REGISTRY", "SETTINGS", "STRING_CODES", "TO_CODE", "VIEW",
-    "Backend", "CapabilityTable", "Device", "FlDeviceModule", "KernelGraph", "OpEvent", "Pool", "Recorder",
+    "REGISTRY", "SETTINGS", "STRING_CODES", "TO_CODE", "VIEW", "WATCH",
+    "Backend", "CapabilityTable", "Device", "FlDeviceModule", "KernelGraph", "OpEvent", "Pool", "Recorder", "Sources",
+    "WriteGuard",
     "abi", "amp_dtypes", "async_copy", "base_ptr", "clear_plans", "config", "copy_unique", "core", "cpu_into_fl",
     "cpu_to_new_fl", "desc", "device_of", "disabled_paths", "dtype_name", "events", "ffi", "fl_to_cpu", "get_include",
     "header_path", "host_bytes", "host_view", "is_dense", "is_fl", "iter_tensors", "like_layout", "map_tensors",

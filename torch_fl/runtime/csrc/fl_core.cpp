@@ -751,6 +751,32 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
 }
 
+// ----------------------------------------------------------- write watch ---
+// A write generation per watched storage. Caches of values derived from weights (a folded Conv+BN, packed
+// QKV weights, channels-last weight copies: torch_fl/compile) watch the weights' storages: every op that
+// writes into an fl tensor bumps its storage's generation, through whichever alias it was written (p.data,
+// a view), which a tensor's _version cannot see (p.data has a version counter of its own). The fast path
+// bumps it here; the Python dispatcher through fl_core_note_write.
+std::mutex g_watch_mu;
+std::unordered_map<const void*, std::pair<int64_t, uint64_t>> g_watch;  // storage base -> (watchers, generation)
+std::atomic<int64_t> g_watch_n{0};
+
+}  // namespace
+// Writes into any watched storage so far: a cache reads it (ctypes, no call) and looks at its own storages'
+// generations only when it moved.
+extern "C" __attribute__((visibility("default"))) volatile uint64_t fl_core_watched_writes = 0;
+namespace {
+
+void note_write(const void* base) {
+  if (base == nullptr || g_watch_n.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> lock(g_watch_mu);
+  auto it = g_watch.find(base);
+  if (it != g_watch.end()) {
+    it->second.second++;
+    fl_core_watched_writes = fl_core_watched_writes + 1;
+  }
+}
+
 // ------------------------------------------------------------- fallback ---
 // Every op without a kernel above reaches this boxed fallback. The Python
 // dispatcher decides each op signature's plan once; when the plan was a native
@@ -958,6 +984,10 @@ bool run_fast(const FastPlan& plan, torch::jit::Stack* stack, size_t n_args_on_s
   for (int32_t r : plan.returns) {
     int32_t si = plan.out_src[r];
     results.emplace_back(si >= 0 ? arg(si) : c10::IValue(fresh[r]));
+  }
+  if (g_watch_n.load(std::memory_order_relaxed) != 0) {
+    for (int32_t si : plan.out_src)
+      if (si >= 0) note_write(arg(si).toTensor().storage().data());
   }
   torch::jit::drop(*stack, n_args_on_stack);
   for (auto& v : results) stack->push_back(std::move(v));
@@ -1173,6 +1203,27 @@ FL_API int fl_core_wait_pending(int index, void* ptr) {
   settle_pending_locked(d, ptr);
   return had ? 1 : 0;
 }
+
+// ------------------------------------------------------ write watch (C API) ---
+
+FL_API void fl_core_watch(const void* base, int on) {
+  if (base == nullptr) return;
+  std::lock_guard<std::mutex> lock(g_watch_mu);
+  auto& entry = g_watch[base];
+  entry.first += on ? 1 : -1;
+  if (entry.first <= 0) g_watch.erase(base);
+  g_watch_n = static_cast<int64_t>(g_watch.size());
+}
+
+FL_API uint64_t fl_core_write_generation(const void* base) {
+  std::lock_guard<std::mutex> lock(g_watch_mu);
+  auto it = g_watch.find(base);
+  return it == g_watch.end() ? 0 : it->second.second;
+}
+
+FL_API void fl_core_note_write(const void* base) { note_write(base); }
+
+FL_API int64_t fl_core_watched(void) { return g_watch_n.load(); }
 
 // ------------------------------------------------------- fast path (C API) ---
 
