@@ -42,6 +42,13 @@ DESELECT = {
 # test_flip_float32). Nothing that is a defect of fl belongs here.
 SKIPS: dict[str, str] = {}
 
+# What PyTorch's test framework itself does not run on fl: such a test is not compared (and is counted as
+# such), since no device but the CPU could pass it. (outcome on fl, pattern of its reason, what it means)
+NOT_FOR_FL = [
+    ("missing", None, "PyTorch does not instantiate it for fl (a CPU-only class, or a dtype list of the CPU)"),
+    ("skipped", re.compile(r"Only runs on cpu"), "PyTorch runs it on the CPU only (@onlyCPU)"),
+]
+
 
 @dataclass
 class Run:
@@ -63,6 +70,7 @@ def key_of(nodeid: str) -> str:
     TestShapeOpsCPU::test_flip_cpu_float32 are both TestShapeOps::test_flip_float32. PyTorch appends the
     device after the test's own name, so the last _cpu / _fl word is the device."""
     parts = nodeid.split("::")
+    parts[0] = os.path.basename(parts[0])
     if len(parts) >= 3:
         parts[-2] = re.sub(r"(PRIVATEUSE1|FL|CPU)$", "", parts[-2])
     matches = list(_DEVICE_IN_NAME.finditer(parts[-1]))
@@ -160,12 +168,24 @@ class Comparison:
     fl: Run
     passing_on_cpu: int = 0
     passing_on_both: int = 0
+    not_for_fl: int = 0  # of those passing on CPU: tests PyTorch does not run on fl (NOT_FOR_FL)
     explained: list = field(default_factory=list)  # (test, fl outcome, reason)
     defects: list = field(default_factory=list)  # (test, fl outcome, why)
 
     @property
+    def compared(self) -> int:
+        return self.passing_on_cpu - self.not_for_fl
+
+    @property
     def rate(self) -> float:
-        return self.passing_on_both / self.passing_on_cpu if self.passing_on_cpu else 1.0
+        return self.passing_on_both / self.compared if self.compared else 1.0
+
+
+def _not_for_fl(outcome: str, why: str) -> str | None:
+    for o, pattern, meaning in NOT_FOR_FL:
+        if outcome == o and (pattern is None or pattern.search(why)):
+            return meaning
+    return None
 
 
 def compare(file: str, backend: str, cpu: Run, fl: Run) -> Comparison:
@@ -178,6 +198,9 @@ def compare(file: str, backend: str, cpu: Run, fl: Run) -> Comparison:
         if got == "passed":
             c.passing_on_both += 1
             continue
+        if _not_for_fl(got, why) is not None:
+            c.not_for_fl += 1
+            continue
         reason = matching(SKIPS, test)
         if reason is not None:
             c.explained.append((test, got, reason))
@@ -187,16 +210,18 @@ def compare(file: str, backend: str, cpu: Run, fl: Run) -> Comparison:
 
 
 def table(comparisons: list[Comparison]) -> str:
-    head = (f"{'file':<26} {'backend':<8} {'cpu: coll pass fail skip':>25} {'fl: coll pass fail skip':>24} "
-            f"{'rate':>7} {'explained':>9} {'defects':>7}")
+    head = (f"{'file':<28} {'backend':<8} {'cpu: coll pass fail skip':>25} {'fl: coll pass fail skip':>24} "
+            f"{'cpu-only':>8} {'rate':>7} {'explained':>9} {'defects':>7}")
     lines = [head, "-" * len(head)]
     for c in comparisons:
-        def cols(r: Run) -> str:
-            return (f"{len(r.results):>5} {r.count('passed'):>5} {r.count('failed') + r.count('error') + r.count('crashed'):>4}"
-                    f" {r.count('skipped') + r.count('xfailed'):>4}")
-        lines.append(f"{c.file:<26} {c.backend:<8} {cols(c.cpu):>25} {cols(c.fl):>24} {100 * c.rate:>6.1f}% "
-                     f"{len(c.explained):>9} {len(c.defects):>7}")
+        lines.append(f"{c.file:<28} {c.backend:<8} {_counts(c.cpu):>25} {_counts(c.fl):>24} {c.not_for_fl:>8} "
+                     f"{100 * c.rate:>6.1f}% {len(c.explained):>9} {len(c.defects):>7}")
     return "\n".join(lines)
+
+
+def _counts(r: Run) -> str:
+    failed = r.count("failed") + r.count("error") + r.count("crashed")
+    return f"{len(r.results):>5} {r.count('passed'):>5} {failed:>4} {r.count('skipped') + r.count('xfailed'):>4}"
 
 
 def default_folder() -> str | None:
@@ -242,10 +267,11 @@ def main(argv: list[str] | None = None) -> int:
             comparisons.append(compare(name + ".py", backend, cpu, fl))
     print()
     print(table(comparisons))
-    total_cpu = sum(c.passing_on_cpu for c in comparisons)
+    total_cpu = sum(c.compared for c in comparisons)
     total_both = sum(c.passing_on_both for c in comparisons)
     print(f"\nall: {total_both} of {total_cpu} tests that pass on native CPU pass on fl "
-          f"({100 * total_both / max(total_cpu, 1):.1f} %)")
+          f"({100 * total_both / max(total_cpu, 1):.1f} %); not compared: "
+          f"{sum(c.not_for_fl for c in comparisons)} that PyTorch runs on the CPU only (cpu-only)")
     for c in comparisons:
         if c.defects:
             print(f"\n{c.file} on {c.backend}: {len(c.defects)} pass on CPU, not on fl")
@@ -256,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump([{"file": c.file, "backend": c.backend, "passing_on_cpu": c.passing_on_cpu,
-                        "passing_on_both": c.passing_on_both, "explained": c.explained, "defects": c.defects,
+                        "not_for_fl": c.not_for_fl, "passing_on_both": c.passing_on_both,
+                        "explained": c.explained, "defects": c.defects,
                         "cpu": {o: c.cpu.count(o) for o in OUTCOMES}, "fl": {o: c.fl.count(o) for o in OUTCOMES}}
                        for c in comparisons], fh, indent=1)
     return 1 if any(c.defects for c in comparisons) else 0

@@ -66,3 +66,92 @@ def test_indexing_errors_are_index_errors(backend):
         x.gather(0, torch.tensor([[5]], device="fl"))
     assert not isinstance(info.value, IndexError)
     assert x.sum().item() == 0  # the process stays usable
+
+
+def test_out_arguments_are_judged_as_pytorch_judges_them(backend):
+    x = torch.randn(3, 3, device="fl")
+
+    def empty(*shape, dtype=torch.float32):
+        return torch.empty(*shape, dtype=dtype, device="fl")
+
+    with pytest.raises(RuntimeError, match="on the same device"):
+        torch.nonzero(x, out=torch.empty([], dtype=torch.long))  # a CPU out= tensor for an fl op
+    with pytest.raises(RuntimeError, match="scalar type Long"):
+        torch.nonzero(x, out=empty((), dtype=torch.float32))
+    with pytest.raises(RuntimeError, match="Found dtype Double but expected Float"):
+        torch.neg(x, out=empty(3, 3, dtype=torch.float64))  # neg writes only its input's dtype
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float, but got double"):
+        torch.mm(x, x, out=empty(3, 3, dtype=torch.float64))  # structured ops: exactly the result's dtype
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
+        empty(3, dtype=torch.int64).add_(torch.ones(3, device="fl"))
+    # where CPU casts, fl casts: sin and sum write a wider out= tensor
+    wide = torch.sin(x, out=empty(3, 3, dtype=torch.float64))
+    assert torch.allclose(wide.cpu(), torch.sin(x.cpu()).double())
+    assert torch.allclose(torch.sum(x, 0, out=empty(3, dtype=torch.float64)).cpu(), x.cpu().double().sum(0))
+    t = torch.tensor(1, device="fl")
+    for call in (lambda: torch.addcdiv(t, t, t), lambda: torch.addcdiv(t, t, t, out=t), lambda: t.addcdiv_(t, t)):
+        with pytest.raises(RuntimeError, match="^Integer division.+is no longer supported"):
+            call()
+
+
+def test_list_out_arguments_are_written_and_nothing_is_returned(backend):
+    """split_copy(out=[...]) returned a value PyTorch refuses, and left the out= tensors unwritten."""
+    x = torch.arange(6.0, device="fl")
+    parts = [torch.empty(3, device="fl"), torch.empty(3, device="fl")]
+    assert torch.split_copy(x, 3, out=parts) is None
+    assert [p.cpu().tolist() for p in parts] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+
+
+def test_searchsorted_and_bucketize_place_nan_as_cpu_does(backend):
+    nan = float("nan")
+    values = torch.tensor([nan, 0.5, 1.0, 2.0, 2.5, 10.0, -1.0, 7.0])
+    for boundaries in (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, nan]), torch.tensor([1.0, 2.0, nan, nan]),
+                       torch.tensor([1.0, 1.0, 2.0, 7.0]), torch.tensor([])):
+        for dtype in (torch.float32, torch.float64):
+            b, v = boundaries.to(dtype), values.to(dtype)
+            for right in (False, True):
+                assert torch.equal(torch.bucketize(v.to("fl"), b.to("fl"), right=right).cpu(),
+                                   torch.bucketize(v, b, right=right)), (boundaries, dtype, right)
+                assert torch.equal(torch.searchsorted(b.to("fl"), v.to("fl"), right=right).cpu(),
+                                   torch.searchsorted(b, v, right=right)), (boundaries, dtype, right)
+
+
+def test_factories_follow_the_default_dtype(backend):
+    """The output layout cache keyed a factory's result on its arguments only: torch.arange(0., 3.) kept
+    float32 after torch.set_default_dtype(torch.float64)."""
+    assert torch.arange(0.0, 3.0, device="fl").dtype == torch.float32
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert torch.arange(0.0, 3.0, device="fl").dtype == torch.float64
+        assert torch.linspace(0, 1, 3, device="fl").dtype == torch.float64
+    finally:
+        torch.set_default_dtype(before)
+
+
+def test_result_shapes_match_the_cpu_kernels(backend):
+    x = torch.randn(2, 3, 4)
+    args = (torch.ones(3), torch.zeros(3), torch.zeros(3), torch.ones(3))
+    for op in (torch.ops.aten.native_batch_norm, torch.ops.aten._native_batch_norm_legit):
+        want = [o.shape for o in op(x, *args, False, 0.1, 1e-5)]
+        got = [o.shape for o in op(x.to("fl"), *(a.to("fl") for a in args), False, 0.1, 1e-5)]
+        assert got == want, op  # inference: empty saved statistics, not [C]
+    loss = torch.nn.MultiLabelMarginLoss(reduction="none")
+    x1, y1 = torch.randn(4), torch.tensor([3, 0, -1, 1])
+    assert loss(x1.to("fl"), y1.to("fl")).shape == loss(x1, y1).shape == torch.Size([])
+
+
+def test_index_copy_takes_a_0_dim_source_for_a_1_d_self(backend):
+    for dtype in (torch.complex128, torch.float32, torch.int64):
+        got = torch.zeros(3, dtype=dtype, device="fl").index_copy(0, torch.tensor(1, device="fl"),
+                                                                   torch.tensor(2, dtype=dtype, device="fl"))
+        assert torch.equal(got.cpu(), torch.zeros(3, dtype=dtype).index_copy(0, torch.tensor(1),
+                                                                             torch.tensor(2, dtype=dtype)))
+
+
+def test_lazy_modules_convert_dtype_before_their_first_call(backend):
+    for module, x in ((torch.nn.LazyConv1d(4, 2), torch.randn(1, 3, 5)), (torch.nn.LazyLinear(4), torch.randn(2, 3)),
+                      (torch.nn.LazyBatchNorm1d(), torch.randn(4, 3))):
+        m = module.to("fl").to(torch.float64)
+        y = m(x.double().to("fl"))
+        assert y.dtype == torch.float64 and m.weight.dtype == torch.float64 and m.weight.device.type == "fl"

@@ -118,7 +118,21 @@ def _indexing(vals: list) -> None:
                              + ", ".join(str(s) for s in shapes)) from None
 
 
+def _addcdiv(vals: list) -> None:
+    """addcdiv's meta function refuses integer division (its CPU kernel does too); the tiers would compute it."""
+    t1, t2 = vals[1], vals[2]
+    if isinstance(t1, torch.Tensor) and isinstance(t2, torch.Tensor) and not t1.is_floating_point() \
+            and not t1.is_complex() and not t2.is_floating_point() and not t2.is_complex():
+        raise RuntimeError(
+            "Integer division with addcdiv is no longer supported, and in a future release addcdiv will perform a "
+            "true division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as "
+            "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as "
+            "(input + value * tensor1 / tensor2) for float inputs. The future addcdiv behavior is just the latter "
+            "implementation: (input + value * tensor1 / tensor2), for all dtypes.")
+
+
 _CHECKS: dict = {
+    aten.addcdiv.default: _addcdiv, aten.addcdiv.out: _addcdiv, aten.addcdiv_.default: _addcdiv,
     aten.index.Tensor: _indexing, aten._unsafe_index.Tensor: _indexing, aten.index_put.default: _indexing,
     aten.index_put_.default: _indexing, aten._index_put_impl_.default: _indexing,
     aten._unsafe_index_put.default: _indexing,

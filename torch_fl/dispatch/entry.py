@@ -75,16 +75,42 @@ def dispatch(func, args, kwargs):
     if f is None or f.handler is None:
         f = facts(func)
         f.handler = handler_for(f)
-    if events.LISTENERS and f.handler not in _SELF_REPORTING:
-        result = _observed(f, args, kwargs)
-    else:
-        result = f.handler(f, args, kwargs)
+    try:
+        if events.LISTENERS and f.handler not in _SELF_REPORTING:
+            result = _observed(f, args, kwargs)
+        else:
+            result = f.handler(f, args, kwargs)
+    except RuntimeError:
+        plain = _without_uninitialized(args, kwargs)
+        if plain is None:
+            raise
+        return dispatch(func, *plain)
     if WATCH.active and (f.mutable or f.func in _COPIES_INTO):
         _note_writes(f, args, kwargs)
     return result
 
 
 _COPIES_INTO = {aten._copy_from.default: 1, aten._copy_from_and_resize.default: 1}  # dst: written, not marked (a!)
+
+
+def _without_uninitialized(args, kwargs) -> tuple | None:
+    """The arguments with the lazy modules' UninitializedParameter/Buffer as plain tensors, or None when
+    there are none. PyTorch hands a backend's Python kernel the Python objects themselves, and those refuse
+    Python-level shape access (their .shape raises), which a C++ kernel never makes: an op on them (the dtype
+    conversion in nn.LazyConv1d(4, 2).to("fl").to(torch.float64)) runs on a plain view of the same tensor.
+    Looked for only after an op failed, so other calls pay nothing."""
+    mixin = torch.nn.parameter.UninitializedTensorMixin
+
+    def plain(v):
+        if isinstance(v, mixin):
+            return torch.Tensor.as_subclass(v, torch.Tensor)
+        if isinstance(v, (list, tuple)) and any(isinstance(x, mixin) for x in v):
+            return type(v)(plain(x) for x in v)
+        return v
+
+    if not any(isinstance(t, mixin) for t in iter_tensors(list(args) + list(kwargs.values()))):
+        return None
+    return tuple(plain(a) for a in args), {k: plain(v) for k, v in kwargs.items()}
 
 
 def _note_writes(f, args, kwargs) -> None:

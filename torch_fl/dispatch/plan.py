@@ -51,7 +51,7 @@ from ..runtime import (
     output_layouts,
     run_native,
 )
-from . import overlap, rng
+from . import outcheck, overlap, rng
 from .decompositions import DECOMPOSITIONS
 from .facts import OpFacts
 from .fallback import run_fallback
@@ -383,7 +383,7 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals):
     fvals = [vals[i] for i in ins]
     outs = [vals[i] for i in outs_at]
     layouts = output_layouts(ff, fvals)  # once: its cache key costs as much as the lookup
-    _check_out_dtypes(layouts, outs)
+    outcheck.check(f, dev, vals, outs, layouts)
     plan = _plan(ff, dev, fvals)
     if plan.first == NATIVE and _writes_in_place(ff, fvals, outs, layouts,
                                                  plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT):
@@ -392,12 +392,20 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals):
         if result is not NOT_HANDLED:
             if site:
                 native.commit(f, ff.name, site, ins, list(range(len(outs))), outs_at)
-            return outs[0] if len(outs) == 1 else tuple(outs)
+            return _returned(f, outs)
     result = _run_plan(ff, dev, fvals, plan)
     results = (result,) if ff.n_returns == 1 else tuple(result)
     rule = f.overlap_rule(vals)
     for out, r in zip(outs, results, strict=True):
         _write_out(f, out, r, rule)
+    return _returned(f, outs)
+
+
+def _returned(f: OpFacts, outs: list):
+    """What an out= overload returns: its outputs, or nothing where its schema returns () (split_copy's
+    Tensor(a!)[] out: PyTorch insists on None)."""
+    if f.n_returns == 0:
+        return None
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
@@ -407,24 +415,6 @@ def _native_only(plan: Plan) -> Plan:
         p = Plan(plan.op, plan.backend, plan.dtypes, [NATIVE], plan.kernel, None, None, plan.reasons)
         plan.__dict__["_native_only"] = p
     return p
-
-
-def _check_out_dtypes(layouts, outs) -> None:
-    """PyTorch refuses to write a result into an out= tensor of a dtype it cannot be cast to."""
-    if not layouts:
-        return
-    for out, lay in zip(outs, layouts, strict=False):
-        if isinstance(out, torch.Tensor) and isinstance(lay, tuple) and len(lay) == 3:
-            if not torch.can_cast(lay[2], out.dtype):
-                raise RuntimeError(f"result type {_type_name(lay[2])} can't be cast to the desired output type "
-                                   f"{_type_name(out.dtype)}")
-
-
-def _type_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
-            torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}.get(dtype,
-                                                                                                       str(dtype))
 
 
 def _writes_in_place(ff: OpFacts, fvals, outs, layouts, any_layout: int = 0) -> bool:
@@ -455,6 +445,13 @@ def _writes_in_place(ff: OpFacts, fvals, outs, layouts, any_layout: int = 0) -> 
 
 
 def _write_out(f: OpFacts, out: torch.Tensor, r, rule=None) -> None:
+    if isinstance(out, (list, tuple)):  # a Tensor(a!)[] out (split_copy, unbind_copy): element by element
+        if not isinstance(r, (list, tuple)) or len(r) != len(out):
+            raise RuntimeError(f"{f.name}: expected {len(r) if isinstance(r, (list, tuple)) else 1} out= tensors, "
+                               f"got {len(out)}")
+        for o, x in zip(out, r, strict=True):
+            _write_out(f, o, x, rule)
+        return
     if not isinstance(r, torch.Tensor):
         return
     if _adopt(out, r):

@@ -71,6 +71,8 @@ def output_layouts(f, vals):
     on a small tensor."""
     try:
         key = (f.func, tuple(_key_of(v) for v in vals))
+        if not any(isinstance(v, torch.Tensor) for v in vals):  # a factory: its dtype may be the default one
+            key += (torch.get_default_dtype(),)
         hash(key)
     except TypeError:
         key = None

@@ -238,6 +238,8 @@ def _scalar_as_vector(fn, has_source: bool = True):
             if has_source and arg.dim() == 0:
                 arg = arg.reshape(1)
             return fn(self.reshape(1), 0, index.reshape(-1), arg, **kw).reshape(())
+        if has_source and isinstance(arg, torch.Tensor) and arg.dim() == 0 and self.dim() == 1:
+            arg = arg.reshape(1)  # a 1-D self takes a 0-dim source for its one index, as on CPU
         return fn(self, dim % self.dim(), index.reshape(-1), arg, **kw)
     return wrapped
 
@@ -368,18 +370,29 @@ def _pdist_forward(self, p=2.0):
 
 
 def _searchsorted(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
-    """How many boundaries lie below each value (or at/below it, for right): a comparison
-    against every boundary and a sum, so O(values x boundaries) work, all on the device."""
+    """PyTorch's CPU binary search, run for every value at once on the device: one gather and
+    a comparison per halving, O(values x log boundaries) work. The same steps as CPU's
+    (lower bound: go right while !(boundary >= value)), so NaN values and NaN boundaries
+    land where CPU puts them, not only sorted numbers."""
     right = right or side == "right"
     seq = sorted_sequence
     if sorter is not None:
         seq = seq.gather(-1, sorter.to(torch.int64))
     vals = self if isinstance(self, torch.Tensor) else torch.full((), self, device=seq.device, dtype=seq.dtype)
-    if seq.dim() == 1:
-        cmp = seq <= vals.unsqueeze(-1) if right else seq < vals.unsqueeze(-1)
-    else:
-        cmp = seq.unsqueeze(-2) <= vals.unsqueeze(-1) if right else seq.unsqueeze(-2) < vals.unsqueeze(-1)
-    return cmp.sum(-1).to(torch.int32 if out_int32 else torch.int64)
+    n = seq.shape[-1]
+    lo = torch.zeros(vals.shape, dtype=torch.int64, device=vals.device)
+    hi = torch.full(vals.shape, n, dtype=torch.int64, device=vals.device)
+    flat = seq.dim() == 1
+    for _ in range(n.bit_length()):
+        mid = lo + (hi - lo) // 2
+        at = mid.clamp(max=max(n - 1, 0))
+        boundary = seq.take(at) if flat else seq.gather(-1, at)
+        # CPU: lower bound steps right while !(boundary >= value), upper bound while !(boundary > value)
+        step_right = (boundary > vals) if right else (boundary >= vals)
+        step_right = step_right.logical_not() & (lo < hi)
+        hi = torch.where(step_right | (lo >= hi), hi, mid)
+        lo = torch.where(step_right, mid + 1, lo)
+    return lo.to(torch.int32) if out_int32 else lo
 
 
 def _bucketize(self, boundaries, *, out_int32=False, right=False):

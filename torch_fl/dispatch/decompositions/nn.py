@@ -230,7 +230,44 @@ def grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     return out
 
 
+def _eval_saves_empty(decomposition):
+    """PyTorch's batch norm decompositions return saved statistics of shape [C] in inference, where its CPU
+    kernel (and so every caller's expectation) returns empty ones."""
+    def run(x, weight, bias, running_mean, running_var, training, momentum, eps):
+        out, mean, invstd = decomposition(x, weight, bias, running_mean, running_var, training, momentum, eps)
+        if training:
+            return out, mean, invstd
+        return out, mean.new_empty((0,)), invstd.new_empty((0,))
+
+    return run
+
+
+def _no_training_saves_empty(decomposition):
+    def run(x, weight, bias, running_mean, running_var, momentum, eps):
+        out, mean, invstd = decomposition(x, weight, bias, running_mean, running_var, momentum, eps)
+        return out, mean.new_empty((0,)), invstd.new_empty((0,))
+
+    return run
+
+
+def _multilabel_margin_1d(decomposition):
+    """PyTorch's decomposition gives a 1-D input's unreduced loss shape [1]; its CPU kernel gives []."""
+    def run(x, target, reduction):
+        loss, is_target = decomposition(x, target, reduction)
+        if x.dim() <= 1 and loss.dim() == 1:
+            loss = loss.reshape(())
+        return loss, is_target
+
+    return run
+
+
 def register(table: dict) -> None:
+    for op, fix in ((aten.native_batch_norm.default, _eval_saves_empty),
+                    (aten._native_batch_norm_legit.default, _eval_saves_empty),
+                    (aten._native_batch_norm_legit_no_training.default, _no_training_saves_empty),
+                    (aten.multilabel_margin_loss_forward.default, _multilabel_margin_1d)):
+        if table.get(op) is not None:
+            table[op] = fix(table[op])
     table[aten._grouped_mm.default] = grouped_mm
     table[aten._weight_norm_interface_backward.default] = weight_norm_backward
     table[aten.convolution.default] = convolution
