@@ -1043,6 +1043,22 @@ static inline uint64_t rand_bits(uint64_t seed, uint64_t counter) { return fl_sp
 enum { R_UNIFORM, R_NORMAL, R_BERN, R_INT, R_EXP };
 
 /* out[k] (logical index k) = f(k); p: a, b parameters; ibase/irange for ints */
+/* The largest value of a floating dtype at or below the integer v: random integers drawn in [from, to) stay
+ * below `to` after the cast (rounding to nearest would turn to - 1 into `to` once the dtype's spacing
+ * exceeds 1, as PyTorch's CPU kernel never does). */
+static void store_int_floor(int dt, void *p, int64_t v) {
+    if (dt != FL_FLOAT16 && dt != FL_BFLOAT16 && dt != FL_FLOAT32) {
+        fl_store_f64(dt, p, (double)v);
+        return;
+    }
+    float f = (float)v;
+    if ((double)f > (double)v) f = nextafterf(f, -INFINITY);
+    fl_store_f64(dt, p, f);
+    if (dt == FL_FLOAT32 || fl_load_f64(dt, p) <= (double)v) return;
+    uint16_t *h = (uint16_t *)p; /* one step down: magnitude down for positives, up for negatives */
+    if (fl_load_f64(dt, p) > 0) *h -= 1; else *h += 1;
+}
+
 static int rand_fill(int device, const fl_tensor_t *t, int kind, double a, double b, int64_t ifrom, uint64_t irange) {
     int64_t n = fl_numel(t);
     if (n == 0) return FL_OK;
@@ -1076,7 +1092,10 @@ static int rand_fill(int device, const fl_tensor_t *t, int kind, double a, doubl
         }
         int64_t base[FL_ITER_MAX];
         fl_iter_row(&it, row, base);
-        if (isint) fl_cvt_row(t->dtype, fl_elem(t, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], FL_INT64, ibuf, 1, len);
+        if (isint && fl_is_floating(t->dtype)) {
+            for (int64_t i = 0; i < len; i++)
+                store_int_floor(t->dtype, fl_elem(t, base[0] + (c0 + i) * it.inner_stride[0]), ibuf[i]);
+        } else if (isint) fl_cvt_row(t->dtype, fl_elem(t, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], FL_INT64, ibuf, 1, len);
         else fl_cvt_row(t->dtype, fl_elem(t, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], FL_FLOAT64, buf, 1, len);
     }
     return FL_OK;

@@ -9,6 +9,7 @@ once, every backend and tier raises what CPU raises, with CPU's words."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -131,7 +132,102 @@ def _addcdiv(vals: list) -> None:
             "implementation: (input + value * tensor1 / tensor2), for all dtypes.")
 
 
+_DIGITS = {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}
+_TYPE_NAMES = {torch.float64: "double", torch.float32: "float", torch.float16: "c10::Half",
+               torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int", torch.int16: "short int",
+               torch.int8: "signed char", torch.uint8: "unsigned char", torch.bool: "bool"}
+
+
+def _bounds(dtype: torch.dtype) -> tuple[float, float]:
+    if dtype.is_floating_point:
+        info = torch.finfo(dtype)
+        return float(info.min), float(info.max)
+    if dtype == torch.bool:
+        return 0, 1
+    if dtype == torch.uint64:
+        return 0, 2 ** 63 - 1
+    info = torch.iinfo(dtype)
+    return info.min, info.max
+
+
+def _from_to_in_range(frm: int, to_inc: int, dtype: torch.dtype) -> None:
+    """ATen's check_from_to_in_range: an error outside the dtype, a warning outside its exact integers."""
+    lo, hi = _bounds(dtype)
+    name = _TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+    for value, what in ((frm, "from"), (to_inc, "to - 1")):
+        if not lo <= value <= hi:
+            raise RuntimeError(f"{what} is out of bounds for {name}")
+    digits = _DIGITS.get(dtype)
+    if digits is not None:
+        for value, what in ((frm, "from"), (to_inc, "to - 1")):
+            if not -(1 << digits) <= value <= (1 << digits):
+                warnings.warn(f"{what} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations "
+                              f"{name} can support discrete uniform distribution only within this range. This warning "
+                              f"will become an error in version 1.7 release, please fix the code in advance",
+                              UserWarning, stacklevel=4)
+
+
+def _random_from(vals: list) -> None:
+    """random_(from, to): ATen checks the range against the dtype before drawing (its kernel, not its meta)."""
+    self, frm = vals[0], vals[1]
+    to = vals[2] if len(vals) > 2 else None
+    if to is not None:
+        if frm >= to:
+            raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={frm} >= to={to}")
+        _from_to_in_range(frm, to - 1, self.dtype)
+    elif frm != -(2 ** 63):
+        digits = _DIGITS.get(self.dtype)
+        to_inc = min(1 << digits, 2 ** 63 - 1) if digits is not None else int(_bounds(self.dtype)[1])
+        _from_to_in_range(frm, to_inc, self.dtype)
+        if frm >= to_inc:
+            raise RuntimeError(f"random_ expects 'from' casted to dtype to be less than 'to_inc' casted to dtype, "
+                               f"but got from={frm} > to_inc={to_inc}")
+
+
+def _random_to(vals: list) -> None:
+    _random_from([vals[0], 0, vals[1]])
+
+
+def _uniform(vals: list) -> None:
+    self = vals[0]
+    frm = vals[1] if len(vals) > 1 else 0.0
+    to = vals[2] if len(vals) > 2 else 1.0
+    if self.is_complex() or not self.is_floating_point():
+        return
+    lo, hi = _bounds(self.dtype)
+    name = _TYPE_NAMES.get(self.dtype, str(self.dtype))
+    for value, what in ((frm, "from"), (to, "to")):
+        if not lo <= value <= hi:
+            raise RuntimeError(f"{what} is out of bounds for {name}")
+    if frm > to:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={frm} > to={to}")
+    if to - frm > hi:
+        raise RuntimeError(f"uniform_ expects to-from <= std::numeric_limits<{str(self.dtype).replace('torch.', '')}"
+                           f">::max(), but found to={to} and from={frm} which result in to-from to exceed the limit")
+
+
+def _std_at(i: int) -> Callable:
+    """normal's std: a number must be >= 0; a tensor's elements too (one host read, as on CUDA)."""
+    def check(vals: list) -> None:
+        std = vals[i]
+        if isinstance(std, torch.Tensor):
+            if std.is_complex():
+                raise RuntimeError("normal expects standard deviation to be non-complex")
+            if std.numel() and bool((std < 0).any()):
+                raise RuntimeError("normal expects all elements of std >= 0.0")
+        elif std is not None and std < 0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+    return check
+
+
 _CHECKS: dict = {
+    getattr(aten.random_, "from"): _random_from, getattr(aten.random, "from"): _random_from,
+    aten.random_.to: _random_to, aten.random.to: _random_to,
+    aten.uniform_.default: _uniform, aten.uniform.default: _uniform,
+    aten.normal_.default: _std_at(2), aten.normal.Tensor_float: _std_at(1), aten.normal.Tensor_float_out: _std_at(1),
+    aten.normal.float_Tensor: _std_at(1), aten.normal.float_Tensor_out: _std_at(1),
+    aten.normal.Tensor_Tensor: _std_at(1), aten.normal.Tensor_Tensor_out: _std_at(1),
+    aten.normal.float_float: _std_at(1), aten.normal.float_float_out: _std_at(1),
     aten.addcdiv.default: _addcdiv, aten.addcdiv.out: _addcdiv, aten.addcdiv_.default: _addcdiv,
     aten.index.Tensor: _indexing, aten._unsafe_index.Tensor: _indexing, aten.index_put.default: _indexing,
     aten.index_put_.default: _indexing, aten._index_put_impl_.default: _indexing,

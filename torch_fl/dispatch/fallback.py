@@ -63,6 +63,9 @@ def run_fallback(f, dev, vals):
         return t
 
     cpu_vals = map_tensors(host, vals)
+    for i in f.mutable:  # an out= tensor the CPU kernel may resize: a resizable host copy, not a view
+        if f.kwarg_only[i] and dev.host_accessible:
+            cpu_vals[i] = map_tensors(lambda t: t.clone(), [cpu_vals[i]])[0]
     if f.generator_at is not None:
         gen = host_generator(dev)  # inside a call given an fl generator (dispatch.rng)
         if gen is not None:
@@ -78,7 +81,7 @@ def run_fallback(f, dev, vals):
                 continue
             if tuple(cpu_t.shape) != tuple(fl_t.shape) or cpu_t.stride() != fl_t.stride():
                 replace_storage(fl_t, cpu_to_new_fl(dev, cpu_t))  # an out= tensor the op resized
-            elif not dev.host_accessible:
+            elif not dev.host_accessible or f.kwarg_only[i]:
                 cpu_into_fl(fl_t, cpu_t)
     if f.n_returns == 0:
         return None

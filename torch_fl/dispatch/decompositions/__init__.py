@@ -10,6 +10,8 @@ adds the references of its own fl:: ops when it is imported."""
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch._decomp import decomposition_table
 
@@ -79,13 +81,38 @@ def _arange_out(*args, out):
     res = native_factory(facts(aten.arange.start_step), device_of(out), (start, end, step), {"dtype": out.dtype})
     if res is None:
         raise NotImplementedError(f"aten::arange has no kernel on fl backend '{device_of(out).backend.name}'")
-    if tuple(out.shape) != tuple(res.shape):
+    if out.numel() and out.numel() != res.numel():
+        warnings.warn(f"The number of elements in the out tensor of shape {list(out.shape)} is {out.numel()} which "
+                      f"does not match the computed number of elements {res.numel()}. Note that this may occur as "
+                      f"a result of rounding error. The out tensor will be resized to a tensor of shape "
+                      f"({res.numel()},).", UserWarning, stacklevel=2)
+    return _fill_range_out(out, res)
+
+
+def _fill_range_out(out: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+    """ATen's range factories (arange, range, linspace, logspace) into out=: an out= tensor of the right
+    number of elements keeps its shape and layout and takes the values in its element order (a narrowed
+    view is filled in place); any other is resized to the result's shape."""
+    if out.numel() != res.numel():
         out.resize_(res.shape)
-    return out.copy_(res)
+    return out.copy_(res.reshape(out.shape))
+
+
+def _range_out(functional):
+    def run(*args, out):
+        return _fill_range_out(out, functional(*args, dtype=out.dtype, device=out.device))
+
+    return run
 
 
 DECOMPOSITIONS[aten.arange.out] = _arange_out
 DECOMPOSITIONS[aten.arange.start_out] = _arange_out
+for _name in ("linspace", "logspace"):
+    for _overload in ("", "Tensor_Tensor_", "Tensor_Scalar_", "Scalar_Tensor_"):
+        _out = getattr(getattr(aten, _name), _overload + "out", None)
+        _functional = getattr(getattr(aten, _name), _overload[:-1] or "default", None)
+        if _out is not None and _functional is not None:
+            DECOMPOSITIONS[_out] = _range_out(_functional)
 DECOMPOSITIONS[aten.slice_backward.default] = _slice_backward
 DECOMPOSITIONS[aten.equal.default] = _equal
 
