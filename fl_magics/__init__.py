@@ -207,6 +207,8 @@ class FlMagics(Magics):
         args = _parse(self.fl_profile, line)
         output = output_name(args.output)
         top = self.top if args.top is None else args.top
+        if top < 0:
+            raise UsageError(f"--top {top}: the number of rows must be 0 or more")
         if args.fusion:
             if args.compare:
                 raise UsageError("--fusion compares the cell with and without fusion; use it without --compare "
@@ -342,6 +344,14 @@ class FlMagics(Magics):
         target = self._lookup(args.target) if args.target else None
         if not isinstance(model, torch.nn.Module):
             raise UsageError(f"{args.model!r} is a {type(model).__name__}, not an nn.Module")
+        if not (isinstance(inputs, torch.Tensor) or (isinstance(inputs, (tuple, list)) and inputs and
+                                                     all(isinstance(x, torch.Tensor) for x in inputs))):
+            raise UsageError(f"{args.inputs!r} is a {type(inputs).__name__}, not the model's input: pass the name of "
+                             f"a tensor (or a tuple of tensors) on the CPU")
+        if target is not None and not isinstance(target, torch.Tensor):
+            raise UsageError(f"{args.target!r} is a {type(target).__name__}, not a target tensor")
+        if args.steps is not None and args.steps < 0:
+            raise UsageError(f"--steps {args.steps}: the number of training steps must be 0 or more")
         backend = _backend_or_usage(args.backend) if args.backend else None
         if args.reference != "cpu":
             _backend_or_usage(args.reference)

@@ -61,6 +61,7 @@ def test_booleans_and_counts():
     ("FL_MEMORY_POOL_LIMIT", "1e400"), ("FL_MEMORY_POOL", "maybe"), ("FL_CPU_FALLBACK", "perhaps"),
     ("FL_CPU_MEMORY_LIMIT", "abc"), ("FL_CPU_MEMORY_LIMIT", "0"), ("FL_ROCM_DEVICES", "abc"),
     ("FL_ROCM_DEVICES", "0"), ("FL_ROCM_COMM_CHUNK_BYTES", "lots"), ("FL_COMPILE", "sometimes"),
+    ("FL_FAST_PATH", "maybe"),
 ])
 def test_bad_variables_are_refused_by_name(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
@@ -205,3 +206,51 @@ def test_config_file_owned_by_another_user_is_refused(tmp_path, monkeypatch):
     os.chown(path, 65534, 65534)
     with pytest.raises(fl.ConfigError, match=r"is owned by another user \(uid 65534\)"):
         config.load_config()
+
+
+@pytest.mark.parametrize("name", ["FL_JIT_CACHE", "FL_CACHE_DIR"])
+def test_relative_cache_folders_are_refused(monkeypatch, name):
+    """A relative cache folder would let the folder a program starts in decide where compiled code is kept
+    (and loaded from); it was silently made absolute."""
+    monkeypatch.setenv(name, "jitcache")
+    with pytest.raises(fl.ConfigError, match=f"^{name}='jitcache' is a relative path"):
+        config.validate_environment()
+    monkeypatch.setenv(name, "~/somewhere")  # ~ is the user's own home: taken, and expanded
+    config.validate_environment()
+    assert os.environ[name] == os.path.expanduser("~/somewhere")
+
+
+def test_set_cpu_fallback_reads_words_as_the_variable_does():
+    """fl.set_cpu_fallback("false") left the fallback on (a non-empty string is truthy)."""
+    try:
+        fl.set_cpu_fallback("false")
+        assert fl.cpu_fallback_enabled() is False
+        fl.set_cpu_fallback("on")
+        assert fl.cpu_fallback_enabled() is True
+        fl.set_cpu_fallback(0)
+        assert fl.cpu_fallback_enabled() is False
+        with pytest.raises(fl.ConfigError, match="is not a boolean"):
+            fl.set_cpu_fallback("maybe")
+        with pytest.raises(TypeError, match="takes True or False"):
+            fl.set_cpu_fallback(None)
+    finally:
+        fl.set_cpu_fallback(True)
+
+
+@pytest.mark.parametrize("where", ["FL_CONFIG", "./torch_fl.toml"])
+def test_a_config_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path, where):
+    fifo = tmp_path / "torch_fl.toml"
+    os.mkfifo(fifo)
+    env = {"FL_CONFIG": str(fifo)} if where == "FL_CONFIG" else {}
+    r = run_py("import torch_fl as fl; fl.initialize()", env=env, cwd=str(tmp_path), timeout=120)
+    assert r.returncode != 0
+    assert f"ConfigError: config file {fifo} is not a regular file" in r.stderr, r.stderr[-2000:]
+
+
+def test_a_compiler_launcher_in_cxx_builds_the_core(tmp_path):
+    """CXX="ccache g++" (a launcher word first, as make takes it) ran `ccache -O2 ...` and failed."""
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ on this machine")
+    r = run_py("import torch, torch_fl as fl; fl.initialize('cpu'); "
+               "print((torch.ones(2, device='fl') + 1).sum().item())", env={"CXX": "env g++", "FL_CACHE_DIR": str(tmp_path / "cache")}, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("4.0"), r.stderr[-2000:]

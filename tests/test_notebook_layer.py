@@ -362,3 +362,19 @@ def test_report_renders_only_the_formats_asked_for():
     assert Report.html(Fixed()) == "<pre>a &lt; b</pre>"
     with pytest.raises(NotImplementedError, match="must define render"):
         str(type("Bare", (Report,), {})())
+
+
+def test_magic_misuse_is_a_usage_error(shell):
+    """%fl_align with inputs that are not tensors ended in a raw TypeError deep in the alignment; a negative
+    --top was accepted."""
+    from IPython.core.error import UsageError
+
+    shell.run_cell("from torch import nn\nm = nn.Linear(3, 2)\ns = 'not a tensor'\nx = torch.randn(4, 3)")
+    with pytest.raises(UsageError, match="'s' is a str, not the model's input"):
+        shell.run_line_magic("fl_align", "m s")
+    with pytest.raises(UsageError, match="'s' is a str, not a target tensor"):
+        shell.run_line_magic("fl_align", "m x s")
+    with pytest.raises(UsageError, match="--steps -1"):
+        shell.run_line_magic("fl_align", "m x --steps -1")
+    with pytest.raises(UsageError, match="--top -3"):
+        shell.run_cell_magic("fl_profile", "--top -3", "1")

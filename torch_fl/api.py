@@ -131,8 +131,11 @@ def capabilities(backend: str | None = None):
 
 
 def set_cpu_fallback(enabled: bool) -> None:
-    """The API twin of FL_CPU_FALLBACK: off makes ops without a device path raise."""
-    SETTINGS.cpu_fallback = enabled
+    """The API twin of FL_CPU_FALLBACK: off makes ops without a device path raise. Takes a bool (or
+    FL_CPU_FALLBACK's words: "0", "false", ...): a non-empty string such as "false" must not mean on."""
+    if not isinstance(enabled, (bool, int, str)):
+        raise TypeError(f"torch_fl.set_cpu_fallback(enabled) takes True or False, not {type(enabled).__name__}")
+    SETTINGS.cpu_fallback = config.parse_bool(enabled, "torch_fl.set_cpu_fallback(enabled)")
 
 
 def cpu_fallback_enabled() -> bool:

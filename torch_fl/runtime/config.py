@@ -45,7 +45,7 @@ PLUGIN_VARIABLES = (
 )
 # Variables Python reads itself: name -> kind.
 PYTHON_VARIABLES = {"FL_MEMORY_POOL": "bool", "FL_MEMORY_POOL_LIMIT": "size", "FL_CPU_FALLBACK": "bool",
-                    "FL_COMPILE": "bool", "FL_DIST_RELAY": "bool"}
+                    "FL_COMPILE": "bool", "FL_DIST_RELAY": "bool", "FL_FAST_PATH": "bool"}
 PATH_VARIABLES = ("FL_CACHE_DIR", "FL_JIT_CACHE")
 
 
@@ -119,8 +119,9 @@ def validate_environment() -> None:
     """Checks every FL_* variable torch_fl or a plugin reads, before any plugin loads.
 
     A bad value raises ConfigError naming it. The variables the plugins read
-    are rewritten as plain integers, and the cache folders as absolute paths,
-    so C reads only values Python accepted and a later chdir changes nothing."""
+    are rewritten as plain integers, so C reads only values Python accepted. The
+    cache folders must be absolute paths: a relative one would make the folder
+    a program starts in decide where compiled code is written and loaded from."""
     for name, kind in PYTHON_VARIABLES.items():
         if kind == "bool":
             env_bool(name, True)
@@ -134,8 +135,11 @@ def validate_environment() -> None:
                 break
     for name in PATH_VARIABLES:
         text = os.environ.get(name, "")
-        if text and not os.path.isabs(text):
-            os.environ[name] = os.path.abspath(os.path.expanduser(text))
+        if text and not os.path.isabs(os.path.expanduser(text)):
+            raise ConfigError(f"{name}={text!r} is a relative path: it would keep compiled code wherever the program "
+                              f"happens to start; give an absolute path (e.g. {name}={os.path.abspath(text)})")
+        if text.startswith("~"):
+            os.environ[name] = os.path.expanduser(text)
 
 
 # -- the config file --------------------------------------------------------------------------
@@ -184,7 +188,15 @@ def load_config() -> dict[str, Any]:
 
 def _read_toml(path: str) -> dict[str, Any]:
     try:
-        with open(path, "rb") as f:
+        # O_NONBLOCK: opening a FIFO (FL_CONFIG=<fifo>) must not wait for a writer; only a regular file is read
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(mode):
+                raise ConfigError(f"config file {path} is not a regular file (a FIFO, socket or device): point "
+                                  f"FL_CONFIG at a TOML file (or remove {os.path.basename(path)})")
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path} is not valid TOML: {e}") from None

@@ -57,9 +57,11 @@ def library_path() -> str:
     return os.path.join(cache_dir(), f"libfl_core-{_key()}.so")
 
 
-def _compiler() -> str:
+def _compiler() -> list[str]:
+    """$CXX (else the compiler Python was built with) split at spaces, as make takes it: "ccache g++" runs g++
+    through ccache. Never run through a shell."""
     cxx = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
-    return cxx.split()[0]
+    return cxx.split() or ["c++"]
 
 
 def _build(path: str) -> None:
@@ -69,7 +71,7 @@ def _build(path: str) -> None:
     include, lib = os.path.join(torch_dir, "include"), os.path.join(torch_dir, "lib")
     with tempfile.TemporaryDirectory(prefix=".build-", dir=os.path.dirname(path)) as tmp_dir:
         tmp = os.path.join(tmp_dir, os.path.basename(path))
-        cmd = [_compiler(), "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
+        cmd = [*_compiler(), "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
                f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
                "-isystem", include, "-isystem", os.path.join(include, "torch", "csrc", "api", "include"),
                "-I", os.path.dirname(header_path()), SOURCE,
