@@ -252,5 +252,6 @@ def test_a_compiler_launcher_in_cxx_builds_the_core(tmp_path):
     if shutil.which("g++") is None:
         pytest.skip("no g++ on this machine")
     r = run_py("import torch, torch_fl as fl; fl.initialize('cpu'); "
-               "print((torch.ones(2, device='fl') + 1).sum().item())", env={"CXX": "env g++", "FL_CACHE_DIR": str(tmp_path / "cache")}, timeout=600)
+               "print((torch.ones(2, device='fl') + 1).sum().item())",
+               env={"CXX": "env g++", "FL_CACHE_DIR": str(tmp_path / "cache")}, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("4.0"), r.stderr[-2000:]
