@@ -155,3 +155,26 @@ def test_lazy_modules_convert_dtype_before_their_first_call(backend):
         m = module.to("fl").to(torch.float64)
         y = m(x.double().to("fl"))
         assert y.dtype == torch.float64 and m.weight.dtype == torch.float64 and m.weight.device.type == "fl"
+
+
+def test_loss_and_embedding_arguments_are_checked_as_on_cpu(backend):
+    """PyTorch's ModuleInfo error inputs: checks CPU's kernels make that fl's kernels and decompositions skipped
+    or worded otherwise."""
+    with pytest.raises(RuntimeError, match="Expected tensor for argument.*indices.*to have.*scalar type.*Long.*Int"):
+        torch.nn.Embedding(10, 3).to("fl")(torch.tensor([1.5, 2.5], device="fl"))
+    with pytest.raises(RuntimeError, match=r"target tensor should be 1-D with size equal to.*Expected target size "
+                                           r"\[5\].*but got \[3\]"):
+        torch.nn.MultiMarginLoss()(torch.randn(5, 10, device="fl"), torch.tensor([0, 1, 2], device="fl"))
+    empty = torch.tensor([], device="fl")
+    with pytest.raises(RuntimeError, match="expected scalar type Float but found Half"):
+        torch.nn.NLLLoss(weight=empty.half())(empty.reshape(0, 0), empty.long())
+
+
+def test_fractional_max_pool_takes_more_random_samples_than_it_needs(backend):
+    """An unbatched input with samples shaped (2, C, 3) (ModuleInfo's) uses the first row, as on CPU."""
+    samples = torch.rand(2, 4, 3, dtype=torch.float64)
+    x = torch.randn(4, 5, 5, 5, dtype=torch.float64)
+    pool = torch.nn.FractionalMaxPool3d(2, output_ratio=0.5, _random_samples=samples)
+    want = pool(x)
+    pool_fl = torch.nn.FractionalMaxPool3d(2, output_ratio=0.5, _random_samples=samples.to("fl"))
+    assert torch.equal(pool_fl(x.to("fl")).cpu(), want)

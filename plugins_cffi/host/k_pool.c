@@ -407,9 +407,11 @@ static int fractional_run(int k, FL_KERNEL_ARGS) {
         if (osz[d] + ks[d] - 1 > isz[d] || ks[d] < 1)
             FL_FAIL(FL_ERR_INVALID, "fractional_max_pool%dd(): pool %s %ld too large relative to input %s %ld", k,
                     dim_names[d], (long)ks[d], dim_names[d], (long)isz[d]);
-    if (fl_numel(rs) != iv.planes * k)
-        FL_FAIL(FL_ERR_INVALID, "fractional_max_pool%dd: random_samples has %ld values, expected %ld", k,
-                (long)fl_numel(rs), (long)(iv.planes * k));
+    /* (N', C, k) with N' >= N: the first N rows serve, as on CPU (an unbatched input takes row 0) */
+    if (fl_numel(rs) < iv.planes * k || (rs->ndim >= 1 && rs->sizes[rs->ndim - 1] != k))
+        FL_FAIL(FL_ERR_INVALID, "fractional_max_pool%dd: random_samples has %ld values of shape (..., %ld), expected "
+                "at least %ld of shape (N, C, %d)", k, (long)fl_numel(rs),
+                (long)(rs->ndim >= 1 ? rs->sizes[rs->ndim - 1] : 0), (long)(iv.planes * k), k);
     io_t io = {0};
     const double *xp = io_in(&io, x, FL_FLOAT64), *sp = io_in(&io, rs, FL_FLOAT64);
     double *yp = io_out(&io, y, FL_FLOAT64, 0);

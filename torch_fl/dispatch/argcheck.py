@@ -220,7 +220,36 @@ def _std_at(i: int) -> Callable:
     return check
 
 
+def _embedding(vals: list) -> None:
+    indices = vals[1]
+    if indices.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got {indices.type()} instead (while checking arguments for embedding)")
+
+
+def _multi_margin_loss(vals: list) -> None:
+    x, target = vals[0], vals[1]
+    nframe = 1 if x.dim() <= 1 else x.shape[0]
+    if target.dim() > 1 or target.numel() != nframe:
+        raise RuntimeError(f"multi_margin_loss: target tensor should be 1-D with size equal to the number of input "
+                           f"samples (batch size). Expected target size [{nframe}], but got {list(target.shape)}. "
+                           f"Input has shape {list(x.shape)}.")
+
+
+_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16"}
+
+
+def _nll_weight(vals: list) -> None:
+    """nll_loss's CPU kernel refuses a class weight of another dtype than the input, even for empty tensors."""
+    x, weight = vals[0], vals[2] if len(vals) > 2 else None
+    if isinstance(weight, torch.Tensor) and weight.dtype != x.dtype:
+        raise RuntimeError(f"expected scalar type {_SCALAR_NAMES.get(x.dtype, x.dtype)} but found "
+                           f"{_SCALAR_NAMES.get(weight.dtype, weight.dtype)}")
+
+
 _CHECKS: dict = {
+    aten.embedding.default: _embedding, aten.multi_margin_loss.default: _multi_margin_loss,
+    aten.nll_loss_forward.default: _nll_weight, aten.nll_loss2d_forward.default: _nll_weight,
     getattr(aten.random_, "from"): _random_from, getattr(aten.random, "from"): _random_from,
     aten.random_.to: _random_to, aten.random.to: _random_to,
     aten.uniform_.default: _uniform, aten.uniform.default: _uniform,

@@ -151,6 +151,12 @@ def facts(func) -> OpFacts:
     f = FACTS.get(func)
     if f is None:
         f = FACTS[func] = OpFacts(func)
+        if f.precheck is None and f.is_out:
+            # an out= overload is checked as its functional twin (nll_loss_forward.output, the structured op's
+            # only overload a backend sees); the twin's arguments lead the out= overload's, in order
+            twin = f.functional
+            if twin is not None and list(twin[1]) == list(range(len(twin[1]))):
+                f.precheck = twin[0].precheck
     return f
 
 
