@@ -178,3 +178,34 @@ def test_fractional_max_pool_takes_more_random_samples_than_it_needs(backend):
     want = pool(x)
     pool_fl = torch.nn.FractionalMaxPool3d(2, output_ratio=0.5, _random_samples=samples.to("fl"))
     assert torch.equal(pool_fl(x.to("fl")).cpu(), want)
+
+
+@pytest.mark.parametrize("module", ["conv2d", "conv_transpose2d", "conv3d", "group_norm", "reflection_pad2d",
+                                    "replication_pad2d", "reflection_pad3d", "replication_pad3d"])
+def test_channels_last_modules_keep_the_format_cpu_gives(backend, module):
+    """Conv2d, ConvTranspose2d and the reflection/replication pads gave contiguous outputs for channels-last
+    inputs (PyTorch's meta functions pick contiguous for a PrivateUse1 convolution); CPU keeps channels-last."""
+    import copy
+
+    make = {"conv2d": lambda: torch.nn.Conv2d(4, 6, 3), "conv_transpose2d": lambda: torch.nn.ConvTranspose2d(4, 6, 3),
+            "conv3d": lambda: torch.nn.Conv3d(4, 6, 3), "group_norm": lambda: torch.nn.GroupNorm(2, 4),
+            "reflection_pad2d": lambda: torch.nn.ReflectionPad2d(1),
+            "replication_pad2d": lambda: torch.nn.ReplicationPad2d(1),
+            "reflection_pad3d": lambda: torch.nn.ReflectionPad3d(1),
+            "replication_pad3d": lambda: torch.nn.ReplicationPad3d(1)}[module]
+    torch.manual_seed(0)
+    m = make()
+    five = module.endswith("3d")
+    fmt = torch.channels_last_3d if five else torch.channels_last
+    x = (torch.randn(2, 4, 5, 6, 6) if five else torch.randn(2, 4, 8, 8)).contiguous(memory_format=fmt)
+    xc = x.clone().requires_grad_()
+    yc = m(xc)
+    yc.backward(torch.ones_like(yc))
+    mf = copy.deepcopy(m).to("fl")
+    xf = x.to("fl").contiguous(memory_format=fmt).requires_grad_()
+    yf = mf(xf)
+    yf.backward(torch.ones_like(yf))
+    assert yf.stride() == yc.stride() and xf.grad.stride() == xc.grad.stride(), module
+    for p, q in zip(mf.parameters(), m.parameters(), strict=True):
+        assert p.grad.stride() == q.grad.stride(), f"{module} weight gradient"
+    torch.testing.assert_close(yf.cpu(), yc.detach(), rtol=1e-4, atol=1e-4)

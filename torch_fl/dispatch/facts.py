@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import argcheck, overlap
+from . import argcheck, layouts, overlap
 
 aten = torch.ops.aten
 
@@ -18,7 +18,7 @@ class OpFacts:
 
     __slots__ = ("func", "name", "arg_names", "kwarg_only", "defaults", "has_default", "mutable", "is_out",
                  "is_view", "pointwise", "ret_alias", "n_returns", "handler", "_functional", "tensor_arg", "overlap",
-                 "precheck", "_inplace_overlap", "generator_at", "host_args")
+                 "precheck", "_inplace_overlap", "generator_at", "host_args", "layout_rule")
 
     def __init__(self, func):
         schema = func._schema
@@ -60,6 +60,7 @@ class OpFacts:
         self._functional: tuple | None = None
         self.overlap = overlap.rule_for(func, self.mutable)  # what CPU refuses when outputs alias inputs
         self.precheck = argcheck.precheck_for(func)  # PyTorch's argument checks its meta function skips
+        self.layout_rule = layouts.rule_for(func)  # where CPU lays results out channels-last and meta does not
         self._inplace_overlap: tuple | None = None
 
     def overlap_rule(self, vals):

@@ -51,7 +51,7 @@ from ..runtime import (
     output_layouts,
     run_native,
 )
-from . import outcheck, overlap, rng
+from . import layouts, outcheck, overlap, rng
 from .decompositions import DECOMPOSITIONS
 from .facts import OpFacts
 from .fallback import run_fallback
@@ -281,6 +281,9 @@ def compute(f: OpFacts, args, kwargs):
     if twin is not None:
         return _compute_out(f, twin, dev, vals)
     plan = _plan(f, dev, vals)
+    want = layouts.wanted(f, vals) if f.layout_rule is not None else None
+    if want is not None:  # CPU lays the results out channels-last: not a call the fast path could replay
+        return layouts.apply(want, _run_plan(f, dev, vals, plan))
     if plan.first == NATIVE and native.FAST[0]:
         site: dict = {}
         result = _run_plan(f, dev, vals, plan, None, site)
@@ -382,10 +385,12 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals):
     ff, ins, outs_at = twin
     fvals = [vals[i] for i in ins]
     outs = [vals[i] for i in outs_at]
-    layouts = output_layouts(ff, fvals)  # once: its cache key costs as much as the lookup
-    outcheck.check(f, dev, vals, outs, layouts)
+    layout = output_layouts(ff, fvals)  # once: its cache key costs as much as the lookup
+    outcheck.check(f, dev, vals, outs, layout)
+    if ff.layout_rule is not None:
+        _fresh_outs_channels_last(ff, fvals, outs)
     plan = _plan(ff, dev, fvals)
-    if plan.first == NATIVE and _writes_in_place(ff, fvals, outs, layouts,
+    if plan.first == NATIVE and _writes_in_place(ff, fvals, outs, layout,
                                                  plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT):
         site: dict | None = {} if native.FAST[0] else None
         result = _run_plan(ff, dev, fvals, _native_only(plan), outs, site, may_decline=True)
@@ -399,6 +404,23 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals):
     for out, r in zip(outs, results, strict=True):
         _write_out(f, out, r, rule)
     return _returned(f, outs)
+
+
+def _fresh_outs_channels_last(ff: OpFacts, fvals, outs: list) -> None:
+    """A structured op (replication_pad2d) reaches the device as its out= overload, with outputs PyTorch just
+    allocated contiguous: where CPU would lay the result out channels-last (dispatch.layouts), a fresh output
+    nobody else holds is restrided so, over the same storage."""
+    want = layouts.wanted(ff, fvals)
+    if want is None:
+        return
+    fmt, results = want
+    for i in results:
+        out = outs[i] if i < len(outs) else None
+        if not is_fl(out) or out._base is not None or out.storage_offset() or not out.is_contiguous() or \
+                out.dim() != (4 if fmt is torch.channels_last else 5) or \
+                torch._C._storage_Use_Count(out.untyped_storage()._cdata) != 2:
+            continue
+        out.as_strided_(out.shape, torch.empty(out.shape, device="meta", memory_format=fmt).stride())
 
 
 def _returned(f: OpFacts, outs: list):
@@ -417,14 +439,14 @@ def _native_only(plan: Plan) -> Plan:
     return p
 
 
-def _writes_in_place(ff: OpFacts, fvals, outs, layouts, any_layout: int = 0) -> bool:
+def _writes_in_place(ff: OpFacts, fvals, outs, lays, any_layout: int = 0) -> bool:
     """The outputs have exactly the layouts the functional op gives (or, for a kernel that writes any
     dense layout, such as a convolution into a channels-last buffer, dense layouts), and none partly
     overlaps an input (a pointwise kernel may write over an input of the same layout: that is what
-    in-place ops are). layouts: output_layouts(ff, fvals)."""
-    if layouts is None or len(layouts) != len(outs):
+    in-place ops are). lays: output_layouts(ff, fvals)."""
+    if lays is None or len(lays) != len(outs):
         return False
-    for out, lay in zip(outs, layouts, strict=True):
+    for out, lay in zip(outs, lays, strict=True):
         if not is_fl(out) or not isinstance(lay, tuple) or len(lay) != 3:
             return False
         if list(out.shape) != lay[0] or out.dtype != lay[2]:
