@@ -162,6 +162,10 @@ def scenario_main(backend: str, rank: int, world: int, out_dir: str) -> dict:
     t = put(make(torch.bfloat16, 257, rank, 11))
     dist.all_reduce(t)
     res["all_reduce_bf16"] = _cpu(t)
+    for op in ("max", "min"):  # a bool "stop" flag: the rocm plugin declines bool reductions, the relay serves it
+        flag = put(torch.tensor([rank == 0, True, False]))
+        dist.all_reduce(flag, op=getattr(dist.ReduceOp, op.upper()))
+        res[("bool_flag", op)] = _cpu(flag)
     t = put(make(torch.float32, BIG, rank, 12))
     dist.all_reduce(t)
     res["all_reduce_big"] = _cpu(t)
@@ -417,6 +421,9 @@ def test_all_reduce_every_op(run):
             got = [res[("all_reduce", str(dtype), op)] for res in results]
             assert torch.equal(got[0], got[1]), f"{dtype} {op}: the ranks disagree"
             torch.testing.assert_close(got[0], expected, rtol=1e-6, atol=0, msg=f"{dtype} {op}")
+    for res in results:
+        assert res[("bool_flag", "max")].tolist() == [True, True, False]
+        assert res[("bool_flag", "min")].tolist() == [False, True, False]
     expected = reference_reduce([make(torch.bfloat16, 257, r, 11).double() for r in range(2)], "sum")
     for res in results:
         torch.testing.assert_close(res["all_reduce_bf16"].double(), expected, rtol=1e-2, atol=0)

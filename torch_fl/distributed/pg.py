@@ -50,7 +50,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from ..runtime import REGISTRY, async_copy, config, desc, device_of, events, ffi, host_view, is_fl
+from ..runtime import REGISTRY, abi, async_copy, config, desc, device_of, events, ffi, host_view, is_fl
 from .work import BackendMismatchError, CollectiveError, FlWork, Worker
 
 BACKEND_NAME = "fl"
@@ -300,7 +300,7 @@ class ProcessGroupFl(dist.ProcessGroup):
             out_bytes += n if role in ("out", "inout") else 0
         comm_bytes = max(in_bytes, out_bytes)
         if path == PLUGIN:
-            run, staged = self._plugin_call(method, args, code, root, peer, device), 0
+            run, staged = self._plugin_call(method, args, code, root, peer, device, gloo_method, flat_roles), 0
         elif path == RELAY:
             run, staged = self._relay_call(gloo_method, args, flat_roles, device)
         else:
@@ -332,7 +332,7 @@ class ProcessGroupFl(dist.ProcessGroup):
 
     # -- the three paths -----------------------------------------------------------
     def _plugin_call(self, method: str, args: tuple, code: int | None, root: int | None, peer: int | None,
-                     device) -> Callable[[], None]:
+                     device, gloo_method: str = "", roles: tuple = ()) -> Callable[[], None]:
         p, T, comm = self.backend.plugin, self.backend.plugin.table, self._comm
         local = device.local
         what = f"the '{self.backend.name}' plugin's comm"
@@ -346,7 +346,17 @@ class ProcessGroupFl(dist.ProcessGroup):
 
         if method in ("allreduce", "allreduce_coalesced"):
             descs = [d(t) for t in args[0]]
-            return lambda: [check(T.comm_all_reduce(local, x, code, comm), "all_reduce") for x in descs] and None
+
+            def run_all_reduce() -> None:
+                for t, x in zip(args[0], descs, strict=True):
+                    st = T.comm_all_reduce(local, x, code, comm)
+                    if st == abi.FL_ERR_UNSUPPORTED:
+                        # the plugin declines this dtype or op (a bool "stop" flag under MAX): the host relay
+                        # serves it, on every rank alike, since every rank's plugin declines the same call
+                        self._relay_call(gloo_method, ([t], *args[1:]), roles, device)[0]()
+                        continue
+                    check(st, "all_reduce")
+            return run_all_reduce
         if method == "broadcast":
             descs = [d(t) for t in args[0]]
             return lambda: [check(T.comm_broadcast(local, x, root, comm), "broadcast") for x in descs] and None
