@@ -23,9 +23,11 @@ def _write(record: dict) -> None:
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Leave out the tests the runner names in FL_UPSTREAM_SKIP (those already run before a crash, and the
-    crashed ones) and those upstream_tests.DESELECT names (more memory than the machine has)."""
-    from upstream_tests import DESELECT, key_of, matching
+    crashed ones), those upstream_tests.DESELECT names (more memory than the machine has), and, with
+    FL_UPSTREAM_SAMPLE=N, those outside the runner's 1-in-N selection."""
+    from upstream_tests import DESELECT, key_of, matching, sampled
 
+    sample = int(os.environ.get("FL_UPSTREAM_SAMPLE", "1") or 1)
     path = os.environ.get("FL_UPSTREAM_SKIP")
     done = set()
     if path and os.path.exists(path):
@@ -33,7 +35,8 @@ def pytest_collection_modifyitems(config, items) -> None:
             done = {line.strip() for line in fh if line.strip()}
     keep, drop = [], []
     for item in items:
-        if item.nodeid in done or matching(DESELECT, key_of(item.nodeid)) is not None:
+        key = key_of(item.nodeid)
+        if item.nodeid in done or matching(DESELECT, key) is not None or not sampled(key, sample):
             drop.append(item)
         else:
             keep.append(item)

@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,13 +35,26 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed", "crash
 # CPU run (16 GB and 6 GB allocations on a 24 GB machine; PyTorch marks them largeTensorTest).
 DESELECT = {
     "test_tensor_creation_ops.py::TestTensorCreation::test_cat_large_tensor_*": "allocates 16 GB (host memory)",
-    "test_indexing.py::TestIndexing::test_index_put_accumulate_large_tensor_*": "allocates 6 GB (host memory)",
+    "test_indexing.py::TestIndexing::test_index_put_accumulate_large_tensor*": "allocates 6 GB (host memory)",
 }
 
 # Tests that pass on the CPU and not on fl, where fl deliberately differs; each with its reason. Patterns are
 # fnmatch patterns over "file::Class::test" with the device removed from both names (TestShapeOps,
 # test_flip_float32). Nothing that is a defect of fl belongs here.
-SKIPS: dict[str, str] = {}
+_SPARSE = "sparse layouts: fl tensors are strided; torch_fl keeps sparse tensors on the CPU and says so"
+_QUANTIZED = "quantized tensors: torch_fl has no quantized fl tensors (PyTorch's QuantizedPrivateUse1 key)"
+SKIPS: dict[str, str] = {
+    "test_type_promotion.py::TestTypePromotion::test_sparse_*": _SPARSE,
+    "test_tensor_creation_ops.py::TestTensorCreation::test_tensor_ctor_device_inference": _SPARSE,
+    "test_shape_ops.py::TestShapeOps::test_flip_float32": _QUANTIZED + " (its float32 case also flips a quantized "
+                                                                       "tensor made with device=fl)",
+    "test_view_ops.py::TestOldViewOps::test_flatten": _QUANTIZED + " (it also flattens a quantized tensor)",
+    "test_view_ops.py::TestOldViewOps::test_ravel": _QUANTIZED + " (it also ravels a quantized tensor)",
+    "test_indexing.py::TestIndexing::test_index_reduce_reduce_*_float16": (
+        "the test's reference rounds to float16 after every step, in index order, as CPU's kernel does; a scatter "
+        "that accumulates in float32 and rounds once (minimal's) is closer to float64: worst relative error over "
+        "200 random cases 8.5e-4 (mean) and 4.8e-4 (prod), against native CPU's 0.33 and 1.2e-3"),
+}
 
 # What PyTorch's test framework itself does not run on fl: such a test is not compared (and is counted as
 # such), since no device but the CPU could pass it. (outcome on fl, pattern of its reason, what it means)
@@ -106,15 +120,18 @@ def _read_log(path: str) -> tuple[list, dict, list]:
     return collected, ended, started
 
 
-def run_file(folder: str, name: str, side: str, out: str, timeout: int, select: str | None, reuse: bool) -> Run:
-    """Run one test file on one side ("native" or an fl backend name); crashes are recorded and skipped over."""
-    tag = f"{name}.{side}"
+def run_files(folder: str, names: list[str], side: str, out: str, timeout: int, select: str | None,
+              sample: int, reuse: bool) -> dict[str, Run]:
+    """Run test files in one pytest process on one side ("native" or an fl backend name); crashes are recorded
+    and skipped over. Returns each file's Run."""
+    tag = f"{'+'.join(names) if len(names) < 4 else f'{len(names)}files'}.{side}"
     log = os.path.join(out, tag + ".jsonl")
     summary_path = os.path.join(out, tag + ".json")
     if reuse and os.path.exists(summary_path):
         with open(summary_path) as fh:
             data = json.load(fh)
-        return Run({k: tuple(v) for k, v in data["results"].items()}, data["seconds"], data.get("note", ""))
+        return {n: Run({k: tuple(v) for k, v in r["results"].items()}, r["seconds"], r.get("note", ""))
+                for n, r in data.items()}
     if os.path.exists(log):
         os.remove(log)
     skip_file = os.path.join(out, tag + ".skip")
@@ -123,8 +140,7 @@ def run_file(folder: str, name: str, side: str, out: str, timeout: int, select: 
         fh.write("[pytest]\n")  # keeps the runs away from any project's pytest settings
     env = dict(os.environ)
     env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
-    env["FL_UPSTREAM_LOG"] = log
-    env["FL_UPSTREAM_SKIP"] = skip_file
+    env.update(FL_UPSTREAM_LOG=log, FL_UPSTREAM_SKIP=skip_file, FL_UPSTREAM_SAMPLE=str(sample))
     if side == "native":
         env.update(TORCH_DEVICE_BACKEND_AUTOLOAD="0", PYTORCH_TESTING_DEVICE_ONLY_FOR="cpu")
         env.pop("FL_BACKEND", None)
@@ -140,7 +156,7 @@ def run_file(folder: str, name: str, side: str, out: str, timeout: int, select: 
             fh.write("\n".join([*ended, *crashed]))
         cmd = [sys.executable, "-m", "pytest", "-q", "-c", ini, "--rootdir", out, "-p", "no:cacheprovider",
                "-p", "upstream_report", "-p", "no:randomly", f"--timeout={timeout}",
-               os.path.join(folder, name + ".py")]
+               *(os.path.join(folder, name + ".py") for name in names)]
         if select:
             cmd += ["-k", select]
         proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True)
@@ -152,12 +168,22 @@ def run_file(folder: str, name: str, side: str, out: str, timeout: int, select: 
         if proc.returncode in (0, 1, 5) or not running:
             break
         crashed[running[-1]] = ("crashed", f"the interpreter died (exit status {proc.returncode})")
-    results = {key_of(k): v for k, v in ended.items()}
-    results.update({key_of(k): v for k, v in crashed.items()})
-    run = Run(results, time.monotonic() - t0, note)
+    seconds = time.monotonic() - t0
+    runs = {name: Run({}, seconds / len(names), note) for name in names}
+    for nodeid, outcome in [*ended.items(), *crashed.items()]:
+        key = key_of(nodeid)
+        name = key.split("::", 1)[0].removesuffix(".py")
+        if name in runs:
+            runs[name].results[key] = outcome
     with open(summary_path, "w") as fh:
-        json.dump({"results": run.results, "seconds": run.seconds, "note": run.note}, fh)
-    return run
+        json.dump({n: {"results": r.results, "seconds": r.seconds, "note": r.note} for n, r in runs.items()}, fh)
+    return runs
+
+
+def sampled(key: str, sample: int) -> bool:
+    """Whether a test is in a 1-in-`sample` selection: by a hash of its device-free name, so the native and
+    the fl runs select the same tests, and every run the same ones."""
+    return sample <= 1 or zlib.crc32(key.encode()) % sample == 0
 
 
 @dataclass
@@ -243,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=int, default=300, help="seconds per test (pytest-timeout; default 300)")
     p.add_argument("--out", default=os.path.join(os.getcwd(), "upstream-results"), help="where logs go")
     p.add_argument("--reuse", action="store_true", help="read runs already in --out instead of running them")
+    p.add_argument("--sample", type=int, default=1, help="run 1 test in N, the same ones on both sides (default 1)")
+    p.add_argument("--together", action="store_true", help="all files in one pytest process per side (faster "
+                                                            "start-up; a crash reruns the rest)")
     p.add_argument("--json", help="write the comparison here as JSON")
     p.add_argument("--max-list", type=int, default=40, help="defects listed per file and backend")
     args = p.parse_args(argv)
@@ -258,13 +287,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.makedirs(args.out, exist_ok=True)
     comparisons = []
-    for name in files:
-        cpu = run_file(folder, name, "native", args.out, args.timeout, args.select, args.reuse)
-        print(f"{name}: native cpu {len(cpu.results)} tests in {cpu.seconds:.0f}s {cpu.note}", flush=True)
+    groups = [files] if args.together else [[name] for name in files]
+    for group in groups:
+        what = ", ".join(group)
+        cpu = run_files(folder, group, "native", args.out, args.timeout, args.select, args.sample, args.reuse)
+        print(f"{what}: native cpu {sum(len(r.results) for r in cpu.values())} tests in "
+              f"{sum(r.seconds for r in cpu.values()):.0f}s {cpu[group[0]].note}", flush=True)
         for backend in args.backends:
-            fl = run_file(folder, name, backend, args.out, args.timeout, args.select, args.reuse)
-            print(f"{name}: fl {backend} {len(fl.results)} tests in {fl.seconds:.0f}s {fl.note}", flush=True)
-            comparisons.append(compare(name + ".py", backend, cpu, fl))
+            fl = run_files(folder, group, backend, args.out, args.timeout, args.select, args.sample, args.reuse)
+            print(f"{what}: fl {backend} {sum(len(r.results) for r in fl.values())} tests in "
+                  f"{sum(r.seconds for r in fl.values()):.0f}s {fl[group[0]].note}", flush=True)
+            comparisons += [compare(name + ".py", backend, cpu[name], fl[name]) for name in group]
     print()
     print(table(comparisons))
     total_cpu = sum(c.compared for c in comparisons)

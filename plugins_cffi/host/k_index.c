@@ -156,9 +156,14 @@ static inline num_t num_div(int isint, num_t a, int64_t c) {
 static void *xmalloc(size_t n) { return malloc(n ? n : 1); }
 
 #define OOM(what) FL_FAIL(FL_ERR_OOM, "%s: out of host memory", what)
-#define OOB(idx, dim, size) \
-    FL_FAIL(FL_ERR_INVALID, "index %lld is out of bounds for dimension %d with size %lld", (long long)(idx), (int)(dim), \
-            (long long)(size))
+/* ATen's wording: an empty dimension is not named by its position */
+#define OOB(idx, dim, size)                                                                                        \
+    do {                                                                                                           \
+        if ((size) == 0)                                                                                           \
+            FL_FAIL(FL_ERR_INVALID, "index %lld is out of bounds for dimension with size 0", (long long)(idx));   \
+        FL_FAIL(FL_ERR_INVALID, "index %lld is out of bounds for dimension %d with size %lld", (long long)(idx),    \
+                (int)(dim), (long long)(size));                                                                    \
+    } while (0)
 
 /* ================================================================== */
 /* sorting: sort, topk, kthvalue, median, nanmedian, mode             */
@@ -1147,21 +1152,23 @@ static int adv_gather(const char *name, const fl_tensor_t *x, const fl_arg_t *ar
 static int adv_put(const char *name, const fl_tensor_t *x, const fl_arg_t *args, int n_args, int k,
                    const fl_tensor_t *in, int n_in, const fl_tensor_t *o, const fl_tensor_t *vals,
                    const fl_tensor_t *mask, int accumulate, int mode) {
-    if (vals->dtype != x->dtype)
-        FL_FAIL(FL_ERR_INVALID, "%s: Index put requires the source and destination dtypes match", name);
     /* the index list is laid out against o (self's shape, o's strides): offsets land in o */
     adv_t a;
     a.nowned = 0;
     int st = same_sizes(o, x) ? adv_build(&a, o, args, n_args, k, in, n_in) : UNSUP;
     if (st) { adv_free(&a); return st; }
     fl_tensor_t vv, mv;
-    if (fl_bcast(vals, a.rnd, a.rshape, &vv)) {
+    if (fl_bcast(vals, a.rnd, a.rshape, &vv)) { /* ATen checks the shapes before the dtypes */
         char vs[96], rs[96];
         shape_str(vs, sizeof vs, vals->ndim, vals->sizes);
         shape_str(rs, sizeof rs, a.rnd, a.rshape);
         adv_free(&a);
         FL_FAIL(FL_ERR_INVALID, "shape mismatch: value tensor of shape %s cannot be broadcast to indexing result of shape %s",
                 vs, rs);
+    }
+    if (vals->dtype != x->dtype) {
+        adv_free(&a);
+        FL_FAIL(FL_ERR_INVALID, "%s: Index put requires the source and destination dtypes match", name);
     }
     if (mask && fl_bcast(mask, a.rnd, a.rshape, &mv)) { adv_free(&a); return UNSUP; }
     fl_walk_t w;

@@ -92,13 +92,17 @@ def _indexing(vals: list) -> None:
     IndexError: index dtypes, a mask's shape against the dims it covers, too many indices, and index
     shapes that do not broadcast (judged without masks, whose sizes depend on their values)."""
     self, indices = vals[0], vals[1]
-    dim, shapes, masks = 0, [], False
+    dim, shapes, masks, warned = 0, [], False, False
     for idx in indices:
         if idx is None:
             dim += 1
             continue
         if idx.dtype not in _INDEX_DTYPES:
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+        if idx.dtype == torch.uint8:
+            warnings.warn("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
+                          "instead.", UserWarning, stacklevel=4)
+            warned = True
         if idx.dtype in (torch.uint8, torch.bool):
             masks = True
             for j in range(idx.dim()):
@@ -117,6 +121,14 @@ def _indexing(vals: list) -> None:
         except RuntimeError:
             raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
                              + ", ".join(str(s) for s in shapes)) from None
+    return warned
+
+
+def _index_fill(vals: list) -> None:
+    self, value = vals[0], vals[3]
+    if not self.is_complex() and (isinstance(value, complex) or
+                                  (isinstance(value, torch.Tensor) and value.is_complex())):
+        raise RuntimeError("index_fill_(): Converting complex Scalar to non-complex type is not supported")
 
 
 def _addcdiv(vals: list) -> None:
@@ -150,42 +162,48 @@ def _bounds(dtype: torch.dtype) -> tuple[float, float]:
     return info.min, info.max
 
 
-def _from_to_in_range(frm: int, to_inc: int, dtype: torch.dtype) -> None:
-    """ATen's check_from_to_in_range: an error outside the dtype, a warning outside its exact integers."""
+def _from_to_in_range(frm: int, to_inc: int, dtype: torch.dtype) -> bool:
+    """ATen's check_from_to_in_range: an error outside the dtype, a warning outside its exact integers
+    (returns whether it warned)."""
     lo, hi = _bounds(dtype)
     name = _TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
     for value, what in ((frm, "from"), (to_inc, "to - 1")):
         if not lo <= value <= hi:
             raise RuntimeError(f"{what} is out of bounds for {name}")
     digits = _DIGITS.get(dtype)
+    warned = False
     if digits is not None:
         for value, what in ((frm, "from"), (to_inc, "to - 1")):
             if not -(1 << digits) <= value <= (1 << digits):
+                warned = True
                 warnings.warn(f"{what} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations "
                               f"{name} can support discrete uniform distribution only within this range. This warning "
                               f"will become an error in version 1.7 release, please fix the code in advance",
                               UserWarning, stacklevel=4)
+    return warned
 
 
-def _random_from(vals: list) -> None:
+def _random_from(vals: list) -> bool:
     """random_(from, to): ATen checks the range against the dtype before drawing (its kernel, not its meta)."""
     self, frm = vals[0], vals[1]
     to = vals[2] if len(vals) > 2 else None
     if to is not None:
         if frm >= to:
             raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={frm} >= to={to}")
-        _from_to_in_range(frm, to - 1, self.dtype)
-    elif frm != -(2 ** 63):
+        return _from_to_in_range(frm, to - 1, self.dtype)
+    if frm != -(2 ** 63):
         digits = _DIGITS.get(self.dtype)
         to_inc = min(1 << digits, 2 ** 63 - 1) if digits is not None else int(_bounds(self.dtype)[1])
-        _from_to_in_range(frm, to_inc, self.dtype)
+        warned = _from_to_in_range(frm, to_inc, self.dtype)
         if frm >= to_inc:
             raise RuntimeError(f"random_ expects 'from' casted to dtype to be less than 'to_inc' casted to dtype, "
                                f"but got from={frm} > to_inc={to_inc}")
+        return warned
+    return False
 
 
-def _random_to(vals: list) -> None:
-    _random_from([vals[0], 0, vals[1]])
+def _random_to(vals: list) -> bool:
+    return _random_from([vals[0], 0, vals[1]])
 
 
 def _uniform(vals: list) -> None:
@@ -248,6 +266,8 @@ def _nll_weight(vals: list) -> None:
 
 
 _CHECKS: dict = {
+    aten.index_fill.int_Scalar: _index_fill, aten.index_fill_.int_Scalar: _index_fill,
+    aten.index_fill.int_Tensor: _index_fill, aten.index_fill_.int_Tensor: _index_fill,
     aten.embedding.default: _embedding, aten.multi_margin_loss.default: _multi_margin_loss,
     aten.nll_loss_forward.default: _nll_weight, aten.nll_loss2d_forward.default: _nll_weight,
     getattr(aten.random_, "from"): _random_from, getattr(aten.random, "from"): _random_from,
@@ -270,5 +290,7 @@ _CHECKS: dict = {
 
 
 def precheck_for(func) -> Callable | None:
-    """The check to run on an op's normalized arguments before any tier, or None."""
+    """The check to run on an op's normalized arguments before any tier, or None. A check raises what PyTorch
+    raises; it returns True where it warned (the dispatcher then keeps the call off the fast path, which
+    would not warn again)."""
     return _CHECKS.get(func)

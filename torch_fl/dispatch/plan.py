@@ -272,19 +272,20 @@ def compute(f: OpFacts, args, kwargs):
         rule = f.overlap_rule(vals)
         if rule is not None:
             overlap.check(rule, f.mutable, vals)
-    if f.precheck is not None:
-        f.precheck(vals)
+    # PyTorch's checks of the user's call, as the overlap rules; a check that warned (a deprecated uint8 mask,
+    # a random range beyond the dtype's exact integers) keeps the call off the fast path, which would not warn
+    warned = f.precheck(vals) if f.precheck is not None and not TLS.active else False
     dev = _device_of(f.name, vals)
     if dev is None:  # no fl tensor among the arguments: a factory asked for the fl device
         return _factory(f, args, kwargs)
     twin = f.functional
     if twin is not None:
-        return _compute_out(f, twin, dev, vals)
+        return _compute_out(f, twin, dev, vals, fast=not warned)
     plan = _plan(f, dev, vals)
     want = layouts.wanted(f, vals) if f.layout_rule is not None else None
     if want is not None:  # CPU lays the results out channels-last: not a call the fast path could replay
         return layouts.apply(want, _run_plan(f, dev, vals, plan))
-    if plan.first == NATIVE and native.FAST[0]:
+    if plan.first == NATIVE and native.FAST[0] and not warned:
         site: dict = {}
         result = _run_plan(f, dev, vals, plan, None, site)
         if site:
@@ -376,7 +377,7 @@ INDEX_ERROR_OPS = frozenset(f"aten::{n}" for n in (
     "index_reduce_", "select_scatter"))
 
 
-def _compute_out(f: OpFacts, twin: tuple, dev, vals):
+def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
     """An out= overload: PyTorch hands structured ops (add, mul, mm, sum, ...) to a backend this way, with
     the outputs already allocated by their meta function, and so do in-place ops (add_ is add.out into
     self). The functional twin's plan serves it: a native kernel writes straight into the outputs when
@@ -392,7 +393,7 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals):
     plan = _plan(ff, dev, fvals)
     if plan.first == NATIVE and _writes_in_place(ff, fvals, outs, layout,
                                                  plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT):
-        site: dict | None = {} if native.FAST[0] else None
+        site: dict | None = {} if native.FAST[0] and fast else None
         result = _run_plan(ff, dev, fvals, _native_only(plan), outs, site, may_decline=True)
         if result is not NOT_HANDLED:
             if site:

@@ -34,12 +34,25 @@ def _randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, 
 
 
 def _randint(self, low, high, dtype, device, memory_format):
-    """Uniform integers in [low, high): floor of a uniform float, clamped against float rounding at the top."""
+    """Uniform integers in [low, high): the floor of a uniform float over the span, clamped against float
+    rounding at the top, then shifted in the result's dtype; float32 while the span fits its 24-bit mantissa,
+    else float64 (a float32 draw cannot reach most integers of a wider span). The result has empty_like's
+    layout, as PyTorch's."""
     if high <= low:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
-    u = torch.empty_like(self, dtype=torch.float32, device=device,
-                         memory_format=memory_format or torch.preserve_format).uniform_(float(low), float(high))
-    return u.floor().clamp_(max=float(high - 1)).to(dtype or self.dtype)
+    span = high - low
+    fmt = memory_format or torch.preserve_format
+    wide = torch.float32 if max(abs(low), abs(high)) <= 2 ** 24 else torch.float64
+    u = torch.empty_like(self, dtype=wide, device=device, memory_format=fmt).uniform_(0.0, float(span))
+    # [low, high - 1] as floats of the draw's dtype that lie inside it (rounding must not step out of range,
+    # or past the integer dtype's limits when the result is cast)
+    lo, hi = float(low), float(high - 1)
+    if int(lo) < low:
+        lo = math.nextafter(lo, math.inf)
+    if int(hi) > high - 1:
+        hi = math.nextafter(hi, -math.inf)
+    u = u.floor_().add_(lo).clamp_(lo, hi)
+    return torch.empty_like(self, dtype=dtype or self.dtype, device=device, memory_format=fmt).copy_(u)
 
 
 def _randint_like(self, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -51,14 +64,16 @@ def _randint_like_low(self, low, high, *, dtype=None, layout=None, device=None, 
     return _randint(self, int(low), int(high), dtype, device, memory_format)
 
 
+_DIGITS = {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}  # mantissa bits, with the hidden one
+
+
 def _random_from(self, low, high=None, *, generator=None):
     """random_(from, to) in place: uniform integers in [from, to) (to=None: up to the dtype's
     largest exactly representable integer, as PyTorch)."""
     if generator is not None:
         return NotImplemented
-    if high is None:
-        high = (2 ** torch.finfo(self.dtype).nmant + 1 if self.is_floating_point()
-                else torch.iinfo(self.dtype).max)
+    if high is None:  # ATen: up to 2^digits (inclusive) for a float dtype, the dtype's largest value for an int
+        high = (2 ** _DIGITS[self.dtype] + 1 if self.is_floating_point() else torch.iinfo(self.dtype).max)
     return self.copy_(_randint(self, int(low), int(high), self.dtype, None, None))
 
 
@@ -164,7 +179,8 @@ def _linear_index(x, indices):
             lo, hi = int(i.amin().item()), int(i.amax().item())
             bad = hi if hi >= n else (lo if lo < -n else None)
             if bad is not None:
-                raise IndexError(f"index {bad} is out of bounds for dimension {pos[k]} with size {n}")
+                where = "dimension with size 0" if n == 0 else f"dimension {pos[k]} with size {n}"
+                raise IndexError(f"index {bad} is out of bounds for {where}")
             i = torch.where(i < 0, i + n, i)
         lin = i if lin is None else lin * n + i
     return pos, list(idx[0].shape), lin
@@ -186,6 +202,8 @@ def _index_put(self, indices, values, accumulate=False):
     if adjacent and pos[0] > 0:  # values come in x[indices]'s layout: indexed dims in place
         nb = len(bshape)
         shape = rest[:pos[0]] + bshape + rest[pos[0]:]
+    _values_fit(values, shape)
+    if adjacent and pos[0] > 0:
         vals = values.to(self.dtype).expand(shape).movedim(list(range(pos[0], pos[0] + nb)), list(range(nb)))
     else:
         vals = values.to(self.dtype).expand(shape)
@@ -195,6 +213,19 @@ def _index_put(self, indices, values, accumulate=False):
     op = aten.scatter_add.default if accumulate else aten.scatter.src
     out = op(flat, 0, index, vals).reshape(xs.shape)
     return out.movedim(lead, pos).contiguous()
+
+
+def _values_fit(values, shape) -> None:
+    """index_put's values must broadcast to the indexing result: ATen's message, before any other check."""
+    try:
+        torch.broadcast_shapes(tuple(values.shape), tuple(shape))
+        ok = len(values.shape) <= len(shape) and all(v in (1, s) for v, s in zip(values.shape[::-1], shape[::-1],
+                                                                                   strict=False))
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
+                           f"indexing result of shape {list(shape)}")
 
 
 def _index_tensor(x, indices):
