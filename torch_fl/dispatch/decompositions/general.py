@@ -64,7 +64,7 @@ def _randint_like_low(self, low, high, *, dtype=None, layout=None, device=None, 
     return _randint(self, int(low), int(high), dtype, device, memory_format)
 
 
-_DIGITS = {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}  # mantissa bits, with the hidden one
+_DIGITS = {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}  # mantissa bits + hidden
 
 
 def _random_from(self, low, high=None, *, generator=None):
