@@ -131,6 +131,14 @@ def _index_fill(vals: list) -> None:
         raise RuntimeError("index_fill_(): Converting complex Scalar to non-complex type is not supported")
 
 
+def _complex_parts(vals: list) -> None:
+    """torch.complex / torch.polar: both parts of one floating dtype, in CPU's words (ScalarType names)."""
+    a, b = vals[0], vals[1]
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != b.dtype:
+        raise RuntimeError(f"Expected object of scalar type {_SCALAR_NAMES.get(a.dtype, a.dtype)} but got scalar "
+                           f"type {_SCALAR_NAMES.get(b.dtype, b.dtype)} for second argument")
+
+
 def _addcdiv(vals: list) -> None:
     """addcdiv's meta function refuses integer division (its CPU kernel does too); the tiers would compute it."""
     t1, t2 = vals[1], vals[2]
@@ -186,6 +194,8 @@ def _from_to_in_range(frm: int, to_inc: int, dtype: torch.dtype) -> bool:
 def _random_from(vals: list) -> bool:
     """random_(from, to): ATen checks the range against the dtype before drawing (its kernel, not its meta)."""
     self, frm = vals[0], vals[1]
+    if self.is_complex():
+        raise RuntimeError("check_random_bounds handles only integral, floating-point and boolean types")
     to = vals[2] if len(vals) > 2 else None
     if to is not None:
         if frm >= to:
@@ -206,12 +216,14 @@ def _random_to(vals: list) -> bool:
     return _random_from([vals[0], 0, vals[1]])
 
 
-def _uniform(vals: list) -> None:
+def _uniform(vals: list) -> bool:
+    """uniform_'s range (ATen checks it in its kernel). Returns True: the check reads float arguments, which
+    the C++ fast path does not key its plans on, so these calls stay off it."""
     self = vals[0]
     frm = vals[1] if len(vals) > 1 else 0.0
     to = vals[2] if len(vals) > 2 else 1.0
     if self.is_complex() or not self.is_floating_point():
-        return
+        return True
     lo, hi = _bounds(self.dtype)
     name = _TYPE_NAMES.get(self.dtype, str(self.dtype))
     for value, what in ((frm, "from"), (to, "to")):
@@ -222,19 +234,23 @@ def _uniform(vals: list) -> None:
     if to - frm > hi:
         raise RuntimeError(f"uniform_ expects to-from <= std::numeric_limits<{str(self.dtype).replace('torch.', '')}"
                            f">::max(), but found to={to} and from={frm} which result in to-from to exceed the limit")
+    return True
 
 
 def _std_at(i: int) -> Callable:
-    """normal's std: a number must be >= 0; a tensor's elements too (one host read, as on CUDA)."""
-    def check(vals: list) -> None:
+    """normal's std: a number must be >= 0; a tensor's elements too (one host read, as on CUDA). A number
+    is a float argument, which the fast path does not key on: such calls stay off it (returns True)."""
+    def check(vals: list) -> bool:
         std = vals[i]
         if isinstance(std, torch.Tensor):
             if std.is_complex():
                 raise RuntimeError("normal expects standard deviation to be non-complex")
             if std.numel() and bool((std < 0).any()):
                 raise RuntimeError("normal expects all elements of std >= 0.0")
-        elif std is not None and std < 0:
+            return False
+        if std is not None and std < 0:
             raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+        return True
     return check
 
 
@@ -266,6 +282,7 @@ def _nll_weight(vals: list) -> None:
 
 
 _CHECKS: dict = {
+    aten.complex.default: _complex_parts, aten.polar.default: _complex_parts,
     aten.index_fill.int_Scalar: _index_fill, aten.index_fill_.int_Scalar: _index_fill,
     aten.index_fill.int_Tensor: _index_fill, aten.index_fill_.int_Tensor: _index_fill,
     aten.embedding.default: _embedding, aten.multi_margin_loss.default: _multi_margin_loss,
@@ -291,6 +308,6 @@ _CHECKS: dict = {
 
 def precheck_for(func) -> Callable | None:
     """The check to run on an op's normalized arguments before any tier, or None. A check raises what PyTorch
-    raises; it returns True where it warned (the dispatcher then keeps the call off the fast path, which
-    would not warn again)."""
+    raises; it returns True where it warned or judged a float argument (the dispatcher then keeps the call
+    off the fast path, which would not warn again and does not key its plans on floats)."""
     return _CHECKS.get(func)

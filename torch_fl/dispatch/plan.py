@@ -497,12 +497,13 @@ def _write_out(f: OpFacts, out: torch.Tensor, r, rule=None) -> None:
 
 
 def _adopt(out: torch.Tensor, r: torch.Tensor) -> bool:
-    """out takes r's storage instead of a copy of it, when nobody could tell the difference: out is the
-    sole owner of its storage (a fresh output PyTorch allocated for a structured op), r the sole owner of
-    its own (a fresh result), and both have the same layout."""
-    if not (is_fl(r) and is_fl(out)) or r.device != out.device or r.dtype != out.dtype:
+    """out takes r's storage instead of a copy of it, when nobody could tell the difference: out has no
+    elements yet (an out= tensor the op must resize anyway: torch.stack(..., out=torch.empty(0))), r is the
+    sole owner of its storage (a fresh result), and both have the same layout. An out= tensor of the right
+    size keeps its memory (its data_ptr), as PyTorch promises."""
+    if out.numel() != 0 or not (is_fl(r) and is_fl(out)) or r.device != out.device or r.dtype != out.dtype:
         return False
-    if out.shape != r.shape or (out.numel() > 1 and out.stride() != r.stride()) or out.storage_offset():
+    if out.storage_offset():
         return False
     if out.is_conj() or out.is_neg() or r.is_conj() or r.is_neg() or out._base is not None:
         return False

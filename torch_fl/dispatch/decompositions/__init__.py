@@ -107,6 +107,7 @@ def _range_out(functional):
 
 DECOMPOSITIONS[aten.arange.out] = _arange_out
 DECOMPOSITIONS[aten.arange.start_out] = _arange_out
+DECOMPOSITIONS[aten.range.out] = _range_out(aten.range.step)
 for _name in ("linspace", "logspace"):
     for _overload in ("", "Tensor_Tensor_", "Tensor_Scalar_", "Scalar_Tensor_"):
         _out = getattr(getattr(aten, _name), _overload + "out", None)
