@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 _LOG = None
 _OUTCOME: dict[str, tuple[str, str]] = {}
+_IDS: dict[str, str] = {}  # pytest's nodeid -> "test_file.py::Class::test"
+
+
+def _id(nodeid: str) -> str:
+    """A test's id with its file's name: the files lie outside pytest's rootdir, so its nodeids start with an
+    empty path ("::TestFooCPU::test_bar_cpu")."""
+    return _IDS.get(nodeid, nodeid)
 
 
 def _write(record: dict) -> None:
@@ -35,8 +43,10 @@ def pytest_collection_modifyitems(config, items) -> None:
             done = {line.strip() for line in fh if line.strip()}
     keep, drop = [], []
     for item in items:
-        key = key_of(item.nodeid)
-        if item.nodeid in done or matching(DESELECT, key) is not None or not sampled(key, sample):
+        _IDS[item.nodeid] = f"{item.path.name}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid \
+            else item.nodeid
+        key = key_of(_id(item.nodeid))
+        if _id(item.nodeid) in done or matching(DESELECT, key) is not None or not sampled(key, sample):
             drop.append(item)
         else:
             keep.append(item)
@@ -46,11 +56,11 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def pytest_collection_finish(session) -> None:
-    _write({"collected": [item.nodeid for item in session.items]})
+    _write({"collected": [_id(item.nodeid) for item in session.items]})
 
 
 def pytest_runtest_logstart(nodeid, location) -> None:
-    _write({"start": nodeid})
+    _write({"start": _id(nodeid), "t": time.monotonic()})
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -78,7 +88,7 @@ def pytest_runtest_logreport(report) -> None:
 
 def pytest_runtest_logfinish(nodeid, location) -> None:
     outcome, why = _OUTCOME.pop(nodeid, ("error", "no outcome reported"))
-    _write({"end": nodeid, "outcome": outcome, "why": why[:400]})
+    _write({"end": _id(nodeid), "outcome": outcome, "why": why[:400], "t": time.monotonic()})
 
 
 def _first_line(report) -> str:

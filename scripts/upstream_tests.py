@@ -61,6 +61,8 @@ SKIPS: dict[str, str] = {
 NOT_FOR_FL = [
     ("missing", None, "PyTorch does not instantiate it for fl (a CPU-only class, or a dtype list of the CPU)"),
     ("skipped", re.compile(r"Only runs on cpu"), "PyTorch runs it on the CPU only (@onlyCPU)"),
+    ("skipped", re.compile(r"Unknown device type"), "PyTorch's largeTensorTest asks only the CPU, CUDA and XPU "
+                                                   "for their free memory and skips every other device"),
 ]
 
 

@@ -181,10 +181,12 @@ def test_fractional_max_pool_takes_more_random_samples_than_it_needs(backend):
 
 
 @pytest.mark.parametrize("module", ["conv2d", "conv_transpose2d", "conv3d", "group_norm", "reflection_pad2d",
-                                    "replication_pad2d", "reflection_pad3d", "replication_pad3d"])
+                                    "replication_pad2d", "reflection_pad3d", "replication_pad3d", "avg_pool2d",
+                                    "lp_pool2d", "adaptive_avg_pool2d", "max_pool3d", "avg_pool3d"])
 def test_channels_last_modules_keep_the_format_cpu_gives(backend, module):
     """Conv2d, ConvTranspose2d and the reflection/replication pads gave contiguous outputs for channels-last
-    inputs (PyTorch's meta functions pick contiguous for a PrivateUse1 convolution); CPU keeps channels-last."""
+    inputs (PyTorch's meta functions pick contiguous for a PrivateUse1 convolution), and 2-D average / LP / adaptive
+    pooling and 3-D max pooling did on minimal (decomposed into views and sums); CPU keeps channels-last."""
     import copy
 
     make = {"conv2d": lambda: torch.nn.Conv2d(4, 6, 3), "conv_transpose2d": lambda: torch.nn.ConvTranspose2d(4, 6, 3),
@@ -192,10 +194,12 @@ def test_channels_last_modules_keep_the_format_cpu_gives(backend, module):
             "reflection_pad2d": lambda: torch.nn.ReflectionPad2d(1),
             "replication_pad2d": lambda: torch.nn.ReplicationPad2d(1),
             "reflection_pad3d": lambda: torch.nn.ReflectionPad3d(1),
-            "replication_pad3d": lambda: torch.nn.ReplicationPad3d(1)}[module]
+            "replication_pad3d": lambda: torch.nn.ReplicationPad3d(1), "avg_pool2d": lambda: torch.nn.AvgPool2d(2),
+            "lp_pool2d": lambda: torch.nn.LPPool2d(2, 3), "adaptive_avg_pool2d": lambda: torch.nn.AdaptiveAvgPool2d(3),
+            "max_pool3d": lambda: torch.nn.MaxPool3d(2), "avg_pool3d": lambda: torch.nn.AvgPool3d(2)}[module]
     torch.manual_seed(0)
     m = make()
-    five = module.endswith("3d")
+    five = module.endswith("3d")  # (CPU's 3-D average pooling gives a contiguous result: so must fl)
     fmt = torch.channels_last_3d if five else torch.channels_last
     x = (torch.randn(2, 4, 5, 6, 6) if five else torch.randn(2, 4, 8, 8)).contiguous(memory_format=fmt)
     xc = x.clone().requires_grad_()

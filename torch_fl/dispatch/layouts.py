@@ -3,7 +3,8 @@
 Output layouts come from PyTorch's meta functions, and for a convolution on a PrivateUse1 device those pick a
 contiguous result whatever the input (`_ConvBackend.Overrideable`). PyTorch's CPU (and CUDA) kernels keep a
 channels-last input channels-last: a convolution whose input or weight is channels-last gives a channels-last
-output, input gradient and weight gradient; the reflection and replication pads keep their input's format. A
+output, input gradient and weight gradient; the reflection and replication pads and some pooling ops keep their
+input's format. A
 model converted with .to(memory_format=torch.channels_last) must stay so on fl, so for these ops the result is
 laid out as CPU lays it out (one copy, only where the formats differ)."""
 
@@ -34,9 +35,9 @@ def _conv(input_at: int, weight_at: int, results: tuple) -> Callable:
     return rule
 
 
-def _like(arg_at: int) -> Callable:
+def _like(arg_at: int, results: tuple = (0,)) -> Callable:
     def rule(vals):
-        return channels_last_of(vals[arg_at]), (0,)
+        return channels_last_of(vals[arg_at]), results
     return rule
 
 
@@ -45,6 +46,11 @@ for _name in ("reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "repli
               "replication_pad3d"):
     RULES[getattr(aten, _name).default] = _like(0)
     RULES[getattr(aten, _name + "_backward").default] = _like(1)
+# pooling CPU keeps channels-last (a device that decomposes it into views and sums would not): 2-D average and
+# adaptive average pooling, 3-D max pooling with its indices (CPU's 3-D average pooling gives contiguous)
+RULES[aten.avg_pool2d.default] = _like(0)
+RULES[aten._adaptive_avg_pool2d.default] = _like(0)
+RULES[aten.max_pool3d_with_indices.default] = _like(0, (0, 1))
 
 
 def rule_for(func) -> Callable | None:
@@ -70,4 +76,4 @@ def apply(want: tuple, result):
 
     if isinstance(result, torch.Tensor):
         return fix(result)
-    return type(result)(fix(t) if i in results else t for i, t in enumerate(result))
+    return tuple(fix(t) if i in results else t for i, t in enumerate(result))
