@@ -213,3 +213,14 @@ def test_channels_last_modules_keep_the_format_cpu_gives(backend, module):
     for p, q in zip(mf.parameters(), m.parameters(), strict=True):
         assert p.grad.stride() == q.grad.stride(), f"{module} weight gradient"
     torch.testing.assert_close(yf.cpu(), yc.detach(), rtol=1e-4, atol=1e-4)
+
+
+def test_an_out_tensor_of_the_right_size_keeps_its_memory(backend):
+    """On minimal (stack by decomposition) the out= tensor took the result's storage: its data_ptr changed."""
+    a, b = torch.randn(3, device="fl"), torch.randn(3, device="fl")
+    out = torch.empty(2, 3, device="fl")
+    ptr = out.data_ptr()
+    torch.stack([a, b], out=out)
+    assert out.data_ptr() == ptr and torch.equal(out.cpu(), torch.stack([a.cpu(), b.cpu()]))
+    wrong = torch.empty(0, device="fl")
+    assert torch.equal(torch.stack([a, b], out=wrong).cpu(), out.cpu())  # an empty one is resized

@@ -37,6 +37,7 @@ from ..runtime import (
     async_copy,
     base_ptr,
     copy_unique,
+    core,
     cpu_to_new_fl,
     device_of,
     dtype_name,
@@ -497,11 +498,15 @@ def _write_out(f: OpFacts, out: torch.Tensor, r, rule=None) -> None:
 
 
 def _adopt(out: torch.Tensor, r: torch.Tensor) -> bool:
-    """out takes r's storage instead of a copy of it, when nobody could tell the difference: out has no
-    elements yet (an out= tensor the op must resize anyway: torch.stack(..., out=torch.empty(0))), r is the
-    sole owner of its storage (a fresh result), and both have the same layout. An out= tensor of the right
-    size keeps its memory (its data_ptr), as PyTorch promises."""
-    if out.numel() != 0 or not (is_fl(r) and is_fl(out)) or r.device != out.device or r.dtype != out.dtype:
+    """out takes r's storage instead of a copy of it, when nobody could tell the difference: out is a fresh
+    output PyTorch's structured wrapper allocated for a functional call, which no Python object had seen (the C++
+    core says: fl_core_fresh_out), or has no elements (it must be resized anyway); out is the sole owner of its
+    storage and r of its own (a fresh result), with the same layout. A user's out= tensor of the right size
+    keeps its memory (its data_ptr), as PyTorch promises."""
+    if not (is_fl(r) and is_fl(out)) or r.device != out.device or r.dtype != out.dtype:
+        return False
+    if out.numel() != 0 and (not core.lib().fl_core_fresh_out(base_ptr(out)) or out.shape != r.shape or
+                             (out.numel() > 1 and out.stride() != r.stride())):
         return False
     if out.storage_offset():
         return False

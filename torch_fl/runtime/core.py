@@ -153,6 +153,7 @@ def _declare(lib: ctypes.CDLL) -> None:
                                  c_void, c_void, c_int, c_void, c_int, c_void, c_int, c_i64], c_int),
         "fl_core_fast_take_counts": ([ctypes.POINTER(c_i64), c_i64], c_i64),
         "fl_core_watch": ([c_void, c_int], None),
+        "fl_core_fresh_out": ([c_void], c_int),
         "fl_core_write_generation": ([c_void], c_u64),
         "fl_core_note_write": ([c_void], None),
         "fl_core_watched": ([], c_i64),

@@ -40,6 +40,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include "fl_plugin.h"
 
@@ -922,7 +923,34 @@ constexpr size_t kFastMax = 16384;
 struct InFlight {
   std::vector<int64_t> key;  // empty: this call cannot be keyed
   const c10::OperatorName* name;
+  std::vector<const void*> fresh_outs;  // storages of out= tensors no Python object has seen (see below)
 };
+
+// The out= tensors of a call that Python has never seen: PyTorch's structured wrapper allocated them a moment
+// ago for a functional call (add.Tensor reaches the device as add.out). The Python dispatcher may give such an
+// output the result's storage instead of copying into it; a user's out= tensor keeps its memory, as PyTorch
+// promises. Python objects of tensors live in the TensorImpl's PyObjectSlot (torch >= 2.13's API; older
+// releases report no fresh outputs, which only costs the copy).
+std::vector<const void*> fresh_out_storages(const c10::OperatorHandle& op, const torch::jit::Stack* stack,
+                                            size_t n) {
+  std::vector<const void*> fresh;
+#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 213)
+  const auto& args = op.schema().arguments();
+  const size_t base = stack->size() - n;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& a = args[i];
+    if (!a.kwarg_only() || a.alias_info() == nullptr || !a.alias_info()->isWrite()) continue;
+    const c10::IValue& v = (*stack)[base + i];
+    if (!v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (t.defined() && t.unsafeGetTensorImpl()->pyobj_slot()->load_pyobj() == nullptr)
+      fresh.push_back(t.storage().data());
+  }
+#else
+  (void)op, (void)stack, (void)n;
+#endif
+  return fresh;
+}
 thread_local std::vector<InFlight> t_pending;  // the fallback calls in flight on this thread, innermost last
 
 void fill_desc(fl_tensor_t& d, const at::Tensor& t) {
@@ -1034,7 +1062,8 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
       if (plan && run_fast(*plan, stack, n)) return;
     }
   }
-  t_pending.push_back({kb.ok && try_fast ? std::move(kb.k) : std::vector<int64_t>(), &op.operator_name()});
+  t_pending.push_back({kb.ok && try_fast ? std::move(kb.k) : std::vector<int64_t>(), &op.operator_name(),
+                       fresh_out_storages(op, stack, n)});
   ModeStash stash;
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse3), stack);
@@ -1202,6 +1231,14 @@ FL_API int fl_core_wait_pending(int index, void* ptr) {
   bool had = d.pool.pending.count(ptr) > 0;
   settle_pending_locked(d, ptr);
   return had ? 1 : 0;
+}
+
+// Whether `base` is the storage of an out= tensor of the innermost fallback call that no Python object had seen.
+FL_API int fl_core_fresh_out(const void* base) {
+  if (t_pending.empty() || base == nullptr) return 0;
+  for (const void* p : t_pending.back().fresh_outs)
+    if (p == base) return 1;
+  return 0;
 }
 
 // ------------------------------------------------------ write watch (C API) ---
