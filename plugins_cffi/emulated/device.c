@@ -44,6 +44,12 @@ static int configure(void) {
         config_status = st;
         return st;
     }
+    if (!st) st = fl_emu_async_configure(n, mem_limit);
+    if (st) {
+        snprintf(config_error, sizeof config_error, "%s", fl_host_last_error());
+        config_status = st;
+        return st;
+    }
     for (int i = 0; i < n; i++) rng_seed[i] = 67280421310721ull + (uint64_t)i;
     n_devices = n;
     config_status = FL_OK;
@@ -73,6 +79,7 @@ static int device_props(int device, fl_device_props_t *p) {
     p->total_memory = mem_limit;
     p->dtypes = fl_emu_profile.dtypes;
     p->features = fl_emu_profile.features & ~FL_FEATURE_HOST_ACCESSIBLE;
+    if (fl_emu_async_on()) p->features |= FL_FEATURE_ASYNC_KERNELS;
     p->compute_units = fl_emu_profile.compute_units;
     return FL_OK;
 }
@@ -86,6 +93,11 @@ static int emu_malloc(int device, size_t nbytes, void **ptr) {
         FL_FAIL(FL_ERR_OOM, "%s: device %d cannot allocate %zu bytes: %llu of %llu bytes in use",
                 fl_emu_profile.name, device, nbytes, (unsigned long long)(now - nbytes),
                 (unsigned long long)mem_limit);
+    }
+    if (fl_emu_async_on()) {
+        st = fl_emu_far_alloc(device, nbytes, ptr);
+        if (st) atomic_fetch_sub(&used[device], nbytes);
+        return st;
     }
     void *block = NULL;
     if (posix_memalign(&block, 64, nbytes + HDR) != 0) {
@@ -102,6 +114,12 @@ static int emu_free(int device, void *ptr) {
     int st = check_device(device);
     if (st) return st;
     if (!ptr) return FL_OK;
+    if (fl_emu_async_on()) {
+        size_t nbytes = 0;
+        st = fl_emu_far_free(device, ptr, &nbytes);
+        if (!st) atomic_fetch_sub(&used[device], nbytes);
+        return st;
+    }
     size_t *block = (size_t *)((char *)ptr - HDR);
     if ((int)block[1] != device)
         FL_FAIL(FL_ERR_INVALID, "%s: free of a block of device %d on device %d", fl_emu_profile.name, (int)block[1],
@@ -130,10 +148,22 @@ static int copy(int device, void *dst, const void *src, size_t n, fl_stream_t s)
 
 FL_SYNC_STREAMS(check_device)
 
-/* The asynchronous versions (streams.c) behind the same device checks. */
+/* Whether the stream and event entry points are streams.c's (real streams), not FL_SYNC_STREAMS's. */
+static int real_streams(void) { return fl_emu_async_on() || (fl_emu_profile.features & FL_FEATURE_ASYNC_COPY); }
+
+/* The asynchronous versions (streams.c) behind the same device checks; device addresses become the
+ * plugin's own view of the memory (async.c) before anything touches them. */
 static int async_copy(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
     int st = check_device(device);
-    return st ? st : fl_emu_copy_async(device, dst, src, n, s);
+    return st ? st : fl_emu_copy_async(device, fl_emu_far_host(dst), fl_emu_far_host(src), n, s);
+}
+static int mem_set(int device, void *dst, int value, size_t n, fl_stream_t s) {
+    int st = check_device(device);
+    return st ? st : fl_emu_fill(device, fl_emu_far_host(dst), value, n, real_streams() ? s : NULL);
+}
+static int event_elapsed(int device, fl_event_t a, fl_event_t b, double *ms) {
+    int st = check_device(device);
+    return st ? st : fl_emu_event_elapsed(device, a, b, ms);
 }
 static int async_stream_create(int device, fl_stream_t *s) {
     int st = check_device(device);
@@ -172,8 +202,10 @@ static int async_synchronize(int device) {
     return st ? st : fl_emu_synchronize_all(device);
 }
 
+/* The generator's state as the queued kernels leave it: they draw their offsets when they run. */
 static int rng_set(int device, uint64_t seed, uint64_t offset) {
     int st = check_device(device);
+    if (!st && fl_emu_async_on()) st = fl_emu_stream_synchronize(device, NULL);
     if (st) return st;
     rng_seed[device] = seed;
     rng_offset[device] = offset;
@@ -181,6 +213,7 @@ static int rng_set(int device, uint64_t seed, uint64_t offset) {
 }
 static int rng_get(int device, uint64_t *seed, uint64_t *offset) {
     int st = check_device(device);
+    if (!st && fl_emu_async_on()) st = fl_emu_stream_synchronize(device, NULL);
     if (st) return st;
     *seed = rng_seed[device];
     *offset = rng_offset[device];
@@ -226,7 +259,23 @@ static int build_table(void) {
             e.dtypes &= fl_emu_profile.dtypes;
             if (e.dtypes) table[n++] = e;
         }
+    if (fl_emu_async_on()) /* each kernel queues its work through a launch slot of its own */
+        for (int i = 0; i < n; i++) {
+            table[i].fn = fl_emu_async_wrap(table[i].op, table[i].fn);
+            if (!table[i].fn) FL_FAIL(FL_ERR_INTERNAL, "%s: more kernels than launch slots", fl_emu_profile.name);
+        }
     table_len = n;
+    return FL_OK;
+}
+
+static int jit_compile(const char *source, const char *symbol, fl_kernel_fn *fn) {
+    int st = fl_host_jit_compile(source, symbol, fn);
+    if (st || !fl_emu_async_on()) return st;
+    fl_kernel_fn wrapped = fl_emu_async_wrap(symbol, *fn);
+    if (!wrapped)
+        FL_FAIL(FL_ERR_UNSUPPORTED, "%s: every launch slot of the asynchronous emulator is in use; %s runs on "
+                "another tier", fl_emu_profile.name, symbol);
+    *fn = wrapped;
     return FL_OK;
 }
 
@@ -281,8 +330,9 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->kernel_count = kernel_count;
     p->kernel_get = kernel_get;
     p->last_error = fl_host_last_error;
-    p->jit_compile = fl_host_jit_compile;
-    if (fl_emu_profile.features & FL_FEATURE_ASYNC_COPY) { /* real streams: copies overlap with compute */
+    p->jit_compile = jit_compile;
+    p->mem_set = mem_set;
+    if (real_streams()) { /* copies overlap with compute; in the asynchronous mode kernels too */
         p->copy_h2d = p->copy_d2h = p->copy_d2d = async_copy;
         p->stream_create = async_stream_create;
         p->stream_destroy = async_stream_destroy;
@@ -293,7 +343,9 @@ int fl_plugin_init(fl_plugin_t *p) {
         p->event_synchronize = async_event_sync;
         p->event_query = async_event_query;
         p->synchronize = async_synchronize;
+        p->event_elapsed = event_elapsed;
     }
     if (fl_emu_profile.collectives) fl_emu_comm_install(p);
+    if (fl_emu_async_on()) fl_emu_async_wrap_comm(p);
     return FL_OK;
 }

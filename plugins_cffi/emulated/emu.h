@@ -41,7 +41,15 @@ extern const fl_kernel_group_t fl_emu_group_add_layer_norm; /* fused_linear.c: (
 /* comm_shm.c: fills p->comm_* (call after p->device_count is set) */
 void fl_emu_comm_install(fl_plugin_t *p);
 
-/* streams.c: real asynchronous streams, for profiles with FL_FEATURE_ASYNC_COPY */
+#define FL_EMU_MAX_DEVICES 8
+
+/* streams.c: real asynchronous streams, for profiles with FL_FEATURE_ASYNC_COPY and for the asynchronous
+ * mode (async.c), where the NULL stream is each device's default stream */
+typedef int (*fl_emu_job_fn)(void *arg); /* runs on a stream's worker; owns and frees arg */
+int fl_emu_default_streams_start(int n_devices);
+int fl_emu_submit(int device, fl_stream_t stream, fl_emu_job_fn job, void *arg, int wait);
+int fl_emu_fill(int device, void *dst, int value, size_t n, fl_stream_t stream);
+int fl_emu_event_elapsed(int device, fl_event_t start, fl_event_t end, double *ms);
 int fl_emu_stream_create(int device, fl_stream_t *out);
 int fl_emu_stream_destroy(int device, fl_stream_t stream);
 int fl_emu_stream_synchronize(int device, fl_stream_t stream);
@@ -52,5 +60,17 @@ int fl_emu_event_record(int device, fl_event_t event, fl_stream_t stream);
 int fl_emu_event_synchronize(int device, fl_event_t event);
 int fl_emu_event_query(int device, fl_event_t event, int *done);
 int fl_emu_synchronize_all(int device);
+
+/* async.c: the asynchronous mode (FL_EMU_ASYNC=1). Kernels run on the device's default stream after their
+ * call returns, and device memory is unreadable from the host: it lives in a shared-memory arena mapped
+ * twice, PROT_NONE at the addresses the runtime gets and read-write at a second address only the
+ * plugin's own workers use. */
+int fl_emu_async_configure(int n_devices, uint64_t mem_limit); /* reads FL_EMU_ASYNC; 1 when on */
+int fl_emu_async_on(void);
+int fl_emu_far_alloc(int device, size_t nbytes, void **ptr);
+int fl_emu_far_free(int device, void *ptr, size_t *nbytes); /* queued after the work before it */
+void *fl_emu_far_host(const void *device_ptr);     /* the plugin-side address of device memory */
+fl_kernel_fn fl_emu_async_wrap(const char *op, fl_kernel_fn fn); /* NULL when no launch slot is left */
+void fl_emu_async_wrap_comm(fl_plugin_t *p);
 
 #endif

@@ -16,8 +16,49 @@
  *     output (and every in-place target) before the call and passes it in.
  *
  * The exported symbols (looked up by name, reported by name when missing):
- *   int fl_plugin_abi_version(void);            must return FL_ABI_VERSION
+ *   int fl_plugin_abi_version(void);            the FL_ABI_VERSION the plugin was built against
  *   int fl_plugin_init(fl_plugin_t *out);       fills the table below
+ *
+ * Versions. torch_fl loads plugins of every version from FL_ABI_VERSION_MIN to
+ * FL_ABI_VERSION. A new version only appends fields to fl_plugin_t; the
+ * plugin sets struct_size to sizeof(fl_plugin_t) as it was compiled, and the
+ * fields past it are NULL/0 to the runtime. So a plugin built against version
+ * 1 loads unchanged: it simply has none of version 2's entry points.
+ *   version 1: everything up to last_error.
+ *   version 2: asynchronous devices (FL_FEATURE_ASYNC_KERNELS), event_elapsed,
+ *              mem_set, pinned host memory (host_alloc/host_free), an async
+ *              device-to-host copy (copy_d2h_async).
+ *
+ * Ordering and copies (the copy contract, every version):
+ *   - Work on one stream runs in the order it was issued. The NULL stream is
+ *     the device's default stream; every kernel the runtime launches today
+ *     goes to it.
+ *   - copy_h2d, copy_d2h and copy_d2d with stream == NULL run after all work
+ *     issued earlier to the NULL stream and have completed when they return
+ *     (they block the host): after copy_d2h returns, dst holds the bytes;
+ *     after copy_h2d returns, src may be reused.
+ *   - copy_d2d handles overlapping source and destination ranges, as memmove
+ *     does (OpenCL's clEnqueueCopyBuffer does not: stage through a temporary).
+ *   - A copy on a non-NULL stream (FL_FEATURE_ASYNC_COPY) may return at once;
+ *     the runtime keeps both buffers alive and untouched until an event
+ *     recorded after it on that stream completes.
+ *   - free may be called while kernels that read the block are still queued on
+ *     the NULL stream: the plugin releases the memory only when they are done
+ *     (or waits for them).
+ *
+ * Asynchronous devices (version 2, FL_FEATURE_ASYNC_KERNELS in the device's
+ * features). Kernels may return before they have run: FL_OK then means "the
+ * call was valid and is queued". The runtime never reads device memory from
+ * the host, waits on events or blocking copies where it needs results, and
+ * times work with events (event_elapsed), never with the host clock. Such a
+ * plugin must provide every stream/event entry point and event_elapsed.
+ *   - A kernel decides FL_ERR_UNSUPPORTED and FL_ERR_INVALID from its
+ *     descriptors before it queues anything.
+ *   - An error found while the kernel runs (an index out of range in the
+ *     data) is reported, as CUDA reports device-side errors, by the next call
+ *     that waits for it (a NULL-stream copy, stream_synchronize,
+ *     event_synchronize, synchronize) with FL_ERR_INTERNAL and a message
+ *     naming the kernel that failed.
  */
 #ifndef FL_PLUGIN_H
 #define FL_PLUGIN_H
@@ -25,7 +66,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FL_ABI_VERSION 1
+#define FL_ABI_VERSION 2
+#define FL_ABI_VERSION_MIN 1 /* the oldest version torch_fl still loads */
 #define FL_MAX_DIMS 8
 
 typedef enum {
@@ -175,7 +217,9 @@ typedef enum {
     FL_FEATURE_ASYNC_COPY = 2,        /* copies on non-default streams overlap */
     FL_FEATURE_FP16_STABLE = 4,       /* fp16 autocast is numerically safe */
     FL_FEATURE_COLLECTIVES = 8,       /* the comm_* entry points are real collectives */
-    FL_FEATURE_CHANNELS_LAST = 16     /* convolutions run fastest on NHWC (channels-last) tensors */
+    FL_FEATURE_CHANNELS_LAST = 16,    /* convolutions run fastest on NHWC (channels-last) tensors */
+    FL_FEATURE_ASYNC_KERNELS = 32     /* version 2: kernels and NULL-stream work may complete after their call
+                                         returns (see "Asynchronous devices" above) */
 } fl_feature_t;
 
 typedef struct {
@@ -257,6 +301,22 @@ typedef struct fl_plugin {
 
     /* the message of the last failed call on this thread */
     const char *(*last_error)(void);
+
+    /* ---- version 2: present when struct_size reaches them; every one may be NULL, except that
+     * a device with FL_FEATURE_ASYNC_KERNELS needs event_elapsed ---- */
+
+    /* milliseconds of device time between two recorded events, both complete (the runtime waits
+     * for them first); FL_ERR_INVALID for an event never recorded */
+    int (*event_elapsed)(int device, fl_event_t start, fl_event_t end, double *ms);
+    /* fill nbytes at dst with the byte value, ordered on the stream like a kernel */
+    int (*mem_set)(int device, void *dst, int value, size_t nbytes, fl_stream_t stream);
+    /* pinned (page-locked) host memory the device copies from and to asynchronously; the runtime
+     * hands it out for pin_memory=True and frees it with host_free */
+    int (*host_alloc)(int device, size_t nbytes, void **ptr);
+    int (*host_free)(int device, void *ptr);
+    /* device-to-host copy on a stream that may return at once (dst is pinned memory from host_alloc);
+     * the runtime records an event after it and waits on that before the host reads dst */
+    int (*copy_d2h_async)(int device, void *dst, const void *src, size_t nbytes, fl_stream_t stream);
 } fl_plugin_t;
 
 #if defined(_WIN32)

@@ -71,6 +71,7 @@ def enum_values(ctype: str, prefix: str) -> dict[str, int]:
 
 
 ABI_VERSION: int = _HEADER.FL_ABI_VERSION
+ABI_VERSION_MIN: int = _HEADER.FL_ABI_VERSION_MIN
 MAX_DIMS: int = _HEADER.FL_MAX_DIMS
 
 FL_OK, FL_ERR_OOM, FL_ERR_INVALID, FL_ERR_UNSUPPORTED, FL_ERR_INTERNAL = (
@@ -87,6 +88,7 @@ FEATURE_ASYNC_COPY = FEATURES["ASYNC_COPY"]
 FEATURE_FP16_STABLE = FEATURES["FP16_STABLE"]
 FEATURE_COLLECTIVES = FEATURES["COLLECTIVES"]
 FEATURE_CHANNELS_LAST = FEATURES["CHANNELS_LAST"]
+FEATURE_ASYNC_KERNELS = FEATURES["ASYNC_KERNELS"]
 KERNEL_FUSED: int = _HEADER.FL_KERNEL_FUSED
 KERNEL_ANY_OUT_LAYOUT: int = _HEADER.FL_KERNEL_ANY_OUT_LAYOUT
 
@@ -106,4 +108,20 @@ OPTIONAL_ENTRIES = (
     "event_record", "event_synchronize", "event_query", "synchronize", "rng_set_state", "rng_get_state",
     "comm_init", "comm_destroy", "comm_all_reduce", "comm_broadcast", "comm_all_gather", "comm_reduce_scatter",
     "comm_send", "comm_recv", "comm_barrier", "jit_compile",
+    # version 2
+    "event_elapsed", "mem_set", "host_alloc", "host_free", "copy_d2h_async",
 )
+# The first field each version added to fl_plugin_t: a plugin of version v fills the table up to the first
+# field of version v + 1, and says so in struct_size.
+_FIRST_FIELD = {2: "event_elapsed"}
+# What a device that declares FL_FEATURE_ASYNC_KERNELS must provide: the runtime waits and times with these.
+ASYNC_REQUIRED = ("stream_create", "stream_destroy", "stream_synchronize", "event_create", "event_destroy",
+                  "event_record", "event_synchronize", "event_query", "synchronize", "event_elapsed")
+
+
+def struct_size(version: int) -> int:
+    """sizeof(fl_plugin_t) as a plugin built against `version` of fl_plugin.h has it."""
+    if version >= ABI_VERSION:
+        return ffi.sizeof("fl_plugin_t")
+    return ffi.offsetof("fl_plugin_t", _FIRST_FIELD[version + 1])
+

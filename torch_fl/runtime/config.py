@@ -13,7 +13,7 @@ Why one parser: sizes, booleans and counts are read by Python and by the C
 plugins. Each kind has exactly one grammar (`parse_size`, `parse_bool`,
 `parse_count`), every error names the variable or file, the value and what is
 accepted, and `validate_environment` rewrites the variables the plugins read
-(FL_*_MEMORY_LIMIT, FL_*_DEVICES, FL_*_COMM_CHUNK_BYTES) as plain integers
+(FL_*_MEMORY_LIMIT, FL_*_DEVICES, FL_*_COMM_CHUNK_BYTES) as plain integers and FL_EMU_ASYNC as 1 or 0
 before any plugin is loaded, so C only ever sees what Python validated."""
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ PLUGIN_VARIABLES = (
     (re.compile(r"^FL_[A-Z0-9_]+_MEMORY_LIMIT$"), "size", 1),
     (re.compile(r"^FL_[A-Z0-9_]+_COMM_CHUNK_BYTES$"), "size", 1),
     (re.compile(r"^FL_[A-Z0-9_]+_DEVICES$"), "count", 1),
+    (re.compile(r"^FL_EMU_ASYNC$"), "bool", 0),  # the emulators' asynchronous mode (plugins_cffi/emulated/async.c)
 )
 # Variables Python reads itself: name -> kind.
 PYTHON_VARIABLES = {"FL_MEMORY_POOL": "bool", "FL_MEMORY_POOL_LIMIT": "size", "FL_CPU_FALLBACK": "bool",
@@ -130,6 +131,9 @@ def validate_environment() -> None:
     for name, text in list(os.environ.items()):
         for pattern, kind, minimum in PLUGIN_VARIABLES:
             if pattern.match(name) and text.strip() != "":
+                if kind == "bool":
+                    os.environ[name] = "1" if parse_bool(text, name) else "0"
+                    break
                 value = parse_size(text, name, minimum) if kind == "size" else parse_count(text, name, minimum)
                 os.environ[name] = str(value)
                 break

@@ -23,6 +23,8 @@ class OpEvent:
     depth: int
     start: float = 0.0  # time.perf_counter() when the op began
     comm_bytes: int = 0  # a collective's message size on this rank (torch_fl.distributed)
+    mark: object = None  # the device clock's mark recorded when the op ended (DEVICE_CLOCK)
+    host_seconds: float | None = None  # the host's time, where `seconds` became device time
 
 
 # Global tallies the dispatcher bumps; listeners read deltas across a call.
@@ -78,6 +80,14 @@ def count(backend, name: str, path: str) -> None:
     counts[key] = counts.get(key, 0) + 1
 
 
+# While fl.profile times an asynchronous device: a callable that records a mark (a device event) on it
+# and returns its handle. An op's device time is the time between the mark before it began and its own.
+DEVICE_CLOCK: list = [None]
+
+
 def emit(event: OpEvent) -> None:
+    clock = DEVICE_CLOCK[0]
+    if clock is not None:
+        event.mark = clock()
     for fn in list(LISTENERS):
         fn(event)

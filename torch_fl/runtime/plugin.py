@@ -39,6 +39,11 @@ class DeviceProps:
         return bool(self.features & abi.FEATURE_HOST_ACCESSIBLE)
 
     @property
+    def async_kernels(self) -> bool:
+        """Kernels may still be running when their call returns: time with events, wait before reading."""
+        return bool(self.features & abi.FEATURE_ASYNC_KERNELS)
+
+    @property
     def dtype_names(self) -> list[str]:
         return mask_to_names(self.dtypes)
 
@@ -121,11 +126,12 @@ class Plugin:
                 f"(a plugin must export fl_plugin_abi_version and fl_plugin_init; see fl_plugin.h)"
             )
         version = self.lib.fl_plugin_abi_version()
-        if version != abi.ABI_VERSION:
+        if not abi.ABI_VERSION_MIN <= version <= abi.ABI_VERSION:
             raise PluginLoadError(
-                f"{path} was built for plugin ABI version {version}, this torch_fl speaks version "
-                f"{abi.ABI_VERSION}: rebuild the plugin against torch_fl's fl_plugin.h"
+                f"{path} was built for plugin ABI version {version}, this torch_fl loads versions "
+                f"{abi.ABI_VERSION_MIN} to {abi.ABI_VERSION}: rebuild the plugin against torch_fl's fl_plugin.h"
             )
+        # zero-filled at the current size: the fields a plugin of an older version does not know stay NULL
         self.table = ffi.new("fl_plugin_t*")
         status = self.lib.fl_plugin_init(self.table)
         if status != abi.FL_OK:
@@ -136,15 +142,21 @@ class Plugin:
             raise PluginLoadError(f"{path}: fl_plugin_init returned {abi.STATUS_NAMES.get(status, status)}"
                                   + (f": {msg}" if msg else ""))
         t = self.table
-        if t.abi_version != abi.ABI_VERSION:
+        if t.abi_version != version:
             raise PluginLoadError(
-                f"{path}: fl_plugin_init filled ABI version {t.abi_version}, expected {abi.ABI_VERSION}"
+                f"{path}: fl_plugin_init filled ABI version {t.abi_version}, but fl_plugin_abi_version() "
+                f"says {version}: the two must agree"
             )
-        if t.struct_size != ffi.sizeof("fl_plugin_t"):
+        expected = abi.struct_size(version)
+        if t.struct_size != expected:
             raise PluginLoadError(
-                f"{path}: fl_plugin_t is {t.struct_size} bytes in the plugin, {ffi.sizeof('fl_plugin_t')} "
-                f"in torch_fl: rebuild the plugin against torch_fl's fl_plugin.h"
+                f"{path}: fl_plugin_t is {t.struct_size} bytes in the plugin, {expected} in ABI version "
+                f"{version}: rebuild the plugin against torch_fl's fl_plugin.h"
             )
+        self.abi_version = int(version)
+        if expected < ffi.sizeof("fl_plugin_t"):  # what the plugin could not have meant to set reads as NULL
+            ffi.memmove(ffi.cast("char *", t) + expected, bytes(ffi.sizeof("fl_plugin_t") - expected),
+                        ffi.sizeof("fl_plugin_t") - expected)
         missing = [name for name in abi.REQUIRED_ENTRIES if getattr(t, name) == ffi.NULL]
         if t.name == ffi.NULL:
             missing.insert(0, "name")
@@ -157,6 +169,13 @@ class Plugin:
         self.emulated = bool(t.emulated)
         self.optional = {name: getattr(t, name) != ffi.NULL for name in abi.OPTIONAL_ENTRIES}
         self.devices = self._probe_devices()
+        if any(d.features & abi.FEATURE_ASYNC_KERNELS for d in self.devices):
+            lacking = [name for name in abi.ASYNC_REQUIRED if not self.optional[name]]
+            if lacking:
+                raise PluginLoadError(
+                    f"{path}: its devices declare FL_FEATURE_ASYNC_KERNELS (kernels may finish after their call "
+                    f"returns) but entry point(s) {', '.join(lacking)} are NULL; torch_fl waits and times "
+                    f"asynchronous work only through them (fl_plugin.h, \"Asynchronous devices\")")
         self.duplicate_kernels: list[str] = []
         self.kernels = self._probe_kernels()
 

@@ -307,8 +307,9 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
 
 // ----------------------------------------------------------------- guard ---
 
-// An event: the plugin's (when it has events) and the host time it was recorded at, so that
-// torch.Event.elapsed_time works on every backend (bundled kernels finish before their call returns).
+// An event: the plugin's (when it has events) and the host time it was recorded at. elapsed_time asks the
+// plugin (event_elapsed: device time, what an asynchronous device must give); a plugin without it runs
+// its kernels before their call returns, so the host times are the device's.
 struct FlEvent {
   void* plugin_event = nullptr;
   int device = 0;
@@ -433,8 +434,16 @@ struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
     auto* a = static_cast<FlEvent*>(start);
     auto* b = static_cast<FlEvent*>(end);
     TORCH_CHECK(a != nullptr && b != nullptr, "elapsed_time: both events must be recorded first");
+    TORCH_CHECK(a->device == b->device, "elapsed_time: the events were recorded on different devices (fl:",
+                a->device, " and fl:", b->device, "); time work on one device with events of that device");
     wait_event(a);
     wait_event(b);
+    Device& d = device_at(a->device);
+    if (d.plugin->event_elapsed && a->plugin_event && b->plugin_event) {
+      double ms = 0;
+      check_status(d, d.plugin->event_elapsed(d.local, a->plugin_event, b->plugin_event, &ms), "event_elapsed");
+      return ms;
+    }
     return std::chrono::duration<double, std::milli>(b->when - a->when).count();
   }
   bool queryStream(const c10::Stream& stream) const override {
