@@ -116,7 +116,8 @@ def _sources(pattern):
 KERNELS = [s for s in _sources("host/*.c") if not s.endswith("plugin.c")] + _sources("emulated/fused_*.c")
 PLUGINS = [_plugin("fl_cpu", _sources("host/plugin.c"), blas=True)] + [
     _plugin(f"fl_{os.path.basename(p)[:-2]}",
-            _sources("emulated/device.c") + _sources("emulated/comm_*.c") + _sources("emulated/streams.c") + _sources("emulated/async.c") + [p],
+            _sources("emulated/device.c") + _sources("emulated/comm_*.c") + _sources("emulated/streams.c")
+            + _sources("emulated/async.c") + [p],
             blas=True)
     for p in _sources("emulated/profiles/*.c")
 ]
