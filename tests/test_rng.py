@@ -86,3 +86,21 @@ def test_misuse_says_what_to_do():
     with pytest.raises(RuntimeError, match="does not exist"):
         torch.Generator(device="fl:63")
     assert torch.randn(2, device="fl").device.type == "fl"  # the process stays usable
+
+
+@pytest.mark.parametrize("backend", ["cpu", "minimal"])
+def test_range_checks_hold_after_a_decomposition_used_the_op(backend):
+    """random_ on uint16 (no ABI dtype) runs a decomposition that calls uniform_ inside; the checks of
+    the user's own later uniform_ calls must still run (the C++ fast path, which checks nothing, must not
+    have learnt the signature from the decomposition's call)."""
+    fl.initialize(backend)
+    big = torch.finfo(torch.float32).max
+    torch.empty(64, dtype=torch.uint16, device="fl").random_(0, None)
+    t = torch.empty(64, device="fl")
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="uniform_ expects to-from"):
+            t.uniform_(-big, big)
+        with pytest.raises(RuntimeError, match=r"uniform_ expects to return a \[from, to\) range"):
+            t.uniform_(42, -42)
+    t.uniform_(-42, 42)
+    assert -42 <= t.min().item() and t.max().item() <= 42

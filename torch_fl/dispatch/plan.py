@@ -274,8 +274,11 @@ def compute(f: OpFacts, args, kwargs):
         if rule is not None:
             overlap.check(rule, f.mutable, vals)
     # PyTorch's checks of the user's call, as the overlap rules; a check that warned (a deprecated uint8 mask,
-    # a random range beyond the dtype's exact integers) keeps the call off the fast path, which would not warn
-    warned = f.precheck(vals) if f.precheck is not None and not TLS.active else False
+    # a random range beyond the dtype's exact integers) keeps the call off the fast path, which would not warn.
+    # Inside a decomposition the check is skipped, so nothing vouches for the signature: the fast path, which
+    # never runs a check, must not learn it there either (a uniform_ inside random_'s decomposition would
+    # otherwise let every later uniform_(from > to) through)
+    warned = (f.precheck(vals) if not TLS.active else True) if f.precheck is not None else False
     dev = _device_of(f.name, vals)
     if dev is None:  # no fl tensor among the arguments: a factory asked for the fl device
         return _factory(f, args, kwargs)
