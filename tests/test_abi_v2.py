@@ -210,3 +210,46 @@ def test_a_queued_kernel_that_fails_is_reported_by_the_next_wait():
     assert "FIRST 0 2.0" in r.stdout and "SECOND 0" in r.stdout, r.stdout
     assert "WAIT 4 minimal: an earlier asynchronous kernel failed: fl_test_positive (status 4)" in r.stdout, r.stdout
     assert "AGAIN 0 [0.0, 1.0, 2.0]" in r.stdout, r.stdout
+
+
+def test_zero_is_one_mem_set_for_dense_tensors():
+    """ABI v2's mem_set: zero_ of a tensor whose elements fill one byte range is one mem_set call (no fill_
+    kernel); a strided slice, or a graph recording (replays run kernels only), uses fill_."""
+    import torch
+
+    import torch_fl as fl
+    from torch_fl.runtime import REGISTRY
+    from torch_fl.runtime.graph import recording
+
+    fl.initialize("minimal")
+    backend = REGISTRY.get("minimal")
+    fills = lambda: backend.own_counts.get(("aten::fill_.Scalar", "native"), 0)  # noqa: E731
+    w = torch.randn(10, 10, device="fl")
+    before = fills()
+    w.t().zero_()
+    assert fills() == before and w.abs().sum().item() == 0
+    w = torch.randn(10, 10, device="fl")
+    w[:, :3].zero_()
+    assert fills() == before + 1
+    assert (w[:, :3] == 0).all().item() and (w[:, 3:] != 0).all().item()
+    x = torch.ones(4, device="fl")
+    before = fills()
+    with recording():
+        x.zero_()
+    assert fills() == before + 1 and x.sum().item() == 0
+
+
+def test_non_blocking_copy_to_the_host_returns_before_it_lands():
+    r = run_py("""
+        import torch, torch_fl as fl
+        from torch_fl.runtime import async_copy
+        fl.initialize("rocm")
+        x = torch.randn(1 << 18, device="fl")
+        h = (x * 2).to("cpu", non_blocking=True)   # queued after the multiplication; pinned, as CUDA's
+        print("QUEUED", async_copy.STATS.get("async_d2h"), h.is_pinned())
+        torch.fl.synchronize()
+        print("EQUAL", torch.equal(h, x.cpu() * 2), len(async_copy.HOST_PENDING))
+        print("BLOCKING", torch.equal((x + 1).to("cpu"), x.cpu() + 1), async_copy.STATS.get("async_d2h"))
+    """, env=ASYNC)
+    assert r.returncode == 0, r.stderr
+    assert "QUEUED 1 True" in r.stdout and "EQUAL True 0" in r.stdout and "BLOCKING True 1" in r.stdout, r.stdout

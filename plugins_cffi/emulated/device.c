@@ -161,6 +161,27 @@ static int mem_set(int device, void *dst, int value, size_t n, fl_stream_t s) {
     int st = check_device(device);
     return st ? st : fl_emu_fill(device, fl_emu_far_host(dst), value, n, real_streams() ? s : NULL);
 }
+/* Pinned host memory: page-aligned host memory (an emulator has nothing to pin; a chip's driver would
+ * page-lock it), so the runtime's non_blocking copies have somewhere to go. */
+static int host_alloc(int device, size_t n, void **ptr) {
+    int st = check_device(device);
+    if (st) return st;
+    if (posix_memalign(ptr, 4096, n ? n : 1) != 0)
+        FL_FAIL(FL_ERR_OOM, "%s: cannot allocate %zu bytes of pinned host memory", fl_emu_profile.name, n);
+    return FL_OK;
+}
+static int host_free(int device, void *ptr) {
+    int st = check_device(device);
+    if (st) return st;
+    free(ptr);
+    return FL_OK;
+}
+/* A device-to-host copy that may return before it lands (queued on the stream, NULL = the default one). */
+static int copy_d2h_async(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
+    int st = check_device(device);
+    if (st) return st;
+    return fl_emu_copy_async_on(device, dst, fl_emu_far_host(src), n, s);
+}
 static int event_elapsed(int device, fl_event_t a, fl_event_t b, double *ms) {
     int st = check_device(device);
     return st ? st : fl_emu_event_elapsed(device, a, b, ms);
@@ -344,6 +365,9 @@ int fl_plugin_init(fl_plugin_t *p) {
         p->event_query = async_event_query;
         p->synchronize = async_synchronize;
         p->event_elapsed = event_elapsed;
+        p->host_alloc = host_alloc;
+        p->host_free = host_free;
+        p->copy_d2h_async = copy_d2h_async;
     }
     if (fl_emu_profile.collectives) fl_emu_comm_install(p);
     if (fl_emu_async_on()) fl_emu_async_wrap_comm(p);

@@ -49,6 +49,7 @@ typedef int (*fl_emu_job_fn)(void *arg); /* runs on a stream's worker; owns and 
 int fl_emu_default_streams_start(int n_devices);
 int fl_emu_submit(int device, fl_stream_t stream, fl_emu_job_fn job, void *arg, int wait);
 int fl_emu_fill(int device, void *dst, int value, size_t n, fl_stream_t stream);
+int fl_emu_copy_async_on(int device, void *dst, const void *src, size_t n, fl_stream_t stream);
 int fl_emu_event_elapsed(int device, fl_event_t start, fl_event_t end, double *ms);
 int fl_emu_stream_create(int device, fl_stream_t *out);
 int fl_emu_stream_destroy(int device, fl_stream_t stream);

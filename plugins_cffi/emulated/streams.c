@@ -257,6 +257,23 @@ int fl_emu_copy_async(int device, void *dst, const void *src, size_t n, fl_strea
     return stream ? enqueue(s, t) : run_and_wait(s, t); /* NULL stream: ordered, and done on return */
 }
 
+/* Queued on the stream (NULL: the device's default stream) without waiting, whatever the stream. */
+int fl_emu_copy_async_on(int device, void *dst, const void *src, size_t n, fl_stream_t stream) {
+    if (n && (!dst || !src)) FL_FAIL(FL_ERR_INVALID, "%s: copy of %zu bytes with a NULL pointer", fl_emu_profile.name, n);
+    stream_t *s = resolve(device, stream);
+    if (!s) {
+        memmove(dst, src, n);
+        return FL_OK;
+    }
+    task_t *t = calloc(1, sizeof *t);
+    if (!t) FL_FAIL(FL_ERR_OOM, "%s: cannot queue a copy", fl_emu_profile.name);
+    t->kind = TASK_COPY;
+    t->dst = dst;
+    t->src = src;
+    t->n = n;
+    return enqueue(s, t);
+}
+
 int fl_emu_fill(int device, void *dst, int value, size_t n, fl_stream_t stream) {
     if (n && !dst) FL_FAIL(FL_ERR_INVALID, "%s: mem_set of %zu bytes at NULL", fl_emu_profile.name, n);
     stream_t *s = resolve(device, stream);

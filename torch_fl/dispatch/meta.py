@@ -105,6 +105,10 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) 
         async_copy.h2d(dst, src)
         events.count(device_of(dst).backend, "aten::copy_", COPY)
         return dst
+    if non_blocking and is_fl(src) and not is_fl(dst) and _async_d2h_ok(dst, src):
+        async_copy.d2h(dst, src)
+        events.count(device_of(src).backend, "aten::copy_", COPY)
+        return dst
     if is_fl(dst):
         host_src = fl_to_cpu(src) if is_fl(src) else src
         cpu_into_fl(dst, host_src)
@@ -130,6 +134,16 @@ def copy_math_bits(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     if dst.is_neg() != src.is_neg():
         aten.neg_.default(raw(dst))
     return dst
+
+
+def _async_d2h_ok(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """fl -> pinned host without waiting: same dtype, shape and contiguous bytes on both sides, from a
+    device whose kernels are asynchronous (on the others the copy has landed when it returns anyway)."""
+    dev = device_of(src)
+    return (src.dtype == dst.dtype and src.shape == dst.shape and dst.numel() > 0
+            and not (src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg())
+            and src.is_contiguous() and dst.is_contiguous() and not async_copy.is_pending(src)
+            and async_copy.supports_d2h(dev) and dst.is_pinned())
 
 
 def _async_ok(dst: torch.Tensor, src: torch.Tensor) -> bool:

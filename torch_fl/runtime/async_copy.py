@@ -42,6 +42,59 @@ def supports(device) -> bool:
                                     "event_destroy"))
 
 
+def supports_d2h(device) -> bool:
+    """A device whose kernels run after their call returns can also copy to the host that way (ABI v2's
+    copy_d2h_async): `x.to("cpu", non_blocking=True)` then returns before the bytes land, as on CUDA."""
+    p = device.plugin
+    return device.props.async_kernels and all(
+        p.optional.get(n) for n in ("copy_d2h_async", "event_create", "event_record", "event_query", "event_destroy"))
+
+
+# device-to-host copies in flight: (device, event, host tensor kept alive until the event completes)
+HOST_PENDING: list = []
+
+
+def d2h(dst, src) -> None:
+    """Enqueue the contiguous fl tensor src's bytes into dst (pinned, contiguous, same dtype and shape) on
+    the device's default stream, after the kernels that write src. The caller waits the way CUDA code
+    does (torch.fl.synchronize(), a stream's or an event's synchronize); dst stays alive until then."""
+    dev = device_of(src)
+    events.host_access("reads device memory to the host")
+    p, t = dev.plugin, dev.plugin.table
+    nbytes = src.numel() * src.element_size()
+    t0 = time.perf_counter()
+    p.check(t.copy_d2h_async(dev.local, ffi.cast("void*", dst.data_ptr()), ffi.cast("void*", src.data_ptr()),
+                             nbytes, ffi.NULL), "copy_d2h_async")
+    event = ffi.new("fl_event_t*")
+    p.check(t.event_create(dev.local, event), "event_create")
+    p.check(t.event_record(dev.local, event[0], ffi.NULL), "event_record")
+    settle_host(block=False)
+    HOST_PENDING.append((dev, event[0], dst))
+    STATS["async_d2h"] = STATS.get("async_d2h", 0) + 1
+    events.BYTES[0] += nbytes
+    if events.LISTENERS:
+        events.emit(events.OpEvent("fl::copy_d2h_async", dev.backend.name, ASYNC_COPY, time.perf_counter() - t0,
+                                   0, nbytes, events.DEPTH[0], t0))
+
+
+def settle_host(block: bool = True) -> None:
+    """Forget the device-to-host copies that have landed (all of them, waiting, when block)."""
+    done = ffi.new("int*")
+    keep = []
+    for dev, event, host in HOST_PENDING:
+        t = dev.plugin.table
+        if block:
+            dev.plugin.check(t.event_synchronize(dev.local, event), "event_synchronize")
+            done[0] = 1
+        else:
+            dev.plugin.check(t.event_query(dev.local, event, done), "event_query")
+        if done[0]:
+            t.event_destroy(dev.local, event)
+        else:
+            keep.append((dev, event, host))
+    HOST_PENDING[:] = keep
+
+
 def copy_stream(device):
     s = getattr(device, "copy_stream", None)
     if s is None:

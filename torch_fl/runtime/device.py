@@ -79,6 +79,7 @@ class FlDeviceModule:
         dev = REGISTRY.device(_index(device))
         async_copy.wait_all(dev)
         dev.plugin.synchronize(dev.local)
+        async_copy.settle_host(block=False)  # the device-to-host copies have landed: let their buffers go
 
     @staticmethod
     def get_device_name(device=None) -> str:

@@ -93,3 +93,36 @@ def size_class(nbytes: int) -> int:
 def empty_cache(device) -> None:
     """Return every cached block of the device to its plugin."""
     device.pool.empty()
+
+
+def mem_set_zero(t) -> bool:
+    """zero_ as one call of the plugin's mem_set (ABI v2; all-zero bytes are 0 in every dtype), for a tensor
+    whose elements fill one byte range. Not while a kernel graph records (a replay runs kernels only):
+    the caller then fills with a kernel. Returns whether it zeroed t."""
+    from . import async_copy, events
+    from .abi import ffi
+    from .tensor import device_of
+
+    dev = device_of(t)
+    if not dev.plugin.optional.get("mem_set") or events.RECORDING[0] is not None:
+        return False
+    if t.numel() == 0 or not _dense(t):
+        return False
+    if async_copy.PENDING:
+        async_copy.wait_for((t,))
+    table = dev.plugin.table
+    dev.plugin.check(table.mem_set(dev.local, ffi.cast("void *", t.data_ptr()), 0, t.numel() * t.element_size(),
+                                   ffi.NULL), "mem_set")
+    events.KERNELS[0] += 1
+    return True
+
+
+def _dense(t) -> bool:
+    """The elements fill exactly numel * itemsize bytes from data_ptr (any order of dims, no gaps, no
+    element twice): sorted by stride, each dim's stride is the product of the sizes inside it."""
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride(), strict=True) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True

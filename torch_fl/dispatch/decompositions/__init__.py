@@ -16,6 +16,7 @@ import torch
 from torch._decomp import decomposition_table
 
 from ...runtime import device_of, native_factory
+from ...runtime.memory import mem_set_zero
 from ..facts import facts
 from . import attention, general, linalg, nn, rnn
 
@@ -41,8 +42,15 @@ def _full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_me
 
 
 DECOMPOSITIONS[aten.full_like.default] = _full_like
-# zero_ as fill_: torch._decomp's zero_ goes through zeros_like, whose generic kernel calls zero_ again
-DECOMPOSITIONS[aten.zero_.default] = lambda self: aten.fill_.Scalar(self, 0)
+def _zero(self):
+    """zero_ as the plugin's mem_set where it has one (one byte fill, no kernel), else as fill_:
+    torch._decomp's zero_ goes through zeros_like, whose generic kernel calls zero_ again."""
+    if mem_set_zero(self):
+        return self
+    return aten.fill_.Scalar(self, 0)
+
+
+DECOMPOSITIONS[aten.zero_.default] = _zero
 
 
 # PyTorch's decompositions bottom out in prims; the ones below are aten ops any

@@ -1,0 +1,1040 @@
+/*
+ * opencl.c — the torch_fl OpenCL backend ("opencl").
+ *
+ * Every OpenCL device of every platform becomes one fl device. libOpenCL.so.1
+ * (the ICD loader) is opened at run time with dlopen, so this library builds and
+ * loads on machines without OpenCL headers or drivers (fl_plugin_init then
+ * returns FL_ERR_UNSUPPORTED and says how to install one).
+ *
+ * Memory: the ABI passes raw addresses (allocation base + byte offset), OpenCL
+ * has cl_mem handles. Each device reserves a PROT_NONE virtual range; malloc
+ * hands out addresses from it (first fit over an address-ordered free list with
+ * coalescing, 256-byte alignment) backed by one cl_mem per allocation, and any
+ * address inside an allocation maps back to (cl_mem, byte offset) through a
+ * sorted table. The host can never dereference those addresses.
+ *
+ * Kernels: OpenCL C kept in kernels_cl.h, built per device and compute type at
+ * first use, enqueued on an in-order profiling queue (FL_FEATURE_ASYNC_KERNELS).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "fl_plugin.h"
+#include "fl_kernel_util.h"
+#include "cl_min.h"
+#include "kernels_cl.h"
+
+#define NAME "opencl"
+#define UNSUP FL_ERR_UNSUPPORTED
+#define ALIGN 256
+
+/* ------------------------------------------------------------------ errors */
+static _Thread_local char tl_err[4096];
+__attribute__((format(printf, 2, 3))) static int fail(int st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tl_err, sizeof tl_err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+static const char *last_error(void) { return tl_err; }
+
+/* ------------------------------------------------------------------ the CL library */
+static struct {
+    void *lib;
+#define F(n) PFN_##n n;
+    F(clGetPlatformIDs) F(clGetPlatformInfo) F(clGetDeviceIDs) F(clGetDeviceInfo) F(clCreateContext)
+    F(clCreateCommandQueue) F(clReleaseCommandQueue) F(clCreateBuffer) F(clReleaseMemObject)
+    F(clCreateProgramWithSource) F(clBuildProgram) F(clGetProgramBuildInfo) F(clReleaseProgram) F(clCreateKernel)
+    F(clSetKernelArg) F(clEnqueueNDRangeKernel) F(clEnqueueReadBuffer) F(clEnqueueWriteBuffer) F(clEnqueueCopyBuffer)
+    F(clEnqueueFillBuffer) F(clEnqueueMarkerWithWaitList) F(clFinish) F(clFlush) F(clWaitForEvents) F(clGetEventInfo)
+    F(clGetEventProfilingInfo) F(clReleaseEvent)
+#undef F
+} cl;
+
+/* ------------------------------------------------------------------ devices */
+typedef struct { uintptr_t addr; size_t size, nbytes; cl_mem mem; } blk_t;  /* live allocation */
+typedef struct { uintptr_t addr; size_t size; } ext_t;               /* free extent */
+
+#define NPROG 16
+#define KSLOTS 512
+typedef struct { char name[48]; cl_kernel k; } kslot_t;
+
+typedef struct {
+    cl_platform_id plat;
+    cl_device_id id;
+    cl_context ctx;
+    cl_command_queue q;
+    char name[64], vendor[64];
+    uint64_t mem_total, max_alloc;
+    int cus, fp64;
+    /* allocator */
+    pthread_mutex_t mlock;
+    uintptr_t vbase;
+    size_t vsize;
+    blk_t *blks; int nblk, capblk;
+    ext_t *free_; int nfree, capfree;
+    uint64_t used;
+    /* programs and kernels */
+    pthread_mutex_t klock;
+    struct { char key[32]; cl_program p; } progs[NPROG];
+    int nprog;
+    kslot_t ks[KSLOTS];
+    /* rng */
+    pthread_mutex_t rlock;
+    uint64_t seed, offset;
+    /* streams created (so synchronize can finish them) */
+    cl_command_queue *streams; int nstreams, capstreams;
+} dev_t_;
+
+static dev_t_ *devs;
+static int ndev;
+static const char *g_vendor = "unknown";
+static char g_vendor_buf[128];
+
+static int chk(int device, dev_t_ **d) {
+    if (device < 0 || device >= ndev) return fail(FL_ERR_INVALID, NAME ": no device %d (there are %d)", device, ndev);
+    *d = &devs[device];
+    return FL_OK;
+}
+#define DEV(device) dev_t_ *D; { int st_ = chk(device, &D); if (st_) return st_; }
+
+static int device_count(int *c) { if (!c) return fail(FL_ERR_INVALID, NAME ": NULL"); *c = ndev; return FL_OK; }
+
+static uint32_t dev_dtypes(const dev_t_ *D) {
+    uint32_t m = FL_DTYPE_BIT(FL_FLOAT32) | FL_DTYPE_BIT(FL_INT64) | FL_DTYPE_BIT(FL_INT32) | FL_DTYPE_BIT(FL_INT16) |
+                 FL_DTYPE_BIT(FL_INT8) | FL_DTYPE_BIT(FL_UINT8) | FL_DTYPE_BIT(FL_BOOL);
+    if (D->fp64) m |= FL_DTYPE_BIT(FL_FLOAT64);
+    return m;
+}
+
+static int device_props(int device, fl_device_props_t *p) {
+    DEV(device);
+    if (!p) return fail(FL_ERR_INVALID, NAME ": device_props(NULL)");
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", D->name);
+    p->total_memory = D->mem_total;
+    p->dtypes = dev_dtypes(D);
+    p->features = FL_FEATURE_ASYNC_KERNELS;
+    p->compute_units = D->cus;
+    return FL_OK;
+}
+
+/* ------------------------------------------------------------------ memory */
+static int blk_find(dev_t_ *D, uintptr_t a) { /* index of the block containing a, or -1 (mlock held) */
+    int lo = 0, hi = D->nblk - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        blk_t *b = &D->blks[mid];
+        if (a < b->addr) hi = mid - 1;
+        else if (a >= b->addr + (b->size ? b->size : 1)) lo = mid + 1;
+        else return mid;
+    }
+    return -1;
+}
+
+/* (cl_mem, byte offset) of a device address; NULL mem when unknown */
+static cl_mem resolve(dev_t_ *D, const void *p, size_t *off, size_t *room) {
+    pthread_mutex_lock(&D->mlock);
+    int i = blk_find(D, (uintptr_t)p);
+    cl_mem m = NULL;
+    if (i >= 0) {
+        m = D->blks[i].mem;
+        *off = (uintptr_t)p - D->blks[i].addr;
+        if (room) *room = D->blks[i].size - *off;
+    }
+    pthread_mutex_unlock(&D->mlock);
+    return m;
+}
+
+static int dev_malloc(int device, size_t nbytes, void **ptr) {
+    DEV(device);
+    if (!ptr) return fail(FL_ERR_INVALID, NAME ": malloc with a NULL result pointer");
+    *ptr = NULL;
+    if (nbytes > D->mem_total)
+        return fail(FL_ERR_OOM, NAME ": cannot allocate %zu bytes on %s: the device has %llu bytes", nbytes, D->name,
+                    (unsigned long long)D->mem_total);
+    if (nbytes > D->max_alloc)
+        return fail(FL_ERR_OOM, NAME ": %zu bytes exceed the device's largest allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE %llu)",
+                    nbytes, (unsigned long long)D->max_alloc);
+    size_t span = nbytes ? (nbytes + ALIGN - 1) / ALIGN * ALIGN : ALIGN;
+    pthread_mutex_lock(&D->mlock);
+    if (D->used + nbytes > D->mem_total) {
+        uint64_t u = D->used;
+        pthread_mutex_unlock(&D->mlock);
+        return fail(FL_ERR_OOM, NAME ": cannot allocate %zu bytes on %s: %llu of %llu bytes in use", nbytes, D->name,
+                    (unsigned long long)u, (unsigned long long)D->mem_total);
+    }
+    D->used += nbytes; /* reserved now, given back on any failure below */
+    pthread_mutex_unlock(&D->mlock);
+    cl_mem m = NULL;
+    if (nbytes) {
+        cl_int e = 0;
+        m = cl.clCreateBuffer(D->ctx, CL_MEM_READ_WRITE, nbytes, NULL, &e);
+        if (!m || e) {
+            pthread_mutex_lock(&D->mlock); D->used -= nbytes; pthread_mutex_unlock(&D->mlock);
+            return fail(FL_ERR_OOM, NAME ": clCreateBuffer(%zu bytes) failed with OpenCL error %d", nbytes, e);
+        }
+    }
+    pthread_mutex_lock(&D->mlock);
+    int f = -1;
+    for (int i = 0; i < D->nfree; i++) if (D->free_[i].size >= span) { f = i; break; }
+    if (f < 0 || (D->nblk == D->capblk && 0)) goto nospace;
+    if (D->nblk == D->capblk) {
+        int nc = D->capblk ? 2 * D->capblk : 1024;
+        blk_t *nb = realloc(D->blks, (size_t)nc * sizeof(blk_t));
+        if (!nb) goto nospace;
+        D->blks = nb; D->capblk = nc;
+    }
+    uintptr_t a = D->free_[f].addr;
+    D->free_[f].addr += span;
+    D->free_[f].size -= span;
+    if (!D->free_[f].size) { memmove(&D->free_[f], &D->free_[f + 1], (size_t)(D->nfree - f - 1) * sizeof(ext_t)); D->nfree--; }
+    int lo = 0, hi = D->nblk; /* insertion point, sorted by address */
+    while (lo < hi) { int mid = (lo + hi) / 2; if (D->blks[mid].addr < a) lo = mid + 1; else hi = mid; }
+    memmove(&D->blks[lo + 1], &D->blks[lo], (size_t)(D->nblk - lo) * sizeof(blk_t));
+    D->blks[lo] = (blk_t){a, span, nbytes, m};
+    D->nblk++;
+    pthread_mutex_unlock(&D->mlock);
+    *ptr = (void *)a;
+    return FL_OK;
+nospace:
+    D->used -= nbytes;
+    pthread_mutex_unlock(&D->mlock);
+    if (m) cl.clReleaseMemObject(m);
+    return fail(FL_ERR_OOM, NAME ": out of device address space (or host memory) for %zu bytes", nbytes);
+}
+
+static int dev_free(int device, void *ptr) {
+    DEV(device);
+    if (!ptr) return FL_OK;
+    pthread_mutex_lock(&D->mlock);
+    int i = blk_find(D, (uintptr_t)ptr);
+    if (i < 0 || D->blks[i].addr != (uintptr_t)ptr) {
+        pthread_mutex_unlock(&D->mlock);
+        return fail(FL_ERR_INVALID, NAME ": free(%p): not a pointer this plugin's malloc returned (or freed twice)", ptr);
+    }
+    blk_t b = D->blks[i];
+    memmove(&D->blks[i], &D->blks[i + 1], (size_t)(D->nblk - i - 1) * sizeof(blk_t));
+    D->nblk--;
+    D->used -= b.nbytes;
+    int pos = 0;
+    while (pos < D->nfree && D->free_[pos].addr < b.addr) pos++;
+    if (D->nfree == D->capfree) {
+        int nc = D->capfree ? 2 * D->capfree : 1024;
+        ext_t *ne = realloc(D->free_, (size_t)nc * sizeof(ext_t));
+        if (ne) { D->free_ = ne; D->capfree = nc; }
+    }
+    if (D->nfree < D->capfree) { /* (else the range leaks: host out of memory) */
+        memmove(&D->free_[pos + 1], &D->free_[pos], (size_t)(D->nfree - pos) * sizeof(ext_t));
+        D->free_[pos] = (ext_t){b.addr, b.size};
+        D->nfree++;
+        if (pos + 1 < D->nfree && D->free_[pos].addr + D->free_[pos].size == D->free_[pos + 1].addr) {
+            D->free_[pos].size += D->free_[pos + 1].size;
+            memmove(&D->free_[pos + 1], &D->free_[pos + 2], (size_t)(D->nfree - pos - 2) * sizeof(ext_t));
+            D->nfree--;
+        }
+        if (pos > 0 && D->free_[pos - 1].addr + D->free_[pos - 1].size == D->free_[pos].addr) {
+            D->free_[pos - 1].size += D->free_[pos].size;
+            memmove(&D->free_[pos], &D->free_[pos + 1], (size_t)(D->nfree - pos - 1) * sizeof(ext_t));
+            D->nfree--;
+        }
+    }
+    pthread_mutex_unlock(&D->mlock);
+    /* OpenCL keeps the object alive until the commands queued on it have finished */
+    if (b.mem) cl.clReleaseMemObject(b.mem);
+    return FL_OK;
+}
+
+static int memory_used(int device, uint64_t *bytes) {
+    DEV(device);
+    if (!bytes) return fail(FL_ERR_INVALID, NAME ": memory_used(NULL)");
+    pthread_mutex_lock(&D->mlock);
+    *bytes = D->used;
+    pthread_mutex_unlock(&D->mlock);
+    return FL_OK;
+}
+
+/* ------------------------------------------------------------------ streams and events */
+static cl_command_queue qof(dev_t_ *D, fl_stream_t s) { return s ? (cl_command_queue)s : D->q; }
+
+static int stream_create(int device, fl_stream_t *s) {
+    DEV(device);
+    if (!s) return fail(FL_ERR_INVALID, NAME ": stream_create(NULL)");
+    cl_int e = 0;
+    cl_command_queue q = cl.clCreateCommandQueue(D->ctx, D->id, CL_QUEUE_PROFILING_ENABLE, &e);
+    if (!q || e) return fail(FL_ERR_INTERNAL, NAME ": clCreateCommandQueue failed with OpenCL error %d", e);
+    pthread_mutex_lock(&D->klock);
+    if (D->nstreams == D->capstreams) {
+        int nc = D->capstreams ? 2 * D->capstreams : 16;
+        cl_command_queue *ns = realloc(D->streams, (size_t)nc * sizeof *ns);
+        if (!ns) { pthread_mutex_unlock(&D->klock); cl.clReleaseCommandQueue(q); return fail(FL_ERR_OOM, NAME ": host out of memory"); }
+        D->streams = ns; D->capstreams = nc;
+    }
+    D->streams[D->nstreams++] = q;
+    pthread_mutex_unlock(&D->klock);
+    *s = (fl_stream_t)q;
+    return FL_OK;
+}
+static int stream_destroy(int device, fl_stream_t s) {
+    DEV(device);
+    if (!s) return FL_OK;
+    pthread_mutex_lock(&D->klock);
+    int found = 0;
+    for (int i = 0; i < D->nstreams; i++)
+        if (D->streams[i] == (cl_command_queue)s) { D->streams[i] = D->streams[--D->nstreams]; found = 1; break; }
+    pthread_mutex_unlock(&D->klock);
+    if (!found) return fail(FL_ERR_INVALID, NAME ": stream_destroy: unknown stream %p", s);
+    cl.clFinish((cl_command_queue)s);
+    cl.clReleaseCommandQueue((cl_command_queue)s);
+    return FL_OK;
+}
+static int stream_sync(int device, fl_stream_t s) {
+    DEV(device);
+    cl_int e = cl.clFinish(qof(D, s));
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": clFinish failed with OpenCL error %d", e);
+    return FL_OK;
+}
+typedef struct { cl_event e; } ev_t;
+static int event_create(int device, fl_event_t *ev) {
+    DEV(device); (void)D;
+    if (!ev) return fail(FL_ERR_INVALID, NAME ": event_create(NULL)");
+    ev_t *x = calloc(1, sizeof *x);
+    if (!x) return fail(FL_ERR_OOM, NAME ": host out of memory");
+    *ev = x;
+    return FL_OK;
+}
+static int event_destroy(int device, fl_event_t ev) {
+    DEV(device); (void)D;
+    ev_t *x = ev;
+    if (!x) return FL_OK;
+    if (x->e) cl.clReleaseEvent(x->e);
+    free(x);
+    return FL_OK;
+}
+static int event_record(int device, fl_event_t ev, fl_stream_t s) {
+    DEV(device);
+    ev_t *x = ev;
+    if (!x) return fail(FL_ERR_INVALID, NAME ": event_record(NULL)");
+    cl_event ne = NULL;
+    cl_int e = cl.clEnqueueMarkerWithWaitList(qof(D, s), 0, NULL, &ne);
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": clEnqueueMarkerWithWaitList failed with OpenCL error %d", e);
+    if (x->e) cl.clReleaseEvent(x->e);
+    x->e = ne;
+    cl.clFlush(qof(D, s));
+    return FL_OK;
+}
+static int event_sync(int device, fl_event_t ev) {
+    DEV(device); (void)D;
+    ev_t *x = ev;
+    if (!x || !x->e) return FL_OK;
+    cl_int e = cl.clWaitForEvents(1, &x->e);
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": clWaitForEvents failed with OpenCL error %d (a kernel before this event failed)", e);
+    return FL_OK;
+}
+static int event_query(int device, fl_event_t ev, int *done) {
+    DEV(device); (void)D;
+    ev_t *x = ev;
+    if (!done) return fail(FL_ERR_INVALID, NAME ": event_query(NULL)");
+    *done = 1;
+    if (!x || !x->e) return FL_OK;
+    cl_int st = 0;
+    cl_int e = cl.clGetEventInfo(x->e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": clGetEventInfo failed with OpenCL error %d", e);
+    if (st < 0) return fail(FL_ERR_INTERNAL, NAME ": work before this event failed (OpenCL status %d)", st);
+    *done = st == CL_COMPLETE;
+    return FL_OK;
+}
+static int event_elapsed(int device, fl_event_t a, fl_event_t b, double *ms) {
+    DEV(device); (void)D;
+    ev_t *x = a, *y = b;
+    if (!ms) return fail(FL_ERR_INVALID, NAME ": event_elapsed(NULL)");
+    if (!x || !y || !x->e || !y->e) return fail(FL_ERR_INVALID, NAME ": event_elapsed on an event never recorded");
+    cl.clWaitForEvents(1, &x->e);
+    cl.clWaitForEvents(1, &y->e);
+    cl_ulong t0 = 0, t1 = 0;
+    cl_int e1 = cl.clGetEventProfilingInfo(x->e, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL);
+    cl_int e2 = cl.clGetEventProfilingInfo(y->e, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+    if (e1 || e2) return fail(FL_ERR_INTERNAL, NAME ": clGetEventProfilingInfo failed with OpenCL error %d", e1 ? e1 : e2);
+    *ms = ((double)t1 - (double)t0) / 1e6;
+    return FL_OK;
+}
+static int synchronize(int device) {
+    DEV(device);
+    cl_int e = cl.clFinish(D->q);
+    pthread_mutex_lock(&D->klock);
+    int n = D->nstreams;
+    cl_command_queue qs[64];
+    if (n > 64) n = 64;
+    memcpy(qs, D->streams, (size_t)n * sizeof *qs);
+    pthread_mutex_unlock(&D->klock);
+    for (int i = 0; i < n && !e; i++) e = cl.clFinish(qs[i]);
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": clFinish failed with OpenCL error %d (a queued kernel failed)", e);
+    return FL_OK;
+}
+
+/* ------------------------------------------------------------------ copies */
+static int dres(dev_t_ *D, const void *p, size_t n, const char *what, cl_mem *m, size_t *off) {
+    size_t room = 0;
+    *m = resolve(D, p, off, &room);
+    if (!*m) return fail(FL_ERR_INVALID, NAME ": %s: %p is not device memory of %s", what, p, D->name);
+    if (n > room) return fail(FL_ERR_INVALID, NAME ": %s of %zu bytes runs past the end of its allocation (%zu bytes left)", what, n, room);
+    return FL_OK;
+}
+static int copy_h2d(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
+    DEV(device);
+    if (!n) return FL_OK;
+    cl_mem m; size_t off; int st = dres(D, dst, n, "copy_h2d", &m, &off);
+    if (st) return st;
+    cl_int e = cl.clEnqueueWriteBuffer(qof(D, s), m, s ? CL_FALSE : CL_TRUE, off, n, src, 0, NULL, NULL);
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": copy_h2d: clEnqueueWriteBuffer failed with OpenCL error %d", e);
+    return FL_OK;
+}
+static int copy_d2h(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
+    DEV(device);
+    if (!n) return FL_OK;
+    cl_mem m; size_t off; int st = dres(D, src, n, "copy_d2h", &m, &off);
+    if (st) return st;
+    cl_int e = cl.clEnqueueReadBuffer(qof(D, s), m, s ? CL_FALSE : CL_TRUE, off, n, dst, 0, NULL, NULL);
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": copy_d2h: clEnqueueReadBuffer failed with OpenCL error %d (or an earlier kernel failed)", e);
+    return FL_OK;
+}
+static int copy_d2h_async(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
+    DEV(device);
+    if (!n) return FL_OK;
+    cl_mem m; size_t off; int st = dres(D, src, n, "copy_d2h_async", &m, &off);
+    if (st) return st;
+    cl_int e = cl.clEnqueueReadBuffer(qof(D, s), m, CL_FALSE, off, n, dst, 0, NULL, NULL);
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": copy_d2h_async: clEnqueueReadBuffer failed with OpenCL error %d", e);
+    cl.clFlush(qof(D, s));
+    return FL_OK;
+}
+static int copy_d2d(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
+    DEV(device);
+    if (!n || dst == src) return FL_OK;
+    cl_mem md, ms; size_t od, os;
+    int st = dres(D, dst, n, "copy_d2d", &md, &od);
+    if (!st) st = dres(D, src, n, "copy_d2d", &ms, &os);
+    if (st) return st;
+    cl_command_queue q = qof(D, s);
+    cl_int e;
+    if (md == ms && od < os + n && os < od + n) { /* overlap: clEnqueueCopyBuffer refuses it, stage */
+        cl_mem t = cl.clCreateBuffer(D->ctx, CL_MEM_READ_WRITE, n, NULL, &e);
+        if (!t || e) return fail(FL_ERR_OOM, NAME ": copy_d2d: no room for a %zu-byte staging buffer (OpenCL error %d)", n, e);
+        e = cl.clEnqueueCopyBuffer(q, ms, t, os, 0, n, 0, NULL, NULL);
+        if (!e) e = cl.clEnqueueCopyBuffer(q, t, md, 0, od, n, 0, NULL, NULL);
+        cl.clReleaseMemObject(t);
+    } else {
+        e = cl.clEnqueueCopyBuffer(q, ms, md, os, od, n, 0, NULL, NULL);
+    }
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": copy_d2d: clEnqueueCopyBuffer failed with OpenCL error %d", e);
+    if (!s) {
+        e = cl.clFinish(q);
+        if (e) return fail(FL_ERR_INTERNAL, NAME ": copy_d2d: clFinish failed with OpenCL error %d", e);
+    }
+    return FL_OK;
+}
+static int mem_set(int device, void *dst, int value, size_t n, fl_stream_t s) {
+    DEV(device);
+    if (!n) return FL_OK;
+    cl_mem m; size_t off; int st = dres(D, dst, n, "mem_set", &m, &off);
+    if (st) return st;
+    unsigned char pat = (unsigned char)value;
+    cl_int e = cl.clEnqueueFillBuffer(qof(D, s), m, &pat, 1, off, n, 0, NULL, NULL);
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": mem_set: clEnqueueFillBuffer failed with OpenCL error %d", e);
+    return FL_OK;
+}
+
+/* ------------------------------------------------------------------ rng */
+static int rng_set_state(int device, uint64_t seed, uint64_t offset) {
+    DEV(device);
+    pthread_mutex_lock(&D->rlock); D->seed = seed; D->offset = offset; pthread_mutex_unlock(&D->rlock);
+    return FL_OK;
+}
+static int rng_get_state(int device, uint64_t *seed, uint64_t *offset) {
+    DEV(device);
+    if (!seed || !offset) return fail(FL_ERR_INVALID, NAME ": rng_get_state(NULL)");
+    pthread_mutex_lock(&D->rlock); *seed = D->seed; *offset = D->offset; pthread_mutex_unlock(&D->rlock);
+    return FL_OK;
+}
+static uint64_t rng_reserve(dev_t_ *D, uint64_t n, uint64_t *seed) {
+    pthread_mutex_lock(&D->rlock);
+    uint64_t s = D->offset; D->offset += n; *seed = D->seed;
+    pthread_mutex_unlock(&D->rlock);
+    return s;
+}
+
+/* ------------------------------------------------------------------ programs and kernels */
+static const char *tname(int dt) {
+    switch (dt) {
+    case FL_FLOAT32: return "f32"; case FL_FLOAT64: return "f64"; case FL_INT64: return "i64"; case FL_INT32: return "i32";
+    case FL_INT16: return "i16"; case FL_INT8: return "i8"; case FL_UINT8: return "u8"; case FL_BOOL: return "b";
+    }
+    return NULL;
+}
+static const char *ctype(int dt) {
+    switch (dt) {
+    case FL_FLOAT32: return "float"; case FL_FLOAT64: return "double"; case FL_INT64: return "long"; case FL_INT32: return "int";
+    case FL_INT16: return "short"; case FL_INT8: return "char"; case FL_UINT8: case FL_BOOL: return "uchar";
+    }
+    return NULL;
+}
+static int dt_ok(dev_t_ *D, int dt) { return tname(dt) && (dt != FL_FLOAT64 || D->fp64); }
+static int is_flt(int dt) { return dt == FL_FLOAT32 || dt == FL_FLOAT64; }
+
+/* key: "ew:<t>", "red:<t>", "nn:<t>", "cvt" (klock held) */
+static cl_program prog_get(dev_t_ *D, const char *key, int *st) {
+    for (int i = 0; i < D->nprog; i++) if (!strcmp(D->progs[i].key, key)) return D->progs[i].p;
+    if (D->nprog == NPROG) { *st = fail(FL_ERR_INTERNAL, NAME ": too many programs"); return NULL; }
+    const char *src = NULL;
+    char opts[512] = "";
+    const char *colon = strchr(key, ':');
+    int dt = -1;
+    if (colon) for (int d = 0; d < FL_DTYPE_COUNT; d++) if (tname(d) && !strcmp(tname(d), colon + 1)) dt = d;
+    const char *fp = D->fp64 ? " -DHAS_FP64" : "";
+    if (!strcmp(key, "cvt")) { src = CL_CVT_SRC; snprintf(opts, sizeof opts, "%s", fp); }
+    else if (dt >= 0) {
+        const char *acc = is_flt(dt) ? (D->fp64 ? "double" : "float") : "long";
+        int tn = dt == FL_FLOAT64 ? 8 : 16;
+        if (!strncmp(key, "ew:", 3)) src = CL_EW_SRC;
+        else if (!strncmp(key, "red:", 4)) src = CL_RED_SRC;
+        else if (!strncmp(key, "nn:", 3)) src = CL_NN_SRC;
+        snprintf(opts, sizeof opts, "-DT=%s -DACC=%s%s%s -DTN=%d -DVT=%s%d -DVLOAD=vload%d -DVSTORE=vstore%d", ctype(dt), acc,
+                 is_flt(dt) ? " -DIS_FLOAT" : "", fp, tn, ctype(dt), tn, tn, tn);
+    }
+    if (!src) { *st = fail(FL_ERR_INTERNAL, NAME ": unknown program %s", key); return NULL; }
+    cl_int e = 0;
+    cl_program p = cl.clCreateProgramWithSource(D->ctx, 1, &src, NULL, &e);
+    if (!p || e) { *st = fail(FL_ERR_INTERNAL, NAME ": clCreateProgramWithSource failed with OpenCL error %d", e); return NULL; }
+    e = cl.clBuildProgram(p, 1, &D->id, opts, NULL, NULL);
+    if (e) {
+        char log[3000] = "";
+        cl.clGetProgramBuildInfo(p, D->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+        cl.clReleaseProgram(p);
+        *st = fail(FL_ERR_INTERNAL, NAME ": building OpenCL program %s (%s) failed with error %d: %s", key, opts, e, log);
+        return NULL;
+    }
+    snprintf(D->progs[D->nprog].key, sizeof D->progs[D->nprog].key, "%s", key);
+    D->progs[D->nprog++].p = p;
+    return p;
+}
+static uint32_t hstr(const char *a, const char *b) {
+    uint32_t h = 2166136261u;
+    for (; *a; a++) h = (h ^ (uint8_t)*a) * 16777619u;
+    h = (h ^ '/') * 16777619u;
+    for (; *b; b++) h = (h ^ (uint8_t)*b) * 16777619u;
+    return h;
+}
+static cl_kernel kern_get(dev_t_ *D, const char *prog, const char *kn, int *st) {
+    char full[48];
+    snprintf(full, sizeof full, "%s/%s", prog, kn);
+    uint32_t h = hstr(prog, kn) % KSLOTS;
+    for (int i = 0; i < KSLOTS; i++) {
+        kslot_t *s = &D->ks[(h + i) % KSLOTS];
+        if (!s->k) {
+            cl_program p = prog_get(D, prog, st);
+            if (!p) return NULL;
+            cl_int e = 0;
+            cl_kernel k = cl.clCreateKernel(p, kn, &e);
+            if (!k || e) { *st = fail(FL_ERR_INTERNAL, NAME ": clCreateKernel(%s) failed with OpenCL error %d", full, e); return NULL; }
+            snprintf(s->name, sizeof s->name, "%s", full);
+            s->k = k;
+            return k;
+        }
+        if (!strcmp(s->name, full)) return s->k;
+    }
+    *st = fail(FL_ERR_INTERNAL, NAME ": kernel cache full");
+    return NULL;
+}
+
+typedef struct { size_t sz; const void *p; } karg_t;
+#define KA(x) ((karg_t){sizeof(x), &(x)})
+/* sets the arguments and enqueues, under the device's kernel lock (cl_kernel is not thread-safe) */
+static int launch(dev_t_ *D, fl_stream_t s, const char *prog, const char *kn, int na, const karg_t *a, int dims,
+                  const size_t *g, const size_t *l) {
+    int st = FL_OK;
+    pthread_mutex_lock(&D->klock);
+    cl_kernel k = kern_get(D, prog, kn, &st);
+    if (!k) { pthread_mutex_unlock(&D->klock); return st; }
+    cl_int e = 0;
+    for (int i = 0; i < na && !e; i++) {
+        e = cl.clSetKernelArg(k, (cl_uint)i, a[i].sz, a[i].p);
+        if (e) st = fail(FL_ERR_INTERNAL, NAME ": clSetKernelArg(%s/%s, %d) failed with OpenCL error %d", prog, kn, i, e);
+    }
+    if (!e) {
+        e = cl.clEnqueueNDRangeKernel(qof(D, s), k, (cl_uint)dims, NULL, g, l, 0, NULL, NULL);
+        if (e) st = fail(FL_ERR_INTERNAL, NAME ": clEnqueueNDRangeKernel(%s/%s) failed with OpenCL error %d", prog, kn, e);
+    }
+    pthread_mutex_unlock(&D->klock);
+    return st;
+}
+static size_t round_up(int64_t n, int64_t m) { return (size_t)((n + m - 1) / m * m); }
+static int launch1(dev_t_ *D, fl_stream_t s, const char *prog, const char *kn, int na, const karg_t *a, int64_t n) {
+    if (n <= 0) return FL_OK;
+    size_t g = round_up(n, 64);
+    return launch(D, s, prog, kn, na, a, 1, &g, NULL);
+}
+
+/* ------------------------------------------------------------------ tensors on the device */
+typedef struct { int64_t size[8]; int64_t st[4][8]; int64_t off[4]; int64_t ndim; int64_t n; } walk_t;
+typedef struct { cl_mem m; int64_t off; } dt_t; /* buffer and element offset of element 0 */
+
+static void span_of(const fl_tensor_t *t, int64_t *lo, int64_t *hi) {
+    int64_t a = t->offset, b = t->offset;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t e = (t->sizes[d] - 1) * t->strides[d];
+        if (e > 0) b += e; else a += e;
+    }
+    *lo = a; *hi = b;
+}
+/* resolves t (checks its elements lie in its allocation); a tensor with no elements gets m = NULL */
+static int tres(dev_t_ *D, const fl_tensor_t *t, dt_t *r) {
+    r->m = NULL; r->off = 0;
+    if (fl_numel(t) == 0) return FL_OK;
+    size_t off = 0, room = 0, isz = fl_itemsize(t->dtype);
+    r->m = resolve(D, t->data, &off, &room);
+    if (!r->m) return fail(FL_ERR_INVALID, NAME ": tensor data %p is not memory of %s", t->data, D->name);
+    if (off % isz) return UNSUP;
+    int64_t lo, hi;
+    span_of(t, &lo, &hi);
+    if (lo < 0 || (uint64_t)(hi + 1) * isz > room)
+        return fail(FL_ERR_INVALID, NAME ": tensor view (offset %lld, last element %lld) lies outside its allocation",
+                    (long long)t->offset, (long long)hi);
+    r->off = (int64_t)(off / isz);
+    return FL_OK;
+}
+/* a walk over shape (sizes of ts0) for up to 4 tensors (NULL = scalar: stride 0), dims coalesced */
+static void mkwalk(walk_t *w, int nd, const int64_t *sizes, int nt, const fl_tensor_t *const *ts, const int64_t *base) {
+    memset(w, 0, sizeof *w);
+    int64_t sz[8], st[4][8];
+    int m = 0;
+    w->n = 1;
+    for (int d = 0; d < nd; d++) w->n *= sizes[d];
+    for (int d = 0; d < nd; d++) {
+        if (sizes[d] == 1) continue;
+        int merge = m > 0;
+        for (int k = 0; k < nt && merge; k++) {
+            int64_t s = ts[k] ? ts[k]->strides[d] : 0;
+            if (st[k][m - 1] != s * sizes[d]) merge = 0;
+        }
+        if (merge) {
+            sz[m - 1] *= sizes[d];
+            for (int k = 0; k < nt; k++) st[k][m - 1] = ts[k] ? ts[k]->strides[d] : 0;
+            continue;
+        }
+        sz[m] = sizes[d];
+        for (int k = 0; k < nt; k++) st[k][m] = ts[k] ? ts[k]->strides[d] : 0;
+        m++;
+    }
+    if (m == 0) { sz[0] = 1; for (int k = 0; k < 4; k++) st[k][0] = 0; m = 1; }
+    w->ndim = m;
+    for (int d = 0; d < m; d++) {
+        w->size[d] = sz[d];
+        for (int k = 0; k < nt; k++) w->st[k][d] = st[k][d];
+    }
+    for (int k = 0; k < nt; k++) w->off[k] = ts[k] ? base[k] + ts[k]->offset : 0;
+}
+
+/* the parameter block prm_t of the kernels: long si[4], pi[4]; REAL sd[4], pd[4] */
+typedef struct { int64_t si[4], pi[4]; unsigned char r[64]; } prm_t;
+static void prm_real(dev_t_ *D, prm_t *p, int which, int k, double v) { /* which 0: sd, 1: pd */
+    if (D->fp64) memcpy(p->r + which * 32 + k * 8, &v, 8);
+    else { float f = (float)v; memcpy(p->r + which * 16 + k * 4, &f, 4); }
+}
+static size_t prm_size(dev_t_ *D) { return D->fp64 ? sizeof(prm_t) : sizeof(prm_t) - 32; }
+typedef union { double d; float f; } real_t;
+static karg_t ka_real(dev_t_ *D, real_t *r, double v) {
+    if (D->fp64) { r->d = v; return (karg_t){8, r}; }
+    r->f = (float)v; return (karg_t){4, r};
+}
+static cl_mem tmpbuf(dev_t_ *D, size_t n, int *st) {
+    cl_int e = 0;
+    cl_mem m = cl.clCreateBuffer(D->ctx, CL_MEM_READ_WRITE, n ? n : 1, NULL, &e);
+    if (!m || e) { *st = fail(FL_ERR_OOM, NAME ": cannot allocate a %zu-byte temporary buffer (OpenCL error %d)", n, e); return NULL; }
+    return m;
+}
+
+/* ------------------------------------------------------------------ elementwise */
+#define KARGS fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, const fl_tensor_t *out, int n_out, \
+              const fl_arg_t *args, int n_args
+#define PASS stream, device, in, n_in, out, n_out, args, n_args
+
+typedef struct { fl_tensor_t v; dt_t d; int scalar; double sd; int64_t si; } opnd_t;
+
+static int get_opnd(dev_t_ *D, const fl_arg_t *a, const fl_tensor_t *in, int n_in, const fl_tensor_t *o, int want, opnd_t *r) {
+    memset(r, 0, sizeof *r);
+    if (a->kind == FL_ARG_TENSOR) {
+        if (a->i < 0 || a->i >= n_in) return UNSUP;
+        if (fl_bcast(&in[a->i], o->ndim, o->sizes, &r->v)) return UNSUP;
+        if (r->v.dtype != want) return fail(UNSUP, NAME ": operand dtype %d, kernel computes in %d", r->v.dtype, want);
+        return tres(D, &r->v, &r->d);
+    }
+    if (fl_arg_is_num(a)) {
+        if (!is_flt(want) && a->kind == FL_ARG_FLOAT && a->f != (double)(int64_t)a->f) return UNSUP;
+        r->scalar = 1;
+        r->sd = fl_arg_num(a);
+        r->si = fl_arg_int(a);
+        if (want == FL_BOOL) r->si = r->sd != 0;
+        return FL_OK;
+    }
+    return UNSUP;
+}
+
+/* out[...] = kernel(ops...) in program ew:<T>; pa/pb are the op's scalar parameters */
+static int ew_run(dev_t_ *D, fl_stream_t s, int T, const char *kn, const fl_tensor_t *o, int nop, opnd_t *ops,
+                  double pa, double pb) {
+    dt_t od;
+    int st = tres(D, o, &od);
+    if (st) return st;
+    int64_t n = fl_numel(o);
+    if (n == 0) return FL_OK;
+    const fl_tensor_t *ts[4] = {o, NULL, NULL, NULL};
+    int64_t base[4] = {od.off, 0, 0, 0};
+    prm_t p;
+    memset(&p, 0, sizeof p);
+    uint32_t sm = 0;
+    cl_mem mems[4] = {od.m, od.m, od.m, od.m};
+    for (int k = 0; k < nop; k++) {
+        if (ops[k].scalar) {
+            sm |= 1u << k;
+            p.si[k] = ops[k].si;
+            prm_real(D, &p, 0, k, ops[k].sd);
+        } else {
+            ts[k + 1] = &ops[k].v;
+            base[k + 1] = ops[k].d.off;
+            mems[k + 1] = ops[k].d.m;
+        }
+    }
+    p.pi[0] = (int64_t)pa; p.pi[1] = (int64_t)pb;
+    prm_real(D, &p, 1, 0, pa);
+    prm_real(D, &p, 1, 1, pb);
+    walk_t w;
+    mkwalk(&w, o->ndim, o->sizes, nop + 1, ts, base);
+    karg_t a[8];
+    int na = 0;
+    for (int k = 0; k <= nop; k++) a[na++] = (karg_t){sizeof(cl_mem), &mems[k]};
+    a[na++] = KA(w);
+    a[na++] = (karg_t){prm_size(D), &p};
+    a[na++] = KA(sm);
+    char prog[16];
+    snprintf(prog, sizeof prog, "ew:%s", tname(T));
+    return launch1(D, s, prog, kn, na, a, n);
+}
+
+static int out0(dev_t_ *D, const fl_tensor_t *out, int n_out, const fl_tensor_t **o) {
+    if (!fl_out_ok(out, n_out)) return UNSUP;
+    if (!dt_ok(D, out[0].dtype)) return UNSUP;
+    *o = &out[0];
+    return FL_OK;
+}
+#define FLOATS_ONLY(o) if (!is_flt((o)->dtype)) return UNSUP;
+#define NOBOOL(o) if ((o)->dtype == FL_BOOL) return UNSUP;
+
+/* unary / binary with operands args[0..nop) in the output's dtype */
+static int ew_simple(KARGS, const char *kn, int nop, int floats_only, double pa, double pb) {
+    (void)stream;
+    DEV(device);
+    const fl_tensor_t *o;
+    int st = out0(D, out, n_out, &o);
+    if (st) return st;
+    if (floats_only && !is_flt(o->dtype)) return UNSUP;
+    if (o->dtype == FL_BOOL) return UNSUP;
+    if (n_args < nop) return UNSUP;
+    opnd_t ops[3];
+    for (int k = 0; k < nop; k++) if ((st = get_opnd(D, &args[k], in, n_in, o, o->dtype, &ops[k]))) return st;
+    if (ops[0].scalar && nop == 1) return UNSUP;
+    return ew_run(D, stream, o->dtype, kn, o, nop, ops, pa, pb);
+}
+#define U1(fn, kn, fo) static int fn(KARGS) { return ew_simple(PASS, kn, 1, fo, 0, 0); }
+#define B2(fn, kn, fo) static int fn(KARGS) { return ew_simple(PASS, kn, 2, fo, 0, 0); }
+U1(k_neg, "u_neg", 0) U1(k_abs, "u_abs", 0) U1(k_relu, "u_relu", 0)
+U1(k_exp, "u_exp", 1) U1(k_log, "u_log", 1) U1(k_sqrt, "u_sqrt", 1) U1(k_rsqrt, "u_rsqrt", 1) U1(k_tanh, "u_tanh", 1)
+U1(k_erf, "u_erf", 1) U1(k_sigmoid, "u_sigmoid", 1) U1(k_silu, "u_silu", 1)
+B2(k_mul, "b_mul", 0) B2(k_div, "b_div", 1) B2(k_maximum, "b_maximum", 0) B2(k_minimum, "b_minimum", 0)
+B2(k_sigmoid_bw, "b_sigmoid_bw", 1) B2(k_tanh_bw, "b_tanh_bw", 1) B2(k_silu_bw, "b_silu_bw", 1)
+
+static int alpha_of(const fl_tensor_t *o, const fl_arg_t *args, int n_args, int k, double *al) {
+    *al = 1;
+    if (k >= n_args || args[k].kind == FL_ARG_NONE) return FL_OK;
+    if (!fl_arg_is_num(&args[k])) return UNSUP;
+    if (!is_flt(o->dtype) && args[k].kind == FL_ARG_FLOAT && args[k].f != (double)(int64_t)args[k].f) return UNSUP;
+    *al = fl_arg_num(&args[k]);
+    return FL_OK;
+}
+static int k_add(KARGS) {
+    if (!fl_out_ok(out, n_out)) return UNSUP;
+    double al; if (alpha_of(&out[0], args, n_args, 2, &al)) return UNSUP;
+    return ew_simple(PASS, "b_add", 2, 0, al, 0);
+}
+static int k_sub(KARGS) {
+    if (!fl_out_ok(out, n_out)) return UNSUP;
+    double al; if (alpha_of(&out[0], args, n_args, 2, &al)) return UNSUP;
+    return ew_simple(PASS, "b_sub", 2, 0, al, 0);
+}
+static int k_pow_ts(KARGS) { /* pow.Tensor_Scalar(self, exponent) */
+    if (!fl_out_ok(out, n_out) || n_args < 2 || !fl_arg_is_num(&args[1])) return UNSUP;
+    double e = fl_arg_num(&args[1]);
+    if (e == 2.0) return ew_simple(PASS, "u_sq", 1, 1, 0, 0);
+    return ew_simple(PASS, "u_pow", 1, 1, e, 0);
+}
+static int gelu_mode(const fl_arg_t *args, int n_args, int k) {
+    if (k >= n_args) return 0;
+    if (args[k].kind == FL_ARG_OTHER && (args[k].i == FL_STR_none || args[k].i == FL_STR_tanh)) return args[k].i == FL_STR_tanh;
+    return -1;
+}
+static int k_gelu(KARGS) {
+    int m = gelu_mode(args, n_args, 1);
+    if (m < 0) return UNSUP;
+    return ew_simple(PASS, m ? "u_gelut" : "u_gelu", 1, 1, 0, 0);
+}
+static int k_gelu_bw(KARGS) { /* gelu_backward(grad_output, self, approximate) */
+    int m = gelu_mode(args, n_args, 2);
+    if (m < 0) return UNSUP;
+    return ew_simple(PASS, m ? "b_gelut_bw" : "b_gelu_bw", 2, 1, 0, 0);
+}
+static int k_threshold_bw(KARGS) { /* threshold_backward(grad_output, self, threshold) */
+    if (n_args < 3 || !fl_arg_is_num(&args[2])) return UNSUP;
+    return ew_simple(PASS, "b_threshold_bw", 2, 0, fl_arg_num(&args[2]), 0);
+}
+static int k_threshold(KARGS) { /* threshold(self, threshold, value) */
+    if (n_args < 3 || !fl_arg_is_num(&args[1]) || !fl_arg_is_num(&args[2])) return UNSUP;
+    return ew_simple(PASS, "u_threshold", 1, 1, fl_arg_num(&args[1]), fl_arg_num(&args[2]));
+}
+
+/* comparisons: bool output, operands in self's dtype */
+static int cmp_k(KARGS, const char *kn) {
+    DEV(device);
+    if (!fl_out_ok(out, n_out) || out[0].dtype != FL_BOOL || n_args < 2) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !dt_ok(D, x->dtype)) return UNSUP;
+    int T = x->dtype;
+    opnd_t ops[2];
+    int st;
+    for (int k = 0; k < 2; k++) if ((st = get_opnd(D, &args[k], in, n_in, &out[0], T, &ops[k]))) return st;
+    return ew_run(D, stream, T, kn, &out[0], 2, ops, 0, 0);
+}
+static int k_eq(KARGS) { return cmp_k(PASS, "c_eq"); }
+static int k_ne(KARGS) { return cmp_k(PASS, "c_ne"); }
+static int k_lt(KARGS) { return cmp_k(PASS, "c_lt"); }
+static int k_le(KARGS) { return cmp_k(PASS, "c_le"); }
+static int k_gt(KARGS) { return cmp_k(PASS, "c_gt"); }
+static int k_ge(KARGS) { return cmp_k(PASS, "c_ge"); }
+
+static int k_where(KARGS) { /* where.self(condition, self, other) */
+    DEV(device);
+    const fl_tensor_t *o;
+    int st = out0(D, out, n_out, &o);
+    if (st) return st;
+    if (n_args < 3) return UNSUP;
+    opnd_t ops[3];
+    if ((st = get_opnd(D, &args[0], in, n_in, o, FL_BOOL, &ops[0])) || (st = get_opnd(D, &args[1], in, n_in, o, o->dtype, &ops[1])) ||
+        (st = get_opnd(D, &args[2], in, n_in, o, o->dtype, &ops[2])))
+        return st;
+    return ew_run(D, stream, o->dtype, "t_where", o, 3, ops, 0, 0);
+}
+
+/* ------------------------------------------------------------------ copy_, fill_, cat, arange */
+static uint64_t val_bits(int dt, double v, int64_t iv, int isint) {
+    uint64_t b = 0;
+    switch (dt) {
+    case FL_FLOAT32: { float f = isint ? (float)iv : (float)v; memcpy(&b, &f, 4); break; }
+    case FL_FLOAT64: { double d = isint ? (double)iv : v; memcpy(&b, &d, 8); break; }
+    case FL_INT64: { int64_t x = isint ? iv : (int64_t)v; memcpy(&b, &x, 8); break; }
+    case FL_INT32: { int32_t x = (int32_t)(isint ? iv : (int64_t)v); memcpy(&b, &x, 4); break; }
+    case FL_INT16: { int16_t x = (int16_t)(isint ? iv : (int64_t)v); memcpy(&b, &x, 2); break; }
+    case FL_INT8: { int8_t x = (int8_t)(isint ? iv : (int64_t)v); memcpy(&b, &x, 1); break; }
+    case FL_UINT8: { uint8_t x = (uint8_t)(isint ? iv : (int64_t)v); memcpy(&b, &x, 1); break; }
+    case FL_BOOL: { uint8_t x = isint ? iv != 0 : v != 0; memcpy(&b, &x, 1); break; }
+    }
+    return b;
+}
+static int fill_bits(dev_t_ *D, fl_stream_t s, const fl_tensor_t *o, uint64_t bits) {
+    dt_t od;
+    int st = tres(D, o, &od);
+    if (st) return st;
+    int64_t n = fl_numel(o);
+    if (!n) return FL_OK;
+    const fl_tensor_t *ts[1] = {o};
+    int64_t base[1] = {od.off};
+    walk_t w;
+    mkwalk(&w, o->ndim, o->sizes, 1, ts, base);
+    size_t isz = fl_itemsize(o->dtype);
+    char kn[8];
+    snprintf(kn, sizeof kn, "fl_%zu", isz);
+    karg_t a[3] = {{sizeof(cl_mem), &od.m}, KA(w), {isz, &bits}};
+    return launch1(D, s, "cvt", kn, 3, a, n);
+}
+static int k_fill(KARGS) { /* fill_.Scalar(self, value) */
+    (void)in; (void)n_in;
+    DEV(device);
+    const fl_tensor_t *o;
+    int st = out0(D, out, n_out, &o);
+    if (st) return st;
+    if (n_args < 2 || !fl_arg_is_num(&args[1])) return UNSUP;
+    return fill_bits(D, stream, o, val_bits(o->dtype, fl_arg_num(&args[1]), args[1].i, args[1].kind != FL_ARG_FLOAT));
+}
+static int k_zero(KARGS) {
+    (void)in; (void)n_in; (void)args; (void)n_args;
+    DEV(device);
+    const fl_tensor_t *o;
+    int st = out0(D, out, n_out, &o);
+    if (st) return st;
+    return fill_bits(D, stream, o, 0);
+}
+/* dst = (dst dtype) src, src already broadcast to dst's shape; both resolved */
+static int copy_view(dev_t_ *D, fl_stream_t s, const fl_tensor_t *dst, const dt_t *dd, const fl_tensor_t *src, const dt_t *sd) {
+    int64_t n = fl_numel(dst);
+    if (!n) return FL_OK;
+    const fl_tensor_t *ts[2] = {dst, src};
+    int64_t base[2] = {dd->off, sd->off};
+    walk_t w;
+    mkwalk(&w, dst->ndim, dst->sizes, 2, ts, base);
+    char kn[24];
+    if (dst->dtype == src->dtype) snprintf(kn, sizeof kn, "cp_%zu", fl_itemsize(dst->dtype));
+    else snprintf(kn, sizeof kn, "cv_%s_%s", tname(src->dtype), tname(dst->dtype));
+    karg_t a[3] = {{sizeof(cl_mem), &dd->m}, {sizeof(cl_mem), &sd->m}, KA(w)};
+    return launch1(D, s, "cvt", kn, 3, a, n);
+}
+static void contig_strides(fl_tensor_t *t) {
+    int64_t st = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) { t->strides[d] = st; st *= t->sizes[d]; }
+}
+static int copy_any(dev_t_ *D, fl_stream_t s, const fl_tensor_t *dst, const fl_tensor_t *src0) {
+    fl_tensor_t src;
+    if (fl_bcast(src0, dst->ndim, dst->sizes, &src)) return UNSUP;
+    if (!dt_ok(D, dst->dtype) || !dt_ok(D, src.dtype)) return UNSUP;
+    dt_t dd, sd;
+    int st;
+    if ((st = tres(D, dst, &dd)) || (st = tres(D, &src, &sd))) return st;
+    int64_t n = fl_numel(dst);
+    if (!n) return FL_OK;
+    if (dd.m == sd.m) {
+        int same = dd.off + dst->offset == sd.off + src.offset;
+        for (int d = 0; d < dst->ndim && same; d++) if (dst->sizes[d] > 1 && dst->strides[d] != src.strides[d]) same = 0;
+        if (same && dst->dtype == src.dtype) return FL_OK;
+        int64_t a0, a1, b0, b1;
+        span_of(dst, &a0, &a1); span_of(&src, &b0, &b1);
+        a0 += dd.off; a1 += dd.off; b0 += sd.off; b1 += sd.off;
+        if (a0 <= b1 && b0 <= a1) { /* overlapping views: stage through a contiguous temporary */
+            fl_tensor_t tmp = *dst;
+            tmp.dtype = src.dtype; tmp.offset = 0;
+            contig_strides(&tmp);
+            dt_t td = {tmpbuf(D, (size_t)n * fl_itemsize(src.dtype), &st), 0};
+            if (!td.m) return st;
+            st = copy_view(D, s, &tmp, &td, &src, &sd);
+            if (!st) st = copy_view(D, s, dst, &dd, &tmp, &td);
+            cl.clReleaseMemObject(td.m);
+            return st;
+        }
+    }
+    return copy_view(D, s, dst, &dd, &src, &sd);
+}
+static int k_copy(KARGS) { /* copy_(self, src, non_blocking) */
+    DEV(device);
+    const fl_tensor_t *o;
+    int st = out0(D, out, n_out, &o);
+    if (st) return st;
+    if (n_args < 2) return UNSUP;
+    if (fl_arg_is_num(&args[1])) return fill_bits(D, stream, o, val_bits(o->dtype, fl_arg_num(&args[1]), args[1].i, args[1].kind != FL_ARG_FLOAT));
+    if (args[1].kind != FL_ARG_TENSOR || args[1].i < 0 || args[1].i >= n_in) return UNSUP;
+    return copy_any(D, stream, o, &in[args[1].i]);
+}
+static int k_cat(KARGS) { /* cat(tensors, dim) */
+    DEV(device);
+    if (n_args < 1 || args[0].kind != FL_ARG_TENSOR_LIST || !fl_out_ok(out, n_out)) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    if (!dt_ok(D, o->dtype) || o->ndim == 0) return UNSUP;
+    int64_t first = args[0].i, cnt = args[0].len;
+    if (first < 0 || first + cnt > n_in) return UNSUP;
+    if (o->ndim == 1 && o->sizes[0] == 0) return FL_OK;
+    int dim;
+    if (fl_wrap_dim(n_args > 1 && args[1].kind == FL_ARG_INT ? args[1].i : 0, o->ndim, &dim)) return UNSUP;
+    int64_t pos = 0;
+    for (int64_t k = 0; k < cnt; k++) { /* check everything before queueing anything */
+        const fl_tensor_t *t = &in[first + k];
+        if (t->ndim == 1 && t->sizes[0] == 0 && o->ndim != 1) continue;
+        if (t->ndim != o->ndim || !dt_ok(D, t->dtype)) return UNSUP;
+        for (int d = 0; d < o->ndim; d++) if (d != dim && t->sizes[d] != o->sizes[d]) return UNSUP;
+        dt_t td; int st = tres(D, t, &td); if (st) return st;
+        pos += t->sizes[dim];
+    }
+    if (pos != o->sizes[dim]) return UNSUP;
+    pos = 0;
+    for (int64_t k = 0; k < cnt; k++) {
+        const fl_tensor_t *t = &in[first + k];
+        if (t->ndim == 1 && t->sizes[0] == 0 && o->ndim != 1) continue;
+        fl_tensor_t d = *o;
+        d.sizes[dim] = t->sizes[dim];
+        d.offset += pos * o->strides[dim];
+        int st = copy_any(D, stream, &d, t);
+        if (st) return st;
+        pos += t->sizes[dim];
+    }
+    return FL_OK;
+}
+static int k_arange(KARGS) { /* arange.start_step(start, end, step, dtype, layout, device, pin_memory) */
+    (void)in; (void)n_in;
+    DEV(device);
+    const fl_tensor_t *o;
+    int st = out0(D, out, n_out, &o);
+    if (st) return st;
+    if (o->ndim != 1 || n_args < 3 || !fl_arg_is_num(&args[0]) || !fl_arg_is_num(&args[2]) || o->dtype == FL_BOOL) return UNSUP;
+    dt_t od;
+    if ((st = tres(D, o, &od))) return st;
+    int64_t n = o->sizes[0];
+    const fl_tensor_t *ts[1] = {o};
+    int64_t base[1] = {od.off};
+    walk_t w;
+    mkwalk(&w, 1, o->sizes, 1, ts, base);
+    char prog[16];
+    snprintf(prog, sizeof prog, "ew:%s", tname(o->dtype));
+    if (is_flt(o->dtype)) {
+        real_t r0, r1;
+        karg_t a[4] = {{sizeof(cl_mem), &od.m}, KA(w), ka_real(D, &r0, fl_arg_num(&args[0])), ka_real(D, &r1, fl_arg_num(&args[2]))};
+        return launch1(D, stream, prog, "a_arange", 4, a, n);
+    }
+    if (args[0].kind == FL_ARG_FLOAT || args[2].kind == FL_ARG_FLOAT) return UNSUP;
+    int64_t s0 = args[0].i, s1 = args[2].i;
+    karg_t a[4] = {{sizeof(cl_mem), &od.m}, KA(w), KA(s0), KA(s1)};
+    return launch1(D, stream, prog, "a_arange", 4, a, n);
+}
+
+/* ------------------------------------------------------------------ random */
+static int rand_k(KARGS, int kind) { /* 0 uniform_(self, from, to), 1 normal_(self, mean, std), 2 bernoulli_.float(self, p) */
+    (void)in; (void)n_in;
+    DEV(device);
+    const fl_tensor_t *o;
+    int st = out0(D, out, n_out, &o);
+    if (st) return st;
+    if (kind < 2 && !is_flt(o->dtype)) return UNSUP;
+    if (n_args < (kind < 2 ? 3 : 2) || !fl_arg_is_num(&args[1]) || (kind < 2 && !fl_arg_is_num(&args[2]))) return UNSUP;
+    double a = fl_arg_num(&args[1]), b = kind < 2 ? fl_arg_num(&args[2]) : 0;
+    if (kind == 0 && !(a <= b)) return fail(FL_ERR_INVALID, "uniform_ expects to return a [from, to) range, but found from=%g > to=%g", a, b);
+    if (kind == 1 && b < 0) return fail(FL_ERR_INVALID, "normal expects std >= 0.0, but found std %g", b);
+    if (kind == 2 && !(a >= 0 && a <= 1)) return fail(FL_ERR_INVALID, "bernoulli_ expects p to be in [0, 1], but got p=%g", a);
+    dt_t od;
+    if ((st = tres(D, o, &od))) return st;
+    int64_t n = fl_numel(o);
+    if (!n) return FL_OK;
+    const fl_tensor_t *ts[1] = {o};
+    int64_t base[1] = {od.off};
+    walk_t w;
+    mkwalk(&w, o->ndim, o->sizes, 1, ts, base);
+    /* counters follow the row-major index (mkwalk keeps that order: it only merges and drops size-1 dims) */
+    uint64_t seed, start = rng_reserve(D, (uint64_t)n * (kind == 1 ? 2 : 1), &seed);
+    char prog[16];
+    snprintf(prog, sizeof prog, "ew:%s", tname(o->dtype));
+    real_t r0, r1;
+    karg_t ka[6] = {{sizeof(cl_mem), &od.m}, KA(w), KA(seed), KA(start), ka_real(D, &r0, a), ka_real(D, &r1, b)};
+    return launch1(D, stream, prog, kind == 0 ? "r_uniform" : kind == 1 ? "r_normal" : "r_bernoulli", kind == 2 ? 5 : 6, ka, n);
+}
+static int k_uniform(KARGS) { return rand_k(PASS, 0); }
+static int k_normal(KARGS) { return rand_k(PASS, 1); }
+static int k_bernoulli(KARGS) { return rand_k(PASS, 2); }
