@@ -24,8 +24,7 @@ import torch
 from . import dispatch
 from .api import using_backend
 from .report import Report
-from .runtime import FALLBACK, REGISTRY, OpEvent, events
-from .runtime.clock import DeviceClock
+from .runtime import FALLBACK, REGISTRY, DeviceClock, OpEvent, events
 
 
 @dataclass

@@ -63,7 +63,7 @@ static struct {
 typedef struct { uintptr_t addr; size_t size, nbytes; cl_mem mem; } blk_t;  /* live allocation */
 typedef struct { uintptr_t addr; size_t size; } ext_t;               /* free extent */
 
-#define NPROG 16
+#define NPROG 40
 #define KSLOTS 512
 typedef struct { char name[48]; cl_kernel k; } kslot_t;
 
@@ -77,7 +77,7 @@ typedef struct {
     int cus, fp64;
     /* allocator */
     pthread_mutex_t mlock;
-    uintptr_t vbase;
+    uintptr_t vbase, rover;
     size_t vsize;
     blk_t *blks; int nblk, capblk;
     ext_t *free_; int nfree, capfree;
@@ -104,7 +104,7 @@ static int chk(int device, dev_t_ **d) {
     *d = &devs[device];
     return FL_OK;
 }
-#define DEV(device) dev_t_ *D; { int st_ = chk(device, &D); if (st_) return st_; }
+#define DEV(device) dev_t_ *D = NULL; { int st_ = chk(device, &D); if (st_) return st_; }
 
 static int device_count(int *c) { if (!c) return fail(FL_ERR_INVALID, NAME ": NULL"); *c = ndev; return FL_OK; }
 
@@ -185,8 +185,12 @@ static int dev_malloc(int device, size_t nbytes, void **ptr) {
     }
     pthread_mutex_lock(&D->mlock);
     int f = -1;
-    for (int i = 0; i < D->nfree; i++) if (D->free_[i].size >= span) { f = i; break; }
-    if (f < 0 || (D->nblk == D->capblk && 0)) goto nospace;
+    /* next fit from a rover: freed addresses are not handed out again until the range wraps, so a stale
+     * pointer to a freed block fails loudly (not device memory) instead of aliasing a new allocation */
+    for (int i = 0; i < D->nfree; i++) if (D->free_[i].size >= span && D->free_[i].addr + D->free_[i].size > D->rover) {
+        f = i; break; }
+    if (f < 0) for (int i = 0; i < D->nfree; i++) if (D->free_[i].size >= span) { f = i; break; }
+    if (f < 0) goto nospace;
     if (D->nblk == D->capblk) {
         int nc = D->capblk ? 2 * D->capblk : 1024;
         blk_t *nb = realloc(D->blks, (size_t)nc * sizeof(blk_t));
@@ -194,6 +198,22 @@ static int dev_malloc(int device, size_t nbytes, void **ptr) {
         D->blks = nb; D->capblk = nc;
     }
     uintptr_t a = D->free_[f].addr;
+    if (a < D->rover && D->rover + span <= D->free_[f].addr + D->free_[f].size) { /* split: take from the rover on */
+        size_t pre = D->rover - a;
+        if (D->nfree == D->capfree) {
+            ext_t *ne = realloc(D->free_, (size_t)(2 * D->capfree) * sizeof(ext_t));
+            if (!ne) goto nospace;
+            D->free_ = ne; D->capfree *= 2;
+        }
+        memmove(&D->free_[f + 1], &D->free_[f], (size_t)(D->nfree - f) * sizeof(ext_t));
+        D->nfree++;
+        D->free_[f].size = pre;
+        f++;
+        D->free_[f].addr = D->rover;
+        D->free_[f].size -= pre;
+        a = D->rover;
+    }
+    D->rover = a + span;
     D->free_[f].addr += span;
     D->free_[f].size -= span;
     if (!D->free_[f].size) { memmove(&D->free_[f], &D->free_[f + 1], (size_t)(D->nfree - f - 1) * sizeof(ext_t)); D->nfree--; }
@@ -1038,3 +1058,528 @@ static int rand_k(KARGS, int kind) { /* 0 uniform_(self, from, to), 1 normal_(se
 static int k_uniform(KARGS) { return rand_k(PASS, 0); }
 static int k_normal(KARGS) { return rand_k(PASS, 1); }
 static int k_bernoulli(KARGS) { return rand_k(PASS, 2); }
+
+/* ------------------------------------------------------------------ reductions */
+typedef struct { int64_t osize[8], ost_o[8], ost_i[8], rsize[8], rst[8]; int64_t ooff, ioff, ondim, rndim, nout, nred, chunk, nchunk; } red_t;
+
+static int parse_dims(const fl_arg_t *a, int nd, uint32_t *mask) {
+    *mask = 0;
+    if (!a || a->kind == FL_ARG_NONE || (a->kind == FL_ARG_INT_LIST && a->len == 0)) { *mask = nd ? (1u << nd) - 1 : 0; return FL_OK; }
+    if (a->kind == FL_ARG_INT) { int d; if (fl_wrap_dim(a->i, nd, &d)) return UNSUP; if (nd) *mask = 1u << d; return FL_OK; }
+    if (a->kind != FL_ARG_INT_LIST) return UNSUP;
+    for (int k = 0; k < a->len; k++) { int d; if (fl_wrap_dim(a->list[k], nd, &d)) return UNSUP; if (nd) *mask |= 1u << d; }
+    return FL_OK;
+}
+/* op 0 sum (scale: 1, or 1/n for mean), 1 max */
+static int reduce(dev_t_ *D, fl_stream_t s, const fl_tensor_t *x0, const fl_arg_t *dims, int keepdim, const fl_tensor_t *o, int op, int mean) {
+    if (!dt_ok(D, o->dtype) || !dt_ok(D, x0->dtype) || o->dtype == FL_BOOL) return UNSUP;
+    if (op == 1 && x0->dtype != o->dtype) return UNSUP;
+    if (mean && !is_flt(o->dtype)) return UNSUP;
+    uint32_t mask;
+    if (parse_dims(dims, x0->ndim, &mask)) return UNSUP;
+    int nkeep = 0;
+    for (int d = 0; d < x0->ndim; d++) if (!(mask >> d & 1)) nkeep++;
+    if (o->ndim != (keepdim ? x0->ndim : nkeep)) return UNSUP;
+    int64_t nred = 1;
+    for (int d = 0; d < x0->ndim; d++) if (mask >> d & 1) nred *= x0->sizes[d];
+    if (op == 1 && nred == 0) return UNSUP;
+    dt_t od, xd;
+    int st;
+    if ((st = tres(D, o, &od)) || (st = tres(D, x0, &xd))) return st;
+    int64_t nout = fl_numel(o);
+    if (!nout) return FL_OK;
+    fl_tensor_t x = *x0;
+    cl_mem tmpx = NULL;
+    if (x0->dtype != o->dtype && fl_numel(x0) > 0) { /* sum(int32) -> int64 etc.: convert first */
+        x.dtype = o->dtype; x.offset = 0;
+        contig_strides(&x);
+        dt_t td = {tmpbuf(D, (size_t)fl_numel(x0) * fl_itemsize(o->dtype), &st), 0};
+        if (!td.m) return st;
+        if ((st = copy_view(D, s, &x, &td, x0, &xd))) { cl.clReleaseMemObject(td.m); return st; }
+        tmpx = td.m; xd = td;
+    }
+    red_t r;
+    memset(&r, 0, sizeof r);
+    int od_i = 0, on = 0, rn = 0;
+    for (int d = 0; d < x.ndim; d++) {
+        int red = mask >> d & 1;
+        int oi = keepdim ? d : (red ? -1 : od_i++);
+        if (red) {
+            if (x.sizes[d] == 1) continue;
+            if (rn > 0 && r.rst[rn - 1] == x.strides[d] * x.sizes[d]) { r.rsize[rn - 1] *= x.sizes[d]; r.rst[rn - 1] = x.strides[d]; continue; }
+            r.rsize[rn] = x.sizes[d]; r.rst[rn] = x.strides[d]; rn++;
+        } else {
+            if (o->sizes[oi] != x.sizes[d]) { if (tmpx) cl.clReleaseMemObject(tmpx); return UNSUP; }
+            if (x.sizes[d] == 1) continue;
+            r.osize[on] = x.sizes[d]; r.ost_o[on] = o->strides[oi]; r.ost_i[on] = x.strides[d]; on++;
+        }
+    }
+    if (rn == 0) { r.rsize[0] = 1; r.rst[0] = 0; rn = 1; }
+    if (nred == 0) { r.rsize[0] = 0; }
+    r.ondim = on; r.rndim = rn; r.nout = nout; r.nred = nred;
+    r.ooff = od.off + o->offset; r.ioff = xd.off + x.offset;
+    r.nchunk = 1; r.chunk = nred > 0 ? nred : 1;
+    if (nout < 4096 && nred > 8192) {
+        int64_t want = (8192 + nout - 1) / nout, bych = (nred + 4095) / 4096;
+        r.nchunk = want < bych ? want : bych;
+        if (r.nchunk < 1) r.nchunk = 1;
+        r.chunk = (nred + r.nchunk - 1) / r.nchunk;
+        r.nchunk = (nred + r.chunk - 1) / r.chunk;
+    }
+    if (nred == 0) { r.chunk = 0; }
+    size_t accsz = op == 1 ? fl_itemsize(o->dtype) : 8;
+    if (op == 0 && o->dtype == FL_FLOAT32 && !D->fp64) accsz = 4;
+    cl_mem part = r.nchunk > 1 ? tmpbuf(D, (size_t)(r.nchunk * nout) * accsz, &st) : NULL;
+    if (r.nchunk > 1 && !part) { if (tmpx) cl.clReleaseMemObject(tmpx); return st; }
+    char prog[16];
+    snprintf(prog, sizeof prog, "red:%s", tname(o->dtype));
+    double scale = mean ? 1.0 / (double)nred : 1.0;
+    real_t rs;
+    cl_mem pm = part ? part : od.m;
+    karg_t a[5] = {{sizeof(cl_mem), &od.m}, {sizeof(cl_mem), &pm}, {sizeof(cl_mem), &xd.m}, KA(r), ka_real(D, &rs, scale)};
+    if (!xd.m) a[2] = (karg_t){sizeof(cl_mem), &od.m};
+    st = launch1(D, s, prog, op ? "r_max" : "r_sum", 5, a, nout * r.nchunk);
+    if (!st && r.nchunk > 1) {
+        karg_t b[4] = {{sizeof(cl_mem), &od.m}, {sizeof(cl_mem), &pm}, KA(r), ka_real(D, &rs, scale)};
+        st = launch1(D, s, prog, op ? "f_max" : "f_sum", 4, b, nout);
+    }
+    if (part) cl.clReleaseMemObject(part);
+    if (tmpx) cl.clReleaseMemObject(tmpx);
+    return st;
+}
+static int bool_at(const fl_arg_t *args, int n_args, int k) {
+    return k < n_args && (args[k].kind == FL_ARG_BOOL || args[k].kind == FL_ARG_INT) ? (int)args[k].i : 0;
+}
+static int k_sum_dim(KARGS) { /* sum.dim_IntList(self, dim?, keepdim, dtype?) */
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !fl_out_ok(out, n_out)) return UNSUP;
+    return reduce(D, stream, x, n_args > 1 ? &args[1] : NULL, bool_at(args, n_args, 2), &out[0], 0, 0);
+}
+static int k_sum(KARGS) { /* sum(self, dtype?) */
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !fl_out_ok(out, n_out)) return UNSUP;
+    return reduce(D, stream, x, NULL, 0, &out[0], 0, 0);
+}
+static int k_mean_dim(KARGS) {
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !fl_out_ok(out, n_out)) return UNSUP;
+    return reduce(D, stream, x, n_args > 1 ? &args[1] : NULL, bool_at(args, n_args, 2), &out[0], 0, 1);
+}
+static int k_mean(KARGS) {
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !fl_out_ok(out, n_out)) return UNSUP;
+    return reduce(D, stream, x, NULL, 0, &out[0], 0, 1);
+}
+static int k_amax(KARGS) { /* amax(self, dim[], keepdim) */
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !fl_out_ok(out, n_out)) return UNSUP;
+    return reduce(D, stream, x, n_args > 1 ? &args[1] : NULL, bool_at(args, n_args, 2), &out[0], 1, 0);
+}
+
+/* ------------------------------------------------------------------ softmax family */
+typedef struct { int64_t osize[8], ost[3][8], off[3], ondim, nrows, L, lst[3]; } rows_t;
+static int softmax_run(dev_t_ *D, fl_stream_t s, const fl_tensor_t *o, const fl_tensor_t *x, const fl_tensor_t *y, int dim, int kind) {
+    if (!is_flt(o->dtype) || !dt_ok(D, o->dtype) || x->dtype != o->dtype || (y && y->dtype != o->dtype)) return UNSUP;
+    if (x->ndim != o->ndim || (y && y->ndim != o->ndim)) return UNSUP;
+    for (int d = 0; d < o->ndim; d++) if (x->sizes[d] != o->sizes[d] || (y && y->sizes[d] != o->sizes[d])) return UNSUP;
+    dt_t od, xd, yd = {0, 0};
+    int st;
+    if ((st = tres(D, o, &od)) || (st = tres(D, x, &xd)) || (y && (st = tres(D, y, &yd)))) return st;
+    if (!fl_numel(o)) return FL_OK;
+    rows_t r;
+    memset(&r, 0, sizeof r);
+    const fl_tensor_t *ts[3] = {o, x, y ? y : x};
+    int64_t base[3] = {od.off, xd.off, y ? yd.off : xd.off};
+    r.nrows = 1;
+    r.L = o->ndim ? o->sizes[dim] : 1;
+    int on = 0;
+    for (int d = 0; d < o->ndim; d++) {
+        if (d == dim) { for (int k = 0; k < 3; k++) r.lst[k] = ts[k]->strides[d]; continue; }
+        if (o->sizes[d] == 1) continue;
+        r.osize[on] = o->sizes[d];
+        for (int k = 0; k < 3; k++) r.ost[k][on] = ts[k]->strides[d];
+        r.nrows *= o->sizes[d];
+        on++;
+    }
+    r.ondim = on;
+    for (int k = 0; k < 3; k++) r.off[k] = base[k] + ts[k]->offset;
+    cl_mem ym = y ? yd.m : xd.m;
+    int kd = kind;
+    char prog[16];
+    snprintf(prog, sizeof prog, "nn:%s", tname(o->dtype));
+    karg_t a[5] = {{sizeof(cl_mem), &od.m}, {sizeof(cl_mem), &xd.m}, {sizeof(cl_mem), &ym}, KA(r), KA(kd)};
+    return launch1(D, s, prog, "softmax", 5, a, r.nrows);
+}
+static int softmax_k(KARGS, int kind) {
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !fl_out_ok(out, n_out) || n_args < 2 || args[1].kind != FL_ARG_INT) return UNSUP;
+    if (n_args > 2 && args[2].kind == FL_ARG_BOOL && args[2].i) return UNSUP; /* half_to_float */
+    int dim;
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) return fail(FL_ERR_INVALID, "softmax: dimension out of range");
+    return softmax_run(D, stream, &out[0], x, NULL, dim, kind);
+}
+static int softmax_bw_k(KARGS, int kind) { /* (grad_output, output, dim, input_dtype) */
+    DEV(device);
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *y = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!g || !y || !fl_out_ok(out, n_out) || n_args < 3 || args[2].kind != FL_ARG_INT) return UNSUP;
+    int dim;
+    if (fl_wrap_dim(args[2].i, g->ndim, &dim)) return fail(FL_ERR_INVALID, "softmax backward: dimension out of range");
+    return softmax_run(D, stream, &out[0], g, y, dim, kind);
+}
+static int k_softmax(KARGS) { return softmax_k(PASS, 0); }
+static int k_log_softmax(KARGS) { return softmax_k(PASS, 1); }
+static int k_softmax_bw(KARGS) { return softmax_bw_k(PASS, 3); }
+static int k_log_softmax_bw(KARGS) { return softmax_bw_k(PASS, 4); }
+
+/* ------------------------------------------------------------------ layer norm */
+static int contig_of(dev_t_ *D, const fl_tensor_t *t, int dt, int64_t numel, dt_t *r) {
+    if (!t) { r->m = NULL; r->off = 0; return FL_OK; }
+    if (t->dtype != dt || !fl_is_contiguous(t) || fl_numel(t) != numel) return UNSUP;
+    int st = tres(D, t, r);
+    r->off += t->offset;
+    return st;
+}
+static int k_layer_norm(KARGS) { /* native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd) */
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 3 || n_args < 5 || args[1].kind != FL_ARG_INT_LIST || !fl_arg_is_num(&args[4])) return UNSUP;
+    int T = x->dtype;
+    if (!is_flt(T) || !dt_ok(D, T)) return UNSUP;
+    int nn = args[1].len;
+    if (nn > x->ndim) return UNSUP;
+    int64_t N = 1, total = fl_numel(x);
+    for (int k = 0; k < nn; k++) N *= args[1].list[k];
+    if (N == 0 || total % N) return UNSUP;
+    int64_t M = total / N;
+    const fl_tensor_t *w = fl_arg_tensor(args, n_args, 2, in, n_in), *b = fl_arg_tensor(args, n_args, 3, in, n_in);
+    dt_t xd, od, md, rd, wd, bd;
+    int st;
+    if ((st = contig_of(D, x, T, total, &xd)) || (st = contig_of(D, &out[0], T, total, &od)) ||
+        (st = contig_of(D, fl_out_at(out, n_out, 1), T, M, &md)) || (st = contig_of(D, fl_out_at(out, n_out, 2), T, M, &rd)) ||
+        (st = contig_of(D, w, T, N, &wd)) || (st = contig_of(D, b, T, N, &bd)))
+        return st;
+    if (!M) return FL_OK;
+    int flags = (w ? 1 : 0) | (b ? 2 : 0) | (md.m && rd.m ? 4 : 0);
+    cl_mem mm = md.m ? md.m : od.m, rm = rd.m ? rd.m : od.m, wm = w ? wd.m : od.m, bm = b ? bd.m : od.m;
+    real_t re;
+    char prog[16];
+    snprintf(prog, sizeof prog, "nn:%s", tname(T));
+    karg_t a[16] = {{sizeof(cl_mem), &od.m}, {sizeof(cl_mem), &mm}, {sizeof(cl_mem), &rm}, {sizeof(cl_mem), &xd.m},
+                    {sizeof(cl_mem), &wm}, {sizeof(cl_mem), &bm}, KA(xd.off), KA(od.off), KA(md.off), KA(rd.off),
+                    KA(wd.off), KA(bd.off), KA(M), KA(N), ka_real(D, &re, fl_arg_num(&args[4])), KA(flags)};
+    return launch1(D, stream, prog, "ln_fwd", 16, a, M);
+}
+static int k_layer_norm_bw(KARGS) {
+    /* native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask) */
+    DEV(device);
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *x = fl_arg_tensor(args, n_args, 1, in, n_in);
+    const fl_tensor_t *mean = fl_arg_tensor(args, n_args, 3, in, n_in), *rstd = fl_arg_tensor(args, n_args, 4, in, n_in);
+    const fl_tensor_t *w = fl_arg_tensor(args, n_args, 5, in, n_in);
+    if (!g || !x || !mean || !rstd || n_args < 3 || args[2].kind != FL_ARG_INT_LIST) return UNSUP;
+    int T = x->dtype;
+    if (!is_flt(T) || !dt_ok(D, T) || g->dtype != T) return UNSUP;
+    int64_t N = 1, total = fl_numel(x);
+    for (int k = 0; k < args[2].len; k++) N *= args[2].list[k];
+    if (N == 0 || total % N) return UNSUP;
+    int64_t M = total / N;
+    const fl_tensor_t *gi = fl_out_at(out, n_out, 0), *gw = fl_out_at(out, n_out, 1), *gb = fl_out_at(out, n_out, 2);
+    dt_t gd, xd, md, rd, wd, gid, gwd, gbd;
+    int st;
+    if ((st = contig_of(D, g, T, total, &gd)) || (st = contig_of(D, x, T, total, &xd)) || (st = contig_of(D, mean, T, M, &md)) ||
+        (st = contig_of(D, rstd, T, M, &rd)) || (st = contig_of(D, w, T, N, &wd)) || (st = contig_of(D, gi, T, total, &gid)) ||
+        (st = contig_of(D, gw, T, N, &gwd)) || (st = contig_of(D, gb, T, N, &gbd)))
+        return st;
+    char prog[16];
+    snprintf(prog, sizeof prog, "nn:%s", tname(T));
+    if (gi && M) {
+        int flags = w ? 1 : 0;
+        cl_mem wm = w ? wd.m : gd.m;
+        karg_t a[15] = {{sizeof(cl_mem), &gid.m}, {sizeof(cl_mem), &gd.m}, {sizeof(cl_mem), &xd.m}, {sizeof(cl_mem), &md.m},
+                        {sizeof(cl_mem), &rd.m}, {sizeof(cl_mem), &wm}, KA(gid.off), KA(gd.off), KA(xd.off), KA(md.off),
+                        KA(rd.off), KA(wd.off), KA(M), KA(N), KA(flags)};
+        if ((st = launch1(D, stream, prog, "ln_bwd_in", 15, a, M))) return st;
+    }
+    if (gw || gb) {
+        if (!M) { /* sums over no rows */
+            if (gw && (st = fill_bits(D, stream, gw, 0))) return st;
+            if (gb && (st = fill_bits(D, stream, gb, 0))) return st;
+            return FL_OK;
+        }
+        int flags = (gw ? 1 : 0) | (gb ? 2 : 0);
+        cl_mem wm = gw ? gwd.m : gbd.m, bm = gb ? gbd.m : gwd.m;
+        karg_t a[15] = {{sizeof(cl_mem), &wm}, {sizeof(cl_mem), &bm}, {sizeof(cl_mem), &gd.m}, {sizeof(cl_mem), &xd.m},
+                        {sizeof(cl_mem), &md.m}, {sizeof(cl_mem), &rd.m}, KA(gwd.off), KA(gbd.off), KA(gd.off), KA(xd.off),
+                        KA(md.off), KA(rd.off), KA(M), KA(N), KA(flags)};
+        if ((st = launch1(D, stream, prog, "ln_bwd_wb", 15, a, N))) return st;
+    }
+    return FL_OK;
+}
+
+/* ------------------------------------------------------------------ GEMM */
+typedef struct { int64_t M, N, K, ao, ars, acs, abs, bo, brs, bbs, co, crs, cbs, accum; real_t alpha; } gemm_t;
+typedef struct { dt_t d; int64_t off, rs, cs, bs; } mat_t;
+
+/* C[b] (+)= alpha A[b] @ B[b]; views given as (tensor, batch dim or -1) */
+static int gemm_run(dev_t_ *D, fl_stream_t s, int T, int64_t batch, int64_t M, int64_t N, int64_t K, const fl_tensor_t *a,
+                    const fl_tensor_t *b, const fl_tensor_t *c, double alpha, int accum) {
+    int bd = a->ndim == 3; /* the batch dim is dim 0 for bmm */
+    int i0 = bd, i1 = bd + 1;
+    dt_t ad, bdd, cd;
+    int st;
+    if ((st = tres(D, a, &ad)) || (st = tres(D, b, &bdd)) || (st = tres(D, c, &cd))) return st;
+    if (!M || !N || !batch) return FL_OK;
+    int64_t ccs = N == 1 ? 1 : c->strides[i1], bcs = N == 1 ? 1 : b->strides[i1];
+    if (ccs != 1) return UNSUP; /* the output has unit column stride (every layout the runtime allocates for these ops) */
+    gemm_t g;
+    memset(&g, 0, sizeof g);
+    g.M = M; g.N = N; g.K = K; g.accum = accum;
+    g.ao = ad.off + a->offset; g.ars = a->strides[i0]; g.acs = a->strides[i1]; g.abs = bd ? a->strides[0] : 0;
+    g.bo = bdd.off + b->offset; g.brs = b->strides[i0]; g.bbs = bd ? b->strides[0] : 0;
+    g.co = cd.off + c->offset; g.crs = c->strides[i0]; g.cbs = bd ? c->strides[0] : 0;
+    if (D->fp64) g.alpha.d = alpha; else g.alpha.f = (float)alpha;
+    if (batch == 1) { g.abs = g.bbs = g.cbs = 0; }
+    cl_mem tmp = NULL, bm = bdd.m;
+    if (K == 0) return accum ? FL_OK : fill_bits(D, s, c, 0);
+    if (bcs != 1) { /* B transposed or strided: make it contiguous first */
+        fl_tensor_t tb = *b;
+        tb.offset = 0;
+        contig_strides(&tb);
+        dt_t td = {tmpbuf(D, (size_t)(batch * K * N) * fl_itemsize(T), &st), 0};
+        if (!td.m) return st;
+        if ((st = copy_view(D, s, &tb, &td, b, &bdd))) { cl.clReleaseMemObject(td.m); return st; }
+        tmp = td.m; bm = td.m;
+        g.bo = 0; g.brs = tb.strides[i0]; g.bbs = bd && batch > 1 ? tb.strides[0] : 0;
+    }
+    char prog[16];
+    snprintf(prog, sizeof prog, "nn:%s", tname(T));
+    karg_t ka[4] = {{sizeof(cl_mem), &cd.m}, {sizeof(cl_mem), &ad.m}, {sizeof(cl_mem), &bm}, KA(g)};
+    size_t gs[3] = {(size_t)((N + 63) / 64), (size_t)((M + 63) / 64), (size_t)batch}, ls[3] = {1, 1, 1};
+    st = launch(D, s, prog, "gemm", 4, ka, 3, gs, ls);
+    if (tmp) cl.clReleaseMemObject(tmp);
+    return st;
+}
+static int mm_check(dev_t_ *D, const fl_tensor_t *a, const fl_tensor_t *b, const fl_tensor_t *o, int nd) {
+    if (a->ndim != nd || b->ndim != nd || o->ndim != nd) return UNSUP;
+    if (!is_flt(o->dtype) || !dt_ok(D, o->dtype) || a->dtype != o->dtype || b->dtype != o->dtype) return UNSUP;
+    int i = nd - 2;
+    if (b->sizes[i] != a->sizes[i + 1] || o->sizes[i] != a->sizes[i] || o->sizes[i + 1] != b->sizes[i + 1]) return UNSUP;
+    if (nd == 3 && (a->sizes[0] != o->sizes[0] || b->sizes[0] != o->sizes[0])) return UNSUP;
+    return FL_OK;
+}
+static int k_mm(KARGS) {
+    (void)args; (void)n_args;
+    DEV(device);
+    if (n_in < 2 || !fl_out_ok(out, n_out)) return UNSUP;
+    if (mm_check(D, &in[0], &in[1], &out[0], 2)) return UNSUP;
+    return gemm_run(D, stream, out[0].dtype, 1, in[0].sizes[0], in[1].sizes[1], in[0].sizes[1], &in[0], &in[1], &out[0], 1.0, 0);
+}
+static int k_bmm(KARGS) {
+    (void)args; (void)n_args;
+    DEV(device);
+    if (n_in < 2 || !fl_out_ok(out, n_out)) return UNSUP;
+    if (mm_check(D, &in[0], &in[1], &out[0], 3)) return UNSUP;
+    return gemm_run(D, stream, out[0].dtype, out[0].sizes[0], in[0].sizes[1], in[1].sizes[2], in[0].sizes[2], &in[0], &in[1], &out[0], 1.0, 0);
+}
+static int k_addmm(KARGS) { /* addmm(self, mat1, mat2, beta, alpha) */
+    DEV(device);
+    const fl_tensor_t *self = fl_arg_tensor(args, n_args, 0, in, n_in), *a = fl_arg_tensor(args, n_args, 1, in, n_in),
+                      *b = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!self || !a || !b || !fl_out_ok(out, n_out) || n_args < 5 || !fl_arg_is_num(&args[3]) || !fl_arg_is_num(&args[4])) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    if (mm_check(D, a, b, o, 2) || self->dtype != o->dtype) return UNSUP;
+    if ((o->sizes[1] == 1 ? 1 : o->strides[1]) != 1) return UNSUP;
+    double beta = fl_arg_num(&args[3]), alpha = fl_arg_num(&args[4]);
+    int st;
+    fl_tensor_t sv;
+    if (fl_bcast(self, 2, o->sizes, &sv)) return UNSUP;
+    dt_t sd, odd;
+    if ((st = tres(D, &sv, &sd)) || (st = tres(D, o, &odd))) return st;
+    if (odd.m && sd.m == odd.m && fl_numel(o)) return UNSUP; /* addmm_ (self is the output): not handled here */
+    if (beta != 0) {
+        opnd_t ops[2];
+        memset(ops, 0, sizeof ops);
+        ops[0].v = sv; ops[0].d = sd;
+        ops[1].scalar = 1; ops[1].sd = beta; ops[1].si = (int64_t)beta;
+        if ((st = ew_run(D, stream, o->dtype, "b_mul", o, 2, ops, 0, 0))) return st;
+    }
+    return gemm_run(D, stream, o->dtype, 1, a->sizes[0], b->sizes[1], a->sizes[1], a, b, o, alpha, beta != 0);
+}
+
+/* ------------------------------------------------------------------ kernel table */
+#define B_(d) FL_DTYPE_BIT(d)
+#define FLT (B_(FL_FLOAT32) | B_(FL_FLOAT64))
+#define INTS (B_(FL_INT64) | B_(FL_INT32) | B_(FL_INT16) | B_(FL_INT8) | B_(FL_UINT8))
+#define NUM (FLT | INTS)
+#define ALLD (NUM | B_(FL_BOOL))
+#define E(n, m, f) {n, m, 0, f}
+static const fl_kernel_entry_t kernels[] = {
+    /* minimal's primitives */
+    E("aten::add.Tensor", NUM, k_add), E("aten::add_.Tensor", NUM, k_add), E("aten::sub.Tensor", NUM, k_sub),
+    E("aten::sub_.Tensor", NUM, k_sub), E("aten::mul.Tensor", NUM, k_mul), E("aten::mul_.Tensor", NUM, k_mul),
+    E("aten::div.Tensor", FLT, k_div), E("aten::div_.Tensor", FLT, k_div), E("aten::neg", NUM, k_neg),
+    E("aten::exp", FLT, k_exp), E("aten::log", FLT, k_log), E("aten::sqrt", FLT, k_sqrt), E("aten::rsqrt", FLT, k_rsqrt),
+    E("aten::tanh", FLT, k_tanh), E("aten::erf", FLT, k_erf), E("aten::abs", NUM, k_abs), E("aten::sigmoid", FLT, k_sigmoid),
+    E("aten::pow.Tensor_Scalar", FLT, k_pow_ts), E("aten::maximum", NUM, k_maximum), E("aten::minimum", NUM, k_minimum),
+    E("aten::where.self", B_(FL_BOOL), k_where), E("aten::eq.Tensor", ALLD, k_eq), E("aten::gt.Scalar", ALLD, k_gt),
+    E("aten::lt.Scalar", ALLD, k_lt), E("aten::sum.dim_IntList", ALLD, k_sum_dim), E("aten::amax", NUM, k_amax),
+    E("aten::mm", FLT, k_mm), E("aten::bmm", FLT, k_bmm), E("aten::fill_.Scalar", ALLD, k_fill), E("aten::copy_", ALLD, k_copy),
+    E("aten::cat", ALLD, k_cat), E("aten::uniform_", FLT, k_uniform), E("aten::normal_", FLT, k_normal),
+    E("aten::bernoulli_.float", ALLD, k_bernoulli), E("aten::arange.start_step", NUM, k_arange),
+    /* more pointwise and comparisons */
+    E("aten::eq.Scalar", ALLD, k_eq), E("aten::ne.Tensor", ALLD, k_ne), E("aten::ne.Scalar", ALLD, k_ne),
+    E("aten::lt.Tensor", ALLD, k_lt), E("aten::le.Tensor", ALLD, k_le), E("aten::le.Scalar", ALLD, k_le),
+    E("aten::gt.Tensor", ALLD, k_gt), E("aten::ge.Tensor", ALLD, k_ge), E("aten::ge.Scalar", ALLD, k_ge),
+    E("aten::zero_", ALLD, k_zero), E("aten::relu", NUM, k_relu), E("aten::relu_", NUM, k_relu),
+    E("aten::gelu", FLT, k_gelu), E("aten::silu", FLT, k_silu), E("aten::threshold", FLT, k_threshold),
+    E("aten::threshold_backward", NUM, k_threshold_bw), E("aten::gelu_backward", FLT, k_gelu_bw),
+    E("aten::silu_backward", FLT, k_silu_bw), E("aten::sigmoid_backward", FLT, k_sigmoid_bw),
+    E("aten::tanh_backward", FLT, k_tanh_bw),
+    /* reductions, normalization, linear algebra */
+    E("aten::sum", ALLD, k_sum), E("aten::mean.dim", FLT, k_mean_dim), E("aten::mean", FLT, k_mean),
+    E("aten::_softmax", FLT, k_softmax), E("aten::_log_softmax", FLT, k_log_softmax),
+    E("aten::_softmax_backward_data", FLT, k_softmax_bw), E("aten::_log_softmax_backward_data", FLT, k_log_softmax_bw),
+    E("aten::native_layer_norm", FLT, k_layer_norm), E("aten::native_layer_norm_backward", FLT, k_layer_norm_bw),
+    E("aten::addmm", FLT, k_addmm),
+};
+#define NK ((int)(sizeof kernels / sizeof kernels[0]))
+static int kernel_count(int *c) { if (!c) return fail(FL_ERR_INVALID, NAME ": kernel_count(NULL)"); *c = NK; return FL_OK; }
+static int kernel_get(int i, fl_kernel_entry_t *e) {
+    if (i < 0 || i >= NK) return fail(FL_ERR_INVALID, NAME ": kernel index %d out of range [0, %d)", i, NK);
+    if (!e) return fail(FL_ERR_INVALID, NAME ": kernel_get(NULL)");
+    *e = kernels[i];
+    return FL_OK;
+}
+
+/* ------------------------------------------------------------------ init */
+int fl_plugin_abi_version(void) { return FL_ABI_VERSION; }
+
+static int load_cl(void) {
+    if (cl.lib) return FL_OK;
+    void *h = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libOpenCL.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return fail(FL_ERR_UNSUPPORTED, "no OpenCL driver: libOpenCL.so.1 not found (%s); install one: Debian/Ubuntu "
+                    "`apt-get install pocl-opencl-icd ocl-icd-libopencl1` for any CPU, or your GPU vendor's OpenCL driver", dlerror());
+#define L(n) if (!(cl.n = (PFN_##n)dlsym(h, #n))) { dlclose(h); memset(&cl, 0, sizeof cl); \
+        return fail(FL_ERR_UNSUPPORTED, "no usable OpenCL driver: libOpenCL.so.1 lacks %s (OpenCL 1.2 is needed)", #n); }
+    L(clGetPlatformIDs) L(clGetPlatformInfo) L(clGetDeviceIDs) L(clGetDeviceInfo) L(clCreateContext)
+    L(clCreateCommandQueue) L(clReleaseCommandQueue) L(clCreateBuffer) L(clReleaseMemObject)
+    L(clCreateProgramWithSource) L(clBuildProgram) L(clGetProgramBuildInfo) L(clReleaseProgram) L(clCreateKernel)
+    L(clSetKernelArg) L(clEnqueueNDRangeKernel) L(clEnqueueReadBuffer) L(clEnqueueWriteBuffer) L(clEnqueueCopyBuffer)
+    L(clEnqueueFillBuffer) L(clEnqueueMarkerWithWaitList) L(clFinish) L(clFlush) L(clWaitForEvents) L(clGetEventInfo)
+    L(clGetEventProfilingInfo) L(clReleaseEvent)
+#undef L
+    cl.lib = h;
+    return FL_OK;
+}
+
+static int open_devices(void) {
+    if (devs) return FL_OK;
+    cl_uint np = 0;
+    cl_int e = cl.clGetPlatformIDs(0, NULL, &np);
+    if (e || !np)
+        return fail(FL_ERR_UNSUPPORTED, "no OpenCL platform: libOpenCL.so.1 loaded but lists no platform (error %d); install a "
+                    "driver: Debian/Ubuntu `apt-get install pocl-opencl-icd` for any CPU, or your GPU vendor's OpenCL driver", e);
+    cl_platform_id plats[16];
+    if (np > 16) np = 16;
+    cl.clGetPlatformIDs(np, plats, NULL);
+    dev_t_ *ds = calloc(64, sizeof *ds);
+    if (!ds) return fail(FL_ERR_OOM, NAME ": host out of memory");
+    int n = 0;
+    for (cl_uint p = 0; p < np && n < 64; p++) {
+        cl_device_id ids[16];
+        cl_uint nd = 0;
+        if (cl.clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, ids, &nd) || !nd) continue;
+        if (nd > 16) nd = 16;
+        if (!n) cl.clGetPlatformInfo(plats[p], CL_PLATFORM_VENDOR, sizeof g_vendor_buf, g_vendor_buf, NULL);
+        for (cl_uint i = 0; i < nd && n < 64; i++) {
+            dev_t_ *D = &ds[n];
+            D->plat = plats[p];
+            D->id = ids[i];
+            cl.clGetDeviceInfo(ids[i], CL_DEVICE_NAME, sizeof D->name - 1, D->name, NULL);
+            cl_ulong gm = 0, ma = 0;
+            cl_uint cu = 0;
+            cl.clGetDeviceInfo(ids[i], CL_DEVICE_GLOBAL_MEM_SIZE, sizeof gm, &gm, NULL);
+            cl.clGetDeviceInfo(ids[i], CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ma, &ma, NULL);
+            cl.clGetDeviceInfo(ids[i], CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+            size_t xl = 0;
+            cl.clGetDeviceInfo(ids[i], CL_DEVICE_EXTENSIONS, 0, NULL, &xl);
+            char *ext = calloc(1, xl + 1);
+            if (ext) { cl.clGetDeviceInfo(ids[i], CL_DEVICE_EXTENSIONS, xl, ext, NULL); D->fp64 = strstr(ext, "cl_khr_fp64") != NULL; free(ext); }
+            D->mem_total = gm; D->max_alloc = ma ? ma : gm; D->cus = (int)cu;
+            D->ctx = cl.clCreateContext(NULL, 1, &ids[i], NULL, NULL, &e);
+            if (!D->ctx || e) continue;
+            D->q = cl.clCreateCommandQueue(D->ctx, ids[i], CL_QUEUE_PROFILING_ENABLE, &e);
+            if (!D->q || e) continue;
+            /* reserve the device's address range: 4x its memory, at most 1 TiB, never readable by the host */
+            size_t vs = gm * 4;
+            if (vs > (1ull << 40)) vs = 1ull << 40;
+            if (vs < (1ull << 30)) vs = 1ull << 30;
+            void *base = mmap(NULL, vs, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (base == MAP_FAILED) continue;
+            D->vbase = ((uintptr_t)base + ALIGN - 1) / ALIGN * ALIGN;
+            D->vsize = vs - (D->vbase - (uintptr_t)base);
+            D->free_ = malloc(1024 * sizeof(ext_t));
+            D->capfree = 1024; D->nfree = 1;
+            D->free_[0] = (ext_t){D->vbase, D->vsize / ALIGN * ALIGN};
+            pthread_mutex_init(&D->mlock, NULL);
+            pthread_mutex_init(&D->klock, NULL);
+            pthread_mutex_init(&D->rlock, NULL);
+            D->seed = 67280421310721ull;
+            n++;
+        }
+    }
+    if (!n) { free(ds); return fail(FL_ERR_UNSUPPORTED, "no OpenCL device: %u platform(s) but no usable device; install a driver "
+                                    "(Debian/Ubuntu `apt-get install pocl-opencl-icd` for any CPU, or your GPU vendor's)", np); }
+    devs = ds;
+    ndev = n;
+    if (g_vendor_buf[0]) g_vendor = g_vendor_buf;
+    return FL_OK;
+}
+
+int fl_plugin_init(fl_plugin_t *p) {
+    if (!p) return fail(FL_ERR_INVALID, NAME ": fl_plugin_init(NULL)");
+    memset(p, 0, sizeof *p);
+    p->last_error = last_error;
+    int st = load_cl();
+    if (!st) st = open_devices();
+    if (st) return st;
+    p->abi_version = FL_ABI_VERSION;
+    p->struct_size = sizeof *p;
+    p->name = NAME;
+    p->vendor = g_vendor;
+    p->version = "0.1.0";
+    p->description = "OpenCL devices through the system's ICD loader (pocl, or a GPU vendor's driver)";
+    p->emulated = 0;
+    p->device_count = device_count;
+    p->device_props = device_props;
+    p->malloc = dev_malloc;
+    p->free = dev_free;
+    p->memory_used = memory_used;
+    p->copy_h2d = copy_h2d;
+    p->copy_d2h = copy_d2h;
+    p->copy_d2d = copy_d2d;
+    p->stream_create = stream_create;
+    p->stream_destroy = stream_destroy;
+    p->stream_synchronize = stream_sync;
+    p->event_create = event_create;
+    p->event_destroy = event_destroy;
+    p->event_record = event_record;
+    p->event_synchronize = event_sync;
+    p->event_query = event_query;
+    p->synchronize = synchronize;
+    p->rng_set_state = rng_set_state;
+    p->rng_get_state = rng_get_state;
+    p->kernel_count = kernel_count;
+    p->kernel_get = kernel_get;
+    p->event_elapsed = event_elapsed;
+    p->mem_set = mem_set;
+    p->copy_d2h_async = copy_d2h_async;
+    return FL_OK;
+}

@@ -101,12 +101,12 @@ def mem_set_zero(t) -> bool:
     the caller then fills with a kernel. Returns whether it zeroed t."""
     from . import async_copy, events
     from .abi import ffi
-    from .tensor import device_of
+    from .tensor import device_of, is_dense
 
     dev = device_of(t)
     if not dev.plugin.optional.get("mem_set") or events.RECORDING[0] is not None:
         return False
-    if t.numel() == 0 or not _dense(t):
+    if t.numel() == 0 or not is_dense(t):
         return False
     if async_copy.PENDING:
         async_copy.wait_for((t,))
@@ -116,13 +116,3 @@ def mem_set_zero(t) -> bool:
     events.KERNELS[0] += 1
     return True
 
-
-def _dense(t) -> bool:
-    """The elements fill exactly numel * itemsize bytes from data_ptr (any order of dims, no gaps, no
-    element twice): sorted by stride, each dim's stride is the product of the sizes inside it."""
-    expected = 1
-    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride(), strict=True) if sz != 1):
-        if stride != expected:
-            return False
-        expected *= size
-    return True

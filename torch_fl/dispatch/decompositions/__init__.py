@@ -15,8 +15,7 @@ import warnings
 import torch
 from torch._decomp import decomposition_table
 
-from ...runtime import device_of, native_factory
-from ...runtime.memory import mem_set_zero
+from ...runtime import device_of, mem_set_zero, native_factory
 from ..facts import facts
 from . import attention, general, linalg, nn, rnn
 
