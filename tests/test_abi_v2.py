@@ -253,3 +253,19 @@ def test_non_blocking_copy_to_the_host_returns_before_it_lands():
     """, env=ASYNC)
     assert r.returncode == 0, r.stderr
     assert "QUEUED 1 True" in r.stdout and "EQUAL True 0" in r.stdout and "BLOCKING True 1" in r.stdout, r.stdout
+
+
+def test_auto_prefers_the_cpu_backend_to_a_device_made_of_host_cpu_cores(tmp_path):
+    """FL_FEATURE_HOST_CPU (an OpenCL CPU driver such as pocl): the host backend is the better choice for
+    "auto"; a real accelerator (the same plugin without the bit) is preferred to the host."""
+    chosen = {}
+    for features in (abi.FEATURE_HOST_CPU, 0):
+        folder = tmp_path / f"f{features}"
+        folder.mkdir()
+        lib = _table_plugin(tmp_path, 2, abi.struct_size(2), features)
+        shutil.copy(lib, folder / "libabitest.so")
+        r = run_py("from torch_fl.runtime import REGISTRY; print('AUTO', REGISTRY.auto().name)",
+                   env={"FL_PLUGIN_PATH": str(folder), "FL_CACHE_DIR": str(tmp_path / "cache")})
+        assert r.returncode == 0, r.stderr
+        chosen[features] = r.stdout.split("AUTO ")[1].strip()
+    assert chosen == {abi.FEATURE_HOST_CPU: "cpu", 0: "abitest"}

@@ -218,8 +218,10 @@ typedef enum {
     FL_FEATURE_FP16_STABLE = 4,       /* fp16 autocast is numerically safe */
     FL_FEATURE_COLLECTIVES = 8,       /* the comm_* entry points are real collectives */
     FL_FEATURE_CHANNELS_LAST = 16,    /* convolutions run fastest on NHWC (channels-last) tensors */
-    FL_FEATURE_ASYNC_KERNELS = 32     /* version 2: kernels and NULL-stream work may complete after their call
+    FL_FEATURE_ASYNC_KERNELS = 32,    /* version 2: kernels and NULL-stream work may complete after their call
                                          returns (see "Asynchronous devices" above) */
+    FL_FEATURE_HOST_CPU = 64          /* version 2: the device is the host's own CPU cores (an OpenCL CPU
+                                         device such as pocl): "auto" selection prefers the cpu backend */
 } fl_feature_t;
 
 typedef struct {

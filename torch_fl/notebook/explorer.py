@@ -64,12 +64,15 @@ class CapabilityExplorer:
         self.summary.value = (f"<b>{html.escape(caps.backend)}</b> ({kind}) {html.escape(caps.vendor)} "
                               f"{html.escape(caps.version)}: {html.escape(caps.description)}<br>"
                               f"{len(caps.kernels)} native kernels; autocast {caps.amp_dtype}; collectives "
-                              f"{caps.collectives_path}; plugin {html.escape(caps.plugin_path)}")
+                              f"{caps.collectives_path}; plugin {html.escape(caps.plugin_path)} "
+                              f"(ABI v{caps.abi_version})")
         self.devices.value = _table(
-            ["device", "name", "memory", "dtypes", "host-accessible", "async copy", "fp16 stable", "units"],
+            ["device", "name", "memory", "dtypes", "host-accessible", "async copy", "async kernels", "fp16 stable",
+             "units"],
             [[f"fl:{d.index}", html.escape(d.name), f"{d.total_memory / 2**30:.1f} GiB", ", ".join(d.dtypes),
               "yes" if d.host_accessible else "no", "yes" if d.async_copy else "no",
-              "yes" if d.fp16_stable else "no", str(d.compute_units)] for d in caps.devices])
+              "yes" if d.async_kernels else "no", "yes" if d.fp16_stable else "no", str(d.compute_units)]
+             for d in caps.devices])
         self.fused.value = _table(["fused kernel", "dtypes"], [[html.escape(k), ", ".join(caps.kernels.get(k, []))]
                                                              for k in caps.fused_kernels]) \
             if caps.fused_kernels else "no fused kernels"

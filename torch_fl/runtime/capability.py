@@ -26,6 +26,8 @@ class DeviceCaps:
     fp16_stable: bool
     compute_units: int
     channels_last: bool = False  # FL_FEATURE_CHANNELS_LAST: convolutions run fastest on NHWC tensors
+    async_kernels: bool = False  # FL_FEATURE_ASYNC_KERNELS: kernels finish after their call returns
+    host_cpu: bool = False  # FL_FEATURE_HOST_CPU: the device is the host's own CPU cores
 
 
 @dataclass
@@ -46,6 +48,7 @@ class CapabilityTable(Report):
     jit: bool
     amp_dtype: str
     notes: list[str] = field(default_factory=list)
+    abi_version: int = 1
     # FL_KERNEL_ANY_OUT_LAYOUT: kernels that write an output of any dense layout they are given (a
     # channels-last convolution output), what torch.compile's layout pass needs
     any_layout_kernels: list[str] = field(default_factory=list)
@@ -64,11 +67,13 @@ class CapabilityTable(Report):
         lines = [f"backend {self.backend}  ({'EMULATED' if self.emulated else 'real'})  "
                  f"{self.vendor} {self.version}",
                  f"  {self.description}",
-                 f"  plugin: {self.plugin_path} [{self.origin}]"]
+                 f"  plugin: {self.plugin_path} [{self.origin}]  ABI v{self.abi_version}"]
         for d in self.devices:
             lines.append(f"  fl:{d.index}  {d.name}  memory {d.total_memory / 2**30:.1f} GiB  "
                          f"dtypes {','.join(d.dtypes)}  host-accessible {'yes' if d.host_accessible else 'no'}  "
-                         f"units {d.compute_units}" + ("  prefers channels-last" if d.channels_last else ""))
+                         f"units {d.compute_units}" + ("  prefers channels-last" if d.channels_last else "")
+                         + ("  async kernels" if d.async_kernels else "")
+                         + ("  (host CPU cores)" if d.host_cpu else ""))
         lines.append(f"  native kernels: {len(self.kernels)} aten overloads; fused: "
                      f"{', '.join(self.fused_kernels) or 'none'}; any output layout: "
                      f"{', '.join(self.any_layout_kernels) or 'none'}")
@@ -106,7 +111,9 @@ def probe(backend) -> CapabilityTable:
         devices.append(DeviceCaps(d.index, d.local, d.props.name, d.props.total_memory, mask_to_names(d.props.dtypes),
                                   d.host_accessible, bool(d.props.features & abi.FEATURE_ASYNC_COPY),
                                   bool(d.props.features & abi.FEATURE_FP16_STABLE), d.props.compute_units,
-                                  bool(d.props.features & abi.FEATURE_CHANNELS_LAST)))
+                                  bool(d.props.features & abi.FEATURE_CHANNELS_LAST),
+                                  bool(d.props.features & abi.FEATURE_ASYNC_KERNELS),
+                                  bool(d.props.features & abi.FEATURE_HOST_CPU)))
     kernels = {op: mask_to_names(e.dtypes) for op, e in sorted(p.kernels.items())}
     fused = sorted(op for op, e in p.kernels.items() if e.flags & abi.KERNEL_FUSED)
     any_layout = sorted(op for op, e in p.kernels.items() if e.flags & abi.KERNEL_ANY_OUT_LAYOUT)
@@ -120,7 +127,7 @@ def probe(backend) -> CapabilityTable:
         fused_kernels=fused, collectives=comm,
         collectives_path="plugin" if all(comm.values()) else "cpu-relay",
         streams=bool(p.optional["stream_create"]), jit=bool(p.optional["jit_compile"]), amp_dtype=amp,
-        any_layout_kernels=any_layout,
+        any_layout_kernels=any_layout, abi_version=getattr(p, "abi_version", 1),
     )
 
 

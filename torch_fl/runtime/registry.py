@@ -16,7 +16,7 @@ from importlib import metadata
 import torch
 
 from ..errors import BackendNotFoundError, FlError, PluginLoadError
-from . import config, core, elf, isolation, memory
+from . import abi, config, core, elf, isolation, memory
 from .plugin import DeviceProps, Plugin
 
 ENTRY_POINT_GROUP = "torch_fl.plugins"
@@ -250,8 +250,10 @@ class Registry:
                     continue
                 by_name[cand.name] = cand
                 cand.status = "loaded"
-            # stable device numbering: the host backend first, then by name
-            for name in sorted(by_name, key=lambda n: (n != "cpu", n)):
+            # stable device numbering: the host backend first, then the emulators (always there), then the
+            # backends of real devices (there or not, machine by machine), each group by name; so a machine
+            # with an OpenCL driver numbers the emulators' devices as one without
+            for name in sorted(by_name, key=lambda n: (n != "cpu", not by_name[n].emulated, n)):
                 backend = Backend(by_name[name].plugin, len(self.devices))
                 self.backends[name] = backend
                 self.devices.extend(backend.devices)
@@ -277,15 +279,22 @@ class Registry:
         return msg + "\n(see torch_fl.list_backends() for every plugin found and why any was rejected)"
 
     def auto(self) -> Backend:
-        """The most capable backend: real accelerators, then the host, then
-        emulators; more native kernels first among equals."""
+        """The most capable backend: real accelerators, then the host (the cpu backend before a plugin whose
+        devices are the host's CPU cores too, FL_FEATURE_HOST_CPU: an OpenCL CPU driver), then emulators;
+        more native kernels first among equals."""
         self.discover()
         if not self.backends:
             raise FlError("no fl backend could be loaded; torch_fl.list_backends() says why")
 
         def score(b: Backend):
             host = all(d.host_accessible for d in b.devices)
-            tier = 0 if not b.plugin.emulated and not host else (1 if not b.plugin.emulated else 2)
+            on_cpu = any(d.props.features & abi.FEATURE_HOST_CPU for d in b.devices)
+            if b.plugin.emulated:
+                tier = 3
+            elif on_cpu:
+                tier = 2
+            else:
+                tier = 1 if host else 0
             return (tier, -len(b.plugin.kernels), b.name)
 
         return min(self.backends.values(), key=score)
