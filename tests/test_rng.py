@@ -104,3 +104,16 @@ def test_range_checks_hold_after_a_decomposition_used_the_op(backend):
             t.uniform_(42, -42)
     t.uniform_(-42, 42)
     assert -42 <= t.min().item() and t.max().item() <= 42
+
+
+def test_a_leaked_device_only_state_cannot_switch_the_fallback_off():
+    """An exception between two statements (a signal's: pytest-timeout's) once left the thread marked as
+    inside a device-only decomposition, and every later op that needed the CPU fallback failed ("cannot run
+    on fl backend 'minimal'"). A user's call starts with nothing decomposing, so the mark is cleared."""
+    from torch_fl.dispatch import plan
+
+    fl.initialize("minimal")
+    plan.TLS.device_only = 3  # as a lost exit would leave it
+    x = torch.empty(8, dtype=torch.float64, device="fl").uniform_()  # float64: the fallback serves it
+    assert x.dtype == torch.float64 and 0 <= x.min().item() and x.max().item() <= 1
+    assert plan.TLS.device_only == 0

@@ -37,6 +37,7 @@ from .errors import (
     KernelError,
     PluginError,
     PluginLoadError,
+    PluginUnavailableError,
     PrivateUse1TakenError,
 )
 from .profiler import Comparison, Profile, compare_backends, profile
@@ -91,6 +92,7 @@ __all__ = [
     "KernelError",
     "PluginError",
     "PluginLoadError",
+    "PluginUnavailableError",
     "PrivateUse1TakenError",
     "available_backends",
     "capabilities",

@@ -11,6 +11,15 @@ class PluginLoadError(FlError):
     """A plugin file could not be used: not a plugin, wrong ABI, missing entry points."""
 
 
+class PluginUnavailableError(PluginLoadError):
+    """A sound plugin whose device is not on this machine (fl_plugin_init returned FL_ERR_UNSUPPORTED: no
+    OpenCL driver, no GPU): listed as unavailable, with its name and the plugin's reason."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message)
+        self.backend_name = name
+
+
 class BackendNotFoundError(FlError, ValueError):
     """A backend name that no loaded plugin provides."""
 

@@ -273,6 +273,8 @@ def compute(f: OpFacts, args, kwargs):
         rule = f.overlap_rule(vals)
         if rule is not None:
             overlap.check(rule, f.mutable, vals)
+    if not TLS.active and getattr(TLS, "device_only", 0):
+        TLS.device_only = 0  # no decomposition is running: nothing may keep the CPU fallback away
     # PyTorch's checks of the user's call, as the overlap rules; a check that warned (a deprecated uint8 mask,
     # a random range beyond the dtype's exact integers) keeps the call off the fast path, which would not warn.
     # Inside a decomposition the check is skipped, so nothing vouches for the signature: the fast path, which
@@ -327,22 +329,24 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
                 active = decomposing()
                 if f.func in active:
                     continue
-                active.add(f.func)
                 # With a JIT kernel to fall back on, a functional op's decomposition must stay on
                 # the device: if one of its sub-ops would need the CPU fallback, the JIT serves
                 # the whole op instead (native -> decomposition -> JIT -> CPU fallback).
                 strict = plan.jit is not None and not f.mutable
-                if strict:
-                    TLS.device_only = getattr(TLS, "device_only", 0) + 1
+                # saved and restored, not counted down: an exception raised between two statements
+                # (a signal's, pytest-timeout's) must not leave the thread unable to fall back for good
+                device_only = getattr(TLS, "device_only", 0)
                 try:
+                    active.add(f.func)
+                    if strict:
+                        TLS.device_only = device_only + 1
                     result = f.call_decomposition(plan.decomposition, vals)
                 except NotImplementedError as e:  # a sub-op had no path: say so for this op
                     failures.append(_decomposition_needs(f, plan, e))
                     continue
                 finally:
                     active.discard(f.func)
-                    if strict:
-                        TLS.device_only -= 1
+                    TLS.device_only = device_only
                 if result is NotImplemented:  # some torch._decomp entries decline cases they do not cover
                     failures.append("its decomposition does not cover this case")
                     continue
@@ -592,18 +596,19 @@ def _factory_run(f: OpFacts, dev, args, kwargs):
     if decomposition is not None and DECOMPOSITION not in SETTINGS.disabled and f.func not in active:
         # torch.eye, tril_indices ... as device ops (arange, comparisons) rather than a host copy; all on
         # the device or not at all (a sub-op that needs the host sends the whole factory there instead)
-        active.add(f.func)
-        TLS.device_only = getattr(TLS, "device_only", 0) + 1
+        device_only = getattr(TLS, "device_only", 0)
         try:
+            active.add(f.func)
+            TLS.device_only = device_only + 1
             out = decomposition(*args, **kwargs)
         except NotImplementedError:
-            if not SETTINGS.cpu_fallback or TLS.device_only > 1:
+            if not SETTINGS.cpu_fallback or device_only > 0:
                 raise
         else:
             events.count(dev.backend, f.name, DECOMPOSITION)
             return out, DECOMPOSITION
         finally:
-            TLS.device_only -= 1
+            TLS.device_only = device_only
             active.discard(f.func)
     if not SETTINGS.cpu_fallback or getattr(TLS, "device_only", 0):
         raise NotImplementedError(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import KernelError, PluginError, PluginLoadError
+from ..errors import KernelError, PluginError, PluginLoadError, PluginUnavailableError
 from . import abi, events
 from .abi import ffi
 from .dtypes import mask_to_names
@@ -139,6 +139,10 @@ class Plugin:
             if self.table.last_error != ffi.NULL:
                 raw = self.table.last_error()
                 msg = ffi.string(raw).decode(errors="replace") if raw != ffi.NULL else ""
+            if status == abi.FL_ERR_UNSUPPORTED:  # a sound plugin whose device this machine lacks
+                name = ffi.string(self.table.name).decode(errors="replace") if self.table.name != ffi.NULL else None
+                raise PluginUnavailableError(msg or f"{path}: fl_plugin_init declined (FL_ERR_UNSUPPORTED) and "
+                                             "left no message", name)
             raise PluginLoadError(f"{path}: fl_plugin_init returned {abi.STATUS_NAMES.get(status, status)}"
                                   + (f": {msg}" if msg else ""))
         t = self.table

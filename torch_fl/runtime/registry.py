@@ -15,7 +15,7 @@ from importlib import metadata
 
 import torch
 
-from ..errors import BackendNotFoundError, FlError, PluginLoadError
+from ..errors import BackendNotFoundError, FlError, PluginLoadError, PluginUnavailableError
 from . import abi, config, core, elf, isolation, memory
 from .plugin import DeviceProps, Plugin
 
@@ -35,7 +35,7 @@ class Candidate:
 
     path: str
     origin: str
-    status: str = "pending"  # loaded | rejected | shadowed
+    status: str = "pending"  # loaded | rejected | shadowed | unavailable (its device is not on this machine)
     reason: str = ""
     name: str | None = None
     emulated: bool | None = None
@@ -217,6 +217,10 @@ class Registry:
             return
         try:
             cand.plugin = Plugin(cand.path, cand.origin)
+        except PluginUnavailableError as e:
+            cand.status, cand.reason = "unavailable", str(e)
+            if e.backend_name:
+                cand.name = e.backend_name
         except PluginLoadError as e:
             cand.status, cand.reason = "rejected", str(e)
         except Exception as e:  # noqa: BLE001 - any failure of a foreign library is a rejection
@@ -273,9 +277,10 @@ class Registry:
     def _unknown_message(self, name: str) -> str:
         avail = ", ".join(self.backends) or "none"
         msg = f"unknown fl backend {name!r}; available backends: {avail}"
-        rejected = [c for c in self.candidates if c.status == "rejected" and (c.name == name or name in c.path)]
+        rejected = [c for c in self.candidates if c.status in ("rejected", "unavailable")
+                    and (c.name == name or name in c.path)]
         for c in rejected:
-            msg += f"\n  {c.path} was rejected: {c.reason}"
+            msg += f"\n  {c.path} was {c.status}: {c.reason}"
         return msg + "\n(see torch_fl.list_backends() for every plugin found and why any was rejected)"
 
     def auto(self) -> Backend:
