@@ -146,3 +146,27 @@ def test_ops_matching_nothing_is_an_error():
     assert not report.passed
     assert rows["kernel selection"].status == "FAIL"
     assert "--ops 'aten::no_such_op*' matches none of the plugin's" in rows["kernel selection"].detail
+
+
+def test_a_freed_guarded_block_is_forgotten():
+    """The checker reads a guarded tensor's canary zones by its block's address. Once the tensor is gone the
+    address belongs to the next allocation (often smaller, unguarded): reading "its guards" then ran past
+    that allocation (a plugin error on opencl) or reported damage that was not there."""
+    import torch
+
+    import torch_fl as fl
+    from torch_fl.check.guarded import GuardedMemory
+    from torch_fl.runtime import REGISTRY, base_ptr
+
+    fl.initialize("minimal")
+    dev = REGISTRY.current_device
+    guard = GuardedMemory(dev.plugin)
+    g = guard.empty(dev, (64,), (1,), 0, torch.float32)
+    ptr = base_ptr(g)
+    assert ptr in guard.blocks and guard.damage(g) is None
+    g.fill_(1.0)
+    assert guard.damage(g) is None
+    del g
+    assert ptr not in guard.blocks
+    plain = torch.ones(8, device="fl")
+    assert guard.damage(plain) is None

@@ -11,6 +11,8 @@ and the size."""
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from ..runtime import base_ptr, device_of, span
@@ -24,7 +26,10 @@ class GuardedMemory:
 
     def __init__(self, plugin) -> None:
         self.plugin = plugin
-        self.blocks: dict[int, int] = {}  # block address -> bytes, guards included
+        # block address -> (bytes, guards included; a token): only while the guarded tensor lives. A freed
+        # block's address is soon another tensor's, unguarded and of another size: reading "its guards"
+        # would read past that allocation (a plugin error) or report damage that is not there.
+        self.blocks: dict[int, tuple[int, object]] = {}
 
     def empty(self, dev, shape, stride, offset: int, dtype: torch.dtype) -> torch.Tensor:
         """An uninitialised fl tensor of this layout whose span sits between two canary zones."""
@@ -35,17 +40,26 @@ class GuardedMemory:
         block = torch.empty(total, dtype=torch.uint8, device=dev.torch_device)
         fill = torch.full((total,), CANARY, dtype=torch.uint8)
         self.plugin.copy_h2d(dev.local, block.data_ptr(), fill.data_ptr(), total)
-        self.blocks[block.data_ptr()] = total
+        token, ptr = object(), block.data_ptr()
+        self.blocks[ptr] = (total, token)
         out = torch.empty(0, dtype=dtype, device=dev.torch_device)
-        return out.set_(block.untyped_storage(), GUARD_BYTES // item + offset, shape, stride)
+        out.set_(block.untyped_storage(), GUARD_BYTES // item + offset, shape, stride)
+        weakref.finalize(out, self._forget, ptr, token)
+        return out
+
+    def _forget(self, ptr: int, token: object) -> None:
+        entry = self.blocks.get(ptr)
+        if entry is not None and entry[1] is token:
+            del self.blocks[ptr]
 
     def damage(self, t: torch.Tensor) -> str | None:
         """How far the last kernel wrote outside t's span: "N bytes past the end" /
         "N bytes before the start", or None when every guard byte is intact."""
         base = base_ptr(t)
-        total = self.blocks.get(base)
-        if total is None:
+        entry = self.blocks.get(base)
+        if entry is None:
             return None
+        total = entry[0]
         host = torch.empty(total, dtype=torch.uint8)
         self.plugin.copy_d2h(device_of(t).local, host.data_ptr(), base, total)
         lo, hi = span(t)
