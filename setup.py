@@ -120,6 +120,13 @@ PLUGINS = [_plugin("fl_cpu", _sources("host/plugin.c"), blas=True)] + [
             + _sources("emulated/async.c") + [p],
             blas=True)
     for p in _sources("emulated/profiles/*.c")
+] + [
+    # the OpenCL plugin: its own kernels (OpenCL C, built by the driver at first use); libOpenCL.so.1 is
+    # dlopen'ed at run time, so it builds and imports where no OpenCL is installed
+    Extension("torch_fl.runtime.plugins.fl_opencl", sources=_sources("opencl/*.c"), include_dirs=[INCLUDE],
+              depends=_sources("opencl/*.h") + [os.path.join(INCLUDE, "fl_plugin.h")],
+              libraries=["dl", "pthread", "m"], extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden",
+                                                                    "-Wall", "-Wno-unused-function"]),
 ]
 _blas_include = _openblas()[0]
 KERNEL_LIBRARY = ("fl_kernels", {"sources": KERNELS, "include_dirs": INCLUDE_DIRS + [_blas_include],

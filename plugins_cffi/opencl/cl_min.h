@@ -39,6 +39,8 @@ typedef struct _cl_event *cl_event;
 #define CL_PLATFORM_NAME 0x0902
 #define CL_PLATFORM_VENDOR 0x0903
 #define CL_DEVICE_TYPE_ALL 0xFFFFFFFF
+#define CL_DEVICE_TYPE_CPU (1 << 1)
+#define CL_DEVICE_TYPE 0x1000
 #define CL_DEVICE_MAX_COMPUTE_UNITS 0x1002
 #define CL_DEVICE_MAX_WORK_GROUP_SIZE 0x1004
 #define CL_DEVICE_MAX_MEM_ALLOC_SIZE 0x1010
@@ -49,6 +51,7 @@ typedef struct _cl_event *cl_event;
 
 #define CL_QUEUE_PROFILING_ENABLE (1 << 1)
 #define CL_MEM_READ_WRITE (1 << 0)
+#define CL_MEM_COPY_HOST_PTR (1 << 5)
 
 #define CL_PROGRAM_BUILD_LOG 0x1183
 #define CL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3

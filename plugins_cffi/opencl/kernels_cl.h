@@ -15,6 +15,7 @@
 "  for (int d = (int)w->ndim - 1; d >= 0; d--) { long s = w->size[d]; long i = g % s; g /= s;\n"     \
 "    o[0] += i * w->st[0][d]; o[1] += i * w->st[1][d]; o[2] += i * w->st[2][d]; o[3] += i * w->st[3][d]; }\n" \
 "}\n"                                                                                                  \
+"inline void seterr(__global int *err, int code, long v) { if (atomic_cmpxchg(err, 0, code) == 0) ((__global long *)err)[1] = v; }\n" \
 "inline ulong smix(ulong x) { x += 0x9e3779b97f4a7c15UL; x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9UL;\n" \
 "  x = (x ^ (x >> 27)) * 0x94d049bb133111ebUL; return x ^ (x >> 31); }\n"                           \
 "#ifdef HAS_FP64\ninline REAL runi(ulong seed, ulong c) { return (double)(smix(seed ^ smix(c)) >> 11) * (1.0 / 9007199254740992.0); }\n" \
@@ -39,9 +40,41 @@ static const char *const CL_EW_SRC = FL_CL_PRELUDE
 "CMP(eq, a == b) CMP(ne, a != b) CMP(lt, a < b) CMP(le, a <= b) CMP(gt, a > b) CMP(ge, a >= b)\n"
 "__kernel void t_where(__global T *out, __global const uchar *c, __global const T *x, __global const T *y, walk_t w, prm_t p, uint sm) {\n"
 "  HEAD uchar cc = (sm & 1u) ? (uchar)(p.si[0] != 0) : c[o[1]]; T a = LD(1, x); T b = LD(2, y); out[o[0]] = cc ? a : b; }\n"
+"__kernel void x_gather(__global T *out, __global const T *x, __global const long *idx, walk_t w, long xs, long xn, __global int *err) {\n"
+"  HEAD long i = idx[o[1]]; if (i < 0 || i >= xn) { seterr(err, 1, i); out[o[0]] = (T)0; return; } out[o[0]] = x[o[2] + i * xs]; }\n"
+/* scatter family, one work-item per line along dim (PyTorch CPU's order: deterministic, last write wins).
+ * mode 0: out[i] = src, 1: out[i] = value, 2: out[i] += src */
+"__kernel void x_scat(__global T *out, __global const long *idx, __global const T *src, walk_t w, long L, long os, long on, long is, long ss,\n"
+"    prm_t p, int mode, __global int *err) {\n"
+"  HEAD for (long j = 0; j < L; j++) { long i = idx[o[1] + j * is]; if (i < 0 || i >= on) { seterr(err, 1, i); return; }\n"
+"    T v = mode == 1 ? SCAL(0) : src[o[2] + j * ss]; __global T *q = out + o[0] + i * os;\n"
+"#ifdef IS_BOOL\n    if (mode == 2) *q = (*q | v) ? 1 : 0; else *q = v; }\n#else\n    if (mode == 2) *q = *q + v; else *q = v; }\n#endif\n"
+"}\n"
+/* embedding_dense_backward: one work-item per column, rows in order */
+"__kernel void x_embbw(__global T *out, __global const long *idx, __global const T *gr, walk_t w, long Dm, long gsl, long ooff, long os0, long os1,\n"
+"    long nw, long pad, __global int *err) {\n"
+"  long k = get_global_id(0); if (k >= Dm) return; long o[4];\n"
+"  for (long n = 0; n < w.n; n++) { offs(&w, n, o); long i = idx[o[0]]; if (i < 0 || i >= nw) { seterr(err, 1, i); continue; }\n"
+"    if (i == pad) continue; out[ooff + i * os0 + k * os1] += gr[o[1] + k * gsl]; } }\n"
+/* bool-valued predicates computed in T */
+"#define PRED(name, E) __kernel void p_##name(__global uchar *out, __global const T *x, walk_t w, prm_t p, uint sm) {\\\n"
+"  HEAD T a = LD(0, x); out[o[0]] = (E) ? 1 : 0; }\n"
+"PRED(lnot, a == (T)0)\n"
+/* division-like ops: d_* take an error flag (integer division by zero) */
+"#define EWD(name, E) __kernel void d_##name(__global T *out, __global const T *x, __global const T *y, walk_t w, prm_t p, uint sm, __global int *err) {\\\n"
+"  HEAD T a = LD(0, x); T b = LD(1, y); ZCHK out[o[0]] = (E); }\n"
 "__kernel void r_bernoulli(__global T *out, walk_t w, ulong seed, ulong start, REAL pr) {\n"
 "  HEAD out[o[0]] = (T)(runi(seed, start + (ulong)g) < pr ? 1 : 0); }\n"
 "#ifdef IS_FLOAT\n"
+"#define ZCHK\n"
+"inline T divfloor(T a, T b) { if (b == (T)0) return a / b; T mod = fmod(a, b); T dv = (a - mod) / b;\n"
+"  if (mod != (T)0 && ((b < (T)0) != (mod < (T)0))) dv -= (T)1; T fd;\n"
+"  if (dv != (T)0) { fd = floor(dv); if (dv - fd > (T)0.5) fd += (T)1; } else fd = copysign((T)0, a / b); return fd; }\n"
+"inline T remf(T a, T b) { T m = fmod(a, b); if (m != (T)0 && ((b < (T)0) != (m < (T)0))) m += b; return m; }\n"
+"EWD(divtrunc, trunc(a / b)) EWD(divfloor, divfloor(a, b)) EWD(fmod, fmod(a, b)) EWD(rem, remf(a, b))\n"
+"EW1(sin, sin(a)) EW1(cos, cos(a)) EW1(ceil, ceil(a)) EW1(floor, floor(a)) EW1(trunc, trunc(a))\n"
+"EW1(sign, a > (T)0 ? (T)1 : (a < (T)0 ? (T)-1 : (T)0))\n"
+"PRED(signbit, signbit(a))\n"
 "EW2(div, a / b)\n"
 "EW2(maximum, isnan(a) ? a : (isnan(b) ? b : (a > b ? a : b)))\n"
 "EW2(minimum, isnan(a) ? a : (isnan(b) ? b : (a < b ? a : b)))\n"
@@ -68,6 +101,14 @@ static const char *const CL_EW_SRC = FL_CL_PRELUDE
 "  out[o[0]] = (T)(m + s * sqrt((REAL)-2 * log((REAL)1 - u1)) * cos((REAL)2 * M_PI * u2)); }\n"
 "__kernel void a_arange(__global T *out, walk_t w, REAL start, REAL step) { HEAD out[o[0]] = (T)(start + (REAL)g * step); }\n"
 "#else\n"
+"EW2(band, a & b) EW2(bor, a | b) EW2(bxor, a ^ b)\n"
+"#ifdef IS_BOOL\nEW1(bnot, !a)\n#else\nEW1(bnot, ~a)\n#endif\n"
+"#define ZCHK if (b == (T)0) { seterr(err, 2, 0); out[o[0]] = (T)0; return; }\n"
+"inline T idivfloor(T a, T b) { T q = a / b; if ((a % b) != 0 && ((a < 0) != (b < 0))) q--; return q; }\n"
+"inline T iremf(T a, T b) { T r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }\n"
+"EWD(divtrunc, a / b) EWD(divfloor, idivfloor(a, b)) EWD(fmod, a % b) EWD(rem, iremf(a, b))\n"
+"EW1(ceil, a) EW1(floor, a) EW1(trunc, a) EW1(sign, (T)((a > 0) - (a < 0)))\n"
+"PRED(signbit, a < 0)\n"
 "EW2(maximum, a > b ? a : b) EW2(minimum, a < b ? a : b)\n"
 "EW1(abs, a < 0 ? -a : a) EW1(relu, a < 0 ? (T)0 : a)\n"
 "EW2(threshold_bw, b <= PA ? (T)0 : a)\n"
@@ -83,6 +124,14 @@ static const char *const CL_CVT_SRC = FL_CL_PRELUDE
 "#define ROW(S, sn) CV(S, sn, float, f32) ROWF64(S, sn) CV(S, sn, long, i64) CV(S, sn, int, i32) CV(S, sn, short, i16) CV(S, sn, char, i8) CV(S, sn, uchar, u8) CVB(S, sn)\n"
 "ROW(float, f32) ROW(long, i64) ROW(int, i32) ROW(short, i16) ROW(char, i8) ROW(uchar, u8) ROW(uchar, b)\n"
 "#ifdef HAS_FP64\nROW(double, f64)\n#endif\n"
+/* float16 storage: vload_half / vstore_half (OpenCL 1.2 core, no cl_khr_fp16 needed) */
+"#define FROMH(D, dn) __kernel void cv_f16_##dn(__global D *out, __global const half *x, walk_t w) { HEAD out[o[0]] = (D)vload_half(o[1], x); }\n"
+"#define TOH(S, sn) __kernel void cv_##sn##_f16(__global half *out, __global const S *x, walk_t w) { HEAD vstore_half_rte((float)x[o[1]], o[0], out); }\n"
+"FROMH(float, f32) FROMH(long, i64) FROMH(int, i32) FROMH(short, i16) FROMH(char, i8) FROMH(uchar, u8)\n"
+"__kernel void cv_f16_b(__global uchar *out, __global const half *x, walk_t w) { HEAD out[o[0]] = vload_half(o[1], x) != 0.0f ? 1 : 0; }\n"
+"TOH(float, f32) TOH(long, i64) TOH(int, i32) TOH(short, i16) TOH(char, i8) TOH(uchar, u8) TOH(uchar, b)\n"
+"#ifdef HAS_FP64\nFROMH(double, f64)\n"
+"__kernel void cv_f64_f16(__global half *out, __global const double *x, walk_t w) { HEAD vstore_half_rte(x[o[1]], o[0], out); }\n#endif\n"
 "#define RAW(U, n) __kernel void cp_##n(__global U *out, __global const U *x, walk_t w) { HEAD out[o[0]] = x[o[1]]; }\\\n"
 "  __kernel void fl_##n(__global U *out, walk_t w, U v) { HEAD out[o[0]] = v; }\n"
 "RAW(uchar, 1) RAW(ushort, 2) RAW(uint, 4) RAW(ulong, 8)\n";
@@ -92,7 +141,13 @@ static const char *const CL_RED_SRC = FL_CL_PRELUDE
 "typedef struct { long osize[8]; long ost_o[8]; long ost_i[8]; long rsize[8]; long rst[8];\n"
 "  long ooff, ioff, ondim, rndim, nout, nred, chunk, nchunk; } red_t;\n"
 "#ifdef IS_FLOAT\n#define MAXOP(m, v) m = (isnan(v) || v > m || isnan(m)) ? (isnan(m) ? m : v) : m\n"
-"#else\n#define MAXOP(m, v) m = v > m ? v : m\n#endif\n"
+"#define MINOP(m, v) m = (isnan(v) || v < m || isnan(m)) ? (isnan(m) ? m : v) : m\n"
+"#define BETTER_MAX(v, m) ((isnan(v) && !isnan(m)) || v > m)\n#define BETTER_MIN(v, m) ((isnan(v) && !isnan(m)) || v < m)\n"
+"#else\n#define MAXOP(m, v) m = v > m ? v : m\n#define MINOP(m, v) m = v < m ? v : m\n"
+"#define BETTER_MAX(v, m) (v > m)\n#define BETTER_MIN(v, m) (v < m)\n#endif\n"
+"typedef struct { long st[8]; long off; } ist_t;\n"
+"inline long ioff_of(const red_t *r, const ist_t *s, long oi) { long o = s->off, rem = oi;\n"
+"  for (int d = (int)r->ondim - 1; d >= 0; d--) { long i = rem % r->osize[d]; rem /= r->osize[d]; o += i * s->st[d]; } return o; }\n"
 "#define RBODY(INIT, STEP, ACCT) \\\n"
 "  long g = get_global_id(0); if (g >= r.nout * r.nchunk) return; long oi = g % r.nout, c = g / r.nout;\\\n"
 "  long oo = r.ooff, io = r.ioff, rem = oi;\\\n"
@@ -118,7 +173,63 @@ static const char *const CL_RED_SRC = FL_CL_PRELUDE
 "__kernel void f_max(__global T *out, __global const T *part, red_t r, REAL scale) {\n"
 "  long oi = get_global_id(0); if (oi >= r.nout) return; long oo = r.ooff, rem = oi;\n"
 "  for (int d = (int)r.ondim - 1; d >= 0; d--) { long i = rem % r.osize[d]; rem /= r.osize[d]; oo += i * r.ost_o[d]; }\n"
-"  T acc = part[oi]; for (long c = 1; c < r.nchunk; c++) { T v = part[c * r.nout + oi]; MAXOP(acc, v); } out[oo] = acc; }\n";
+"  T acc = part[oi]; for (long c = 1; c < r.nchunk; c++) { T v = part[c * r.nout + oi]; MAXOP(acc, v); } out[oo] = acc; }\n"
+"__kernel void r_min(__global T *out, __global T *part, __global const T *x, red_t r, REAL scale) {\n"
+"  RBODY(x[io], MINOP(acc, v), T)\n"
+"  if (r.nchunk == 1) out[oo] = acc; else part[c * r.nout + oi] = acc; }\n"
+"__kernel void f_min(__global T *out, __global const T *part, red_t r, REAL scale) {\n"
+"  long oi = get_global_id(0); if (oi >= r.nout) return; long oo = r.ooff, rem = oi;\n"
+"  for (int d = (int)r.ondim - 1; d >= 0; d--) { long i = rem % r.osize[d]; rem /= r.osize[d]; oo += i * r.ost_o[d]; }\n"
+"  T acc = part[oi]; for (long c = 1; c < r.nchunk; c++) { T v = part[c * r.nout + oi]; MINOP(acc, v); } out[oo] = acc; }\n"
+/* value and index of the max/min (first occurrence; NaN wins); flags 1 min, 2 write values, 4 write indices; nchunk 1 */
+"__kernel void r_arg(__global T *out, __global long *iout, __global const T *x, red_t r, ist_t is, int flags) {\n"
+"  long bi = 0; int mn = flags & 1;\n"
+"  RBODY(x[io], if (mn ? BETTER_MIN(v, acc) : BETTER_MAX(v, acc)) { acc = v; bi = q + t; }, T)\n"
+"  if (flags & 2) out[oo] = acc; if (flags & 4) iout[ioff_of(&r, &is, oi)] = bi; }\n"
+/* cumulative sum along rows, accumulating in ACC */
+"typedef struct { long osize[8]; long ost[2][8]; long off[2]; long ondim, nrows, L; long lst[2]; } crow_t;\n"
+"__kernel void cumsum(__global T *out, __global const T *x, crow_t r) {\n"
+"  long g = get_global_id(0); if (g >= r.nrows) return; long o0 = r.off[0], o1 = r.off[1], rem = g;\n"
+"  for (int d = (int)r.ondim - 1; d >= 0; d--) { long i = rem % r.osize[d]; rem /= r.osize[d]; o0 += i * r.ost[0][d]; o1 += i * r.ost[1][d]; }\n"
+"  ACC s = 0; for (long i = 0; i < r.L; i++) { s += (ACC)x[o1 + i * r.lst[1]]; out[o0 + i * r.lst[0]] = (T)s; } }\n"
+/* sort / topk by rank: each element counts the elements that go before it (stable: ties keep their order;
+ * NaN sorts above everything, as in PyTorch) and writes itself there when its rank is below K */
+"typedef struct { long osize[8]; long ost[3][8]; long off[3]; long ondim, nrows, L; long lst[3]; } srow_t;\n"
+"#ifdef IS_FLOAT\n#define SLT(a, b) (!isnan(a) && (isnan(b) || (a) < (b)))\n#else\n#define SLT(a, b) ((a) < (b))\n#endif\n"
+"__kernel void sort_rank(__global T *vo, __global long *io, __global const T *x, srow_t r, long K, int desc) {\n"
+"  long g = get_global_id(0); if (g >= r.nrows * r.L) return; long row = g / r.L, i = g % r.L;\n"
+"  long o0 = r.off[0], o1 = r.off[1], o2 = r.off[2], rem = row;\n"
+"  for (int d = (int)r.ondim - 1; d >= 0; d--) { long q = rem % r.osize[d]; rem /= r.osize[d]; o0 += q * r.ost[0][d]; o1 += q * r.ost[1][d]; o2 += q * r.ost[2][d]; }\n"
+"  long ls = r.lst[2]; T xi = x[o2 + i * ls]; long rank = 0;\n"
+"  if (desc) { for (long j = 0; j < r.L; j++) { T xj = x[o2 + j * ls]; rank += SLT(xi, xj) || (j < i && !SLT(xj, xi)); } }\n"
+"  else { for (long j = 0; j < r.L; j++) { T xj = x[o2 + j * ls]; rank += SLT(xj, xi) || (j < i && !SLT(xi, xj)); } }\n"
+"  if (rank < K) { vo[o0 + rank * r.lst[0]] = xi; io[o1 + rank * r.lst[1]] = i; } }\n"
+/* long rows: a bitonic sort of (key, index) pairs per row in scratch padded to P (a power of two); the index
+ * breaks ties, so the order is the stable one; padding (index >= L) goes last */
+"inline void srow_offs(const srow_t *r, long row, long *o) { long rem = row; o[0] = r->off[0]; o[1] = r->off[1]; o[2] = r->off[2];\n"
+"  for (int d = (int)r->ondim - 1; d >= 0; d--) { long q = rem % r->osize[d]; rem /= r->osize[d]; o[0] += q * r->ost[0][d]; o[1] += q * r->ost[1][d]; o[2] += q * r->ost[2][d]; } }\n"
+"__kernel void bs_init(__global T *k, __global long *ix, __global const T *x, srow_t r, long P) {\n"
+"  long g = get_global_id(0); if (g >= r.nrows * P) return; long row = g / P, i = g % P; long o[3]; srow_offs(&r, row, o);\n"
+"  k[g] = i < r.L ? x[o[2] + i * r.lst[2]] : (T)0; ix[g] = i; }\n"
+"inline int bbefore(T ka, long ia, T kb, long ib, long L, int desc) {\n"
+"  if (ia >= L || ib >= L) return ia < ib;\n"
+"  int lt = desc ? SLT(kb, ka) : SLT(ka, kb); int gt = desc ? SLT(ka, kb) : SLT(kb, ka); return lt || (!gt && ia < ib); }\n"
+"__kernel void bs_step(__global T *k, __global long *ix, long nrows, long P, long L, long j, long kk, int desc) {\n"
+"  long g = get_global_id(0); if (g >= nrows * P) return; long row = g / P, t = g % P, l = t ^ j; if (l <= t) return;\n"
+"  long a = row * P + t, b = row * P + l; int up = (t & kk) == 0;\n"
+"  int sw = up ? bbefore(k[b], ix[b], k[a], ix[a], L, desc) : bbefore(k[a], ix[a], k[b], ix[b], L, desc);\n"
+"  if (sw) { T tk = k[a]; k[a] = k[b]; k[b] = tk; long ti = ix[a]; ix[a] = ix[b]; ix[b] = ti; } }\n"
+"__kernel void bs_out(__global T *vo, __global long *io, __global const T *k, __global const long *ix, srow_t r, long P, long K) {\n"
+"  long g = get_global_id(0); if (g >= r.nrows * K) return; long row = g / K, i = g % K; long o[3]; srow_offs(&r, row, o);\n"
+"  vo[o[0] + i * r.lst[0]] = k[row * P + i]; io[o[1] + i * r.lst[1]] = ix[row * P + i]; }\n"
+"#ifdef IS_FLOAT\n"
+/* var / std (Welford, nchunk 1); flags 1 sqrt, 2 write the mean to out2 */
+"__kernel void r_var(__global T *out, __global T *out2, __global const T *x, red_t r, ist_t is, REAL corr, int flags) {\n"
+"  ACC wm = 0; ACC wn = 0;\n"
+"  RBODY((ACC)0, wn += (ACC)1; ACC dl = v - wm; wm += dl / wn; acc += dl * (v - wm), ACC)\n"
+"  ACC den = (ACC)r.nred - (ACC)corr; if (den < 0) den = 0; ACC res = acc / den; if (r.nred == 0) { res = NAN; wm = NAN; }\n"
+"  out[oo] = (T)((flags & 1) ? sqrt(res) : res); if (flags & 2) out2[ioff_of(&r, &is, oi)] = (T)wm; }\n"
+"#endif\n";
 
 /* float-only: softmax family, layer norm, GEMM (T float or double, ACC, VT vector of TN) */
 static const char *const CL_NN_SRC = FL_CL_PRELUDE

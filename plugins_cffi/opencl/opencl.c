@@ -75,6 +75,7 @@ typedef struct {
     char name[64], vendor[64];
     uint64_t mem_total, max_alloc;
     int cus, fp64;
+    int host_cpu; /* CL_DEVICE_TYPE_CPU: the host's own cores (pocl) */
     /* allocator */
     pthread_mutex_t mlock;
     uintptr_t vbase, rover;
@@ -92,6 +93,9 @@ typedef struct {
     uint64_t seed, offset;
     /* streams created (so synchronize can finish them) */
     cl_command_queue *streams; int nstreams, capstreams;
+    /* device-side error flag (int code, pad, long value), read back after kernels that check data */
+    pthread_mutex_t elock;
+    cl_mem errm;
 } dev_t_;
 
 static dev_t_ *devs;
@@ -112,6 +116,7 @@ static uint32_t dev_dtypes(const dev_t_ *D) {
     uint32_t m = FL_DTYPE_BIT(FL_FLOAT32) | FL_DTYPE_BIT(FL_INT64) | FL_DTYPE_BIT(FL_INT32) | FL_DTYPE_BIT(FL_INT16) |
                  FL_DTYPE_BIT(FL_INT8) | FL_DTYPE_BIT(FL_UINT8) | FL_DTYPE_BIT(FL_BOOL);
     if (D->fp64) m |= FL_DTYPE_BIT(FL_FLOAT64);
+    m |= FL_DTYPE_BIT(FL_FLOAT16); /* storage and conversions (vload_half / vstore_half: OpenCL 1.2 core) */
     return m;
 }
 
@@ -122,7 +127,7 @@ static int device_props(int device, fl_device_props_t *p) {
     snprintf(p->name, sizeof p->name, "%s", D->name);
     p->total_memory = D->mem_total;
     p->dtypes = dev_dtypes(D);
-    p->features = FL_FEATURE_ASYNC_KERNELS;
+    p->features = FL_FEATURE_ASYNC_KERNELS | (D->host_cpu ? FL_FEATURE_HOST_CPU : 0);
     p->compute_units = D->cus;
     return FL_OK;
 }
@@ -496,6 +501,7 @@ static const char *tname(int dt) {
     switch (dt) {
     case FL_FLOAT32: return "f32"; case FL_FLOAT64: return "f64"; case FL_INT64: return "i64"; case FL_INT32: return "i32";
     case FL_INT16: return "i16"; case FL_INT8: return "i8"; case FL_UINT8: return "u8"; case FL_BOOL: return "b";
+    case FL_FLOAT16: return "f16";
     }
     return NULL;
 }
@@ -506,7 +512,9 @@ static const char *ctype(int dt) {
     }
     return NULL;
 }
-static int dt_ok(dev_t_ *D, int dt) { return tname(dt) && (dt != FL_FLOAT64 || D->fp64); }
+/* dtypes the kernels compute in; float16 is storage only (copies, conversions, fills, cat) */
+static int dt_ok(dev_t_ *D, int dt) { return tname(dt) && dt != FL_FLOAT16 && (dt != FL_FLOAT64 || D->fp64); }
+static int dt_store(dev_t_ *D, int dt) { return dt == FL_FLOAT16 || dt_ok(D, dt); }
 static int is_flt(int dt) { return dt == FL_FLOAT32 || dt == FL_FLOAT64; }
 
 /* key: "ew:<t>", "red:<t>", "nn:<t>", "cvt" (klock held) */
@@ -526,8 +534,8 @@ static cl_program prog_get(dev_t_ *D, const char *key, int *st) {
         if (!strncmp(key, "ew:", 3)) src = CL_EW_SRC;
         else if (!strncmp(key, "red:", 4)) src = CL_RED_SRC;
         else if (!strncmp(key, "nn:", 3)) src = CL_NN_SRC;
-        snprintf(opts, sizeof opts, "-DT=%s -DACC=%s%s%s -DTN=%d -DVT=%s%d -DVLOAD=vload%d -DVSTORE=vstore%d", ctype(dt), acc,
-                 is_flt(dt) ? " -DIS_FLOAT" : "", fp, tn, ctype(dt), tn, tn, tn);
+        snprintf(opts, sizeof opts, "-DT=%s -DACC=%s%s%s%s -DTN=%d -DVT=%s%d -DVLOAD=vload%d -DVSTORE=vstore%d", ctype(dt), acc,
+                 is_flt(dt) ? " -DIS_FLOAT" : "", dt == FL_BOOL ? " -DIS_BOOL" : "", fp, tn, ctype(dt), tn, tn, tn);
     }
     if (!src) { *st = fail(FL_ERR_INTERNAL, NAME ": unknown program %s", key); return NULL; }
     cl_int e = 0;
@@ -681,6 +689,41 @@ static cl_mem tmpbuf(dev_t_ *D, size_t n, int *st) {
     return m;
 }
 
+/* The device-side error flag. err_begin locks it (and creates it zeroed on first use); err_end always
+ * unlocks: after a successful launch it reads the flag with a blocking read on the kernel's queue (so the
+ * kernel is synchronous), resets it, and returns the flag's code (1 index out of range, 2 integer division
+ * by zero) with the offending value in *val; st when the launch failed. */
+static int err_begin(dev_t_ *D, cl_mem *em) {
+    pthread_mutex_lock(&D->elock);
+    if (!D->errm) {
+        int64_t z[2] = {0, 0};
+        cl_int e = 0;
+        D->errm = cl.clCreateBuffer(D->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof z, z, &e);
+        if (!D->errm || e) {
+            D->errm = NULL;
+            pthread_mutex_unlock(&D->elock);
+            return fail(FL_ERR_OOM, NAME ": cannot allocate the device error flag (OpenCL error %d)", e);
+        }
+    }
+    *em = D->errm;
+    return FL_OK;
+}
+static int err_end(dev_t_ *D, fl_stream_t s, int st, int *code, int64_t *val) {
+    *code = 0; *val = 0;
+    if (st) { pthread_mutex_unlock(&D->elock); return st; }
+    int32_t b[4] = {0, 0, 0, 0};
+    cl_int e = cl.clEnqueueReadBuffer(qof(D, s), D->errm, CL_TRUE, 0, sizeof b, b, 0, NULL, NULL);
+    if (!e && b[0]) {
+        int64_t z[2] = {0, 0};
+        memcpy(val, &b[2], 8);
+        *code = b[0];
+        e = cl.clEnqueueWriteBuffer(qof(D, s), D->errm, CL_TRUE, 0, sizeof z, z, 0, NULL, NULL);
+    }
+    pthread_mutex_unlock(&D->elock);
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": reading the device error flag failed with OpenCL error %d (or an earlier kernel failed)", e);
+    return FL_OK;
+}
+
 /* ------------------------------------------------------------------ elementwise */
 #define KARGS fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, const fl_tensor_t *out, int n_out, \
               const fl_arg_t *args, int n_args
@@ -708,8 +751,8 @@ static int get_opnd(dev_t_ *D, const fl_arg_t *a, const fl_tensor_t *in, int n_i
 }
 
 /* out[...] = kernel(ops...) in program ew:<T>; pa/pb are the op's scalar parameters */
-static int ew_run(dev_t_ *D, fl_stream_t s, int T, const char *kn, const fl_tensor_t *o, int nop, opnd_t *ops,
-                  double pa, double pb) {
+static int ew_run_e(dev_t_ *D, fl_stream_t s, int T, const char *kn, const fl_tensor_t *o, int nop, opnd_t *ops,
+                    double pa, double pb, cl_mem *errm) {
     dt_t od;
     int st = tres(D, o, &od);
     if (st) return st;
@@ -743,14 +786,25 @@ static int ew_run(dev_t_ *D, fl_stream_t s, int T, const char *kn, const fl_tens
     a[na++] = KA(w);
     a[na++] = (karg_t){prm_size(D), &p};
     a[na++] = KA(sm);
+    if (errm) a[na++] = (karg_t){sizeof(cl_mem), errm};
     char prog[16];
     snprintf(prog, sizeof prog, "ew:%s", tname(T));
     return launch1(D, s, prog, kn, na, a, n);
+}
+static int ew_run(dev_t_ *D, fl_stream_t s, int T, const char *kn, const fl_tensor_t *o, int nop, opnd_t *ops,
+                  double pa, double pb) {
+    return ew_run_e(D, s, T, kn, o, nop, ops, pa, pb, NULL);
 }
 
 static int out0(dev_t_ *D, const fl_tensor_t *out, int n_out, const fl_tensor_t **o) {
     if (!fl_out_ok(out, n_out)) return UNSUP;
     if (!dt_ok(D, out[0].dtype)) return UNSUP;
+    *o = &out[0];
+    return FL_OK;
+}
+static int out0_store(dev_t_ *D, const fl_tensor_t *out, int n_out, const fl_tensor_t **o) { /* float16 too */
+    if (!fl_out_ok(out, n_out)) return UNSUP;
+    if (!dt_store(D, out[0].dtype)) return UNSUP;
     *o = &out[0];
     return FL_OK;
 }
@@ -860,6 +914,79 @@ static int k_where(KARGS) { /* where.self(condition, self, other) */
     return ew_run(D, stream, o->dtype, "t_where", o, 3, ops, 0, 0);
 }
 
+/* ------------------------------------------------------------------ bitwise, predicates, rounding, division modes */
+/* bitwise ops: integer and bool dtypes, operands in the output's dtype */
+static int ew_bits(KARGS, const char *kn, int nop) {
+    DEV(device);
+    const fl_tensor_t *o;
+    int st = out0(D, out, n_out, &o);
+    if (st) return st;
+    if (is_flt(o->dtype) || n_args < nop) return UNSUP;
+    opnd_t ops[2];
+    for (int k = 0; k < nop; k++) {
+        if (fl_arg_is_num(&args[k]) && args[k].kind == FL_ARG_FLOAT) return UNSUP;
+        if ((st = get_opnd(D, &args[k], in, n_in, o, o->dtype, &ops[k]))) return st;
+    }
+    if (ops[0].scalar && nop == 1) return UNSUP;
+    return ew_run(D, stream, o->dtype, kn, o, nop, ops, 0, 0);
+}
+static int k_band(KARGS) { return ew_bits(PASS, "b_band", 2); }
+static int k_bor(KARGS) { return ew_bits(PASS, "b_bor", 2); }
+static int k_bxor(KARGS) { return ew_bits(PASS, "b_bxor", 2); }
+static int k_bnot(KARGS) { return ew_bits(PASS, "u_bnot", 1); }
+/* bool output computed in self's dtype */
+static int pred_k(KARGS, const char *kn, int floats_only) {
+    DEV(device);
+    if (!fl_out_ok(out, n_out) || out[0].dtype != FL_BOOL || n_args < 1) return UNSUP;
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !dt_ok(D, x->dtype) || (floats_only && !is_flt(x->dtype))) return UNSUP;
+    opnd_t op;
+    int st = get_opnd(D, &args[0], in, n_in, &out[0], x->dtype, &op);
+    if (st) return st;
+    return ew_run(D, stream, x->dtype, kn, &out[0], 1, &op, 0, 0);
+}
+static int k_lnot(KARGS) { return pred_k(PASS, "p_lnot", 0); }
+static int k_signbit(KARGS) {
+    if (n_args >= 1 && args[0].kind == FL_ARG_TENSOR && args[0].i >= 0 && args[0].i < n_in && in[args[0].i].dtype == FL_BOOL) return UNSUP;
+    return pred_k(PASS, "p_signbit", 0);
+}
+U1(k_sin, "u_sin", 1) U1(k_cos, "u_cos", 1) U1(k_ceil, "u_ceil", 0) U1(k_floor, "u_floor", 0) U1(k_trunc, "u_trunc", 0)
+U1(k_sign, "u_sign", 0)
+/* div (rounding_mode), fmod, remainder: integer division by zero raises, as PyTorch's CPU kernels do */
+static int divlike(KARGS, const char *kn, const char *what) {
+    DEV(device);
+    const fl_tensor_t *o;
+    int st = out0(D, out, n_out, &o);
+    if (st) return st;
+    if (o->dtype == FL_BOOL || n_args < 2) return UNSUP;
+    opnd_t ops[2];
+    for (int k = 0; k < 2; k++) if ((st = get_opnd(D, &args[k], in, n_in, o, o->dtype, &ops[k]))) return st;
+    if (ops[0].scalar) return UNSUP;
+    if (!is_flt(o->dtype) && ops[1].scalar && ops[1].si == 0) return fail(FL_ERR_INVALID, "ZeroDivisionError");
+    cl_mem em;
+    if ((st = err_begin(D, &em))) return st;
+    if (is_flt(o->dtype)) { /* floats never set the flag: no read-back, the kernel stays asynchronous */
+        pthread_mutex_unlock(&D->elock);
+        return ew_run_e(D, stream, o->dtype, kn, o, 2, ops, 0, 0, &em);
+    }
+    st = ew_run_e(D, stream, o->dtype, kn, o, 2, ops, 0, 0, &em);
+    int code; int64_t v;
+    if ((st = err_end(D, stream, st, &code, &v))) return st;
+    (void)what;
+    if (code) return fail(FL_ERR_INVALID, "ZeroDivisionError"); /* PyTorch's words */
+    return FL_OK;
+}
+static int k_div_mode(KARGS) { /* div.Tensor_mode / div.Scalar_mode(self, other, *, rounding_mode) */
+    if (n_args < 3) return UNSUP;
+    if (args[2].kind == FL_ARG_NONE) return ew_simple(PASS, "b_div", 2, 1, 0, 0);
+    if (args[2].kind != FL_ARG_OTHER) return UNSUP;
+    if (args[2].i == FL_STR_trunc) return divlike(PASS, "d_divtrunc", "div");
+    if (args[2].i == FL_STR_floor) return divlike(PASS, "d_divfloor", "div");
+    return UNSUP;
+}
+static int k_fmod(KARGS) { return divlike(PASS, "d_fmod", "fmod"); }
+static int k_remainder(KARGS) { return divlike(PASS, "d_rem", "remainder"); }
+
 /* ------------------------------------------------------------------ copy_, fill_, cat, arange */
 static uint64_t val_bits(int dt, double v, int64_t iv, int isint) {
     uint64_t b = 0;
@@ -872,6 +999,7 @@ static uint64_t val_bits(int dt, double v, int64_t iv, int isint) {
     case FL_INT8: { int8_t x = (int8_t)(isint ? iv : (int64_t)v); memcpy(&b, &x, 1); break; }
     case FL_UINT8: { uint8_t x = (uint8_t)(isint ? iv : (int64_t)v); memcpy(&b, &x, 1); break; }
     case FL_BOOL: { uint8_t x = isint ? iv != 0 : v != 0; memcpy(&b, &x, 1); break; }
+    case FL_FLOAT16: { uint16_t x = fl_f32_to_f16(isint ? (float)iv : (float)v); memcpy(&b, &x, 2); break; }
     }
     return b;
 }
@@ -895,7 +1023,7 @@ static int k_fill(KARGS) { /* fill_.Scalar(self, value) */
     (void)in; (void)n_in;
     DEV(device);
     const fl_tensor_t *o;
-    int st = out0(D, out, n_out, &o);
+    int st = out0_store(D, out, n_out, &o);
     if (st) return st;
     if (n_args < 2 || !fl_arg_is_num(&args[1])) return UNSUP;
     return fill_bits(D, stream, o, val_bits(o->dtype, fl_arg_num(&args[1]), args[1].i, args[1].kind != FL_ARG_FLOAT));
@@ -904,7 +1032,7 @@ static int k_zero(KARGS) {
     (void)in; (void)n_in; (void)args; (void)n_args;
     DEV(device);
     const fl_tensor_t *o;
-    int st = out0(D, out, n_out, &o);
+    int st = out0_store(D, out, n_out, &o);
     if (st) return st;
     return fill_bits(D, stream, o, 0);
 }
@@ -929,7 +1057,7 @@ static void contig_strides(fl_tensor_t *t) {
 static int copy_any(dev_t_ *D, fl_stream_t s, const fl_tensor_t *dst, const fl_tensor_t *src0) {
     fl_tensor_t src;
     if (fl_bcast(src0, dst->ndim, dst->sizes, &src)) return UNSUP;
-    if (!dt_ok(D, dst->dtype) || !dt_ok(D, src.dtype)) return UNSUP;
+    if (!dt_store(D, dst->dtype) || !dt_store(D, src.dtype)) return UNSUP;
     dt_t dd, sd;
     int st;
     if ((st = tres(D, dst, &dd)) || (st = tres(D, &src, &sd))) return st;
@@ -959,7 +1087,7 @@ static int copy_any(dev_t_ *D, fl_stream_t s, const fl_tensor_t *dst, const fl_t
 static int k_copy(KARGS) { /* copy_(self, src, non_blocking) */
     DEV(device);
     const fl_tensor_t *o;
-    int st = out0(D, out, n_out, &o);
+    int st = out0_store(D, out, n_out, &o);
     if (st) return st;
     if (n_args < 2) return UNSUP;
     if (fl_arg_is_num(&args[1])) return fill_bits(D, stream, o, val_bits(o->dtype, fl_arg_num(&args[1]), args[1].i, args[1].kind != FL_ARG_FLOAT));
@@ -970,7 +1098,7 @@ static int k_cat(KARGS) { /* cat(tensors, dim) */
     DEV(device);
     if (n_args < 1 || args[0].kind != FL_ARG_TENSOR_LIST || !fl_out_ok(out, n_out)) return UNSUP;
     const fl_tensor_t *o = &out[0];
-    if (!dt_ok(D, o->dtype) || o->ndim == 0) return UNSUP;
+    if (!dt_store(D, o->dtype) || o->ndim == 0) return UNSUP;
     int64_t first = args[0].i, cnt = args[0].len;
     if (first < 0 || first + cnt > n_in) return UNSUP;
     if (o->ndim == 1 && o->sizes[0] == 0) return FL_OK;
@@ -980,7 +1108,7 @@ static int k_cat(KARGS) { /* cat(tensors, dim) */
     for (int64_t k = 0; k < cnt; k++) { /* check everything before queueing anything */
         const fl_tensor_t *t = &in[first + k];
         if (t->ndim == 1 && t->sizes[0] == 0 && o->ndim != 1) continue;
-        if (t->ndim != o->ndim || !dt_ok(D, t->dtype)) return UNSUP;
+        if (t->ndim != o->ndim || !dt_store(D, t->dtype)) return UNSUP;
         for (int d = 0; d < o->ndim; d++) if (d != dim && t->sizes[d] != o->sizes[d]) return UNSUP;
         dt_t td; int st = tres(D, t, &td); if (st) return st;
         pos += t->sizes[dim];
@@ -1025,6 +1153,188 @@ static int k_arange(KARGS) { /* arange.start_step(start, end, step, dtype, layou
     karg_t a[4] = {{sizeof(cl_mem), &od.m}, KA(w), KA(s0), KA(s1)};
     return launch1(D, stream, prog, "a_arange", 4, a, n);
 }
+
+static int bool_at(const fl_arg_t *args, int n_args, int k);
+/* ------------------------------------------------------------------ indexing
+ * Every kernel that reads indices checks them on the device and sets the error flag; the call reads it
+ * back at once (these kernels are synchronous) and raises PyTorch's message. */
+static int idx_error(int code, int64_t v, const char *op, int dim, int64_t size) {
+    if (code == 1) {
+        if (!op) return fail(FL_ERR_INVALID, "index out of range in self");
+        return fail(FL_ERR_INVALID, "index %lld is out of bounds for dimension %d with size %lld", (long long)v, dim,
+                    (long long)size); /* PyTorch's words (gather, scatter*) */
+    }
+    return fail(FL_ERR_INVALID, "%s: device error %d", op ? op : "index", code);
+}
+/* out[w] = x[xv(w) + idx[iv(w)] * xs] over out's shape; xv and iv are views of x and idx in out's shape */
+static int gather_run(dev_t_ *D, fl_stream_t s, const fl_tensor_t *o, const dt_t *od, const fl_tensor_t *xv, const dt_t *xd,
+                      const fl_tensor_t *iv, const dt_t *id, int64_t xs, int64_t xn, const char *op, int dim) {
+    int64_t n = fl_numel(o);
+    if (!n) return FL_OK;
+    if (xn == 0) return idx_error(1, 0, op, dim, 0); /* any index is out of range (checked at the call, as PyTorch) */
+    const fl_tensor_t *ts[3] = {o, iv, xv};
+    int64_t base[3] = {od->off, id->off, xd->off};
+    walk_t w;
+    mkwalk(&w, o->ndim, o->sizes, 3, ts, base);
+    cl_mem xm = xd->m ? xd->m : od->m, em;
+    int st = err_begin(D, &em);
+    if (st) return st;
+    karg_t a[7] = {{sizeof(cl_mem), &od->m}, {sizeof(cl_mem), &xm}, {sizeof(cl_mem), &id->m}, KA(w), KA(xs), KA(xn), {sizeof(cl_mem), &em}};
+    char prog[16];
+    snprintf(prog, sizeof prog, "ew:%s", tname(o->dtype));
+    st = launch1(D, s, prog, "x_gather", 7, a, n);
+    int code; int64_t v;
+    if ((st = err_end(D, s, st, &code, &v))) return st;
+    return code ? idx_error(code, v, op, dim, xn) : FL_OK;
+}
+/* gather(self, dim, index, sparse_grad): out has index's shape */
+static int k_gather(KARGS) {
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *ix = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!x || !ix || !fl_out_ok(out, n_out) || n_args < 3 || args[1].kind != FL_ARG_INT) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    if (ix->dtype != FL_INT64 || x->dtype != o->dtype || !dt_ok(D, o->dtype) || o->ndim != ix->ndim || x->ndim != ix->ndim || !x->ndim) return UNSUP;
+    int dim;
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) return UNSUP;
+    for (int d = 0; d < o->ndim; d++) if (o->sizes[d] != ix->sizes[d] || (d != dim && ix->sizes[d] > x->sizes[d])) return UNSUP;
+    dt_t od, xd, id;
+    int st;
+    if ((st = tres(D, o, &od)) || (st = tres(D, x, &xd)) || (st = tres(D, ix, &id))) return st;
+    fl_tensor_t xv = *x;
+    for (int d = 0; d < o->ndim; d++) xv.sizes[d] = o->sizes[d];
+    xv.strides[dim] = 0;
+    return gather_run(D, stream, o, &od, &xv, &xd, ix, &id, x->strides[dim], x->sizes[dim], "gather", dim);
+}
+/* index_select(self, dim, index): out = self with dim indexed by the 1-D index */
+static int k_index_select(KARGS) {
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *ix = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!x || !ix || !fl_out_ok(out, n_out) || n_args < 3 || args[1].kind != FL_ARG_INT) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    if (ix->dtype != FL_INT64 || ix->ndim > 1 || x->dtype != o->dtype || !dt_ok(D, o->dtype) || o->ndim != x->ndim) return UNSUP;
+    if (x->ndim == 0) return UNSUP;
+    int dim;
+    if (fl_wrap_dim(args[1].i, x->ndim, &dim)) return UNSUP;
+    int64_t ni = ix->ndim ? ix->sizes[0] : 1;
+    for (int d = 0; d < o->ndim; d++) if (o->sizes[d] != (d == dim ? ni : x->sizes[d])) return UNSUP;
+    dt_t od, xd, id;
+    int st;
+    if ((st = tres(D, o, &od)) || (st = tres(D, x, &xd)) || (st = tres(D, ix, &id))) return st;
+    fl_tensor_t xv = *x, iv = *o;
+    xv.strides[dim] = 0; xv.sizes[dim] = ni;
+    iv.dtype = FL_INT64; iv.data = ix->data; iv.offset = ix->offset;
+    for (int d = 0; d < o->ndim; d++) iv.strides[d] = d == dim && ix->ndim ? ix->strides[0] : 0;
+    return gather_run(D, stream, o, &od, &xv, &xd, &iv, &id, x->strides[dim], x->sizes[dim], NULL, dim);
+}
+/* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): out = indices.shape + [D] */
+static int k_embedding(KARGS) {
+    DEV(device);
+    const fl_tensor_t *wt = fl_arg_tensor(args, n_args, 0, in, n_in), *ix = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!wt || !ix || !fl_out_ok(out, n_out)) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    if (ix->dtype != FL_INT64 || wt->ndim != 2 || wt->dtype != o->dtype || !dt_ok(D, o->dtype) || o->ndim != ix->ndim + 1) return UNSUP;
+    for (int d = 0; d < ix->ndim; d++) if (o->sizes[d] != ix->sizes[d]) return UNSUP;
+    if (o->sizes[o->ndim - 1] != wt->sizes[1]) return UNSUP;
+    dt_t od, xd, id;
+    int st;
+    if ((st = tres(D, o, &od)) || (st = tres(D, wt, &xd)) || (st = tres(D, ix, &id))) return st;
+    fl_tensor_t xv = *o, iv = *o;
+    int last = o->ndim - 1;
+    xv.dtype = wt->dtype; xv.data = wt->data; xv.offset = wt->offset;
+    iv.dtype = FL_INT64; iv.data = ix->data; iv.offset = ix->offset;
+    for (int d = 0; d < last; d++) { xv.strides[d] = 0; iv.strides[d] = ix->strides[d]; }
+    xv.strides[last] = wt->strides[1]; iv.strides[last] = 0;
+    return gather_run(D, stream, o, &od, &xv, &xd, &iv, &id, wt->strides[0], wt->sizes[0], NULL, 0);
+}
+/* embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq) */
+static int k_embedding_bw(KARGS) {
+    DEV(device);
+    const fl_tensor_t *g = fl_arg_tensor(args, n_args, 0, in, n_in), *ix = fl_arg_tensor(args, n_args, 1, in, n_in);
+    if (!g || !ix || !fl_out_ok(out, n_out) || n_args < 5 || args[2].kind != FL_ARG_INT) return UNSUP;
+    if (bool_at(args, n_args, 4)) return UNSUP; /* scale_grad_by_freq */
+    const fl_tensor_t *o = &out[0];
+    if (ix->dtype != FL_INT64 || !is_flt(o->dtype) || !dt_ok(D, o->dtype) || g->dtype != o->dtype || o->ndim != 2) return UNSUP;
+    if (g->ndim != ix->ndim + 1 || o->sizes[0] != args[2].i || g->sizes[g->ndim - 1] != o->sizes[1]) return UNSUP;
+    for (int d = 0; d < ix->ndim; d++) if (g->sizes[d] != ix->sizes[d]) return UNSUP;
+    int64_t pad = args[3].kind == FL_ARG_INT ? args[3].i : -1;
+    dt_t od, gd, id;
+    int st;
+    if ((st = tres(D, o, &od)) || (st = tres(D, g, &gd)) || (st = tres(D, ix, &id))) return st;
+    if ((st = fill_bits(D, stream, o, 0))) return st;
+    int64_t Dm = o->sizes[1], nw = o->sizes[0];
+    if (!Dm || !fl_numel(ix)) return FL_OK;
+    fl_tensor_t gv = *g;
+    gv.ndim = ix->ndim;
+    const fl_tensor_t *ts[2] = {ix, &gv};
+    int64_t base[2] = {id.off, gd.off};
+    walk_t w;
+    mkwalk(&w, ix->ndim, ix->sizes, 2, ts, base);
+    int64_t gsl = g->strides[g->ndim - 1], ooff = od.off + o->offset, os0 = o->strides[0], os1 = o->strides[1];
+    cl_mem em;
+    if ((st = err_begin(D, &em))) return st;
+    karg_t a[12] = {{sizeof(cl_mem), &od.m}, {sizeof(cl_mem), &id.m}, {sizeof(cl_mem), &gd.m}, KA(w), KA(Dm), KA(gsl),
+                    KA(ooff), KA(os0), KA(os1), KA(nw), KA(pad), {sizeof(cl_mem), &em}};
+    char prog[16];
+    snprintf(prog, sizeof prog, "ew:%s", tname(o->dtype));
+    st = launch1(D, stream, prog, "x_embbw", 12, a, Dm);
+    int code; int64_t v;
+    if ((st = err_end(D, stream, st, &code, &v))) return st;
+    return code ? idx_error(code, v, NULL, 0, nw) : FL_OK;
+}
+/* scatter family: (self, dim, index, src|value[, reduce]); out = self, then the indexed writes.
+ * mode 0 src, 1 value, 2 add src */
+static int scatter_k(KARGS, int mode) {
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in), *ix = fl_arg_tensor(args, n_args, 2, in, n_in);
+    if (!x || !ix || !fl_out_ok(out, n_out) || n_args < 4 || args[1].kind != FL_ARG_INT) return UNSUP;
+    if (n_args > 4 && args[4].kind != FL_ARG_NONE) return UNSUP; /* reduce= */
+    const fl_tensor_t *o = &out[0], *src = NULL;
+    if (ix->dtype != FL_INT64 || x->dtype != o->dtype || !dt_ok(D, o->dtype) || !o->ndim || x->ndim != o->ndim) return UNSUP;
+    for (int d = 0; d < o->ndim; d++) if (x->sizes[d] != o->sizes[d]) return UNSUP;
+    prm_t p;
+    memset(&p, 0, sizeof p);
+    if (mode == 1) {
+        if (!fl_arg_is_num(&args[3])) return UNSUP;
+        if (!is_flt(o->dtype) && args[3].kind == FL_ARG_FLOAT) return UNSUP;
+        p.si[0] = fl_arg_int(&args[3]);
+        if (o->dtype == FL_BOOL) p.si[0] = fl_arg_num(&args[3]) != 0;
+        prm_real(D, &p, 0, 0, fl_arg_num(&args[3]));
+    } else {
+        src = fl_arg_tensor(args, n_args, 3, in, n_in);
+        if (!src || src->dtype != o->dtype || src->ndim != o->ndim) return UNSUP;
+    }
+    int dim;
+    if (fl_wrap_dim(args[1].i, o->ndim, &dim)) return UNSUP;
+    if (ix->ndim != o->ndim && fl_numel(ix)) return UNSUP;
+    for (int d = 0; d < ix->ndim; d++)
+        if ((d != dim && ix->sizes[d] > o->sizes[d]) || (src && ix->sizes[d] > src->sizes[d])) return UNSUP;
+    dt_t od, id, sd = {0, 0};
+    int st;
+    if ((st = tres(D, o, &od)) || (st = tres(D, ix, &id)) || (src && (st = tres(D, src, &sd)))) return st;
+    if ((st = copy_any(D, stream, o, x))) return st;
+    if (!fl_numel(ix)) return FL_OK;
+    int64_t L = ix->sizes[dim];
+    fl_tensor_t ov = *o, iv = *ix, sv = src ? *src : *ix;
+    for (int d = 0; d < o->ndim; d++) ov.sizes[d] = iv.sizes[d] = sv.sizes[d] = d == dim ? 1 : ix->sizes[d];
+    const fl_tensor_t *ts[3] = {&ov, &iv, &sv};
+    int64_t base[3] = {od.off, id.off, src ? sd.off : id.off};
+    walk_t w;
+    mkwalk(&w, o->ndim, iv.sizes, 3, ts, base);
+    int64_t os = o->strides[dim], on = o->sizes[dim], is = ix->strides[dim], ss = src ? src->strides[dim] : 0;
+    cl_mem sm = src ? sd.m : id.m, em;
+    if ((st = err_begin(D, &em))) return st;
+    karg_t a[12] = {{sizeof(cl_mem), &od.m}, {sizeof(cl_mem), &id.m}, {sizeof(cl_mem), &sm}, KA(w), KA(L), KA(os), KA(on),
+                    KA(is), KA(ss), {prm_size(D), &p}, KA(mode), {sizeof(cl_mem), &em}};
+    char prog[16];
+    snprintf(prog, sizeof prog, "ew:%s", tname(o->dtype));
+    st = launch1(D, stream, prog, "x_scat", 12, a, w.n);
+    int code; int64_t v;
+    if ((st = err_end(D, stream, st, &code, &v))) return st;
+    return code ? idx_error(code, v, mode == 2 ? "scatter_add" : "scatter", dim, on) : FL_OK;
+}
+static int k_scatter_src(KARGS) { return scatter_k(PASS, 0); }
+static int k_scatter_value(KARGS) { return scatter_k(PASS, 1); }
+static int k_scatter_add(KARGS) { return scatter_k(PASS, 2); }
 
 /* ------------------------------------------------------------------ random */
 static int rand_k(KARGS, int kind) { /* 0 uniform_(self, from, to), 1 normal_(self, mean, std), 2 bernoulli_.float(self, p) */
@@ -1071,10 +1381,20 @@ static int parse_dims(const fl_arg_t *a, int nd, uint32_t *mask) {
     return FL_OK;
 }
 /* op 0 sum (scale: 1, or 1/n for mean), 1 max */
-static int reduce(dev_t_ *D, fl_stream_t s, const fl_tensor_t *x0, const fl_arg_t *dims, int keepdim, const fl_tensor_t *o, int op, int mean) {
-    if (!dt_ok(D, o->dtype) || !dt_ok(D, x0->dtype) || o->dtype == FL_BOOL) return UNSUP;
-    if (op == 1 && x0->dtype != o->dtype) return UNSUP;
-    if (mean && !is_flt(o->dtype)) return UNSUP;
+/* op 0 sum (scale: 1, or 1/n for mean), 1 max, 2 min, 3 arg max/min (rx: flags 1 min, 2 values, 4 indices;
+ * o2 the int64 indices), 4 var/std (rx: flags 1 sqrt, 2 mean in o2; corr) */
+typedef struct { const fl_tensor_t *o2; int flags; double corr; } rx_t;
+typedef struct { int64_t st[8]; int64_t off; } ist_t;
+static int reduce_x(dev_t_ *D, fl_stream_t s, const fl_tensor_t *x0, const fl_arg_t *dims, int keepdim, const fl_tensor_t *o, int op,
+                    int mean, const rx_t *rx) {
+    int ext = op == 1 || op == 2 || op == 3;
+    if (!dt_ok(D, o->dtype) || !dt_ok(D, x0->dtype) || (o->dtype == FL_BOOL && !(op == 1 || op == 2))) return UNSUP;
+    if (op >= 1 && x0->dtype != o->dtype) return UNSUP;
+    if ((mean || op == 4) && !is_flt(o->dtype)) return UNSUP;
+    const fl_tensor_t *o2 = rx ? rx->o2 : NULL;
+    if (op == 3 && o2 && (o2->dtype != FL_INT64 || o2->ndim != o->ndim)) return UNSUP;
+    if (op == 4 && o2 && (o2->dtype != o->dtype || o2->ndim != o->ndim)) return UNSUP;
+    if (o2) for (int d = 0; d < o->ndim; d++) if (o2->sizes[d] != o->sizes[d]) return UNSUP;
     uint32_t mask;
     if (parse_dims(dims, x0->ndim, &mask)) return UNSUP;
     int nkeep = 0;
@@ -1082,10 +1402,15 @@ static int reduce(dev_t_ *D, fl_stream_t s, const fl_tensor_t *x0, const fl_arg_
     if (o->ndim != (keepdim ? x0->ndim : nkeep)) return UNSUP;
     int64_t nred = 1;
     for (int d = 0; d < x0->ndim; d++) if (mask >> d & 1) nred *= x0->sizes[d];
-    if (op == 1 && nred == 0) return UNSUP;
-    dt_t od, xd;
+    if (ext && nred == 0) return UNSUP;
+    for (int d = 0, k = 0; d < x0->ndim; d++) { /* kept dims match the output (decided before anything is queued) */
+        if ((mask >> d & 1) && !keepdim) continue;
+        if (!(mask >> d & 1) && o->sizes[k] != x0->sizes[d]) return UNSUP;
+        k++;
+    }
+    dt_t od, xd, o2d = {0, 0};
     int st;
-    if ((st = tres(D, o, &od)) || (st = tres(D, x0, &xd))) return st;
+    if ((st = tres(D, o, &od)) || (st = tres(D, x0, &xd)) || (o2 && (st = tres(D, o2, &o2d)))) return st;
     int64_t nout = fl_numel(o);
     if (!nout) return FL_OK;
     fl_tensor_t x = *x0;
@@ -1099,7 +1424,9 @@ static int reduce(dev_t_ *D, fl_stream_t s, const fl_tensor_t *x0, const fl_arg_
         tmpx = td.m; xd = td;
     }
     red_t r;
+    ist_t is2;
     memset(&r, 0, sizeof r);
+    memset(&is2, 0, sizeof is2);
     int od_i = 0, on = 0, rn = 0;
     for (int d = 0; d < x.ndim; d++) {
         int red = mask >> d & 1;
@@ -1111,15 +1438,18 @@ static int reduce(dev_t_ *D, fl_stream_t s, const fl_tensor_t *x0, const fl_arg_
         } else {
             if (o->sizes[oi] != x.sizes[d]) { if (tmpx) cl.clReleaseMemObject(tmpx); return UNSUP; }
             if (x.sizes[d] == 1) continue;
-            r.osize[on] = x.sizes[d]; r.ost_o[on] = o->strides[oi]; r.ost_i[on] = x.strides[d]; on++;
+            r.osize[on] = x.sizes[d]; r.ost_o[on] = o->strides[oi]; r.ost_i[on] = x.strides[d];
+            if (o2) is2.st[on] = o2->strides[oi];
+            on++;
         }
     }
+    if (o2) is2.off = o2d.off + o2->offset;
     if (rn == 0) { r.rsize[0] = 1; r.rst[0] = 0; rn = 1; }
     if (nred == 0) { r.rsize[0] = 0; }
     r.ondim = on; r.rndim = rn; r.nout = nout; r.nred = nred;
     r.ooff = od.off + o->offset; r.ioff = xd.off + x.offset;
     r.nchunk = 1; r.chunk = nred > 0 ? nred : 1;
-    if (nout < 4096 && nred > 8192) {
+    if (op <= 2 && nout < 4096 && nred > 8192) {
         int64_t want = (8192 + nout - 1) / nout, bych = (nred + 4095) / 4096;
         r.nchunk = want < bych ? want : bych;
         if (r.nchunk < 1) r.nchunk = 1;
@@ -1127,25 +1457,44 @@ static int reduce(dev_t_ *D, fl_stream_t s, const fl_tensor_t *x0, const fl_arg_
         r.nchunk = (nred + r.chunk - 1) / r.chunk;
     }
     if (nred == 0) { r.chunk = 0; }
-    size_t accsz = op == 1 ? fl_itemsize(o->dtype) : 8;
+    char prog[16];
+    snprintf(prog, sizeof prog, "red:%s", tname(o->dtype));
+    if (op == 3 || op == 4) {
+        cl_mem m2 = o2 ? o2d.m : od.m, xm = xd.m ? xd.m : od.m;
+        int flags = rx ? rx->flags : 0;
+        if (op == 3) {
+            karg_t a[6] = {{sizeof(cl_mem), &od.m}, {sizeof(cl_mem), &m2}, {sizeof(cl_mem), &xm}, KA(r), KA(is2), KA(flags)};
+            st = launch1(D, s, prog, "r_arg", 6, a, nout);
+        } else {
+            real_t rc;
+            karg_t a[7] = {{sizeof(cl_mem), &od.m}, {sizeof(cl_mem), &m2}, {sizeof(cl_mem), &xm}, KA(r), KA(is2),
+                           ka_real(D, &rc, rx ? rx->corr : 1.0), KA(flags)};
+            st = launch1(D, s, prog, "r_var", 7, a, nout);
+        }
+        if (tmpx) cl.clReleaseMemObject(tmpx);
+        return st;
+    }
+    size_t accsz = op ? fl_itemsize(o->dtype) : 8;
     if (op == 0 && o->dtype == FL_FLOAT32 && !D->fp64) accsz = 4;
     cl_mem part = r.nchunk > 1 ? tmpbuf(D, (size_t)(r.nchunk * nout) * accsz, &st) : NULL;
     if (r.nchunk > 1 && !part) { if (tmpx) cl.clReleaseMemObject(tmpx); return st; }
-    char prog[16];
-    snprintf(prog, sizeof prog, "red:%s", tname(o->dtype));
     double scale = mean ? 1.0 / (double)nred : 1.0;
     real_t rs;
     cl_mem pm = part ? part : od.m;
     karg_t a[5] = {{sizeof(cl_mem), &od.m}, {sizeof(cl_mem), &pm}, {sizeof(cl_mem), &xd.m}, KA(r), ka_real(D, &rs, scale)};
     if (!xd.m) a[2] = (karg_t){sizeof(cl_mem), &od.m};
-    st = launch1(D, s, prog, op ? "r_max" : "r_sum", 5, a, nout * r.nchunk);
+    static const char *const rk[3] = {"r_sum", "r_max", "r_min"}, *const fk[3] = {"f_sum", "f_max", "f_min"};
+    st = launch1(D, s, prog, rk[op], 5, a, nout * r.nchunk);
     if (!st && r.nchunk > 1) {
         karg_t b[4] = {{sizeof(cl_mem), &od.m}, {sizeof(cl_mem), &pm}, KA(r), ka_real(D, &rs, scale)};
-        st = launch1(D, s, prog, op ? "f_max" : "f_sum", 4, b, nout);
+        st = launch1(D, s, prog, fk[op], 4, b, nout);
     }
     if (part) cl.clReleaseMemObject(part);
     if (tmpx) cl.clReleaseMemObject(tmpx);
     return st;
+}
+static int reduce(dev_t_ *D, fl_stream_t s, const fl_tensor_t *x0, const fl_arg_t *dims, int keepdim, const fl_tensor_t *o, int op, int mean) {
+    return reduce_x(D, s, x0, dims, keepdim, o, op, mean, NULL);
 }
 static int bool_at(const fl_arg_t *args, int n_args, int k) {
     return k < n_args && (args[k].kind == FL_ARG_BOOL || args[k].kind == FL_ARG_INT) ? (int)args[k].i : 0;
@@ -1179,6 +1528,204 @@ static int k_amax(KARGS) { /* amax(self, dim[], keepdim) */
     const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
     if (!x || !fl_out_ok(out, n_out)) return UNSUP;
     return reduce(D, stream, x, n_args > 1 ? &args[1] : NULL, bool_at(args, n_args, 2), &out[0], 1, 0);
+}
+
+static int k_amin(KARGS) { /* amin(self, dim[], keepdim) */
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !fl_out_ok(out, n_out)) return UNSUP;
+    return reduce(D, stream, x, n_args > 1 ? &args[1] : NULL, bool_at(args, n_args, 2), &out[0], 2, 0);
+}
+static int maxmin_all(KARGS, int op) { /* max(self) / min(self): the whole tensor */
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !fl_out_ok(out, n_out)) return UNSUP;
+    if (!fl_numel(x))
+        return fail(FL_ERR_INVALID, "%s(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim "
+                    "with the 'dim' argument.", op == 1 ? "max" : "min");
+    return reduce(D, stream, x, NULL, 0, &out[0], op, 0);
+}
+static int k_max_all(KARGS) { return maxmin_all(PASS, 1); }
+static int k_min_all(KARGS) { return maxmin_all(PASS, 2); }
+static int empty_red(const fl_tensor_t *x, const fl_arg_t *dims) {
+    uint32_t mask;
+    if (fl_numel(x)) return 0;
+    if (parse_dims(dims, x->ndim, &mask)) return 0;
+    if (!dims || dims->kind == FL_ARG_NONE) return 1;
+    for (int d = 0; d < x->ndim; d++) if ((mask >> d & 1) && x->sizes[d] == 0) return 1;
+    return 0;
+}
+static int maxmin_dim(KARGS, int mn) { /* max.dim(self, dim, keepdim) -> (values, indices) */
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 2 || !fl_out_ok(out, n_out) || !fl_out_at(out, n_out, 1) || n_args < 2 || args[1].kind != FL_ARG_INT) return UNSUP;
+    if (empty_red(x, &args[1]))
+        return fail(FL_ERR_INVALID, "%s(): Expected reduction dim %lld to have non-zero size.", mn ? "min" : "max", (long long)args[1].i);
+    rx_t rx = {&out[1], (mn ? 1 : 0) | 2 | 4, 0};
+    return reduce_x(D, stream, x, &args[1], bool_at(args, n_args, 2), &out[0], 3, 0, &rx);
+}
+static int k_max_dim(KARGS) { return maxmin_dim(PASS, 0); }
+static int k_min_dim(KARGS) { return maxmin_dim(PASS, 1); }
+static int argext(KARGS, int mn) { /* argmax(self, dim?, keepdim) */
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !fl_out_ok(out, n_out) || out[0].dtype != FL_INT64) return UNSUP;
+    const fl_arg_t *dims = n_args > 1 ? &args[1] : NULL;
+    if (dims && dims->kind != FL_ARG_NONE && dims->kind != FL_ARG_INT) return UNSUP;
+    if (empty_red(x, dims))
+        return fail(FL_ERR_INVALID, "%s(): Expected reduction dim to be specified for input.numel() == 0.", mn ? "argmin" : "argmax");
+    int all = !dims || dims->kind == FL_ARG_NONE;
+    int keep = bool_at(args, n_args, 2);
+    /* the values go nowhere: r_arg writes only the indices (out is passed as both, flags 4) */
+    fl_tensor_t ov = out[0];
+    ov.dtype = x->dtype;
+    if (all && keep) { /* argmax(keepdim=True) without dim: a [1]*ndim output */
+        rx_t rx = {&out[0], (mn ? 1 : 0) | 4, 0};
+        return reduce_x(D, stream, x, NULL, 1, &ov, 3, 0, &rx);
+    }
+    rx_t rx = {&out[0], (mn ? 1 : 0) | 4, 0};
+    return reduce_x(D, stream, x, all ? NULL : dims, all ? 0 : keep, &ov, 3, 0, &rx);
+}
+static int k_argmax(KARGS) { return argext(PASS, 0); }
+static int k_argmin(KARGS) { return argext(PASS, 1); }
+static int varstd(KARGS, int flags, int nouts) { /* var.correction(self, dim?, *, correction?, keepdim) ; var_mean -> (var, mean) */
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || !fl_out_ok(out, n_out) || n_out < nouts || (nouts == 2 && !fl_out_at(out, n_out, 1))) return UNSUP;
+    if (!is_flt(x->dtype) || out[0].dtype != x->dtype) return UNSUP;
+    double corr = (n_args > 2 && fl_arg_is_num(&args[2])) ? fl_arg_num(&args[2]) : 1.0;
+    rx_t rx = {nouts == 2 ? &out[1] : NULL, flags | (nouts == 2 ? 2 : 0), corr};
+    return reduce_x(D, stream, x, n_args > 1 ? &args[1] : NULL, bool_at(args, n_args, 3), &out[0], 4, 0, &rx);
+}
+static int k_var(KARGS) { return varstd(PASS, 0, 1); }
+static int k_std(KARGS) { return varstd(PASS, 1, 1); }
+static int k_var_mean(KARGS) { return varstd(PASS, 0, 2); }
+static int k_std_mean(KARGS) { return varstd(PASS, 1, 2); }
+/* cumsum(self, dim, dtype?): integer inputs accumulate in int64 (the output's dtype), floats in double */
+typedef struct { int64_t osize[8], ost[2][8], off[2], ondim, nrows, L, lst[2]; } crow_t;
+static int k_cumsum(KARGS) {
+    DEV(device);
+    const fl_tensor_t *x0 = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x0 || !fl_out_ok(out, n_out) || n_args < 2 || args[1].kind != FL_ARG_INT) return UNSUP;
+    const fl_tensor_t *o = &out[0];
+    if (!dt_ok(D, o->dtype) || !dt_ok(D, x0->dtype) || o->dtype == FL_BOOL || o->ndim != x0->ndim) return UNSUP;
+    for (int d = 0; d < o->ndim; d++) if (o->sizes[d] != x0->sizes[d]) return UNSUP;
+    int dim;
+    if (fl_wrap_dim(args[1].i, x0->ndim, &dim)) return fail(FL_ERR_INVALID, "cumsum: dimension out of range");
+    dt_t od, xd;
+    int st;
+    if ((st = tres(D, o, &od)) || (st = tres(D, x0, &xd))) return st;
+    int64_t n = fl_numel(o);
+    if (!n) return FL_OK;
+    fl_tensor_t x = *x0;
+    cl_mem tmpx = NULL;
+    if (x0->dtype != o->dtype) {
+        x.dtype = o->dtype; x.offset = 0;
+        contig_strides(&x);
+        dt_t td = {tmpbuf(D, (size_t)n * fl_itemsize(o->dtype), &st), 0};
+        if (!td.m) return st;
+        if ((st = copy_view(D, stream, &x, &td, x0, &xd))) { cl.clReleaseMemObject(td.m); return st; }
+        tmpx = td.m; xd = td;
+    }
+    crow_t r;
+    memset(&r, 0, sizeof r);
+    const fl_tensor_t *ts[2] = {o, &x};
+    r.nrows = 1;
+    r.L = o->ndim ? o->sizes[dim] : 1;
+    int on = 0;
+    for (int d = 0; d < o->ndim; d++) {
+        if (d == dim) { for (int k = 0; k < 2; k++) r.lst[k] = ts[k]->strides[d]; continue; }
+        if (o->sizes[d] == 1) continue;
+        r.osize[on] = o->sizes[d];
+        for (int k = 0; k < 2; k++) r.ost[k][on] = ts[k]->strides[d];
+        r.nrows *= o->sizes[d];
+        on++;
+    }
+    r.ondim = on;
+    r.off[0] = od.off + o->offset; r.off[1] = xd.off + x.offset;
+    char prog[16];
+    snprintf(prog, sizeof prog, "red:%s", tname(o->dtype));
+    karg_t a[3] = {{sizeof(cl_mem), &od.m}, {sizeof(cl_mem), &xd.m}, KA(r)};
+    st = launch1(D, stream, prog, "cumsum", 3, a, r.nrows);
+    if (tmpx) cl.clReleaseMemObject(tmpx);
+    return st;
+}
+
+/* sort / topk: (values, int64 indices) along dim, by rank (stable) */
+typedef struct { int64_t osize[8], ost[3][8], off[3], ondim, nrows, L, lst[3]; } srow_t;
+static int sort_run(dev_t_ *D, fl_stream_t s, const fl_tensor_t *x, int dim, int64_t K, int desc, const fl_tensor_t *vo, const fl_tensor_t *io) {
+    if (!dt_ok(D, x->dtype) || vo->dtype != x->dtype || io->dtype != FL_INT64 || vo->ndim != x->ndim || io->ndim != x->ndim) return UNSUP;
+    for (int d = 0; d < x->ndim; d++)
+        if (vo->sizes[d] != (d == dim ? K : x->sizes[d]) || io->sizes[d] != vo->sizes[d]) return UNSUP;
+    dt_t vd, id, xd;
+    int st;
+    if ((st = tres(D, vo, &vd)) || (st = tres(D, io, &id)) || (st = tres(D, x, &xd))) return st;
+    if (!fl_numel(vo)) return FL_OK;
+    srow_t r;
+    memset(&r, 0, sizeof r);
+    const fl_tensor_t *ts[3] = {vo, io, x};
+    r.nrows = 1;
+    r.L = x->ndim ? x->sizes[dim] : 1;
+    int on = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d == dim) { for (int k = 0; k < 3; k++) r.lst[k] = ts[k]->strides[d]; continue; }
+        if (x->sizes[d] == 1) continue;
+        r.osize[on] = x->sizes[d];
+        for (int k = 0; k < 3; k++) r.ost[k][on] = ts[k]->strides[d];
+        r.nrows *= x->sizes[d];
+        on++;
+    }
+    r.ondim = on;
+    r.off[0] = vd.off + vo->offset; r.off[1] = id.off + io->offset; r.off[2] = xd.off + x->offset;
+    char prog[16];
+    snprintf(prog, sizeof prog, "red:%s", tname(x->dtype));
+    if (r.L <= 1024) { /* short rows: every element finds its rank (O(L^2) per row, one pass) */
+        karg_t a[6] = {{sizeof(cl_mem), &vd.m}, {sizeof(cl_mem), &id.m}, {sizeof(cl_mem), &xd.m}, KA(r), KA(K), KA(desc)};
+        return launch1(D, s, prog, "sort_rank", 6, a, r.nrows * r.L);
+    }
+    int64_t P = 1;
+    while (P < r.L) P <<= 1;
+    cl_mem km = tmpbuf(D, (size_t)(r.nrows * P) * fl_itemsize(x->dtype), &st);
+    if (!km) return st;
+    cl_mem im = tmpbuf(D, (size_t)(r.nrows * P) * 8, &st);
+    if (!im) { cl.clReleaseMemObject(km); return st; }
+    karg_t a[5] = {{sizeof(cl_mem), &km}, {sizeof(cl_mem), &im}, {sizeof(cl_mem), &xd.m}, KA(r), KA(P)};
+    st = launch1(D, s, prog, "bs_init", 5, a, r.nrows * P);
+    for (int64_t kk = 2; kk <= P && !st; kk <<= 1)
+        for (int64_t j = kk >> 1; j > 0 && !st; j >>= 1) {
+            karg_t b[8] = {{sizeof(cl_mem), &km}, {sizeof(cl_mem), &im}, KA(r.nrows), KA(P), KA(r.L), KA(j), KA(kk), KA(desc)};
+            st = launch1(D, s, prog, "bs_step", 8, b, r.nrows * P);
+        }
+    if (!st) {
+        karg_t c[7] = {{sizeof(cl_mem), &vd.m}, {sizeof(cl_mem), &id.m}, {sizeof(cl_mem), &km}, {sizeof(cl_mem), &im}, KA(r), KA(P), KA(K)};
+        st = launch1(D, s, prog, "bs_out", 7, c, r.nrows * K);
+    }
+    cl.clReleaseMemObject(km); /* OpenCL keeps them until the queued kernels are done */
+    cl.clReleaseMemObject(im);
+    return st;
+}
+static int sort_k(KARGS, int stable) { /* sort(self, dim, descending) ; sort.stable(self, *, stable?, dim, descending) */
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 2 || !fl_out_ok(out, n_out) || !fl_out_at(out, n_out, 1)) return UNSUP;
+    int dk = stable ? 2 : 1;
+    int64_t d0 = fl_arg_int_or(args, n_args, dk, -1);
+    int desc = (int)fl_arg_int_or(args, n_args, dk + 1, 0);
+    int dim;
+    if (fl_wrap_dim(d0, x->ndim, &dim)) return fail(FL_ERR_INVALID, "sort: dimension out of range");
+    return sort_run(D, stream, x, dim, x->ndim ? x->sizes[dim] : 1, desc, &out[0], &out[1]);
+}
+static int k_sort_stable(KARGS) { return sort_k(PASS, 1); }
+static int k_topk(KARGS) { /* topk(self, k, dim, largest, sorted) */
+    DEV(device);
+    const fl_tensor_t *x = fl_arg_tensor(args, n_args, 0, in, n_in);
+    if (!x || n_out < 2 || !fl_out_ok(out, n_out) || !fl_out_at(out, n_out, 1) || n_args < 2 || args[1].kind != FL_ARG_INT) return UNSUP;
+    int dim;
+    if (fl_wrap_dim(fl_arg_int_or(args, n_args, 2, -1), x->ndim, &dim)) return fail(FL_ERR_INVALID, "topk: dimension out of range");
+    int64_t K = args[1].i, L = x->ndim ? x->sizes[dim] : 1;
+    if (K < 0 || K > L) return fail(FL_ERR_INVALID, "selected index k out of range");
+    /* sorted=False: PyTorch leaves the order unspecified; these are sorted */
+    return sort_run(D, stream, x, dim, K, (int)fl_arg_int_or(args, n_args, 3, 1), &out[0], &out[1]);
 }
 
 /* ------------------------------------------------------------------ softmax family */
@@ -1417,6 +1964,8 @@ static int k_addmm(KARGS) { /* addmm(self, mat1, mat2, beta, alpha) */
 #define INTS (B_(FL_INT64) | B_(FL_INT32) | B_(FL_INT16) | B_(FL_INT8) | B_(FL_UINT8))
 #define NUM (FLT | INTS)
 #define ALLD (NUM | B_(FL_BOOL))
+#define INTB (INTS | B_(FL_BOOL))
+#define STOR (ALLD | B_(FL_FLOAT16))
 #define E(n, m, f) {n, m, 0, f}
 static const fl_kernel_entry_t kernels[] = {
     /* minimal's primitives */
@@ -1427,15 +1976,15 @@ static const fl_kernel_entry_t kernels[] = {
     E("aten::tanh", FLT, k_tanh), E("aten::erf", FLT, k_erf), E("aten::abs", NUM, k_abs), E("aten::sigmoid", FLT, k_sigmoid),
     E("aten::pow.Tensor_Scalar", FLT, k_pow_ts), E("aten::maximum", NUM, k_maximum), E("aten::minimum", NUM, k_minimum),
     E("aten::where.self", B_(FL_BOOL), k_where), E("aten::eq.Tensor", ALLD, k_eq), E("aten::gt.Scalar", ALLD, k_gt),
-    E("aten::lt.Scalar", ALLD, k_lt), E("aten::sum.dim_IntList", ALLD, k_sum_dim), E("aten::amax", NUM, k_amax),
-    E("aten::mm", FLT, k_mm), E("aten::bmm", FLT, k_bmm), E("aten::fill_.Scalar", ALLD, k_fill), E("aten::copy_", ALLD, k_copy),
-    E("aten::cat", ALLD, k_cat), E("aten::uniform_", FLT, k_uniform), E("aten::normal_", FLT, k_normal),
+    E("aten::lt.Scalar", ALLD, k_lt), E("aten::sum.dim_IntList", ALLD, k_sum_dim), E("aten::amax", ALLD, k_amax),
+    E("aten::mm", FLT, k_mm), E("aten::bmm", FLT, k_bmm), E("aten::fill_.Scalar", STOR, k_fill), E("aten::copy_", STOR, k_copy),
+    E("aten::cat", STOR, k_cat), E("aten::uniform_", FLT, k_uniform), E("aten::normal_", FLT, k_normal),
     E("aten::bernoulli_.float", ALLD, k_bernoulli), E("aten::arange.start_step", NUM, k_arange),
     /* more pointwise and comparisons */
     E("aten::eq.Scalar", ALLD, k_eq), E("aten::ne.Tensor", ALLD, k_ne), E("aten::ne.Scalar", ALLD, k_ne),
     E("aten::lt.Tensor", ALLD, k_lt), E("aten::le.Tensor", ALLD, k_le), E("aten::le.Scalar", ALLD, k_le),
     E("aten::gt.Tensor", ALLD, k_gt), E("aten::ge.Tensor", ALLD, k_ge), E("aten::ge.Scalar", ALLD, k_ge),
-    E("aten::zero_", ALLD, k_zero), E("aten::relu", NUM, k_relu), E("aten::relu_", NUM, k_relu),
+    E("aten::zero_", STOR, k_zero), E("aten::relu", NUM, k_relu), E("aten::relu_", NUM, k_relu),
     E("aten::gelu", FLT, k_gelu), E("aten::silu", FLT, k_silu), E("aten::threshold", FLT, k_threshold),
     E("aten::threshold_backward", NUM, k_threshold_bw), E("aten::gelu_backward", FLT, k_gelu_bw),
     E("aten::silu_backward", FLT, k_silu_bw), E("aten::sigmoid_backward", FLT, k_sigmoid_bw),
@@ -1446,6 +1995,40 @@ static const fl_kernel_entry_t kernels[] = {
     E("aten::_softmax_backward_data", FLT, k_softmax_bw), E("aten::_log_softmax_backward_data", FLT, k_log_softmax_bw),
     E("aten::native_layer_norm", FLT, k_layer_norm), E("aten::native_layer_norm_backward", FLT, k_layer_norm_bw),
     E("aten::addmm", FLT, k_addmm),
+    E("aten::gather", ALLD, k_gather), E("aten::scatter.value", ALLD, k_scatter_value),
+    E("aten::scatter_.value", ALLD, k_scatter_value), E("aten::scatter.src", ALLD, k_scatter_src),
+    E("aten::scatter_.src", ALLD, k_scatter_src), E("aten::scatter_add", ALLD, k_scatter_add),
+    E("aten::scatter_add_", ALLD, k_scatter_add), E("aten::index_select", ALLD, k_index_select),
+    E("aten::embedding", ALLD, k_embedding), E("aten::embedding_dense_backward", FLT, k_embedding_bw),
+    /* bitwise and logical */
+    E("aten::bitwise_and.Tensor", INTB, k_band), E("aten::bitwise_and_.Tensor", INTB, k_band),
+    E("aten::bitwise_and.Scalar", INTB, k_band), E("aten::bitwise_and_.Scalar", INTB, k_band),
+    E("aten::bitwise_or.Tensor", INTB, k_bor), E("aten::bitwise_or_.Tensor", INTB, k_bor),
+    E("aten::bitwise_or.Scalar", INTB, k_bor), E("aten::bitwise_or_.Scalar", INTB, k_bor),
+    E("aten::bitwise_xor.Tensor", INTB, k_bxor), E("aten::bitwise_xor_.Tensor", INTB, k_bxor),
+    E("aten::bitwise_xor.Scalar", INTB, k_bxor), E("aten::bitwise_xor_.Scalar", INTB, k_bxor),
+    E("aten::bitwise_not", INTB, k_bnot), E("aten::bitwise_not_", INTB, k_bnot),
+    E("aten::logical_not", ALLD, k_lnot), E("aten::signbit", NUM, k_signbit),
+    /* more pointwise */
+    E("aten::sin", FLT, k_sin), E("aten::sin_", FLT, k_sin), E("aten::cos", FLT, k_cos), E("aten::cos_", FLT, k_cos),
+    E("aten::ceil", NUM, k_ceil), E("aten::ceil_", NUM, k_ceil), E("aten::floor", NUM, k_floor), E("aten::floor_", NUM, k_floor),
+    E("aten::trunc", NUM, k_trunc), E("aten::trunc_", NUM, k_trunc), E("aten::sign", NUM, k_sign), E("aten::sign_", NUM, k_sign),
+    E("aten::div.Tensor_mode", NUM, k_div_mode), E("aten::div_.Tensor_mode", NUM, k_div_mode),
+    E("aten::div.Scalar_mode", NUM, k_div_mode), E("aten::div_.Scalar_mode", NUM, k_div_mode),
+    E("aten::fmod.Tensor", NUM, k_fmod), E("aten::fmod_.Tensor", NUM, k_fmod),
+    E("aten::fmod.Scalar", NUM, k_fmod), E("aten::fmod_.Scalar", NUM, k_fmod),
+    E("aten::remainder.Tensor", NUM, k_remainder), E("aten::remainder_.Tensor", NUM, k_remainder),
+    E("aten::remainder.Scalar", NUM, k_remainder), E("aten::remainder_.Scalar", NUM, k_remainder),
+    /* more reductions */
+    E("aten::max", ALLD, k_max_all), E("aten::min", ALLD, k_min_all),
+    E("aten::amin", ALLD, k_amin), E("aten::max.dim", NUM, k_max_dim), E("aten::min.dim", NUM, k_min_dim),
+    E("aten::argmax", NUM, k_argmax), E("aten::argmin", NUM, k_argmin),
+    E("aten::var.correction", FLT, k_var), E("aten::std.correction", FLT, k_std),
+    E("aten::var_mean.correction", FLT, k_var_mean), E("aten::std_mean.correction", FLT, k_std_mean),
+    E("aten::cumsum", NUM | B_(FL_BOOL), k_cumsum), E("aten::cumsum_", NUM, k_cumsum),
+    /* sort.stable only, and topk for floats only: ties are ordered stably here, while PyTorch's CPU sort(stable=False)
+     * and topk order them as its std::sort / nth_element happen to, which `plugin check` compares index by index */
+    E("aten::sort.stable", ALLD, k_sort_stable), E("aten::topk", FLT, k_topk),
 };
 #define NK ((int)(sizeof kernels / sizeof kernels[0]))
 static int kernel_count(int *c) { if (!c) return fail(FL_ERR_INVALID, NAME ": kernel_count(NULL)"); *c = NK; return FL_OK; }
@@ -1508,6 +2091,9 @@ static int open_devices(void) {
             cl.clGetDeviceInfo(ids[i], CL_DEVICE_GLOBAL_MEM_SIZE, sizeof gm, &gm, NULL);
             cl.clGetDeviceInfo(ids[i], CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ma, &ma, NULL);
             cl.clGetDeviceInfo(ids[i], CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+            cl_ulong dtype = 0;
+            if (cl.clGetDeviceInfo(ids[i], CL_DEVICE_TYPE, sizeof dtype, &dtype, NULL) == 0)
+                D->host_cpu = (dtype & CL_DEVICE_TYPE_CPU) != 0;
             size_t xl = 0;
             cl.clGetDeviceInfo(ids[i], CL_DEVICE_EXTENSIONS, 0, NULL, &xl);
             char *ext = calloc(1, xl + 1);
@@ -1531,6 +2117,7 @@ static int open_devices(void) {
             pthread_mutex_init(&D->mlock, NULL);
             pthread_mutex_init(&D->klock, NULL);
             pthread_mutex_init(&D->rlock, NULL);
+            pthread_mutex_init(&D->elock, NULL);
             D->seed = 67280421310721ull;
             n++;
         }
@@ -1547,6 +2134,7 @@ int fl_plugin_init(fl_plugin_t *p) {
     if (!p) return fail(FL_ERR_INVALID, NAME ": fl_plugin_init(NULL)");
     memset(p, 0, sizeof *p);
     p->last_error = last_error;
+    p->name = NAME; /* set first: a machine without a driver lists the backend by name, as unavailable */
     int st = load_cl();
     if (!st) st = open_devices();
     if (st) return st;
