@@ -49,6 +49,7 @@ def test_wrong_answers_crashes_duplicates_and_contract_violations(test_plugins):
     assert rows["kernel aten::mm"].status == "FAIL" and "mm unit offline" in rows["kernel aten::mm"].detail
     assert rows["kernel table duplicates"].status == "FAIL" and "aten::mm" in rows["kernel table duplicates"].detail
     assert rows["copy with a NULL pointer"].status == "FAIL"
+    assert rows["mem_set"].status == "FAIL" and "bytes as expected: False" in rows["mem_set"].detail
     assert rows["copy round trip h2d->d2d->d2h"].status == "PASS"  # the checks after the crash still ran
 
 

@@ -196,6 +196,17 @@ static int copy_d2d(int device, void *dst, const void *src, size_t nbytes, fl_st
     return copy_bytes("copy_d2d", device, dst, src, nbytes);
 }
 
+/* ABI version 2: fill bytes on the device (torch_fl zeroes dense tensors with it: one call, no kernel).
+ * Ordered on the stream like a kernel; here, done when it returns. */
+static int mem_set(int device, void *dst, int value, size_t nbytes, fl_stream_t stream) {
+    (void)stream;
+    int st = check_device(device);
+    if (st) return st;
+    if (nbytes && !dst) return fail(FL_ERR_INVALID, TEMPLATE_NAME ": mem_set of %zu bytes at NULL", nbytes);
+    if (nbytes) memset(dst, value, nbytes);
+    return FL_OK;
+}
+
 /* Every call of this plugin finishes before it returns, so there is nothing
  * to wait for. stream_* and event_* are left NULL in the table: the header
  * allows it, and the runtime then treats all work as synchronous. */
@@ -577,12 +588,16 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->copy_h2d = copy_h2d;
     p->copy_d2h = copy_d2h;
     p->copy_d2d = copy_d2d;
+    p->mem_set = mem_set; /* version 2; a plugin built against version 1 simply has none of these */
     p->synchronize = synchronize;
     p->rng_set_state = rng_set_state;
     p->rng_get_state = rng_get_state;
     p->kernel_count = kernel_count;
     p->kernel_get = kernel_get;
     /* stream_*, event_*, comm_* and jit_compile stay NULL: synchronous work,
-     * collectives relayed through the host, no JIT. */
+     * collectives relayed through the host, no JIT. Version 2's event_elapsed,
+     * host_alloc/host_free and copy_d2h_async stay NULL too: they matter for a
+     * device whose work is asynchronous (FL_FEATURE_ASYNC_KERNELS, which this
+     * one does not declare; plugins_cffi/opencl/ is one that does). */
     return FL_OK;
 }

@@ -35,6 +35,12 @@ static int cp(int d, void *dst, const void *src, size_t n, fl_stream_t s) {
     memmove(dst, src, n);
     return FL_OK;
 }
+/* ABI v2's mem_set, one byte too far: the checker must see it */
+static int fill_one_too_many(int d, void *dst, int value, size_t n, fl_stream_t s) {
+    (void)d; (void)s;
+    memset(dst, value, n + 1);
+    return FL_OK;
+}
 static uint64_t seed, off;
 static int rset(int d, uint64_t s, uint64_t o) { (void)d; seed = s; off = o; return FL_OK; }
 static int rget(int d, uint64_t *s, uint64_t *o) { (void)d; *s = seed; *o = off; return FL_OK; }
@@ -94,6 +100,7 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->copy_h2d = cp;
     p->copy_d2h = cp;
     p->copy_d2d = cp;
+    p->mem_set = fill_one_too_many;
     p->rng_set_state = rset;
     p->rng_get_state = rget;
     p->kernel_count = kcount;

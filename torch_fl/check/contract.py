@@ -140,6 +140,58 @@ def copies(plugin) -> Iterator[Row]:
         t.free(0, out[0])
 
 
+def version2(plugin) -> Iterator[Row]:
+    """ABI version 2's optional entry points, where the plugin has them: mem_set fills exactly its range,
+    copy_d2h_async lands after a wait, event_elapsed measures between two recorded events."""
+    t = plugin.table
+    have = {n: plugin.optional.get(n) for n in ("mem_set", "copy_d2h_async", "event_elapsed")}
+    if not any(have.values()):
+        yield "version 2 entry points", SKIP, (f"ABI version {getattr(plugin, 'abi_version', 1)}: mem_set, "
+                                               "copy_d2h_async and event_elapsed not provided (optional)")
+        return
+    n = 1000
+    out = ffi.new("void**")
+    if t.malloc(0, n, out) != abi.FL_OK or out[0] == ffi.NULL:
+        yield "version 2 entry points", FAIL, f"malloc failed: {plugin.last_error() or 'a NULL block'}"
+        return
+    base = int(ffi.cast("uintptr_t", out[0]))
+    back = torch.zeros(n, dtype=torch.uint8)
+    host_back = ffi.cast("void*", back.data_ptr())
+    try:
+        ones = torch.full((n,), 0x11, dtype=torch.uint8)
+        t.copy_h2d(0, out[0], ffi.cast("void*", ones.data_ptr()), n, ffi.NULL)
+        if have["mem_set"]:
+            st = t.mem_set(0, ffi.cast("void*", base + 100), 0xAB, 300, ffi.NULL)
+            t.copy_d2h(0, host_back, out[0], n, ffi.NULL)
+            want = ones.clone()
+            want[100:400] = 0xAB
+            ok = st == abi.FL_OK and torch.equal(back, want)
+            yield ("mem_set", PASS if ok else FAIL, "filled bytes 100..400 of 1000, nothing else" if ok else
+                   f"status {_status(st)}; bytes as expected: {torch.equal(back, want)}")
+        if have["copy_d2h_async"]:
+            back.zero_()
+            st = [t.copy_d2h_async(0, host_back, out[0], n, ffi.NULL), t.synchronize(0) if t.synchronize else 0]
+            expected = ones.clone()
+            if have["mem_set"]:
+                expected[100:400] = 0xAB
+            ok = all(s == abi.FL_OK for s in st) and torch.equal(back, expected)
+            yield ("copy_d2h_async", PASS if ok else FAIL, "landed after synchronize" if ok else
+                   f"statuses {[_status(s) for s in st]}; bytes equal: {torch.equal(back, expected)}")
+        if have["event_elapsed"]:
+            e1, e2, ms = ffi.new("fl_event_t*"), ffi.new("fl_event_t*"), ffi.new("double*")
+            st = [t.event_create(0, e1), t.event_create(0, e2), t.event_record(0, e1[0], ffi.NULL),
+                  t.copy_h2d(0, out[0], ffi.cast("void*", ones.data_ptr()), n, ffi.NULL),
+                  t.event_record(0, e2[0], ffi.NULL), t.event_synchronize(0, e2[0]),
+                  t.event_elapsed(0, e1[0], e2[0], ms)]
+            ok = all(s == abi.FL_OK for s in st) and ms[0] >= 0
+            yield ("event_elapsed", PASS if ok else FAIL, f"{ms[0]:.3f} ms between two events" if ok else
+                   f"statuses {[_status(s) for s in st]}, {ms[0]} ms")
+            t.event_destroy(0, e1[0])
+            t.event_destroy(0, e2[0])
+    finally:
+        t.free(0, out[0])
+
+
 def rng(plugin) -> Iterator[Row]:
     """The RNG state pair is optional (fl_plugin.h): both NULL is a note, one of the two is a fault."""
     t = plugin.table
@@ -182,7 +234,7 @@ def kernel_table(plugin) -> Iterator[Row]:
 
 
 def all_contract_checks(plugin) -> Iterator[Row]:
-    for check in (identity, devices, memory, copies, rng, kernel_table):
+    for check in (identity, devices, memory, copies, version2, rng, kernel_table):
         yield from check(plugin)
 
 

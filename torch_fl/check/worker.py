@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         backend, _ = _find(args.target)
         plugin = backend.plugin
     groups = [("identity", contract.identity), ("devices", contract.devices), ("memory", contract.memory),
-              ("copies", contract.copies), ("rng", contract.rng), ("kernel table", contract.kernel_table)]
+              ("copies", contract.copies), ("version 2", contract.version2), ("rng", contract.rng),
+              ("kernel table", contract.kernel_table)]
     for name, fn in groups:
         if name in skip:
             continue
