@@ -88,3 +88,18 @@ def test_empty_host_ops_means_it_runs_with_the_fallback_off(name, minimal_no_fal
     LSTM cell: all on the host before) run the whole check."""
     r = zoo.check(name, "minimal")
     assert r.error is None and r.passed, _explain(r)
+
+
+def test_host_ops_cover_the_optimizer_step_and_generate(monkeypatch):
+    """The host-ops column promises what FL_CPU_FALLBACK=0 would refuse: an op that only the AdamW step (or
+    generate) runs must be listed too (it was not: only forward+backward was profiled)."""
+    real = zoo._adamw_step
+
+    def step(model, names, grads64, dtype):
+        p = model.get_parameter(names[0])
+        torch.linalg.eigvals(torch.eye(2, device=p.device))  # no device path on minimal: the CPU fallback
+        return real(model, names, grads64, dtype)
+
+    monkeypatch.setattr(zoo, "_adamw_step", step)
+    r = zoo.check("lstm-lm", "minimal")
+    assert r.error is None and "aten::_linalg_eigvals" in r.host_ops, (r.error, r.host_ops)
