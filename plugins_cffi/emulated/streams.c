@@ -241,9 +241,9 @@ int fl_emu_submit(int device, fl_stream_t stream, fl_emu_job_fn job, void *arg, 
     return wait ? run_and_wait(s, t) : enqueue(s, t);
 }
 
-int fl_emu_copy_async(int device, void *dst, const void *src, size_t n, fl_stream_t stream) {
+/* A copy on stream s: now (s NULL: a synchronous emulator's NULL stream), or queued, and waited for when wait. */
+static int copy_on(stream_t *s, void *dst, const void *src, size_t n, int wait) {
     if (n && (!dst || !src)) FL_FAIL(FL_ERR_INVALID, "%s: copy of %zu bytes with a NULL pointer", fl_emu_profile.name, n);
-    stream_t *s = resolve(device, stream);
     if (!s) {
         memmove(dst, src, n);
         return FL_OK;
@@ -254,24 +254,17 @@ int fl_emu_copy_async(int device, void *dst, const void *src, size_t n, fl_strea
     t->dst = dst;
     t->src = src;
     t->n = n;
-    return stream ? enqueue(s, t) : run_and_wait(s, t); /* NULL stream: ordered, and done on return */
+    return wait ? run_and_wait(s, t) : enqueue(s, t);
+}
+
+int fl_emu_copy_async(int device, void *dst, const void *src, size_t n, fl_stream_t stream) {
+    /* the NULL stream: ordered after the work before it, and done on return (the copy contract) */
+    return copy_on(resolve(device, stream), dst, src, n, stream == NULL);
 }
 
 /* Queued on the stream (NULL: the device's default stream) without waiting, whatever the stream. */
 int fl_emu_copy_async_on(int device, void *dst, const void *src, size_t n, fl_stream_t stream) {
-    if (n && (!dst || !src)) FL_FAIL(FL_ERR_INVALID, "%s: copy of %zu bytes with a NULL pointer", fl_emu_profile.name, n);
-    stream_t *s = resolve(device, stream);
-    if (!s) {
-        memmove(dst, src, n);
-        return FL_OK;
-    }
-    task_t *t = calloc(1, sizeof *t);
-    if (!t) FL_FAIL(FL_ERR_OOM, "%s: cannot queue a copy", fl_emu_profile.name);
-    t->kind = TASK_COPY;
-    t->dst = dst;
-    t->src = src;
-    t->n = n;
-    return enqueue(s, t);
+    return copy_on(resolve(device, stream), dst, src, n, 0);
 }
 
 int fl_emu_fill(int device, void *dst, int value, size_t n, fl_stream_t stream) {
