@@ -224,3 +224,34 @@ def test_an_out_tensor_of_the_right_size_keeps_its_memory(backend):
     assert out.data_ptr() == ptr and torch.equal(out.cpu(), torch.stack([a.cpu(), b.cpu()]))
     wrong = torch.empty(0, device="fl")
     assert torch.equal(torch.stack([a, b], out=wrong).cpu(), out.cpu())  # an empty one is resized
+
+
+@pytest.mark.parametrize("backend", ["cpu", "minimal"])
+def test_histc_and_searchsorted_check_their_arguments_as_the_cpu(backend):
+    """PyTorch's test_reductions: histc's bins and range checks (ATen's CPU kernel makes them; fl said
+    "zeros: Dimension size must be non-negative" or nothing), and searchsorted's once-per-program warning
+    about non-contiguous operands."""
+    import warnings
+
+    fl.initialize(backend)
+    x = torch.tensor([1.0, 2.0, 3.0])
+    for kw, msg in [(dict(bins=-1), "bins must be > 0"), (dict(bins=4, min=5, max=1), "max must be larger than min"),
+                    (dict(bins=4, min=0, max=float("nan")), r"range of \[0, nan\] is not finite")]:
+        for dt in (torch.float32, torch.int64):
+            with pytest.raises(RuntimeError, match=msg):
+                torch.histc(x.to(dt), **kw)
+            with pytest.raises(RuntimeError, match=msg):
+                torch.histc(x.to(dt).to("fl"), **kw)
+    assert torch.histc(x.to("fl"), bins=4, min=0, max=4).cpu().tolist() == torch.histc(x, 4, 0, 4).tolist()
+    v = torch.tensor([[[1, 3, 5], [2, 4, 6]], [[1, 2, 3], [4, 5, 6]]])
+    b, q = v.permute(2, 1, 0).double(), v.permute(2, 1, 0).int()
+    torch.set_warn_always(True)
+    try:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = torch.searchsorted(b.to("fl"), q.to("fl"))
+    finally:
+        torch.set_warn_always(False)
+    assert any("input value tensor is non-contiguous" in str(m.message) for m in w)
+    assert any("boundary tensor is non-contiguous" in str(m.message) for m in w)
+    assert torch.equal(got.cpu(), torch.searchsorted(b, q))

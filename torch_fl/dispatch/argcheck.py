@@ -9,6 +9,7 @@ once, every backend and tier raises what CPU raises, with CPU's words."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 
@@ -237,6 +238,61 @@ def _uniform(vals: list) -> bool:
     return True
 
 
+def _histc(vals: list) -> bool:
+    """histc's bins and range (ATen checks them in its CPU kernel, not in the meta function). Returns True:
+    it reads float arguments, so these calls stay off the fast path."""
+    bins = vals[1] if len(vals) > 1 else 100
+    lo = vals[2] if len(vals) > 2 else 0
+    hi = vals[3] if len(vals) > 3 else 0
+    if bins <= 0:
+        raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
+    if lo > hi:
+        raise RuntimeError("torch.histc: max must be larger than min")
+    if not (math.isfinite(lo) and math.isfinite(hi)) and not (math.isinf(lo) and lo == hi):
+        raise RuntimeError(f"torch.histc: range of [{_g(lo)}, {_g(hi)}] is not finite")
+    return True
+
+
+def _g(x) -> str:
+    """A number as ATen prints it in this message: 1, 0.5, nan, -inf."""
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
+_WARNED_ONCE: set = set()
+
+
+def _warn_once(message: str) -> None:
+    """TORCH_WARN_ONCE: once per program, unless torch.set_warn_always(True)."""
+    if torch.is_warn_always_enabled() or message not in _WARNED_ONCE:
+        _WARNED_ONCE.add(message)
+        warnings.warn(message, UserWarning, stacklevel=5)
+
+
+def _non_contiguous_note(what: str) -> str:
+    return (f"torch.searchsorted(): {what} tensor is non-contiguous, this will lower the performance due to extra "
+            f"data copy when converting non-contiguous tensor to contiguous, please use contiguous {what} tensor if "
+            "possible. This message will only appear once per program.")
+
+
+def _bucketization(boundaries_at: int, input_at: int | None) -> Callable:
+    """searchsorted/bucketize warn (once) about non-contiguous operands, as ATen's BucketizationUtils does
+    before copying them. Returns whether it warned."""
+
+    def check(vals: list) -> bool:
+        warned = False
+        x = vals[input_at] if input_at is not None else None
+        if isinstance(x, torch.Tensor) and not x.is_contiguous():
+            _warn_once(_non_contiguous_note("input value"))
+            warned = True
+        b = vals[boundaries_at]
+        if isinstance(b, torch.Tensor) and not b.is_contiguous():
+            _warn_once(_non_contiguous_note("boundary"))
+            warned = True
+        return warned
+
+    return check
+
+
 def _std_at(i: int) -> Callable:
     """normal's std: a number must be >= 0; a tensor's elements too (one host read, as on CUDA). A number
     is a float argument, which the fast path does not key on: such calls stay off it (returns True)."""
@@ -290,6 +346,9 @@ _CHECKS: dict = {
     getattr(aten.random_, "from"): _random_from, getattr(aten.random, "from"): _random_from,
     aten.random_.to: _random_to, aten.random.to: _random_to,
     aten.uniform_.default: _uniform, aten.uniform.default: _uniform,
+    aten.histc.default: _histc, aten.histc.out: _histc,
+    aten.searchsorted.Tensor: _bucketization(0, 1), aten.searchsorted.Scalar: _bucketization(0, None),
+    aten.bucketize.Tensor: _bucketization(1, 0), aten.bucketize.Scalar: _bucketization(1, None),
     aten.normal_.default: _std_at(2), aten.normal.Tensor_float: _std_at(1), aten.normal.Tensor_float_out: _std_at(1),
     aten.normal.float_Tensor: _std_at(1), aten.normal.float_Tensor_out: _std_at(1),
     aten.normal.Tensor_Tensor: _std_at(1), aten.normal.Tensor_Tensor_out: _std_at(1),
