@@ -210,3 +210,14 @@ def test_the_zoo_runs_with_the_cpu_fallback_off():
     last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
     passed, _, total = last.partition(" rows pass")[0].partition("/")
     assert r.returncode == 0 and passed == total and int(total) >= 25, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_another_backends_coverage_table_does_not_depend_on_the_driver():
+    """fl.coverage('minimal') lists the ops the host plugin and the emulators have kernels for: a machine with
+    an OpenCL driver must print the same table as one without (notebook 03 stores it)."""
+    code = "import torch_fl as fl; c = fl.coverage('minimal'); print('ROWS', len(c.rows), sorted(c.counts().items()))"
+    with_driver = run_py(code)
+    without = run_py(code, env={"OCL_ICD_VENDORS": "/nonexistent"})
+    assert with_driver.returncode == 0 and without.returncode == 0, with_driver.stderr + without.stderr
+    rows = [line for line in with_driver.stdout.splitlines() if line.startswith("ROWS")]
+    assert rows and rows == [line for line in without.stdout.splitlines() if line.startswith("ROWS")]

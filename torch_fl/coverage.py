@@ -57,11 +57,15 @@ class Coverage(Report):
 
 
 
-def all_kernel_ops() -> list[str]:
+def all_kernel_ops(backend=None) -> list[str]:
+    """The ops a coverage table lists: every op the bundled host plugin or an emulator has a kernel for, and
+    `backend`'s own. Not other real devices' plugins: whether this machine has an OpenCL driver (or a vendor's
+    plugin) must not change the table of another backend."""
     REGISTRY.discover()
     ops: set[str] = set()
     for b in REGISTRY.backends.values():
-        ops.update(b.plugin.kernels)
+        if b.name == "cpu" or b.plugin.emulated or b is backend:
+            ops.update(b.plugin.kernels)
     return sorted(ops)
 
 
@@ -73,7 +77,7 @@ def coverage(backend: str | None = None, ops: list[str] | None = None,
 
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     out = Coverage(b.name, tuple(dtypes))
-    for name in ops or all_kernel_ops():
+    for name in ops or all_kernel_ops(b):
         try:
             f = facts(resolve_op(name))
         except (ValueError, RuntimeError):
