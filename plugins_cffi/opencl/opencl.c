@@ -422,24 +422,23 @@ static int copy_h2d(int device, void *dst, const void *src, size_t n, fl_stream_
     if (e) return fail(FL_ERR_INTERNAL, NAME ": copy_h2d: clEnqueueWriteBuffer failed with OpenCL error %d", e);
     return FL_OK;
 }
-static int copy_d2h(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
+/* device -> host; blocking (NULL stream: the copy contract) or left in flight on the stream */
+static int read_buffer(int device, void *dst, const void *src, size_t n, fl_stream_t s, int blocking,
+                       const char *what) {
     DEV(device);
     if (!n) return FL_OK;
-    cl_mem m; size_t off; int st = dres(D, src, n, "copy_d2h", &m, &off);
+    cl_mem m; size_t off; int st = dres(D, src, n, what, &m, &off);
     if (st) return st;
-    cl_int e = cl.clEnqueueReadBuffer(qof(D, s), m, s ? CL_FALSE : CL_TRUE, off, n, dst, 0, NULL, NULL);
-    if (e) return fail(FL_ERR_INTERNAL, NAME ": copy_d2h: clEnqueueReadBuffer failed with OpenCL error %d (or an earlier kernel failed)", e);
+    cl_int e = cl.clEnqueueReadBuffer(qof(D, s), m, blocking ? CL_TRUE : CL_FALSE, off, n, dst, 0, NULL, NULL);
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": %s: clEnqueueReadBuffer failed with OpenCL error %d (or an earlier "
+                       "kernel failed)", what, e);
     return FL_OK;
 }
+static int copy_d2h(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
+    return read_buffer(device, dst, src, n, s, s == NULL, "copy_d2h");
+}
 static int copy_d2h_async(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
-    DEV(device);
-    if (!n) return FL_OK;
-    cl_mem m; size_t off; int st = dres(D, src, n, "copy_d2h_async", &m, &off);
-    if (st) return st;
-    cl_int e = cl.clEnqueueReadBuffer(qof(D, s), m, CL_FALSE, off, n, dst, 0, NULL, NULL);
-    if (e) return fail(FL_ERR_INTERNAL, NAME ": copy_d2h_async: clEnqueueReadBuffer failed with OpenCL error %d", e);
-    cl.clFlush(qof(D, s));
-    return FL_OK;
+    return read_buffer(device, dst, src, n, s, 0, "copy_d2h_async");
 }
 static int copy_d2d(int device, void *dst, const void *src, size_t n, fl_stream_t s) {
     DEV(device);
