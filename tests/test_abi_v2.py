@@ -63,15 +63,39 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->abi_version = VERSION; p->struct_size = SIZE; p->name = "abitest"; p->last_error = err;
     p->device_count = count; p->device_props = props; p->malloc = mal; p->free = fre;
     p->copy_h2d = cp; p->copy_d2h = cp; p->copy_d2d = cp; p->kernel_count = kc; p->kernel_get = kg;
+    EXTRA
     return FL_OK;
 }
 """
 
 
-def _table_plugin(tmp_path, version, size, features=0):
-    src = tmp_path / f"abi_{version}_{size}_{features}.c"
-    src.write_text(f"#define VERSION {version}\n#define SIZE {size}\n#define FEATURES {features}\n" + _TABLE_PLUGIN)
+def _table_plugin(tmp_path, version, size, features=0, extra=""):
+    src = tmp_path / f"abi_{version}_{size}_{features}_{abs(hash(extra))}.c"
+    src.write_text(f"#define VERSION {version}\n#define SIZE {size}\n#define FEATURES {features}\n"
+                   + _TABLE_PLUGIN.replace("EXTRA", extra))
     return _cc(src, tmp_path / f"lib{src.stem}.so", get_include())
+
+
+def test_a_device_jit_language_is_checked_against_the_calls_it_needs(tmp_path):
+    v2 = abi.struct_size(2)
+    assert Plugin(_table_plugin(tmp_path, 2, v2), "test").jit_target == 0
+    with pytest.raises(PluginLoadError, match="declares the device JIT language opencl_c but leaves jit_build and "
+                                              "jit_launch NULL"):
+        Plugin(_table_plugin(tmp_path, 2, v2, extra="p->jit_language = FL_JIT_OPENCL_C;"), "test")
+    with pytest.raises(PluginLoadError, match="jit_language is 9, which fl_plugin.h does not define"):
+        Plugin(_table_plugin(tmp_path, 2, v2, extra="p->jit_language = 9;"), "test")
+    builds = """static int jb(int d, const char *s, const char *y, void **h) { (void)d; (void)s; (void)y; *h = 0;
+        return FL_ERR_INTERNAL; }
+    static int jl(void *h, fl_stream_t s, int d, const fl_tensor_t *i, int ni, const fl_tensor_t *o, int no,
+        const fl_arg_t *a, int na) { (void)h; (void)s; (void)d; (void)i; (void)ni; (void)o; (void)no; (void)a;
+        (void)na; return FL_ERR_INTERNAL; }
+    """
+    src = _TABLE_PLUGIN.replace("int fl_plugin_abi_version", builds + "int fl_plugin_abi_version")
+    path = tmp_path / "jit_ok.c"
+    path.write_text(f"#define VERSION 2\n#define SIZE {v2}\n#define FEATURES 0\n"
+                    + src.replace("EXTRA", "p->jit_language = FL_JIT_OPENCL_C; p->jit_build = jb; p->jit_launch = jl;"))
+    p = Plugin(_cc(path, tmp_path / "libjit_ok.so", get_include()), "test")
+    assert p.jit_target == abi.JIT_OPENCL_C and p.jit_builds
 
 
 def test_struct_size_must_be_the_size_of_the_version_the_plugin_claims(tmp_path):

@@ -27,7 +27,8 @@
  *   version 1: everything up to last_error.
  *   version 2: asynchronous devices (FL_FEATURE_ASYNC_KERNELS), event_elapsed,
  *              mem_set, pinned host memory (host_alloc/host_free), an async
- *              device-to-host copy (copy_d2h_async).
+ *              device-to-host copy (copy_d2h_async), a device JIT
+ *              (jit_language, jit_build, jit_launch).
  *
  * Ordering and copies (the copy contract, every version):
  *   - Work on one stream runs in the order it was issued. The NULL stream is
@@ -59,6 +60,38 @@
  *     that waits for it (a NULL-stream copy, stream_synchronize,
  *     event_synchronize, synchronize) with FL_ERR_INTERNAL and a message
  *     naming the kernel that failed.
+ *
+ * Device JIT (version 2). torch_fl generates kernels for ops a plugin lacks
+ * (pointwise chains, reductions, gather/scatter). Version 1's jit_compile takes
+ * host C and returns a function the host calls; a chip compiles its own
+ * language instead. A plugin sets jit_language and provides jit_build (source
+ * -> a handle per device) and jit_launch (handle + the kernel calling
+ * convention). The runtime, its C++ fast path and its kernel graphs keep
+ * (jit_launch, handle) pairs and never call device code themselves.
+ *
+ * FL_JIT_OPENCL_C: the launch convention torch_fl's generators emit and an
+ * OpenCL plugin implements (plugins_cffi/opencl/opencl.c is one):
+ *   __kernel void SYMBOL(__global const long *meta, __global int *status,
+ *                        __global uchar *t0, ..., __global uchar *tN_1)
+ *   - t0..tN_1: one buffer per descriptor, inputs then outputs (N = n_inputs
+ *     + n_outputs); the buffer holding the descriptor's data. An undefined
+ *     output (ndim -1) gets any valid buffer. A plugin refuses (FL_ERR_INVALID)
+ *     a launch whose N differs from the kernel's.
+ *   - meta: FL_JIT_META_TENSOR longs per descriptor in the same order:
+ *     [0] the byte offset of `data` in its buffer, [1] offset (elements),
+ *     [2] dtype, [3] ndim, [4..12) sizes, [12..20) strides; then
+ *     FL_JIT_META_ARG longs per argument: [0] kind, [1] len, [2] i, [3] the
+ *     bits of f (as_double), [4..12) list.
+ *   - The kernel runs over a 1-D range whose size and work-group size the
+ *     plugin chooses (any size is correct: generated kernels share their work
+ *     out by get_global_id(0) and get_global_size(0)).
+ *   - status is zero at the start. A source that defines FL_JIT_CHECKED may
+ *     store a nonzero fl_status_t in it (FL_ERR_INVALID: an index out of range,
+ *     an integer division by zero); the plugin then waits for the kernel and
+ *     returns that status from jit_launch, as a host kernel would. Other
+ *     sources never store to it, and their launches may return at once.
+ *   - Sources use double (cl_khr_fp64); a device without it fails the build,
+ *     and the runtime uses its next tier.
  */
 #ifndef FL_PLUGIN_H
 #define FL_PLUGIN_H
@@ -224,6 +257,16 @@ typedef enum {
                                          device such as pocl): "auto" selection prefers the cpu backend */
 } fl_feature_t;
 
+/* Languages of the device JIT (fl_plugin_t.jit_language). */
+typedef enum {
+    FL_JIT_NONE = 0,      /* no device JIT (a version-1 jit_compile may still take host C) */
+    FL_JIT_HOST_C = 1,    /* C99 for the host, with fl_plugin.h and fl_kernel_util.h pasted in */
+    FL_JIT_OPENCL_C = 2,  /* OpenCL C 1.2, with the launch convention above */
+    FL_JIT_CUDA_C = 3     /* CUDA C++ (nvrtc); no generator emits it yet */
+} fl_jit_language_t;
+#define FL_JIT_META_TENSOR 20
+#define FL_JIT_META_ARG 12
+
 typedef struct {
     char name[64];
     uint64_t total_memory;     /* bytes; allocations beyond it fail with FL_ERR_OOM */
@@ -319,6 +362,19 @@ typedef struct fl_plugin {
     /* device-to-host copy on a stream that may return at once (dst is pinned memory from host_alloc);
      * the runtime records an event after it and waits on that before the host reads dst */
     int (*copy_d2h_async)(int device, void *dst, const void *src, size_t nbytes, fl_stream_t stream);
+
+    /* device JIT (see "Device JIT" above): the language jit_build compiles (fl_jit_language_t;
+     * FL_JIT_NONE: no device JIT, the version-1 jit_compile alone serves host C) */
+    int32_t jit_language;
+    int32_t reserved2;
+    /* build `source` for one device and find its kernel `symbol`; *handle stays valid for the life of
+     * the process (the runtime keeps it per device). A compile error is FL_ERR_INTERNAL with the
+     * compiler's log as the message: the runtime then serves the op with its next tier */
+    int (*jit_build)(int device, const char *source, const char *symbol, void **handle);
+    /* run a built kernel on the stream with the kernel calling convention (fl_kernel_fn's descriptors);
+     * on an FL_FEATURE_ASYNC_KERNELS device it may return once the kernel is queued */
+    int (*jit_launch)(void *handle, fl_stream_t stream, int device, const fl_tensor_t *inputs, int n_inputs,
+                      const fl_tensor_t *outputs, int n_outputs, const fl_arg_t *args, int n_args);
 } fl_plugin_t;
 
 #if defined(_WIN32)

@@ -598,6 +598,11 @@ int fl_plugin_init(fl_plugin_t *p) {
      * collectives relayed through the host, no JIT. Version 2's event_elapsed,
      * host_alloc/host_free and copy_d2h_async stay NULL too: they matter for a
      * device whose work is asynchronous (FL_FEATURE_ASYNC_KERNELS, which this
-     * one does not declare; plugins_cffi/opencl/ is one that does). */
+     * one does not declare; plugins_cffi/opencl/ is one that does).
+     * jit_language stays FL_JIT_NONE: a chip that compiles its own language
+     * sets it (FL_JIT_OPENCL_C, say) with jit_build and jit_launch, and
+     * torch_fl generates kernels in that language for the ops this table
+     * lacks; plugins_cffi/opencl/opencl.c is the worked example. */
+    p->jit_language = FL_JIT_NONE;
     return FL_OK;
 }

@@ -63,12 +63,13 @@ class PointwiseChain:
     # -- kernels -------------------------------------------------------------
     def _kernel(self, key, facts: _ChainFacts, vals, dtype, dev):
         """(kernel entry or None, generated source or None), compiled once per key."""
+        key = jit.key(key, dev)
         hit = self._kernels.get(key)
         if hit is not None:
             return hit
         entry = src = None
         try:
-            src, symbol = jit.generate(facts, vals, dtype)
+            src, symbol = jit.generate_for(dev, lambda: jit.generate(facts, vals, dtype))
         except Exception:  # noqa: BLE001 - an op the generator does not cover: the chain runs unfused
             src = None
         if src is not None:  # a failed compile leaves the chain unfused, without a warning
@@ -99,7 +100,7 @@ def kernel_ready(tensors) -> tuple | None:
     dev, dtype = device_of(tensors[0]), tensors[0].dtype
     if any(device_of(t) is not dev or t.dtype != dtype for t in tensors) or dtype not in jit.DTYPES:
         return None
-    if not dev.plugin.optional.get("jit_compile") or not (dev.props.dtypes >> jit.dtype_code(dtype)) & 1:
+    if not dev.plugin.jit_target or not (dev.props.dtypes >> jit.dtype_code(dtype)) & 1:
         return None
     if any(t.dim() > 8 for t in tensors):
         return None

@@ -15,7 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 from . import index, pointwise, reduce, rows
-from .kernel import STATS, Entry, Kernel, compile_failure, compile_source, fresh_layouts, run, wrap_numbers
+from .kernel import (
+    STATS,
+    Entry,
+    Kernel,
+    compile_failure,
+    compile_source,
+    fresh_layouts,
+    generate_for,
+    key,
+    run,
+    wrap_numbers,
+)
 from .pointwise import generate
 from .render import DTYPES, Unsupported, dtype_code
 
@@ -25,8 +36,9 @@ REDUCTIONS = reduce.OPS  # the reductions (aten and prims) the JIT generates ker
 def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
     """A JIT kernel for an op (facts: the dispatcher's OpFacts) on a backend in these dtypes, or None:
     a reduction, gather/scatter, an along-a-dim op or a pointwise op in a supported dtype, on a
-    backend whose plugin compiles C."""
-    if not backend.plugin.optional.get("jit_compile"):
+    backend whose plugin compiles host C (jit_compile) or has a device JIT in a language the
+    generators emit (OpenCL C)."""
+    if not backend.plugin.jit_target:
         return None
     if backend.devices and dtypes and not all((backend.devices[0].props.dtypes >> dtype_code(d)) & 1
                                               for d in dtypes if d in DTYPES):
@@ -41,4 +53,4 @@ def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
 
 
 __all__ = ["DTYPES", "REDUCTIONS", "STATS", "Entry", "Kernel", "Unsupported", "compile_failure", "compile_source",
-           "dtype_code", "fresh_layouts", "generate", "lookup", "run", "wrap_numbers"]
+           "dtype_code", "fresh_layouts", "generate", "generate_for", "key", "lookup", "run", "wrap_numbers"]

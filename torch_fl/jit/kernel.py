@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ..errors import KernelError
 from ..runtime import abi, events, ffi, output_layouts, run_native
-from .render import DTYPES, Unsupported
+from .render import DTYPES, Unsupported, language
 
 STATS = {"compiled": 0, "memory_hits": 0, "compile_s": 0.0, "failures": 0}
 
@@ -29,10 +30,24 @@ def fresh_layouts(f, vals):
 
 
 class Entry:
-    __slots__ = ("fn",)
+    """A compiled kernel as the runtime calls it: a host function (fn), or for a device JIT the
+    plugin's jit_launch with the handle jit_build gave (valid on one device)."""
 
-    def __init__(self, fn):
-        self.fn = fn
+    __slots__ = ("fn", "handle", "launch")
+
+    def __init__(self, fn, handle=None, launch=None):
+        self.fn, self.handle, self.launch = fn, handle, launch
+
+
+def key(sig: Any, dev: Any) -> Any:
+    """A kernel cache key: a device JIT's handle is valid on one device, host C on all of them."""
+    return (sig, dev.local) if dev.plugin.jit_builds else sig
+
+
+def generate_for(dev: Any, gen: Callable[[], tuple[str, str]]) -> tuple[str, str]:
+    """gen() -> (source, symbol), generated in the language the device's plugin compiles."""
+    with language(dev.plugin.jit_target):
+        return gen()
 
 
 _WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
@@ -62,6 +77,7 @@ class Kernel:
     def kernel_for(self, f, dev, sig, gen):
         """The compiled kernel for a signature: compiled once (gen() -> source, symbol), then from
         memory; None when it could not be generated or compiled (the next tier serves the call)."""
+        sig = key(sig, dev)
         if sig in self.kernels:
             STATS["memory_hits"] += 1
         else:
@@ -72,7 +88,7 @@ class Kernel:
         """Generate (gen() -> source, symbol), compile through the plugin, time it; None if either fails."""
         t0 = time.perf_counter()
         try:
-            src, symbol = gen()
+            src, symbol = generate_for(dev, gen)
         except Unsupported:
             return None
         except Exception:  # noqa: BLE001 - a trace that fails means no JIT kernel for this call
@@ -96,9 +112,13 @@ def compile_source(name: str, dev: Any, src: str, symbol: str, t0: float | None 
     compile fails (with a warning naming the op and the plugin's message, unless warn=False).
     The time since t0 (default: now) is recorded as JIT compile time, apart from run time."""
     t0 = time.perf_counter() if t0 is None else t0
-    out = ffi.new("fl_kernel_fn*")
     plugin = dev.plugin
-    status = plugin.table.jit_compile(src.encode(), symbol.encode(), out)
+    if plugin.jit_builds:
+        out = ffi.new("void **")
+        status = plugin.table.jit_build(dev.local, src.encode(), symbol.encode(), out)
+    else:
+        out = ffi.new("fl_kernel_fn*")
+        status = plugin.table.jit_compile(src.encode(), symbol.encode(), out)
     seconds = time.perf_counter() - t0
     STATS["compile_s"] += seconds
     if events.LISTENERS:
@@ -112,6 +132,8 @@ def compile_source(name: str, dev: Any, src: str, symbol: str, t0: float | None 
                           stacklevel=3)
         return None
     STATS["compiled"] += 1
+    if plugin.jit_builds:
+        return Entry(ffi.NULL, out[0], plugin.table.jit_launch)
     return Entry(out[0])
 
 

@@ -4,17 +4,31 @@ integers exact in int64_t, floating values in double), constants, and the
 prelude every generated source starts with (the ABI header and fl_kernel_util.h
 themselves, so the generated code can never disagree with them and converts
 bfloat16 as the host kernels do, then the helpers below; with `special`, the
-special-function header the host plugin's kernels are built from), and `walk`,
-the strided loop every generator's kernel runs. A generator that cannot express
-a call raises Unsupported."""
+special-function header the host plugin's kernels are built from), `walk`,
+the strided loop every generator's kernel runs, and `kernel`, the function
+around a generator's body. A generator that cannot express a call raises
+Unsupported.
+
+Two languages (fl_plugin.h, "Device JIT"): host C, which a version-1 plugin's
+jit_compile builds into a function the host calls, and OpenCL C for a chip
+whose memory the host cannot touch. Generators write one body for both, in the
+C subset the two share; `language` selects what the helpers here emit: the
+address space of loads and stores, the prelude (OpenCL C gets the same
+descriptor, argument and walk types, rebuilt from the launch convention's
+meta array), the walk (on a device the outermost walk is shared out among the
+work-items; inner walks are loops of one work-item) and the kernel function
+(a __kernel entry that unpacks descriptors and arguments)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Iterator
 
 import torch
 
-from ..runtime import TO_CODE, get_include, header_path, special_math_path
+from ..runtime import TO_CODE, abi, get_include, header_path, special_math_path
 
 DTYPES = {torch.float32: "float", torch.float64: "double", torch.bfloat16: "bf16", torch.bool: "uint8_t",
           torch.int64: "int64_t", torch.int32: "int32_t"}
@@ -22,6 +36,31 @@ DTYPES = {torch.float32: "float", torch.float64: "double", torch.bfloat16: "bf16
 
 class Unsupported(Exception):
     """The generator cannot express this call (the next tier serves it)."""
+
+
+_LANGUAGE: contextvars.ContextVar[int] = contextvars.ContextVar("fl_jit_language", default=abi.JIT_HOST_C)
+
+
+@contextlib.contextmanager
+def language(code: int) -> Iterator[None]:
+    """Generate in a device JIT language (abi.JIT_HOST_C or abi.JIT_OPENCL_C) inside the block."""
+    if code not in (abi.JIT_HOST_C, abi.JIT_OPENCL_C):
+        raise Unsupported(f"JIT language {abi.JIT_LANGUAGES.get(code, code)}")
+    token = _LANGUAGE.set(code)
+    try:
+        yield
+    finally:
+        _LANGUAGE.reset(token)
+
+
+def opencl() -> bool:
+    """Whether the source being generated is OpenCL C."""
+    return _LANGUAGE.get() == abi.JIT_OPENCL_C
+
+
+def address_space() -> str:
+    """The address-space qualifier of tensor data: device memory is __global in OpenCL C."""
+    return "__global " if opencl() else ""
 
 
 def c_const(v) -> str:
@@ -135,13 +174,100 @@ static inline int64_t fl_ilcm(int64_t a, int64_t b) {
 """
 
 
+def _opencl_prelude() -> str:
+    """OpenCL C's stand-ins for what host sources get from fl_plugin.h and fl_kernel_util.h: the
+    fixed-width types, the descriptor and argument types (data in __global memory), the argument
+    readers, bfloat16 conversions as fl_kernel_util.h rounds, fl_walk_t, and the launch convention's
+    unpacking of the meta array. Constants come from the header, through abi."""
+    kinds = abi.enum_values("fl_arg_kind_t", "FL_ARG_")
+    arg_kinds = "\n".join(f"#define FL_ARG_{name} {code}" for name, code in kinds.items())
+    return f"""#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef long int64_t; typedef ulong uint64_t; typedef int int32_t; typedef uint uint32_t;
+typedef short int16_t; typedef ushort uint16_t; typedef char int8_t; typedef uchar uint8_t;
+#define INT64_C(x) (x##L)
+#define INT64_MAX LONG_MAX
+#define INT64_MIN LONG_MIN
+#define FL_MAX_DIMS {abi.MAX_DIMS}
+#define FL_WALK_MAX (FL_MAX_DIMS + 3)
+#define FL_META_TENSOR {abi.JIT_META_TENSOR}
+#define FL_META_ARG {abi.JIT_META_ARG}
+{arg_kinds}
+typedef struct {{
+    __global uchar *data; int64_t offset; int32_t dtype; int32_t ndim;
+    int64_t sizes[FL_MAX_DIMS]; int64_t strides[FL_MAX_DIMS];
+}} fl_tensor_t;
+typedef struct {{ int32_t kind; int32_t len; int64_t i; double f; int64_t list[FL_MAX_DIMS]; }} fl_arg_t;
+static inline double fl_arg_num(const fl_arg_t *a) {{ return a->kind == FL_ARG_FLOAT ? a->f : (double)a->i; }}
+static inline int64_t fl_arg_int(const fl_arg_t *a) {{ return a->kind == FL_ARG_FLOAT ? (int64_t)a->f : a->i; }}
+static inline float fl_bf16_to_f32(uint16_t h) {{ return as_float((uint)h << 16); }}
+static inline uint16_t fl_f32_to_bf16(float f) {{
+    uint u = as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}}
+/* the launch convention's meta array -> descriptors and arguments */
+static inline void fl_unpack_tensor(fl_tensor_t *t, __global const long *m, __global uchar *buf) {{
+    t->data = buf + m[0]; t->offset = m[1]; t->dtype = (int32_t)m[2]; t->ndim = (int32_t)m[3];
+    for (int d = 0; d < FL_MAX_DIMS; d++) {{ t->sizes[d] = m[4 + d]; t->strides[d] = m[4 + FL_MAX_DIMS + d]; }}
+}}
+static inline void fl_unpack_arg(fl_arg_t *a, __global const long *m) {{
+    a->kind = (int32_t)m[0]; a->len = (int32_t)m[1]; a->i = m[2]; a->f = as_double(m[3]);
+    for (int d = 0; d < FL_MAX_DIMS; d++) a->list[d] = m[4 + d];
+}}
+/* fl_kernel_util.h's walker */
+typedef struct {{
+    int nd, nt; int64_t size[FL_MAX_DIMS]; int64_t st[FL_WALK_MAX][FL_MAX_DIMS]; int64_t base[FL_WALK_MAX];
+    int64_t numel;
+}} fl_walk_t;
+static inline void fl_walk_init(fl_walk_t *w, int nd, const int64_t *size) {{
+    w->nd = nd; w->nt = 0; w->numel = 1;
+    for (int d = 0; d < nd; d++) {{ w->size[d] = size[d]; w->numel *= size[d]; }}
+}}
+static inline int fl_walk_add(fl_walk_t *w, const fl_tensor_t *t) {{
+    int k = w->nt++;
+    w->base[k] = t->offset;
+    for (int d = 0; d < w->nd; d++) w->st[k][d] = t->strides[d];
+    return k;
+}}
+static inline void fl_walk_seek(const fl_walk_t *w, int64_t lin, int64_t *ctr, int64_t *off) {{
+    for (int k = 0; k < w->nt; k++) off[k] = w->base[k];
+    for (int d = w->nd - 1; d >= 0; d--) {{
+        ctr[d] = lin % w->size[d]; lin /= w->size[d];
+        for (int k = 0; k < w->nt; k++) off[k] += ctr[d] * w->st[k][d];
+    }}
+}}
+static inline void fl_walk_next(const fl_walk_t *w, int64_t *ctr, int64_t *off) {{
+    for (int d = w->nd - 1; d >= 0; d--) {{
+        if (++ctr[d] < w->size[d]) {{ for (int k = 0; k < w->nt; k++) off[k] += w->st[k][d]; return; }}
+        ctr[d] = 0;
+        for (int k = 0; k < w->nt; k++) off[k] -= w->st[k][d] * (w->size[d] - 1);
+    }}
+}}
+/* the share [lo, hi) of n elements this work-item walks: a contiguous chunk when the walk is the
+ * kernel's parallel one, else all of them */
+static inline void fl_share(int64_t n, int par, int64_t gid, int64_t gsz, int64_t *lo, int64_t *hi) {{
+    if (!par) {{ *lo = 0; *hi = n; return; }}
+    int64_t chunk = (n + gsz - 1) / gsz;
+    *lo = gid * chunk < n ? gid * chunk : n;
+    *hi = *lo + chunk < n ? *lo + chunk : n;
+}}
+"""
+
+
 def prelude(special: bool = False) -> str:
     """The ABI header and fl_kernel_util.h themselves (so the generated code can never disagree with
     them), then helpers; with `special`, the special-function header the host plugin's kernels are
-    built from. Pasted, not #included: the plugin compiles the source with no include path."""
-    with open(header_path()) as f, open(os.path.join(get_include(), "fl_kernel_util.h")) as g:
-        text = f.read() + g.read() + HELPERS
+    built from (host C only). Pasted, not #included: the plugin compiles the source with no include
+    path. In OpenCL C, the stand-ins of _opencl_prelude instead of the two headers."""
+    if opencl():
+        text = _opencl_prelude() + HELPERS
+    else:
+        with open(header_path()) as f, open(os.path.join(get_include(), "fl_kernel_util.h")) as g:
+            text = f.read() + g.read() + HELPERS
     if special:
+        if opencl():  # its tables are static arrays inside functions, which OpenCL C does not allow
+            raise Unsupported("special functions (fl_special_math.h) in OpenCL C")
         path = special_math_path()
         if path is None:
             raise Unsupported("fl_special_math.h is not installed")
@@ -157,26 +283,26 @@ def ctype(dtype) -> str:
 def c_load(t: str, dtype, off: str) -> str:
     """C for element `off` of tensor descriptor `t` (e.g. "in[0]"), in value_type(dtype):
     int64_t for integers and bool (exact), double for floating dtypes."""
-    c = ctype(dtype)
+    c, q = ctype(dtype), address_space()
     if c == "bf16":
-        return f"(double)fl_bf16_to_f32(((const uint16_t *){t}.data)[{off}])"
+        return f"(double)fl_bf16_to_f32((({q}const uint16_t *){t}.data)[{off}])"
     if exact(dtype):
-        return f"(int64_t)((const {c} *){t}.data)[{off}]"
-    return f"(double)((const {c} *){t}.data)[{off}]"
+        return f"(int64_t)(({q}const {c} *){t}.data)[{off}]"
+    return f"(double)(({q}const {c} *){t}.data)[{off}]"
 
 
 def c_store(t: str, dtype, off: str, expr: str, integer: bool = False) -> str:
     """C storing `expr` as element `off` of `t`: a double expression (integers truncate, bool is
     != 0), or with `integer` an int64_t one (integers wrap to the width, floats round once)."""
-    c = ctype(dtype)
+    c, q = ctype(dtype), address_space()
     if dtype is torch.bool:
         zero = "0" if integer else "0.0"
-        return f"((uint8_t *){t}.data)[{off}] = (uint8_t)(({expr}) != {zero});"
+        return f"(({q}uint8_t *){t}.data)[{off}] = (uint8_t)(({expr}) != {zero});"
     if c == "bf16":
-        return f"((uint16_t *){t}.data)[{off}] = fl_f32_to_bf16((float)({expr}));"
+        return f"(({q}uint16_t *){t}.data)[{off}] = fl_f32_to_bf16((float)({expr}));"
     if integer or dtype.is_floating_point:
-        return f"(({c} *){t}.data)[{off}] = ({c})({expr});"
-    return f"(({c} *){t}.data)[{off}] = ({c})trunc({expr});"
+        return f"(({q}{c} *){t}.data)[{off}] = ({c})({expr});"
+    return f"(({q}{c} *){t}.data)[{off}] = ({c})trunc({expr});"
 
 
 def dtype_code(dtype) -> int:
@@ -201,6 +327,8 @@ def walk(space: str, offsets: dict[str, str], body: str, flat_body: str | None =
     if not offsets or len(offsets) > 11:  # FL_WALK_MAX = FL_MAX_DIMS + 3
         raise Unsupported(f"a walk over {len(offsets)} tensors")
     w = "w_" + "_".join(offsets)
+    if opencl():
+        return _device_walk(w, space, offsets, body)
     adds = " ".join(f"fl_walk_add(&{w}, &({t}));" for t in offsets.values())
     binds = " ".join(f"int64_t {name} = {w}_off[{k}];" for k, name in enumerate(offsets))
     walked = f"""int64_t {w}_ctr[FL_MAX_DIMS], {w}_off[FL_WALK_MAX];
@@ -228,3 +356,68 @@ def walk(space: str, offsets: dict[str, str], body: str, flat_body: str | None =
     {walked}
     }}
 }}"""
+
+
+def _device_walk(w: str, space: str, offsets: dict[str, str], body: str) -> str:
+    """walk() in OpenCL C: the same coordinate walk over this work-item's share of the elements. The
+    share comes from fl_share with a @PAR@ mark that `kernel` resolves: the outermost walk of a
+    parallel kernel is split among the work-items, every other walk runs whole in one work-item."""
+    adds = " ".join(f"fl_walk_add(&{w}, &({t}));" for t in offsets.values())
+    binds = " ".join(f"int64_t {name} = {w}_off[{k}];" for k, name in enumerate(offsets))
+    return f"""{{
+    fl_walk_t {w}; fl_walk_init(&{w}, ({space}).ndim, ({space}).sizes); {adds}
+    int64_t {w}_ctr[FL_MAX_DIMS], {w}_off[FL_WALK_MAX], {w}_lo, {w}_hi;
+    fl_share({w}.numel, @PAR@, fl_gid, fl_gsz, &{w}_lo, &{w}_hi);
+    if ({w}_lo < {w}_hi) fl_walk_seek(&{w}, {w}_lo, {w}_ctr, {w}_off);
+    for (int64_t {w}_i = {w}_lo; {w}_i < {w}_hi; {w}_i++, fl_walk_next(&{w}, {w}_ctr, {w}_off)) {{
+        {binds}
+        {body}
+    }}
+}}"""
+
+
+def kernel(symbol: str, comment: str, body: str, *, n_in: int, n_out: int, n_args: int,
+           parallel: bool = True, checked: bool = False) -> str:
+    """The kernel function around a generator's body: C that reads in/n_in, out/n_out and args/n_args
+    (the kernel calling convention of fl_plugin.h) and returns an fl_status_t. Host C: the exported
+    fl_kernel_fn itself. OpenCL C: the body as a function of one work-item, and the __kernel entry of
+    the launch convention that unpacks n_in + n_out descriptors and n_args arguments and runs it.
+    `parallel`: the body's outermost walk may be split among work-items (its elements are
+    independent); else one work-item runs the whole body. `checked`: the body may fail (a nonzero
+    status: an index out of range, an integer division by zero), which the launch then reports."""
+    if not opencl():
+        return f"""
+/* {comment}, generated by torch_fl */
+__attribute__((visibility("default")))
+int {symbol}(fl_stream_t stream, int device, const fl_tensor_t *in, int n_in, const fl_tensor_t *out, int n_out,
+             const fl_arg_t *args, int n_args) {{
+    (void)stream; (void)device; (void)in; (void)n_in; (void)out; (void)n_out; (void)args; (void)n_args;
+    {body}
+}}
+"""
+    first = body.find("@PAR@")
+    if first >= 0:  # the first walk in the text is the outermost one: inner walks sit in its body
+        body = body[:first] + ("1" if parallel else "0") + body[first + 5:].replace("@PAR@", "0")
+    n_t = n_in + n_out
+    buffers = "".join(f", __global uchar *t{k}" for k in range(n_t))
+    unpack = "\n    ".join(
+        [f"fl_unpack_tensor(&in[{k}], meta + {k} * FL_META_TENSOR, t{k});" for k in range(n_in)]
+        + [f"fl_unpack_tensor(&out[{k}], meta + {n_in + k} * FL_META_TENSOR, t{n_in + k});" for k in range(n_out)]
+        + [f"fl_unpack_arg(&args[{k}], meta + {n_t} * FL_META_TENSOR + {k} * FL_META_ARG);" for k in range(n_args)])
+    only_first = "" if parallel else "if (get_global_id(0) != 0) return;\n    "
+    return f"""
+/* {comment}, generated by torch_fl (OpenCL C) */
+{"#define FL_JIT_CHECKED 1" if checked else ""}
+static int fl_body(const fl_tensor_t *in, int n_in, const fl_tensor_t *out, int n_out, const fl_arg_t *args,
+                   int n_args, int64_t fl_gid, int64_t fl_gsz) {{
+    (void)in; (void)n_in; (void)out; (void)n_out; (void)args; (void)n_args; (void)fl_gid; (void)fl_gsz;
+    {body}
+}}
+__kernel void {symbol}(__global const long *meta, __global int *status{buffers}) {{
+    {only_first}fl_tensor_t in[{max(n_in, 1)}], out[{max(n_out, 1)}];
+    fl_arg_t args[{max(n_args, 1)}];
+    {unpack}
+    int st = fl_body(in, {n_in}, out, {n_out}, args, {n_args}, (int64_t)get_global_id(0), (int64_t)get_global_size(0));
+    if (st != 0) *status = st;
+}}
+"""

@@ -22,7 +22,7 @@ from .dtypes import COMPLEX_CODES, FROM_CODE, TO_CODE, dtype_name, mask_to_names
 from .events import COPY, DECOMPOSITION, FALLBACK, JIT, NATIVE, PATHS, VIEW, OpEvent
 from .graph import KernelGraph, Recorder, recording
 from .memory import Pool, mem_set_zero
-from .native import NOT_HANDLED, native_factory, output_layouts, run_native
+from .native import NOT_HANDLED, call_kernel, native_factory, output_layouts, run_native
 from .registry import REGISTRY, Backend, Device
 from .settings import SETTINGS, clear_plans, disabled_paths
 from .tensor import (
@@ -63,7 +63,7 @@ __all__ = [
     "abi", "amp_dtypes", "async_copy", "base_ptr", "clear_plans", "config", "copy_unique", "core", "cpu_into_fl",
     "cpu_to_new_fl", "desc", "device_of", "disabled_paths", "dtype_name", "events", "ffi", "fl_to_cpu", "get_include",
     "header_path", "host_bytes", "host_view", "is_dense", "is_fl", "iter_tensors", "like_layout", "map_tensors",
-    "mask_to_names", "mem_set_zero", "memory", "native", "native_factory", "new_tensor", "not_traced",
+    "call_kernel", "mask_to_names", "mem_set_zero", "memory", "native", "native_factory", "new_tensor", "not_traced",
     "output_layouts", "plugin",
     "private", "raw", "recording", "register", "run_native", "span", "spawn", "special_math_path", "storage_nbytes",
     "to_meta",

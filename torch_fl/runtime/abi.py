@@ -110,8 +110,15 @@ OPTIONAL_ENTRIES = (
     "comm_init", "comm_destroy", "comm_all_reduce", "comm_broadcast", "comm_all_gather", "comm_reduce_scatter",
     "comm_send", "comm_recv", "comm_barrier", "jit_compile",
     # version 2
-    "event_elapsed", "mem_set", "host_alloc", "host_free", "copy_d2h_async",
+    "event_elapsed", "mem_set", "host_alloc", "host_free", "copy_d2h_async", "jit_build", "jit_launch",
 )
+# Device JIT languages (fl_jit_language_t) by value, and the ones torch_fl's generators emit.
+JIT_LANGUAGES: dict[int, str] = {code: name.lower()
+                                  for name, code in enum_values("fl_jit_language_t", "FL_JIT_").items()}
+JIT_HOST_C: int = _HEADER.FL_JIT_HOST_C
+JIT_OPENCL_C: int = _HEADER.FL_JIT_OPENCL_C
+JIT_META_TENSOR: int = _HEADER.FL_JIT_META_TENSOR
+JIT_META_ARG: int = _HEADER.FL_JIT_META_ARG
 # The first field each version added to fl_plugin_t: a plugin of version v fills the table up to the first
 # field of version v + 1, and says so in struct_size.
 _FIRST_FIELD = {2: "event_elapsed"}

@@ -126,7 +126,7 @@ def probe(backend) -> CapabilityTable:
         plugin_path=p.path, origin=cand.origin if cand else p.origin, devices=devices, kernels=kernels,
         fused_kernels=fused, collectives=comm,
         collectives_path="plugin" if all(comm.values()) else "cpu-relay",
-        streams=bool(p.optional["stream_create"]), jit=bool(p.optional["jit_compile"]), amp_dtype=amp,
+        streams=bool(p.optional["stream_create"]), jit=bool(p.jit_target), amp_dtype=amp,
         any_layout_kernels=any_layout, abi_version=getattr(p, "abi_version", 1),
     )
 

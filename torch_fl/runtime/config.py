@@ -43,6 +43,7 @@ PLUGIN_VARIABLES = (
     (re.compile(r"^FL_[A-Z0-9_]+_COMM_CHUNK_BYTES$"), "size", 1),
     (re.compile(r"^FL_[A-Z0-9_]+_DEVICES$"), "count", 1),
     (re.compile(r"^FL_EMU_ASYNC$"), "bool", 0),  # the emulators' asynchronous mode (plugins_cffi/emulated/async.c)
+    (re.compile(r"^FL_OPENCL_CACHE$"), "bool", 0),  # the opencl plugin's program binary cache (bincache.c)
 )
 # Variables Python reads itself: name -> kind.
 PYTHON_VARIABLES = {"FL_MEMORY_POOL": "bool", "FL_MEMORY_POOL_LIMIT": "size", "FL_CPU_FALLBACK": "bool",

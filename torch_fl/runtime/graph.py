@@ -40,6 +40,7 @@ from ..errors import FlError
 from . import core, events
 from .abi import ffi
 from .events import COPY, FALLBACK, JIT, NATIVE
+from .native import kernel_addresses
 from .tensor import is_fl, iter_tensors
 
 
@@ -180,8 +181,8 @@ class KernelGraph:
             c_out = ffi.new("fl_tensor_t[]", outs or 1)
             c_args = ffi.new("fl_arg_t[]", cargs or 1)
             slot = core.count_slot(dev.backend, name, path)
-            lib.fl_core_graph_add_kernel(self._g, _addr(kernel.fn), dev.local, _addr(c_in), len(ins), _addr(c_out),
-                                         len(outs), _addr(c_args), len(cargs), slot)
+            lib.fl_core_graph_add_kernel(self._g, *kernel_addresses(kernel), dev.local, _addr(c_in), len(ins),
+                                         _addr(c_out), len(outs), _addr(c_args), len(cargs), slot)
         for ptr, n in inputs:
             lib.fl_core_graph_add_input(self._g, ptr, n)
         for ptr, n in outputs:

@@ -154,6 +154,25 @@ class _IntReturn(tuple):
         return super().__new__(cls, ("int", value))
 
 
+def call_kernel(kernel, dev, c_in, n_in: int, c_out, n_out: int, c_args, n_args: int) -> int:
+    """One kernel call on the device's default stream: a plugin kernel or a host-C JIT kernel is a
+    function (kernel.fn); a device JIT kernel is the plugin's jit_launch with its handle."""
+    handle = getattr(kernel, "handle", None)
+    if handle is not None:
+        return kernel.launch(handle, ffi.NULL, dev.local, c_in, n_in, c_out, n_out, c_args, n_args)
+    return kernel.fn(ffi.NULL, dev.local, c_in, n_in, c_out, n_out, c_args, n_args)
+
+
+def kernel_addresses(kernel) -> tuple[int, int, int]:
+    """(fn, launch, handle) of a kernel as addresses for the C++ core (0 where absent), which calls
+    launch(handle, ...) when there is a handle and fn(...) otherwise."""
+    addr = lambda c: int(ffi.cast("uintptr_t", c)) if c is not None else 0  # noqa: E731
+    handle = getattr(kernel, "handle", None)
+    if handle is not None:
+        return 0, addr(kernel.launch), addr(handle)
+    return addr(kernel.fn), 0, 0
+
+
 def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
     """Call the plugin kernel. Outputs: the tensors given (an out= call writing in place), aliases of
     mutated arguments, or fresh tensors shaped by PyTorch's meta functions. With site, the call's
@@ -263,7 +282,7 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
     c_in = ffi.new("fl_tensor_t[]", inputs or 1)
     c_out = ffi.new("fl_tensor_t[]", out_descs or 1)
     c_args = ffi.new("fl_arg_t[]", cargs or 1)
-    status = kernel.fn(ffi.NULL, dev.local, c_in, n_in, c_out, n_out, c_args, n_args)
+    status = call_kernel(kernel, dev, c_in, n_in, c_out, n_out, c_args, n_args)
     if status == abi.FL_ERR_UNSUPPORTED:
         return NOT_HANDLED
     events.KERNELS[0] += 1
@@ -344,9 +363,9 @@ def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None)
     rets = ffi.new("int32_t[]", returns or [0])
     addr = lambda c: int(ffi.cast("uintptr_t", c))  # noqa: E731
     slot = core.count_slot(dev.backend, count_as, NATIVE)
-    lib.fl_core_fast_commit(name, addr(site["kernel"].fn), dev.index, dev.local, addr(c_in), n_in, addr(ints[0]),
-                            addr(c_out), n_out, addr(ints[1]), addr(dts), addr(c_args), n_args, addr(pats),
-                            len(patches) // 3, addr(rets), len(returns), slot)
+    lib.fl_core_fast_commit(name, *kernel_addresses(site["kernel"]), dev.index, dev.local, addr(c_in), n_in,
+                            addr(ints[0]), addr(c_out), n_out, addr(ints[1]), addr(dts), addr(c_args), n_args,
+                            addr(pats), len(patches) // 3, addr(rets), len(returns), slot)
 
 
 def sync_fast_path() -> None:

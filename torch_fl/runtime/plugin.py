@@ -172,6 +172,7 @@ class Plugin:
         self.description = ffi.string(t.description).decode() if t.description != ffi.NULL else ""
         self.emulated = bool(t.emulated)
         self.optional = {name: getattr(t, name) != ffi.NULL for name in abi.OPTIONAL_ENTRIES}
+        self.jit_language = self._jit_language(path, int(t.jit_language))
         self.devices = self._probe_devices()
         if any(d.features & abi.FEATURE_ASYNC_KERNELS for d in self.devices):
             lacking = [name for name in abi.ASYNC_REQUIRED if not self.optional[name]]
@@ -182,6 +183,36 @@ class Plugin:
                     f"asynchronous work only through them (fl_plugin.h, \"Asynchronous devices\")")
         self.duplicate_kernels: list[str] = []
         self.kernels = self._probe_kernels()
+
+    def _jit_language(self, path: str, code: int) -> int:
+        """The device JIT language the plugin declares (0: none), checked against what it provides."""
+        if code == 0:
+            return 0
+        if code not in abi.JIT_LANGUAGES:
+            raise PluginLoadError(f"{path}: jit_language is {code}, which fl_plugin.h does not define "
+                                  f"(fl_jit_language_t: {sorted(abi.JIT_LANGUAGES)}); set FL_JIT_NONE (0) or a "
+                                  f"defined language")
+        lacking = [name for name in ("jit_build", "jit_launch") if not self.optional[name]]
+        if lacking:
+            raise PluginLoadError(f"{path}: it declares the device JIT language "
+                                  f"{abi.JIT_LANGUAGES[code]} but leaves {' and '.join(lacking)} NULL")
+        return code
+
+    @property
+    def jit_target(self) -> int:
+        """The language torch_fl's JIT generates for this plugin (0: it has no JIT): its device JIT
+        language when the generators emit it (host C only when there is no jit_compile for it),
+        else host C through version 1's jit_compile."""
+        if self.jit_language == abi.JIT_OPENCL_C or (self.jit_language == abi.JIT_HOST_C
+                                                     and not self.optional["jit_compile"]):
+            return self.jit_language
+        return abi.JIT_HOST_C if self.optional["jit_compile"] else 0
+
+    @property
+    def jit_builds(self) -> bool:
+        """Whether generated kernels go through jit_build/jit_launch (handles per device) rather than
+        jit_compile (a host function for every device)."""
+        return self.jit_target != 0 and not (self.jit_target == abi.JIT_HOST_C and self.optional["jit_compile"])
 
     # -- errors -------------------------------------------------------------
     def last_error(self) -> str:

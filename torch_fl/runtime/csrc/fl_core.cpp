@@ -933,8 +933,26 @@ struct Patch {
   int32_t kind;   // 0: double, 1: wrapped number (0-dim CPU tensor), 2: Scalar
 };
 
-struct FastPlan {
+// A kernel as the fast path and kernel graphs call it: a plugin kernel or host-C JIT kernel is a
+// function; a device JIT kernel is the plugin's jit_launch with the handle jit_build gave.
+using fl_launch_fn = decltype(fl_plugin_t::jit_launch);
+struct KernelRef {
   fl_kernel_fn fn = nullptr;
+  fl_launch_fn launch = nullptr;
+  void* handle = nullptr;
+  KernelRef() = default;
+  KernelRef(void* f, void* l, void* h)
+      : fn(reinterpret_cast<fl_kernel_fn>(f)), launch(reinterpret_cast<fl_launch_fn>(l)), handle(h) {}
+  bool valid() const { return handle != nullptr ? launch != nullptr : fn != nullptr; }
+  int operator()(int local, const fl_tensor_t* in, int n_in, const fl_tensor_t* out, int n_out,
+                 const fl_arg_t* args, int n_args) const {
+    if (handle != nullptr) return launch(handle, nullptr, local, in, n_in, out, n_out, args, n_args);
+    return fn(nullptr, local, in, n_in, out, n_out, args, n_args);
+  }
+};
+
+struct FastPlan {
+  KernelRef kernel;
   int device = 0;  // fl index
   int local = 0;
   std::vector<fl_tensor_t> in, out;
@@ -1039,8 +1057,8 @@ bool run_fast(const FastPlan& plan, torch::jit::Stack* stack, size_t n_args_on_s
       fill_desc(out[j], fresh[j]);
     }
   }
-  int status = plan.fn(nullptr, plan.local, in.data(), static_cast<int>(in.size()), out.data(),
-                       static_cast<int>(out.size()), args.data(), static_cast<int>(args.size()));
+  int status = plan.kernel(plan.local, in.data(), static_cast<int>(in.size()), out.data(),
+                          static_cast<int>(out.size()), args.data(), static_cast<int>(args.size()));
   if (status != FL_OK) return false;
   std::vector<c10::IValue> results;
   results.reserve(plan.returns.size());
@@ -1330,13 +1348,14 @@ FL_API int fl_core_fast_can_commit(const char* name) { return pending_is(name) ?
 // out_src index the op's arguments (out_src -1: a fresh output with the
 // descriptor's sizes, strides and out_dtypes' dtype); returns index out;
 // patches are (arg, stack, kind) triples.
-FL_API int fl_core_fast_commit(const char* name, void* fn, int device, int local, const fl_tensor_t* in, int n_in, const int32_t* in_src,
+FL_API int fl_core_fast_commit(const char* name, void* fn, void* launch, void* handle, int device, int local, const fl_tensor_t* in, int n_in, const int32_t* in_src,
                                const fl_tensor_t* out, int n_out, const int32_t* out_src, const int32_t* out_dtypes,
                                const fl_arg_t* args, int n_args, const int32_t* patches, int n_patches,
                                const int32_t* returns, int n_returns, int64_t slot) {
-  if (!pending_is(name) || fn == nullptr) return 0;
+  const KernelRef kernel(fn, launch, handle);
+  if (!pending_is(name) || !kernel.valid()) return 0;
   auto plan = std::make_shared<FastPlan>();
-  plan->fn = reinterpret_cast<fl_kernel_fn>(fn);
+  plan->kernel = kernel;
   plan->device = device;
   plan->local = local;
   plan->in.assign(in, in + n_in);
@@ -1380,7 +1399,7 @@ FL_API int64_t fl_core_fast_take_counts(int64_t* out, int64_t n) {
 namespace {
 
 struct GraphStep {
-  fl_kernel_fn fn;
+  KernelRef kernel;
   int local;
   int64_t slot;  // Python's counter slot for the op (-1: none)
   std::vector<fl_tensor_t> in, out;
@@ -1410,13 +1429,14 @@ FL_API void* fl_core_graph_new(int device) {
 
 FL_API void fl_core_graph_free(void* graph) { delete static_cast<Graph*>(graph); }
 
-FL_API int fl_core_graph_add_kernel(void* graph, void* fn, int local, const fl_tensor_t* in, int n_in,
-                                    const fl_tensor_t* out, int n_out, const fl_arg_t* args, int n_args,
-                                    int64_t slot) {
-  if (graph == nullptr || fn == nullptr) return -1;
+FL_API int fl_core_graph_add_kernel(void* graph, void* fn, void* launch, void* handle, int local,
+                                    const fl_tensor_t* in, int n_in, const fl_tensor_t* out, int n_out,
+                                    const fl_arg_t* args, int n_args, int64_t slot) {
+  const KernelRef kernel(fn, launch, handle);
+  if (graph == nullptr || !kernel.valid()) return -1;
   auto* g = static_cast<Graph*>(graph);
   GraphStep s;
-  s.fn = reinterpret_cast<fl_kernel_fn>(fn);
+  s.kernel = kernel;
   s.local = local;
   s.slot = slot;
   s.in.assign(in, in + n_in);
@@ -1476,8 +1496,8 @@ FL_API int fl_core_graph_replay(void* graph, void* const* in_src, void* const* o
       const GraphStep& s = g->steps[k];
       std::chrono::steady_clock::time_point t0;
       if (step_ns) t0 = std::chrono::steady_clock::now();
-      int status = s.fn(nullptr, s.local, s.in.data(), static_cast<int>(s.in.size()), s.out.data(),
-                        static_cast<int>(s.out.size()), s.args.data(), static_cast<int>(s.args.size()));
+      int status = s.kernel(s.local, s.in.data(), static_cast<int>(s.in.size()), s.out.data(),
+                            static_cast<int>(s.out.size()), s.args.data(), static_cast<int>(s.args.size()));
       if (step_ns)
         step_ns[k] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
       if (status != FL_OK) {
