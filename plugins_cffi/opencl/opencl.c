@@ -15,6 +15,18 @@
  *
  * Kernels: OpenCL C kept in kernels_cl.h, built per device and compute type at
  * first use, enqueued on an in-order profiling queue (FL_FEATURE_ASYNC_KERNELS).
+ *
+ * Device JIT (FL_JIT_OPENCL_C): jit_build compiles the kernels torch_fl generates,
+ * jit_launch runs them with fl_plugin.h's launch convention (meta, status, one
+ * buffer per tensor).
+ *
+ * Program binaries: every build (the plugin's programs and the JIT's) goes through
+ * an on-disk cache of the driver's binaries, private to the user and checked
+ * against a SHA-256 before each load (bincache.c says where it is and its rules).
+ * FL_OPENCL_CACHE=0 turns it off (every program is built from source), =1 on for
+ * every program; unset, it is on except that on a driver that keeps its own cache
+ * of built programs (pocl with its POCL_KERNEL_CACHE on) only programs of a few
+ * kernels (the JIT's) are stored: build_identity says why.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -24,12 +36,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 
 #include "fl_plugin.h"
 #include "fl_kernel_util.h"
 #include "cl_min.h"
 #include "kernels_cl.h"
+#include "bincache.h"
 
 #define NAME "opencl"
 #define UNSUP FL_ERR_UNSUPPORTED
@@ -55,7 +69,8 @@ static struct {
     F(clCreateProgramWithSource) F(clBuildProgram) F(clGetProgramBuildInfo) F(clReleaseProgram) F(clCreateKernel)
     F(clSetKernelArg) F(clEnqueueNDRangeKernel) F(clEnqueueReadBuffer) F(clEnqueueWriteBuffer) F(clEnqueueCopyBuffer)
     F(clEnqueueFillBuffer) F(clEnqueueMarkerWithWaitList) F(clFinish) F(clFlush) F(clWaitForEvents) F(clGetEventInfo)
-    F(clGetEventProfilingInfo) F(clReleaseEvent)
+    F(clGetEventProfilingInfo) F(clReleaseEvent) F(clCreateProgramWithBinary) F(clGetProgramInfo) F(clGetKernelInfo)
+    F(clGetKernelWorkGroupInfo) F(clReleaseKernel)
 #undef F
 } cl;
 
@@ -76,6 +91,10 @@ typedef struct {
     uint64_t mem_total, max_alloc;
     int cus, fp64;
     int host_cpu; /* CL_DEVICE_TYPE_CPU: the host's own cores (pocl) */
+    char opts[64];     /* the build options of every program (language version, fp64) */
+    char ident[1024];  /* platform and device names and versions: part of the binary cache's key */
+    int bincache;      /* 0: no binary cache, 1: every program, 2: only programs of a few kernels (build_identity) */
+    cl_mem scratch;    /* zeroed bytes the JIT binds where any buffer will do (never read back) */
     /* allocator */
     pthread_mutex_t mlock;
     uintptr_t vbase, rover;
@@ -153,7 +172,7 @@ static cl_mem resolve(dev_t_ *D, const void *p, size_t *off, size_t *room) {
     if (i >= 0) {
         m = D->blks[i].mem;
         *off = (uintptr_t)p - D->blks[i].addr;
-        if (room) *room = D->blks[i].size - *off;
+        if (room) *room = D->blks[i].nbytes > *off ? D->blks[i].nbytes - *off : 0; /* the cl_mem's bytes, not the span */
     }
     pthread_mutex_unlock(&D->mlock);
     return m;
@@ -516,6 +535,73 @@ static int dt_ok(dev_t_ *D, int dt) { return tname(dt) && dt != FL_FLOAT16 && (d
 static int dt_store(dev_t_ *D, int dt) { return dt == FL_FLOAT16 || dt_ok(D, dt); }
 static int is_flt(int dt) { return dt == FL_FLOAT32 || dt == FL_FLOAT64; }
 
+/* The compiler's log for a message, at most n-1 bytes: from the line of its first error on when the whole
+ * log does not fit (warnings often come first). */
+static void log_excerpt(const char *log, char *out, size_t n) {
+    if (!log || !*log) { snprintf(out, n, "(the compiler printed no log)"); return; }
+    const char *s = log, *err = strstr(log, "error");
+    if (strlen(log) >= n && err) {
+        while (err > log && err[-1] != '\n') err--;
+        s = err;
+    }
+    snprintf(out, n, "%s", s);
+    for (size_t k = strlen(out); k && (out[k - 1] == '\n' || out[k - 1] == ' '); k--) out[k - 1] = 0;
+}
+
+#define FEW_KERNELS 8
+/* Builds src with opts for D: from the binary cache when it holds this very build (same platform, device,
+ * driver, options and source), else from source, and then the driver's binary is cached. NULL when the
+ * build fails: the OpenCL error in *err, the compiler's log in *log (malloc'ed, or NULL; the caller frees). */
+static cl_program build_program(dev_t_ *D, const char *src, const char *opts, cl_int *err, char **log) {
+    *err = 0;
+    *log = NULL;
+    char name[OCL_CACHE_NAME] = "";
+    int cache = D->bincache;
+    if (cache) {
+        const char *parts[3] = {D->ident, opts, src};
+        ocl_cache_name(parts, 3, name);
+        unsigned char *bin = NULL;
+        size_t n = 0;
+        if (ocl_cache_load(name, &bin, &n)) {
+            cl_int e = 0, bst = 0;
+            const unsigned char *bp = bin;
+            cl_program p = cl.clCreateProgramWithBinary(D->ctx, 1, &D->id, &n, &bp, &bst, &e);
+            if (p && !e && !bst) e = cl.clBuildProgram(p, 1, &D->id, opts, NULL, NULL);
+            free(bin);
+            if (p && !e && !bst) return p;
+            if (p) cl.clReleaseProgram(p);
+            char why[96];
+            snprintf(why, sizeof why, "the driver refused it (OpenCL error %d)", e ? e : bst);
+            ocl_cache_drop(name, why);
+        }
+    }
+    cl_int e = 0;
+    cl_program p = cl.clCreateProgramWithSource(D->ctx, 1, &src, NULL, &e);
+    if (!p || e) {
+        *err = e ? e : -1;
+        return NULL;
+    }
+    e = cl.clBuildProgram(p, 1, &D->id, opts, NULL, NULL);
+    if (e) {
+        size_t ln = 0;
+        cl.clGetProgramBuildInfo(p, D->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &ln);
+        *log = calloc(1, ln + 1);
+        if (*log && ln) cl.clGetProgramBuildInfo(p, D->id, CL_PROGRAM_BUILD_LOG, ln, *log, NULL);
+        cl.clReleaseProgram(p);
+        *err = e;
+        return NULL;
+    }
+    size_t n = 0, nk = 0;
+    if (cache == 2 && (cl.clGetProgramInfo(p, CL_PROGRAM_NUM_KERNELS, sizeof nk, &nk, NULL) || nk > FEW_KERNELS))
+        return p;
+    if (cache && !cl.clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof n, &n, NULL) && n) {
+        unsigned char *bin = malloc(n);
+        if (bin && !cl.clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL)) ocl_cache_store(name, bin, n);
+        free(bin);
+    }
+    return p;
+}
+
 /* key: "ew:<t>", "red:<t>", "nn:<t>", "cvt" (klock held) */
 static cl_program prog_get(dev_t_ *D, const char *key, int *st) {
     for (int i = 0; i < D->nprog; i++) if (!strcmp(D->progs[i].key, key)) return D->progs[i].p;
@@ -525,7 +611,7 @@ static cl_program prog_get(dev_t_ *D, const char *key, int *st) {
     const char *colon = strchr(key, ':');
     int dt = -1;
     if (colon) for (int d = 0; d < FL_DTYPE_COUNT; d++) if (tname(d) && !strcmp(tname(d), colon + 1)) dt = d;
-    const char *fp = D->fp64 ? " -DHAS_FP64" : "";
+    const char *fp = D->opts; /* the language version and -DHAS_FP64 */
     if (!strcmp(key, "cvt")) { src = CL_CVT_SRC; snprintf(opts, sizeof opts, "%s", fp); }
     else if (dt >= 0) {
         const char *acc = is_flt(dt) ? (D->fp64 ? "double" : "float") : "long";
@@ -533,19 +619,18 @@ static cl_program prog_get(dev_t_ *D, const char *key, int *st) {
         if (!strncmp(key, "ew:", 3)) src = CL_EW_SRC;
         else if (!strncmp(key, "red:", 4)) src = CL_RED_SRC;
         else if (!strncmp(key, "nn:", 3)) src = CL_NN_SRC;
-        snprintf(opts, sizeof opts, "-DT=%s -DACC=%s%s%s%s -DTN=%d -DVT=%s%d -DVLOAD=vload%d -DVSTORE=vstore%d", ctype(dt), acc,
-                 is_flt(dt) ? " -DIS_FLOAT" : "", dt == FL_BOOL ? " -DIS_BOOL" : "", fp, tn, ctype(dt), tn, tn, tn);
+        snprintf(opts, sizeof opts, "%s -DT=%s -DACC=%s%s%s -DTN=%d -DVT=%s%d -DVLOAD=vload%d -DVSTORE=vstore%d", fp, ctype(dt),
+                 acc, is_flt(dt) ? " -DIS_FLOAT" : "", dt == FL_BOOL ? " -DIS_BOOL" : "", tn, ctype(dt), tn, tn, tn);
     }
     if (!src) { *st = fail(FL_ERR_INTERNAL, NAME ": unknown program %s", key); return NULL; }
     cl_int e = 0;
-    cl_program p = cl.clCreateProgramWithSource(D->ctx, 1, &src, NULL, &e);
-    if (!p || e) { *st = fail(FL_ERR_INTERNAL, NAME ": clCreateProgramWithSource failed with OpenCL error %d", e); return NULL; }
-    e = cl.clBuildProgram(p, 1, &D->id, opts, NULL, NULL);
-    if (e) {
-        char log[3000] = "";
-        cl.clGetProgramBuildInfo(p, D->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
-        cl.clReleaseProgram(p);
-        *st = fail(FL_ERR_INTERNAL, NAME ": building OpenCL program %s (%s) failed with error %d: %s", key, opts, e, log);
+    char *log = NULL;
+    cl_program p = build_program(D, src, opts, &e, &log);
+    if (!p) {
+        char ex[2800];
+        log_excerpt(log, ex, sizeof ex);
+        free(log);
+        *st = fail(FL_ERR_INTERNAL, NAME ": building OpenCL program %s (%s) failed with error %d: %s", key, opts, e, ex);
         return NULL;
     }
     snprintf(D->progs[D->nprog].key, sizeof D->progs[D->nprog].key, "%s", key);
@@ -1957,6 +2042,195 @@ static int k_addmm(KARGS) { /* addmm(self, mat1, mat2, beta, alpha) */
     return gemm_run(D, stream, o->dtype, 1, a->sizes[0], b->sizes[1], a->sizes[1], a, b, o, alpha, beta != 0);
 }
 
+/* ------------------------------------------------------------------ device JIT (FL_JIT_OPENCL_C)
+ * jit_build compiles a generated source (through the binary cache) into a handle that lives for the
+ * process; jit_launch runs it with fl_plugin.h's launch convention:
+ *   kernel(__global const long *meta, __global int *status, __global uchar *t0, ..., tN-1). */
+#define JIT_MAGIC 0x4f434a49u
+typedef struct jit_k {
+    uint32_t magic;
+    int device;
+    cl_program p;
+    cl_kernel k;
+    cl_uint nargs;
+    int checked;         /* the source defines FL_JIT_CHECKED: the launch waits and returns the kernel's status */
+    size_t wg;           /* CL_KERNEL_WORK_GROUP_SIZE (0: unknown) */
+    pthread_mutex_t mu;  /* one cl_kernel: clSetKernelArg and the enqueue must not interleave between threads */
+    struct jit_k *next;
+    char symbol[128];
+} jit_k;
+static jit_k *jits; /* every handle built, newest first: they live for the process (no teardown releases them) */
+static pthread_mutex_t jits_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int jit_build(int device, const char *source, const char *symbol, void **handle) {
+    if (handle) *handle = NULL;
+    if (!source || !symbol || !handle) return fail(FL_ERR_INVALID, NAME ": jit_build with a NULL source, symbol or handle");
+    DEV(device);
+    cl_int e = 0;
+    char *log = NULL;
+    cl_program p = build_program(D, source, D->opts, &e, &log);
+    if (!p) {
+        char ex[3000];
+        log_excerpt(log, ex, sizeof ex);
+        free(log);
+        return fail(FL_ERR_INTERNAL, NAME ": jit_build: building %.128s for %s failed with OpenCL error %d: %s", symbol,
+                    D->name, e, ex);
+    }
+    cl_kernel k = cl.clCreateKernel(p, symbol, &e);
+    if (!k || e) {
+        cl.clReleaseProgram(p);
+        return fail(FL_ERR_INTERNAL, NAME ": jit_build: the program defines no kernel %.128s (OpenCL error %d)", symbol, e);
+    }
+    cl_uint na = 0;
+    e = cl.clGetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof na, &na, NULL);
+    if (e || na < 2) {
+        cl.clReleaseKernel(k);
+        cl.clReleaseProgram(p);
+        return fail(FL_ERR_INTERNAL, NAME ": jit_build: kernel %.128s takes %u arguments (OpenCL error %d); the "
+                    "FL_JIT_OPENCL_C convention is (meta, status, one buffer per tensor)", symbol, na, e);
+    }
+    jit_k *h = calloc(1, sizeof *h);
+    if (!h) {
+        cl.clReleaseKernel(k);
+        cl.clReleaseProgram(p);
+        return fail(FL_ERR_OOM, NAME ": host out of memory");
+    }
+    h->magic = JIT_MAGIC;
+    h->device = device;
+    h->p = p;
+    h->k = k;
+    h->nargs = na;
+    h->checked = strstr(source, "#define FL_JIT_CHECKED") != NULL;
+    if (cl.clGetKernelWorkGroupInfo(k, D->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof h->wg, &h->wg, NULL)) h->wg = 0;
+    pthread_mutex_init(&h->mu, NULL);
+    snprintf(h->symbol, sizeof h->symbol, "%s", symbol);
+    pthread_mutex_lock(&jits_mu);
+    h->next = jits;
+    jits = h;
+    pthread_mutex_unlock(&jits_mu);
+    *handle = h;
+    return FL_OK;
+}
+
+/* the buffer and byte offset of descriptor k's data; an undefined tensor (ndim -1 or no data) and an empty one
+ * whose address maps to no buffer get the device's scratch buffer */
+static int jit_res(dev_t_ *D, const jit_k *h, const fl_tensor_t *t, int k, cl_mem *m, size_t *boff) {
+    *m = D->scratch;
+    *boff = 0;
+    if (t->ndim == -1 || !t->data) return FL_OK;
+    if (t->ndim < 0 || t->ndim > FL_MAX_DIMS)
+        return fail(FL_ERR_INVALID, NAME ": jit kernel %s: tensor %d has %d dimensions", h->symbol, k, t->ndim);
+    size_t isz = fl_itemsize(t->dtype);
+    if (!isz) return fail(FL_ERR_INVALID, NAME ": jit kernel %s: tensor %d has an unknown dtype %d", h->symbol, k, t->dtype);
+    for (int d = 0; d < t->ndim; d++)
+        if (t->sizes[d] < 0) return fail(FL_ERR_INVALID, NAME ": jit kernel %s: tensor %d has a negative size", h->symbol, k);
+    size_t room = 0;
+    cl_mem r = resolve(D, t->data, boff, &room);
+    int64_t n = fl_numel(t);
+    if (!r) {
+        *boff = 0;
+        if (n == 0) return FL_OK;
+        return fail(FL_ERR_INVALID, NAME ": jit kernel %s: tensor %d's data %p is not memory of %s", h->symbol, k, t->data,
+                    D->name);
+    }
+    *m = r;
+    if (n == 0) return FL_OK;
+    int64_t lo, hi;
+    span_of(t, &lo, &hi);
+    if (lo < 0 || (uint64_t)(hi + 1) * isz > room) /* a kernel must never reach past its buffer */
+        return fail(FL_ERR_INVALID, NAME ": jit kernel %s: tensor %d's view (offset %lld, last element %lld) lies outside "
+                    "its allocation", h->symbol, k, (long long)t->offset, (long long)hi);
+    return FL_OK;
+}
+
+static int jit_launch(void *handle, fl_stream_t stream, int device, const fl_tensor_t *inputs, int n_in,
+                      const fl_tensor_t *outputs, int n_out, const fl_arg_t *args, int n_args) {
+    jit_k *h = handle;
+    if (!h || h->magic != JIT_MAGIC) return fail(FL_ERR_INVALID, NAME ": jit_launch: %p is not a handle from jit_build", handle);
+    if (device != h->device)
+        return fail(FL_ERR_INVALID, NAME ": jit_launch: kernel %s was built for device %d, not %d", h->symbol, h->device, device);
+    DEV(device);
+    if (n_in < 0 || n_out < 0 || n_args < 0 || (n_in && !inputs) || (n_out && !outputs) || (n_args && !args))
+        return fail(FL_ERR_INVALID, NAME ": jit_launch(%s): bad descriptor arrays", h->symbol);
+    int N = n_in + n_out;
+    if ((cl_uint)N + 2 != h->nargs)
+        return fail(FL_ERR_INVALID, NAME ": jit kernel %s takes %u tensor buffers, the launch passes %d (%d inputs, %d outputs)",
+                    h->symbol, h->nargs - 2, N, n_in, n_out);
+    if (!D->scratch) return fail(FL_ERR_OOM, NAME ": jit_launch: %s has no scratch buffer (its creation failed)", D->name);
+    size_t nmeta = (size_t)N * FL_JIT_META_TENSOR + (size_t)n_args * FL_JIT_META_ARG;
+    int64_t meta_s[8 * FL_JIT_META_TENSOR + 16 * FL_JIT_META_ARG];
+    cl_mem mems_s[8];
+    int64_t *meta = nmeta <= sizeof meta_s / sizeof *meta_s ? meta_s : malloc(nmeta * sizeof *meta);
+    cl_mem *mems = N <= 8 ? mems_s : malloc((size_t)N * sizeof *mems);
+    int st = meta && mems ? FL_OK : fail(FL_ERR_OOM, NAME ": host out of memory");
+    for (int k = 0; k < N && !st; k++) {
+        const fl_tensor_t *t = k < n_in ? &inputs[k] : &outputs[k - n_in];
+        size_t boff = 0;
+        st = jit_res(D, h, t, k, &mems[k], &boff);
+        int64_t *m = meta + (size_t)k * FL_JIT_META_TENSOR;
+        m[0] = (int64_t)boff; m[1] = t->offset; m[2] = t->dtype; m[3] = t->ndim;
+        memcpy(m + 4, t->sizes, sizeof t->sizes);
+        memcpy(m + 12, t->strides, sizeof t->strides);
+    }
+    for (int k = 0; k < n_args && !st; k++) {
+        int64_t *m = meta + (size_t)N * FL_JIT_META_TENSOR + (size_t)k * FL_JIT_META_ARG;
+        m[0] = args[k].kind; m[1] = args[k].len; m[2] = args[k].i;
+        memcpy(&m[3], &args[k].f, 8);
+        memcpy(m + 4, args[k].list, sizeof args[k].list);
+    }
+    cl_mem metam = NULL, statm = D->scratch;
+    cl_int e = 0;
+    if (!st) {
+        int64_t none = 0;
+        metam = cl.clCreateBuffer(D->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nmeta ? nmeta * sizeof *meta : sizeof none,
+                                  nmeta ? (void *)meta : (void *)&none, &e);
+        if (!metam || e) {
+            metam = NULL;
+            st = fail(FL_ERR_OOM, NAME ": jit_launch(%s): no room for its metadata (OpenCL error %d)", h->symbol, e);
+        }
+    }
+    if (!st && h->checked) { /* its own status word: concurrent checked launches never share one */
+        int32_t zero = 0;
+        statm = cl.clCreateBuffer(D->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zero, &zero, &e);
+        if (!statm || e) {
+            statm = NULL;
+            st = fail(FL_ERR_OOM, NAME ": jit_launch(%s): no room for its status (OpenCL error %d)", h->symbol, e);
+        }
+    }
+    cl_command_queue q = qof(D, stream);
+    if (!st) {
+        /* any global size is correct (generated kernels stride by get_global_size): on the host's CPU (pocl)
+         * one work-item per work-group and 4 per core; on a GPU 256 per compute unit in groups of 64 */
+        size_t cus = D->cus > 0 ? (size_t)D->cus : 1, g, l;
+        if (D->host_cpu) { g = 4 * cus; l = 1; }
+        else {
+            for (l = 64; l > 1 && h->wg && l > h->wg; l /= 2) {}
+            g = 256 * cus;
+        }
+        pthread_mutex_lock(&h->mu);
+        e = cl.clSetKernelArg(h->k, 0, sizeof(cl_mem), &metam);
+        if (!e) e = cl.clSetKernelArg(h->k, 1, sizeof(cl_mem), &statm);
+        for (int k = 0; k < N && !e; k++) e = cl.clSetKernelArg(h->k, (cl_uint)k + 2, sizeof(cl_mem), &mems[k]);
+        if (e) st = fail(FL_ERR_INTERNAL, NAME ": jit kernel %s: clSetKernelArg failed with OpenCL error %d", h->symbol, e);
+        else if ((e = cl.clEnqueueNDRangeKernel(q, h->k, 1, NULL, &g, &l, 0, NULL, NULL)))
+            st = fail(FL_ERR_INTERNAL, NAME ": jit kernel %s: clEnqueueNDRangeKernel failed with OpenCL error %d", h->symbol, e);
+        pthread_mutex_unlock(&h->mu);
+    }
+    if (metam) cl.clReleaseMemObject(metam); /* the queue keeps it alive until the kernel is done */
+    if (meta != meta_s) free(meta);
+    if (mems != mems_s) free(mems);
+    if (!h->checked || !statm) return st;
+    int32_t code = 0;
+    if (!st && (e = cl.clEnqueueReadBuffer(q, statm, CL_TRUE, 0, sizeof code, &code, 0, NULL, NULL)))
+        st = fail(FL_ERR_INTERNAL, NAME ": jit kernel %s failed (OpenCL error %d reading its status)", h->symbol, e);
+    cl.clReleaseMemObject(statm);
+    if (st || !code) return st;
+    if (code == FL_ERR_INVALID)
+        return fail(FL_ERR_INVALID, "jit kernel %s: an index out of range or an integer division by zero", h->symbol);
+    if (code > 0 && code <= FL_ERR_INTERNAL) return fail(code, "jit kernel %s: the kernel reported status %d", h->symbol, code);
+    return fail(FL_ERR_INTERNAL, "jit kernel %s stored an unknown status %d", h->symbol, code);
+}
+
 /* ------------------------------------------------------------------ kernel table */
 #define B_(d) FL_DTYPE_BIT(d)
 #define FLT (B_(FL_FLOAT32) | B_(FL_FLOAT64))
@@ -2055,10 +2329,46 @@ static int load_cl(void) {
     L(clCreateProgramWithSource) L(clBuildProgram) L(clGetProgramBuildInfo) L(clReleaseProgram) L(clCreateKernel)
     L(clSetKernelArg) L(clEnqueueNDRangeKernel) L(clEnqueueReadBuffer) L(clEnqueueWriteBuffer) L(clEnqueueCopyBuffer)
     L(clEnqueueFillBuffer) L(clEnqueueMarkerWithWaitList) L(clFinish) L(clFlush) L(clWaitForEvents) L(clGetEventInfo)
-    L(clGetEventProfilingInfo) L(clReleaseEvent)
+    L(clGetEventProfilingInfo) L(clReleaseEvent) L(clCreateProgramWithBinary) L(clGetProgramInfo) L(clGetKernelInfo)
+    L(clGetKernelWorkGroupInfo) L(clReleaseKernel)
 #undef L
     cl.lib = h;
     return FL_OK;
+}
+
+/* D->opts (OpenCL C 1.2 where the device has it, -DHAS_FP64 with cl_khr_fp64) and D->ident (what a program
+ * binary depends on besides its options and source: the binary cache's key) */
+static void build_identity(dev_t_ *D) {
+    char cv[128] = "";
+    cl.clGetDeviceInfo(D->id, CL_DEVICE_OPENCL_C_VERSION, sizeof cv - 1, cv, NULL);
+    int major = 0, minor = 0;
+    int c12 = sscanf(cv, "OpenCL C %d.%d", &major, &minor) == 2 && (major > 1 || (major == 1 && minor >= 2));
+    snprintf(D->opts, sizeof D->opts, "%s%s", c12 ? "-cl-std=CL1.2" : "", D->fp64 ? " -DHAS_FP64" : "");
+    static const struct { int plat; cl_uint what; } parts[] = {
+        {1, CL_PLATFORM_NAME}, {1, CL_PLATFORM_VERSION}, {0, CL_DEVICE_NAME}, {0, CL_DEVICE_VENDOR},
+        {0, CL_DEVICE_VERSION}, {0, CL_DRIVER_VERSION}, {0, CL_DEVICE_OPENCL_C_VERSION}};
+    size_t used = 0;
+    for (size_t k = 0; k < sizeof parts / sizeof *parts && used + 2 < sizeof D->ident; k++) {
+        char v[256] = "";
+        if (parts[k].plat) cl.clGetPlatformInfo(D->plat, parts[k].what, sizeof v - 1, v, NULL);
+        else cl.clGetDeviceInfo(D->id, parts[k].what, sizeof v - 1, v, NULL);
+        int w = snprintf(D->ident + used, sizeof D->ident - used, "%s\n", v);
+        if (w > 0) used += (size_t)w;
+    }
+    /* The binary cache: FL_OPENCL_CACHE=0 off, =1 every program, unset every program except where the driver
+     * keeps its own cache of built programs across processes. pocl does (POCL_KERNEL_CACHE, on by default), and
+     * asking it for a binary makes it compile every kernel of the program at once (a generic work-group function
+     * each): for the plugin's own programs (dozens of kernels) seconds, once per machine, to gain nothing over
+     * pocl's cache; for the JIT's programs (one kernel) a few milliseconds, and a later process then builds one
+     * in ~2 ms instead of the ~25 ms pocl's cache takes. So there only programs of FEW_KERNELS are stored. */
+    const char *v = getenv("FL_OPENCL_CACHE"), *pk = getenv("POCL_KERNEL_CACHE");
+    char pname[128] = "";
+    cl.clGetPlatformInfo(D->plat, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+    int own_cache = strstr(pname, "Portable Computing Language") && !(pk && !strcmp(pk, "0"));
+    /* the words torch_fl's config check accepts for a boolean (torch_fl/runtime/config.py) */
+    int off = v && (!strcasecmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off"));
+    int on = v && (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
+    D->bincache = off ? 0 : on ? 1 : own_cache ? 2 : 1;
 }
 
 static int open_devices(void) {
@@ -2102,6 +2412,10 @@ static int open_devices(void) {
             if (!D->ctx || e) continue;
             D->q = cl.clCreateCommandQueue(D->ctx, ids[i], CL_QUEUE_PROFILING_ENABLE, &e);
             if (!D->q || e) continue;
+            build_identity(D);
+            char zeros[256] = {0};
+            D->scratch = cl.clCreateBuffer(D->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zeros, zeros, &e);
+            if (e) D->scratch = NULL; /* jit_launch then says so */
             /* reserve the device's address range: 4x its memory, at most 1 TiB, never readable by the host */
             size_t vs = gm * 4;
             if (vs > (1ull << 40)) vs = 1ull << 40;
@@ -2168,5 +2482,8 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->event_elapsed = event_elapsed;
     p->mem_set = mem_set;
     p->copy_d2h_async = copy_d2h_async;
+    p->jit_language = FL_JIT_OPENCL_C;
+    p->jit_build = jit_build;
+    p->jit_launch = jit_launch;
     return FL_OK;
 }
