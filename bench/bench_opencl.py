@@ -8,6 +8,8 @@ What it measures (each fl figure beside native CPU's, and their ratio):
   launch+wait   the plugin's kernel call followed by a wait for it (a blocking 4-byte read)
   copy          host -> device and device -> host bandwidth of 64 MiB through the plugin's copies
   GEMM          torch.mm 1024x1024x1024 float32, GFLOP/s
+  JIT op        torch.atan2 on 1M float32 (the plugin has no kernel for it: generated OpenCL C, the device
+                JIT), and a generated float32 prod over rows of 1000x1000, each per call
   models        one training step (forward, backward, AdamW) of a tiny BERT and of a ResNet-50-shaped
                 Hugging Face ResNet (batch 2, 64x64), seconds per step after a warm-up step
 
@@ -118,6 +120,30 @@ def gemm(reps: int) -> dict:
     return {"cpu_GFLOPs": flop / cpu / 1e9, "fl_GFLOPs": flop / _best(dev, reps) / 1e9}
 
 
+def jit_ops(reps: int) -> dict:
+    """Ops the opencl plugin has no kernel for, served by generated OpenCL C (checked: the path is "jit")."""
+    a, b = torch.randn(1 << 20), torch.randn(1 << 20)
+    m = torch.rand(1000, 1000) + 0.5
+    fa, fb, fm = a.to("fl"), b.to("fl"), m.to("fl")
+    with fl.profile() as prof:
+        torch.atan2(fa, fb), fm.prod(1)
+        torch.fl.synchronize()
+    if sum(1 for e in prof.events if e.path == "jit") < 2:
+        ran = sorted({(e.op, e.path) for e in prof.events})
+        raise SystemExit(f"the JIT ops did not run as generated kernels: {ran}")
+    out = {}
+    for name, cpu, dev in (("atan2", lambda: torch.atan2(a, b), lambda: torch.atan2(fa, fb)),
+                           ("prod", lambda: m.prod(1), lambda: fm.prod(1))):
+        out[f"{name}_cpu_ms"] = _best(cpu, reps) * 1e3
+
+        def timed(dev=dev):
+            dev()
+            torch.fl.synchronize()
+
+        out[f"{name}_fl_ms"] = _best(timed, reps) * 1e3
+    return out
+
+
 def _step_time(model, inputs, device, reps: int) -> float:
     model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -168,7 +194,7 @@ def main() -> None:
     fl.initialize("opencl")
     reps = 3 if a.quick else 5
     res = {"device": REGISTRY.current_device.props.name, "small_op": small_op(reps), "plugin": launch_cost(reps),
-           "copy": copies(reps), "gemm": gemm(reps), "models": models(reps, resnet=not a.quick)}
+           "copy": copies(reps), "gemm": gemm(reps), "jit": jit_ops(reps), "models": models(reps, resnet=not a.quick)}
     if a.json:
         print(json.dumps(res, indent=1))
         return
@@ -182,6 +208,10 @@ def main() -> None:
           f"{res['copy']['d2h_GBps']:.2f} GB/s")
     print(f"GEMM 1024^3 float32: fl {g['fl_GFLOPs']:.1f} GFLOP/s, native CPU {g['cpu_GFLOPs']:.1f} GFLOP/s, "
           f"ratio {g['fl_GFLOPs'] / g['cpu_GFLOPs']:.2f}")
+    j = res["jit"]
+    for name, what in (("atan2", "atan2, 1M floats"), ("prod", "prod over rows, 1000x1000")):
+        print(f"JIT op ({what}): fl {j[name + '_fl_ms']:.2f} ms, native CPU {j[name + '_cpu_ms']:.2f} ms, "
+              f"ratio {j[name + '_fl_ms'] / j[name + '_cpu_ms']:.2f}")
     print(f"tiny BERT training step: fl {m['bert_fl_s'] * 1e3:.1f} ms, native CPU {m['bert_cpu_s'] * 1e3:.1f} ms, "
           f"ratio {m['bert_fl_s'] / m['bert_cpu_s']:.2f}")
     if "resnet50_fl_s" in m:

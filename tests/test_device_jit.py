@@ -170,3 +170,25 @@ def test_an_unknown_language_is_refused_by_the_generators():
     cuda = next(code for code, name in abi.JIT_LANGUAGES.items() if name == "cuda_c")
     with pytest.raises(render.Unsupported, match="JIT language cuda_c"), render.language(cuda):
         pass
+
+
+_RENAMED = """
+import torch, torch_fl as fl
+from torch_fl.runtime import disabled_paths
+fl.set_backend("opencl")
+x = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, 1e-40])
+y = torch.tensor([1.0, 0.0, 3.0, -1.0, 2.0, 0.0, 0.0])
+with disabled_paths("native", "decomposition"), fl.profile() as prof:
+    r, n = torch.round(x.to("fl")).cpu(), torch.nextafter(x.to("fl"), y.to("fl")).cpu()
+print("PATHS", sorted({e.path for e in prof.events if e.op != "aten::copy_"}))
+print("EQUAL", torch.equal(r, torch.round(x)), torch.equal(n, torch.nextafter(x, y)))
+"""
+
+
+def test_math_that_opencl_c_spells_differently_is_generated_right():
+    """round (C99 nearbyint: OpenCL C's rint) and float32 nextafter (nextafterf: OpenCL C's overloaded
+    nextafter) failed to build on the device before the OpenCL prelude mapped them; results bit-exact."""
+    _require_opencl()
+    r = run_py(_RENAMED, env={"FL_CPU_FALLBACK": "0"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "PATHS ['jit', 'jit-compile']" in r.stdout and "EQUAL True True" in r.stdout, r.stdout + r.stderr[-2000:]

@@ -94,12 +94,15 @@ static int make_dirs(const char *path) {
     return (mkdir(buf, 0700) && errno != EEXIST) ? -1 : 0;
 }
 
-/* the cache folder, opened: 0 and *dirfd, or -1 with the one-time note saying why */
-static int open_cache(char *dir, size_t n, int *dirfd) {
+/* the cache folder, opened: 0 and *dirfd, or -1 with the one-time note saying why. Only a store creates
+ * it (`create`): a lookup in a folder that does not exist is a silent miss, so a process that builds
+ * nothing worth storing leaves no folder behind */
+static int open_cache(char *dir, size_t n, int *dirfd, int create) {
     uid_t me = geteuid();
     struct stat link, st;
     if (cache_dir(dir, n)) { note_once("the cache folder's path is too long"); return -1; }
-    if (make_dirs(dir) || lstat(dir, &link)) {
+    if (!create && lstat(dir, &link) && errno == ENOENT) return -1;
+    if ((create && make_dirs(dir)) || lstat(dir, &link)) {
         note_once("cannot create the cache folder %s: %s", dir, strerror(errno));
         return -1;
     }
@@ -192,7 +195,7 @@ int ocl_cache_load(const char *name, unsigned char **bin, size_t *n) {
     int dirfd, found = 0;
     snprintf(sum_name, sizeof sum_name, "%s.sha256", name);
     pthread_mutex_lock(&cache_mu);
-    if (open_cache(dir, sizeof dir, &dirfd)) { pthread_mutex_unlock(&cache_mu); return 0; }
+    if (open_cache(dir, sizeof dir, &dirfd, 0)) { pthread_mutex_unlock(&cache_mu); return 0; }
     int b = open_trusted(dirfd, name), s = b == -1 ? -1 : open_trusted(dirfd, sum_name);
     if (b == -1 || (b >= 0 && s == -1)) {
         /* nothing cached, or a binary without its digest: built again (and recorded) silently */
@@ -252,7 +255,7 @@ void ocl_cache_store(const char *name, const void *bin, size_t n) {
     digest[64] = '\n';
     snprintf(sum_name, sizeof sum_name, "%s.sha256", name);
     pthread_mutex_lock(&cache_mu);
-    if (open_cache(dir, sizeof dir, &dirfd)) { pthread_mutex_unlock(&cache_mu); return; }
+    if (open_cache(dir, sizeof dir, &dirfd, 1)) { pthread_mutex_unlock(&cache_mu); return; }
     int bad = write_temp(dirfd, name, bin, n, tb, sizeof tb);
     if (!bad && write_temp(dirfd, sum_name, digest, 65, ts, sizeof ts)) { unlinkat(dirfd, tb, 0); bad = 1; }
     /* the digest first: a reader never meets a new binary beside no digest */
@@ -272,7 +275,7 @@ void ocl_cache_drop(const char *name, const char *why) {
     char dir[PATH_CAP];
     int dirfd;
     pthread_mutex_lock(&cache_mu);
-    if (!open_cache(dir, sizeof dir, &dirfd)) {
+    if (!open_cache(dir, sizeof dir, &dirfd, 0)) {
         fprintf(stderr, "torch_fl OpenCL: not loading the cached program %s/%s: %s; rebuilding it\n", dir, name, why);
         unlink_entry(dirfd, name);
         close(dirfd);
