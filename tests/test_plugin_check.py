@@ -171,3 +171,35 @@ def test_a_freed_guarded_block_is_forgotten():
     assert ptr not in guard.blocks
     plain = torch.ones(8, device="fl")
     assert guard.damage(plain) is None
+
+
+def test_tie_order_is_free_but_indices_must_pick_the_values():
+    """An unstable sort or topk may order equal values its own way: the checker compares the values, and
+    checks that the indices pick those values out of the input, instead of PyTorch's positions."""
+    import torch
+
+    from torch_fl.check.kernels import Outcome, _check_indices, _tie_free_indices
+    from torch_fl.dispatch import facts
+
+    x = torch.tensor([[3.0, 1.0, 3.0, 2.0], [5.0, 5.0, float("nan"), 0.0]])
+    f = facts(torch.ops.aten.topk.default)
+    vals = [x.to("fl"), 2, 1, True, True]
+    values, expected = torch.topk(x, 2, 1)
+    assert _tie_free_indices(f, vals, (values, expected), (values, expected))
+    tie_swapped = torch.tensor([[2, 0], [2, 1]])  # the other 3.0 first; nan, then the other 5.0
+    out = Outcome()
+    _check_indices(f, vals, values, tie_swapped, expected, "topk", out)
+    assert not out.failures and not torch.equal(tie_swapped, expected)
+    _check_indices(f, vals, values, torch.tensor([[0, 3], [2, 0]]), expected, "topk", out)
+    assert out.failures == ["topk: 1 of 4 indices do not point at the value returned beside them"]
+    out = Outcome()
+    _check_indices(f, vals, values, torch.tensor([[0, 4], [2, 0]]), expected, "topk", out)
+    assert out.failures == ["topk: indices out of range for dim 1 of size 4"]
+    stable = facts(torch.ops.aten.sort.stable)
+    assert not _tie_free_indices(stable, [x.to("fl"), True, 1, False], (values, expected), (values, expected))
+    assert _tie_free_indices(stable, [x.to("fl"), None, 1, False], (values, expected), (values, expected))
+    median = facts(torch.ops.aten.median.dim)
+    v, i = torch.median(x[:1], 1)  # keepdim=False: the indices lack dim
+    out = Outcome()
+    _check_indices(median, [x[:1].to("fl"), 1, False], v, torch.tensor([3]), i, "median", out)
+    assert not out.failures

@@ -26,6 +26,44 @@ SAME_LAYOUT_REFERENCE = {"aten::_linalg_det", "aten::_linalg_slogdet"}
 # ops whose result depends on the input's memory layout, not only its values (as_strided_scatter
 # writes through the strides of self's clone): the non-contiguous variant has another answer
 LAYOUT_DEPENDENT = {"aten::as_strided_scatter"}
+# ops that return values and the indices they came from, where PyTorch leaves the order of equal values
+# unspecified (an unstable sort, topk, an order statistic): output 1 is checked as indices that pick output
+# 0's values out of the input along dim, not position by position (a right kernel may break ties otherwise)
+TIED_INDICES = {"aten::sort": "dim", "aten::sort.stable": "dim", "aten::topk": "dim", "aten::kthvalue": "dim", "aten::median.dim": "dim",
+                "aten::nanmedian.dim": "dim", "aten::mode": "dim"}
+
+
+def _tie_free_indices(f, vals, results, expects) -> bool:
+    """Whether this call's index output may break ties its own way (TIED_INDICES; sort.stable with
+    stable=True promises PyTorch's order and is compared exactly)."""
+    if f.name not in TIED_INDICES or len(results) < 2 or len(expects) < 2:
+        return False
+    names = f.arg_names
+    return not ("stable" in names and vals[names.index("stable")] is True)
+
+
+def _check_indices(f, vals, values: torch.Tensor, indices: torch.Tensor, expected: torch.Tensor, what: str,
+                   out: Outcome) -> None:
+    """The kernel's indices (output 1) must be in range and pick its values (output 0) out of the input
+    along dim; its values were compared with PyTorch's already."""
+    if indices.shape != expected.shape or indices.dtype != expected.dtype:
+        out.failures.append(f"{what}: got {tuple(indices.shape)} {indices.dtype}, expected "
+                            f"{tuple(expected.shape)} {expected.dtype}")
+        return
+    x = fl_to_cpu(vals[0]).clone()
+    if x.dim() == 0 or indices.numel() == 0:
+        return
+    dim = vals[f.arg_names.index(TIED_INDICES[f.name])] % x.dim()
+    keep = indices.dim() == x.dim()
+    idx, got = (indices, values) if keep else (indices.unsqueeze(dim), values.unsqueeze(dim))
+    if ((idx < 0) | (idx >= x.shape[dim])).any():
+        out.failures.append(f"{what}: indices out of range for dim {dim} of size {x.shape[dim]}")
+        return
+    picked = torch.gather(x, dim, idx)
+    same = (picked == got) | (picked.isnan() & got.isnan()) if got.is_floating_point() else picked == got
+    if not bool(same.all()):
+        out.failures.append(f"{what}: {int((~same).sum())} of {same.numel()} indices do not point at the value "
+                            f"returned beside them")
 
 
 def to_device(dev, t: torch.Tensor, guard=None) -> torch.Tensor:
@@ -163,10 +201,14 @@ def run_calls(dev, kernel, calls, variants: bool = True, guard=None) -> Outcome:
             if random:
                 _check_random(f.name, results, expects, out)
             else:
+                tied = _tie_free_indices(f, vals, results, expects)
                 for i, (r, e) in enumerate(zip(results, expects, strict=False)):
                     if isinstance(e, torch.Tensor):
                         if not isinstance(r, torch.Tensor):
                             out.failures.append(f"{shape}{label}: output {i} missing")
+                        elif tied and i == 1 and isinstance(results[0], torch.Tensor):
+                            _check_indices(f, vals, fl_to_cpu(results[0]).clone(), fl_to_cpu(r).clone(), e,
+                                           f"{shape}{label} output {i}", out)
                         else:
                             _compare(fl_to_cpu(r).clone(), e, f"{shape}{label} output {i}", out,
                                      TOL_FLOOR.get(f.name, 0.0))

@@ -334,7 +334,7 @@ def pointwise(ctx) -> None:
     if not torch_fl.capabilities(ctx.backend).jit:
         for group in chains:
             ctx.record("elementwise chain", group, "kept", applied=False,
-                       note=f"'{ctx.backend}' cannot compile kernels (no jit_compile): one kernel per op")
+                       note=f"'{ctx.backend}' cannot compile kernels (no jit_compile or device JIT): one kernel per op")
         return
     graph = ctx.gm.graph
     for group in chains:
