@@ -28,6 +28,21 @@ def test_model_check_trains_and_judges_against_float64():
     assert "errors against a float64 CPU run, relative to the tensor's scale (fl | native CPU float32)" in text
     assert "training, 4 SGD steps on one batch, loss: fl " in text and text.rstrip().splitlines()[-1].strip() \
         .startswith("OK")
+    assert f"rule: {doctor.RULE}" in text and "max(1e-4, 2x native CPU's)" in text
+
+
+def test_a_loss_curve_that_drifts_from_float64_is_said_even_when_the_verdict_is_ok():
+    """The verdict does not judge the curve step by step (a small train-mode batch is chaotic), but a curve
+    far further from float64's than native CPU's, or rising where native's does not, is said."""
+    check = doctor.check_model(doctor.reference(_case()), fl.device("cpu"))
+    assert check.ok and not check.notes, check.render()
+    f64 = check.float64_losses
+    check.losses = [f64[0], f64[0] + 1, f64[0] + 2, f64[3] * 1.57]  # rises at steps 2 and 3, then falls
+    assert check.ok and len(check.notes) == 2, check.notes
+    assert check.notes[0].startswith("the final loss is 57.0% from float64's (native CPU float32: 0.0%)")
+    assert check.notes[1].startswith("the fl loss rose at step 2, 3 where native CPU's did not; ")
+    text = check.render()
+    assert "    note: the final loss is 57.0% from float64's" in text and text.splitlines()[-1].strip().startswith("OK")
 
 
 def test_model_check_fails_when_the_loss_does_not_go_down():

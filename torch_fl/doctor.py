@@ -36,6 +36,8 @@ from .report import Report
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FLOOR = 1e-4  # float32 agreement that always passes, whatever native CPU's own error
+RULE = ("OK when the output and gradient errors are within max(1e-4, 2x native CPU's) and the loss goes down; "
+        "the loss curve is shown beside native's and float64's, not judged step by step")
 
 
 @dataclass
@@ -109,7 +111,30 @@ class ModelCheck(Report):
             f"{'yes' if self.grads_on_device else 'NO'}",
             f"    training, {self.steps} SGD steps on one batch, loss: fl {curve(self.losses)} | native "
             f"{curve(self.native_losses)} | float64 {curve(self.float64_losses)}",
+            f"    rule: {RULE}",
+            *(f"    note: {n}" for n in self.notes),
             f"    {verdict}; {self.seconds:.2f}s on fl vs {self.native_seconds:.2f}s native CPU"])
+
+    @property
+    def notes(self) -> list[str]:
+        """What the loss curve shows that the verdict does not judge: the fl curve far further from
+        float64's than native CPU's is, or rising where native's does not (said, never hidden)."""
+        out = []
+        if not self.losses or len(self.losses) != len(self.float64_losses) or not self.native_losses:
+            return out
+        f64 = self.float64_losses[-1]
+        dev = abs(self.losses[-1] - f64) / max(abs(f64), 1e-12)
+        native = abs(self.native_losses[-1] - f64) / max(abs(f64), 1e-12)
+        if dev > max(0.01, 2 * native):
+            out.append(f"the final loss is {dev:.1%} from float64's (native CPU float32: {native:.1%})")
+        rose = [k + 1 for k in range(1, len(self.losses)) if self.losses[k] > self.losses[k - 1]]
+        native_rose = any(b > a for a, b in zip(self.native_losses, self.native_losses[1:], strict=False))
+        if rose and not native_rose:
+            out.append(f"the fl loss rose at step {', '.join(map(str, rose))} where native CPU's did not")
+        if out:
+            out[-1] += ("; a few steps of a train-mode model on one small batch can diverge between correct float32 "
+                        "runs, so this is shown, not judged: fl.align(model, inputs, steps=20) judges a loss curve")
+        return out
 
 
 def rel_err(value: torch.Tensor, ref: torch.Tensor) -> float:
