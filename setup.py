@@ -123,8 +123,9 @@ PLUGINS = [_plugin("fl_cpu", _sources("host/plugin.c"), blas=True)] + [
 ] + [
     # the OpenCL plugin: its own kernels (OpenCL C, built by the driver at first use); libOpenCL.so.1 is
     # dlopen'ed at run time, so it builds and imports where no OpenCL is installed
-    # (sha256.c: the digests of its on-disk cache of program binaries)
-    Extension("torch_fl.runtime.plugins.fl_opencl", sources=_sources("opencl/*.c") + _sources("host/sha256.c"),
+    # (sha256.c and cachedir.c: the digests and the folder of its on-disk cache of program binaries)
+    Extension("torch_fl.runtime.plugins.fl_opencl", sources=_sources("opencl/*.c")
+              + _sources("host/sha256.c") + _sources("host/cachedir.c"),
               include_dirs=[INCLUDE, os.path.join("plugins_cffi", "host")],
               depends=_sources("opencl/*.h") + [os.path.join(INCLUDE, "fl_plugin.h"),
                                                 os.path.join("plugins_cffi", "host", "fl_host.h")],

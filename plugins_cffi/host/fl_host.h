@@ -80,6 +80,11 @@ static inline void fl_store_cx(int dtype, void *p, fl_cx_t v) {
 int fl_host_env_size(const char *name, uint64_t dflt, uint64_t *out);
 int fl_host_env_count(const char *name, int dflt, int lo, int hi, const char *what, int *out);
 
+/* The compiled-code cache folder (cachedir.c): `sub` appended ("" for the host JIT, "/opencl"), 0 when the
+ * path fits in n with `room` bytes to spare for file names; fl_make_dirs creates missing folders 0700 */
+int fl_cache_dir(char *out, size_t n, const char *sub, size_t room);
+int fl_make_dirs(const char *path);
+
 /* SHA-256 (sha256.c): the JIT cache records the digest of every library it builds */
 typedef struct {
     uint32_t h[8];

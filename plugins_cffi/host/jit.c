@@ -41,45 +41,13 @@ static pthread_mutex_t jit_mu = PTHREAD_MUTEX_INITIALIZER;
 #define MAX_CC_ARGS 32
 
 /* ---- where the cache is ---- */
-static const char *home_dir(char *buf, size_t n) {
-    const char *home = getenv("HOME");
-    if (home && home[0] == '/') return home;
-    struct passwd pw, *found = NULL;
-    if (getpwuid_r(geteuid(), &pw, buf, n, &found) == 0 && found && found->pw_dir && found->pw_dir[0] == '/')
-        return found->pw_dir;
-    return NULL;
-}
-
-static int cache_dir(char *out, size_t n) {
-    const char *j = getenv("FL_JIT_CACHE"), *c = getenv("FL_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME");
-    char pwbuf[2048];
-    const char *home;
-    int k;
-    if (j && *j) k = snprintf(out, n, "%s", j);
-    else if (c && *c) k = snprintf(out, n, "%s/jit", c);
-    else if (x && x[0] == '/') k = snprintf(out, n, "%s/torch_fl/jit", x);
-    else if ((home = home_dir(pwbuf, sizeof pwbuf))) k = snprintf(out, n, "%s/.cache/torch_fl/jit", home);
-    else k = snprintf(out, n, "/tmp/torch_fl-%u/jit", (unsigned)geteuid());
-    return k > 0 && (size_t)k < n - 64 ? 0 : -1; /* room for the file names */
-}
+static int cache_dir(char *out, size_t n) { return fl_cache_dir(out, n, "", 64); }
 
 /* ---- a private folder, checked on every use ---- */
-static int make_dirs(const char *path) {
-    char buf[PATH_CAP];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0700) && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return (mkdir(buf, 0700) && errno != EEXIST) ? -1 : 0;
-}
-
 static int open_private_dir(const char *path, int *dirfd) {
     uid_t me = geteuid();
     struct stat link, st;
-    if (make_dirs(path) || lstat(path, &link))
+    if (fl_make_dirs(path) || lstat(path, &link))
         FL_FAIL(FL_ERR_INTERNAL, "jit_compile: cannot create the cache folder %s: %s (set FL_JIT_CACHE)", path,
                 strerror(errno));
     if (S_ISLNK(link.st_mode) && link.st_uid != me && link.st_uid != 0)

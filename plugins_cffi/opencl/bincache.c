@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "bincache.h"
-#include "fl_host.h" /* fl_sha256_* (plugins_cffi/host/sha256.c, compiled into this plugin) */
+#include "fl_host.h" /* fl_sha256_*, fl_cache_dir (plugins_cffi/host/sha256.c, cachedir.c, compiled in) */
 
 #define PATH_CAP 1024
 #define MAX_BINARY (512u << 20) /* larger files are not read back */
@@ -59,40 +59,8 @@ static void note_once(const char *fmt, ...) {
 }
 
 /* ---- where the cache is (jit.c's order, with an `opencl` subfolder) ---- */
-static const char *home_dir(char *buf, size_t n) {
-    const char *home = getenv("HOME");
-    if (home && home[0] == '/') return home;
-    struct passwd pw, *found = NULL;
-    if (getpwuid_r(geteuid(), &pw, buf, n, &found) == 0 && found && found->pw_dir && found->pw_dir[0] == '/')
-        return found->pw_dir;
-    return NULL;
-}
+static int cache_dir(char *out, size_t n) { return fl_cache_dir(out, n, "/opencl", 128); }
 
-static int cache_dir(char *out, size_t n) {
-    const char *j = getenv("FL_JIT_CACHE"), *c = getenv("FL_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME");
-    char pwbuf[2048];
-    const char *home;
-    int k;
-    if (j && *j) k = snprintf(out, n, "%s/opencl", j);
-    else if (c && *c) k = snprintf(out, n, "%s/jit/opencl", c);
-    else if (x && x[0] == '/') k = snprintf(out, n, "%s/torch_fl/jit/opencl", x);
-    else if ((home = home_dir(pwbuf, sizeof pwbuf))) k = snprintf(out, n, "%s/.cache/torch_fl/jit/opencl", home);
-    else k = snprintf(out, n, "/tmp/torch_fl-%u/jit/opencl", (unsigned)geteuid());
-    return k > 0 && (size_t)k < n - 128 ? 0 : -1; /* room for the file names */
-}
-
-/* ---- a private folder, checked on every use ---- */
-static int make_dirs(const char *path) {
-    char buf[PATH_CAP];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0700) && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return (mkdir(buf, 0700) && errno != EEXIST) ? -1 : 0;
-}
 
 /* the cache folder, opened: 0 and *dirfd, or -1 with the one-time note saying why. Only a store creates
  * it (`create`): a lookup in a folder that does not exist is a silent miss, so a process that builds
@@ -102,7 +70,7 @@ static int open_cache(char *dir, size_t n, int *dirfd, int create) {
     struct stat link, st;
     if (cache_dir(dir, n)) { note_once("the cache folder's path is too long"); return -1; }
     if (!create && lstat(dir, &link) && errno == ENOENT) return -1;
-    if ((create && make_dirs(dir)) || lstat(dir, &link)) {
+    if ((create && fl_make_dirs(dir)) || lstat(dir, &link)) {
         note_once("cannot create the cache folder %s: %s", dir, strerror(errno));
         return -1;
     }

@@ -174,11 +174,25 @@ static inline int64_t fl_ilcm(int64_t a, int64_t b) {
 """
 
 
+def _walker() -> str:
+    """fl_kernel_util.h's fl_walk_t and its functions, from the header itself (so the device walks
+    exactly as the host does), minus the one libc call OpenCL C lacks: fl_walk_init's memset (every
+    field it leaves is written before it is read)."""
+    with open(os.path.join(get_include(), "fl_kernel_util.h")) as f:
+        text = f.read()
+    start, end = text.index("#define FL_WALK_MAX"), text.index("/* ---- fl_rows_t")
+    block = text[start:end]
+    if "memset(w, 0, sizeof *w);" not in block:
+        raise Unsupported("fl_kernel_util.h's fl_walk_init changed: the OpenCL prelude cannot adapt it")
+    return block.replace("memset(w, 0, sizeof *w);", "w->nt = 0;")
+
+
 def _opencl_prelude() -> str:
     """OpenCL C's stand-ins for what host sources get from fl_plugin.h and fl_kernel_util.h: the
     fixed-width types, the descriptor and argument types (data in __global memory), the argument
     readers, bfloat16 conversions as fl_kernel_util.h rounds, fl_walk_t, and the launch convention's
     unpacking of the meta array. Constants come from the header, through abi."""
+    walker = _walker()
     kinds = abi.enum_values("fl_arg_kind_t", "FL_ARG_")
     arg_kinds = "\n".join(f"#define FL_ARG_{name} {code}" for name, code in kinds.items())
     return f"""#pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -191,7 +205,6 @@ typedef short int16_t; typedef ushort uint16_t; typedef char int8_t; typedef uch
 #define INT64_MAX LONG_MAX
 #define INT64_MIN LONG_MIN
 #define FL_MAX_DIMS {abi.MAX_DIMS}
-#define FL_WALK_MAX (FL_MAX_DIMS + 3)
 #define FL_META_TENSOR {abi.JIT_META_TENSOR}
 #define FL_META_ARG {abi.JIT_META_ARG}
 {arg_kinds}
@@ -218,55 +231,7 @@ static inline void fl_unpack_arg(fl_arg_t *a, __global const long *m) {{
     a->kind = (int32_t)m[0]; a->len = (int32_t)m[1]; a->i = m[2]; a->f = as_double(m[3]);
     for (int d = 0; d < FL_MAX_DIMS; d++) a->list[d] = m[4 + d];
 }}
-/* fl_kernel_util.h's walker */
-typedef struct {{
-    int nd, nt; int64_t size[FL_MAX_DIMS]; int64_t st[FL_WALK_MAX][FL_MAX_DIMS]; int64_t base[FL_WALK_MAX];
-    int64_t numel;
-}} fl_walk_t;
-static inline void fl_walk_init(fl_walk_t *w, int nd, const int64_t *size) {{
-    w->nd = nd; w->nt = 0; w->numel = 1;
-    for (int d = 0; d < nd; d++) {{ w->size[d] = size[d]; w->numel *= size[d]; }}
-}}
-static inline int fl_walk_add(fl_walk_t *w, const fl_tensor_t *t) {{
-    int k = w->nt++;
-    w->base[k] = t->offset;
-    for (int d = 0; d < w->nd; d++) w->st[k][d] = t->strides[d];
-    return k;
-}}
-static inline void fl_walk_seek(const fl_walk_t *w, int64_t lin, int64_t *ctr, int64_t *off) {{
-    for (int k = 0; k < w->nt; k++) off[k] = w->base[k];
-    for (int d = w->nd - 1; d >= 0; d--) {{
-        ctr[d] = lin % w->size[d]; lin /= w->size[d];
-        for (int k = 0; k < w->nt; k++) off[k] += ctr[d] * w->st[k][d];
-    }}
-}}
-static inline void fl_walk_next(const fl_walk_t *w, int64_t *ctr, int64_t *off) {{
-    for (int d = w->nd - 1; d >= 0; d--) {{
-        if (++ctr[d] < w->size[d]) {{ for (int k = 0; k < w->nt; k++) off[k] += w->st[k][d]; return; }}
-        ctr[d] = 0;
-        for (int k = 0; k < w->nt; k++) off[k] -= w->st[k][d] * (w->size[d] - 1);
-    }}
-}}
-/* fl_kernel_util.h's fl_walk_flat: every tensor has the first one's dense strides (elements base + q) */
-static inline int fl_walk_flat(const fl_walk_t *w) {{
-    int used[FL_MAX_DIMS], big = 0, placed = 0;
-    for (int d = 0; d < FL_MAX_DIMS; d++) used[d] = 0;
-    for (int d = 0; d < w->nd; d++) {{
-        if (w->size[d] == 1) continue;
-        big++;
-        for (int k = 1; k < w->nt; k++)
-            if (w->st[k][d] != w->st[0][d]) return 0;
-    }}
-    for (int64_t expect = 1; placed < big; placed++) {{
-        int found = -1;
-        for (int d = 0; d < w->nd && found < 0; d++)
-            if (!used[d] && w->size[d] != 1 && w->st[0][d] == expect) found = d;
-        if (found < 0) return 0;
-        used[found] = 1;
-        expect *= w->size[found];
-    }}
-    return 1;
-}}
+{walker}
 /* the share [lo, hi) of n elements this work-item walks: a contiguous chunk when the walk is the
  * kernel's parallel one, else all of them */
 static inline void fl_share(int64_t n, int par, int64_t gid, int64_t gsz, int64_t *lo, int64_t *hi) {{
