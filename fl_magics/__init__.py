@@ -20,11 +20,17 @@ import keyword
 import types
 
 import torch
-from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import display
-from traitlets import Integer
+
+try:
+    from IPython.core.error import UsageError
+    from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+    from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+    from IPython.display import display
+    from traitlets import Integer
+except ModuleNotFoundError as e:  # torch_fl alone installs no IPython: name the extra that does
+    raise ModuleNotFoundError(
+        f"fl_magics needs IPython ({e.name} is not installed): install torch_fl's jupyter extra, "
+        f"pip install 'torch_fl[jupyter]' (from a checkout: pip install '.[jupyter]')", name=e.name) from e
 
 import torch_fl as fl
 

@@ -378,3 +378,19 @@ def test_magic_misuse_is_a_usage_error(shell):
         shell.run_line_magic("fl_align", "m x --steps -1")
     with pytest.raises(UsageError, match="--top -3"):
         shell.run_cell_magic("fl_profile", "--top -3", "1")
+
+
+def test_without_ipython_the_import_names_the_extra_to_install():
+    """After the README's plain install (no jupyter extra), `import fl_magics` says what to install."""
+    from conftest import run_py
+
+    r = run_py("""
+        import sys
+        sys.modules["IPython"] = None  # as if IPython were not installed
+        try:
+            import fl_magics
+        except ModuleNotFoundError as e:
+            print("ERR", e)
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ERR fl_magics needs IPython" in r.stdout and "pip install 'torch_fl[jupyter]'" in r.stdout, r.stdout
