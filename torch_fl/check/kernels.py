@@ -29,8 +29,8 @@ LAYOUT_DEPENDENT = {"aten::as_strided_scatter"}
 # ops that return values and the indices they came from, where PyTorch leaves the order of equal values
 # unspecified (an unstable sort, topk, an order statistic): output 1 is checked as indices that pick output
 # 0's values out of the input along dim, not position by position (a right kernel may break ties otherwise)
-TIED_INDICES = {"aten::sort": "dim", "aten::sort.stable": "dim", "aten::topk": "dim", "aten::kthvalue": "dim", "aten::median.dim": "dim",
-                "aten::nanmedian.dim": "dim", "aten::mode": "dim"}
+TIED_INDICES = {"aten::sort": "dim", "aten::sort.stable": "dim", "aten::topk": "dim", "aten::kthvalue": "dim",
+                "aten::median.dim": "dim", "aten::nanmedian.dim": "dim", "aten::mode": "dim"}
 
 
 def _tie_free_indices(f, vals, results, expects) -> bool:

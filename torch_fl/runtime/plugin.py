@@ -173,6 +173,7 @@ class Plugin:
         self.emulated = bool(t.emulated)
         self.optional = {name: getattr(t, name) != ffi.NULL for name in abi.OPTIONAL_ENTRIES}
         self.jit_language = self._jit_language(path, int(t.jit_language))
+        self.jit_target, self.jit_builds = self._jit_route()
         self.devices = self._probe_devices()
         if any(d.features & abi.FEATURE_ASYNC_KERNELS for d in self.devices):
             lacking = [name for name in abi.ASYNC_REQUIRED if not self.optional[name]]
@@ -198,21 +199,16 @@ class Plugin:
                                   f"{abi.JIT_LANGUAGES[code]} but leaves {' and '.join(lacking)} NULL")
         return code
 
-    @property
-    def jit_target(self) -> int:
-        """The language torch_fl's JIT generates for this plugin (0: it has no JIT): its device JIT
-        language when the generators emit it (host C only when there is no jit_compile for it),
-        else host C through version 1's jit_compile."""
-        if self.jit_language == abi.JIT_OPENCL_C or (self.jit_language == abi.JIT_HOST_C
-                                                     and not self.optional["jit_compile"]):
-            return self.jit_language
-        return abi.JIT_HOST_C if self.optional["jit_compile"] else 0
-
-    @property
-    def jit_builds(self) -> bool:
-        """Whether generated kernels go through jit_build/jit_launch (handles per device) rather than
-        jit_compile (a host function for every device)."""
-        return self.jit_target != 0 and not (self.jit_target == abi.JIT_HOST_C and self.optional["jit_compile"])
+    def _jit_route(self) -> tuple[int, bool]:
+        """(jit_target, jit_builds), fixed when the plugin loads (the JIT tier asks on every call).
+        jit_target: the language torch_fl's JIT generates for this plugin (0: it has no JIT): its device
+        JIT language when the generators emit it (host C only when there is no jit_compile for it), else
+        host C through version 1's jit_compile. jit_builds: whether generated kernels go through
+        jit_build/jit_launch (handles per device) rather than jit_compile (a host function for all)."""
+        compiles = self.optional["jit_compile"]
+        if self.jit_language == abi.JIT_OPENCL_C or (self.jit_language == abi.JIT_HOST_C and not compiles):
+            return self.jit_language, True
+        return (abi.JIT_HOST_C, False) if compiles else (0, False)
 
     # -- errors -------------------------------------------------------------
     def last_error(self) -> str:
