@@ -110,6 +110,17 @@ def test_struct_size_must_be_the_size_of_the_version_the_plugin_claims(tmp_path)
         Plugin(_table_plugin(tmp_path, 3, v2), "test")
 
 
+def test_a_version_2_plugin_from_before_stream_wait_event_still_loads(tmp_path):
+    """stream_wait_event was appended to version 2: a plugin built against the earlier header says so in
+    struct_size, loads, and has no such entry (the runtime then waits on the host)."""
+    (early,) = abi.earlier_struct_sizes(2)
+    assert early == abi.ffi.offsetof("fl_plugin_t", "stream_wait_event") < abi.struct_size(2)
+    p = Plugin(_table_plugin(tmp_path, 2, early), "test")
+    assert p.abi_version == 2 and not p.optional["stream_wait_event"]
+    with pytest.raises(PluginLoadError, match=f"{early - 8} bytes in the plugin, .* \\(or {early} from an earlier"):
+        Plugin(_table_plugin(tmp_path, 2, early - 8), "test")
+
+
 def test_an_async_device_without_events_is_refused(tmp_path):
     lib = _table_plugin(tmp_path, 2, abi.struct_size(2), abi.FEATURE_ASYNC_KERNELS)
     with pytest.raises(PluginLoadError, match="FL_FEATURE_ASYNC_KERNELS .* event_create.* event_elapsed"):

@@ -134,6 +134,17 @@ def test_a_long_matmul_is_timed_on_the_device():
     assert out["mm_share"] > 0.5, out
 
 
+def test_streams_are_queues_of_their_own():
+    """Each torch.fl.Stream is an OpenCL command queue: work on it is ordered after the default queue by
+    wait_stream (a marker with a wait list, on the device), and a block used there is reused only once
+    the queue has passed its free."""
+    _require_opencl()
+    from test_streams import streams_script
+
+    r = run_py(streams_script("opencl"))
+    assert r.returncode == 0 and "STREAMS-OK" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+
+
 def test_device_memory_is_not_readable_from_the_host():
     _require_opencl()
     r = run_py("""

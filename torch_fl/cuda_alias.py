@@ -47,7 +47,7 @@ from torch.utils import _device as _torch_device
 
 import torch_fl as fl
 from torch_fl.errors import ConfigError, FlError
-from torch_fl.runtime import config
+from torch_fl.runtime import config, streams
 
 ENV = "FL_ALIAS_CUDA"
 
@@ -573,28 +573,18 @@ def _set_rng_state_all(new_states) -> None:
         torch.fl.set_rng_state(state, d.index)
 
 
-class _FlInstance(type):
-    """isinstance(s, torch.cuda.Stream) is true for any fl torch.Stream (current_stream() returns plain ones)."""
-
-    base: type
-
-    def __instancecheck__(cls, obj: Any) -> bool:
-        return isinstance(obj, cls.base) and obj.device.type == "fl"
-
-
-class Stream(metaclass=_FlInstance):
-    """torch.cuda.Stream(device=None, priority=0): a torch.Stream on the fl device (plain torch.Stream objects,
-    so torch's own stream functions accept them)."""
+class Stream(metaclass=streams._FlInstance):
+    """torch.cuda.Stream(device=None, priority=0): torch.fl.Stream on the fl device the cuda device names."""
 
     base = torch.Stream
 
     def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> torch.Stream:
         if kwargs:  # (stream_id=, device_index=, device_type=): wrapping an existing stream
             return torch.Stream(**kwargs)
-        return torch.Stream(device=_fl_device(device), priority=priority)
+        return streams.Stream(_fl_device(device), priority)
 
 
-class Event(metaclass=_FlInstance):
+class Event(metaclass=streams._FlInstance):
     """torch.cuda.Event(enable_timing=False, blocking=False, interprocess=False): a torch.Event on the current
     fl device (plain torch.Event objects: elapsed_time accepts only those)."""
 
@@ -602,44 +592,15 @@ class Event(metaclass=_FlInstance):
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
                 **kwargs: Any) -> torch.Event:
-        return torch.Event(device=fl.current_device(), enable_timing=enable_timing, blocking=blocking,
-                           interprocess=interprocess)
+        return streams.Event(enable_timing, blocking, interprocess)
 
 
 def _current_stream(device: Any = None) -> torch.Stream:
-    return torch.accelerator.current_stream(_fl_device(device))
+    return streams.current_stream(_fl_device(device))
 
 
 def _default_stream(device: Any = None) -> torch.Stream:
-    current = _current_stream(device)
-    return torch.Stream(stream_id=0, device_index=current.device_index, device_type=current.device_type)
-
-
-def _set_stream(stream: torch.Stream | None) -> None:
-    if stream is not None:
-        torch.accelerator.set_stream(stream)
-
-
-class StreamContext:
-    """torch.cuda.stream(s) / StreamContext(s): s is the current stream inside the block (None: no change)."""
-
-    def __init__(self, stream: torch.Stream | None) -> None:
-        self.stream = stream
-        self.previous: torch.Stream | None = None
-
-    def __enter__(self) -> torch.Stream | None:
-        if self.stream is not None:
-            self.previous = torch.accelerator.current_stream(self.stream.device)
-            torch.accelerator.set_stream(self.stream)
-        return self.stream
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.previous is not None:
-            torch.accelerator.set_stream(self.previous)
-
-
-def _stream(stream: torch.Stream | None) -> StreamContext:
-    return StreamContext(stream)
+    return streams.default_stream(_fl_device(device))
 
 
 def _noop() -> None:
@@ -675,9 +636,9 @@ COVERED: dict[str, Any] = {
     "manual_seed": _manual_seed, "manual_seed_all": _manual_seed_all, "seed": lambda: torch.fl.seed(),
     "seed_all": lambda: torch.fl.seed_all(), "initial_seed": lambda: torch.fl.initial_seed(),
     "get_rng_state": _get_rng_state, "set_rng_state": _set_rng_state, "get_rng_state_all": _get_rng_state_all,
-    "set_rng_state_all": _set_rng_state_all, "Stream": Stream, "Event": Event, "stream": _stream,
-    "StreamContext": StreamContext, "current_stream": _current_stream, "default_stream": _default_stream,
-    "set_stream": _set_stream, "is_current_stream_capturing": lambda: False,
+    "set_rng_state_all": _set_rng_state_all, "Stream": Stream, "Event": Event, "stream": streams.stream,
+    "StreamContext": streams.StreamContext, "current_stream": _current_stream, "default_stream": _default_stream,
+    "set_stream": streams.set_stream, "is_current_stream_capturing": lambda: False,
 }
 
 

@@ -218,6 +218,10 @@ static int async_event_query(int device, fl_event_t e, int *done) {
     int st = check_device(device);
     return st ? st : fl_emu_event_query(device, e, done);
 }
+static int async_stream_wait_event(int device, fl_stream_t s, fl_event_t e) {
+    int st = check_device(device);
+    return st ? st : fl_emu_stream_wait_event(device, s, e);
+}
 static int async_synchronize(int device) {
     int st = check_device(device);
     return st ? st : fl_emu_synchronize_all(device);
@@ -369,6 +373,9 @@ int fl_plugin_init(fl_plugin_t *p) {
         p->host_free = host_free;
         p->copy_d2h_async = copy_d2h_async;
     }
+    /* a wait queued on a stream orders that stream's later work only where kernels go through the streams
+     * too (the asynchronous mode); otherwise kernels run at their call and the runtime waits on the host */
+    if (fl_emu_async_on()) p->stream_wait_event = async_stream_wait_event;
     if (fl_emu_profile.collectives) fl_emu_comm_install(p);
     if (fl_emu_async_on()) fl_emu_async_wrap_comm(p);
     return FL_OK;

@@ -60,6 +60,7 @@ int fl_emu_event_destroy(int device, fl_event_t event);
 int fl_emu_event_record(int device, fl_event_t event, fl_stream_t stream);
 int fl_emu_event_synchronize(int device, fl_event_t event);
 int fl_emu_event_query(int device, fl_event_t event, int *done);
+int fl_emu_stream_wait_event(int device, fl_stream_t stream, fl_event_t event);
 int fl_emu_synchronize_all(int device);
 
 /* async.c: the asynchronous mode (FL_EMU_ASYNC=1). Kernels run on the device's default stream after their

@@ -33,13 +33,14 @@ typedef struct task {
     fl_emu_event_t *event;
     fl_emu_job_fn job;  /* FL_EMU_TASK_JOB */
     void *job_arg;
+    uint64_t seq;       /* TASK_EVENT: the marker's number; TASK_WAIT: the marker of event it waits for */
     int *done_status;   /* a task the caller waits for: its status lands here, then *done_flag = 1 */
     int *done_flag;
     char *done_msg;     /* 512 bytes */
     struct task *next;
 } task_t;
 
-enum { TASK_COPY = 0, TASK_EVENT = 1, TASK_FILL = 2, TASK_JOB = 3 };
+enum { TASK_COPY = 0, TASK_EVENT = 1, TASK_FILL = 2, TASK_JOB = 3, TASK_WAIT = 4 };
 
 typedef struct fl_emu_stream {
     int device;
@@ -59,7 +60,16 @@ struct fl_emu_event {
     uint64_t pending;   /* markers enqueued and not yet reached */
     double stamp_ms;    /* when the last marker was reached (CLOCK_MONOTONIC) */
     stream_t *stream;
+    /* under waits_mu: markers are numbered as recorded; a stream waiting on the event (stream_wait_event)
+     * waits for the number it was recorded with then, not for a later re-record */
+    uint64_t recorded_seq, reached_seq;
+    int waiters;        /* TASK_WAITs still queued on it: destroying the event waits for them */
 };
+
+/* One lock and condition for the waits between streams: a marker reached anywhere may release a wait
+ * queued on any stream's worker. */
+static pthread_mutex_t waits_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t waits_cv = PTHREAD_COND_INITIALIZER;
 
 static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
 static stream_t *streams;
@@ -88,7 +98,20 @@ static void *worker(void *arg) {
         switch (t->kind) {
         case TASK_COPY: if (t->n) memmove(t->dst, t->src, t->n); break;
         case TASK_FILL: if (t->n) memset(t->dst, t->value, t->n); break;
-        case TASK_EVENT: stamp = now_ms(); break;
+        case TASK_EVENT:
+            stamp = now_ms();
+            pthread_mutex_lock(&waits_mu);
+            if (t->seq > t->event->reached_seq) t->event->reached_seq = t->seq;
+            pthread_cond_broadcast(&waits_cv);
+            pthread_mutex_unlock(&waits_mu);
+            break;
+        case TASK_WAIT: /* this stream's later work waits for another stream's marker */
+            pthread_mutex_lock(&waits_mu);
+            while (t->event->reached_seq < t->seq) pthread_cond_wait(&waits_cv, &waits_mu);
+            t->event->waiters--;
+            pthread_cond_broadcast(&waits_cv);
+            pthread_mutex_unlock(&waits_mu);
+            break;
         case TASK_JOB:
             st = t->job(t->job_arg);
             if (st != FL_OK) snprintf(msg, sizeof msg, "%s", fl_host_last_error());
@@ -297,15 +320,36 @@ int fl_emu_event_record(int device, fl_event_t event, fl_stream_t stream) {
     fl_emu_event_synchronize(device, event); /* one marker in flight per event: re-recording waits */
     e->recorded = 1;
     e->stream = resolve(device, stream);
-    if (!e->stream) { /* "now": nothing in flight */
+    task_t *t = e->stream ? calloc(1, sizeof *t) : NULL;
+    if (e->stream && !t) FL_FAIL(FL_ERR_OOM, "%s: cannot queue an event", fl_emu_profile.name);
+    pthread_mutex_lock(&waits_mu);
+    uint64_t seq = ++e->recorded_seq;
+    if (!e->stream) e->reached_seq = seq; /* "now": nothing in flight */
+    pthread_mutex_unlock(&waits_mu);
+    if (!e->stream) {
         e->stamp_ms = now_ms();
         return FL_OK;
     }
-    task_t *t = calloc(1, sizeof *t);
-    if (!t) FL_FAIL(FL_ERR_OOM, "%s: cannot queue an event", fl_emu_profile.name);
     t->kind = TASK_EVENT;
     t->event = e;
+    t->seq = seq;
     return enqueue(e->stream, t);
+}
+
+int fl_emu_stream_wait_event(int device, fl_stream_t stream, fl_event_t event) {
+    fl_emu_event_t *e = (fl_emu_event_t *)event;
+    if (!e) FL_FAIL(FL_ERR_INVALID, "%s: stream_wait_event on a NULL event", fl_emu_profile.name);
+    stream_t *s = resolve(device, stream);
+    if (!s) return fl_emu_event_synchronize(device, event); /* the NULL stream is "now": wait here */
+    task_t *t = calloc(1, sizeof *t);
+    if (!t) FL_FAIL(FL_ERR_OOM, "%s: cannot queue a wait", fl_emu_profile.name);
+    t->kind = TASK_WAIT;
+    t->event = e;
+    pthread_mutex_lock(&waits_mu);
+    t->seq = e->recorded_seq; /* an event never recorded is complete: seq 0 is reached */
+    e->waiters++;
+    pthread_mutex_unlock(&waits_mu);
+    return enqueue(s, t);
 }
 
 int fl_emu_event_query(int device, fl_event_t event, int *done) {
@@ -345,6 +389,9 @@ int fl_emu_event_destroy(int device, fl_event_t event) {
     fl_emu_event_t *e = (fl_emu_event_t *)event;
     if (!e) return FL_OK;
     fl_emu_event_synchronize(device, event); /* a queued marker still points at it */
+    pthread_mutex_lock(&waits_mu);
+    while (e->waiters) pthread_cond_wait(&waits_cv, &waits_mu); /* and so may queued waits */
+    pthread_mutex_unlock(&waits_mu);
     free(e);
     return FL_OK;
 }

@@ -28,12 +28,17 @@
  *   version 2: asynchronous devices (FL_FEATURE_ASYNC_KERNELS), event_elapsed,
  *              mem_set, pinned host memory (host_alloc/host_free), an async
  *              device-to-host copy (copy_d2h_async), a device JIT
- *              (jit_language, jit_build, jit_launch).
+ *              (jit_language, jit_build, jit_launch), device-side waits
+ *              between streams (stream_wait_event).
  *
  * Ordering and copies (the copy contract, every version):
- *   - Work on one stream runs in the order it was issued. The NULL stream is
- *     the device's default stream; every kernel the runtime launches today
- *     goes to it.
+ *   - Work on one stream runs in the order it was issued; work on different
+ *     streams is unordered unless the runtime orders it (an event and
+ *     stream_wait_event, or a wait on the host). The NULL stream is the
+ *     device's default stream. The runtime issues kernels, fills and copies
+ *     to the calling thread's current stream (torch.fl.current_stream()),
+ *     which is the NULL stream unless the user picked another
+ *     (`with torch.fl.stream(s):`), as CUDA code does.
  *   - copy_h2d, copy_d2h and copy_d2d with stream == NULL run after all work
  *     issued earlier to the NULL stream and have completed when they return
  *     (they block the host): after copy_d2h returns, dst holds the bytes;
@@ -42,10 +47,15 @@
  *     does (OpenCL's clEnqueueCopyBuffer does not: stage through a temporary).
  *   - A copy on a non-NULL stream (FL_FEATURE_ASYNC_COPY) may return at once;
  *     the runtime keeps both buffers alive and untouched until an event
- *     recorded after it on that stream completes.
+ *     recorded after it on that stream completes (or synchronizes the
+ *     stream, as it does after host copies on a current stream that is not
+ *     the NULL one).
  *   - free may be called while kernels that read the block are still queued on
  *     the NULL stream: the plugin releases the memory only when they are done
- *     (or waits for them).
+ *     (or waits for them). The runtime frees a block used on other streams
+ *     only after their work on it is done (its caching pool reuses a block
+ *     only on the stream it was allocated on, and after the streams named by
+ *     Tensor.record_stream have passed the free).
  *
  * Asynchronous devices (version 2, FL_FEATURE_ASYNC_KERNELS in the device's
  * features). Kernels may return before they have run: FL_OK then means "the
@@ -375,6 +385,11 @@ typedef struct fl_plugin {
      * on an FL_FEATURE_ASYNC_KERNELS device it may return once the kernel is queued */
     int (*jit_launch)(void *handle, fl_stream_t stream, int device, const fl_tensor_t *inputs, int n_inputs,
                       const fl_tensor_t *outputs, int n_outputs, const fl_arg_t *args, int n_args);
+
+    /* work issued to `stream` after this call starts only once `event` (as last recorded, on any stream of
+     * the device) has completed; returns at once. Without it the runtime waits on the host (event_synchronize),
+     * which orders the work as well but stalls the caller (stream.wait_event, stream.wait_stream) */
+    int (*stream_wait_event)(int device, fl_stream_t stream, fl_event_t event);
 } fl_plugin_t;
 
 #if defined(_WIN32)

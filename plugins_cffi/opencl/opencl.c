@@ -375,6 +375,17 @@ static int event_record(int device, fl_event_t ev, fl_stream_t s) {
     cl.clFlush(qof(D, s));
     return FL_OK;
 }
+/* Later commands on the stream's queue wait for the event: a marker with a wait list, which on an in-order
+ * queue (torch_fl creates only those) holds back everything enqueued after it. */
+static int stream_wait_event(int device, fl_stream_t s, fl_event_t ev) {
+    DEV(device);
+    ev_t *x = ev;
+    if (!x) return fail(FL_ERR_INVALID, NAME ": stream_wait_event(NULL event)");
+    if (!x->e) return FL_OK; /* never recorded: complete */
+    cl_int e = cl.clEnqueueMarkerWithWaitList(qof(D, s), 1, &x->e, NULL);
+    if (e) return fail(FL_ERR_INTERNAL, NAME ": clEnqueueMarkerWithWaitList (a wait on an event) failed with OpenCL error %d", e);
+    return FL_OK;
+}
 static int event_sync(int device, fl_event_t ev) {
     DEV(device); (void)D;
     ev_t *x = ev;
@@ -2467,6 +2478,7 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->copy_d2h = copy_d2h;
     p->copy_d2d = copy_d2d;
     p->stream_create = stream_create;
+    p->stream_wait_event = stream_wait_event;
     p->stream_destroy = stream_destroy;
     p->stream_synchronize = stream_sync;
     p->event_create = event_create;

@@ -596,7 +596,8 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->kernel_get = kernel_get;
     /* stream_*, event_*, comm_* and jit_compile stay NULL: synchronous work,
      * collectives relayed through the host, no JIT. Version 2's event_elapsed,
-     * host_alloc/host_free and copy_d2h_async stay NULL too: they matter for a
+     * host_alloc/host_free, copy_d2h_async and stream_wait_event (a queue
+     * waiting on another queue's event) stay NULL too: they matter for a
      * device whose work is asynchronous (FL_FEATURE_ASYNC_KERNELS, which this
      * one does not declare; plugins_cffi/opencl/ is one that does).
      * jit_language stays FL_JIT_NONE: a chip that compiles its own language

@@ -134,10 +134,38 @@ def copies(plugin) -> Iterator[Row]:
             ok = all(s == abi.FL_OK for s in st)
             yield "streams and events", PASS if ok else FAIL, \
                 "create/copy/record/synchronize/query/destroy" if ok else f"statuses {[_status(s) for s in st]}"
+            if plugin.optional.get("stream_wait_event") and ok:
+                yield _stream_wait_event(plugin, a, b, n, src)
         else:
             yield "streams and events", SKIP, "not provided (the runtime treats work as synchronous)"
     finally:
         t.free(0, out[0])
+
+
+def _stream_wait_event(plugin, a, b, n: int, src: torch.Tensor) -> Row:
+    """Stream 2 waits for an event recorded on stream 1 after a copy there: a device copy queued on stream 2
+    after the wait must see the bytes stream 1 wrote."""
+    t = plugin.table
+    zeros = torch.zeros(n, dtype=torch.uint8)
+    back = torch.zeros(n, dtype=torch.uint8)
+    s1, s2, event = ffi.new("fl_stream_t*"), ffi.new("fl_stream_t*"), ffi.new("fl_event_t*")
+    st = [t.copy_h2d(0, a, ffi.cast("void*", zeros.data_ptr()), n, ffi.NULL), t.stream_create(0, s1),
+          t.stream_create(0, s2), t.event_create(0, event)]
+    if all(x == abi.FL_OK for x in st):
+        st += [t.copy_h2d(0, a, ffi.cast("void*", src.data_ptr()), n, s1[0]), t.event_record(0, event[0], s1[0]),
+               t.stream_wait_event(0, s2[0], event[0]), t.copy_d2d(0, b, a, n, s2[0]),
+               t.copy_d2h(0, ffi.cast("void*", back.data_ptr()), b, n, s2[0]), t.stream_synchronize(0, s2[0]),
+               t.stream_synchronize(0, s1[0])]
+    t.event_destroy(0, event[0])
+    t.stream_destroy(0, s1[0])
+    t.stream_destroy(0, s2[0])
+    if any(x != abi.FL_OK for x in st):
+        why = plugin.last_error() or "(no message)"
+        return "stream_wait_event", FAIL, f"statuses {[_status(x) for x in st]}: {why}"
+    if not torch.equal(back, src):
+        return ("stream_wait_event", FAIL, "a copy queued on stream 2 after waiting for an event of stream 1 did "
+                "not see the bytes stream 1 wrote before the event: the wait does not order the streams")
+    return "stream_wait_event", PASS, "work queued after the wait sees what the other stream did before the event"
 
 
 def version2(plugin) -> Iterator[Row]:

@@ -39,7 +39,7 @@ class GuardedMemory:
         total = GUARD_BYTES + max(hi, offset) * item + GUARD_BYTES
         block = torch.empty(total, dtype=torch.uint8, device=dev.torch_device)
         fill = torch.full((total,), CANARY, dtype=torch.uint8)
-        self.plugin.copy_h2d(dev.local, block.data_ptr(), fill.data_ptr(), total)
+        dev.copy_h2d(block.data_ptr(), fill.data_ptr(), total)
         token, ptr = object(), block.data_ptr()
         self.blocks[ptr] = (total, token)
         out = torch.empty(0, dtype=dtype, device=dev.torch_device)
@@ -61,7 +61,7 @@ class GuardedMemory:
             return None
         total = entry[0]
         host = torch.empty(total, dtype=torch.uint8)
-        self.plugin.copy_d2h(device_of(t).local, host.data_ptr(), base, total)
+        device_of(t).copy_d2h(host.data_ptr(), base, total)
         lo, hi = span(t)
         start, end = lo * t.element_size(), hi * t.element_size()
         changed = (host != CANARY).nonzero().flatten()

@@ -80,7 +80,7 @@ def to_device(dev, t: torch.Tensor, guard=None) -> torch.Tensor:
     if hi > lo and t.numel():
         host = torch.as_strided(t, (hi - lo,), (1,), lo).contiguous()
         start = out.data_ptr() - out.storage_offset() * item + (out.storage_offset() - t.storage_offset() + lo) * item
-        dev.plugin.copy_h2d(dev.local, start, host.data_ptr(), (hi - lo) * item)
+        dev.copy_h2d(start, host.data_ptr(), (hi - lo) * item)
     return out
 
 

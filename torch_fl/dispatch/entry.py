@@ -37,7 +37,6 @@ from .meta import (
     foreach,
     inplace_meta,
     local_scalar_dense,
-    noop,
     sdp_choice,
     view_op,
 )
@@ -46,7 +45,7 @@ from .plan import GENERIC, composite, compute, decomposition_context
 aten = torch.ops.aten
 
 HANDLER_PATH = {view_op: VIEW, inplace_meta: VIEW, copy_from: COPY, copy_from_and_resize: COPY,
-                local_scalar_dense: COPY, composite: DECOMPOSITION, sdp_choice: "meta", noop: "meta",
+                local_scalar_dense: COPY, composite: DECOMPOSITION, sdp_choice: "meta",
                 foreach: "foreach"}
 _SELF_REPORTING = (compute, copy_from, copy_from_and_resize)
 

@@ -40,7 +40,7 @@ def _shared_mirrors(dev, vals) -> dict[int, torch.Tensor]:
         lo = min(a * t.element_size() for (a, _), t in zip(spans, views, strict=True)) // 16 * 16
         hi = max(b * t.element_size() for (_, b), t in zip(spans, views, strict=True))
         staging = torch.empty(hi - lo, dtype=torch.uint8)
-        dev.plugin.copy_d2h(dev.local, staging.data_ptr(), base + lo, hi - lo)
+        dev.copy_d2h(staging.data_ptr(), base + lo, hi - lo)
         events.BYTES[0] += hi - lo
         for t in views:
             item = t.element_size()

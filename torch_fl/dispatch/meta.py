@@ -173,10 +173,6 @@ def sdp_choice(f, args, kwargs):
     return int(SDPBackend.MATH)
 
 
-def noop(f, args, kwargs):
-    return None
-
-
 # -- foreach: one call per tensor (optimizers use these on accelerators) ---------
 
 
@@ -214,7 +210,6 @@ SPECIAL: dict = {
     aten._copy_from_and_resize.default: copy_from_and_resize,
     aten._local_scalar_dense.default: local_scalar_dense,
     aten._fused_sdp_choice.default: sdp_choice,
-    aten.record_stream.default: noop,
 }
 for _name in ("as_strided_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapdims_", "swapaxes_"):
     _packet = getattr(aten, _name, None)

@@ -111,6 +111,7 @@ OPTIONAL_ENTRIES = (
     "comm_send", "comm_recv", "comm_barrier", "jit_compile",
     # version 2
     "event_elapsed", "mem_set", "host_alloc", "host_free", "copy_d2h_async", "jit_build", "jit_launch",
+    "stream_wait_event",
 )
 # Device JIT languages (fl_jit_language_t) by value, and the ones torch_fl's generators emit.
 JIT_LANGUAGES: dict[int, str] = {code: name.lower()
@@ -122,6 +123,9 @@ JIT_META_ARG: int = _HEADER.FL_JIT_META_ARG
 # The first field each version added to fl_plugin_t: a plugin of version v fills the table up to the first
 # field of version v + 1, and says so in struct_size.
 _FIRST_FIELD = {2: "event_elapsed"}
+# Fields appended to a version after plugins were built against it: a plugin of that version may end its
+# table just before any of them (its struct_size says where), and the rest reads as NULL.
+_APPENDED = {2: ("stream_wait_event",)}
 # What a device that declares FL_FEATURE_ASYNC_KERNELS must provide: the runtime waits and times with these.
 ASYNC_REQUIRED = ("stream_create", "stream_destroy", "stream_synchronize", "event_create", "event_destroy",
                   "event_record", "event_synchronize", "event_query", "synchronize", "event_elapsed")
@@ -132,4 +136,9 @@ def struct_size(version: int) -> int:
     if version >= ABI_VERSION:
         return ffi.sizeof("fl_plugin_t")
     return ffi.offsetof("fl_plugin_t", _FIRST_FIELD[version + 1])
+
+
+def earlier_struct_sizes(version: int) -> tuple[int, ...]:
+    """The sizes a plugin built against an earlier header of `version` has (before fields were appended)."""
+    return tuple(ffi.offsetof("fl_plugin_t", name) for name in _APPENDED.get(version, ()))
 

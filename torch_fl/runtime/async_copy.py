@@ -56,18 +56,19 @@ HOST_PENDING: list = []
 
 def d2h(dst, src) -> None:
     """Enqueue the contiguous fl tensor src's bytes into dst (pinned, contiguous, same dtype and shape) on
-    the device's default stream, after the kernels that write src. The caller waits the way CUDA code
-    does (torch.fl.synchronize(), a stream's or an event's synchronize); dst stays alive until then."""
+    the current stream, after the kernels that write src. The caller waits the way CUDA code does
+    (torch.fl.synchronize(), a stream's or an event's synchronize); dst stays alive until then."""
     dev = device_of(src)
     events.host_access("reads device memory to the host")
     p, t = dev.plugin, dev.plugin.table
     nbytes = src.numel() * src.element_size()
     t0 = time.perf_counter()
+    stream = dev.stream()
     p.check(t.copy_d2h_async(dev.local, ffi.cast("void*", dst.data_ptr()), ffi.cast("void*", src.data_ptr()),
-                             nbytes, ffi.NULL), "copy_d2h_async")
+                             nbytes, stream), "copy_d2h_async")
     event = ffi.new("fl_event_t*")
     p.check(t.event_create(dev.local, event), "event_create")
-    p.check(t.event_record(dev.local, event[0], ffi.NULL), "event_record")
+    p.check(t.event_record(dev.local, event[0], stream), "event_record")
     settle_host(block=False)
     HOST_PENDING.append((dev, event[0], dst))
     STATS["async_d2h"] = STATS.get("async_d2h", 0) + 1

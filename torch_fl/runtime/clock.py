@@ -19,7 +19,7 @@ from .abi import ffi
 
 
 class DeviceClock:
-    """Marks on one device's queue (its NULL stream, where torch_fl launches every kernel)."""
+    """Marks on one device's queue: the stream current when each op ended, where its kernels went."""
 
     def __init__(self, device) -> None:
         self.device = device
@@ -32,7 +32,8 @@ class DeviceClock:
         out = ffi.new("fl_event_t *")
         self.device.plugin.check(self._table.event_create(self.device.local, out), "event_create")
         ev = out[0]
-        self.device.plugin.check(self._table.event_record(self.device.local, ev, ffi.NULL), "event_record")
+        self.device.plugin.check(self._table.event_record(self.device.local, ev, self.device.stream()),
+                                 "event_record")
         self._hosts.append(time.perf_counter())
         self._events.append(ev)
         return self, len(self._events) - 1

@@ -134,6 +134,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fl_core_add_device": ([c_int, c_void, c_int, c_u64, c_u32, c_i64, ctypes.c_char_p], c_int),
         "fl_core_set_default": ([c_int], None),
         "fl_core_current": ([], c_int),
+        "fl_core_current_stream": ([c_int], c_void),
         "fl_core_set_pool_enabled": ([c_int], None),
         "fl_core_set_pool_limit": ([c_int, c_i64], c_int),
         "fl_core_empty_cache": ([c_int], c_int),
@@ -181,6 +182,18 @@ def lib() -> ctypes.CDLL:
     if _lib is None:
         raise FlError("torch_fl's C++ core is not loaded (import torch_fl first)")
     return _lib
+
+
+_streams_made: ctypes.c_int64 | None = None
+
+
+def streams_made() -> int:
+    """How many streams the core has made (torch.fl.Stream()); while none, every current stream is the
+    default one and a kernel call needs not ask which."""
+    global _streams_made
+    if _streams_made is None:
+        _streams_made = ctypes.c_int64.in_dll(lib(), "fl_core_streams_made")
+    return _streams_made.value
 
 
 def memory_stats(index: int) -> dict[str, int]:

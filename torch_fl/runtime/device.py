@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import PrivateUse1TakenError
-from . import core, memory
+from . import core, memory, streams
 from .registry import REGISTRY
 
 _registered = False
@@ -91,6 +91,15 @@ class FlDeviceModule:
         return REGISTRY.device(_index(device)).props
 
     device = device
+
+    # streams and events: PyTorch's torch.Stream/torch.Event on fl (streams.py)
+    Stream = streams.Stream
+    Event = streams.Event
+    StreamContext = streams.StreamContext
+    stream = staticmethod(streams.stream)
+    current_stream = staticmethod(streams.current_stream)
+    default_stream = staticmethod(streams.default_stream)
+    set_stream = staticmethod(streams.set_stream)
 
     # memory (the C++ core's caching allocator keeps the figures)
     @staticmethod

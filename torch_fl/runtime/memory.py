@@ -111,8 +111,11 @@ def mem_set_zero(t) -> bool:
     if async_copy.PENDING:
         async_copy.wait_for((t,))
     table = dev.plugin.table
+    stream = dev.stream()
     dev.plugin.check(table.mem_set(dev.local, ffi.cast("void *", t.data_ptr()), 0, t.numel() * t.element_size(),
-                                   ffi.NULL), "mem_set")
+                                   stream), "mem_set")
+    if stream != ffi.NULL and not dev.props.async_kernels:  # a kernel called next runs at once: land first
+        dev.plugin.stream_synchronize(dev.local, stream)
     events.KERNELS[0] += 1
     return True
 

@@ -155,12 +155,12 @@ class _IntReturn(tuple):
 
 
 def call_kernel(kernel, dev, c_in, n_in: int, c_out, n_out: int, c_args, n_args: int) -> int:
-    """One kernel call on the device's default stream: a plugin kernel or a host-C JIT kernel is a
+    """One kernel call on the thread's current stream: a plugin kernel or a host-C JIT kernel is a
     function (kernel.fn); a device JIT kernel is the plugin's jit_launch with its handle."""
     handle = getattr(kernel, "handle", None)
     if handle is not None:
-        return kernel.launch(handle, ffi.NULL, dev.local, c_in, n_in, c_out, n_out, c_args, n_args)
-    return kernel.fn(ffi.NULL, dev.local, c_in, n_in, c_out, n_out, c_args, n_args)
+        return kernel.launch(handle, dev.stream(), dev.local, c_in, n_in, c_out, n_out, c_args, n_args)
+    return kernel.fn(dev.stream(), dev.local, c_in, n_in, c_out, n_out, c_args, n_args)
 
 
 def kernel_addresses(kernel) -> tuple[int, int, int]:

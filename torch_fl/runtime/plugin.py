@@ -152,15 +152,18 @@ class Plugin:
                 f"says {version}: the two must agree"
             )
         expected = abi.struct_size(version)
-        if t.struct_size != expected:
+        earlier = abi.earlier_struct_sizes(version)
+        if t.struct_size != expected and t.struct_size not in earlier:
+            also = f" (or {' or '.join(map(str, earlier))} from an earlier header)" if earlier else ""
             raise PluginLoadError(
                 f"{path}: fl_plugin_t is {t.struct_size} bytes in the plugin, {expected} in ABI version "
-                f"{version}: rebuild the plugin against torch_fl's fl_plugin.h"
+                f"{version}{also}: rebuild the plugin against torch_fl's fl_plugin.h"
             )
         self.abi_version = int(version)
-        if expected < ffi.sizeof("fl_plugin_t"):  # what the plugin could not have meant to set reads as NULL
-            ffi.memmove(ffi.cast("char *", t) + expected, bytes(ffi.sizeof("fl_plugin_t") - expected),
-                        ffi.sizeof("fl_plugin_t") - expected)
+        size = int(t.struct_size)
+        if size < ffi.sizeof("fl_plugin_t"):  # what the plugin could not have meant to set reads as NULL
+            ffi.memmove(ffi.cast("char *", t) + size, bytes(ffi.sizeof("fl_plugin_t") - size),
+                        ffi.sizeof("fl_plugin_t") - size)
         missing = [name for name in abi.REQUIRED_ENTRIES if getattr(t, name) == ffi.NULL]
         if t.name == ffi.NULL:
             missing.insert(0, "name")
@@ -295,20 +298,26 @@ class Plugin:
         self.check(self.table.memory_used(device, out), "memory_used")
         return int(out[0])
 
-    def copy_h2d(self, device: int, dst: int, src: int, nbytes: int) -> None:
+    # Copies on `stream` (NULL: the default stream, where they block: the copy contract). A registry.Device
+    # copies on the thread's current stream and waits where the host needs the bytes.
+    def copy_h2d(self, device: int, dst: int, src: int, nbytes: int, stream=ffi.NULL) -> None:
         events.host_access("writes device memory from the host")
-        self.check(self.table.copy_h2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, ffi.NULL),
+        self.check(self.table.copy_h2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, stream),
                    "copy_h2d")
 
-    def copy_d2h(self, device: int, dst: int, src: int, nbytes: int) -> None:
+    def copy_d2h(self, device: int, dst: int, src: int, nbytes: int, stream=ffi.NULL) -> None:
         events.host_access("reads device memory on the host")
-        self.check(self.table.copy_d2h(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, ffi.NULL),
+        self.check(self.table.copy_d2h(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, stream),
                    "copy_d2h")
 
-    def copy_d2d(self, device: int, dst: int, src: int, nbytes: int) -> None:
+    def copy_d2d(self, device: int, dst: int, src: int, nbytes: int, stream=ffi.NULL) -> None:
         events.host_access("copies device memory outside a kernel")
-        self.check(self.table.copy_d2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, ffi.NULL),
+        self.check(self.table.copy_d2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, stream),
                    "copy_d2d")
+
+    def stream_synchronize(self, device: int, stream) -> None:
+        if self.optional["stream_synchronize"]:
+            self.check(self.table.stream_synchronize(device, stream), "stream_synchronize")
 
     def synchronize(self, device: int) -> None:
         if self.optional["synchronize"]:

@@ -17,6 +17,7 @@ import torch
 
 from ..errors import BackendNotFoundError, FlError, PluginLoadError, PluginUnavailableError
 from . import abi, config, core, elf, isolation, memory
+from .abi import ffi
 from .plugin import DeviceProps, Plugin
 
 ENTRY_POINT_GROUP = "torch_fl.plugins"
@@ -94,6 +95,35 @@ class Device:
     @property
     def pool_limit(self) -> int:
         return self.memory()["limit"]
+
+    def stream(self):
+        """This thread's current stream on the device as the plugin's handle (NULL: the default stream):
+        where kernels, fills and copies go, as CUDA code expects (`with torch.fl.stream(s):`)."""
+        if not core.streams_made():
+            return ffi.NULL
+        addr = core.lib().fl_core_current_stream(self.index)
+        return ffi.cast("fl_stream_t", addr) if addr else ffi.NULL
+
+    # Copies on the current stream. The host's side of a copy is done when the call returns (a NULL-stream
+    # copy blocks by the copy contract; on another stream the runtime waits for that stream), and so is a
+    # device copy on a device whose kernels run within their call, which would otherwise overtake it.
+    def copy_h2d(self, dst: int, src: int, nbytes: int) -> None:
+        s = self.stream()
+        self.plugin.copy_h2d(self.local, dst, src, nbytes, s)
+        if s != ffi.NULL:
+            self.plugin.stream_synchronize(self.local, s)
+
+    def copy_d2h(self, dst: int, src: int, nbytes: int) -> None:
+        s = self.stream()
+        self.plugin.copy_d2h(self.local, dst, src, nbytes, s)
+        if s != ffi.NULL:
+            self.plugin.stream_synchronize(self.local, s)
+
+    def copy_d2d(self, dst: int, src: int, nbytes: int) -> None:
+        s = self.stream()
+        self.plugin.copy_d2d(self.local, dst, src, nbytes, s)
+        if s != ffi.NULL and not self.props.async_kernels:
+            self.plugin.stream_synchronize(self.local, s)
 
     def __repr__(self) -> str:
         return f"<fl:{self.index} {self.backend.name}:{self.local} {self.props.name}>"

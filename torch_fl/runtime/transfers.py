@@ -25,7 +25,7 @@ def fl_to_cpu(t: torch.Tensor, *, writable_view: bool = False) -> torch.Tensor:
     item = t.element_size()
     host = torch.empty(max(hi - lo, 0) * item, dtype=torch.uint8)
     if hi > lo:
-        dev.plugin.copy_d2h(dev.local, host.data_ptr(), base_ptr(t) + lo * item, (hi - lo) * item)
+        dev.copy_d2h(host.data_ptr(), base_ptr(t) + lo * item, (hi - lo) * item)
         events.BYTES[0] += (hi - lo) * item
     host = host.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset() - lo)
     return with_bits(host, t.is_conj(), t.is_neg())
@@ -48,12 +48,12 @@ def cpu_into_fl(dst: torch.Tensor, src: torch.Tensor) -> None:
     item = dst.element_size()
     if dst.is_contiguous():
         data = src.to(dst.dtype).expand(dst.shape).contiguous()
-        dev.plugin.copy_h2d(dev.local, base_ptr(dst) + lo * item, data.data_ptr(), (hi - lo) * item)
+        dev.copy_h2d(base_ptr(dst) + lo * item, data.data_ptr(), (hi - lo) * item)
     else:
         mirror = fl_to_cpu(dst)  # read-modify-write keeps bytes between strided elements
         copy_unique(mirror, src.expand(dst.shape))
         base = mirror.as_strided((hi - lo,), (1,), 0)
-        dev.plugin.copy_h2d(dev.local, base_ptr(dst) + lo * item, base.data_ptr(), (hi - lo) * item)
+        dev.copy_h2d(base_ptr(dst) + lo * item, base.data_ptr(), (hi - lo) * item)
     events.BYTES[0] += (hi - lo) * item
 
 

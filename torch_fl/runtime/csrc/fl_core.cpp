@@ -53,9 +53,21 @@ constexpr size_t kAlign = 16;
 
 // ---------------------------------------------------------------- devices ---
 
+// A block freed while streams other than its own may still use it (Tensor.record_stream): it waits for the
+// events recorded on those streams at the free, then joins the cache.
+struct Deferred {
+  void* ptr;
+  size_t size;
+  c10::StreamId stream;
+  std::vector<void*> events;
+};
+
 struct Pool {
   std::mutex mu;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> blocks
+  // (allocation stream, size class) -> blocks. A block goes back only to the stream it was allocated on:
+  // that stream's order makes the reuse safe without waiting (CUDA's caching allocator does the same).
+  std::map<std::pair<c10::StreamId, size_t>, std::vector<void*>> free_blocks;
+  std::vector<Deferred> deferred;
   std::unordered_map<void*, void*> pending;                    // block -> plugin event of an async copy into it
   int64_t allocated = 0, peak = 0, cached = 0, allocations = 0;
   int64_t hits = 0, misses = 0, device_allocs = 0, device_frees = 0, ooms = 0, retries = 0;
@@ -72,6 +84,7 @@ struct Device {
   Pool pool;
   std::mutex stream_mu;
   std::vector<fl_stream_t> streams;  // stream id k >= 1 is streams[k - 1]; id 0 is the default (NULL) stream
+  size_t next_stream = 0;  // once kStreamPool streams exist, torch.Stream() hands them out in turn
 };
 
 Device* g_devices[kMaxDevices] = {};
@@ -128,12 +141,49 @@ size_t size_class(size_t n) {
   return (n + step - 1) / step * step;
 }
 
+// --------------------------------------------------------------- streams ---
+// A stream id is what PyTorch's c10::Stream carries; the core maps it to the plugin's handle. The current
+// stream is per thread and per device, as CUDA's is: kernels, copies and fills go to it.
+
+constexpr size_t kStreamPool = 8;  // streams torch.Stream() hands out per device, in turn (CUDA keeps 32)
+thread_local c10::StreamId t_stream[kMaxDevices] = {};
+}  // namespace
+// Streams made through the guard, all devices: while none is, every current stream is the default one,
+// which Python's kernel calls read from here without a call into the core.
+extern "C" __attribute__((visibility("default"))) volatile int64_t fl_core_streams_made = 0;
+namespace {
+
+fl_stream_t stream_handle(Device& d, c10::StreamId id) {
+  if (id <= 0) return nullptr;
+  std::lock_guard<std::mutex> lock(d.stream_mu);
+  size_t k = static_cast<size_t>(id) - 1;
+  return k < d.streams.size() ? d.streams[k] : nullptr;
+}
+
+c10::StreamId current_stream_id(int index) { return index >= 0 && index < kMaxDevices ? t_stream[index] : 0; }
+
+fl_stream_t current_stream(Device& d, int index) {
+  c10::StreamId id = current_stream_id(index);
+  return id == 0 ? nullptr : stream_handle(d, id);
+}
+
+// A device-to-device copy on a stream. A device whose kernels complete within their call (no
+// FL_FEATURE_ASYNC_KERNELS) runs the next kernel at once, so a copy it queued on a stream must land first.
+int copy_d2d_on(Device& d, void* dst, const void* src, size_t n, fl_stream_t s) {
+  int status = d.plugin->copy_d2d(d.local, dst, src, n, s);
+  if (status == FL_OK && s != nullptr && !(d.features & FL_FEATURE_ASYNC_KERNELS) && d.plugin->stream_synchronize)
+    status = d.plugin->stream_synchronize(d.local, s);
+  return status;
+}
+
 // ------------------------------------------------------------- allocator ---
 
 struct Block {
   void* ptr;
   int device;
   size_t size;
+  c10::StreamId stream;             // the stream it was allocated on
+  std::vector<c10::StreamId> uses;  // other streams that use it (record_stream)
 };
 
 std::atomic<int> g_pending_total{0};  // async copies in flight: the fast path steps aside while any is
@@ -148,13 +198,62 @@ void settle_pending_locked(Device& d, void* ptr) {
   if (d.plugin->event_destroy) d.plugin->event_destroy(d.local, ev);
 }
 
-void free_cached_locked(Device& d) {
-  for (auto& kv : d.pool.free_blocks) {
-    for (void* p : kv.second) {
-      d.plugin->free(d.local, p);
-      d.pool.device_frees++;
-    }
+// Gives a block back to the plugin. The plugin's free waits only for NULL-stream work (fl_plugin.h), so
+// the block's own stream is drained first when it is another one.
+void plugin_free_locked(Device& d, void* ptr, c10::StreamId stream) {
+  fl_stream_t s = stream_handle(d, stream);
+  if (s != nullptr && d.plugin->stream_synchronize) d.plugin->stream_synchronize(d.local, s);
+  d.plugin->free(d.local, ptr);  // a failure here leaks the block: a deleter cannot throw
+  d.pool.device_frees++;
+}
+
+void cache_or_free_locked(Device& d, void* ptr, size_t size, c10::StreamId stream) {
+  if (g_pool_enabled.load() && d.pool.cached + static_cast<int64_t>(size) <= d.pool.limit) {
+    d.pool.free_blocks[{stream, size}].push_back(ptr);
+    d.pool.cached += static_cast<int64_t>(size);
+  } else {
+    plugin_free_locked(d, ptr, stream);
   }
+}
+
+void destroy_events_locked(Device& d, const std::vector<void*>& events) {
+  if (d.plugin->event_destroy)
+    for (void* ev : events) d.plugin->event_destroy(d.local, ev);
+}
+
+// Moves the deferred blocks whose streams are done into the cache (wait: waits for all of them).
+void settle_deferred_locked(Device& d, bool wait) {
+  if (d.pool.deferred.empty()) return;
+  std::vector<Deferred> keep;
+  for (Deferred& df : d.pool.deferred) {
+    bool done = true;
+    for (void* ev : df.events) {
+      if (wait) {
+        if (d.plugin->event_synchronize) d.plugin->event_synchronize(d.local, ev);
+      } else if (d.plugin->event_query) {
+        int finished = 1;
+        if (d.plugin->event_query(d.local, ev, &finished) != FL_OK) finished = 1;  // a failed stream holds nothing
+        if (!finished) {
+          done = false;
+          break;
+        }
+      }
+    }
+    if (!done) {
+      keep.push_back(std::move(df));
+      continue;
+    }
+    destroy_events_locked(d, df.events);
+    d.pool.cached -= static_cast<int64_t>(df.size);
+    cache_or_free_locked(d, df.ptr, df.size, df.stream);
+  }
+  d.pool.deferred = std::move(keep);
+}
+
+void free_cached_locked(Device& d) {
+  settle_deferred_locked(d, true);
+  for (auto& kv : d.pool.free_blocks)
+    for (void* p : kv.second) plugin_free_locked(d, p, kv.first.first);
   d.pool.free_blocks.clear();
   d.pool.cached = 0;
 }
@@ -167,15 +266,41 @@ void release_block(void* ctx) {
     settle_pending_locked(*d, b->ptr);  // an async copy must land before the memory is reused
     d->pool.allocated -= static_cast<int64_t>(b->size);
     d->pool.allocations -= 1;
-    if (g_pool_enabled.load() && d->pool.cached + static_cast<int64_t>(b->size) <= d->pool.limit) {
-      d->pool.free_blocks[b->size].push_back(b->ptr);
-      d->pool.cached += static_cast<int64_t>(b->size);
+    if (b->uses.empty()) {
+      cache_or_free_locked(*d, b->ptr, b->size, b->stream);
     } else {
-      d->plugin->free(d->local, b->ptr);
-      d->pool.device_frees++;
+      // other streams may still read or write it: an event on each marks where their use ends
+      Deferred df{b->ptr, b->size, b->stream, {}};
+      for (c10::StreamId id : b->uses) {
+        fl_stream_t s = stream_handle(*d, id);
+        void* ev = nullptr;
+        bool marked = d->plugin->event_create && d->plugin->event_record && d->plugin->event_query &&
+                      d->plugin->event_create(d->local, &ev) == FL_OK;
+        if (marked && d->plugin->event_record(d->local, ev, s) == FL_OK) {
+          df.events.push_back(ev);
+          continue;
+        }
+        if (ev != nullptr && d->plugin->event_destroy) d->plugin->event_destroy(d->local, ev);
+        if (d->plugin->stream_synchronize) d->plugin->stream_synchronize(d->local, s);  // no events: wait now
+      }
+      d->pool.cached += static_cast<int64_t>(b->size);  // reserved, not yet reusable
+      d->pool.deferred.push_back(std::move(df));
     }
   }
   delete b;
+}
+
+// Tensor.record_stream(s): the block's memory is in use on s too, so freeing it waits for s's work.
+void record_stream_on(const c10::DataPtr& ptr, c10::StreamId stream) {
+  if (ptr.get_deleter() != &release_block) return;  // an empty tensor, or memory the pool does not own
+  auto* b = static_cast<Block*>(ptr.get_context());
+  Device* d = (b->device >= 0 && b->device < kMaxDevices) ? g_devices[b->device] : nullptr;
+  if (d == nullptr) return;
+  std::lock_guard<std::mutex> lock(d->pool.mu);
+  if (stream == b->stream) return;
+  for (c10::StreamId id : b->uses)
+    if (id == stream) return;
+  b->uses.push_back(stream);
 }
 
 void noop_delete(void*) {}
@@ -186,11 +311,13 @@ c10::DataPtr allocate_on(int index, size_t nbytes) {
   if (nbytes == 0) return {nullptr, nullptr, &noop_delete, where};
   TORCH_CHECK(nbytes <= (size_t(1) << 62), "fl:", index, " cannot allocate ", nbytes, " bytes");
   size_t size = size_class(nbytes);
+  c10::StreamId stream = current_stream_id(index);
   void* ptr = nullptr;
   {
     std::lock_guard<std::mutex> lock(d.pool.mu);
     d.pool.alloc_requests++;
-    auto it = d.pool.free_blocks.find(size);
+    settle_deferred_locked(d, false);
+    auto it = d.pool.free_blocks.find({stream, size});
     if (it != d.pool.free_blocks.end() && !it->second.empty()) {
       ptr = it->second.back();
       it->second.pop_back();
@@ -227,7 +354,7 @@ c10::DataPtr allocate_on(int index, size_t nbytes) {
     d.pool.allocations += 1;
     if (d.pool.allocated > d.pool.peak) d.pool.peak = d.pool.allocated;
   }
-  return {ptr, new Block{ptr, index, size}, &release_block, where};
+  return {ptr, new Block{ptr, index, size, stream, {}}, &release_block, where};
 }
 
 struct FlAllocator final : public c10::DeviceAllocator {
@@ -235,8 +362,9 @@ struct FlAllocator final : public c10::DeviceAllocator {
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     if (count == 0) return;
-    Device& d = device_at(current_index());
-    check_status(d, d.plugin->copy_d2d(d.local, dest, src, count, nullptr), "copy_d2d");
+    int i = current_index();
+    Device& d = device_at(i);
+    check_status(d, copy_d2d_on(d, dest, src, count, current_stream(d, i)), "copy_d2d");
   }
   bool initialized() override { return g_count.load() > 0; }
   void emptyCache(c10::MempoolId_t) override {
@@ -246,7 +374,7 @@ struct FlAllocator final : public c10::DeviceAllocator {
       free_cached_locked(*g_devices[i]);
     }
   }
-  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override { record_stream_on(ptr, stream.id()); }
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex index) override {
     Device& d = device_at(index);
     std::lock_guard<std::mutex> lock(d.pool.mu);
@@ -299,7 +427,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   size_t keep = std::min(old, nbytes);
   if (keep > 0 && storage.data() != nullptr) {
     Device& d = device_at(index);
-    check_status(d, d.plugin->copy_d2d(d.local, fresh.get(), storage.data(), keep, nullptr), "copy_d2d (resize)");
+    check_status(d, copy_d2d_on(d, fresh.get(), storage.data(), keep, current_stream(d, index)), "copy_d2d (resize)");
   }
   storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
   storage.unsafeGetStorageImpl()->set_nbytes(nbytes);
@@ -324,14 +452,6 @@ void settle_all_pending(Device& d) {
   for (void* p : ptrs) settle_pending_locked(d, p);
 }
 
-fl_stream_t stream_handle(Device& d, c10::StreamId id) {
-  if (id <= 0) return nullptr;
-  std::lock_guard<std::mutex> lock(d.stream_mu);
-  size_t k = static_cast<size_t>(id) - 1;
-  return k < d.streams.size() ? d.streams[k] : nullptr;
-}
-
-thread_local std::map<int, c10::StreamId> t_stream;  // current stream per device on this thread
 
 struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
@@ -351,30 +471,36 @@ struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getStream(c10::Device d) const noexcept override {
     int i = d.index() >= 0 ? d.index() : current_index();
-    auto it = t_stream.find(i);
-    c10::StreamId id = it == t_stream.end() ? 0 : it->second;
-    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, i), id);
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, i), current_stream_id(i));
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
     return c10::Stream(c10::Stream::DEFAULT, d);
   }
+  // torch.Stream(device="fl"): a stream of the device's pool, as torch.cuda.Stream() takes one of CUDA's. A
+  // plugin stream may be a thread or a queue, so a loop that makes a stream per step reuses kStreamPool of
+  // them in turn rather than making thousands.
   c10::Stream getNewStream(c10::Device dev, int priority = 0) const override {
     (void)priority;
     int i = dev.index() >= 0 ? dev.index() : current_index();
     Device& d = device_at(i);
+    c10::Device where(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(i));
+    std::lock_guard<std::mutex> lock(d.stream_mu);
+    if (d.streams.size() >= kStreamPool)
+      return c10::Stream(c10::Stream::UNSAFE, where,
+                         static_cast<c10::StreamId>(d.next_stream++ % d.streams.size() + 1));
     fl_stream_t s = nullptr;  // a plugin without streams runs everything in order: a distinct id still
     if (d.plugin->stream_create) check_status(d, d.plugin->stream_create(d.local, &s), "stream_create");
-    std::lock_guard<std::mutex> lock(d.stream_mu);
     d.streams.push_back(s);
-    return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, i),
-                       static_cast<c10::StreamId>(d.streams.size()));
+    fl_core_streams_made = fl_core_streams_made + 1;
+    return c10::Stream(c10::Stream::UNSAFE, where, static_cast<c10::StreamId>(d.streams.size()));
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority = false) const override {
     return getNewStream(d, high_priority ? -1 : 0);
   }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {
     c10::Stream old = getStream(s.device());
-    t_stream[s.device_index()] = s.id();
+    int i = s.device_index();
+    if (i >= 0 && i < kMaxDevices) t_stream[i] = s.id();
     return old;
   }
   c10::DeviceIndex deviceCount() const noexcept override {
@@ -402,9 +528,19 @@ struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
     if (ev->plugin_event && d.plugin->event_synchronize)
       check_status(d, d.plugin->event_synchronize(d.local, ev->plugin_event), "event_synchronize");
   }
-  void block(void* event, const c10::Stream&) const override {
-    // the plugin ABI has no stream-waits-on-event call: waiting on the host is the safe equivalent
-    if (event != nullptr) wait_event(static_cast<FlEvent*>(event));
+  // stream.wait_event(e), stream.wait_stream(other): later work on the stream waits for the event on the
+  // device (ABI v2's stream_wait_event), the host going on at once; without that call the host waits, which
+  // orders the work as well.
+  void block(void* event, const c10::Stream& stream) const override {
+    if (event == nullptr) return;
+    auto* ev = static_cast<FlEvent*>(event);
+    Device& d = device_at(ev->device);
+    if (ev->plugin_event && d.plugin->stream_wait_event && stream.device_index() == ev->device) {
+      check_status(d, d.plugin->stream_wait_event(d.local, stream_handle(d, stream.id()), ev->plugin_event),
+                   "stream_wait_event");
+      return;
+    }
+    wait_event(ev);
   }
   bool queryEvent(void* event) const override {
     auto* ev = static_cast<FlEvent*>(event);
@@ -446,9 +582,20 @@ struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
     }
     return std::chrono::duration<double, std::milli>(b->when - a->when).count();
   }
+  // Whether the stream's work is done, without waiting: an event recorded at its end, queried.
   bool queryStream(const c10::Stream& stream) const override {
-    synchronizeStream(stream);
-    return true;
+    Device& d = device_at(stream.device_index());
+    if (!(d.plugin->event_create && d.plugin->event_record && d.plugin->event_query && d.plugin->event_destroy))
+      return true;  // no events: the plugin's work completes within its calls
+    void* ev = nullptr;
+    check_status(d, d.plugin->event_create(d.local, &ev), "event_create");
+    int done = 1;
+    int status = d.plugin->event_record(d.local, ev, stream_handle(d, stream.id()));
+    if (status == FL_OK) status = d.plugin->event_query(d.local, ev, &done);
+    std::string msg = status == FL_OK ? std::string() : plugin_error(d);
+    d.plugin->event_destroy(d.local, ev);
+    TORCH_CHECK(status == FL_OK, "fl plugin ", d.label, " failed in stream query (status ", status, "): ", msg);
+    return done != 0;
   }
   void synchronizeStream(const c10::Stream& stream) const override {
     Device& d = device_at(stream.device_index());
@@ -461,7 +608,9 @@ struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
     settle_all_pending(d);
     if (d.plugin->synchronize) check_status(d, d.plugin->synchronize(d.local), "synchronize");
   }
-  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  void recordDataPtrOnStream(const c10::DataPtr& ptr, const c10::Stream& stream) const override {
+    record_stream_on(ptr, stream.id());
+  }
 };
 FlGuard g_guard;
 
@@ -706,6 +855,11 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::
 
 // New sizes (contiguous in the given memory format); the storage grows on the
 // device when it is too small, keeping its bytes, as resize_ does on CUDA.
+// Tensor.record_stream(s): the caching pool then reuses the block only after s's work at the free is done.
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  if (self.storage().data_ptr().get() != nullptr) g_allocator.recordStream(self.storage().data_ptr(), stream);
+}
+
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   auto sizes = C10_AS_INTARRAYREF_SLOW(size);
@@ -944,10 +1098,10 @@ struct KernelRef {
   KernelRef(void* f, void* l, void* h)
       : fn(reinterpret_cast<fl_kernel_fn>(f)), launch(reinterpret_cast<fl_launch_fn>(l)), handle(h) {}
   bool valid() const { return handle != nullptr ? launch != nullptr : fn != nullptr; }
-  int operator()(int local, const fl_tensor_t* in, int n_in, const fl_tensor_t* out, int n_out,
-                 const fl_arg_t* args, int n_args) const {
-    if (handle != nullptr) return launch(handle, nullptr, local, in, n_in, out, n_out, args, n_args);
-    return fn(nullptr, local, in, n_in, out, n_out, args, n_args);
+  int operator()(fl_stream_t stream, int local, const fl_tensor_t* in, int n_in, const fl_tensor_t* out,
+                 int n_out, const fl_arg_t* args, int n_args) const {
+    if (handle != nullptr) return launch(handle, stream, local, in, n_in, out, n_out, args, n_args);
+    return fn(stream, local, in, n_in, out, n_out, args, n_args);
   }
 };
 
@@ -1057,8 +1211,9 @@ bool run_fast(const FastPlan& plan, torch::jit::Stack* stack, size_t n_args_on_s
       fill_desc(out[j], fresh[j]);
     }
   }
-  int status = plan.kernel(plan.local, in.data(), static_cast<int>(in.size()), out.data(),
-                          static_cast<int>(out.size()), args.data(), static_cast<int>(args.size()));
+  int status = plan.kernel(current_stream(*g_devices[plan.device], plan.device), plan.local, in.data(),
+                           static_cast<int>(in.size()), out.data(), static_cast<int>(out.size()), args.data(),
+                           static_cast<int>(args.size()));
   if (status != FL_OK) return false;
   std::vector<c10::IValue> results;
   results.reserve(plan.returns.size());
@@ -1141,6 +1296,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", set_source_tensor);
   m.impl("set_", set_empty);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+  m.impl("record_stream", record_stream);
 }
 
 // Copies that involve a lazily conjugated or negated fl tensor reach torch_fl's copy with the flag set
@@ -1214,6 +1370,13 @@ FL_API void fl_core_set_default(int index) {
   t_current = -1;
 }
 FL_API int fl_core_current(void) { return current_index(); }
+
+// The plugin handle of this thread's current stream on fl:index (NULL: the default stream), where Python's
+// kernel calls, copies and fills go.
+FL_API void* fl_core_current_stream(int index) {
+  if (index < 0 || index >= g_count.load() || !g_devices[index]) return nullptr;
+  return current_stream(*g_devices[index], index);
+}
 
 FL_API void fl_core_set_pool_enabled(int enabled) { g_pool_enabled = enabled != 0; }
 
@@ -1478,12 +1641,13 @@ FL_API int fl_core_graph_replay(void* graph, void* const* in_src, void* const* o
   if (graph == nullptr) return FL_ERR_INVALID;
   auto* g = static_cast<Graph*>(graph);
   Device& d = *g_devices[g->device];
+  fl_stream_t stream = current_stream(d, g->device);  // a replay runs on the caller's current stream
   const int64_t n_in = static_cast<int64_t>(g->inputs.size());
   if (in_src != nullptr) {
     for (int64_t k = 0; k < n_in; ++k) {
       const GraphCopy& c = g->inputs[k];
       if (in_src[k] == c.ptr || c.nbytes == 0) continue;
-      int status = d.plugin->copy_d2d(d.local, c.ptr, in_src[k], c.nbytes, nullptr);
+      int status = copy_d2d_on(d, c.ptr, in_src[k], c.nbytes, stream);
       if (status != FL_OK) {
         *failed = -1 - k;
         return status;
@@ -1496,7 +1660,7 @@ FL_API int fl_core_graph_replay(void* graph, void* const* in_src, void* const* o
       const GraphStep& s = g->steps[k];
       std::chrono::steady_clock::time_point t0;
       if (step_ns) t0 = std::chrono::steady_clock::now();
-      int status = s.kernel(s.local, s.in.data(), static_cast<int>(s.in.size()), s.out.data(),
+      int status = s.kernel(stream, s.local, s.in.data(), static_cast<int>(s.in.size()), s.out.data(),
                             static_cast<int>(s.out.size()), s.args.data(), static_cast<int>(s.args.size()));
       if (step_ns)
         step_ns[k] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
@@ -1513,7 +1677,7 @@ FL_API int fl_core_graph_replay(void* graph, void* const* in_src, void* const* o
     for (size_t k = 0; k < g->outputs.size(); ++k) {
       const GraphCopy& c = g->outputs[k];
       if (c.nbytes == 0 || out_dst[k] == c.ptr) continue;
-      int status = d.plugin->copy_d2d(d.local, out_dst[k], c.ptr, c.nbytes, nullptr);
+      int status = copy_d2d_on(d, out_dst[k], c.ptr, c.nbytes, stream);
       if (status != FL_OK) {
         *failed = -1 - n_in - static_cast<int64_t>(k);
         return status;
