@@ -222,7 +222,8 @@ class FlMagics(Magics):
             return self._profile_fusion(args, output, cell, top)
         first = _backend_or_usage(args.backend) if args.backend else fl.get_current_backend_name()
         if args.compare:
-            out = fl.compare_backends(self._cell_function(cell), first, _backend_or_usage(args.compare), warmup=0)
+            out = fl.compare_backends(self._cell_function(cell), first, _backend_or_usage(args.compare), warmup=0,
+                                      namespace=self.shell.user_ns, names=self._cell_names(cell))
         else:
             out = self._profile(first, cell, output)
         self._show_profile(out, top, args.no_plot)
@@ -243,6 +244,15 @@ class FlMagics(Magics):
                     self.shell.user_ns[output] = prof
                 raise
         return prof
+
+    def _cell_names(self, cell: str) -> set[str]:
+        """The names the cell's code uses (its model and inputs are moved to each compared backend)."""
+        from torch_fl.placement import code_names
+
+        try:
+            return code_names(compile(self.shell.transform_cell(cell), "<cell>", "exec"))
+        except SyntaxError:
+            return set()  # the run itself reports it
 
     def _cell_function(self, cell: str):
         """The cell as the function fl.compare_backends runs on each backend;

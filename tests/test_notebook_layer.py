@@ -74,6 +74,13 @@ def test_fl_profile_cell_keeps_last_expression_and_stores_result(shell, capsys):
     rows = {r["op"]: r for r in cmp.rows()}
     assert rows["aten::native_layer_norm"]["path"] == ("decomposition", "native")
     assert fl.get_current_backend_name() == "cpu"  # restored
+    # tensors and modules made in earlier cells move to each compared backend, and back
+    shell.run_cell("m = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.GELU()).to('fl')\n"
+                   "inp = torch.randn(3, 6, device='fl')")
+    shell.run_cell_magic("fl_profile", "--compare minimal -o cmp2 --no-plot", "m(inp).sum().backward()")
+    rows = {r["op"]: r for r in shell.user_ns["cmp2"].rows()}
+    assert rows["aten::gelu"]["path"] == ("native", "decomposition")
+    assert shell.user_ns["inp"].device == shell.user_ns["m"][0].weight.device == fl.current_device()
     with pytest.raises(UsageError, match="unknown fl backend"):
         shell.run_cell_magic("fl_profile", "--compare nope", "1")
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_fl as fl
+from torch_fl.errors import FlError
 
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 GELU_PATH = {"cpu": "native", "rocm": "native", "ascend": "decomposition", "minimal": "decomposition"}
@@ -106,6 +107,40 @@ def test_compare_backends_side_by_side():
     assert "rocm vs minimal" in c.render()
 
 
+_MODEL = None
+_X = None
+
+
+def test_compare_backends_moves_what_the_workload_uses():
+    """docs/tools.md's sample: the model and input were made on rocm before the comparison. The minimal
+    column must hold minimal's own paths (it used to show rocm's, every op having run there), and the model
+    and input go back where they were."""
+    global _MODEL, _X
+    torch.manual_seed(0)
+    with fl.using_backend("rocm"):
+        _MODEL = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64)).to("fl")
+        _X = torch.randn(8, 32, device="fl")
+        home = _X.device
+    local = torch.randn(8, 32, device=home)  # a closure cell, too
+    c = fl.compare_backends(lambda: (_MODEL(_X).sum() + _MODEL(local).sum()).backward(), "rocm", "minimal")
+    rows = {r["op"]: r for r in c.rows()}
+    assert rows["aten::gelu"]["path"] == ("native", "decomposition")
+    assert rows["aten::native_layer_norm"]["path"] == ("native", "decomposition")
+    assert {s.backend for s in c.b.ops()} == {"minimal"} and {s.backend for s in c.a.ops()} == {"rocm"}
+    assert _X.device == home and local.device == home and _MODEL[0].weight.device == home
+    assert _MODEL[0].weight.grad.device == home
+
+
+def test_compare_backends_refuses_a_run_that_ran_elsewhere():
+    with fl.using_backend("rocm"):
+        hidden = {"x": torch.randn(4, 4, device="fl")}
+    with pytest.raises(FlError, match="the run on 'minimal' is not a run on minimal: .* calls on rocm"):
+        fl.compare_backends(lambda: torch.tanh(hidden["x"]) + 1, "minimal", "rocm")
+    with pytest.raises(FlError, match="the run on 'rocm' is not a run on rocm: no fl op at all"):
+        fl.compare_backends(lambda: torch.ones(3) + 1, "rocm", "minimal")
+    assert fl.get_current_backend_name() == "cpu"
+
+
 def test_torch_profiler_sees_fl_paths():
     x = torch.randn(4, 4, device="fl")
     with torch.profiler.profile() as tp:
@@ -179,6 +214,7 @@ def test_compare_backends_restores_the_backend_when_fn_raises():
 
     def work():
         ran.append(fl.get_current_backend_name())
+        torch.ones(2, device="fl").add_(1)
         if len(ran) == 2:
             raise RuntimeError("second run")
 

@@ -16,13 +16,15 @@ import contextlib
 import html
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from . import dispatch
 from .api import using_backend
+from .errors import FlError
+from .placement import placed, used_slots
 from .report import Report
 from .runtime import FALLBACK, REGISTRY, DeviceClock, OpEvent, events
 
@@ -338,27 +340,50 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
         self.result.memory = memory
 
 
-def compare_backends(fn: Callable[[], object], a: str, b: str, *, warmup: int = 1,
-                     fusion: bool = False) -> Comparison:
-    """Runs fn on backend a, then on b (each after `warmup` unprofiled runs),
-    and compares them op by op; fn creates its tensors on the current device.
+def compare_backends(fn: Callable[[], object], a: str, b: str, *, warmup: int = 1, fusion: bool = False,
+                     namespace: dict | None = None, names: Iterable[str] = ()) -> Comparison:
+    """Runs fn on backend a, then on b (each after `warmup` unprofiled runs), and compares them op by op.
+
+    The fl tensors, modules and optimizers fn uses from outside (its closure and the globals it names; for
+    code that is not a Python function, such as a notebook cell, `names` looked up in `namespace`) are
+    moved to each backend for its run and put back afterwards, so each column is what ran on that backend.
+    An op that still ran elsewhere (a tensor fn reaches another way, inside a list say), or a run in which
+    no op ran on its backend, is an error naming where the ops ran, never a table.
 
     fusion=True also runs fn with compilation switched off (torch.compile'd and
     fl.compile'd code inside fn runs eagerly): `.unfused` holds that
     comparison, and the kernel counts with and without fusion are shown."""
     runs: dict[bool, list[Profile]] = {True: [], False: []}
     modes = (True, False) if fusion else (True,)
-    for name in (a, b):
-        with using_backend(name):
-            for fused in modes:
-                with contextlib.nullcontext() if fused else _fusion_off():
-                    for _ in range(warmup):
-                        fn()
-                    with profile(label=name) as p:
-                        fn()
-                runs[fused].append(p)
+    with placed(used_slots(fn, namespace, names)) as place:
+        for name in (a, b):
+            with using_backend(name):
+                place(REGISTRY.device(None).torch_device)
+                for fused in modes:
+                    with contextlib.nullcontext() if fused else _fusion_off():
+                        for _ in range(warmup):
+                            fn()
+                        with profile(label=name) as p:
+                            fn()
+                    _check_ran_on(p, name)
+                    runs[fused].append(p)
     unfused = Comparison(runs[False][0], runs[False][1], (a, b)) if fusion else None
     return Comparison(runs[True][0], runs[True][1], (a, b), unfused)
+
+
+def _check_ran_on(p: Profile, name: str) -> None:
+    """A comparison column must hold what ran on its backend."""
+    where: dict[str, int] = {}
+    for s in p.ops():
+        where[s.backend] = where.get(s.backend, 0) + s.calls + s.nested_calls
+    elsewhere = {k: v for k, v in where.items() if k != name}
+    if elsewhere or not where:
+        ran = ", ".join(f"{n} calls on {k}" for k, n in sorted(where.items())) or "no fl op at all"
+        raise FlError(
+            f"compare_backends: the run on '{name}' is not a run on {name}: {ran}. The workload reaches fl tensors "
+            f"that live on another backend in a way the comparison cannot move (inside a list, a dict or an "
+            f"object's attribute), or makes none. Name the model, optimizer and inputs directly in the function "
+            f"(lambda: model(x).sum().backward()), or make them inside it")
 
 
 def _fusion_off():
