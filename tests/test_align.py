@@ -118,3 +118,38 @@ def test_op_trace_tells_rounding_flips_from_real_ones():
         relu_backward = [d for d in diffs if d.op == "aten.threshold_backward.default"]
         assert relu_backward and verdict in relu_backward[0].note, diffs
         assert relu_backward[0].module == "1"
+
+
+def _conv_bn(faulty: bool = False):
+    """Conv -> BatchNorm blocks: batch norm cancels the conv biases, so their gradients are zero by
+    construction and hold only rounding noise. `faulty` puts a layer that is 1 % off on the fl device
+    between the blocks (a real error, which must still be caught)."""
+
+    class OnePercentOffOnFl(nn.Module):
+        def forward(self, x):
+            return x * 1.01 if x.device.type == "fl" else x
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3),
+                         nn.BatchNorm2d(4), nn.Flatten(), OnePercentOffOnFl() if faulty else nn.Identity(),
+                         nn.Linear(4 * 6 * 6, 5))
+
+
+def test_conv_bn_aligns_ok_and_a_one_percent_error_is_still_caught():
+    """Judged against float64, relative to native float32's own error: the conv biases' noise (a
+    relative error of ~1 against their own ~0 scale) made every Conv+BN model SUSPECT, even on the cpu
+    backend, which computes exactly as native PyTorch does."""
+    x = torch.randn(4, 3, 8, 8)
+    for backend in ("cpu", "minimal"):
+        fl.set_backend(backend)
+        r = fl.align(_conv_bn(), x, steps=3)
+        assert r.verdict == "ok", r.render()
+        bias = next(p for p in r.modes[0].backward if p.param == "0.bias")
+        assert bias.vs_native is not None and bias.vs_native <= 10 and bias.rel_norm < 1e-3, bias
+        assert "rule: error against float64 within 10x native CPU's" in r.render()
+    fl.set_backend("cpu")
+    bad = fl.align(_conv_bn(faulty=True), x, steps=3)
+    assert bad.verdict == "suspect" and bad.first_divergent_layer == "6", bad.render()
+    assert [m.verdict for m in bad.modes[0].forward[:6]] == ["ok"] * 6
+    assert bad.modes[0].first_divergent_param == "0.weight"  # its gradient passes back through the bad layer
+    assert bad.training.verdict == "suspect" and bad.training.vs_native > 1000

@@ -11,10 +11,19 @@ default, or another fl backend) from the same weights and seed, and reports
 4. training: N steps of the same optimizer on a tiny fixed batch, both
    sides, the two loss curves and their difference.
 
-Every figure gets a verdict against tolerances on the relative error (the
-article: <= 1e-3 usually fine, > 1e-2 suspect). Dropout is switched off in
-both runs: two devices' random streams never match, and alignment is about
-arithmetic. Same seed, same report."""
+Verdicts follow the project's one numerical rule (numerics.py): float64 is
+the truth, and a module output or gradient is ok where the backend's error
+against float64 is within 10x native CPU's own error on the same tensor
+(native float32; in the autocast mode native CPU autocast in the same
+dtype), each relative to the scale of its kind of tensor (so a quantity that
+is zero by construction, a conv bias before batch norm, holds only noise and
+never decides); "check" within 1000x, "suspect" beyond. The training curve
+is judged the same way against a float64 run. The columns still show the
+backend against the reference. The op trace, and an autocast dtype the
+CPU's autocast lacks, keep the article's tolerances on the relative
+difference (<= 1e-3 usually fine, > 1e-2 suspect).
+Dropout is switched off in every run: two devices' random streams never
+match, and alignment is about arithmetic. Same seed, same report."""
 
 from __future__ import annotations
 
@@ -27,18 +36,32 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from .numerics import FLOOR, LIMIT, SCALE_FLOOR, Float64Comparison, compare_with_float64
 from .optrace import OpDiff, OpTrace, compare_traces
 from .report import Report
 from .runtime import REGISTRY
 
 OK, CHECK, SUSPECT = "ok", "check", "suspect"
+CHECK_LIMIT = 100 * LIMIT  # beyond LIMIT and within this many times native float32's error: "check"
+RULE = (f"error against float64 within {LIMIT:g}x native CPU's (float32, or autocast in the same dtype) on the same "
+        f"tensor is ok, "
+        f"within {CHECK_LIMIT:g}x check, beyond suspect; every relative figure is taken against at least "
+        f"{SCALE_FLOOR:g} of the largest tensor of its kind, ratios floored at {FLOOR:g}")
 
 
 def verdict(rel: float, tolerances: tuple[float, float]) -> str:
+    """The article's tolerances on a relative difference (the autocast mode and the op trace)."""
     fine, suspect = tolerances
     if rel != rel or rel > suspect:  # NaN is suspect
         return SUSPECT
     return OK if rel <= fine else CHECK
+
+
+def verdict_vs_native(ratio: float) -> str:
+    """The project's rule: the error against float64 over native float32's (numerics.py)."""
+    if ratio != ratio or ratio > CHECK_LIMIT:
+        return SUSPECT
+    return OK if ratio <= LIMIT else CHECK
 
 
 @dataclass
@@ -49,6 +72,7 @@ class ModuleDiff:
     max_rel: float
     cosine: float
     verdict: str
+    vs_native: float | None = None  # error against float64 / native float32's (float32 mode)
 
 
 @dataclass
@@ -58,6 +82,7 @@ class ParamDiff:
     rel_norm: float
     max_rel: float
     verdict: str
+    vs_native: float | None = None
 
 
 @dataclass
@@ -87,6 +112,8 @@ class TrainingResult:
     reference_losses: list[float]
     rel_diff: list[float]
     verdict: str
+    float64_losses: list[float] = field(default_factory=list)
+    vs_native: float | None = None  # the curve's error against float64 over native float32's
 
 
 @dataclass
@@ -133,8 +160,8 @@ class AlignmentReport(Report):
 
     def render(self, n: int = 12) -> str:
         fine, suspect = self.tolerances
-        lines = [f"alignment of {self.backend} against {self.reference} (seed {self.seed}; ok <= {fine:g}, "
-                 f"suspect > {suspect:g}): {self.verdict.upper()}"]
+        lines = [f"alignment of {self.backend} against {self.reference} (seed {self.seed}): {self.verdict.upper()}",
+                 f"rule: {RULE} (where no ratio is shown: relative difference ok <= {fine:g}, suspect > {suspect:g})"]
         for m in self.modes:
             lines.append(f"[{m.mode}] output rel err {m.output_rel:.2e}; first divergent module: "
                          f"{m.first_divergent_module or 'none'}; first divergent parameter: "
@@ -144,26 +171,32 @@ class AlignmentReport(Report):
                 lines.append(f"  first divergent op ({m.ops_matched} ops matched): "
                              f"{first.describe() if first else 'none'}")
             w = max([len(x.module) for x in m.forward] + [6])
-            lines.append(f"  {'module':<{w}}  {'kind':<14} {'max abs':>9} {'max rel':>9} {'cosine':>9}  verdict")
+            lines.append(f"  {'module':<{w}}  {'kind':<14} {'max abs':>9} {'max rel':>9} {'cosine':>9} "
+                         f"{'x native':>9}  verdict")
             for x in m.forward[:n]:
                 lines.append(f"  {x.module:<{w}}  {x.kind:<14} {x.max_abs:>9.2e} {x.max_rel:>9.2e} "
-                             f"{x.cosine:>9.6f}  {x.verdict}")
+                             f"{x.cosine:>9.6f} {_ratio(x.vs_native):>9}  {x.verdict}")
             if len(m.forward) > n:
                 lines.append(f"  ... {len(m.forward) - n} more modules")
-            ranked = sorted(m.backward, key=lambda p: -p.rel_norm)[: max(n // 2, 3)]
+            ranked = sorted(m.backward, key=lambda p: (-(p.vs_native or 0.0), -p.rel_norm))[: max(n // 2, 3)]
             if ranked:
                 w = max(len(p.param) for p in ranked)
-                lines.append(f"  {'gradient (worst first)':<{w}}  {'mean abs':>9} {'rel norm':>9} {'max rel':>9}  "
-                             f"verdict")
+                lines.append(f"  {'gradient (worst first)':<{w}}  {'mean abs':>9} {'rel norm':>9} {'max rel':>9} "
+                             f"{'x native':>9}  verdict")
                 for p in ranked:
-                    lines.append(f"  {p.param:<{w}}  {p.mean_abs:>9.2e} {p.rel_norm:>9.2e} {p.max_rel:>9.2e}  "
-                                 f"{p.verdict}")
+                    lines.append(f"  {p.param:<{w}}  {p.mean_abs:>9.2e} {p.rel_norm:>9.2e} {p.max_rel:>9.2e} "
+                                 f"{_ratio(p.vs_native):>9}  {p.verdict}")
         if self.training:
             t = self.training
-            lines.append(f"[training] {t.steps} steps: final loss {t.losses[-1]:.6g} vs {t.reference_losses[-1]:.6g}, "
-                         f"max rel diff {max(t.rel_diff):.2e}: {t.verdict}")
+            lines.append(f"[training] {t.steps} steps: final loss {t.losses[-1]:.6g} vs {t.reference_losses[-1]:.6g} "
+                         f"(float64 {t.float64_losses[-1]:.6g}), max rel diff {max(t.rel_diff):.2e}, error vs "
+                         f"float64 {_ratio(t.vs_native)} native float32's: {t.verdict}")
         return "\n".join(lines)
 
+
+
+def _ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.3g}x"
 
 
 # -- running both sides ------------------------------------------------------------
@@ -185,14 +218,21 @@ def _first_tensor(x):
     return None
 
 
-def _to(x, device):
+def _to(x, device, dtype: torch.dtype | None = None):
+    """x on device; with dtype, its floating-point tensors in that dtype (the float64 reference)."""
     if isinstance(x, torch.Tensor):
-        return x.to(device)
+        x = x.to(device)
+        return x.to(dtype) if dtype is not None and x.is_floating_point() else x
     if isinstance(x, (list, tuple)):
-        return type(x)(_to(v, device) for v in x)
+        return type(x)(_to(v, device, dtype) for v in x)
     if isinstance(x, dict):
-        return {k: _to(v, device) for k, v in x.items()}
+        return {k: _to(v, device, dtype) for k, v in x.items()}
     return x
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """float32 at least: float64 stays float64 (the reference must not round to float32)."""
+    return t if t.dtype == torch.float64 else t.float()
 
 
 def _no_dropout(model: nn.Module) -> None:
@@ -210,13 +250,14 @@ def _default_loss(output, target):
         # behind a final normalisation layer (and leaves only rounding noise to compare), it gives
         # every parameter a well-conditioned gradient
         gen = torch.Generator().manual_seed(1234)
-        weights = torch.randn(out.shape, generator=gen).to(out.device)
-        return (out.float() * weights).sum() / max(out.numel(), 1)
-    return nn.functional.mse_loss(out.float(), target.float()) if target.is_floating_point() else \
-        nn.functional.cross_entropy(out.float(), target)
+        weights = torch.randn(out.shape, generator=gen).to(out.device, _wide(out).dtype)
+        return (_wide(out) * weights).sum() / max(out.numel(), 1)
+    return nn.functional.mse_loss(_wide(out), target.to(_wide(out).dtype)) if target.is_floating_point() else \
+        nn.functional.cross_entropy(_wide(out), target)
 
 
-def _run(model, inputs, target, device, loss_fn, amp_dtype, seed, trace: OpTrace | None = None):
+def _run(model, inputs, target, device, loss_fn, amp_dtype, seed, trace: OpTrace | None = None,
+         dtype: torch.dtype | None = None):
     torch.manual_seed(seed)
     outs: dict[str, torch.Tensor] = {}
     order: list[str] = []
@@ -233,7 +274,7 @@ def _run(model, inputs, target, device, loss_fn, amp_dtype, seed, trace: OpTrace
 
         hooks.append(mod.register_forward_hook(hook))
     try:
-        x = _to(inputs, device)
+        x = _to(inputs, device, dtype)
         device_type = torch.device(device).type
         with trace.recording(model) if trace is not None else contextlib.nullcontext():
             if amp_dtype is not None:
@@ -241,7 +282,7 @@ def _run(model, inputs, target, device, loss_fn, amp_dtype, seed, trace: OpTrace
                     output = model(*x) if isinstance(x, tuple) else model(x)
             else:
                 output = model(*x) if isinstance(x, tuple) else model(x)
-            loss = loss_fn(output, _to(target, device) if target is not None else None)
+            loss = loss_fn(output, _to(target, device, dtype) if target is not None else None)
             loss.backward()
     finally:
         for h in hooks:
@@ -251,38 +292,69 @@ def _run(model, inputs, target, device, loss_fn, amp_dtype, seed, trace: OpTrace
     return outs, order, grads, final, float(loss.detach().to("cpu"))
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float]:
+def _rel(a: torch.Tensor, b: torch.Tensor, floor: float = 0.0) -> tuple[float, float, float]:
     if a.shape != b.shape:
         return float("inf"), float("inf"), float("nan")
     if b.numel() == 0:
         return 0.0, 0.0, 1.0
     diff = (a - b).abs()
     max_abs = diff.max().item()
-    scale = max(b.abs().max().item(), 1e-12)
+    scale = max(b.abs().max().item(), floor, 1e-12)
     cos = torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0, eps=1e-30).item()
     return max_abs, max_abs / scale, cos
 
 
-def _compare(mode, dev_run, ref_run, model, tolerances, traces=None) -> ModeResult:
+def _judge(base: nn.Module, inputs, target, device, loss_fn, seed,
+           amp_dtype: torch.dtype | None = None) -> Float64Comparison | None:
+    """The run on the backend and natively on the CPU (both under autocast to amp_dtype, if given), each
+    against float64 (numerics.py). None where native CPU autocast does not take amp_dtype."""
+    def run(where, dtype):
+        wide = dtype == torch.float64
+        m = copy.deepcopy(base).to(device=where, dtype=torch.float64 if wide else torch.float32)
+        m.zero_grad(set_to_none=True)
+        outs, _order, grads, _final, _loss = _run(m, inputs, target, where, loss_fn, None if wide else amp_dtype,
+                                                  seed, dtype=torch.float64 if wide else None)
+        return {"output": outs, "grad": grads}
+
+    try:
+        return compare_with_float64(run, device)
+    except RuntimeError:
+        if amp_dtype is None:
+            raise
+        return None  # this torch's CPU autocast lacks the dtype: the tolerances judge that mode
+
+
+def _compare(mode, dev_run, ref_run, model, tolerances, traces=None,
+             judge: Float64Comparison | None = None) -> ModeResult:
     d_outs, d_order, d_grads, d_final, _ = dev_run
     r_outs, _r_order, r_grads, r_final, _ = ref_run
     kinds = {n: type(m).__name__ for n, m in model.named_modules()}
+    # relative figures are taken against at least SCALE_FLOOR of the largest tensor of their kind: a gradient
+    # that is zero by construction (a conv bias before batch norm) holds rounding noise, which divided by its
+    # own ~0 scale would read as an error of 100 %
+    out_floor = SCALE_FLOOR * max((t.abs().max().item() for t in r_outs.values() if t.numel()), default=0.0)
+    norm_floor = SCALE_FLOOR * max((g.norm().item() for g in r_grads.values()), default=0.0)
+    max_floor = SCALE_FLOOR * max((g.abs().max().item() for g in r_grads.values() if g.numel()), default=0.0)
     forward = []
     for name in d_order:
         if name not in r_outs:
             continue
-        a, r, c = _rel(d_outs[name], r_outs[name])
-        forward.append(ModuleDiff(name, kinds.get(name, "?"), a, r, c, verdict(r, tolerances)))
+        a, r, c = _rel(d_outs[name], r_outs[name], out_floor)
+        ratio = judge.per_tensor.get(f"output.{name}") if judge is not None else None
+        forward.append(ModuleDiff(name, kinds.get(name, "?"), a, r, c,
+                                  verdict(r, tolerances) if ratio is None else verdict_vs_native(ratio), ratio))
     backward = []
     for name, g in d_grads.items():
         ref = r_grads.get(name)
         if ref is None:
             continue
         diff = g - ref
-        rel_norm = (diff.norm() / max(ref.norm().item(), 1e-30)).item()
-        max_rel = (diff.abs().max() / max(ref.abs().max().item(), 1e-30)).item() if ref.numel() else 0.0
+        rel_norm = (diff.norm() / max(ref.norm().item(), norm_floor, 1e-30)).item()
+        max_rel = (diff.abs().max() / max(ref.abs().max().item(), max_floor, 1e-30)).item() if ref.numel() else 0.0
+        ratio = judge.per_tensor.get(f"grad.{name}") if judge is not None else None
         backward.append(ParamDiff(name, diff.abs().mean().item() if diff.numel() else 0.0, rel_norm, max_rel,
-                                  verdict(rel_norm, tolerances)))
+                                  verdict(rel_norm, tolerances) if ratio is None else verdict_vs_native(ratio),
+                                  ratio))
     first_mod = next((m.module for m in forward if m.verdict != OK), None)
     param_order = [n for n, _ in model.named_parameters()]
     bad = {p.param for p in backward if p.verdict != OK}
@@ -336,24 +408,31 @@ def align(model: nn.Module, inputs, target: torch.Tensor | None = None, *, backe
         traces = (OpTrace(), OpTrace()) if ops and amp_dtype is None else None
         dev_run = _run(m_dev, inputs, target, dev, loss_fn, amp_dtype, seed, traces[0] if traces else None)
         ref_run = _run(m_ref, inputs, target, ref_dev, loss_fn, None, seed, traces[1] if traces else None)
-        report.modes.append(_compare(mode, dev_run, ref_run, m_dev, tolerances, traces))
+        judge = _judge(base, inputs, target, dev, loss_fn, seed, amp_dtype)
+        report.modes.append(_compare(mode, dev_run, ref_run, m_dev, tolerances, traces, judge))
         del traces
     if steps > 0:
-        curves = []
-        for device in (dev, ref_dev):
+        def curve(device, dtype=torch.float32):
             torch.manual_seed(seed)
-            m = fresh(device)
+            m = copy.deepcopy(base).to(device=device, dtype=dtype)
+            m.zero_grad(set_to_none=True)
             opt = make_opt(m.parameters())
             losses = []
             for _ in range(steps):
                 opt.zero_grad(set_to_none=True)
-                x = _to(inputs, device)
+                x = _to(inputs, device, dtype)
                 out = m(*x) if isinstance(x, tuple) else m(x)
-                loss = loss_fn(out, _to(target, device) if target is not None else None)
+                loss = loss_fn(out, _to(target, device, dtype) if target is not None else None)
                 loss.backward()
                 opt.step()
                 losses.append(float(loss.detach().to("cpu")))
-            curves.append(losses)
-        rel = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(curves[0], curves[1], strict=True)]
-        report.training = TrainingResult(steps, curves[0], curves[1], rel, verdict(max(rel), tolerances))
+            return losses
+
+        got, ref, truth = curve(dev), curve(ref_dev), curve("cpu", torch.float64)
+        native = ref if reference == "cpu" else curve("cpu")
+        rel = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, ref, strict=True)]
+        scale = max(max(abs(v) for v in truth), 1e-30)
+        err = lambda c: max(abs(a - b) for a, b in zip(c, truth, strict=True)) / scale  # noqa: E731
+        ratio = max(err(got), FLOOR) / max(err(native), FLOOR)
+        report.training = TrainingResult(steps, got, ref, rel, verdict_vs_native(ratio), truth, ratio)
     return report
