@@ -37,7 +37,7 @@ print('ops that fell back:', sorted(s.op for s in prof.fallbacks()))
 # %%
 # %%fl_profile --compare minimal -o cmp --top 10
 # NBVAL_IGNORE_OUTPUT
-enc.to(fl.current_device())(seq.to(fl.current_device())).sum().backward()
+enc(seq.to('fl')).sum().backward()  # enc moves to each compared backend for its run, then back
 
 # %%
 rows = {r['op']: r for r in cmp.rows()}
