@@ -43,6 +43,7 @@ enc(seq.to('fl')).sum().backward()  # enc moves to each compared backend for its
 rows = {r['op']: r for r in cmp.rows()}
 print('kernels rocm vs minimal:', cmp.a.kernels, 'vs', cmp.b.kernels)
 print('layer norm paths:', rows['aten::native_layer_norm']['path'])
+print('enc is back on', fl.get_current_backend_name(), '-', next(enc.parameters()).device == fl.current_device())
 
 # %%
 prof.export_chrome_trace('trace.json')

@@ -23,9 +23,11 @@ step() { printf '\n== %s\n' "$*" >&2; }
 
 # The opencl backend's tests need an OpenCL driver: pocl (OpenCL on the CPU) from Debian/Ubuntu where this
 # runs as root with apt; anywhere else they skip, saying why (tests/test_opencl.py).
-if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && ! dpkg -s pocl-opencl-icd >/dev/null 2>&1; then
-  step "an OpenCL driver for the opencl backend: apt-get install pocl-opencl-icd ocl-icd-libopencl1"
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] \
+    && ! { dpkg -s pocl-opencl-icd && dpkg -s libclblast1; } >/dev/null 2>&1; then
+  step "an OpenCL driver for the opencl backend, and CLBlast: apt-get install pocl-opencl-icd ocl-icd-libopencl1 libclblast1"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends pocl-opencl-icd ocl-icd-libopencl1 \
+    libclblast1 \
     >"${TMPDIR:-/tmp}/torch_fl-pocl.log" 2>&1 \
     || echo "scripts/test.sh: could not install pocl (see ${TMPDIR:-/tmp}/torch_fl-pocl.log); the opencl tests will skip" >&2
 elif ! dpkg -s pocl-opencl-icd >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | grep -q libOpenCL.so.1; then

@@ -145,6 +145,48 @@ def test_streams_are_queues_of_their_own():
     assert r.returncode == 0 and "STREAMS-OK" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
 
 
+def test_gemm_through_clblast_follows_float64():
+    """With CLBlast installed (scripts/test.sh installs libclblast1 beside pocl), FL_OPENCL_CLBLAST=1 sends
+    every GEMM through it: plain, transposed, batched and addmm views, float32 and float64, each judged
+    against float64 with native float32's own error as the yardstick. Without it, 1 is refused politely:
+    the plugin says why in its description and keeps its own kernel."""
+    _require_opencl()
+    import ctypes.util
+
+    r = run_py("""
+        import json, torch, torch_fl as fl
+        from torch_fl.runtime import REGISTRY
+        fl.initialize("opencl")
+        torch.manual_seed(0)
+        a, b, c = torch.randn(5, 40, 36), torch.randn(5, 36, 28), torch.randn(40, 28)
+        cases = {
+            "mm": lambda t, d: t(a[0], d) @ t(b[0], d),
+            "mm_transposed": lambda t, d: t(a[0].t().contiguous(), d).t() @ t(b[0].t().contiguous(), d).t(),
+            "bmm": lambda t, d: torch.bmm(t(a, d), t(b, d)),
+            "addmm": lambda t, d: torch.addmm(t(c, d), t(a[1], d), t(b[1], d), beta=0.5, alpha=2.0),
+        }
+        out = {"description": REGISTRY.get("opencl").plugin.description}
+        for name, f in cases.items():
+            for dt in (torch.float32, torch.float64):
+                truth = f(lambda x, d: x.double(), "cpu")
+                got = f(lambda x, d: x.to(d, dt), "fl").cpu().double()
+                native = f(lambda x, d: x.to(dt), "cpu").double()
+                scale = truth.abs().max().item()
+                out[f"{name}/{dt}"] = [(got - truth).abs().max().item() / scale,
+                                       (native - truth).abs().max().item() / scale]
+        print("RESULT", json.dumps(out))
+    """, env={"FL_OPENCL_CLBLAST": "1"})
+    out = _result(r)
+    if ctypes.util.find_library("clblast") is None:
+        assert "CLBlast not installed" in out["description"], out
+        pytest.skip("CLBlast is not installed (apt-get install libclblast1); the plugin's own kernel ran")
+    assert "GEMM: CLBlast on every device (FL_OPENCL_CLBLAST=1)" in out["description"], out
+    for case, errors in out.items():
+        if case != "description":
+            err, native = errors
+            assert err <= 10 * max(native, 1e-7 if "float32" in case else 1e-15), (case, err, native)
+
+
 def test_device_memory_is_not_readable_from_the_host():
     _require_opencl()
     r = run_py("""

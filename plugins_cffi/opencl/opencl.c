@@ -44,6 +44,7 @@
 #include "cl_min.h"
 #include "kernels_cl.h"
 #include "bincache.h"
+#include "clblast.h"
 
 #define NAME "opencl"
 #define UNSUP FL_ERR_UNSUPPORTED
@@ -1988,6 +1989,15 @@ static int gemm_run(dev_t_ *D, fl_stream_t s, int T, int64_t batch, int64_t M, i
     if (batch == 1) { g.abs = g.bbs = g.cbs = 0; }
     cl_mem tmp = NULL, bm = bdd.m;
     if (K == 0) return accum ? FL_OK : fill_bits(D, s, c, 0);
+    if ((T == FL_FLOAT32 || T == FL_FLOAT64) && ocl_clblast_for(D->host_cpu)) { /* CLBlast (clblast.c says when) */
+        int cst = 0;
+        int r = ocl_clblast_gemm(qof(D, s), T == FL_FLOAT64, batch, M, N, K, alpha, ad.m, g.ao, g.ars, g.acs, g.abs,
+                                 bdd.m, g.bo, g.brs, bcs, g.bbs, cd.m, g.co, g.crs, g.cbs, accum, &cst);
+        if (r == 0) return FL_OK;
+        if (r < 0) return fail(FL_ERR_INTERNAL, NAME ": CLBlast's GEMM (%lld x %lld x %lld, batch %lld) failed with "
+                               "status %d; FL_OPENCL_CLBLAST=0 uses the plugin's own kernel", (long long)M, (long long)N,
+                               (long long)K, (long long)batch, cst);
+    }
     if (bcs != 1) { /* B transposed or strided: make it contiguous first */
         fl_tensor_t tb = *b;
         tb.offset = 0;
@@ -2467,7 +2477,16 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->name = NAME;
     p->vendor = g_vendor;
     p->version = "0.1.0";
-    p->description = "OpenCL devices through the system's ICD loader (pocl, or a GPU vendor's driver)";
+    static char desc[256];
+    const char *why = NULL;
+    if (ocl_clblast_version(&why))
+        snprintf(desc, sizeof desc, "OpenCL devices through the system's ICD loader (pocl, or a GPU vendor's driver); "
+                 "GEMM: CLBlast on %s, else the plugin's register-blocked kernel",
+                 ocl_clblast_for(1) ? "every device (FL_OPENCL_CLBLAST=1)" : "GPU and accelerator devices");
+    else
+        snprintf(desc, sizeof desc, "OpenCL devices through the system's ICD loader (pocl, or a GPU vendor's driver); "
+                 "GEMM: the plugin's register-blocked kernel (CLBlast %s)", why ? why : "");
+    p->description = desc;
     p->emulated = 0;
     p->device_count = device_count;
     p->device_props = device_props;

@@ -44,6 +44,7 @@ PLUGIN_VARIABLES = (
     (re.compile(r"^FL_[A-Z0-9_]+_DEVICES$"), "count", 1),
     (re.compile(r"^FL_EMU_ASYNC$"), "bool", 0),  # the emulators' asynchronous mode (plugins_cffi/emulated/async.c)
     (re.compile(r"^FL_OPENCL_CACHE$"), "bool", 0),  # the opencl plugin's program binary cache (bincache.c)
+    (re.compile(r"^FL_OPENCL_CLBLAST$"), "bool", 0),  # the opencl plugin's GEMM through CLBlast (clblast.c)
 )
 # Variables Python reads itself: name -> kind.
 PYTHON_VARIABLES = {"FL_MEMORY_POOL": "bool", "FL_MEMORY_POOL_LIMIT": "size", "FL_CPU_FALLBACK": "bool",
