@@ -150,6 +150,35 @@ def test_torch_profiler_sees_fl_paths():
     assert "fl::aten::mm" in names and "fl::aten::exp" in names
 
 
+def test_torch_profiler_trace_holds_fl_device_kernels(tmp_path):
+    """torch.profiler with ProfilerActivity.PrivateUse1: each fl kernel is a device event in the trace (the
+    op that launched it, its fl device and stream), linked to its CPU op, whose device time key_averages
+    then shows. On an asynchronous device (FL_EMU_ASYNC=1, opencl) the time comes from device events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from torch_fl.runtime import REGISTRY, core
+
+    if not core.lib().fl_core_kineto():
+        pytest.skip("this torch has no PrivateUse1 profiler registry (torch >= 2.10 has)")
+    fl.set_backend("rocm")
+    dev = REGISTRY.device(None)
+    a = torch.randn(128, 128, device="fl")
+    (a @ a).sum().item()  # warm: plans and programs built
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        (a @ a).relu().sum().item()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    kernels = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+    mm = [e for e in kernels if e["name"].startswith("aten::mm")]
+    assert mm and {e["args"]["device"] for e in kernels} == {f"fl:{dev.index}"}, kernels
+    assert mm[0]["dur"] > 0 and mm[0]["args"]["stream"] == 0
+    timing = "device events" if dev.props.async_kernels else "host clock around a synchronous kernel"
+    assert {e["args"]["timing"] for e in kernels} == {timing}
+    booked = {e.key: e.self_device_time_total for e in prof.key_averages()}
+    assert booked.get("aten::mm", 0) > 0, booked
+    assert not core.tracing()  # the recorder is off once the trace ends
+
+
 def test_no_listener_no_events():
     from torch_fl.runtime import events
 

@@ -31,6 +31,8 @@ from .abi import header_path
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(_HERE, "csrc", "fl_core.cpp")
+SOURCES = (SOURCE, os.path.join(_HERE, "csrc", "fl_kineto.cpp"))  # the second: fl kernels in torch.profiler
+HEADERS = (os.path.join(_HERE, "csrc", "fl_trace.h"),)
 STATS_FIELDS = ("allocated", "peak", "cached", "allocations", "hits", "misses", "limit", "device_allocs",
                 "device_frees", "ooms")
 
@@ -45,7 +47,7 @@ def cache_dir() -> str:
 
 def _key() -> str:
     h = hashlib.sha256()
-    for path in (SOURCE, header_path()):
+    for path in (*SOURCES, *HEADERS, header_path()):
         with open(path, "rb") as f:
             h.update(f.read())
     h.update(torch.__version__.encode() + os.path.dirname(torch.__file__).encode()
@@ -74,7 +76,7 @@ def _build(path: str) -> None:
         cmd = [*_compiler(), "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
                f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
                "-isystem", include, "-isystem", os.path.join(include, "torch", "csrc", "api", "include"),
-               "-I", os.path.dirname(header_path()), SOURCE,
+               "-isystem", os.path.join(include, "kineto"), "-I", os.path.dirname(header_path()), *SOURCES,
                "-L", lib, "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{lib}", "-o", tmp]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -135,6 +137,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fl_core_set_default": ([c_int], None),
         "fl_core_current": ([], c_int),
         "fl_core_current_stream": ([c_int], c_void),
+        "fl_core_trace_begin": ([c_int], None),
+        "fl_core_trace_end": ([ctypes.c_char_p], None),
+        "fl_core_kineto": ([], c_int),
         "fl_core_set_pool_enabled": ([c_int], None),
         "fl_core_set_pool_limit": ([c_int, c_i64], c_int),
         "fl_core_empty_cache": ([c_int], c_int),
@@ -185,6 +190,17 @@ def lib() -> ctypes.CDLL:
 
 
 _streams_made: ctypes.c_int64 | None = None
+
+
+_tracing: ctypes.c_int | None = None
+
+
+def tracing() -> bool:
+    """Whether torch.profiler is recording fl kernels (fl_kineto.cpp): Python's kernel calls then report theirs."""
+    global _tracing
+    if _tracing is None:
+        _tracing = ctypes.c_int.in_dll(lib(), "fl_core_tracing")
+    return bool(_tracing.value)
 
 
 def streams_made() -> int:

@@ -154,9 +154,21 @@ class _IntReturn(tuple):
         return super().__new__(cls, ("int", value))
 
 
-def call_kernel(kernel, dev, c_in, n_in: int, c_out, n_out: int, c_args, n_args: int) -> int:
+def call_kernel(kernel, dev, c_in, n_in: int, c_out, n_out: int, c_args, n_args: int, name: str = "") -> int:
     """One kernel call on the thread's current stream: a plugin kernel or a host-C JIT kernel is a
-    function (kernel.fn); a device JIT kernel is the plugin's jit_launch with its handle."""
+    function (kernel.fn); a device JIT kernel is the plugin's jit_launch with its handle. While
+    torch.profiler records the fl device (csrc/fl_kineto.cpp), the launch is recorded under `name`."""
+    if not core.tracing():
+        return _launch(kernel, dev, c_in, n_in, c_out, n_out, c_args, n_args)
+    lib = core.lib()
+    lib.fl_core_trace_begin(dev.index)
+    try:
+        return _launch(kernel, dev, c_in, n_in, c_out, n_out, c_args, n_args)
+    finally:
+        lib.fl_core_trace_end((name or "kernel").encode())
+
+
+def _launch(kernel, dev, c_in, n_in: int, c_out, n_out: int, c_args, n_args: int) -> int:
     handle = getattr(kernel, "handle", None)
     if handle is not None:
         return kernel.launch(handle, dev.stream(), dev.local, c_in, n_in, c_out, n_out, c_args, n_args)
@@ -282,7 +294,7 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
     c_in = ffi.new("fl_tensor_t[]", inputs or 1)
     c_out = ffi.new("fl_tensor_t[]", out_descs or 1)
     c_args = ffi.new("fl_arg_t[]", cargs or 1)
-    status = call_kernel(kernel, dev, c_in, n_in, c_out, n_out, c_args, n_args)
+    status = call_kernel(kernel, dev, c_in, n_in, c_out, n_out, c_args, n_args, f.name)
     if status == abi.FL_ERR_UNSUPPORTED:
         return NOT_HANDLED
     events.KERNELS[0] += 1

@@ -43,6 +43,7 @@
 #include <torch/version.h>
 
 #include "fl_plugin.h"
+#include "fl_trace.h"
 
 #define FL_API extern "C" __attribute__((visibility("default")))
 
@@ -150,7 +151,9 @@ thread_local c10::StreamId t_stream[kMaxDevices] = {};
 }  // namespace
 // Streams made through the guard, all devices: while none is, every current stream is the default one,
 // which Python's kernel calls read from here without a call into the core.
-extern "C" __attribute__((visibility("default"))) volatile int64_t fl_core_streams_made = 0;
+extern "C" {
+__attribute__((visibility("default"))) volatile int64_t fl_core_streams_made = 0;
+}
 namespace {
 
 fl_stream_t stream_handle(Device& d, c10::StreamId id) {
@@ -954,7 +957,9 @@ std::atomic<int64_t> g_watch_n{0};
 }  // namespace
 // Writes into any watched storage so far: a cache reads it (ctypes, no call) and looks at its own storages'
 // generations only when it moved.
-extern "C" __attribute__((visibility("default"))) volatile uint64_t fl_core_watched_writes = 0;
+extern "C" {
+__attribute__((visibility("default"))) volatile uint64_t fl_core_watched_writes = 0;
+}
 namespace {
 
 void note_write(const void* base) {
@@ -1087,6 +1092,76 @@ struct Patch {
   int32_t kind;   // 0: double, 1: wrapped number (0-dim CPU tensor), 2: Scalar
 };
 
+// -------------------------------------------------------------- tracing ---
+// While torch.profiler records the fl device (fl_kineto.cpp), each kernel launch is recorded: on a device
+// whose kernels run after their call returns, with plugin events around it on its stream (device time,
+// resolved when the trace stops against a base event); elsewhere with the host clock around the call.
+
+}  // namespace
+extern "C" {
+__attribute__((visibility("default"))) volatile int fl_core_tracing = 0;  // Python reads it
+}
+namespace {
+
+std::mutex g_trace_mu;
+std::vector<fl_trace::Kernel> g_traced;
+std::vector<std::pair<void*, void*>> g_traced_events;  // per record: its plugin events (or nulls)
+struct TraceBase {
+  void* event = nullptr;
+  int64_t host_ns = 0;
+};
+TraceBase g_trace_base[kMaxDevices];
+thread_local std::vector<uint64_t> t_correlation;
+
+int64_t unix_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool device_timed(const Device& d) {
+  return (d.features & FL_FEATURE_ASYNC_KERNELS) && d.plugin->event_create && d.plugin->event_record &&
+         d.plugin->event_elapsed && d.plugin->event_synchronize && d.plugin->event_destroy;
+}
+
+struct TraceSpan {
+  bool on = false;
+  int index = 0;
+  c10::StreamId stream = 0;
+  int64_t t0 = 0;
+  void* ev0 = nullptr;
+};
+
+TraceSpan trace_begin(int index) {
+  TraceSpan sp;
+  if (!fl_core_tracing || index < 0 || index >= kMaxDevices || !g_devices[index]) return sp;
+  Device& d = *g_devices[index];
+  sp.on = true;
+  sp.index = index;
+  sp.stream = current_stream_id(index);
+  if (device_timed(d) && g_trace_base[index].event && d.plugin->event_create(d.local, &sp.ev0) == FL_OK)
+    d.plugin->event_record(d.local, sp.ev0, stream_handle(d, sp.stream));
+  sp.t0 = unix_ns();
+  return sp;
+}
+
+void trace_end(TraceSpan& sp, const std::string& name) {
+  if (!sp.on) return;
+  Device& d = *g_devices[sp.index];
+  void* ev1 = nullptr;
+  if (sp.ev0 && d.plugin->event_create(d.local, &ev1) == FL_OK)
+    d.plugin->event_record(d.local, ev1, stream_handle(d, sp.stream));
+  int64_t t1 = unix_ns();
+  uint64_t corr = t_correlation.empty() ? 0 : t_correlation.back();
+  std::lock_guard<std::mutex> lock(g_trace_mu);
+  if (!fl_core_tracing) {  // the trace stopped meanwhile
+    if (sp.ev0) d.plugin->event_destroy(d.local, sp.ev0);
+    if (ev1) d.plugin->event_destroy(d.local, ev1);
+    return;
+  }
+  g_traced.push_back({name, sp.index, sp.stream, sp.t0, t1, corr, sp.ev0 && ev1});
+  g_traced_events.push_back({sp.ev0, ev1});
+}
+
 // A kernel as the fast path and kernel graphs call it: a plugin kernel or host-C JIT kernel is a
 // function; a device JIT kernel is the plugin's jit_launch with the handle jit_build gave.
 using fl_launch_fn = decltype(fl_plugin_t::jit_launch);
@@ -1107,6 +1182,7 @@ struct KernelRef {
 
 struct FastPlan {
   KernelRef kernel;
+  std::string name;  // the op, for traces
   int device = 0;  // fl index
   int local = 0;
   std::vector<fl_tensor_t> in, out;
@@ -1211,9 +1287,11 @@ bool run_fast(const FastPlan& plan, torch::jit::Stack* stack, size_t n_args_on_s
       fill_desc(out[j], fresh[j]);
     }
   }
+  TraceSpan span = trace_begin(plan.device);
   int status = plan.kernel(current_stream(*g_devices[plan.device], plan.device), plan.local, in.data(),
                            static_cast<int>(in.size()), out.data(), static_cast<int>(out.size()), args.data(),
                            static_cast<int>(args.size()));
+  trace_end(span, plan.name);
   if (status != FL_OK) return false;
   std::vector<c10::IValue> results;
   results.reserve(plan.returns.size());
@@ -1519,6 +1597,7 @@ FL_API int fl_core_fast_commit(const char* name, void* fn, void* launch, void* h
   if (!pending_is(name) || !kernel.valid()) return 0;
   auto plan = std::make_shared<FastPlan>();
   plan->kernel = kernel;
+  plan->name = name;
   plan->device = device;
   plan->local = local;
   plan->in.assign(in, in + n_in);
@@ -1660,8 +1739,10 @@ FL_API int fl_core_graph_replay(void* graph, void* const* in_src, void* const* o
       const GraphStep& s = g->steps[k];
       std::chrono::steady_clock::time_point t0;
       if (step_ns) t0 = std::chrono::steady_clock::now();
+      TraceSpan span = trace_begin(g->device);
       int status = s.kernel(stream, s.local, s.in.data(), static_cast<int>(s.in.size()), s.out.data(),
                             static_cast<int>(s.out.size()), s.args.data(), static_cast<int>(s.args.size()));
+      if (span.on) trace_end(span, "kernel graph step " + std::to_string(k));
       if (step_ns)
         step_ns[k] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
       if (status != FL_OK) {
@@ -1685,4 +1766,79 @@ FL_API int fl_core_graph_replay(void* graph, void* const* in_src, void* const* o
     }
   }
   return FL_OK;
+}
+
+// ------------------------------------------------------------ fl_trace ---
+
+namespace fl_trace {
+
+void start() {
+  std::lock_guard<std::mutex> lock(g_trace_mu);
+  g_traced.clear();
+  g_traced_events.clear();
+  for (int i = 0; i < g_count.load() && i < kMaxDevices; ++i) {
+    if (!g_devices[i] || !device_timed(*g_devices[i])) continue;
+    Device& d = *g_devices[i];
+    void* ev = nullptr;
+    if (d.plugin->event_create(d.local, &ev) != FL_OK) continue;
+    d.plugin->event_record(d.local, ev, nullptr);
+    d.plugin->event_synchronize(d.local, ev);  // the base: when the work before the trace has run
+    g_trace_base[i] = {ev, unix_ns()};
+  }
+  fl_core_tracing = 1;
+}
+
+std::vector<Kernel> stop() {
+  std::vector<Kernel> out;
+  std::vector<std::pair<void*, void*>> events;
+  {
+    std::lock_guard<std::mutex> lock(g_trace_mu);
+    fl_core_tracing = 0;
+    out.swap(g_traced);
+    events.swap(g_traced_events);
+  }
+  for (size_t k = 0; k < out.size(); ++k) {
+    Kernel& r = out[k];
+    Device& d = *g_devices[r.device];
+    auto [ev0, ev1] = events[k];
+    const TraceBase& base = g_trace_base[r.device];
+    double a = 0, b = 0;
+    if (r.device_timed && base.event && d.plugin->event_synchronize(d.local, ev1) == FL_OK &&
+        d.plugin->event_elapsed(d.local, base.event, ev0, &a) == FL_OK &&
+        d.plugin->event_elapsed(d.local, base.event, ev1, &b) == FL_OK) {
+      r.start_ns = base.host_ns + static_cast<int64_t>(a * 1e6);
+      r.end_ns = base.host_ns + static_cast<int64_t>(b * 1e6);
+    } else {
+      r.device_timed = false;
+    }
+    if (ev0) d.plugin->event_destroy(d.local, ev0);
+    if (ev1) d.plugin->event_destroy(d.local, ev1);
+  }
+  for (int i = 0; i < kMaxDevices; ++i) {
+    if (g_trace_base[i].event && g_devices[i]) g_devices[i]->plugin->event_destroy(g_devices[i]->local, g_trace_base[i].event);
+    g_trace_base[i] = {};
+  }
+  return out;
+}
+
+void push_correlation(uint64_t id) { t_correlation.push_back(id); }
+void pop_correlation() {
+  if (!t_correlation.empty()) t_correlation.pop_back();
+}
+
+}  // namespace fl_trace
+
+// Python's kernel calls, while a trace runs (fl_core_tracing): begin before the call, end after it, on the
+// same thread (a stack, so nested calls pair up).
+namespace {
+thread_local std::vector<TraceSpan> t_spans;
+}
+
+FL_API void fl_core_trace_begin(int index) { t_spans.push_back(trace_begin(index)); }
+
+FL_API void fl_core_trace_end(const char* name) {
+  if (t_spans.empty()) return;
+  TraceSpan sp = t_spans.back();
+  t_spans.pop_back();
+  trace_end(sp, name ? name : "kernel");
 }
