@@ -67,7 +67,8 @@ def test_wheel_carries_every_module_plugin_header_and_source(wheel):
     expected = set()
     for package in PACKAGES:
         expected |= _source_files(package, (".py",))
-    expected |= _source_files("torch_fl/runtime/csrc", (".cpp", ".h"))  # compiled at first use, against the installed torch
+    # compiled at first use, against the installed torch
+    expected |= _source_files("torch_fl/runtime/csrc", (".cpp", ".h"))
     expected |= _bundled_plugins()
     expected |= {"torch_fl/runtime/include/fl_plugin.h", "torch_fl/runtime/include/fl_kernel_util.h",
                  "torch_fl/runtime/include/fl_special_math.h",
