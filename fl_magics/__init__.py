@@ -5,6 +5,8 @@
     %fl_caps [BACKEND]                              the capability explorer widget
     %fl_explain OP [--dtype D]                      the path OP takes on each backend, and why
     %fl_align MODEL INPUTS [TARGET] [--backend X] [--reference Y] [--steps N] [-o NAME]
+    %%fl_align [MODEL INPUTS [TARGET]] [options]     runs the cell, then aligns what it defined
+                                                    (by default model, inputs and, if the cell set it, target)
 
 Each magic is a thin call into torch_fl's Python API (the same call works
 outside IPython); the magic only parses arguments, finds names in the user
@@ -23,7 +25,7 @@ import torch
 
 try:
     from IPython.core.error import UsageError
-    from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+    from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
     from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
     from IPython.display import display
     from traitlets import Integer
@@ -33,6 +35,8 @@ except ModuleNotFoundError as e:  # torch_fl alone installs no IPython: name the
         f"pip install 'torch_fl[jupyter]' (from a checkout: pip install '.[jupyter]')", name=e.name) from e
 
 import torch_fl as fl
+
+_UNSET = object()
 
 
 def _backend_or_usage(name: str) -> str:
@@ -338,24 +342,38 @@ class FlMagics(Magics):
         return None
 
     # -- %fl_align ---------------------------------------------------------------------
-    @line_magic
+    @line_cell_magic
     @magic_arguments()
-    @argument("model", help="name of an nn.Module in the namespace")
-    @argument("inputs", help="name of its input tensor (or tuple of tensors), on the CPU")
-    @argument("target", nargs="?", help="name of a target tensor for the loss")
+    @argument("model", nargs="?", help="name of an nn.Module in the namespace (cell form: default 'model')")
+    @argument("inputs", nargs="?",
+              help="name of its input tensor (or tuple of tensors), on the CPU (cell form: default 'inputs')")
+    @argument("target", nargs="?", help="name of a target tensor for the loss (cell form: 'target' if defined)")
     @argument("--backend", help="backend to check (default: current)")
     @argument("--reference", default="cpu", help='"cpu" (native PyTorch, default) or an fl backend')
     @argument("--steps", type=int,
               help="training steps to compare (0 skips; default: %%config FlMagics.steps, 20)")
     @argument("-o", "--output", metavar="NAME", help="store the AlignmentReport in this variable")
     @argument("--no-plot", action="store_true")
-    def fl_align(self, line: str):
+    def fl_align(self, line: str, cell: str | None = None):
         """Precision alignment of MODEL on a backend against a reference: per-module
-        outputs, gradients, autocast, and a short training run."""
+        outputs, gradients, autocast, and a short training run. As a cell magic the
+        cell runs first (it builds the model and its inputs), then what it defined is
+        aligned: the names given, else `model`, `inputs` and (if defined) `target`."""
         from torch_fl.notebook import alignment_layers, alignment_losses
 
         args = _parse(self.fl_align, line)
         output = output_name(args.output)
+        if cell is not None:
+            __tracebackhide__ = True
+            before = self.shell.user_ns.get("target", _UNSET)
+            run_cell_code(self.shell, cell, display=False)
+            if args.model is None:  # the default names; `target` only where this cell (re)defined it
+                args.model, args.inputs = "model", args.inputs or "inputs"
+                if self.shell.user_ns.get("target", _UNSET) is not before:
+                    args.target = "target"
+        elif not (args.model and args.inputs):
+            raise UsageError("%fl_align MODEL INPUTS [TARGET]: name the model and its inputs in this namespace "
+                             "(or use %%fl_align, whose cell defines model and inputs)")
         model, inputs = self._lookup(args.model), self._lookup(args.inputs)
         target = self._lookup(args.target) if args.target else None
         if not isinstance(model, torch.nn.Module):

@@ -116,6 +116,25 @@ def test_fl_align(shell, capsys):
         shell.run_line_magic("fl_align", "xin xin")
     with pytest.raises(UsageError, match="no variable named 'nothing'"):
         shell.run_line_magic("fl_align", "net nothing")
+    with pytest.raises(UsageError, match="name the model and its inputs"):
+        shell.run_line_magic("fl_align", "net")
+
+
+def test_fl_align_cell_runs_the_cell_then_aligns_what_it_defined(shell, capsys):
+    """%%fl_align: the cell builds the model and its inputs (a Conv -> BatchNorm model, which must align ok:
+    its conv bias gradients are zero by construction), then the magic aligns them."""
+    shell.run_cell_magic("fl_align", "--backend minimal --steps 2 --no-plot -o cellrep",
+                         "torch.manual_seed(0)\n"
+                         "model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), "
+                         "torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 3))\n"
+                         "inputs = torch.randn(2, 3, 6, 6)\ntarget = torch.randn(2, 3)")
+    rep = shell.user_ns["cellrep"]
+    assert rep.backend == "minimal" and rep.verdict == "ok", rep.render()
+    assert "alignment of minimal against native CPU float32" in capsys.readouterr().out
+    assert isinstance(shell.user_ns["model"], torch.nn.Module)  # the cell ran in the user's namespace
+    shell.run_cell_magic("fl_align", "m2 x2 --backend rocm --steps 0 --no-plot -o rep2",
+                         "m2 = torch.nn.Linear(3, 2)\nx2 = torch.randn(4, 3)")
+    assert shell.user_ns["rep2"].training is None and shell.user_ns["rep2"].verdict == "ok"
 
 
 def test_magics_have_help():
