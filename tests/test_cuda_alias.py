@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 import torch
+from conftest import run_py
 
 import torch_fl as fl
 
@@ -469,3 +470,25 @@ def test_a_failure_while_turning_on_leaves_torch_cuda_as_it_was():
     assert r.stdout.splitlines() == ["raised simulated failure", "False False True 0",
                                      "Torch not compiled with CUDA enabled"]
     assert not alias_lines(r.stderr)
+
+
+def test_information_is_not_an_error_box_in_a_notebook():
+    """The alias's one-line notice went to stderr, which JupyterLab renders as a red error box. Inside a
+    Jupyter kernel it goes to stdout; where the application configured logging, through the `torch_fl`
+    logger; in a terminal, to stderr as before."""
+    r = run_py("""
+        import sys, types
+        sys.modules["ipykernel"] = types.ModuleType("ipykernel")  # what a Jupyter kernel has imported
+        from torch_fl.notice import notice
+        notice("torch_fl: a notice")
+    """)
+    assert "torch_fl: a notice" in r.stdout and "a notice" not in r.stderr, (r.stdout, r.stderr)
+    r = run_py("""
+        import logging
+        logging.basicConfig(level=logging.INFO, format="LOGGED %(name)s %(message)s")
+        from torch_fl.notice import notice
+        notice("torch_fl: a notice")
+    """)
+    assert "LOGGED torch_fl torch_fl: a notice" in r.stderr and "a notice" not in r.stdout, (r.stdout, r.stderr)
+    r = run_py("from torch_fl.notice import notice\nnotice('torch_fl: a notice')")
+    assert "torch_fl: a notice" in r.stderr

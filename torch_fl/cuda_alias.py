@@ -47,6 +47,7 @@ from torch.utils import _device as _torch_device
 
 import torch_fl as fl
 from torch_fl.errors import ConfigError, FlError
+from torch_fl.notice import notice
 from torch_fl.runtime import config, streams
 
 ENV = "FL_ALIAS_CUDA"
@@ -113,9 +114,8 @@ def alias_cuda(force: bool = False) -> str:
         _state.update(active=True, forced=bool(force))
         _enter_mode()
     devices = ", ".join(f"cuda:{i} -> {d}" for i, d in enumerate(_devices(backend)))
-    sys.stderr.write(f"torch_fl: cuda alias on: 'cuda' runs on fl backend '{backend}' ({devices}); tensors "
-                     f"report their real device (fl:N)\n")
-    sys.stderr.flush()
+    notice(f"torch_fl: cuda alias on: 'cuda' runs on fl backend '{backend}' ({devices}); tensors report their "
+           f"real device (fl:N)")
     return backend
 
 
@@ -151,8 +151,8 @@ def from_environment() -> str | None:
     try:
         return alias_cuda(force=want == "force")
     except CudaAliasError:
-        sys.stderr.write(f"torch_fl: {ENV}={os.environ[ENV].strip()} ignored: this PyTorch sees a real CUDA device, "
-                         f"so 'cuda' stays CUDA ({ENV}=force aliases it anyway)\n")
+        notice(f"torch_fl: {ENV}={os.environ[ENV].strip()} ignored: this PyTorch sees a real CUDA device, "
+               f"so 'cuda' stays CUDA ({ENV}=force aliases it anyway)")
         return None
 
 
@@ -774,9 +774,8 @@ def _map_pg_backend(backend: Any) -> Any:
         new = ",".join("fl:fl" if p in ("cuda:nccl", "fl:nccl") else p for p in parts)
     if not _state["nccl_said"]:
         _state["nccl_said"] = True
-        sys.stderr.write(f"torch_fl: process group backend '{backend}' runs as the fl process group on backend "
-                         f"'{fl.get_current_backend_name()}' (cuda alias)\n")
-        sys.stderr.flush()
+        notice(f"torch_fl: process group backend '{backend}' runs as the fl process group on backend "
+               f"'{fl.get_current_backend_name()}' (cuda alias)")
     return new
 
 
