@@ -176,7 +176,14 @@ def _zoo(args) -> int:
 def _plugin(args) -> int:
     from torch_fl.check import check_plugin
 
-    report = check_plugin(args.target, ops=args.ops, samples=args.samples, timeout=args.timeout)
+    count = [0]
+
+    def progress(row) -> None:  # one line per decided check on stderr, so minutes of checking are not silent
+        count[0] += 1
+        print(f"[{count[0]}] {row.status:<4} {row.check}", file=sys.stderr, flush=True)
+
+    report = check_plugin(args.target, ops=args.ops, samples=args.samples, timeout=args.timeout,
+                          progress=None if args.json else progress)
     print(report.to_json(indent=1) if args.json else report.render())
     return 0 if report.passed else 1
 

@@ -21,6 +21,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from ..report import Report
@@ -93,8 +94,12 @@ SETUP_S = 600.0
 _SETUP_PHASES = (None, "load", "recording samples")
 
 
-def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: float = 300.0) -> CheckReport:
+def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: float = 300.0,
+                 progress: Callable[[CheckRow], None] | None = None) -> CheckReport:
     """Check the plugin at a path (a lib*.so file) or a discovered backend by name.
+
+    progress, if given, is called with each row as it is decided (the checks take minutes: a terminal
+    shows them as they come).
 
     timeout: seconds one check (one contract group, or one kernel's calls) may take; a check
     that takes longer (a kernel that never returns) is reported as FAIL, its worker is
@@ -116,6 +121,8 @@ def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: floa
         for kind, payload in run.events():
             if kind == "ROW":
                 report.rows.append(CheckRow(**payload))
+                if progress is not None:
+                    progress(report.rows[-1])
             elif kind == "BEGIN" and run.previous:
                 done.add(run.previous)
         if run.finished:
@@ -126,6 +133,8 @@ def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: floa
             report.rows.append(CheckRow("checker", FAIL, why))
             break
         report.rows.append(CheckRow(current, FAIL, run.failure()))
+        if progress is not None:
+            progress(report.rows[-1])
         done.add(current)
         if current in ("load", "recording samples"):
             break

@@ -26,6 +26,7 @@ import warnings
 import torch
 
 from ..errors import FlError
+from ..notice import notice
 from . import private
 from .abi import header_path
 
@@ -71,6 +72,9 @@ def _build(path: str) -> None:
     (atomic: concurrent processes may build at once; a file planted at the name is never written through)."""
     torch_dir = os.path.dirname(torch.__file__)
     include, lib = os.path.join(torch_dir, "include"), os.path.join(torch_dir, "lib")
+    # a minute or more of silence otherwise, once per torch version (the doctor's cold start)
+    notice(f"torch_fl: compiling its C++ core against torch {torch.__version__} (first use; about a minute, "
+           f"cached in {os.path.dirname(path)})")
     with tempfile.TemporaryDirectory(prefix=".build-", dir=os.path.dirname(path)) as tmp_dir:
         tmp = os.path.join(tmp_dir, os.path.basename(path))
         cmd = [*_compiler(), "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
