@@ -168,6 +168,11 @@ def test_coverage_data_matches_explain():
     assert cov.rows["aten::mm"]["float32"] == "native" and cov.rows["aten::mm"]["float64"] == "fallback"
     assert cov.rows["fl::conv_bn_relu"]["float32"] == "native"
     assert json.loads(cov.to_json())["counts"]["native"] >= 2
+    # a dtype the device does not compute in runs on the CPU whatever the op: never D (its parts fall back)
+    mini = fl.coverage("minimal", ops=["aten::gelu", "aten::mm"])
+    assert mini.host_dtypes == ("float64", "float16")
+    assert mini.rows["aten::gelu"]["float64"] == "fallback" and mini.rows["aten::gelu"]["float32"] == "decomposition"
+    assert "the device has no float64, float16: F throughout" in mini.render()
 
 
 def test_figures_are_deterministic_and_built_from_results():

@@ -24,6 +24,9 @@ class Coverage(Report):
     backend: str
     dtypes: tuple[str, ...]
     rows: dict[str, dict[str, str]] = field(default_factory=dict)  # op -> dtype -> path
+    # dtypes no device of the backend computes in: every op in them ends on the CPU fallback, even where
+    # the dispatcher first decomposes it (its parts then fall back), so they are marked F
+    host_dtypes: tuple[str, ...] = ()
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -33,10 +36,11 @@ class Coverage(Report):
         return out
 
     def filter(self, text: str = "", path: str | None = None) -> dict[str, dict[str, str]]:
-        """Rows whose op name contains `text` and (if given) that take `path` in some dtype."""
+        """Rows whose op name contains `text` and (if given) that take `path` in some dtype the device
+        computes in (in the others every op falls back)."""
         t = text.lower()
         return {op: r for op, r in self.rows.items()
-                if t in op.lower() and (path is None or path in r.values())}
+                if t in op.lower() and (path is None or path in [v for d, v in r.items() if d not in self.host_dtypes])}
 
     def to_dict(self) -> dict:
         return {"backend": self.backend, "dtypes": list(self.dtypes), "rows": self.rows, "counts": self.counts()}
@@ -47,7 +51,8 @@ class Coverage(Report):
     def render(self, text: str = "", path: str | None = None, limit: int = 40) -> str:
         rows = self.filter(text, path)
         w = max([len(op) for op in rows] + [10])
-        lines = [f"{self.backend}: {len(self.rows)} ops; N native, D decomposition, J jit, F CPU fallback, - none",
+        lines = [f"{self.backend}: {len(self.rows)} ops; N native, D decomposition, J jit, F CPU fallback, - none"
+                 + (f" (the device has no {', '.join(self.host_dtypes)}: F throughout)" if self.host_dtypes else ""),
                  f"{'op':<{w}}  " + " ".join(f"{d:>8}" for d in self.dtypes)]
         for op, r in list(rows.items())[:limit]:
             lines.append(f"{op:<{w}}  " + " ".join(f"{MARKS.get(r.get(d, 'none'), '?'):>8}" for d in self.dtypes))
@@ -74,9 +79,11 @@ def coverage(backend: str | None = None, ops: list[str] | None = None,
     """The dispatcher's plan for each op and dtype on a backend (default: current)."""
     from .api import resolve_op
     from .dispatch import facts, resolve
+    from .runtime.dtypes import mask_to_names
 
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
-    out = Coverage(b.name, tuple(dtypes))
+    computed = {n for d in b.devices for n in mask_to_names(d.props.dtypes)}
+    out = Coverage(b.name, tuple(dtypes), host_dtypes=tuple(d for d in dtypes if d not in computed))
     for name in ops or all_kernel_ops(b):
         try:
             f = facts(resolve_op(name))
@@ -86,6 +93,6 @@ def coverage(backend: str | None = None, ops: list[str] | None = None,
         for d in dtypes:
             dt = getattr(torch, d)
             plan = b.plans.get((f.func, (dt,))) or resolve(f, b, (dt,))
-            row[d] = "view" if f.is_view else (plan.first or "none")
+            row[d] = "view" if f.is_view else "fallback" if d in out.host_dtypes else (plan.first or "none")
         out.rows[f.name] = row
     return out

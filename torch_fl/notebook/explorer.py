@@ -88,9 +88,11 @@ class CapabilityExplorer:
         rows = cov.filter(self.search.value, path)
         shown = list(rows.items())[: self.limit]
         counts = cov.counts()
+        lacking = (f"; the device has no {html.escape(', '.join(cov.host_dtypes))}: those run on the CPU (F)"
+                   if cov.host_dtypes else "")
         head = (f"{len(rows)} of {len(cov.rows)} ops; N native {counts.get('native', 0)}, D decomposition "
                 f"{counts.get('decomposition', 0)}, J jit {counts.get('jit', 0)}, F fallback "
-                f"{counts.get('fallback', 0)} (op x dtype)<br>")
+                f"{counts.get('fallback', 0)} (op x dtype){lacking}<br>")
         self.ops.value = head + _table(["op"] + list(cov.dtypes),
                                        [[html.escape(op)] + [MARKS.get(r[d], "?") for d in cov.dtypes]
                                         for op, r in shown])
