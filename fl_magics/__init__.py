@@ -331,14 +331,18 @@ class FlMagics(Magics):
     @magic_arguments()
     @argument("op", help='an aten op: "aten::add.Tensor", "add.Tensor", "mm", or "fl::conv_bn_relu"')
     @argument("--dtype", default="float32")
+    @argument("--detail", action="store_true", help="every tier's reason on each backend, not one row each")
     def fl_explain(self, line: str):
-        """Which path OP takes on every backend, and why."""
+        """Which path OP takes on every backend, and why: one row per backend."""
         args = _parse(self.fl_explain, line)
         try:
-            explanations = [fl.explain(args.op, args.dtype, backend=b) for b in fl.available_backends()]
+            table = fl.explain_all(args.op, args.dtype)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        print("\n".join(e.render() for e in explanations))
+        if args.detail:
+            print("\n".join(e.render() for e in table.rows))
+        else:
+            display(table)
         return None
 
     # -- %fl_align ---------------------------------------------------------------------

@@ -89,11 +89,15 @@ def test_fl_caps_and_fl_explain(shell, capsys):
     shell.displayed.clear()
     shell.run_line_magic("fl_caps", "ascend")
     assert any("application/vnd.jupyter.widget-view+json" in d for d in shell.displayed)
+    # one row per backend: its path and why (it printed every tier's reason for each, ~20 lines per op)
+    shell.displayed.clear()
     shell.run_line_magic("fl_explain", "aten::gelu")
-    out = capsys.readouterr().out
-    assert "aten::gelu (float32) on backend 'ascend': decomposition" in out
-    assert "aten::gelu (float32) on backend 'rocm': native" in out
-    shell.run_line_magic("fl_explain", "fl::conv_bn_relu --dtype float32")
+    (table,) = shell.displayed
+    rows = {line.split()[0]: line.split()[1] for line in table["text/plain"].splitlines()[2:]}
+    assert rows["ascend"] == "decomposition" and rows["rocm"] == "native"
+    assert "<td>ascend</td><td><b>decomposition</b></td><td>no native kernel for aten::gelu" in table["text/html"]
+    assert len(table["text/plain"].splitlines()) == 2 + len(fl.available_backends())
+    shell.run_line_magic("fl_explain", "fl::conv_bn_relu --dtype float32 --detail")
     assert "on backend 'ascend': native" in capsys.readouterr().out
     with pytest.raises(UsageError, match="unknown operator"):
         shell.run_line_magic("fl_explain", "not_an_op")
@@ -323,6 +327,7 @@ REPORTS = {
     "BackendReport": fl.list_backends,
     "CapabilityTable": lambda: fl.capabilities("rocm"),
     "Explanation": lambda: fl.explain("mm"),
+    "ExplanationTable": lambda: fl.explain_all("mm"),
     "Profile": _profile,
     "Comparison": lambda: _profile().compare(_profile(), ("a", "b")),
     "AlignmentReport": lambda: fl.align(torch.nn.Linear(3, 2), torch.randn(2, 3), steps=0, amp=False),

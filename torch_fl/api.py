@@ -160,6 +160,46 @@ class Explanation(Report):
         return "\n".join(lines)
 
 
+    _TIERS = ("native", "decomposition", "jit", "fallback")
+
+    def why(self) -> str:
+        """One line: why the earlier tiers did not serve the op, and the tier that does."""
+        if self.path in self._TIERS and len(self.reasons) == len(self._TIERS):
+            return "; ".join(self.reasons[: self._TIERS.index(self.path) + 1])
+        return "; ".join(self.reasons)
+
+
+@dataclass
+class ExplanationTable(Report):
+    """One op and dtype on every backend: one row each, the path and why (`explain_all`)."""
+
+    op: str
+    dtypes: tuple
+    rows: list  # Explanation per backend
+
+    def render(self) -> str:
+        w = max([len(e.backend) for e in self.rows] + [7])
+        pw = max([len(e.path or "NO PATH") for e in self.rows] + [4])
+        lines = [f"{self.op} ({', '.join(self.dtypes)})", f"{'backend':<{w}}  {'path':<{pw}}  why"]
+        lines += [f"{e.backend:<{w}}  {e.path or 'NO PATH':<{pw}}  {e.why()}" for e in self.rows]
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        import html
+
+        rows = "".join(f"<tr><td>{html.escape(e.backend)}</td><td><b>{html.escape(e.path or 'NO PATH')}</b></td>"
+                       f"<td>{html.escape(e.why())}</td></tr>" for e in self.rows)
+        return (f"<b>{html.escape(self.op)}</b> ({html.escape(', '.join(self.dtypes))})"
+                f"<table><tr><th>backend</th><th>path</th><th>why</th></tr>{rows}</table>")
+
+
+def explain_all(op, dtype: torch.dtype | str | tuple = torch.float32) -> ExplanationTable:
+    """`explain` on every available backend: one row each (what %fl_explain shows)."""
+    rows = [explain(op, dtype, backend=b) for b in REGISTRY.available()]
+    name, dtypes = (rows[0].op, rows[0].dtypes) if rows else (str(op), ())
+    return ExplanationTable(name, dtypes, rows)
+
+
 def explain(op, dtype: torch.dtype | str | tuple = torch.float32, backend: str | None = None) -> Explanation:
     """Which path `op` takes on a backend for a dtype, and why.
 
