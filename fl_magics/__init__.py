@@ -273,7 +273,8 @@ class FlMagics(Magics):
     def _show_profile(out, top: int, no_plot: bool) -> None:
         from torch_fl.notebook import comparison_kernels, fallback_paths, time_by_path
 
-        print(out.render(top))
+        # text in a terminal, an HTML table in a notebook (the fixed-width text wraps every row there)
+        display({"text/plain": out.render(top), "text/html": out.html(top)}, raw=True)
         if no_plot:
             return
         if isinstance(out, fl.Comparison):
@@ -302,8 +303,7 @@ class FlMagics(Magics):
                   "torch.compile(model, backend='fl'))")
         for k in sorted(reports):
             print(f"\nfl.fusion_report({k}):\n{reports[k].table()}")
-        print()
-        print(out.render(top))
+        display({"text/plain": out.render(top), "text/html": out.html(top)}, raw=True)
         if not args.no_plot:
             display(comparison_kernels(out))
             for k in sorted(reports):

@@ -60,8 +60,10 @@ def test_fl_profile_cell_keeps_last_expression_and_stores_result(shell, capsys):
     shell.run_cell("x = torch.randn(8, 8, device='fl')")
     shell.displayed.clear()
     shell.run_cell_magic("fl_profile", "-o prof --top 5", "y = torch.tanh(x @ x)\ny.sum().item()")
-    out = capsys.readouterr().out
+    table = next(d for d in shell.displayed if "text/html" in d and "fl profile" in d["text/plain"])
+    out = table["text/plain"]
     assert "fl profile cpu: " in out and "aten::mm" in out and "aten::tanh" in out
+    assert "<td>aten::mm</td>" in table["text/html"]  # an HTML table in a notebook, text in a terminal
     prof = shell.user_ns["prof"]
     assert isinstance(prof, fl.Profile) and {s.op for s in prof.ops()} >= {"aten::mm", "aten::tanh"}
     plotly = [d for d in shell.displayed if "application/vnd.plotly.v1+json" in d]
@@ -195,7 +197,10 @@ def test_figures_are_deterministic_and_built_from_results():
     rep = fl.align(torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh()), torch.randn(4, 3), steps=2, amp=False)
     layers = alignment_layers(rep)
     assert list(layers.data[0].x) == ["0 (Linear)", "1 (Tanh)"]
-    assert len(alignment_losses(rep).data) == 3
+    losses = alignment_losses(rep)
+    assert [t.name for t in losses.data][2:] == ["cpu error vs float64", "native CPU float32 error vs float64"]
+    assert all(v >= 1e-9 for t in losses.data[2:] for v in t.y)  # no zeros to break the log line
+    assert losses.layout.yaxis2.exponentformat == "power"  # 1e-7, not "100n"
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -261,10 +266,12 @@ def test_magic_defaults_are_set_with_config(shell, capsys):
     cell = "y = ((x + 1) * 2 - 3).exp().tanh().abs().sqrt()"  # seven ops
 
     def table_rows(line):
-        capsys.readouterr()
+        shell.displayed.clear()
         shell.run_cell_magic("fl_profile", line, cell)
-        out = capsys.readouterr().out
-        return sum(1 for ln in out.splitlines() if ln.startswith("aten::"))
+        text, page = shell.displayed[0]["text/plain"], shell.displayed[0]["text/html"]
+        rows = sum(1 for ln in text.splitlines() if ln.startswith("aten::"))
+        assert page.count("<tr><td>aten::") == rows  # the notebook's HTML table has the same rows
+        return rows
 
     assert table_rows("--no-plot") == 7  # within the default of 15
     try:

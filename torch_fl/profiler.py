@@ -217,12 +217,12 @@ class Profile(Report):
     def __repr__(self) -> str:
         return f"<fl Profile {self.label or ''} {self.op_calls} calls, {self.kernels} kernels>"
 
-    def html(self) -> str:
-        """The head line and the 20 costliest ops as an HTML table."""
+    def html(self, n: int = 20) -> str:
+        """The head line and the n costliest ops as an HTML table."""
         rows = "".join(
             f"<tr><td>{html.escape(s.op)}</td><td>{s.backend}</td><td>{s.path}</td><td>{s.calls}</td>"
             f"<td>{s.total_s * 1e3:.3f}</td><td>{s.mean_us:.1f}</td><td>{s.kernels}</td>"
-            f"<td>{_fmt_bytes(s.bytes_copied)}</td></tr>" for s in self.top(20))
+            f"<td>{_fmt_bytes(s.bytes_copied)}</td></tr>" for s in self.top(n))
         head = html.escape(self.render(0).split("\n")[0])
         return (f"<b>{head}</b><table><tr><th>op</th><th>backend</th><th>path</th><th>calls</th>"
                 f"<th>total ms</th><th>mean us</th><th>kernels</th><th>copied</th></tr>{rows}</table>")
@@ -274,6 +274,18 @@ class Comparison(Report):
             lines.append(f"{r['op']:<{w}}  {r['path'][0]:<{pw}} {r['path'][1]:<{pw}} "
                          f"{r['kernels'][0]:>{kw}} {r['kernels'][1]:>{kw}} {r['ms'][0]:>{mw}.3f} {r['ms'][1]:>{mw}.3f}")
         return "\n".join(lines)
+
+    def html(self, n: int = 25) -> str:
+        """The head lines and the n costliest ops as an HTML table, a column pair per quantity (the text
+        form wraps every row in a notebook's output area)."""
+        a, b = (html.escape(x) for x in self.names)
+        head = "<br>".join(html.escape(line) for line in self.render(0).split("\n")[:-1])
+        rows = "".join(
+            f"<tr><td>{html.escape(r['op'])}</td><td>{r['path'][0]}</td><td>{r['path'][1]}</td>"
+            f"<td>{r['kernels'][0]}</td><td>{r['kernels'][1]}</td><td>{r['ms'][0]:.3f}</td><td>{r['ms'][1]:.3f}</td></tr>"
+            for r in self.rows()[:n])
+        return (f"<b>{head}</b><table><tr><th>op</th><th>path {a}</th><th>path {b}</th><th>kernels {a}</th>"
+                f"<th>kernels {b}</th><th>ms {a}</th><th>ms {b}</th></tr>{rows}</table>")
 
 
 # -- recording -------------------------------------------------------------------

@@ -77,16 +77,32 @@ def alignment_layers(report, mode: int = 0) -> go.Figure:
     return _layout(fig, f"{report.backend} vs {report.reference} [{m.mode}] per module")
 
 
+ERROR_FLOOR = 1e-9  # an error below this (an exact match) is drawn at it: a log axis has no 0
+
+
 def alignment_losses(report) -> go.Figure:
+    """Both loss curves, and on a log axis each one's error against the float64 run, relative to the float64
+    loss's scale over the run (the alignment's own yardstick; the step-by-step relative difference spiked
+    wherever a loss crossed 0, and its zeros broke the log line apart)."""
     t = report.training
     steps = list(range(1, t.steps + 1))
-    fig = go.Figure([go.Scatter(x=steps, y=t.losses, name=report.backend, mode="lines+markers"),
-                     go.Scatter(x=steps, y=t.reference_losses, name=report.reference, mode="lines+markers",
-                                line={"dash": "dash"}),
-                     go.Scatter(x=steps, y=t.rel_diff, name="rel diff", yaxis="y2", mode="lines",
-                                line={"color": "#d62728"})])
-    fig.update_layout(yaxis={"title": "loss"}, yaxis2={"title": "rel diff", "overlaying": "y", "side": "right",
-                                                       "type": "log"})
+    traces = [go.Scatter(x=steps, y=t.losses, name=report.backend, mode="lines+markers"),
+              go.Scatter(x=steps, y=t.reference_losses, name=report.reference, mode="lines+markers",
+                         line={"dash": "dash"})]
+    if t.float64_losses:
+        scale = max(max(abs(v) for v in t.float64_losses), 1e-30)
+
+        def err(curve):
+            return [max(abs(a - b) / scale, ERROR_FLOOR) for a, b in zip(curve, t.float64_losses, strict=True)]
+
+        traces += [go.Scatter(x=steps, y=err(t.losses), name=f"{report.backend} error vs float64", yaxis="y2",
+                              mode="lines", line={"color": "#d62728"}),
+                   go.Scatter(x=steps, y=err(t.reference_losses), name=f"{report.reference} error vs float64",
+                              yaxis="y2", mode="lines", line={"color": "#d62728", "dash": "dot"})]
+    fig = go.Figure(traces)
+    fig.update_layout(yaxis={"title": "loss"},
+                      yaxis2={"title": "error vs float64", "overlaying": "y", "side": "right", "type": "log",
+                              "exponentformat": "power", "rangemode": "tozero"})
     return _layout(fig, f"training: {report.backend} vs {report.reference}")
 
 

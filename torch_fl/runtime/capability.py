@@ -84,6 +84,26 @@ class CapabilityTable(Report):
             lines.append(f"  note: {n}")
         return "\n".join(lines)
 
+    def html(self) -> str:
+        """The same facts as render(), the devices as a table (the text's long device lines wrap in a notebook)."""
+        import html
+
+        e = html.escape
+        devices = "".join(
+            f"<tr><td>fl:{d.index}</td><td>{e(d.name)}</td><td>{d.total_memory / 2**30:.1f} GiB</td>"
+            f"<td>{e(', '.join(d.dtypes))}</td><td>{'yes' if d.host_accessible else 'no'}</td>"
+            f"<td>{'yes' if d.async_kernels else 'no'}</td><td>{d.compute_units}</td></tr>" for d in self.devices)
+        notes = "".join(f"<br>note: {e(n)}" for n in self.notes)
+        return (f"<b>backend {e(self.backend)}</b> ({'EMULATED' if self.emulated else 'real'}) {e(self.vendor)} "
+                f"{e(self.version)}<br>{e(self.description)}<br>plugin {e(self.plugin_path)} [{e(self.origin)}], "
+                f"ABI v{self.abi_version}<table><tr><th>device</th><th>name</th><th>memory</th><th>dtypes</th>"
+                f"<th>host-accessible</th><th>async kernels</th><th>units</th></tr>{devices}</table>"
+                f"native kernels: {len(self.kernels)} aten overloads; fused: "
+                f"{e(', '.join(self.fused_kernels) or 'none')}"
+                f"<br>autocast dtype: {self.amp_dtype}; streams: {'yes' if self.streams else 'no'}; JIT: "
+                f"{'yes' if self.jit else 'no'}<br>collectives: {self.collectives_path} ({e(self.collectives_note())})"
+                f"{notes}")
+
     def collectives_note(self) -> str:
         """How torch.distributed moves this backend's tensors (torch_fl.distributed)."""
         if self.collectives_path == "plugin":
