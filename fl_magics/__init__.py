@@ -5,6 +5,7 @@
     %fl_caps [BACKEND]                              the capability explorer widget
     %fl_explain OP [--dtype D]                      the path OP takes on each backend, and why
     %fl_align MODEL INPUTS [TARGET] [--backend X] [--reference Y] [--steps N] [-o NAME]
+    %fl_watch MODEL [OPTIMIZER] [-o NAME]           a live per-step view of a training loop
     %%fl_align [MODEL INPUTS [TARGET]] [options]     runs the cell, then aligns what it defined
                                                     (by default model, inputs and, if the cell set it, target)
 
@@ -343,6 +344,31 @@ class FlMagics(Magics):
             print("\n".join(e.render() for e in table.rows))
         else:
             display(table)
+        return None
+
+    # -- %fl_watch ---------------------------------------------------------------------
+    @line_magic
+    @magic_arguments()
+    @argument("model", help="name of the nn.Module the loop trains")
+    @argument("optimizer", nargs="?", help="name of its optimizer: each optimizer.step() ends a step")
+    @argument("-o", "--output", metavar="NAME", default="watch",
+              help="the Watch's name in the namespace (default: watch); call NAME(loss) to record the loss")
+    def fl_watch(self, line: str):
+        """A live view of a training loop: per step the loss, kernels, CPU fallbacks, bytes copied, device
+        memory, and the ops taking each path; it redraws as each step ends."""
+        from torch_fl.notebook import WatchView
+
+        args = _parse(self.fl_watch, line)
+        output = output_name(args.output)
+        model = self._lookup(args.model)
+        if not isinstance(model, torch.nn.Module):
+            raise UsageError(f"{args.model!r} is a {type(model).__name__}, not an nn.Module")
+        opt = self._lookup(args.optimizer) if args.optimizer else None
+        if opt is not None and not isinstance(opt, torch.optim.Optimizer):
+            raise UsageError(f"{args.optimizer!r} is a {type(opt).__name__}, not a torch.optim optimizer")
+        w = fl.watch(model, opt)
+        self.shell.user_ns[output] = w
+        display(WatchView(w))
         return None
 
     # -- %fl_align ---------------------------------------------------------------------

@@ -43,6 +43,7 @@ from .errors import (
 )
 from .profiler import Comparison, Profile, compare_backends, profile
 from .runtime import CapabilityTable, get_include
+from .stepwatch import StepRecord, Watch, watch
 from .transfer import move, non_blocking_to
 
 __version__ = "0.1.0"
@@ -65,6 +66,9 @@ if not cuda_alias.autoload_in_progress():  # the autoload entry point turns it o
     cuda_alias.from_environment()  # FL_ALIAS_CUDA=1: code written for CUDA runs on the active fl backend
 
 __all__ = [
+    "StepRecord",
+    "Watch",
+    "watch",
     "AlignmentReport",
     "FusionReport",
     "compile",

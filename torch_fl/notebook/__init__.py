@@ -12,6 +12,7 @@ from .figures import (
     fusion_patterns,
     time_by_path,
 )
+from .watch_view import WatchView, loss_svg
 
 __all__ = ["CapabilityExplorer", "alignment_layers", "alignment_losses", "comparison_kernels", "fallback_paths",
-           "fusion_figure", "fusion_patterns", "time_by_path"]
+           "fusion_figure", "fusion_patterns", "loss_svg", "time_by_path", "WatchView"]
