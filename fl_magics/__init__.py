@@ -24,6 +24,8 @@ import types
 
 import torch
 
+from .requirements import JUPYTER_PACKAGES
+
 try:
     from IPython.core.error import UsageError
     from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
@@ -33,7 +35,8 @@ try:
 except ModuleNotFoundError as e:  # torch_fl alone installs no IPython: name the extra that does
     raise ModuleNotFoundError(
         f"fl_magics needs IPython ({e.name} is not installed): install torch_fl's jupyter extra, "
-        f"pip install 'torch_fl[jupyter]' (from a checkout: pip install '.[jupyter]')", name=e.name) from e
+        f"pip install 'torch_fl[jupyter]', or, torch_fl being installed already, just its packages (no rebuild "
+        f"of torch_fl): pip install {' '.join(repr(p) for p in JUPYTER_PACKAGES)}", name=e.name) from e
 
 import torch_fl as fl
 

@@ -345,6 +345,7 @@ REPORTS = {
     "ModelCheck": _model_check,
     "FusionReport": lambda: fl.fusion_report(torch.nn.Linear(2, 2)),
     "Measurement": _measurement,
+    "Watch": lambda: fl.watch(),
 }
 
 
@@ -437,3 +438,11 @@ def test_without_ipython_the_import_names_the_extra_to_install():
     """)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "ERR fl_magics needs IPython" in r.stdout and "pip install 'torch_fl[jupyter]'" in r.stdout, r.stdout
+    # and, torch_fl being installed already, the extra's packages alone: no second build of torch_fl's wheel
+    from importlib.metadata import requires
+
+    from fl_magics import JUPYTER_PACKAGES
+
+    extra = sorted(r.split(";")[0].replace(" ", "") for r in requires("torch_fl") if 'extra == "jupyter"' in r)
+    assert sorted(JUPYTER_PACKAGES) == extra, extra
+    assert "pip install " + " ".join(repr(p) for p in JUPYTER_PACKAGES) in r.stdout, r.stdout
