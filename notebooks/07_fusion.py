@@ -12,8 +12,6 @@
 
 # %%
 import torch, torch_fl as fl
-import plotly.io as pio
-pio.renderers.default = 'plotly_mimetype'  # deterministic figure output for nbval
 torch.manual_seed(0)
 # %load_ext fl_magics
 import copy

@@ -70,6 +70,18 @@ def test_notebook_is_built_from_its_source(path):
     assert _cells(nbformat.read(path, as_version=4)) == _cells(build.read_source(source))
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_test_plumbing_stays_out_of_sight(path):
+    """What the reader sees carries no test plumbing: nbval's marker is a cell tag, and Plotly's renderer
+    for nbval comes from the environment (notebooks/conftest.py, build.py), not from a cell."""
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "NBVAL" not in code and "plotly_mimetype" not in code and "pio.renderers" not in code
+    source = open(os.path.splitext(path)[0] + ".py").read()
+    tagged = [c for c in nb.cells if "nbval-ignore-output" in c.metadata.get("tags", [])]
+    assert len(tagged) == source.count("# NBVAL_IGNORE_OUTPUT")
+
+
 def test_every_source_has_its_notebook():
     assert [os.path.splitext(p)[0] for p in build.sources()] == [os.path.splitext(p)[0] for p in NOTEBOOKS]
 
