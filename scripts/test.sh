@@ -34,6 +34,17 @@ elif ! dpkg -s pocl-opencl-icd >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | gr
   echo "scripts/test.sh: no OpenCL driver and no root apt to install pocl; the opencl tests will skip" >&2
 fi
 
+# tests/test_browser.py drives the system's Chromium with Playwright; without it that test skips, saying why.
+# (Debian's chromium; on Ubuntu the package is a snap stub.)
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && ! dpkg -s chromium >/dev/null 2>&1; then
+  step "Chromium for the browser test: apt-get install chromium"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium \
+    >"${TMPDIR:-/tmp}/torch_fl-chromium.log" 2>&1 \
+    || echo "scripts/test.sh: could not install chromium (see ${TMPDIR:-/tmp}/torch_fl-chromium.log); tests/test_browser.py will skip" >&2
+fi
+# what tests keep for people to look at (the browser test's screenshots), outside the temporary folder
+export FL_TEST_ARTIFACTS="${FL_TEST_ARTIFACTS:-$root/test-artifacts}"
+
 step "fresh virtual environment in $work/venv"
 "$python" -m venv "$work/venv"
 # shellcheck disable=SC1091
