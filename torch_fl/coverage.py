@@ -79,7 +79,7 @@ def coverage(backend: str | None = None, ops: list[str] | None = None,
     """The dispatcher's plan for each op and dtype on a backend (default: current)."""
     from .api import resolve_op
     from .dispatch import facts, resolve
-    from .runtime.dtypes import mask_to_names
+    from .runtime import mask_to_names
 
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     computed = {n for d in b.devices for n in mask_to_names(d.props.dtypes)}

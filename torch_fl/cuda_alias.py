@@ -573,7 +573,7 @@ def _set_rng_state_all(new_states) -> None:
         torch.fl.set_rng_state(state, d.index)
 
 
-class Stream(metaclass=streams._FlInstance):
+class Stream(metaclass=streams.FlInstance):
     """torch.cuda.Stream(device=None, priority=0): torch.fl.Stream on the fl device the cuda device names."""
 
     base = torch.Stream
@@ -584,7 +584,7 @@ class Stream(metaclass=streams._FlInstance):
         return streams.Stream(_fl_device(device), priority)
 
 
-class Event(metaclass=streams._FlInstance):
+class Event(metaclass=streams.FlInstance):
     """torch.cuda.Event(enable_timing=False, blocking=False, interprocess=False): a torch.Event on the current
     fl device (plain torch.Event objects: elapsed_time accepts only those)."""
 

@@ -11,7 +11,7 @@ above it and import what is exported here."""
 
 from __future__ import annotations
 
-from . import abi, async_copy, config, core, events, memory, native, plugin, private, spawn
+from . import abi, async_copy, config, core, events, memory, native, plugin, private, spawn, streams
 from . import device as _device_module
 from . import ipc as _ipc
 from .abi import STRING_CODES, ffi, get_include, header_path, special_math_path
@@ -66,6 +66,7 @@ __all__ = [
     "call_kernel", "mask_to_names", "mem_set_zero", "memory", "native", "native_factory", "new_tensor", "not_traced",
     "output_layouts", "plugin",
     "private", "raw", "recording", "register", "run_native", "span", "spawn", "special_math_path", "storage_nbytes",
+    "streams",
     "to_meta",
     "with_bits",
 ]

@@ -30,7 +30,7 @@ def _device(device: Any = None) -> torch.device:
     return d
 
 
-class _FlInstance(type):
+class FlInstance(type):
     """isinstance(s, torch.fl.Stream) is true for any fl torch.Stream (current_stream() returns plain ones)."""
 
     base: type
@@ -39,7 +39,7 @@ class _FlInstance(type):
         return isinstance(obj, cls.base) and obj.device.type == "fl"
 
 
-class Stream(metaclass=_FlInstance):
+class Stream(metaclass=FlInstance):
     """torch.fl.Stream(device=None, priority=0): a stream of the device's pool, a plain torch.Stream (so
     torch's own stream functions accept it): `with s:` or `with torch.fl.stream(s):` makes it current."""
 
@@ -51,7 +51,7 @@ class Stream(metaclass=_FlInstance):
         return torch.Stream(device=_device(device), priority=priority)
 
 
-class Event(metaclass=_FlInstance):
+class Event(metaclass=FlInstance):
     """torch.fl.Event(enable_timing=False, blocking=False, interprocess=False): a torch.Event on an fl device;
     elapsed_time between two of them is device time."""
 
