@@ -104,9 +104,9 @@ class Device:
         addr = core.lib().fl_core_current_stream(self.index)
         return ffi.cast("fl_stream_t", addr) if addr else ffi.NULL
 
-    # Copies on the current stream. The host's side of a copy is done when the call returns (a NULL-stream
-    # copy blocks by the copy contract; on another stream the runtime waits for that stream), and so is a
-    # device copy on a device whose kernels run within their call, which would otherwise overtake it.
+    # Host copies on the current stream, done when the call returns (a NULL-stream copy blocks by the copy
+    # contract; on another stream the runtime waits for that stream). Device copies are the C++ core's
+    # (copy_d2d_on in csrc/fl_core.cpp).
     def copy_h2d(self, dst: int, src: int, nbytes: int) -> None:
         s = self.stream()
         self.plugin.copy_h2d(self.local, dst, src, nbytes, s)
@@ -117,12 +117,6 @@ class Device:
         s = self.stream()
         self.plugin.copy_d2h(self.local, dst, src, nbytes, s)
         if s != ffi.NULL:
-            self.plugin.stream_synchronize(self.local, s)
-
-    def copy_d2d(self, dst: int, src: int, nbytes: int) -> None:
-        s = self.stream()
-        self.plugin.copy_d2d(self.local, dst, src, nbytes, s)
-        if s != ffi.NULL and not self.props.async_kernels:
             self.plugin.stream_synchronize(self.local, s)
 
     def __repr__(self) -> str:
