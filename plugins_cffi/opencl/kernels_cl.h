@@ -296,4 +296,81 @@ static const char *const CL_NN_SRC = FL_CL_PRELUDE
 "          ACC s = 0; for (long k = kb; k < kend; k++) s += (ACC)Ab[i * ars + k * acs] * (ACC)Bb[k * brs + j];\n"
 "          T v = alpha * (T)s; if (!first) v += Cb[i * crs + j]; Cb[i * crs + j] = v; } } } } } }\n";
 
+/* Convolution (float only, T float or double, TN-wide vectors VT; a 1-D one is 2-D with one row): the pieces of
+ * opencl.c's convolution kernels around its GEMM.
+ * im2col / col2im move between an NCHW tensor of any strides and a column buffer covering the nb samples n0..
+ * of a chunk: one row per (channel, tap) k = (c * KH + ki) * KW + kj and one column per (sample, output pixel)
+ * j = s * OH * OW + oh * OW + ow, element (k, j) at k * ks + j * js (opencl.c uses the (j, k) layout: js =
+ * C * KH * KW, ks = 1). Work-items are laid out over 2-D / 3-D ranges and loop over the taps, so that the
+ * index arithmetic has next to no divisions (they dominated a one-element-per-work-item version on pocl).
+ * col2im gathers, one work-item per input element summing the taps that read it: no atomics, and the same
+ * sum in the same order on every run. */
+static const char *const CL_CONV_SRC =
+"#ifdef HAS_FP64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#endif\n"
+"typedef struct { long C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw; long xs[4]; long xoff, n0, nb, ks, js; } conv_t;\n"
+/* range (C, nb * OH * OW): the KH * KW taps of channel ch for column j */
+"__kernel void im2col(__global T *col, __global const T *x, conv_t c) {\n"
+"  int ch = get_global_id(0), j = get_global_id(1), P = (int)(c.OH * c.OW), OW = (int)c.OW;\n"
+"  int s = j / P, p = j - s * P, oh = p / OW, ow = p - oh * OW;\n"
+"  int H = (int)c.H, W = (int)c.W, ih0 = oh * (int)c.sh - (int)c.ph, iw0 = ow * (int)c.sw - (int)c.pw;\n"
+"  __global const T *xc = x + c.xoff + (c.n0 + s) * c.xs[0] + ch * c.xs[1];\n"
+"  __global T *d = col + (long)ch * c.KH * c.KW * c.ks + (long)j * c.js;\n"
+"  for (int ki = 0; ki < (int)c.KH; ki++) {\n"
+"    int ih = ih0 + ki * (int)c.dh; int rok = ih >= 0 && ih < H;\n"
+"    for (int kj = 0; kj < (int)c.KW; kj++, d += c.ks) {\n"
+"      int iw = iw0 + kj * (int)c.dw;\n"
+"      *d = rok && iw >= 0 && iw < W ? xc[ih * c.xs[2] + iw * c.xs[3]] : (T)0; } } }\n"
+/* range (W, H, nb * C) */
+"__kernel void col2im(__global T *x, __global const T *col, conv_t c) {\n"
+"  int w = get_global_id(0), h = get_global_id(1), sc = get_global_id(2), C = (int)c.C, s = sc / C, ch = sc - s * C;\n"
+"  int OH = (int)c.OH, OW = (int)c.OW, KW = (int)c.KW, sh = (int)c.sh, sw = (int)c.sw;\n"
+"  long kbase = (long)ch * c.KH * KW, jbase = (long)s * OH * OW;\n"
+"  T acc = (T)0;\n"
+"  for (int ki = 0; ki < (int)c.KH; ki++) {\n"
+"    int th = h + (int)c.ph - ki * (int)c.dh; if (th < 0) break;\n"
+"    int oh = sh == 1 ? th : th / sh; if (oh * sh != th || oh >= OH) continue;\n"
+"    for (int kj = 0; kj < KW; kj++) {\n"
+"      int tw = w + (int)c.pw - kj * (int)c.dw; if (tw < 0) break;\n"
+"      int ow = sw == 1 ? tw : tw / sw; if (ow * sw != tw || ow >= OW) continue;\n"
+"      acc += col[(kbase + ki * KW + kj) * c.ks + (jbase + oh * OW + ow) * c.js]; } }\n"
+"  x[c.xoff + (c.n0 + s) * c.xs[0] + ch * c.xs[1] + h * c.xs[2] + w * c.xs[3]] = acc; }\n"
+/* dst(b, i, j) = src(b, i, j), both of any strides, one work-item per 16 x 16 tile (range (J/16, I/16, B)):
+ * the transposing copies of a convolution (a (pixel, channel) matrix into NCHW and back) stay within a few
+ * cache lines per work-item, where one element per work-item strides through memory on one side. */
+"typedef struct { long I, J, soff, sb, si, sj, doff, db, di, dj; } tcopy_t;\n"
+"__kernel void tile_copy(__global T *dst, __global const T *src, tcopy_t t) {\n"
+"  long j0 = get_global_id(0) * 16, i0 = get_global_id(1) * 16, b = get_global_id(2);\n"
+"  long ie = min(i0 + 16, t.I), je = min(j0 + 16, t.J);\n"
+"  __global const T *sp = src + t.soff + b * t.sb; __global T *dp = dst + t.doff + b * t.db;\n"
+"  for (long i = i0; i < ie; i++) for (long j = j0; j < je; j++) dp[i * t.di + j * t.dj] = sp[i * t.si + j * t.sj]; }\n"
+/* C (M x N) (+)= A (M x K) @ B (N x K)^T, A and B with unit stride along K: the forward's GEMM against the
+ * weight as it is stored, (O, C/G * KH * KW), so that it is never transposed. One work-item per 4 x 4 block
+ * of C (range (N/4, M/4), work-groups of one, as the gemm kernel), K in TN-wide vectors, then a scalar tail. */
+"typedef struct { long M, N, K, ao, ars, bo, brs, co, crs, accum; } gnt_t;\n"
+"inline T hsum(VT v) { T t[TN]; VSTORE(v, 0, t); T s = (T)0; for (int i = 0; i < TN; i++) s += t[i]; return s; }\n"
+"__kernel __attribute__((reqd_work_group_size(1, 1, 1)))\n"
+"void gemm_nt(__global T *C, __global const T *A, __global const T *B, gnt_t g) {\n"
+"  long j0 = get_global_id(0) * 4, i0 = get_global_id(1) * 4, K = g.K;\n"
+"  int ni = (int)min(4L, g.M - i0), nj = (int)min(4L, g.N - j0);\n"
+"  __global const T *a0 = A + g.ao + i0 * g.ars, *a1 = a0 + (ni > 1 ? g.ars : 0), *a2 = a0 + (ni > 2 ? 2 * g.ars : 0),\n"
+"                   *a3 = a0 + (ni > 3 ? 3 * g.ars : 0);\n"
+"  __global const T *b0 = B + g.bo + j0 * g.brs, *b1 = b0 + (nj > 1 ? g.brs : 0), *b2 = b0 + (nj > 2 ? 2 * g.brs : 0),\n"
+"                   *b3 = b0 + (nj > 3 ? 3 * g.brs : 0);\n"
+"  VT c00 = 0, c01 = 0, c02 = 0, c03 = 0, c10 = 0, c11 = 0, c12 = 0, c13 = 0;\n"
+"  VT c20 = 0, c21 = 0, c22 = 0, c23 = 0, c30 = 0, c31 = 0, c32 = 0, c33 = 0;\n"
+"  long k = 0;\n"
+"  for (; k + TN <= K; k += TN) {\n"
+"    VT x0 = VLOAD(0, a0 + k), x1 = VLOAD(0, a1 + k), x2 = VLOAD(0, a2 + k), x3 = VLOAD(0, a3 + k);\n"
+"    VT y0 = VLOAD(0, b0 + k), y1 = VLOAD(0, b1 + k), y2 = VLOAD(0, b2 + k), y3 = VLOAD(0, b3 + k);\n"
+"    c00 = fma(x0, y0, c00); c01 = fma(x0, y1, c01); c02 = fma(x0, y2, c02); c03 = fma(x0, y3, c03);\n"
+"    c10 = fma(x1, y0, c10); c11 = fma(x1, y1, c11); c12 = fma(x1, y2, c12); c13 = fma(x1, y3, c13);\n"
+"    c20 = fma(x2, y0, c20); c21 = fma(x2, y1, c21); c22 = fma(x2, y2, c22); c23 = fma(x2, y3, c23);\n"
+"    c30 = fma(x3, y0, c30); c31 = fma(x3, y1, c31); c32 = fma(x3, y2, c32); c33 = fma(x3, y3, c33); }\n"
+"  T r[4][4] = {{hsum(c00), hsum(c01), hsum(c02), hsum(c03)}, {hsum(c10), hsum(c11), hsum(c12), hsum(c13)},\n"
+"               {hsum(c20), hsum(c21), hsum(c22), hsum(c23)}, {hsum(c30), hsum(c31), hsum(c32), hsum(c33)}};\n"
+"  __global const T *ar[4] = {a0, a1, a2, a3}, *br[4] = {b0, b1, b2, b3};\n"
+"  for (; k < K; k++) for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) r[i][j] = fma(ar[i][k], br[j][k], r[i][j]);\n"
+"  for (int i = 0; i < ni; i++) for (int j = 0; j < nj; j++) {\n"
+"    __global T *q = C + g.co + (i0 + i) * g.crs + j0 + j; *q = g.accum ? *q + r[i][j] : r[i][j]; } }\n";
+
 #endif
