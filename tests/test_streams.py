@@ -222,6 +222,13 @@ def test_record_stream_holds_a_block_until_the_stream_passes_its_free(rocm):
     _check_record_stream(234_567, 8)
 
 
+def test_record_stream_of_another_device_is_refused(rocm):
+    x = torch.ones(4, device="fl")
+    other = next(d for d in fl.runtime.REGISTRY.devices if d.index != x.get_device())
+    with pytest.raises(RuntimeError, match="record_stream: the stream is on fl:.*record a stream of the tensor's"):
+        x.record_stream(torch.Stream(device=other.torch_device))
+
+
 def test_training_on_a_side_stream(rocm):
     _check_training_on_a_side_stream()
 

@@ -860,6 +860,9 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::
 // device when it is too small, keeping its bytes, as resize_ does on CUDA.
 // Tensor.record_stream(s): the caching pool then reuses the block only after s's work at the free is done.
 void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1 && stream.device_index() == self.get_device(),
+              "record_stream: the stream is on ", stream.device(), ", the tensor on ", self.device(),
+              "; record a stream of the tensor's own device");
   if (self.storage().data_ptr().get() != nullptr) g_allocator.recordStream(self.storage().data_ptr(), stream);
 }
 
