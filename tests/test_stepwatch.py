@@ -61,9 +61,9 @@ def test_watch_kernel_counts_agree_with_a_profile():
 
 def test_fl_watch_magic_shows_a_view_that_redraws(monkeypatch):
     pytest.importorskip("IPython")
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.core.interactiveshell import InteractiveShell
 
-    ip = start_ipython()
+    ip = InteractiveShell.instance()  # the one shell of the process (test_notebook_layer.py's too)
     shown = []
     monkeypatch.setattr("fl_magics.display", lambda obj, **kw: shown.append(obj))
     ip.run_line_magic("load_ext", "fl_magics")
