@@ -46,8 +46,8 @@ META = re.compile(r'\s*(?P<key>\w+)=(?P<value>\[[^\]]*\]|"[^"]*"|\S+)')
 MAGIC = re.compile(r"^# (?P<magic>%%?[A-Za-z].*)$")
 IGNORE_OUTPUT = "# NBVAL_IGNORE_OUTPUT"  # in a source; the built notebook carries nbval's tag instead
 # Plotly's figures as their JSON (the mime bundle), not HTML with random element ids: what nbval can compare.
-# The build's kernels and nbval's (notebooks/conftest.py) get it from the environment, so no notebook cell
-# has to say it.
+# The build's kernels and nbval's (tests/conftest.py, scripts/test.sh) get it from the environment, so no
+# notebook cell has to say it.
 RENDERER = ("PLOTLY_RENDERER", "plotly_mimetype")
 
 

@@ -64,6 +64,8 @@ pip install -q "$wheel[test]"
 step "pytest against the installed package"
 cd "$root"
 export FL_TEST_INSTALLED=1 FL_TEST_WHEEL="$wheel" FL_TEST_SDIST="$sdist"
+# the notebooks' Plotly figures as their JSON mime bundle, comparable by nbval (notebooks/build.py does the same)
+export PLOTLY_RENDERER=plotly_mimetype
 # `python -m torch_fl.cli ...` started by a test from this directory must not import the source tree
 export PYTHONSAFEPATH=1
 set +e

@@ -9,6 +9,11 @@ import torch
 import torch_fl as fl
 from torch_fl.runtime import get_include
 
+# nbval's kernels (the notebooks run in the same session) draw Plotly figures as their JSON mime bundle:
+# deterministic and comparable; notebooks/build.py gives its kernels the same, so no notebook cell says it.
+# (scripts/test.sh exports it too, for a run of the notebooks alone.)
+os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype")
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 

@@ -73,7 +73,7 @@ def test_notebook_is_built_from_its_source(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 def test_test_plumbing_stays_out_of_sight(path):
     """What the reader sees carries no test plumbing: nbval's marker is a cell tag, and Plotly's renderer
-    for nbval comes from the environment (notebooks/conftest.py, build.py), not from a cell."""
+    for nbval comes from the environment (tests/conftest.py, scripts/test.sh, build.py), not from a cell."""
     nb = nbformat.read(path, as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "NBVAL" not in code and "plotly_mimetype" not in code and "pio.renderers" not in code

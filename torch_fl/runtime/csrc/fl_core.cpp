@@ -588,6 +588,8 @@ struct FlGuard final : public c10::impl::DeviceGuardImplInterface {
   // Whether the stream's work is done, without waiting: an event recorded at its end, queried.
   bool queryStream(const c10::Stream& stream) const override {
     Device& d = device_at(stream.device_index());
+    // a device whose kernels run within their call: the runtime waits for any copy it queues on a stream
+    if (!(d.features & FL_FEATURE_ASYNC_KERNELS)) return true;
     if (!(d.plugin->event_create && d.plugin->event_record && d.plugin->event_query && d.plugin->event_destroy))
       return true;  // no events: the plugin's work completes within its calls
     void* ev = nullptr;
