@@ -12,7 +12,7 @@ copied and the name is rebound to the copy for the run."""
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -32,14 +32,15 @@ def code_names(code: types.CodeType) -> set[str]:
 def _on_fl(obj: Any) -> torch.device | None:
     """The fl device obj lives on, or None (not fl, or split over several devices)."""
     if isinstance(obj, torch.Tensor):
-        return obj.device if obj.device.type == "fl" else None
-    if isinstance(obj, torch.nn.Module):
+        devices = {obj.device}
+    elif isinstance(obj, torch.nn.Module):
         devices = {t.device for t in [*obj.parameters(), *obj.buffers()]}
-        return next(iter(devices)) if len(devices) == 1 and next(iter(devices)).type == "fl" else None
-    if isinstance(obj, torch.optim.Optimizer):
+    elif isinstance(obj, torch.optim.Optimizer):
         devices = {p.device for g in obj.param_groups for p in g["params"]}
-        return next(iter(devices)) if len(devices) == 1 and next(iter(devices)).type == "fl" else None
-    return None
+    else:
+        return None
+    only = next(iter(devices)) if len(devices) == 1 else None
+    return only if only is not None and only.type == "fl" else None
 
 
 class Slot:
@@ -112,6 +113,3 @@ class placed:
     def __exit__(self, *exc: Any) -> None:
         for s in self.slots:
             s.restore()
-
-    def __iter__(self) -> Iterator[Slot]:
-        return iter(self.slots)
