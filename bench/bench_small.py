@@ -1,0 +1,325 @@
+"""Small models, where the host's cost per op sets the step time: one SGD training step per model
+and backend, eager fl, compiled fl, replayed fl, native CPU eager and native CPU under inductor,
+side by side in one run.
+
+    python bench/bench_small.py                       # every model on cpu, rocm, ascend, minimal
+    python bench/bench_small.py --quick               # fewer rounds, a smoke run
+    python bench/bench_small.py --models mlp bert --backends rocm minimal
+    python bench/bench_small.py --no-inductor         # skip native CPU under torch.compile
+
+Models (training mode, dropout 0 so that replay applies; SGD lr 1e-3, gradients set to None):
+  mlp   MLP 64-256-256-10 (GELU), batch 4, cross-entropy
+  bert  transformers BertForSequenceClassification, 2 layers, hidden 32, 2 heads, intermediate 64,
+        batch 2, seq 8, 2 labels (the model's own loss)
+  conv  conv 3->16 + BN + ReLU, conv 16->16 stride 2 + BN + ReLU, global pool, linear 16->10;
+        batch 2, 3x16x16, cross-entropy
+  lstm  nn.LSTM 2 layers, input 32, hidden 64, batch_first, linear 64->10 on the last step;
+        batch 4, seq 16, cross-entropy
+
+Columns, each one training step (forward, loss, backward, optimizer step), in microseconds:
+  native    the model on CPU tensors in plain PyTorch (eager)
+  inductor  the same under torch.compile (inductor), what a CPU user would pick instead; skipped,
+            with the reason, when inductor does not work here
+  eager     the model on the backend's fl device, no compilation
+  compiled  torch.compile(model, backend="fl")
+  replayed  torch.compile(model, backend="fl", options={"replay": True}): the forward and backward
+            graphs recorded once as kernel lists and replayed by the C core (docs/fusion.md)
+Every fl step ends with torch.fl.synchronize(). Timing: after a warm-up (compilation, recording),
+--rounds rounds; in each round every column runs --steps steps back to back, the columns in a
+rotated order (this machine's speed drifts for seconds at a time); a column's figure is the median
+over rounds of its time per step. Ratios: eager / native, compiled / eager, replayed / native,
+inductor / native. One thread by default (torch.set_num_threads(1); --threads to change), which
+is also the plugins' OpenMP team size (they share torch's OpenMP runtime).
+
+A column that fails prints its error's first line below the table instead of stopping the run."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+import torch_fl as fl
+
+COLUMNS = ("native", "inductor", "eager", "compiled", "replayed")
+MODELS = ("mlp", "bert", "conv", "lstm")
+BACKENDS = ("cpu", "rocm", "ascend", "minimal")
+TITLES = {"mlp": "MLP 64-256-256-10 b4", "bert": "BERT 2 layers h32 b2 s8",
+          "conv": "conv net 2x(conv+bn+relu) b2 16x16", "lstm": "LSTM 2 layers h64 b4 s16"}
+
+
+class _LSTMNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(32, 64, num_layers=2, batch_first=True)
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(x)
+        return self.head(out[:, -1])
+
+
+def _ce(out, batch):
+    return nn.functional.cross_entropy(out, batch["y"])
+
+
+def _hf_loss(out, batch):
+    return out.loss
+
+
+def make(name: str) -> tuple[str, nn.Module, dict, Callable]:
+    """(title, model on the CPU, batch of CPU tensors: model kwargs, plus "y" for the loss, loss function)."""
+    torch.manual_seed(0)
+    if name == "mlp":
+        m = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 10))
+        return "MLP 64-256-256-10 b4", m, {"x": torch.randn(4, 64), "y": torch.randint(0, 10, (4,))}, _ce
+    if name == "conv":
+        m = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.Conv2d(16, 16, 3, stride=2), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+        return ("conv net 2x(conv+bn+relu) b2 16x16", m,
+                {"x": torch.randn(2, 3, 16, 16), "y": torch.randint(0, 10, (2,))}, _ce)
+    if name == "lstm":
+        return "LSTM 2 layers h64 b4 s16", _LSTMNet(), {"x": torch.randn(4, 16, 32),
+                                                         "y": torch.randint(0, 10, (4,))}, _ce
+    if name == "bert":
+        import transformers
+
+        cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0, num_labels=2)
+        m = transformers.BertForSequenceClassification(cfg)
+        batch = {"input_ids": torch.randint(0, 100, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long),
+                 "labels": torch.randint(0, 2, (2,))}
+        return "BERT 2 layers h32 b2 s8", m, batch, _hf_loss
+    raise ValueError(name)
+
+
+def _call(model: nn.Module, batch: dict):
+    if "x" in batch:
+        return model(batch["x"])
+    return model(**batch)
+
+
+def stepper(model: nn.Module, params, batch: dict, loss_fn: Callable, sync: Callable[[], None]) -> Callable:
+    """One SGD training step of `model` (possibly compiled) whose parameters are `params`."""
+    opt = torch.optim.SGD(list(params), lr=1e-3)
+    inputs = {k: v for k, v in batch.items() if k != "y"}
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(_call(model, inputs), batch)
+        loss.backward()
+        opt.step()
+        sync()
+
+    return step
+
+
+def _first_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+class Column:
+    """One column of a row: its step function, or why it has none."""
+
+    def __init__(self, name: str, build: Callable[[], Callable], warm: int) -> None:
+        self.name, self.step, self.error, self.times = name, None, None, []
+        try:
+            step = build()
+            for _ in range(warm):
+                step()
+            self.step = step
+        except Exception as e:  # a failing column is reported, not fatal
+            self.error = _first_line(e)
+
+    def run(self, steps: int) -> None:
+        if self.step is None:
+            return
+        try:
+            t0 = time.perf_counter_ns()
+            for _ in range(steps):
+                self.step()
+            self.times.append((time.perf_counter_ns() - t0) / steps / 1e3)
+        except Exception as e:
+            self.step, self.error = None, _first_line(e)
+
+    @property
+    def us(self) -> float | None:
+        return statistics.median(self.times) if self.step is not None and self.times else None
+
+
+def _to(batch: dict, dev) -> dict:
+    return {k: v.to(dev) for k, v in batch.items()}
+
+
+def native_columns(name: str, args: argparse.Namespace) -> dict[str, Callable]:
+    """Builders of the native CPU columns of one model (shared by its rows, so inductor compiles once)."""
+    _, model, batch, loss_fn = make(name)
+    eager = copy.deepcopy(model).train()
+    builders: dict[str, Callable] = {"native": lambda: stepper(eager, eager.parameters(), batch, loss_fn, _nosync)}
+    if args.inductor_error is None:
+        ind_model = copy.deepcopy(model).train()
+        compiled = torch.compile(ind_model)
+        builders["inductor"] = lambda: stepper(compiled, ind_model.parameters(), batch, loss_fn, _nosync)
+    return builders
+
+
+def _nosync() -> None:
+    pass
+
+
+def fl_columns(name: str, backend: str) -> dict[str, Callable]:
+    """Builders of the fl columns of one model on one backend (the backend already selected)."""
+    _, model, batch, loss_fn = make(name)
+    dev = fl.device(backend)
+    sync = torch.fl.synchronize
+    fl_batch = _to(batch, dev)
+
+    def eager():
+        m = copy.deepcopy(model).train().to(dev)
+        return stepper(m, m.parameters(), fl_batch, loss_fn, sync)
+
+    def compiled():
+        m = copy.deepcopy(model).train().to(dev)
+        return stepper(torch.compile(m, backend="fl"), m.parameters(), fl_batch, loss_fn, sync)
+
+    def replayed():
+        m = copy.deepcopy(model).train().to(dev)
+        c = torch.compile(m, backend="fl", options={"replay": True})
+        replayed.compiled = c
+        return stepper(c, m.parameters(), fl_batch, loss_fn, sync)
+
+    return {"eager": eager, "compiled": compiled, "replayed": replayed}
+
+
+def replay_status(builder) -> str:
+    c = getattr(builder, "compiled", None)
+    if c is None:
+        return ""
+    try:
+        status = [g.replay for g in fl.fusion_report(c).graphs if g.replay is not None]
+    except Exception as e:
+        return f"report failed: {_first_line(e)}"
+    return "; ".join(str(s) for s in status) if status else "no replayable graph"
+
+
+def measure_row(name: str, backend: str, native: dict[str, Callable], args: argparse.Namespace) -> dict:
+    fl.set_backend(backend)
+    builders = dict(native)
+    fl_builders = fl_columns(name, backend)
+    builders.update(fl_builders)
+    cols = [Column(c, builders[c], args.warmup) for c in COLUMNS if c in builders]
+    for r in range(args.rounds):
+        k = r % len(cols)
+        for col in cols[k:] + cols[:k]:
+            col.run(args.steps)
+    out = {"model": name, "backend": backend, "us": {c.name: c.us for c in cols},
+           "errors": {c.name: c.error for c in cols if c.error}, "replay": replay_status(fl_builders["replayed"])}
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"x{a / b:.2f}" if a is not None and b else "-"
+
+
+def _cell(us: float | None) -> str:
+    return f"{us:.0f}" if us is not None else "-"
+
+
+def print_table(rows: list[dict], titles: dict[str, str], inductor: bool) -> None:
+    head = ["model", "backend", "native us", "eager us", "compiled us", "replayed us"]
+    if inductor:
+        head.append("inductor us")
+    head += ["eager/native", "compiled/eager", "replayed/native"]
+    if inductor:
+        head.append("inductor/native")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    last = None
+    for r in rows:
+        us = r["us"]
+        cells = [titles[r["model"]] if r["model"] != last else "", r["backend"], _cell(us.get("native")),
+                 _cell(us.get("eager")), _cell(us.get("compiled")), _cell(us.get("replayed"))]
+        if inductor:
+            cells.append(_cell(us.get("inductor")))
+        cells += [_ratio(us.get("eager"), us.get("native")), _ratio(us.get("compiled"), us.get("eager")),
+                  _ratio(us.get("replayed"), us.get("native"))]
+        if inductor:
+            cells.append(_ratio(us.get("inductor"), us.get("native")))
+        print("| " + " | ".join(cells) + " |")
+        last = r["model"]
+    notes = [(r, c, e) for r in rows for c, e in r["errors"].items()]
+    for r, c, e in notes:
+        print(f"  {r['model']} {r['backend']} {c}: {e}")
+    for r in rows:
+        if r["replay"]:
+            print(f"  {r['model']} {r['backend']} replay: {r['replay']}")
+
+
+def check_inductor() -> str | None:
+    """None when inductor compiles and runs a small training step here, else why not (first line)."""
+    try:
+        m = nn.Linear(4, 2)
+        c = torch.compile(m)
+        c(torch.randn(3, 4)).sum().backward()
+        return None
+    except Exception as e:
+        return _first_line(e)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    ap.add_argument("--backends", nargs="+", default=list(BACKENDS))
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and steps: a smoke run")
+    ap.add_argument("--rounds", type=int, help="rounds of alternating columns (default 15, --quick 5)")
+    ap.add_argument("--steps", type=int, help="steps of each column per round (default 5, --quick 2)")
+    ap.add_argument("--warmup", type=int, default=3, help="steps before timing (compilation, recording)")
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--no-inductor", action="store_true", help="skip native CPU under torch.compile")
+    args = ap.parse_args()
+    args.rounds = args.rounds or (5 if args.quick else 15)
+    args.steps = args.steps or (2 if args.quick else 5)
+    torch.set_num_threads(args.threads)
+    # every column compiles the same forward code (one Dynamo cache entry per model instance): room for all
+    for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 256)
+    warnings.filterwarnings("ignore")
+    args.inductor_error = "--no-inductor" if args.no_inductor else check_inductor()
+    titles = {m: TITLES[m] for m in args.models}
+    print(f"bench_small: torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); "
+          f"{args.rounds} rounds x {args.steps} steps per column, medians; SGD training step, us per step")
+    if args.inductor_error is not None:
+        print(f"native inductor column skipped: {args.inductor_error}")
+    rows = []
+    t0 = time.perf_counter()
+    for name in args.models:
+        try:
+            native = native_columns(name, args)
+        except Exception as e:  # e.g. transformers missing: the model's rows say why
+            print(f"  {name}: {_first_line(e)}")
+            continue
+        for backend in args.backends:
+            try:
+                rows.append(measure_row(name, backend, native, args))
+            except Exception as e:
+                rows.append({"model": name, "backend": backend, "us": {}, "errors": {"row": _first_line(e)},
+                             "replay": ""})
+            print(f"  done {name} {backend} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {time.perf_counter() - t0:.0f} s")
+    print_table(rows, titles, args.inductor_error is None)
+
+
+if __name__ == "__main__":
+    main()
