@@ -435,6 +435,8 @@ class FlMagics(Magics):
 
 
 def load_ipython_extension(ipython) -> None:
+    import torch_fl.notebook  # noqa: F401 - registers the progress bar long runs show in a notebook
+
     ipython.register_magics(FlMagics)
 
 

@@ -40,7 +40,8 @@ def test_template_plugin_passes(template_lib):
         assert any(line.startswith(check) and " PASS " in line for line in r.stdout.splitlines()), check
     # each check is said on stderr as it is decided: minutes of checking are not silent
     progress = [line for line in r.stderr.splitlines() if line.startswith("[")]
-    assert progress[0] == "[1] PASS load" and len(progress) == len(r.stdout.strip().splitlines()) - 3, r.stderr[-2000:]
+    assert progress[0] == "[1] plugin check: PASS load", r.stderr[-2000:]
+    assert len(progress) == len(r.stdout.strip().splitlines()) - 3, r.stderr[-2000:]
 
 
 def test_wrong_answers_crashes_duplicates_and_contract_violations(test_plugins):

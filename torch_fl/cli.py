@@ -97,15 +97,17 @@ def _coverage(args) -> int:
 
     import torch_fl as fl
     from torch_fl.opcoverage import CoverageReport, OpResult, run_coverage
+    from torch_fl.progress import Lines
 
     dtype = _dtype(args.dtype)
     if args.worker:
-        def progress(k, n, name):
+        def begin(name):
             print(f"@@BEGIN {name}", flush=True)
-            print(f"[{k + 1}/{n}] {name}", file=sys.stderr, flush=True)
 
+        # the worker's stderr is the terminal's: one line per op ended (stdout is the parent's protocol)
         run_coverage(args.backend, args.ops, dtype, args.samples, cpu_fallback=not args.no_fallback,
-                     state_file=args.state, progress=progress)
+                     state_file=args.state, progress=Lines(f"coverage on {args.backend}", None, sys.stderr),
+                     on_begin=begin)
         return 0
     state = args.state or tempfile.mkstemp(suffix=".jsonl", prefix="fl_coverage_")[1]
     backend = args.backend or fl.get_current_backend_name()
@@ -156,11 +158,9 @@ def _zoo(args) -> int:
         raise ValueError(f"no zoo model {', '.join(unknown)} (torch-fl zoo --list names them)")
     backends = args.backends.split(",") if args.backends else None
 
-    def progress(r):
-        print(f"[zoo] {r.model} on {r.backend}: {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f}s)", file=sys.stderr,
-              flush=True)
+    from torch_fl.progress import Lines
 
-    report = zoo.run_zoo(names, backends, progress)
+    report = zoo.run_zoo(names, backends, Lines("zoo", None, sys.stderr))
     curves = [zoo.train_curve(args.train, b, steps=args.steps) for b in report.backends] if args.train else []
     if args.json:
         print(report.to_json(indent=1))
@@ -175,15 +175,11 @@ def _zoo(args) -> int:
 
 def _plugin(args) -> int:
     from torch_fl.check import check_plugin
+    from torch_fl.progress import Lines
 
-    count = [0]
-
-    def progress(row) -> None:  # one line per decided check on stderr, so minutes of checking are not silent
-        count[0] += 1
-        print(f"[{count[0]}] {row.status:<4} {row.check}", file=sys.stderr, flush=True)
-
+    # one line per decided check on stderr, so minutes of checking are not silent
     report = check_plugin(args.target, ops=args.ops, samples=args.samples, timeout=args.timeout,
-                          progress=None if args.json else progress)
+                          progress=False if args.json else Lines("plugin check", None, sys.stderr))
     print(report.to_json(indent=1) if args.json else report.render())
     return 0 if report.passed else 1
 

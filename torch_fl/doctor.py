@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .progress import Reporter
+from .progress import start as start_progress
 from .report import Report
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -201,6 +203,58 @@ def check_model(ref: Reference, device: torch.device | str) -> ModelCheck:
     return check
 
 
+@dataclass
+class DoctorReport(Report):
+    """Every case on every backend, judged as `check_model` judges one (what `torch-fl doctor` prints)."""
+
+    checks: dict[str, list[ModelCheck]]  # backend -> one check per case
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for cs in self.checks.values() for c in cs)
+
+    def render(self) -> str:
+        lines = []
+        for backend, cs in self.checks.items():
+            lines.append(f"backend {backend}:")
+            lines += [c.render() for c in cs]
+        failures = sum(not c.ok for cs in self.checks.values() for c in cs)
+        lines.append("doctor: all backends OK" if not failures else f"doctor: {failures} check(s) FAILED")
+        return "\n".join(lines)
+
+
+def run_doctor(backends: list[str] | None = None, full: bool = False, progress: bool | Reporter = True,
+               cases: list[Case] | None = None) -> DoctorReport:
+    """`torch-fl doctor`'s model checks as a Python call: the CPU references once, then each case (default:
+    ResNet-50 and a Transformer encoder, at the article's sizes when `full`) on each backend (default: every
+    available one). Minutes of work, so each step is shown as it ends (torch_fl.progress: lines in a
+    terminal, a bar in a notebook); progress=False for none."""
+    from .api import available_backends, current_device, using_backend
+
+    names = backends or available_backends()
+    cases = cases or default_cases(full)
+    shown = start_progress("doctor", len(cases) * (1 + len(names)), progress)
+    step = 0
+    report = DoctorReport({})
+    try:
+        refs = []
+        for case in cases:
+            refs.append(reference(case))
+            step += 1
+            shown.update(step, f"{case.label}: CPU float64 and float32 reference runs")
+        for name in names:
+            with using_backend(name):
+                for ref in refs:
+                    check = check_model(ref, current_device())
+                    report.checks.setdefault(name, []).append(check)
+                    step += 1
+                    shown.update(step, f"{check.label} on {name}: {'OK' if check.ok else 'MISMATCH'} "
+                                       f"({check.seconds:.1f}s)", failed=not check.ok)
+    finally:
+        shown.close()
+    return report
+
+
 def _problems(c: ModelCheck) -> list[str]:
     out = []
     if not c.grads_on_device:
@@ -231,5 +285,5 @@ def default_cases(full: bool = False) -> list[Case]:
                  seq, torch.randn(4, 32, 128, generator=g), nn.functional.mse_loss)]
 
 
-__all__ = ["Case", "ModelCheck", "Reference", "Run", "check_model", "default_cases", "grad_err", "reference",
-           "rel_err", "run_case"]
+__all__ = ["Case", "DoctorReport", "ModelCheck", "Reference", "Run", "check_model", "default_cases", "grad_err",
+           "reference", "rel_err", "run_case", "run_doctor"]

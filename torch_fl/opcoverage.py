@@ -27,6 +27,8 @@ import torch
 
 from .api import cpu_fallback_enabled, set_cpu_fallback
 from .dispatch import tensors_in
+from .progress import Reporter
+from .progress import start as start_progress
 from .report import Report
 from .runtime import REGISTRY, events
 
@@ -474,10 +476,13 @@ def _finished_ops(state_file: str | None) -> dict[str, OpResult]:
 
 def run_coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: torch.dtype = torch.float32,
                  samples: int = 4, cpu_fallback: bool | None = None, state_file: str | None = None,
-                 progress: Callable[[int, int, str], None] | None = None) -> CoverageReport:
+                 progress: bool | Reporter = True,
+                 on_begin: Callable[[str], None] | None = None) -> CoverageReport:
     """OpInfo coverage of a backend. ops: globs over OpInfo names, comma-separated
     ("matrix_exp,linalg.eigh,as_strided*"), or a list of names. state_file: JSON
-    lines of finished ops; a rerun skips them."""
+    lines of finished ops; a rerun skips them. progress: each op shown as it ends (torch_fl.progress: lines
+    in a terminal, a bar in a notebook), False for none; on_begin(name) is called before each op runs (the
+    CLI's parent process learns from it which op took a crashed worker down)."""
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     with _settings_restored():
         if cpu_fallback is not None:
@@ -488,18 +493,24 @@ def run_coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: 
         infos = [i for i in _op_db() if (_name(i) in ops if isinstance(ops, list) else
                                          any(fnmatch.fnmatch(i.name, g) or fnmatch.fnmatch(_name(i), g)
                                              for g in globs))]
-        for k, info in enumerate(infos):
-            name = _name(info)
-            if progress:
-                progress(k, len(infos), name)
-            if name in done:
-                report.results.append(done[name])
-                continue
-            r = run_one(info, b.name, dtype, samples)
-            report.results.append(r)
-            if state_file:
-                with open(state_file, "a") as f:
-                    f.write(json.dumps(asdict(r)) + "\n")
+        shown = start_progress(f"coverage on {b.name}", len(infos), progress)
+        try:
+            for k, info in enumerate(infos):
+                name = _name(info)
+                if on_begin:
+                    on_begin(name)
+                if name in done:
+                    report.results.append(done[name])
+                    continue
+                r = run_one(info, b.name, dtype, samples)
+                report.results.append(r)
+                shown.update(k + 1, f"{name}: {r.status}" + (f" ({r.reason[:80]})" if r.reason else ""),
+                             failed=r.status in ("fail", "crash"))
+                if state_file:
+                    with open(state_file, "a") as f:
+                        f.write(json.dumps(asdict(r)) + "\n")
+        finally:
+            shown.close()
     return report
 
 

@@ -38,6 +38,8 @@ from torch import nn
 
 from .models import GruClassifier, LstmLM
 from .numerics import FLOOR, LIMIT, Float64Comparison, Float64Reference, record, scaled_error
+from .progress import Reporter
+from .progress import start as start_progress
 from .report import Report
 
 SEED = 0
@@ -425,18 +427,24 @@ class ZooReport(Report):
 
 
 def run_zoo(models: list[str] | None = None, backends: list[str] | None = None,
-            progress: Callable[[ZooResult], None] | None = None) -> ZooReport:
-    """check() for every model (default: all of MODELS) on every backend (default: all found)."""
+            progress: bool | Reporter = True) -> ZooReport:
+    """check() for every model (default: all of MODELS) on every backend (default: all found). progress:
+    each row shown as it ends (torch_fl.progress: lines in a terminal, a bar in a notebook); False for none."""
     from .runtime import REGISTRY
 
     backends = backends or sorted(REGISTRY.backends)
-    results = []
-    for name in models or list(MODELS):
-        for b in backends:
-            r = check(name, b)
-            results.append(r)
-            if progress:
-                progress(r)
+    names = models or list(MODELS)
+    results: list[ZooResult] = []
+    shown = start_progress("model zoo", len(names) * len(backends), progress)
+    try:
+        for name in names:
+            for b in backends:
+                r = check(name, b)
+                results.append(r)
+                shown.update(len(results), f"{r.model} on {r.backend}: {'pass' if r.passed else 'FAIL'} "
+                                           f"({r.seconds:.1f}s)", failed=not r.passed)
+    finally:
+        shown.close()
     return ZooReport(results, backends)
 
 

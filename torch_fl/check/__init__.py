@@ -21,9 +21,10 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from ..progress import Reporter
+from ..progress import start as start_progress
 from ..report import Report
 from ..runtime import spawn
 from .contract import FAIL, PASS, SKIP, WARN
@@ -95,11 +96,11 @@ _SETUP_PHASES = (None, "load", "recording samples")
 
 
 def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: float = 300.0,
-                 progress: Callable[[CheckRow], None] | None = None) -> CheckReport:
+                 progress: bool | Reporter = True) -> CheckReport:
     """Check the plugin at a path (a lib*.so file) or a discovered backend by name.
 
-    progress, if given, is called with each row as it is decided (the checks take minutes: a terminal
-    shows them as they come).
+    progress: each row is shown as it is decided, since the checks take minutes (torch_fl.progress: lines
+    in a terminal, a bar in a notebook); False for silence, or a Reporter of your own.
 
     timeout: seconds one check (one contract group, or one kernel's calls) may take; a check
     that takes longer (a kernel that never returns) is reported as FAIL, its worker is
@@ -114,15 +115,27 @@ def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: floa
         report.rows.append(CheckRow("load", FAIL, f"{target}: no such file"))
         return report
     done: set[str] = set()
+    shown = start_progress(f"plugin check {os.path.basename(target)}", None, progress)
+    try:
+        _check_rows(report, target, env, ops, samples, timeout, shown, done)
+    finally:
+        shown.close()
+    return report
+
+
+def _check_rows(report: CheckReport, target: str, env: dict, ops: str, samples: int, timeout: float,
+                shown: Reporter, done: set[str]) -> None:
+    def decided(row: CheckRow) -> None:
+        report.rows.append(row)
+        shown.update(len(report.rows), f"{row.status:<4} {row.check}", failed=row.status == FAIL)
+
     for _attempt in range(64):  # each crash or hang costs one attempt
         cmd = spawn.python_command("torch_fl.check.worker", target, "--ops", ops, "--samples", str(samples),
                                    "--skip", ",".join(sorted(done)))
         run = _WorkerRun(cmd, env, timeout)
         for kind, payload in run.events():
             if kind == "ROW":
-                report.rows.append(CheckRow(**payload))
-                if progress is not None:
-                    progress(report.rows[-1])
+                decided(CheckRow(**payload))
             elif kind == "BEGIN" and run.previous:
                 done.add(run.previous)
         if run.finished:
@@ -130,15 +143,12 @@ def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: floa
         current = run.current
         if current is None:
             why = f"the checking process failed to start: {run.stderr_tail(500)}"
-            report.rows.append(CheckRow("checker", FAIL, why))
+            decided(CheckRow("checker", FAIL, why))
             break
-        report.rows.append(CheckRow(current, FAIL, run.failure()))
-        if progress is not None:
-            progress(report.rows[-1])
+        decided(CheckRow(current, FAIL, run.failure()))
         done.add(current)
         if current in ("load", "recording samples"):
             break
-    return report
 
 
 _MISSING_MODULE = re.compile(r"^(?:ModuleNotFoundError|ImportError): No module named '([^']+)'", re.M)
