@@ -181,6 +181,28 @@ def test_coverage_data_matches_explain():
     assert "the device has no float64, float16: F throughout" in mini.render()
 
 
+def test_the_grid_marks_what_pytorch_itself_does_not_define():
+    """A convolution of bools, abs of bools, bitwise ops on floats: the CPU has no kernel, so no path on any
+    backend is claimed for them (they were D or F); what PyTorch defines keeps its plan."""
+    ops = ["aten::convolution", "aten::convolution_backward", "aten::abs", "aten::add.Tensor",
+           "aten::bitwise_and.Tensor"]
+    for backend in ("cpu", "minimal"):
+        rows = fl.coverage(backend, ops=ops).rows
+        assert rows["aten::convolution"]["bool"] == "undefined" and rows["aten::abs"]["bool"] == "undefined"
+        assert rows["aten::convolution_backward"]["bool"] == "undefined"
+        assert rows["aten::bitwise_and.Tensor"]["float32"] == "undefined"
+        assert rows["aten::add.Tensor"]["bool"] != "undefined" and rows["aten::abs"]["int64"] != "undefined"
+        assert rows["aten::convolution"]["float32"] in ("native", "decomposition")
+    for op, dtype in (("convolution", torch.bool), ("abs", torch.bool)):  # the CPU really refuses them
+        with pytest.raises(RuntimeError, match="not implemented"):
+            if op == "abs":
+                torch.abs(torch.ones(2, dtype=dtype))
+            else:
+                torch.nn.functional.conv1d(torch.ones(1, 1, 3, dtype=dtype), torch.ones(1, 1, 2, dtype=dtype))
+    cov = fl.coverage("minimal", ops=ops)
+    assert ". not defined by PyTorch for the dtype" in cov.render()
+
+
 def test_figures_are_deterministic_and_built_from_results():
     x = torch.randn(6, 6, device="fl")
     with fl.profile() as prof:
@@ -343,6 +365,7 @@ REPORTS = {
     "CoverageReport": _op_coverage_report,
     "ZooReport": _zoo_report,
     "ModelCheck": _model_check,
+    "DoctorReport": lambda: __import__("torch_fl.doctor").doctor.DoctorReport({"rocm": [_model_check()]}),
     "FusionReport": lambda: fl.fusion_report(torch.nn.Linear(2, 2)),
     "Measurement": _measurement,
     "Watch": lambda: fl.watch(),

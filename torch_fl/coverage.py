@@ -7,7 +7,9 @@ when no path exists (CPU fallback switched off)."""
 
 from __future__ import annotations
 
+import functools
 import json
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -16,7 +18,9 @@ from .report import Report
 from .runtime import REGISTRY
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
-MARKS = {"native": "N", "decomposition": "D", "jit": "J", "fallback": "F", "none": "-", "view": "V"}
+MARKS = {"native": "N", "decomposition": "D", "jit": "J", "fallback": "F", "none": "-", "view": "V",
+         "undefined": "."}
+UNDEFINED = "undefined"  # PyTorch itself has no CPU kernel for the op in this dtype: no path to judge
 
 
 @dataclass
@@ -51,7 +55,8 @@ class Coverage(Report):
     def render(self, text: str = "", path: str | None = None, limit: int = 40) -> str:
         rows = self.filter(text, path)
         w = max([len(op) for op in rows] + [10])
-        lines = [f"{self.backend}: {len(self.rows)} ops; N native, D decomposition, J jit, F CPU fallback, - none"
+        lines = [f"{self.backend}: {len(self.rows)} ops; N native, D decomposition, J jit, F CPU fallback, - none, "
+                 ". not defined by PyTorch for the dtype"
                  + (f" (the device has no {', '.join(self.host_dtypes)}: F throughout)" if self.host_dtypes else ""),
                  f"{'op':<{w}}  " + " ".join(f"{d:>8}" for d in self.dtypes)]
         for op, r in list(rows.items())[:limit]:
@@ -90,9 +95,48 @@ def coverage(backend: str | None = None, ops: list[str] | None = None,
         except (ValueError, RuntimeError):
             continue
         row = {}
+        defined = pytorch_dtypes(f.name)
         for d in dtypes:
             dt = getattr(torch, d)
+            if defined is not None and dt not in defined:
+                row[d] = UNDEFINED
+                continue
             plan = b.plans.get((f.func, (dt,))) or resolve(f, b, (dt,))
             row[d] = "view" if f.is_view else "fallback" if d in out.host_dtypes else (plan.first or "none")
         out.rows[f.name] = row
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _opinfo_dtypes() -> dict[str, set]:
+    """OpInfo name -> the dtypes PyTorch's CPU kernels take, from PyTorch's own OpInfo database (its test
+    suite's record of what each op supports); empty where this PyTorch build ships no test utilities."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.testing._internal.common_methods_invocations import op_db
+    except Exception:  # noqa: BLE001 - a build without the test utilities: nothing is known, nothing marked
+        return {}
+    return {info.name: set(info.supported_dtypes("cpu")) for info in op_db}
+
+
+@functools.cache
+def pytorch_dtypes(op: str) -> frozenset | None:
+    """The dtypes PyTorch defines `op` for on the CPU, from the OpInfos that exercise it (their union:
+    aten::convolution is conv1d's, conv2d's and conv_transpose2d's); a backward op takes its forward's.
+    None where no OpInfo covers the op: unknown, so the grid shows the dispatcher's plan. Why ask: a grid
+    that says "decomposition" for a convolution of bools claims a path PyTorch itself does not have."""
+    from .check.samples import base_name, candidate_opinfos
+
+    by_name = _opinfo_dtypes()
+    if not by_name or not op.startswith("aten::"):
+        return None
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    infos = candidate_opinfos(op, op_db)
+    stem = base_name(op).rstrip("_")
+    if not infos and stem.endswith("_backward"):
+        infos = candidate_opinfos("aten::" + stem[: -len("_backward")], op_db)
+    if not infos:
+        return None
+    return frozenset().union(*(by_name[i.name] for i in infos))

@@ -92,7 +92,8 @@ class CapabilityExplorer:
                    if cov.host_dtypes else "")
         head = (f"{len(rows)} of {len(cov.rows)} ops; N native {counts.get('native', 0)}, D decomposition "
                 f"{counts.get('decomposition', 0)}, J jit {counts.get('jit', 0)}, F fallback "
-                f"{counts.get('fallback', 0)} (op x dtype){lacking}<br>")
+                f"{counts.get('fallback', 0)}, . not defined by PyTorch for the dtype {counts.get('undefined', 0)} "
+                f"(op x dtype){lacking}<br>")
         self.ops.value = head + _table(["op"] + list(cov.dtypes),
                                        [[html.escape(op)] + [MARKS.get(r[d], "?") for d in cov.dtypes]
                                         for op, r in shown])
