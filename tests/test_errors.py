@@ -118,17 +118,36 @@ def test_mixing_backends_is_an_error(test_plugins):
             print("ERR", e)
         print("MOVED", (a - b.to(a.device)).cpu().tolist())
     """, env={"FL_PLUGIN_PATH": str(test_plugins)})
-    # PyTorch's own check (structured ops compare devices before any backend runs)
+    # PyTorch's own check (structured ops compare devices before any backend runs), each fl device named
     assert re.search(r"ERR Expected all tensors to be on the same device, but found at least two devices, fl:0 "
-                     r"and fl:\d!", r.stdout), r.stdout + r.stderr
+                     r"\(cpu\) and fl:\d \(errdev\)! \(when checking arguments for aten::sub.Tensor\)", r.stdout), \
+        r.stdout + r.stderr
     assert "MOVED [0.0, 0.0, 0.0]" in r.stdout
 
 
 def test_mixing_cpu_and_fl_is_an_error():
     a = torch.ones(3, device="fl")
-    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*fl:0 and cpu"):
+    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device.*fl:0 \(\w+\) and cpu! "
+                                           r"\(when checking arguments for aten::add.Tensor\)\. Move the cpu tensor "
+                                           r"with \.to\('fl:0'\) first\."):
         a + torch.ones(3)
     assert (a + torch.tensor(2.0)).cpu().tolist() == [3.0, 3.0, 3.0]  # 0-dim CPU scalars are allowed
+
+
+@pytest.mark.parametrize("op", ["add", "add_", "mul", "eq", "pow", "maximum", "lerp", "addcmul", "mse_loss"])
+def test_mixing_two_fl_backends_names_both_in_every_form(op):
+    """The functional and in-place forms of PyTorch's structured ops (add, mul, eq, ...) check devices in
+    PyTorch's shared composite kernel, before torch_fl: their error said only "fl:3 and fl:2"."""
+    a, b = torch.ones(3, device=fl.device("rocm")), torch.ones(3, device=fl.device("minimal"))
+    calls = {"add": lambda: a + b, "add_": lambda: a.add_(b), "mul": lambda: a * b, "eq": lambda: a == b,
+             "pow": lambda: a ** b, "maximum": lambda: torch.maximum(a, b), "lerp": lambda: torch.lerp(a, b, 0.5),
+             "addcmul": lambda: torch.addcmul(a, a, b), "mse_loss": lambda: torch.nn.functional.mse_loss(a, b)}
+    with pytest.raises(RuntimeError) as info:
+        calls[op]()
+    message = str(info.value)
+    assert f"found at least two devices, {a.device} (rocm) and {b.device} (minimal)!" in message, message
+    assert message.endswith("Move one with .to() first.") and message.count("(rocm)") == 1, message
+    assert torch.equal((a + b.to(a.device)).cpu(), torch.full((3,), 2.0))  # and nothing else changed
 
 
 def test_privateuse1_taken_by_another_package():

@@ -54,6 +54,7 @@ cuda_alias.requested()  # a bad FL_ALIAS_CUDA value raises ConfigError here, lik
 runtime.register()  # the fl device, its C++ core and the plugins; fl tensors through multiprocessing
 dispatch.install()  # every op the core does not serve goes to the dispatcher (fused registered its fl:: ops)
 amp.register()  # autocast kernels for the fl device
+runtime.core.name_devices_in_errors()  # last: it takes the ops no fl kernel above took
 
 try:  # registers the "fl" process-group backend with torch.distributed
     from . import distributed  # noqa: E402

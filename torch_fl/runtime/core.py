@@ -32,7 +32,8 @@ from .abi import header_path
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(_HERE, "csrc", "fl_core.cpp")
-SOURCES = (SOURCE, os.path.join(_HERE, "csrc", "fl_kineto.cpp"))  # the second: fl kernels in torch.profiler
+# the second: fl kernels in torch.profiler; the third: cross-device errors that name each fl device's backend
+SOURCES = (SOURCE, os.path.join(_HERE, "csrc", "fl_kineto.cpp"), os.path.join(_HERE, "csrc", "fl_devcheck.cpp"))
 HEADERS = (os.path.join(_HERE, "csrc", "fl_trace.h"),)
 STATS_FIELDS = ("allocated", "peak", "cached", "allocations", "hits", "misses", "limit", "device_allocs",
                 "device_frees", "ooms")
@@ -137,6 +138,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     sigs = {
         "fl_core_abi": ([], c_int),
         "fl_core_install": ([], c_int),
+        "fl_devcheck_install": ([], c_int),
+        "fl_devcheck_label": ([c_int, ctypes.c_char_p], None),
         "fl_core_add_device": ([c_int, c_void, c_int, c_u64, c_u32, c_i64, ctypes.c_char_p], c_int),
         "fl_core_set_default": ([c_int], None),
         "fl_core_current": ([], c_int),
@@ -232,6 +235,17 @@ def add_device(dev, pool_limit: int) -> None:
     if load().fl_core_add_device(dev.index, table, dev.local, dev.props.total_memory, dev.props.features,
                                  pool_limit, label) != 0:
         raise FlError(f"fl:{dev.index}: the C++ core has room for 64 fl devices")
+    load().fl_devcheck_label(dev.index, dev.backend.name.encode())
+
+
+def name_devices_in_errors() -> int:
+    """PyTorch's "found at least two devices, fl:3 and fl:2" from its shared composite kernels (a + b, mul,
+    eq, ...) names each fl device's backend (fl_devcheck.cpp). Called once every torch_fl kernel is
+    registered: it takes the ops that have no fl kernel of their own. Returns how many."""
+    n = load().fl_devcheck_install()
+    if n < 0:
+        raise FlError("torch_fl's C++ core could not register its device-check kernels with PyTorch")
+    return n
 
 
 def set_current(index: int) -> None:
