@@ -145,6 +145,19 @@ def test_streams_are_queues_of_their_own():
     assert r.returncode == 0 and "STREAMS-OK" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
 
 
+def test_non_blocking_copies_overlap_and_kernels_wait_for_them_on_the_device():
+    """opencl declares asynchronous copies: `pinned.to("fl", non_blocking=True)` is a non-blocking write on a
+    copy queue, and the kernel that uses it waits for its event on the device (a marker with a wait list);
+    the host does not."""
+    _require_opencl()
+    from test_async import ASYNC_PIPELINE, pipeline_result
+
+    assert all(d.async_copy for d in fl.capabilities("opencl").devices)
+    r = run_py(ASYNC_PIPELINE.format(backend="opencl"))
+    worst, copies, _host_waits, device_waits, left = pipeline_result(r)
+    assert worst <= 3.0 and copies == 4 and device_waits >= 4 and left == 0, (worst, copies, device_waits)
+
+
 def test_gemm_through_clblast_follows_float64():
     """With CLBlast installed (scripts/test.sh installs libclblast1 beside pocl), FL_OPENCL_CLBLAST=1 sends
     every GEMM through it: plain, transposed, batched and addmm views, float32 and float64, each judged

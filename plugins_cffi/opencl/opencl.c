@@ -147,7 +147,8 @@ static int device_props(int device, fl_device_props_t *p) {
     snprintf(p->name, sizeof p->name, "%s", D->name);
     p->total_memory = D->mem_total;
     p->dtypes = dev_dtypes(D);
-    p->features = FL_FEATURE_ASYNC_KERNELS | (D->host_cpu ? FL_FEATURE_HOST_CPU : 0);
+    /* copies on a stream other than NULL are non-blocking enqueues on that stream's queue (copy_h2d) */
+    p->features = FL_FEATURE_ASYNC_KERNELS | FL_FEATURE_ASYNC_COPY | (D->host_cpu ? FL_FEATURE_HOST_CPU : 0);
     p->compute_units = D->cus;
     return FL_OK;
 }

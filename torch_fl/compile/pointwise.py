@@ -113,7 +113,7 @@ def _launch(chain: PointwiseChain, facts: _ChainFacts, key, vals, dev, dtype):
     if entry is None:
         return None
     if async_copy.PENDING:
-        async_copy.wait_for(vals)
+        async_copy.order_for_kernels(vals)
     listening = bool(events.LISTENERS)
     t0, k0 = time.perf_counter(), events.KERNELS[0]
     out = jit.run(facts, entry, dev, list(vals))

@@ -306,7 +306,7 @@ class ReplayedGraph:
 
     def _replay(self, entry: _Entry, args: list, t0: int) -> Any:
         if async_copy.PENDING:
-            async_copy.wait_for([args[i] for i, _ in entry.copied])
+            async_copy.order_for_kernels([args[i] for i, _ in entry.copied])
         srcs = [args[i].data_ptr() for i, _ in entry.copied]
         with self.lock:
             out = self._outputs(entry, args, lambda dsts: entry.graph.replay(srcs, dsts))

@@ -266,7 +266,7 @@ def compute(f: OpFacts, args, kwargs):
     if f.host_args is not None:
         _host_args_to_device(f, vals)
     if async_copy.PENDING:  # an async copy may still be writing one of these tensors
-        async_copy.wait_for(iter_tensors(vals))
+        async_copy.order_for_kernels(iter_tensors(vals))
     if f.overlap is not None and not TLS.active:
         # PyTorch's overlap checks on the user's call, before any tier; the sub-ops of a
         # decomposition are its own business (an out= wrapper copies a view into out)

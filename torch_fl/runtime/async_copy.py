@@ -25,14 +25,15 @@ ASYNC_COPY, COPY_WAIT = "copy-async", "copy-wait"
 # allocations whose bytes are still in flight: (fl index, base address) -> _Pending. The C++ core
 # holds the plugin event; freeing the allocation waits for it there.
 PENDING: dict = {}
-STATS = {"async_copies": 0, "async_bytes": 0, "waits": 0, "wait_s": 0.0}
+STATS = {"async_copies": 0, "async_bytes": 0, "waits": 0, "wait_s": 0.0, "device_waits": 0}
 
 
 class _Pending:
-    __slots__ = ("device", "event", "keepalive", "nbytes")
+    __slots__ = ("device", "event", "keepalive", "nbytes", "ordered")
 
     def __init__(self, device, event, keepalive, nbytes: int):
         self.device, self.event, self.keepalive, self.nbytes = device, event, keepalive, nbytes
+        self.ordered: set[int] = set()  # streams told to wait for the copy on the device (stream_wait_event)
 
 
 def supports(device) -> bool:
@@ -117,6 +118,12 @@ def h2d(dst, src) -> None:
     nbytes = dst.numel() * dst.element_size()
     t0 = time.perf_counter()
     stream = copy_stream(dev)
+    if _waits_on_device(dev):
+        _after_current_stream(dev, stream)
+    elif dev.props.async_kernels:  # no device-side wait: the current stream's kernels must be done first
+        cur = dev.stream()
+        p.check(t.stream_synchronize(dev.local, cur) if cur != ffi.NULL else t.synchronize(dev.local),
+                "synchronize")
     event = ffi.new("fl_event_t*")
     p.check(t.copy_h2d(dev.local, ffi.cast("void*", dst.data_ptr()), ffi.cast("void*", src.data_ptr()),
                        nbytes, stream), "copy_h2d (async)")
@@ -130,6 +137,22 @@ def h2d(dst, src) -> None:
     if events.LISTENERS:
         events.emit(events.OpEvent("fl::copy_h2d_async", dev.backend.name, ASYNC_COPY, time.perf_counter() - t0,
                                    0, nbytes, events.DEPTH[0], t0))
+
+
+def _after_current_stream(dev, stream) -> None:
+    """The copy stream waits, on the device, for the work queued so far on the current stream. dst's block
+    came from the current stream's pool: kernels queued there may still read the tensor that held it before
+    (freed, in that stream's order), and the copy must not overwrite them; that is also CUDA's order for a
+    non-blocking copy, which runs on the current stream. On a synchronous device those kernels are done.
+    One event per device, recorded again each time (a wait holds the recording it was queued behind)."""
+    p, t = dev.plugin, dev.plugin.table
+    mark = getattr(dev, "copy_order_event", None)
+    if mark is None:
+        out = ffi.new("fl_event_t*")
+        p.check(t.event_create(dev.local, out), "event_create")
+        mark = dev.copy_order_event = out[0]
+    p.check(t.event_record(dev.local, mark, dev.stream()), "event_record")
+    p.check(t.stream_wait_event(dev.local, stream, mark), "stream_wait_event")
 
 
 def _wait_key(key) -> None:
@@ -154,10 +177,7 @@ def _wait_key(key) -> None:
 def pending() -> list:
     """The (fl index, base address) of every allocation an async copy may still be writing (a freed
     allocation's copy was settled by the C++ core when it was freed)."""
-    lib = core.lib()
-    for key in list(PENDING):
-        if not lib.fl_core_is_pending(key[0], key[1]):
-            PENDING.pop(key, None)
+    _forget_landed()  # and those whose events say they are done (a kernel waited for them on the device)
     return list(PENDING)
 
 
@@ -173,6 +193,61 @@ def wait_for(tensors) -> None:
             key = (t.get_device(), base_ptr(t))
             if key in PENDING:
                 _wait_key(key)
+
+
+def _waits_on_device(dev) -> bool:
+    """Kernels of this device run in stream order on the device (ABI v2's asynchronous kernels) and a stream
+    can wait for another's event there: a kernel may then be queued behind a copy without the host waiting.
+    A synchronous device runs each kernel in its call, so only the host can wait."""
+    return bool(dev.props.async_kernels) and bool(dev.plugin.optional.get("stream_wait_event"))
+
+
+def order_for_kernels(tensors) -> None:
+    """Before kernels on the current stream use these fl tensors: a copy still in flight into one of them is
+    waited for by the stream, on the device (its event; the host goes on, as cudaStreamWaitEvent), where the
+    device can, else on the host. Everything queued on that stream afterwards, the device-to-host copies of a
+    CPU fallback included, comes after the copy. Copies that have landed are forgotten on the way."""
+    for t in tensors:
+        if t.device.type != "fl":
+            continue
+        key = (t.get_device(), base_ptr(t))
+        pend = PENDING.get(key)
+        if pend is None:
+            continue
+        dev = pend.device
+        if not core.lib().fl_core_is_pending(key[0], key[1]):  # settled by the core (a free, a synchronize)
+            PENDING.pop(key, None)  # and its event destroyed there
+            continue
+        if not _waits_on_device(dev):
+            _wait_key(key)
+            continue
+        stream = dev.stream()
+        sid = int(ffi.cast("uintptr_t", stream))
+        if sid in pend.ordered:
+            continue
+        dev.plugin.check(dev.plugin.table.stream_wait_event(dev.local, stream, pend.event), "stream_wait_event")
+        pend.ordered.add(sid)
+        STATS["device_waits"] += 1
+    _forget_landed()
+
+
+def _forget_landed() -> None:
+    """Settle the copies whose events say they are done (no wait): their source buffers go, and once none is
+    in flight the C++ fast path, which does not order kernels behind copies, serves calls again."""
+    done = ffi.new("int*")
+    lib = core.lib()
+    for key, pend in list(PENDING.items()):
+        t = pend.device.plugin.table
+        if not lib.fl_core_is_pending(key[0], key[1]):  # the core settled it and destroyed its event
+            PENDING.pop(key, None)
+            continue
+        if not pend.device.plugin.optional.get("event_query"):
+            continue
+        done[0] = 0
+        pend.device.plugin.check(t.event_query(pend.device.local, pend.event, done), "event_query")
+        if done[0]:
+            PENDING.pop(key, None)
+            lib.fl_core_wait_pending(pend.device.index, key[1])
 
 
 def wait_all(device=None) -> None:
