@@ -230,3 +230,14 @@ def test_the_syntax_checks_catch_what_they_are_for(tmp_path):
     assert any("native._LAYOUT_CACHE" in c for c in crossings), crossings
     bypasses = layer_bypasses(str(tmp_path))
     assert any("imports torch_fl.runtime.registry, inside torch_fl.runtime" in b for b in bypasses), bypasses
+
+
+def test_ruff_finds_nothing():
+    """`ruff check` over the whole tree (its rules: [tool.ruff] in pyproject.toml) is part of the test command,
+    so a lint finding fails it like any other test instead of waiting for someone to run ruff by hand."""
+    ruff = shutil.which("ruff") or os.path.join(os.path.dirname(sys.executable), "ruff")
+    if not os.path.exists(ruff):
+        pytest.skip("ruff is not installed (it comes with torch_fl's test extra: pip install 'torch_fl[test]')")
+    r = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", ROOT], capture_output=True,
+                       text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
