@@ -19,6 +19,21 @@
 #define FL_MV
 #endif
 
+/* ---- pool.c: the kernels' worker pool ----
+ * fn(ctx, lo, hi) over [lo, hi) ranges covering [0, n), each at least `grain` long but the last: on the
+ * calling thread alone when n < 2 * grain or the caller's OpenMP team size is 1, else in chunks shared with
+ * the pool's workers, the caller taking its share from the start and waiting only for chunks a worker
+ * claimed (pool.c says why not an OpenMP region). fn must not depend on which thread runs a range. */
+typedef void (*fl_par_fn)(void *ctx, int64_t lo, int64_t hi);
+void fl_par_for(int64_t n, int64_t grain, fl_par_fn fn, void *ctx);
+/* fl_par_for's grain for `units` units of `numel` elements in all: every unit on the calling thread below
+ * min_par elements, else chunks of at least min_chunk elements */
+static inline int64_t fl_par_grain(int64_t units, int64_t numel, int64_t min_par, int64_t min_chunk) {
+    if (numel < min_par || units < 2) return units > 1 ? units : 1;
+    int64_t per = numel / units > 0 ? numel / units : 1, g = (min_chunk + per - 1) / per;
+    return g > 1 ? g : 1;
+}
+
 /* ---- errors: a thread-local message read back through last_error ---- */
 void fl_host_set_error(const char *fmt, ...);
 const char *fl_host_last_error(void);

@@ -24,6 +24,7 @@
 
 #define CH 1024
 #define PAR_MIN 32768
+#define PAR_CHUNK 16384 /* elements a thread of fl_par_for gets at least */
 #define UNSUP FL_ERR_UNSUPPORTED
 
 /* ------------------------------------------------------------------ */
@@ -61,12 +62,37 @@ static void tensor_range(const fl_tensor_t *t, int64_t *lo, int64_t *hi) {
 #define TILE 32
 #define TILE_LOOP(T)                                                                          \
     {                                                                                         \
-        T *d_ = (T *)dst->data;                                                               \
-        const T *s_ = (const T *)src->data;                                                   \
+        T *d_ = (T *)j->dst->data;                                                            \
+        const T *s_ = (const T *)j->src->data;                                                \
         for (int64_t a = a0; a < a1; a++)                                                     \
             for (int64_t b = b0; b < b1; b++) d_[db + a * das + b] = s_[sb + a + b * sbs];    \
     }                                                                                         \
     break;
+typedef struct {
+    const fl_tensor_t *dst, *src;
+    const fl_iter_t *it;
+    int64_t A, B, das, sbs, ta, tb;
+    size_t isz;
+} tiled_job_t;
+
+static void tiled_units(void *job, int64_t u0, int64_t u1) {
+    const tiled_job_t *j = job;
+    int64_t A = j->A, B = j->B, das = j->das, sbs = j->sbs, ta = j->ta, tb = j->tb;
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t pl = u / (ta * tb), rem = u % (ta * tb);
+        int64_t a0 = (rem / tb) * TILE, b0 = (rem % tb) * TILE;
+        int64_t a1 = a0 + TILE < A ? a0 + TILE : A, b1 = b0 + TILE < B ? b0 + TILE : B;
+        int64_t base[FL_ITER_MAX];
+        fl_iter_row(j->it, pl * A, base);
+        int64_t db = base[0], sb = base[1];
+        switch (j->isz) {
+        case 2: TILE_LOOP(uint16_t)
+        case 4: TILE_LOOP(uint32_t)
+        default: TILE_LOOP(uint64_t)
+        }
+    }
+}
+
 static int copy_tiled(const fl_tensor_t *dst, const fl_tensor_t *src, const fl_iter_t *it, int64_t numel) {
     size_t isz = fl_itemsize(dst->dtype);
     if (it->ndim < 1 || it->inner_stride[0] != 1 || it->strides[1][it->ndim - 1] != 1 || it->inner < 8 ||
@@ -76,38 +102,106 @@ static int copy_tiled(const fl_tensor_t *dst, const fl_tensor_t *src, const fl_i
     int64_t das = it->strides[0][it->ndim - 1], sbs = it->inner_stride[1];
     int64_t planes = it->outer / A;
     int64_t ta = (A + TILE - 1) / TILE, tb = (B + TILE - 1) / TILE, units = planes * ta * tb;
-#pragma omp parallel for schedule(static) if (numel >= PAR_MIN)
-    for (int64_t u = 0; u < units; u++) {
-        int64_t pl = u / (ta * tb), rem = u % (ta * tb);
-        int64_t a0 = (rem / tb) * TILE, b0 = (rem % tb) * TILE;
-        int64_t a1 = a0 + TILE < A ? a0 + TILE : A, b1 = b0 + TILE < B ? b0 + TILE : B;
-        int64_t base[FL_ITER_MAX];
-        fl_iter_row(it, pl * A, base);
-        int64_t db = base[0], sb = base[1];
-        switch (isz) {
-        case 2: TILE_LOOP(uint16_t)
-        case 4: TILE_LOOP(uint32_t)
-        default: TILE_LOOP(uint64_t)
-        }
-    }
+    tiled_job_t job = {dst, src, it, A, B, das, sbs, ta, tb, isz};
+    fl_par_for(units, fl_par_grain(units, numel, PAR_MIN, PAR_CHUNK), tiled_units, &job);
     return 0;
+}
+
+/* n elements of isz bytes at d, each a copy of the isz bytes at v */
+static void fill_run(char *d, const char *v, size_t isz, int64_t n) {
+#define FILL_AS(T)                                  \
+    {                                               \
+        T x_;                                       \
+        memcpy(&x_, v, sizeof x_);                  \
+        T *p_ = (T *)d;                             \
+        for (int64_t i = 0; i < n; i++) p_[i] = x_; \
+    }                                               \
+    return;
+    int zero = 1;
+    for (size_t k = 0; k < isz; k++) zero &= v[k] == 0;
+    if (zero) { memset(d, 0, (size_t)n * isz); return; }
+    switch (isz) {
+    case 1: memset(d, (unsigned char)v[0], (size_t)n); return;
+    case 2: FILL_AS(uint16_t)
+    case 4: FILL_AS(uint32_t)
+    case 8: FILL_AS(uint64_t)
+    default:
+        for (int64_t i = 0; i < n; i++) memcpy(d + (size_t)i * isz, v, isz);
+    }
+#undef FILL_AS
+}
+
+typedef struct {
+    char *d;
+    const char *v;
+    size_t isz;
+} fill_job_t;
+
+static void fill_range(void *job, int64_t lo, int64_t hi) {
+    const fill_job_t *j = job;
+    fill_run(j->d + (size_t)lo * j->isz, j->v, j->isz, hi - lo);
+}
+
+typedef struct {
+    char *d;
+    const char *s;
+} memcpy_job_t;
+
+static void memcpy_range(void *job, int64_t lo, int64_t hi) { /* bytes [lo, hi) */
+    const memcpy_job_t *j = job;
+    memcpy(j->d + lo, j->s + lo, (size_t)(hi - lo));
+}
+
+/* dst, contiguous, filled with the one element of src (every stride 0, dst's dtype): fill_ and zero_ as
+ * stores of one value, not an element-by-element conversion; 1 MiB and up in 256 KiB blocks across threads */
+static int fill_contiguous(const fl_tensor_t *dst, const fl_tensor_t *src, int64_t numel) {
+    if (dst->dtype != src->dtype || !fl_is_contiguous(dst)) return -1;
+    for (int d = 0; d < src->ndim; d++)
+        if (src->sizes[d] > 1 && src->strides[d] != 0) return -1;
+    char *d = fl_elem(dst, dst->offset);
+    const char *v = fl_elem(src, src->offset);
+    size_t isz = fl_itemsize(dst->dtype), nb = (size_t)numel * isz;
+    if (nb < ((size_t)1 << 20)) {
+        fill_run(d, v, isz, numel);
+        return 0;
+    }
+    fill_job_t job = {d, v, isz};
+    fl_par_for(numel, (int64_t)((256 << 10) / isz), fill_range, &job);
+    return 0;
+}
+
+typedef struct {
+    const fl_tensor_t *dst, *src;
+    const fl_iter_t *it;
+    int64_t nchunk;
+} cvt_job_t;
+
+/* units [u0, u1) of a converting copy: unit u is chunk u % nchunk (4 CH elements) of row u / nchunk */
+static void cvt_units(void *job, int64_t u0, int64_t u1) {
+    const cvt_job_t *j = job;
+    const fl_iter_t *it = j->it;
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t row = u / j->nchunk, c0 = (u % j->nchunk) * 4 * CH;
+        int64_t len = it->inner - c0 < 4 * CH ? it->inner - c0 : 4 * CH;
+        int64_t base[FL_ITER_MAX];
+        fl_iter_row(it, row, base);
+        fl_cvt_row(j->dst->dtype, fl_elem(j->dst, base[0] + c0 * it->inner_stride[0]), it->inner_stride[0],
+                   j->src->dtype, fl_elem(j->src, base[1] + c0 * it->inner_stride[1]), it->inner_stride[1], len);
+    }
 }
 
 /* dst = convert(src), src already broadcast to dst's shape. */
 static void copy_strided(const fl_tensor_t *dst, const fl_tensor_t *src) {
     int64_t numel = fl_numel(dst);
     if (numel == 0) return;
+    if (fill_contiguous(dst, src, numel) == 0) return;
     if (dst->dtype == src->dtype && fl_is_contiguous(dst) && fl_is_contiguous(src)) {
         char *d = fl_elem(dst, dst->offset);
         const char *s = fl_elem(src, src->offset);
         size_t nb = (size_t)numel * fl_itemsize(dst->dtype);
         if (nb >= ((size_t)1 << 20)) {
-            int64_t nblk = (int64_t)((nb + (256 << 10) - 1) / (256 << 10));
-#pragma omp parallel for schedule(static)
-            for (int64_t b = 0; b < nblk; b++) {
-                size_t o = (size_t)b * (256 << 10), len = nb - o < (size_t)(256 << 10) ? nb - o : (size_t)(256 << 10);
-                memcpy(d + o, s + o, len);
-            }
+            memcpy_job_t job = {d, s};
+            fl_par_for((int64_t)nb, 256 << 10, memcpy_range, &job);
         } else {
             memmove(d, s, nb);
         }
@@ -118,15 +212,8 @@ static void copy_strided(const fl_tensor_t *dst, const fl_tensor_t *src) {
     if (dst->dtype == src->dtype && copy_tiled(dst, src, &it, numel) == 0) return;
     int64_t nchunk = (it.inner + 4 * CH - 1) / (4 * CH);
     int64_t units = it.outer * nchunk;
-#pragma omp parallel for schedule(static) if (numel >= PAR_MIN)
-    for (int64_t u = 0; u < units; u++) {
-        int64_t row = u / nchunk, c0 = (u % nchunk) * 4 * CH;
-        int64_t len = it.inner - c0 < 4 * CH ? it.inner - c0 : 4 * CH;
-        int64_t base[FL_ITER_MAX];
-        fl_iter_row(&it, row, base);
-        fl_cvt_row(dst->dtype, fl_elem(dst, base[0] + c0 * it.inner_stride[0]), it.inner_stride[0], src->dtype,
-                fl_elem(src, base[1] + c0 * it.inner_stride[1]), it.inner_stride[1], len);
-    }
+    cvt_job_t job = {dst, src, &it, nchunk};
+    fl_par_for(units, fl_par_grain(units, numel, PAR_MIN, PAR_CHUNK), cvt_units, &job);
 }
 
 /* dst = src where the two views share memory (circular padding copies one part of a tensor into
@@ -260,6 +347,56 @@ static int opnd_add(opnds_t *o, const fl_tensor_t *in, int n_in, const fl_arg_t 
     return FL_OK;
 }
 
+typedef struct {
+    const fl_iter_t *it;
+    const fl_tensor_t *out;
+    const opnds_t *ops;
+    ewfn fn;
+    const kp_t *p;
+    int64_t nchunk;
+    int nin, cd;
+} ew_job_t;
+
+/* units [u0, u1) of an elementwise op: unit u is chunk u % nchunk (CH elements) of row u / nchunk */
+static void ew_units(void *job, int64_t u0, int64_t u1) {
+    const ew_job_t *j = job;
+    const fl_iter_t *it = j->it;
+    const fl_tensor_t *out = j->out;
+    int64_t nchunk = j->nchunk;
+    int nin = j->nin, cd = j->cd;
+    for (int64_t u = u0; u < u1; u++) {
+        double bufs[MAXOP + 1][CH] __attribute__((aligned(64)));
+        int64_t row = u / nchunk, c0 = (u % nchunk) * CH;
+        int64_t len = it->inner - c0 < CH ? it->inner - c0 : CH;
+        int64_t base[FL_ITER_MAX];
+        fl_iter_row(it, row, base);
+        const void *xp[MAXOP];
+        int64_t xs[MAXOP];
+        for (int k = 0; k < nin; k++) {
+            const fl_tensor_t *t = &j->ops->t[k];
+            int64_t st = it->inner_stride[k + 1];
+            const char *ptr = fl_elem(t, base[k + 1] + c0 * st);
+            if (t->dtype == cd && (st == 0 || st == 1)) {
+                xp[k] = ptr; xs[k] = st;
+            } else if (st == 0) {
+                fl_cvt_row(cd, bufs[k + 1], 1, t->dtype, ptr, 0, 1);
+                xp[k] = bufs[k + 1]; xs[k] = 0;
+            } else {
+                fl_cvt_row(cd, bufs[k + 1], 1, t->dtype, ptr, st, len);
+                xp[k] = bufs[k + 1]; xs[k] = 1;
+            }
+        }
+        int64_t ost = it->inner_stride[0];
+        char *optr = fl_elem(out, base[0] + c0 * ost);
+        if (out->dtype == cd && ost == 1) {
+            j->fn(len, optr, xp, xs, j->p);
+        } else {
+            j->fn(len, bufs[0], xp, xs, j->p);
+            fl_cvt_row(out->dtype, optr, ost, cd, bufs[0], 1, len);
+        }
+    }
+}
+
 static int ew_run(const fl_tensor_t *out, const opnds_t *ops, int ct, ewfn fn, const kp_t *p) {
     if (!fn) return UNSUP;
     const fl_tensor_t *ts[FL_ITER_MAX];
@@ -272,39 +409,8 @@ static int ew_run(const fl_tensor_t *out, const opnds_t *ops, int ct, ewfn fn, c
     if (numel == 0) return FL_OK;
     int64_t nchunk = (it.inner + CH - 1) / CH;
     int64_t units = it.outer * nchunk;
-    int cd = ct_dtype[ct];
-#pragma omp parallel for schedule(static) if (numel >= PAR_MIN)
-    for (int64_t u = 0; u < units; u++) {
-        double bufs[MAXOP + 1][CH] __attribute__((aligned(64)));
-        int64_t row = u / nchunk, c0 = (u % nchunk) * CH;
-        int64_t len = it.inner - c0 < CH ? it.inner - c0 : CH;
-        int64_t base[FL_ITER_MAX];
-        fl_iter_row(&it, row, base);
-        const void *xp[MAXOP];
-        int64_t xs[MAXOP];
-        for (int k = 0; k < nin; k++) {
-            const fl_tensor_t *t = &ops->t[k];
-            int64_t st = it.inner_stride[k + 1];
-            const char *ptr = fl_elem(t, base[k + 1] + c0 * st);
-            if (t->dtype == cd && (st == 0 || st == 1)) {
-                xp[k] = ptr; xs[k] = st;
-            } else if (st == 0) {
-                fl_cvt_row(cd, bufs[k + 1], 1, t->dtype, ptr, 0, 1);
-                xp[k] = bufs[k + 1]; xs[k] = 0;
-            } else {
-                fl_cvt_row(cd, bufs[k + 1], 1, t->dtype, ptr, st, len);
-                xp[k] = bufs[k + 1]; xs[k] = 1;
-            }
-        }
-        int64_t ost = it.inner_stride[0];
-        char *optr = fl_elem(out, base[0] + c0 * ost);
-        if (out->dtype == cd && ost == 1) {
-            fn(len, optr, xp, xs, p);
-        } else {
-            fn(len, bufs[0], xp, xs, p);
-            fl_cvt_row(out->dtype, optr, ost, cd, bufs[0], 1, len);
-        }
-    }
+    ew_job_t job = {&it, out, ops, fn, p, nchunk, nin, ct_dtype[ct]};
+    fl_par_for(units, fl_par_grain(units, numel, PAR_MIN, PAR_CHUNK), ew_units, &job);
     return FL_OK;
 }
 
