@@ -6,6 +6,8 @@ side by side in one run.
     python bench/bench_small.py --quick               # fewer rounds, a smoke run
     python bench/bench_small.py --models mlp bert --backends rocm minimal
     python bench/bench_small.py --no-inductor         # skip native CPU under torch.compile
+    python bench/bench_small.py --kernels             # the host plugin's cost per kernel instead
+    python bench/bench_small.py --kernels --old OLD/libfl_cpu.so   # ... beside another build's
 
 Models (training mode, dropout 0 so that replay applies; SGD lr 1e-3, gradients set to None):
   mlp   MLP 64-256-256-10 (GELU), batch 4, cross-entropy
@@ -31,7 +33,13 @@ over rounds of its time per step. Ratios: eager / native, compiled / eager, repl
 inductor / native. One thread by default (torch.set_num_threads(1); --threads to change), which
 is also the plugins' OpenMP team size (they share torch's OpenMP runtime).
 
-A column that fails prints its error's first line below the table instead of stopping the run."""
+A column that fails prints its error's first line below the table instead of stopping the run.
+
+--kernels: small kernels of the host plugin (backend cpu: zero_, add, mul, copy_, a transposing copy
+and sum of float32 vectors, 16 to 1M elements) called directly through cffi (no dispatch: the
+kernel's own cost), beside the same native PyTorch op, with one OpenMP thread and with two; with
+--old, the same kernels of another build of libfl_cpu.so loaded beside this tree's (an A/B in one
+process). Per call in microseconds, medians of --rounds rounds, the variants in a rotated order."""
 
 from __future__ import annotations
 
@@ -276,6 +284,96 @@ def check_inductor() -> str | None:
         return _first_line(e)
 
 
+def _plugin_kernels(path: str) -> dict:
+    from torch_fl.runtime import ffi
+
+    lib = ffi.dlopen(path)
+    plugin = ffi.new("fl_plugin_t*")
+    if lib.fl_plugin_init(plugin) != 0:
+        raise RuntimeError(f"{path}: fl_plugin_init failed")
+    n, e, kernels = ffi.new("int*"), ffi.new("fl_kernel_entry_t*"), {}
+    plugin.kernel_count(n)
+    for i in range(n[0]):
+        plugin.kernel_get(i, e)
+        kernels[ffi.string(e.op).decode()] = e.fn
+    kernels["__keep"] = (lib, plugin)
+    return kernels
+
+
+def _kernel_case(op: str, n: int, builds: dict) -> tuple[dict, tuple]:
+    """{variant: callable} for one kernel on float32 vectors of n elements: each build's kernel, native torch."""
+    from torch_fl.runtime import ffi
+
+    a, b, o, s = torch.randn(n), torch.randn(n), torch.empty(n), torch.empty(())
+    r = max(8, int(n ** 0.5))
+    m, mt = torch.randn(r, n // r), torch.empty(n // r, r)
+    t0, t1, i1, no = ("tensor", 0), ("tensor", 1), ("int", 1), ("bool", False)
+    name, ins, outs, args, native = {
+        "zero_": ("aten::zero_", [a], [a], [t0], lambda: a.zero_()),
+        "add": ("aten::add.Tensor", [a, b], [o], [t0, t1, i1], lambda: torch.add(a, b, out=o)),
+        "mul": ("aten::mul.Tensor", [a, b], [o], [t0, t1], lambda: torch.mul(a, b, out=o)),
+        "copy_": ("aten::copy_", [o, b], [o], [t0, t1, no], lambda: o.copy_(b)),
+        "copy_T": ("aten::copy_", [mt, m.t()], [mt], [t0, t1, no], lambda: mt.copy_(m.t())),
+        "sum": ("aten::sum", [a], [s], [t0, ("none",)], lambda: torch.sum(a, 0, out=s)),
+    }[op]
+    ci, co, ca = ffi.new("fl_tensor_t[]", len(ins)), ffi.new("fl_tensor_t[]", len(outs)), ffi.new("fl_arg_t[]", 4)
+    for arr, ts in ((ci, ins), (co, outs)):
+        for i, t in enumerate(ts):
+            d = arr[i]
+            d.data = ffi.cast("void*", t.untyped_storage().data_ptr())
+            d.offset, d.dtype, d.ndim = t.storage_offset(), 0, t.dim()  # dtype 0: float32
+            for k in range(t.dim()):
+                d.sizes[k], d.strides[k] = t.size(k), t.stride(k)
+    kinds = {"none": 0, "tensor": 1, "int": 3, "bool": 5}
+    for i, (kind, *v) in enumerate(args):
+        ca[i].kind = kinds[kind]
+        if v:
+            ca[i].i = int(v[0])
+    variants = {"native": native}
+    for label, kernels in builds.items():
+        fn, ni, nn_, na = kernels[name], len(ins), len(outs), len(args)
+        if fn(ffi.NULL, 0, ci, ni, co, nn_, ca, na) != 0:
+            raise RuntimeError(f"{label} {name} failed")
+        variants[label] = lambda fn=fn, ni=ni, nn_=nn_, na=na: fn(ffi.NULL, 0, ci, ni, co, nn_, ca, na)
+    return variants, (a, b, o, s, m, mt, ci, co, ca)
+
+
+def kernels_section(args: argparse.Namespace) -> None:
+    import glob
+
+    here = glob.glob(os.path.join(os.path.dirname(fl.__file__), "runtime", "plugins", "libfl_cpu.so"))[0]
+    builds = {"fl": _plugin_kernels(here)}
+    if args.old:
+        builds = {"old": _plugin_kernels(args.old), "new": builds["fl"]}
+    sizes = [16, 256, 4096, 16384, 65536, 262144, 1 << 20]
+    teams = (1, 2)
+    print(f"host plugin kernels, called directly (cffi), float32; torch {torch.__version__}; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); us per call, medians of "
+          f"{args.rounds} rounds; t1/t2: OpenMP team size (torch.set_num_threads)")
+    labels = ["native", *builds]
+    print("| op | n | " + " | ".join(f"t{t} {k}" for t in teams for k in labels) + " |")
+    print("|" + "---|" * (2 + len(teams) * len(labels)))
+    for op in ("zero_", "add", "mul", "copy_", "copy_T", "sum"):
+        for n in sizes:
+            variants, _keep = _kernel_case(op, n, builds)
+            reps = max(5, min(200, 200 * 4096 // n))
+            cells = []
+            for t in teams:
+                torch.set_num_threads(t)
+                times: dict[str, list[float]] = {k: [] for k in labels}
+                for k in labels:
+                    variants[k]()
+                for r in range(args.rounds):
+                    for k in labels[r % len(labels):] + labels[:r % len(labels)]:
+                        t0 = time.perf_counter_ns()
+                        for _ in range(reps):
+                            variants[k]()
+                        times[k].append((time.perf_counter_ns() - t0) / reps / 1e3)
+                cells += [f"{statistics.median(times[k]):.2f}" for k in labels]
+            print(f"| {op} | {n} | " + " | ".join(cells) + " |", flush=True)
+    torch.set_num_threads(args.threads)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
@@ -286,10 +384,15 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3, help="steps before timing (compilation, recording)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     ap.add_argument("--no-inductor", action="store_true", help="skip native CPU under torch.compile")
+    ap.add_argument("--kernels", action="store_true", help="the host plugin's cost per kernel instead")
+    ap.add_argument("--old", help="with --kernels: another build's libfl_cpu.so, measured beside this tree's")
     args = ap.parse_args()
     args.rounds = args.rounds or (5 if args.quick else 15)
     args.steps = args.steps or (2 if args.quick else 5)
     torch.set_num_threads(args.threads)
+    if args.kernels:
+        kernels_section(args)
+        return
     # every column compiles the same forward code (one Dynamo cache entry per model instance): room for all
     for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):
