@@ -4,6 +4,8 @@ cannot compute in a complex dtype."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -95,6 +97,26 @@ def test_arithmetic_native(backend):
     for got, exp in [(da + db, a + b), (da - 2 * db, a - 2 * b), (da * db, a * b), (da / db, a / b), (-da, -a),
                      (da * 0.5, a * 0.5), (torch.conj_physical(da), torch.conj_physical(a))]:
         torch.testing.assert_close(got.cpu(), exp)
+
+
+def test_complex64_float_scalars_are_float32_as_on_the_cpu(backend):
+    """PyTorch's kernels cast a float scalar to an op's complex<float> before using it; the host plugin's
+    complex kernels compute in double, so `x * math.pi` used all of pi's digits. Closer to complex128, but
+    sinc (pi * x, then sin(y) / y: sin amplifies pi * x's last bit) then differed from the CPU and NumPy by
+    up to ~3e-6 relative (test_unary_ufuncs' test_reference_numerics_{normal,extremal}_sinc complex64, and
+    _refs.sinc's). Now the runtime rounds such a scalar to float32 on both paths, Python and C++ fast path."""
+    torch.manual_seed(0)
+    big, inf, nan = 3.0e38, float("inf"), float("nan")
+    extremal = [complex(a, b) for a in (0.0, -1.5, big, -big, inf, -inf, nan) for b in (0.0, 2.5, -big, inf, nan)]
+    x = torch.cat([torch.randn(4096, dtype=torch.complex64) * 10, torch.tensor(extremal, dtype=torch.complex64)])
+    d, pi64 = x.to("fl"), torch.tensor(math.pi, dtype=torch.float64)  # pi64: a 0-dim CPU tensor operand
+    for _ in range(2):  # the first call plans (Python path); the second runs the committed plan (C++ fast path)
+        for got, exp in [(d * math.pi, x * math.pi), (d + math.pi, x + math.pi), (d - math.pi, x - math.pi),
+                         (d * pi64, x * pi64), (d * 1e300, x * 1e300)]:
+            torch.testing.assert_close(got.cpu(), exp, rtol=0, atol=0, equal_nan=True)
+        # judged as test_unary_ufuncs judges it: the CPU's (NumPy's) result, default complex64 tolerances, NaN == NaN
+        torch.testing.assert_close(torch.sinc(d).cpu(), torch.sinc(x), equal_nan=True)
+        torch.testing.assert_close(torch._refs.sinc(d).cpu(), torch.sinc(x), equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -18,6 +18,7 @@ the caller tries its next tier."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 import torch
@@ -147,6 +148,10 @@ _LAYOUT_FIXES = {aten.native_batch_norm.default: _batch_norm_eval_saves,
                  aten._embedding_bag.default: _embedding_bag_per_bag}
 
 
+# a patch's kind bit (csrc/fl_core.cpp, Patch): the float read per call is rounded to float32 first
+ROUND_F32 = 4
+
+
 class _IntReturn(tuple):
     """An int an op returns beside its tensors; kernels see an undefined output."""
 
@@ -227,6 +232,10 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
     in_src: list = []  # (value index, list index or -1) of each input descriptor
     patches: list = []  # (arg index, value index, kind) of the values the fast path reads per call
     tensor_arg = f.tensor_arg
+    # A float scalar of an op computing in complex64 reaches the kernel rounded to float32, as PyTorch's
+    # kernels see it (they cast a scalar to the op's complex<float> first): a kernel that computes in
+    # double would otherwise use more digits than the CPU (sinc's pi * x; kind bit 4 for the fast path).
+    r32 = ROUND_F32 if outs and isinstance(outs[0], torch.Tensor) and outs[0].dtype == torch.complex64 else 0
     for i, v in enumerate(vals):
         if isinstance(v, torch.Tensor) and v.device.type == "fl":
             if v.dim() > abi.MAX_DIMS:
@@ -247,17 +256,17 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
                 patches.append((len(cargs), i, 1))
             cargs.append((abi.ARG_INT, 0, v))
         elif isinstance(v, float):
-            patches.append((len(cargs), i, 1 if tensor_arg[i] else 0))
-            cargs.append((abi.ARG_FLOAT, 0, 0, v))
+            patches.append((len(cargs), i, (1 if tensor_arg[i] else 0) | r32))
+            cargs.append((abi.ARG_FLOAT, 0, 0, ctypes.c_float(v).value if r32 else v))
         elif isinstance(v, torch.Tensor):  # a 0-dim CPU tensor: a wrapped number
-            patches.append((len(cargs), i, 1))
+            patches.append((len(cargs), i, 1 | r32))
             x = v.item()
             if isinstance(x, bool):
                 cargs.append((abi.ARG_BOOL, 0, int(x)))
             elif isinstance(x, int):
                 cargs.append((abi.ARG_INT, 0, x))
             elif isinstance(x, float):
-                cargs.append((abi.ARG_FLOAT, 0, 0, x))
+                cargs.append((abi.ARG_FLOAT, 0, 0, ctypes.c_float(x).value if r32 else x))
             else:
                 return NOT_HANDLED
         elif isinstance(v, (list, tuple)):

@@ -1094,7 +1094,8 @@ struct VecHash {
 struct Patch {
   int32_t arg;    // index into the args array
   int32_t stack;  // the stack value it comes from
-  int32_t kind;   // 0: double, 1: wrapped number (0-dim CPU tensor), 2: Scalar
+  int32_t kind;   // 0: double, 1: wrapped number (0-dim CPU tensor), 2: Scalar; | 4: a float rounded to float32
+                  // (an op computing in complex64: PyTorch's kernels cast the scalar to complex<float>)
 };
 
 // -------------------------------------------------------------- tracing ---
@@ -1265,9 +1266,10 @@ bool run_fast(const FastPlan& plan, torch::jit::Stack* stack, size_t n_args_on_s
   std::vector<fl_arg_t> args = plan.args;
   for (const Patch& p : plan.patches) {
     const c10::IValue& v = arg(p.stack);
-    if (p.kind == 0) {
+    const int32_t kind = p.kind & 3;
+    if (kind == 0) {
       args[p.arg].f = v.toDouble();
-    } else if (p.kind == 2) {
+    } else if (kind == 2) {
       args[p.arg].f = v.toScalar().toDouble();
     } else {
       const at::Tensor& w = v.toTensor();
@@ -1276,6 +1278,8 @@ bool run_fast(const FastPlan& plan, torch::jit::Stack* stack, size_t n_args_on_s
       else
         args[p.arg].i = w.item<int64_t>();
     }
+    if ((p.kind & 4) && args[p.arg].kind == FL_ARG_FLOAT)
+      args[p.arg].f = static_cast<double>(static_cast<float>(args[p.arg].f));
   }
   std::vector<at::Tensor> fresh(plan.out.size());
   std::vector<fl_tensor_t> out = plan.out;
