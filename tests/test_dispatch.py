@@ -217,3 +217,45 @@ def test_layout_cache_keys_floats_by_value():
     d = torch.arange(3.0, device="fl")
     assert a.cpu().tolist() == [0.0] and b.cpu().tolist() == [-0.5, 0.0]
     assert c.shape == (4,) and d.shape == (3,)
+
+
+def test_dtype_the_device_lacks_takes_the_cpu_kernel_whole():
+    """minimal computes in no float64: an op with a CPU kernel and only PyTorch's decomposition goes to the CPU
+    fallback whole (one round trip, PyTorch's CPU kernel: the baseline's bits), not through torch._refs' sub-ops,
+    each a fallback of its own (sigmoid was neg, exp, add, div: 4 round trips plus the refs' Python); an in-place
+    op writes self's host copy back once, with no copy_ fallback after it. What needs the device (its RNG), has
+    no CPU kernel (the fused LSTM cell) or is torch_fl's own decomposition (zero_ as a memory fill) keeps it."""
+    fl.set_backend("minimal")
+    try:
+        m = REGISTRY.get("minimal")
+        counts = lambda op: dict((p, n) for (name, p), n in m.counts.items() if name == op)  # noqa: E731
+        x = torch.randn(6, 5, dtype=torch.float64)
+        d = x.to("fl")
+        assert fl.explain("sigmoid", torch.float64).path == "fallback"
+        assert fl.explain("sigmoid", torch.float32).path == "native"
+        assert fl.explain("zero_", torch.float64).path == "decomposition"
+        assert fl.explain("_thnn_fused_lstm_cell", torch.float64).path == "decomposition"
+        assert fl.explain("exponential_", torch.float64).path == "decomposition"
+        before = {op: counts(op) for op in ("aten::neg", "aten::exp", "aten::copy_")}
+        for fn in (torch.sigmoid, torch.tanh, torch.special.expit, lambda t: torch.softmax(t, 1),
+                   lambda t: torch.nn.functional.gelu(t), lambda t: t.sinc()):
+            assert torch.equal(fn(d).cpu(), fn(x))
+        for fn in (lambda t: t.add_(1.5), lambda t: t.mul_(t), lambda t: t.sigmoid_()):
+            a, b = x.clone(), d.clone()
+            fn(a), fn(b)
+            assert torch.equal(b.cpu(), a)
+        # none of them went through a sub-op in float64 (the clones' copy_ are the only copies)
+        assert counts("aten::neg") == before["aten::neg"] and counts("aten::exp") == before["aten::exp"]
+        assert counts("aten::copy_").get("fallback", 0) - before["aten::copy_"].get("fallback", 0) <= 3
+        # the fused cell's decomposition still serves LSTM, forward and backward
+        lstm = torch.nn.LSTM(3, 4).double()
+        inp = torch.randn(2, 1, 3, dtype=torch.float64, requires_grad=True)
+        ref = lstm(inp)[0]
+        ref.sum().backward()
+        dlstm, dinp = lstm.to("fl"), inp.detach().to("fl").requires_grad_()
+        got = dlstm(dinp)[0]
+        got.sum().backward()
+        assert_close(got.cpu(), ref.detach(), rel=1e-12)
+        assert_close(dinp.grad.cpu(), inp.grad, rel=1e-12)
+    finally:
+        fl.set_backend("cpu")

@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
+from torch._decomp import decomposition_table
 
 from .. import jit
 from ..errors import KernelError, KernelIndexError
@@ -205,9 +206,34 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     if SETTINGS.cpu_fallback:
         plan.paths.append(FALLBACK)
         plan.reasons.append("CPU fallback (copy to host, run PyTorch's CPU kernel, copy back)")
+        if plan.paths[0] == DECOMPOSITION and JIT not in plan.paths and _host_serves_whole(f, plan, dtypes, dev_mask):
+            plan.paths.remove(FALLBACK)
+            plan.paths.insert(0, FALLBACK)
+            plan.reasons.append(f"the CPU fallback is tried before the decomposition: the device computes in none "
+                                f"of {', '.join(sorted({dtype_name(d) for d in dtypes}))}, so every sub-op of the "
+                                f"decomposition would reach the CPU fallback, one copy round trip each")
     else:
         plan.reasons.append("CPU fallback is switched off (FL_CPU_FALLBACK=0)")
     return plan
+
+
+def _host_serves_whole(f: OpFacts, plan: Plan, dtypes: tuple, dev_mask: int) -> bool:
+    """Whether PyTorch's CPU kernel should serve the whole op before a decomposition is tried: the device
+    computes in none of the operands' dtypes (float64 on a float32 chip), so a decomposition could keep no
+    arithmetic on the device; its sub-ops (and theirs: torch._refs' sigmoid is neg, exp, add and div, each
+    a torch._refs entry again) would each take the fallback, paying a copy round trip and the Python
+    decomposition machinery per sub-op, for the result the CPU kernel gives in one call (PyTorch's own,
+    which the CPU baseline computes). Not for ops without a CPU kernel of their own (the fused RNN cells,
+    the overrideable attention: their decompositions are the only way), nor for random ops (the
+    decomposition draws from the device's generator; the fallback would use the host's), nor for torch_fl's
+    own decompositions, which keep dtype-blind work on the device (zero_ as a memory fill, full_like)."""
+    if plan.decomposition is not decomposition_table.get(f.func):
+        return False
+    if not dtypes or any(d in TO_CODE and (dev_mask >> TO_CODE[d]) & 1 for d in dtypes):
+        return False
+    if torch.Tag.nondeterministic_seeded in f.func.tags:
+        return False
+    return torch._C._dispatch_has_kernel_for_dispatch_key(f.func.name(), "CPU")
 
 
 def _jit_claim(name: str) -> str:
@@ -407,12 +433,34 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
             if site:
                 native.commit(f, ff.name, site, ins, list(range(len(outs))), outs_at)
             return _returned(f, outs)
+    if plan.first == FALLBACK and not getattr(TLS, "device_only", 0) and _in_place(outs, fvals):
+        # an in-place op (add_ is add.out into self) the CPU serves: its CPU kernel writes the host copy of
+        # self, which goes back once, instead of a functional result written back and then copied into self
+        # by copy_, itself a second fallback round trip where the device lacks the dtype
+        listening = bool(events.LISTENERS)
+        if listening:
+            t0, k0, b0 = time.perf_counter(), events.KERNELS[0], events.BYTES[0]
+            events.DEPTH[0] += 1
+        try:
+            result = run_fallback(f, dev, vals)
+            events.count(dev.backend, ff.name, FALLBACK)
+            if listening:
+                _emit(ff.name, dev.backend.name, FALLBACK, t0, k0, b0)
+        finally:
+            if listening:
+                events.DEPTH[0] -= 1
+        return result
     result = _run_plan(ff, dev, fvals, plan)
     results = (result,) if ff.n_returns == 1 else tuple(result)
     rule = f.overlap_rule(vals)
     for out, r in zip(outs, results, strict=True):
         _write_out(f, out, r, rule)
     return _returned(f, outs)
+
+
+def _in_place(outs: list, fvals: list) -> bool:
+    """Every output is one of the inputs itself (an in-place op's self): same shape, nothing to resize."""
+    return bool(outs) and all(is_fl(o) and any(o is v for v in fvals) for o in outs)
 
 
 def _fresh_outs_channels_last(ff: OpFacts, fvals, outs: list) -> None:
