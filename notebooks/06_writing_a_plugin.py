@@ -14,9 +14,17 @@ r = subprocess.run(['make', '-C', work, f'FL_INCLUDE={os.path.dirname(header_pat
                    capture_output=True, text=True)
 print('built:', r.returncode == 0, os.path.exists(os.path.join(work, 'libfl_template.so')))
 
+# %% [markdown]
+# The check takes a minute; in a notebook a progress bar moves as each check is decided (in a terminal,
+# `torch-fl plugin check` prints a line per check).
+
 # %%
+# NBVAL_IGNORE_OUTPUT
+import torch_fl.notebook  # registers the progress bar (%load_ext fl_magics does too)
 from torch_fl.check import check_plugin
 report = check_plugin(os.path.join(work, 'libfl_template.so'))
+
+# %%
 print('PASSED' if report.passed else 'FAILED', report.counts())
 for row in report.rows:
     if row.check.startswith('kernel'):
@@ -40,5 +48,5 @@ print(subprocess.run([sys.executable, '-c', code], capture_output=True, text=Tru
 # %%
 broken = os.path.join(work, 'libbroken.so')
 open(broken, 'w').write('not a shared library')
-print(check_plugin(broken).rows[0].detail.split(':')[0] != '')
+print(check_plugin(broken, progress=False).rows[0].detail.split(':')[0] != '')
 shutil.rmtree(work)
