@@ -20,7 +20,7 @@ print('built:', r.returncode == 0, os.path.exists(os.path.join(work, 'libfl_temp
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-import torch_fl.notebook  # registers the progress bar (%load_ext fl_magics does too)
+import torch_fl.notebook  # noqa: F401 - registers the progress bar (%load_ext fl_magics does too)
 from torch_fl.check import check_plugin
 report = check_plugin(os.path.join(work, 'libfl_template.so'))
 
