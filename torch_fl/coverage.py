@@ -108,16 +108,16 @@ def coverage(backend: str | None = None, ops: list[str] | None = None,
 
 
 @functools.lru_cache(maxsize=1)
-def _opinfo_dtypes() -> dict[str, set]:
-    """OpInfo name -> the dtypes PyTorch's CPU kernels take, from PyTorch's own OpInfo database (its test
-    suite's record of what each op supports); empty where this PyTorch build ships no test utilities."""
+def _opinfos() -> tuple[list, dict[str, set]]:
+    """PyTorch's OpInfo database and, per OpInfo name, the dtypes its CPU kernels take (its test suite's
+    record of what each op supports); empty where this PyTorch build ships no test utilities."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from torch.testing._internal.common_methods_invocations import op_db
     except Exception:  # noqa: BLE001 - a build without the test utilities: nothing is known, nothing marked
-        return {}
-    return {info.name: set(info.supported_dtypes("cpu")) for info in op_db}
+        return [], {}
+    return op_db, {info.name: set(info.supported_dtypes("cpu")) for info in op_db}
 
 
 @functools.cache
@@ -128,11 +128,9 @@ def pytorch_dtypes(op: str) -> frozenset | None:
     that says "decomposition" for a convolution of bools claims a path PyTorch itself does not have."""
     from .check.samples import base_name, candidate_opinfos
 
-    by_name = _opinfo_dtypes()
+    op_db, by_name = _opinfos()
     if not by_name or not op.startswith("aten::"):
         return None
-    from torch.testing._internal.common_methods_invocations import op_db
-
     infos = candidate_opinfos(op, op_db)
     stem = base_name(op).rstrip("_")
     if not infos and stem.endswith("_backward"):

@@ -12,7 +12,6 @@ notebook layer free of logic."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from typing import Protocol, TextIO
 
@@ -31,11 +30,8 @@ class Lines:
     def __init__(self, title: str, total: int | None, stream: TextIO | None = None):
         self.title, self.total = title, total
         self.stream = stream or (sys.stdout if in_kernel() else sys.stderr)
-        self.failures = 0
-        self.t0 = time.perf_counter()
 
     def update(self, done: int, text: str, failed: bool = False) -> None:
-        self.failures += failed
         count = f"{done}/{self.total}" if self.total else str(done)
         self.stream.write(f"[{count}] {self.title}: {text}\n")
         self.stream.flush()
