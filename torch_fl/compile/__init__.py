@@ -32,7 +32,7 @@ import torch
 from ..runtime import REGISTRY, config
 from . import dynamo
 from .dynamo import PASS_NAMES, enabled_passes, reset
-from .report import AtenGraph, DynamoGraph, FusionReport, Measurement, Pattern, add_measurement
+from .graph_report import AtenGraph, DynamoGraph, FusionReport, Measurement, Pattern, add_measurement
 
 __all__ = ["AtenGraph", "DynamoGraph", "FusionReport", "Measurement", "PASS_NAMES", "Pattern", "compile",
            "disabled", "fusion_report", "measure", "reset"]

@@ -41,7 +41,7 @@ from ..runtime import Sources
 from . import layout, seeded  # noqa: F401 - seeded defines the fl:: ops the rewrites call
 from . import pointwise as pw
 from .fxnodes import activation, arg, is_call, op_name, where
-from .report import Pattern
+from .graph_report import Pattern
 
 aten = torch.ops.aten
 F = torch.nn.functional

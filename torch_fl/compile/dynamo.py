@@ -74,9 +74,9 @@ from ..dispatch import sdpa_backward, sdpa_forward
 from ..runtime import Sources
 from . import aten_passes, layout, seeded  # noqa: F401 - seeded defines the fl:: ops the passes call
 from .fxnodes import activation, arg, is_call, only_user, op_name, where
+from .graph_report import GRAPHS, AtenGraph, DynamoGraph, FusionReport, Pattern, forget, frame_modules
 from .inplace import restore_inplace_updates
 from .replay import ReplayStatus, replayable
-from .report import GRAPHS, AtenGraph, DynamoGraph, FusionReport, Pattern, forget, frame_modules
 
 aten = torch.ops.aten
 
