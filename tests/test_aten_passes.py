@@ -1,5 +1,5 @@
 """backend="fl"'s qkv and pointwise passes (layout: test_layout.py) and linear -> act -> dropout in
-training (torch_fl/compile/aten_passes.py): each applies where the capability table
+training (torch_fl/compile/passes/: qkv.py, pointwise_fusion.py, linear_act.py): each applies where the capability table
 allows, matches eager in outputs and every gradient (judged against float64 on the
 host), is named in the report, goes away when switched off, and is recorded as kept,
 with the reason, on a backend without what it needs."""

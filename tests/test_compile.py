@@ -21,6 +21,7 @@ import torch_fl as fl
 from torch_fl import fused
 from torch_fl.compile import disabled
 from torch_fl.compile import dynamo as fl_dynamo
+from torch_fl.compile.passes import PASS_NAMES
 from torch_fl.models import ResNet
 
 SDPA = "aten::_scaled_dot_product_fused_attention_overrideable"
@@ -114,7 +115,7 @@ def test_passes_switch_off_by_api_and_environment(small_resnet, monkeypatch):
         assert_close(off(x), small_resnet(x.cpu()), 1e-4)
         assert not [p for p in _patterns(off) if p.startswith("conv+bn")]
         assert fl.fusion_report(off).graphs[0].passes == [
-            p for p in fl_dynamo.PASS_NAMES if p != "conv_bn"]
+            p for p in PASS_NAMES if p != "conv_bn"]
         fl_dynamo.reset()
         monkeypatch.setenv("FL_FUSION_DISABLE", "pointwise, layout")
         env = fl.compile(dev)

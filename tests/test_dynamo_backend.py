@@ -19,6 +19,7 @@ from torch import nn
 
 import torch_fl as fl
 from torch_fl.compile import dynamo as fl_dynamo
+from torch_fl.compile import passes as fl_passes
 
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 transformers = pytest.importorskip("transformers")
@@ -187,7 +188,7 @@ def test_switching_a_pass_off_stops_its_rewrite():
     assert results[True][2] == 2 and results[False][2] == 0  # forward + backward kernel, then none
     assert _applied(results[True][3], "scaled_dot_product_attention") == {"forward", "backward"}
     assert not _applied(results[False][3], "scaled_dot_product_attention")
-    assert results[False][3].graphs[0].passes == [p for p in fl_dynamo.PASS_NAMES if p != "attention"]
+    assert results[False][3].graphs[0].passes == [p for p in fl_passes.PASS_NAMES if p != "attention"]
     _close(results[False][0], results[True][0])
     for a, b in zip(results[False][1], results[True][1], strict=True):
         _close(a, b, rtol=1e-3)
@@ -362,14 +363,14 @@ def test_explicit_attention_becomes_the_fused_pair_where_the_table_has_it(backen
 
 
 def test_pass_selection_and_fl_fusion_disable(monkeypatch):
-    assert fl_dynamo.enabled_passes(None) == list(fl_dynamo.PASS_NAMES)
-    assert fl_dynamo.enabled_passes(["conv_bn"]) == ["conv_bn"]
-    assert "attention" not in fl_dynamo.enabled_passes({"attention": False})
+    assert fl_passes.enabled_passes(None) == list(fl_passes.PASS_NAMES)
+    assert fl_passes.enabled_passes(["conv_bn"]) == ["conv_bn"]
+    assert "attention" not in fl_passes.enabled_passes({"attention": False})
     monkeypatch.setenv("FL_FUSION_DISABLE", "conv_bn, add_norm")
-    assert fl_dynamo.enabled_passes(None) == ["attention", "qkv", "linear_act", "pointwise", "layout"]
+    assert fl_passes.enabled_passes(None) == ["attention", "qkv", "linear_act", "pointwise", "layout"]
     monkeypatch.setenv("FL_FUSION_DISABLE", "conv")
     with pytest.raises(ValueError, match="unknown pass 'conv'"):
-        fl_dynamo.enabled_passes(None)
+        fl_passes.enabled_passes(None)
     monkeypatch.delenv("FL_FUSION_DISABLE")
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed,
                        match=r"takes options=\{'passes': \.\.\., 'replay': \.\.\.\} only"):

@@ -1,6 +1,6 @@
 """Channels-last end to end: the host convolution writing an NHWC output
 (FL_KERNEL_ANY_OUT_LAYOUT), fl::conv_bn_relu.out, and backend="fl"'s `layout` pass
-(torch_fl/compile/layout.py), which keeps a convolution net's activations NHWC on a
+(torch_fl/compile/passes/layout.py), which keeps a convolution net's activations NHWC on a
 device that prefers it. Numbers are judged against float64 on the host; the
 compiled model must return what eager returns, in eager's strides."""
 
@@ -16,7 +16,7 @@ from torch import nn
 
 import torch_fl as fl
 from torch_fl.compile import dynamo as fl_dynamo
-from torch_fl.compile import layout
+from torch_fl.compile.passes import layout
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 aten = torch.ops.aten

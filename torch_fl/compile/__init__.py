@@ -6,8 +6,8 @@ chip usually lacks graph optimisation, not silicon. PyTorch's own engine does
 the capture (Dynamo: keyword arguments, graph breaks, guards and
 recompilation; AOTAutograd: forward and backward aten graphs), the "fl"
 backend rewrites those graphs with the kernels the active backend's capability
-table declares (torch_fl/compile/dynamo.py). This module adds only what a
-user of `torch.compile` would otherwise have to write:
+table declares (torch_fl/compile/dynamo.py; the passes: compile/passes/). This
+module adds only what a user of `torch.compile` would otherwise have to write:
 
     compiled = fl.compile(model)                         # torch.compile(model, backend="fl")
     compiled = fl.compile(model, passes={"layout": False})
@@ -31,8 +31,9 @@ import torch
 
 from ..runtime import REGISTRY, config
 from . import dynamo
-from .dynamo import PASS_NAMES, enabled_passes, reset
+from .dynamo import reset
 from .graph_report import AtenGraph, DynamoGraph, FusionReport, Measurement, Pattern, add_measurement
+from .passes import PASS_NAMES, enabled_passes
 
 __all__ = ["AtenGraph", "DynamoGraph", "FusionReport", "Measurement", "PASS_NAMES", "Pattern", "compile",
            "disabled", "fusion_report", "measure", "reset"]

@@ -1,9 +1,10 @@
 """What the passes ask of an fx node: which call it is, its arguments, where in
-the model it came from. One copy for the passes on Dynamo's graph and on the
-aten graphs (dynamo.py, aten_passes.py)."""
+the model it came from; and the one rewrite the GEMM-epilogue passes share. One
+copy for the passes on Dynamo's graph and on the aten graphs (this package)."""
 
 from __future__ import annotations
 
+import operator
 import re
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 import torch.fx as fx
 
 F = torch.nn.functional
+KEEP_META = ("nn_module_stack", "stack_trace", "source_fn_stack")  # what a replacement node takes over
 
 
 def is_call(node: Any, *targets: Any) -> bool:
@@ -49,3 +51,27 @@ def activation(node: Any) -> int | None:
             node.kwargs.get("approximate", "none") == "none":
         return 2
     return None
+
+
+def is_linear(node: Any) -> bool:
+    """A plain F.linear(x, w[, b]) call, every argument positional."""
+    return is_call(node, F.linear, torch._C._nn.linear) and len(node.args) in (2, 3) and not node.kwargs
+
+
+def identity_dropout(node: Any) -> bool:
+    """F.dropout that changes nothing: p == 0 or training=False."""
+    return is_call(node, F.dropout) and (arg(node, 1, "p", 0.5) == 0.0 or arg(node, 2, "training", True) is False)
+
+
+def replace_with(graph: fx.Graph, last: fx.Node, op: Any, args: tuple, dead: list[fx.Node],
+                 meta_from: fx.Node | None = None) -> None:
+    """`last`'s uses read result 0 of op(*args) instead; the nodes of `dead` left without users go."""
+    with graph.inserting_before(last):
+        call = graph.call_function(op, args)
+        first = graph.call_function(operator.getitem, (call, 0))
+    first.meta.update(last.meta)
+    call.meta.update({k: v for k, v in (meta_from or last).meta.items() if k in ("nn_module_stack", "stack_trace")})
+    last.replace_all_uses_with(first)
+    for n in dead:
+        if not n.users:
+            graph.erase_node(n)

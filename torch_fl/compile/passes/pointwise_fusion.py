@@ -1,4 +1,9 @@
-"""One kernel for a chain of elementwise ops, through the JIT tier.
+"""The `pointwise` pass: a chain of elementwise aten ops as one kernel, through the JIT tier.
+
+In aten graphs (forward, backward, inference), a chain of elementwise ops whose
+intermediates are used nowhere else becomes one call (`PointwiseKernel`), where
+the backend can compile C; first, copies eager does not make (the clone a
+zero-probability dropout becomes when traced) go.
 
 The dispatcher's JIT tier compiles one aten op at a time. A chain such as
 bias + GELU or add + ReLU would still launch one kernel per op and write
@@ -23,11 +28,20 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch.fx as fx
+from torch import nn
 
-from .. import jit
-from ..runtime import JIT, NOT_HANDLED, async_copy, device_of, events, is_fl
+from ... import jit
+from ...runtime import JIT, NOT_HANDLED, async_copy, device_of, events, is_fl
+from .base import Pass, PassContext
+from .fxnodes import is_call
+
+aten = torch.ops.aten
 
 STATS = {"compiled": 0, "runs": 0, "eager": 0}
+
+
+# -- a chain as one generated kernel: what the rewritten graph calls ---------------------
 
 
 class _ChainFacts:
@@ -177,3 +191,149 @@ def run(chain: PointwiseChain, *xs):
         return chain.fn(*xs)
     STATS["runs"] += 1
     return _FusedFn.apply(chain, ready[0], ready[1], *xs)
+
+
+# -- the pass: chains of elementwise ops in aten graphs -------------------------------
+
+
+def _elementwise(node: fx.Node, dtype) -> bool:
+    """An elementwise aten op computing `dtype` from tensors of `dtype` (and numbers),
+    deterministic, not in place: what one generated C loop can compute."""
+    t = node.target
+    if node.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
+        return False
+    if torch.Tag.pointwise not in t.tags or torch.Tag.nondeterministic_seeded in t.tags or t._schema.is_mutable:
+        return False
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype != dtype:
+        return False
+    for a in node.all_input_nodes:
+        v = a.meta.get("val")
+        if not isinstance(v, torch.Tensor) or v.dtype != dtype:
+            return False
+    return all(not isinstance(a, (list, tuple)) for a in (*node.args, *node.kwargs.values()))
+
+
+class PointwiseKernel(nn.Module):
+    """A graph's chain of elementwise ops as one call: one generated kernel where the
+    tensors allow (`run` above), else the chain's own ops."""
+
+    def __init__(self, chain: PointwiseChain):
+        super().__init__()
+        self.chain = chain
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        return run(self.chain, *xs)
+
+    def extra_repr(self) -> str:
+        return self.chain.label
+
+
+def _chains(graph: fx.Graph) -> list[list[fx.Node]]:
+    """Maximal groups of elementwise nodes of one dtype, each with one result: every
+    member but the last is used only inside the group. In graph order."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    taken: set = set()
+    found = []
+    for root in reversed(list(graph.nodes)):
+        val = root.meta.get("val")
+        if root in taken or not isinstance(val, torch.Tensor) or not val.is_floating_point() or \
+                not _elementwise(root, val.dtype):
+            continue
+        group, frontier = {root}, [root]
+        while frontier:
+            for a in frontier.pop().all_input_nodes:
+                if a not in taken and a not in group and _elementwise(a, val.dtype) and \
+                        all(u in group for u in a.users):
+                    group.add(a)
+                    frontier.append(a)
+        if len(group) >= 2:
+            taken |= group
+            found.append(sorted(group, key=order.__getitem__))
+    return found[::-1]
+
+
+def _short(node: fx.Node) -> str:
+    return node.target._schema.name.split("::")[-1]
+
+
+def _static(shape) -> tuple | None:
+    return tuple(int(s) for s in shape) if all(isinstance(s, int) for s in shape) else None
+
+
+def _identity_copy(node: fx.Node, outputs: set) -> bool:
+    """aten.clone with the input's own layout whose result only functional ops read and
+    the graph does not return: what PyTorch's decomposition of a dropout that drops
+    nothing (p = 0, or not training) leaves in a traced graph, where eager returns the
+    input itself. Removing it is exact: the graph is functional, nothing writes either."""
+    layout = node.kwargs.get("memory_format", torch.preserve_format)
+    if not is_call(node, aten.clone.default) or node in outputs or layout is not torch.preserve_format:
+        return False
+    src, val = node.args[0], node.meta.get("val")
+    src_val = src.meta.get("val") if isinstance(src, fx.Node) else None
+    if not isinstance(val, torch.Tensor) or not isinstance(src_val, torch.Tensor):
+        return False
+    strides = _static(val.stride())
+    if strides is None or strides != _static(src_val.stride()):
+        return False
+    return all(u.op == "call_function" and isinstance(u.target, torch._ops.OpOverload)
+               and not u.target._schema.is_mutable for u in node.users)
+
+
+def _drop_copies(ctx: PassContext) -> None:
+    graph = ctx.gm.graph
+    out = next(n for n in graph.nodes if n.op == "output")
+    outputs = set(out.all_input_nodes)
+    for n in list(graph.nodes):
+        if _identity_copy(n, outputs):
+            ctx.record("identity copy", [n], "removed (eager runs no kernel for it)")
+            n.replace_all_uses_with(n.args[0])
+            graph.erase_node(n)
+
+
+def pointwise(ctx: PassContext) -> None:
+    """Chains of elementwise aten ops (bias + GELU, GELU's backward formula, add + ReLU,
+    scale + mask, ...) as one JIT-compiled kernel each, where the backend compiles C
+    (capability table: jit). Without a JIT the ops stay, recorded with the reason.
+    First, copies eager does not make go: clones that keep the layout (what a
+    zero-probability dropout becomes when traced). Batch norm's write-backs are
+    undone before any pass, whatever is switched on (passes/inplace.py)."""
+    import torch_fl
+
+    _drop_copies(ctx)
+    chains = _chains(ctx.gm.graph)
+    if not chains:
+        return
+    if not torch_fl.capabilities(ctx.backend).jit:
+        for group in chains:
+            ctx.record("elementwise chain", group, "kept", applied=False,
+                       note=f"'{ctx.backend}' cannot compile kernels (no jit_compile or device JIT): one kernel per op")
+        return
+    graph = ctx.gm.graph
+    for group in chains:
+        inside = set(group)
+        inputs: list[fx.Node] = []
+        for n in group:
+            for a in n.all_input_nodes:
+                if a not in inside and a not in inputs:
+                    inputs.append(a)
+        sub = fx.Graph()
+        env = {a: sub.placeholder(f"x{i}") for i, a in enumerate(inputs)}
+        for n in group:
+            env[n] = sub.node_copy(n, env.__getitem__)
+        sub.output(env[group[-1]])
+        label = ",".join(_short(n) for n in group)
+        chain = PointwiseChain(fx.GraphModule(nn.Module(), sub), len(inputs), label)
+        target = f"fl_pointwise_{sum(1 for _ in ctx.gm.named_children())}"
+        ctx.gm.add_submodule(target, PointwiseKernel(chain))
+        last = group[-1]
+        with graph.inserting_before(last):
+            new = graph.call_module(target, tuple(inputs))
+        new.meta.update(last.meta)
+        last.replace_all_uses_with(new)
+        for n in reversed(group):
+            graph.erase_node(n)
+        ctx.record("elementwise chain", group, f"one JIT kernel ({label})")
+
+
+PASS = Pass("pointwise", aten=pointwise)

@@ -32,7 +32,8 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from ..runtime import Sources
+from ...runtime import Sources
+from .base import Pass, PassContext
 from .fxnodes import is_call
 
 aten = torch.ops.aten
@@ -139,7 +140,7 @@ def _keeps_values(gm: fx.GraphModule, node: fx.Node) -> bool:
     return False
 
 
-def layout(ctx) -> None:
+def layout(ctx: PassContext) -> None:
     import torch_fl
 
     gm, graph = ctx.gm, ctx.gm.graph
@@ -220,3 +221,6 @@ def _restore_traced_layouts(gm: fx.GraphModule, producers: list[fx.Node]) -> int
                 count += 1
             node.replace_input_with(src, fixed)
     return count
+
+
+PASS = Pass("layout", aten=layout)

@@ -33,6 +33,9 @@ import operator
 import torch
 import torch.fx as fx
 
+from ..graph_report import Pattern
+from .base import PassContext
+
 aten = torch.ops.aten
 BN_FUNCTIONAL = aten._native_batch_norm_legit_functional.default
 BN_INPLACE = aten._native_batch_norm_legit.default
@@ -118,3 +121,22 @@ def restore_inplace_updates(gm: fx.GraphModule, kind: str) -> tuple[int, int, li
     norms, kept = _batch_norms(gm.graph, copies, kind)
     counters = _counter_updates(gm.graph, _copies_into(gm.graph))
     return counters, norms, kept
+
+
+def buffer_updates(ctx: PassContext) -> None:
+    """The rewrite on one aten graph, recorded. Not a pass that can be switched off: it undoes what
+    functionalization added; the registry runs it before the aten passes (passes/__init__.py)."""
+    if ctx.kind == "backward":
+        return
+    counters, norms, kept = restore_inplace_updates(ctx.gm, ctx.kind)
+    if norms:
+        ctx.patterns.append(Pattern("batch norm running stats in place", ctx.kind, f"{norms} batch norm(s)",
+                                    ["_native_batch_norm_legit_functional", "copy_", "copy_"],
+                                    "aten::_native_batch_norm_legit (updates the buffers itself)"))
+    if counters:
+        ctx.patterns.append(Pattern("buffer counter in place", ctx.kind, f"{counters} buffer(s)", ["add", "copy_"],
+                                    "aten::add_"))
+    for name in kept:
+        ctx.patterns.append(Pattern("batch norm running stats in place", ctx.kind, name,
+                                    ["_native_batch_norm_legit_functional"], "kept", False,
+                                    "the updated statistics are an output of an inference graph"))

@@ -13,15 +13,15 @@ nondeterministic_seeded, so the partitioner never recomputes them.
   fl::linear_add_layer_norm_dropout  LayerNorm(residual + dropout(F.linear(x)))
 
 each with a `_backward` op computing every gradient in the base op's one
-backward kernel. The rewrites that call them are in aten_passes.py and
-dynamo.py."""
+backward kernel. The rewrites that call them are the linear_act and add_norm
+passes (passes/linear_act.py, passes/add_norm.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from ..dispatch import autocast_kernel
-from ..runtime import not_traced
+from ...dispatch import autocast_kernel
+from ...runtime import not_traced
 
 _lib = torch.library.Library("fl", "FRAGMENT")
 _SEEDED = (torch.Tag.nondeterministic_seeded,)
