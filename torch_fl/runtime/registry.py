@@ -18,6 +18,7 @@ import torch
 from ..errors import BackendNotFoundError, FlError, PluginLoadError, PluginUnavailableError
 from . import abi, config, core, elf, isolation, memory
 from .abi import ffi
+from .capability import probe
 from .plugin import DeviceProps, Plugin
 
 ENTRY_POINT_GROUP = "torch_fl.plugins"
@@ -144,8 +145,6 @@ class Backend:
     @property
     def capabilities(self):
         if self._capabilities is None:
-            from .capability import probe
-
             self._capabilities = probe(self)
         return self._capabilities
 
