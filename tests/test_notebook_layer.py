@@ -379,7 +379,7 @@ def test_every_report_type_shares_one_rendering_hook():
     import inspect
     import pkgutil
 
-    from torch_fl.report import Report
+    from torch_fl.rendering import Report
 
     pending: set = set()
     found = {}
@@ -416,7 +416,7 @@ def test_report_html_escapes_the_text():
 
 
 def test_report_renders_only_the_formats_asked_for():
-    from torch_fl.report import Report
+    from torch_fl.rendering import Report
 
     class Fixed(Report):
         def render(self):

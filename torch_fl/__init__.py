@@ -41,10 +41,10 @@ from .errors import (
     PluginUnavailableError,
     PrivateUse1TakenError,
 )
+from .placement import move, non_blocking_to
 from .profiler import Comparison, Profile, compare_backends, profile
 from .runtime import CapabilityTable, get_include
 from .stepwatch import StepRecord, Watch, watch
-from .transfer import move, non_blocking_to
 
 __version__ = "0.1.0"
 

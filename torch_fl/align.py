@@ -38,7 +38,7 @@ from torch import nn
 
 from .numerics import FLOOR, LIMIT, SCALE_FLOOR, Float64Comparison, compare_with_float64
 from .optrace import OpDiff, OpTrace, compare_traces
-from .report import Report
+from .rendering import Report
 from .runtime import REGISTRY
 
 OK, CHECK, SUSPECT = "ok", "check", "suspect"

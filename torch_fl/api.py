@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from .dispatch import facts, resolve
-from .report import Report
+from .rendering import Report
 from .runtime import REGISTRY, SETTINGS, config, core
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .report import Report
+from .rendering import Report
 from .runtime import REGISTRY
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")

@@ -34,7 +34,7 @@ from torch import nn
 
 from .progress import Reporter
 from .progress import start as start_progress
-from .report import Report
+from .rendering import Report
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FLOOR = 1e-4  # float32 agreement that always passes, whatever native CPU's own error

@@ -29,7 +29,7 @@ from .api import cpu_fallback_enabled, set_cpu_fallback
 from .dispatch import tensors_in
 from .progress import Reporter
 from .progress import start as start_progress
-from .report import Report
+from .rendering import Report
 from .runtime import REGISTRY, events
 
 UNSPECIFIED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted")

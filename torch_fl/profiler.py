@@ -25,7 +25,7 @@ from . import dispatch
 from .api import using_backend
 from .errors import FlError
 from .placement import placed, used_slots
-from .report import Report
+from .rendering import Report
 from .runtime import FALLBACK, REGISTRY, DeviceClock, OpEvent, events
 
 

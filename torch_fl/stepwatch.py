@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .report import Report
+from .rendering import Report
 from .runtime import REGISTRY, events
 
 

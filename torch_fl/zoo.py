@@ -40,7 +40,7 @@ from .models import GruClassifier, LstmLM
 from .numerics import FLOOR, LIMIT, Float64Comparison, Float64Reference, record, scaled_error
 from .progress import Reporter
 from .progress import start as start_progress
-from .report import Report
+from .rendering import Report
 
 SEED = 0
 NEW_TOKENS = 8

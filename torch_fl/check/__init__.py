@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..progress import Reporter
 from ..progress import start as start_progress
-from ..report import Report
+from ..rendering import Report
 from ..runtime import spawn
 from .contract import FAIL, PASS, SKIP, WARN
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..report import Report
+from ..rendering import Report
 from . import abi
 from .dtypes import mask_to_names
 
