@@ -82,8 +82,7 @@ def all_kernel_ops(backend=None) -> list[str]:
 def coverage(backend: str | None = None, ops: list[str] | None = None,
              dtypes: tuple[str, ...] = DTYPES) -> Coverage:
     """The dispatcher's plan for each op and dtype on a backend (default: current)."""
-    from .api import resolve_op
-    from .dispatch import facts, resolve
+    from .dispatch import facts, resolve, resolve_op
     from .runtime import mask_to_names
 
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()

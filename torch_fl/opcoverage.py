@@ -25,12 +25,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .api import cpu_fallback_enabled, set_cpu_fallback
 from .dispatch import tensors_in
 from .progress import Reporter
 from .progress import start as start_progress
 from .rendering import Report
-from .runtime import REGISTRY, events
+from .runtime import REGISTRY, SETTINGS, config, events
 
 UNSPECIFIED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted")
 RANDOM = ("bernoulli", "normal", "rand_like", "randn_like", "randint_like", "uniform", "multinomial", "cauchy",
@@ -454,11 +453,11 @@ def _settings_restored():
     switch and the CPU random state it seeds per sample -- is put back however
     the run ends (an OpInfo import that fails included), so the caller's later
     code runs as it did before."""
-    fallback, rng = cpu_fallback_enabled(), torch.random.get_rng_state()
+    fallback, rng = SETTINGS.cpu_fallback, torch.random.get_rng_state()
     try:
         yield
     finally:
-        set_cpu_fallback(fallback)
+        SETTINGS.cpu_fallback = fallback
         torch.random.set_rng_state(rng)
 
 
@@ -486,8 +485,8 @@ def run_coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: 
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     with _settings_restored():
         if cpu_fallback is not None:
-            set_cpu_fallback(cpu_fallback)
-        report = CoverageReport(b.name, str(dtype).replace("torch.", ""), cpu_fallback_enabled())
+            SETTINGS.cpu_fallback = config.parse_bool(cpu_fallback, "cpu_fallback")
+        report = CoverageReport(b.name, str(dtype).replace("torch.", ""), SETTINGS.cpu_fallback)
         done = _finished_ops(state_file)
         globs = ops.split(",") if isinstance(ops, str) else []
         infos = [i for i in _op_db() if (_name(i) in ops if isinstance(ops, list) else

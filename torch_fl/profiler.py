@@ -22,11 +22,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from . import dispatch
-from .api import using_backend
 from .errors import FlError
 from .placement import placed, used_slots
 from .rendering import Report
-from .runtime import FALLBACK, REGISTRY, DeviceClock, OpEvent, events
+from .runtime import FALLBACK, REGISTRY, DeviceClock, OpEvent, events, using_backend
 
 
 @dataclass
