@@ -3,7 +3,7 @@
 #
 # Every backend's capability table is probed from its plugin at start-up. `%fl_caps` opens an explorer over it
 # (devices, op coverage per dtype, fused kernels, collectives, and a comparison of two backends); the same data is
-# `fl.capabilities(name)` and `fl.coverage(name)`.
+# `fl.capabilities(name)` and `fl.path_table(name)`.
 
 # %%
 import torch, torch_fl as fl
@@ -25,7 +25,7 @@ print('convolution on minimal: decomposition (im2col + bmm)' if decomposed else 
 print(fl.capabilities('ascend').render())
 
 # %%
-cov = fl.coverage('minimal')
+cov = fl.path_table('minimal')
 print(cov.counts())
 print(cov.render('layer_norm'))
 

@@ -17,7 +17,7 @@ import torch_fl as fl
 
 pytest.importorskip("transformers")
 
-from torch_fl import zoo  # noqa: E402
+from torch_fl.tools import zoo  # noqa: E402
 
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 # the real OpenCL device, where this machine has a driver (tests/test_opencl.py says when it has none)

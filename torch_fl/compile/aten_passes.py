@@ -37,7 +37,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from ..runtime import Sources
+from ..runtime import REGISTRY, Sources
 from . import layout, seeded  # noqa: F401 - seeded defines the fl:: ops the rewrites call
 from . import pointwise as pw
 from .fxnodes import activation, arg, is_call, op_name, where
@@ -325,13 +325,11 @@ def pointwise(ctx) -> None:
     First, copies eager does not make go: clones that keep the layout (what a
     zero-probability dropout becomes when traced). Batch norm's write-backs are
     undone before any pass, whatever is switched on (inplace.py)."""
-    import torch_fl
-
     _drop_copies(ctx)
     chains = _chains(ctx.gm.graph)
     if not chains:
         return
-    if not torch_fl.capabilities(ctx.backend).jit:
+    if not REGISTRY.get(ctx.backend).capabilities.jit:
         for group in chains:
             ctx.record("elementwise chain", group, "kept", applied=False,
                        note=f"'{ctx.backend}' cannot compile kernels (no jit_compile or device JIT): one kernel per op")

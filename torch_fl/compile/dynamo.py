@@ -71,7 +71,7 @@ import torch
 import torch.fx as fx
 
 from ..dispatch import sdpa_backward, sdpa_forward
-from ..runtime import Sources
+from ..runtime import REGISTRY, Sources
 from . import aten_passes, layout, seeded  # noqa: F401 - seeded defines the fl:: ops the passes call
 from .fxnodes import activation, arg, is_call, only_user, op_name, where
 from .inplace import restore_inplace_updates
@@ -749,10 +749,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], r
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
-    import torch_fl
-
-    backend = torch_fl.get_current_backend_name()
-    kernels = set(torch_fl.capabilities(backend).kernels)
+    backend = REGISTRY.ensure().name
+    kernels = set(REGISTRY.get(backend).capabilities.kernels)
     reason = getattr(gm, "compile_subgraph_reason", None)
     frame = reason.user_stack[-1] if reason is not None and reason.user_stack else None
     record = DynamoGraph(str(gm.meta.get("dynamo_compile_id", "?")), frame.name if frame else "?",

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .progress import Reporter
-from .progress import start as start_progress
-from .rendering import Report
-from .runtime import REGISTRY, using_backend
+from ..progress import Reporter
+from ..progress import start as start_progress
+from ..rendering import Report
+from ..runtime import REGISTRY, using_backend
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FLOOR = 1e-4  # float32 agreement that always passes, whatever native CPU's own error
@@ -269,7 +269,7 @@ def _problems(c: ModelCheck) -> list[str]:
 
 def default_cases(full: bool = False) -> list[Case]:
     """ResNet-50 and a Transformer encoder; `full` uses the article's sizes (section 4.2)."""
-    from .models import resnet50, transformer_encoder
+    from .zoo import resnet50, transformer_encoder
 
     g = torch.Generator().manual_seed(0)
     if full:
