@@ -97,7 +97,7 @@ def test_missing_python_module_is_blamed_on_the_environment(tmp_path):
     (tmp_path / "numpy").mkdir()
     (tmp_path / "numpy" / "__init__.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)}
     r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check", "minimal", "--ops", "aten::mm"],
                        capture_output=True, text=True, env=env, timeout=600)
     out = " ".join(r.stdout.split())

@@ -1,4 +1,4 @@
-"""The model zoo on every backend (torch_fl/zoo.py, docs/models.md): real
+"""The model zoo on every backend (torch_fl/tools/zoo.py, docs/models.md): real
 architectures from `transformers` with tiny random-init configs and plain
 torch.nn recurrent models; forward, backward and one AdamW step within 10x of
 native float32's error against float64, parameter sharing kept, greedy
