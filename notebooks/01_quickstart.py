@@ -24,8 +24,8 @@ print(fl.list_backends().render())
 # %% [markdown]
 # ## ResNet-50: forward, backward, an SGD step
 #
-# The test suite defines its own ResNet-50 (`torch_fl.tools.zoo`), since torchvision cannot be installed beside the CPU
-# wheel here; `torchvision.models.resnet50()` works the same way.
+# torch_fl's model zoo defines its own ResNet-50 (`torch_fl.tools.zoo`), since torchvision cannot be installed beside
+# the CPU wheel here; `torchvision.models.resnet50()` works the same way.
 
 # %%
 import copy

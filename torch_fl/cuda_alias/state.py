@@ -23,6 +23,7 @@ ORIGINALS: list[tuple[Any, str, Any]] = []
 
 
 def replace(owner: Any, name: str, value: Any) -> None:
+    """owner.name = value, remembering what owner's own __dict__ held (restore() puts it back)."""
     ORIGINALS.append((owner, name, owner.__dict__.get(name, MISSING)))
     setattr(owner, name, value)
 
