@@ -278,7 +278,7 @@ def test_the_zoo_runs_with_the_cpu_fallback_off():
     assert r.returncode == 0 and passed == total and int(total) >= 25, r.stdout[-3000:] + r.stderr[-2000:]
 
 
-def test_another_backends_coverage_table_does_not_depend_on_the_driver():
+def test_another_backends_path_table_does_not_depend_on_the_driver():
     """fl.path_table('minimal') lists the ops the host plugin and the emulators have kernels for: a machine with
     an OpenCL driver must print the same table as one without (notebook 03 stores it)."""
     code = "import torch_fl as fl; c = fl.path_table('minimal'); print('ROWS', len(c.rows), sorted(c.counts().items()))"
