@@ -6,7 +6,7 @@ torch_fl.anything would import torch_fl first), so a torch_fl that cannot load
 (no C++ compiler, a broken plugin) costs `import torch` a warning naming the
 problem, never the import.
 
-With FL_ALIAS_CUDA=1 it then turns on the cuda alias (torch_fl/cuda_alias.py),
+With FL_ALIAS_CUDA=1 it then turns on the cuda alias (torch_fl/cuda_alias/),
 so a script written for CUDA runs on the active fl backend without
 `import torch_fl`; a failure there is its own warning, the fl device stays."""
 

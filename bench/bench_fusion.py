@@ -10,7 +10,7 @@ does to the host time per kernel.
 
 For each backend: ResNet-50 inference (eval forward) and training step
 (forward + backward of the output's sum, gradients reset first), the
-Transformer encoder (torch_fl.models, 6 layers, d_model 512, 8 heads)
+Transformer encoder (torch_fl.tools.zoo, 6 layers, d_model 512, 8 heads)
 inference and training step with dropout 0. "eager" is the model on fl
 without compilation, "compiled" is fl.compile (torch.compile with backend
 "fl"), "native" is the same model on CPU tensors in plain PyTorch. Kernel
@@ -60,7 +60,7 @@ import torch
 import torch_fl as fl
 from torch_fl.compile import reset
 from torch_fl.compile.dynamo import backend as backend_with
-from torch_fl.models import resnet50, transformer_encoder
+from torch_fl.tools.zoo import resnet50, transformer_encoder
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import torch_fl as fl
-from torch_fl.models import resnet50, transformer_encoder
+from torch_fl.tools.zoo import resnet50, transformer_encoder
 
 
 def _best(fn, repeat: int, number: int = 1) -> float:

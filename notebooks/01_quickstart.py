@@ -24,12 +24,12 @@ print(fl.list_backends().render())
 # %% [markdown]
 # ## ResNet-50: forward, backward, an SGD step
 #
-# The test suite defines its own ResNet-50 (`torch_fl.models`), since torchvision cannot be installed beside the CPU
-# wheel here; `torchvision.models.resnet50()` works the same way.
+# torch_fl's model zoo defines its own ResNet-50 (`torch_fl.tools.zoo`), since torchvision cannot be installed beside
+# the CPU wheel here; `torchvision.models.resnet50()` works the same way.
 
 # %%
 import copy
-from torch_fl.models import resnet50, transformer_encoder
+from torch_fl.tools.zoo import resnet50, transformer_encoder
 torch.manual_seed(0)
 model = resnet50(num_classes=10)
 images, labels = torch.randn(4, 3, 64, 64), torch.tensor([1, 3, 5, 7])

@@ -2,8 +2,8 @@
 # # The capability explorer
 #
 # Every backend's capability table is probed from its plugin at start-up. `%fl_caps` opens an explorer over it
-# (devices, op coverage per dtype, fused kernels, collectives, and a comparison of two backends); the same data is
-# `fl.capabilities(name)` and `fl.coverage(name)`.
+# (devices, the path each op takes per dtype, fused kernels, collectives, and a comparison of two backends); the
+# same data is `fl.capabilities(name)` and `fl.path_table(name)`.
 
 # %%
 import torch, torch_fl as fl
@@ -25,9 +25,9 @@ print('convolution on minimal: decomposition (im2col + bmm)' if decomposed else 
 print(fl.capabilities('ascend').render())
 
 # %%
-cov = fl.coverage('minimal')
-print(cov.counts())
-print(cov.render('layer_norm'))
+paths = fl.path_table('minimal')
+print(paths.counts())
+print(paths.render('layer_norm'))
 
 # %%
 for name in ['cpu', 'rocm', 'ascend', 'minimal']:

@@ -11,7 +11,7 @@ torch.manual_seed(0)
 # %load_ext fl_magics
 
 # %%
-from torch_fl.models import transformer_encoder
+from torch_fl.tools.zoo import transformer_encoder
 enc = transformer_encoder(d_model=32, nhead=4, num_layers=1, dropout=0.0, dim_feedforward=64)
 seq = torch.randn(2, 8, 32)
 

@@ -21,7 +21,7 @@ print('built:', r.returncode == 0, os.path.exists(os.path.join(work, 'libfl_temp
 # %%
 # NBVAL_IGNORE_OUTPUT
 import torch_fl.notebook  # noqa: F401 - registers the progress bar (%load_ext fl_magics does too)
-from torch_fl.check import check_plugin
+from torch_fl.tools.checker import check_plugin
 report = check_plugin(os.path.join(work, 'libfl_template.so'))
 
 # %%

@@ -16,7 +16,7 @@ torch.manual_seed(0)
 # %load_ext fl_magics
 import copy
 from torch import nn
-from torch_fl.models import ResNet
+from torch_fl.tools.zoo import ResNet
 from torch_fl.notebook.figures import fusion_figure, fusion_patterns
 
 # %% [markdown]

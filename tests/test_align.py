@@ -9,7 +9,7 @@ from conftest import run_py
 from torch import nn
 
 import torch_fl as fl
-from torch_fl.optrace import OpTrace, compare_traces
+from torch_fl.tools.optrace import OpTrace, compare_traces
 
 
 def _mlp():
@@ -35,7 +35,7 @@ def test_clean_model_aligns_and_report_is_deterministic():
 
 
 def test_transformer_aligns_between_two_backends():
-    from torch_fl.models import transformer_encoder
+    from torch_fl.tools.zoo import transformer_encoder
 
     torch.manual_seed(0)
     model = transformer_encoder(d_model=32, nhead=4, num_layers=2, dim_feedforward=64)  # dropout is switched off

@@ -7,10 +7,10 @@ backend's error no worse than 10x native float32's.
   (native float32: 5e-7): one ReLU input 1e-7 from 0 rounds to the other side
   on their GEMM, and that element's gradient changes by O(1). Native float32
   does the same with other seeds (seed 4: 1.2e-2, where rocm is at 8e-7).
-  `torch_fl.numerics` judges against a float64 run that takes the float32
+  `torch_fl.tools.numerics` judges against a float64 run that takes the float32
   run's branch where float64's value is within rounding of it; then every
   backend is at native level, and a flip beyond rounding would still fail.
-* ResNet-50-style: Bottleneck blocks [3, 4, 6, 3] (torch_fl.models.ResNet,
+* ResNet-50-style: Bottleneck blocks [3, 4, 6, 3] (torch_fl.tools.zoo.ResNet,
   width 8), batch norm in training mode, max pooling, input 4 x 3 x 64 x 64."""
 
 import copy
@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 import torch_fl as fl
-from torch_fl.models import ResNet
-from torch_fl.numerics import Float64Comparison, Float64Reference, record
+from torch_fl.tools.numerics import Float64Comparison, Float64Reference, record
+from torch_fl.tools.zoo import ResNet
 
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 

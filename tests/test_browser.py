@@ -92,7 +92,7 @@ def test_views_render_and_respond_in_jupyterlab(tmp_path, artifacts):
             summary = caps.locator(".widget-html-content").first
             on_minimal = summary.inner_text()
             assert on_minimal.startswith("minimal (EMULATED)") and "native kernels" in on_minimal, on_minimal
-            caps.locator(".lm-TabBar-tab", has_text="op coverage").click()
+            caps.locator(".lm-TabBar-tab", has_text="op paths").click()
             ops = caps.locator(".widget-tab .widget-html-content:visible", has_text=" ops; N native")
             first_column = ops.locator("table.flx tr td:first-child")
             nb.poll("the op-coverage table", lambda: first_column.count() > 10, lambda: caps.inner_text()[:2000])

@@ -22,7 +22,7 @@ from torch_fl import fused
 from torch_fl.compile import disabled
 from torch_fl.compile import dynamo as fl_dynamo
 from torch_fl.compile.passes import PASS_NAMES
-from torch_fl.models import ResNet
+from torch_fl.tools.zoo import ResNet
 
 SDPA = "aten::_scaled_dot_product_fused_attention_overrideable"
 

@@ -1,4 +1,4 @@
-"""Issue 18: the opt-in cuda alias (torch_fl/cuda_alias.py). Code written for NVIDIA -- the scripts in
+"""Issue 18: the opt-in cuda alias (torch_fl/cuda_alias/). Code written for NVIDIA -- the scripts in
 tests/cuda_scripts/, which never import torch_fl -- runs on every fl backend with FL_ALIAS_CUDA=1, each
 backend in its own process; its numbers are judged against the same script run by plain CPU PyTorch.
 
@@ -449,18 +449,19 @@ def test_a_failure_while_turning_on_leaves_torch_cuda_as_it_was():
     r = run_code("""
         import torch, torch_fl as fl
         from torch_fl import cuda_alias
+        from torch_fl.cuda_alias import parallel, state
         before = (torch.cuda.is_available, torch.cuda.device_count, torch.amp.GradScaler.__init__,
                   torch.Generator, torch.UntypedStorage.__dict__.get("__new__"))
         def broken():
             raise RuntimeError("simulated failure")
-        cuda_alias._patch_distributed = broken
+        parallel.patch_distributed = broken
         try:
             fl.alias_cuda()
         except RuntimeError as e:
             print("raised", e)
         after = (torch.cuda.is_available, torch.cuda.device_count, torch.amp.GradScaler.__init__,
                  torch.Generator, torch.UntypedStorage.__dict__.get("__new__"))
-        print(cuda_alias.is_active(), torch.cuda.is_available(), before == after, len(cuda_alias._originals))
+        print(cuda_alias.is_active(), torch.cuda.is_available(), before == after, len(state.ORIGINALS))
         try:
             torch.zeros(1, device="cuda")
         except AssertionError as e:

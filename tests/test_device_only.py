@@ -157,7 +157,7 @@ def test_factories_without_a_kernel_decompose_on_the_device(backend):
         same(torch.eye(*args, **kw), torch.eye(*args, **kw, device="fl"))
     a = torch.randn(3, 3)
     same(torch.linalg.matrix_power(a, 0), torch.linalg.matrix_power(d(a), 0))
-    from torch_fl.profiler import profile
+    from torch_fl.tools.profiler import profile
 
     with profile() as prof:  # the factory's path is reported like any op's
         torch.eye(3, device="fl")

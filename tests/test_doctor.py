@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import torch_fl as fl
-from torch_fl import doctor
+from torch_fl.tools import doctor
 
 
 def _case(loss_fn=nn.functional.cross_entropy) -> doctor.Case:

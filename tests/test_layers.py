@@ -1,8 +1,13 @@
-"""The package keeps its layers (docs/runtime.md, "Layout"): errors <- runtime <- jit <- dispatch <- the tools
-<- notebook, and fl_magics above all of it. Two checks, both on the source as written:
+"""The package keeps its layers (docs/runtime.md, "Layout"): rendering <- errors <- runtime <- jit <- dispatch <-
+the compiler <- the feature packages (amp, cuda_alias, distributed, fused) <- the tools <- api <- cli <- notebook,
+and fl_magics above all of it. Three checks, all on the source as written:
 
 * import-linter's contracts in pyproject.toml ([tool.importlinter]): a layer imports only the layers below
-  it, directly or through any chain of imports; torch_fl never imports fl_magics;
+  it, directly or through any chain of imports; the compiler and the dispatcher never import a tool;
+  torch_fl never imports fl_magics;
+* no import circle between two modules of torch_fl (or fl_magics), counting every import in a module,
+  function-local ones included, read from the syntax tree: a circle through a lazy import is a circle that
+  the laziness only hides;
 * the rules import-linter cannot state, read from the syntax tree: no underscore name is imported from
   another module (nor read as an attribute of an imported torch_fl module), and a module outside
   runtime/, jit/ or dispatch/ imports from them only through the package, only the names its `__all__`
@@ -36,7 +41,7 @@ def test_import_contracts_are_kept():
     pytest.importorskip("importlinter")
     r = _lint_imports(ROOT, os.path.join(ROOT, "pyproject.toml"))
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert "Contracts: 3 kept, 0 broken." in r.stdout, r.stdout[-2000:]
+    assert "Contracts: 5 kept, 0 broken." in r.stdout, r.stdout[-2000:]
 
 
 def _copy_sources(dst: str) -> None:
@@ -45,16 +50,27 @@ def _copy_sources(dst: str) -> None:
                         ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.h", "*.cpp"))
 
 
-@pytest.mark.parametrize("module, line, broken", [
+LAYERS = "torch_fl's layers import only the layers below them"
+
+
+@pytest.mark.parametrize("module, line, contract, broken", [
     # the runtime reaching up into the dispatcher, in a lazy import inside a function
-    ("torch_fl/runtime/registry.py", "def _peek():\n    from ..dispatch import facts\n    return facts\n",
+    ("torch_fl/runtime/registry.py", "def _peek():\n    from ..dispatch import facts\n    return facts\n", LAYERS,
      "torch_fl.runtime.registry -> torch_fl.dispatch"),
     # a generator calling back into the dispatcher
-    ("torch_fl/jit/kernel.py", "from ..dispatch import resolve  # noqa\n", "torch_fl.jit.kernel -> torch_fl.dispatch"),
+    ("torch_fl/jit/kernel.py", "from ..dispatch import resolve  # noqa\n", LAYERS,
+     "torch_fl.jit.kernel -> torch_fl.dispatch"),
+    # the compiler measuring itself with a tool, lazily
+    ("torch_fl/compile/replay.py", "def _peek():\n    from ..tools import profiler\n    return profiler\n",
+     "the compiler never imports a tool", "torch_fl.compile.replay -> torch_fl.tools.profiler"),
+    # the dispatcher judging numbers with a tool's rule
+    ("torch_fl/dispatch/plan.py", "from ..tools.numerics import BAND  # noqa\n",
+     "the dispatcher never imports a tool", "torch_fl.dispatch.plan -> torch_fl.tools.numerics"),
     # torch_fl importing the magics
-    ("torch_fl/profiler.py", "import fl_magics  # noqa\n", "torch_fl.profiler -> fl_magics"),
+    ("torch_fl/tools/profiler.py", "import fl_magics  # noqa\n",
+     "fl_magics is a thin layer over torch_fl, which never imports it", "torch_fl.tools.profiler -> fl_magics"),
 ])
-def test_a_broken_layer_fails_the_check(tmp_path, module, line, broken):
+def test_a_broken_layer_fails_the_check(tmp_path, module, line, contract, broken):
     """The same contracts on a copy of the sources with one import that breaks a layer: lint-imports fails
     and names the import (so a passing run above means something)."""
     pytest.importorskip("importlinter")
@@ -64,7 +80,7 @@ def test_a_broken_layer_fails_the_check(tmp_path, module, line, broken):
     shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path / "pyproject.toml")
     r = _lint_imports(str(tmp_path), str(tmp_path / "pyproject.toml"), env={"PYTHONPATH": str(tmp_path)})
     assert r.returncode != 0, r.stdout[-3000:]
-    assert "BROKEN" in r.stdout and broken in r.stdout, r.stdout[-3000:]
+    assert f"{contract} BROKEN" in r.stdout and broken in r.stdout, r.stdout[-3000:]
 
 
 # -- the rules read from the syntax tree --------------------------------------------------------------
@@ -202,6 +218,102 @@ def layer_bypasses(root: str) -> list[str]:
     return found
 
 
+def import_edges(root: str) -> dict[str, dict[str, list[int]]]:
+    """module -> {module of the tree it imports: the lines that import it}, for every module of the tree. Every
+    import statement counts wherever it stands (module level, inside a function, under an `if`); importing a
+    submodule does not count as importing its parent packages (as grimp, import-linter's graph, counts)."""
+    t = _Tree(root)
+    edges: dict[str, dict[str, list[int]]] = {}
+    for module, path in sorted(t.files.items()):
+        out = edges.setdefault(module, {})
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            if isinstance(node, ast.ImportFrom):
+                base = t.resolve(module, node.level, node.module)
+                targets = [f"{base}.{a.name}" if t.is_module(f"{base}.{a.name}") else base for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and not t.is_module(target):  # `import pkg.mod.name` reaches module pkg.mod
+                    target = target.rpartition(".")[0]
+                if target and target != module:
+                    out.setdefault(target, []).append(node.lineno)
+    return edges
+
+
+def import_cycles(root: str) -> list[str]:
+    """One import circle per strongly connected group of modules, each step with the line that imports."""
+    edges = import_edges(root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    found = []
+    for group in groups:  # the shortest circle through the group's first module, found breadth first
+        inside, start = set(group), group[0]
+        came_from: dict[str, str] = {}
+        frontier = [start]
+        while start not in came_from:
+            reached = []
+            for v in frontier:
+                for w in sorted(edges[v]):
+                    if w in inside and w not in came_from:
+                        came_from[w] = v
+                        reached.append(w)
+            frontier = reached
+        path, v = [start], came_from[start]
+        while v != start:
+            path.insert(0, v)
+            v = came_from[v]
+        path.insert(0, start)
+        steps = [f"{a} (line {edges[a][b][0]}) -> {b}" for a, b in zip(path, path[1:], strict=False)]
+        found.append(f"{len(group)} modules: " + "; ".join(steps))
+    return found
+
+
+def test_no_import_circles():
+    found = import_cycles(ROOT)
+    assert not found, ("import circles (move the dependency to the layer that needs it, e.g. a registration the "
+                       "upper layer installs; a function-local import hides a circle, it does not break it):\n"
+                       + "\n".join(found))
+
+
+def test_the_circle_check_sees_function_local_imports(tmp_path):
+    """On a copy of the sources: a lazy import inside a function that closes a circle (the memory settings
+    asking the registry, which makes the pools) is reported with both modules and its line."""
+    _copy_sources(str(tmp_path))
+    assert import_cycles(str(tmp_path)) == import_cycles(ROOT)
+    with open(tmp_path / "torch_fl" / "runtime" / "memory.py", "a") as f:
+        f.write("\n\ndef _peek():\n    from .registry import REGISTRY\n    return REGISTRY\n")
+    found = import_cycles(str(tmp_path))
+    assert len(found) == 1 and "torch_fl.runtime.memory (line" in found[0], found
+    assert "-> torch_fl.runtime.registry" in found[0], found
+
+
 def test_no_underscore_name_crosses_a_module():
     found = underscore_crossings(ROOT)
     assert not found, "underscore names used across modules (give them a plain name in their home module):\n" \
@@ -216,13 +328,13 @@ def test_the_lower_layers_are_imported_only_through_their_packages():
 def test_the_syntax_checks_catch_what_they_are_for(tmp_path):
     """Both syntax-tree checks on a copy of the sources with one violation each: they report it."""
     _copy_sources(str(tmp_path))
-    with open(tmp_path / "torch_fl" / "profiler.py", "a") as f:
+    with open(tmp_path / "torch_fl" / "tools" / "profiler.py", "a") as f:
         f.write(textwrap.dedent("""
 
             def _peek():
-                from .runtime.registry import REGISTRY
-                from .runtime import native
-                from .api import _dtype
+                from ..runtime.registry import REGISTRY
+                from ..runtime import native
+                from ..api import _dtype
                 return REGISTRY, native._LAYOUT_CACHE, _dtype
             """))
     crossings = underscore_crossings(str(tmp_path))

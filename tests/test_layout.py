@@ -326,7 +326,7 @@ def test_graph_replay_runs_the_channels_last_graph():
 def test_zoo_vision_models_compile_channels_last_and_match_float64(name):
     """Models nobody here wrote, with what follows their convolutions: ConvNeXt's permute -> LayerNorm ->
     Linear -> permute back, ViT's and CLIP's flatten(2).transpose(1, 2) patch embedding, Swin's views."""
-    from torch_fl.zoo import MODELS
+    from torch_fl.tools.zoo import MODELS
 
     fl.set_backend("ascend")
     zoo = MODELS[name]

@@ -11,7 +11,7 @@ import torch
 from conftest import assert_close
 from torch import nn
 
-from torch_fl.models import resnet50, transformer_encoder
+from torch_fl.tools.zoo import resnet50, transformer_encoder
 
 
 def _train_both(model: nn.Module, x: torch.Tensor, target: torch.Tensor, loss_fn, opt_cls, steps: int = 2,

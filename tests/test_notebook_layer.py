@@ -169,13 +169,13 @@ def test_capability_explorer_reacts_to_its_widgets():
 
 
 def test_coverage_data_matches_explain():
-    cov = fl.coverage("ascend", ops=["aten::gelu", "aten::mm", "fl::conv_bn_relu"])
+    cov = fl.path_table("ascend", ops=["aten::gelu", "aten::mm", "fl::conv_bn_relu"])
     assert cov.rows["aten::gelu"]["float32"] == "decomposition"
     assert cov.rows["aten::mm"]["float32"] == "native" and cov.rows["aten::mm"]["float64"] == "fallback"
     assert cov.rows["fl::conv_bn_relu"]["float32"] == "native"
     assert json.loads(cov.to_json())["counts"]["native"] >= 2
     # a dtype the device does not compute in runs on the CPU whatever the op: never D (its parts fall back)
-    mini = fl.coverage("minimal", ops=["aten::gelu", "aten::mm"])
+    mini = fl.path_table("minimal", ops=["aten::gelu", "aten::mm"])
     assert mini.host_dtypes == ("float64", "float16")
     assert mini.rows["aten::gelu"]["float64"] == "fallback" and mini.rows["aten::gelu"]["float32"] == "decomposition"
     assert "the device has no float64, float16: F throughout" in mini.render()
@@ -187,7 +187,7 @@ def test_the_grid_marks_what_pytorch_itself_does_not_define():
     ops = ["aten::convolution", "aten::convolution_backward", "aten::abs", "aten::add.Tensor",
            "aten::bitwise_and.Tensor"]
     for backend in ("cpu", "minimal"):
-        rows = fl.coverage(backend, ops=ops).rows
+        rows = fl.path_table(backend, ops=ops).rows
         assert rows["aten::convolution"]["bool"] == "undefined" and rows["aten::abs"]["bool"] == "undefined"
         assert rows["aten::convolution_backward"]["bool"] == "undefined"
         assert rows["aten::bitwise_and.Tensor"]["float32"] == "undefined"
@@ -199,7 +199,7 @@ def test_the_grid_marks_what_pytorch_itself_does_not_define():
                 torch.abs(torch.ones(2, dtype=dtype))
             else:
                 torch.nn.functional.conv1d(torch.ones(1, 1, 3, dtype=dtype), torch.ones(1, 1, 2, dtype=dtype))
-    cov = fl.coverage("minimal", ops=ops)
+    cov = fl.path_table("minimal", ops=ops)
     assert ". not defined by PyTorch for the dtype" in cov.render()
 
 
@@ -322,25 +322,25 @@ def _profile():
 
 
 def _check_report():
-    from torch_fl.check import CheckReport, CheckRow
+    from torch_fl.tools.checker import CheckReport, CheckRow
 
     return CheckReport("lib<x>.so", [CheckRow("load", "PASS", "a < b")])
 
 
 def _op_coverage_report():
-    from torch_fl.opcoverage import CoverageReport, OpResult
+    from torch_fl.tools.coverage import CoverageReport, OpResult
 
     return CoverageReport("rocm", "float32", True, [OpResult("mm", "pass", "pass", "pass")])
 
 
 def _zoo_report():
-    from torch_fl.zoo import ZooReport
+    from torch_fl.tools.zoo import ZooReport
 
     return ZooReport([], ["rocm"])
 
 
 def _model_check():
-    from torch_fl.doctor import ModelCheck
+    from torch_fl.tools.doctor import ModelCheck
 
     return ModelCheck("m", (1,), 1, 0.0, 0.0, 0.0, 0.0, [1.0], [1.0], [1.0], True, 0.0, 0.0)
 
@@ -360,12 +360,12 @@ REPORTS = {
     "Profile": _profile,
     "Comparison": lambda: _profile().compare(_profile(), ("a", "b")),
     "AlignmentReport": lambda: fl.align(torch.nn.Linear(3, 2), torch.randn(2, 3), steps=0, amp=False),
-    "Coverage": lambda: fl.coverage("minimal", ops=["aten::mm"]),
+    "PathTable": lambda: fl.path_table("minimal", ops=["aten::mm"]),
     "CheckReport": _check_report,
     "CoverageReport": _op_coverage_report,
     "ZooReport": _zoo_report,
     "ModelCheck": _model_check,
-    "DoctorReport": lambda: __import__("torch_fl.doctor").doctor.DoctorReport({"rocm": [_model_check()]}),
+    "DoctorReport": lambda: __import__("torch_fl.tools.doctor").tools.doctor.DoctorReport({"rocm": [_model_check()]}),
     "FusionReport": lambda: fl.fusion_report(torch.nn.Linear(2, 2)),
     "Measurement": _measurement,
     "Watch": lambda: fl.watch(),
@@ -379,7 +379,7 @@ def test_every_report_type_shares_one_rendering_hook():
     import inspect
     import pkgutil
 
-    from torch_fl.report import Report
+    from torch_fl.rendering import Report
 
     pending: set = set()
     found = {}
@@ -416,7 +416,7 @@ def test_report_html_escapes_the_text():
 
 
 def test_report_renders_only_the_formats_asked_for():
-    from torch_fl.report import Report
+    from torch_fl.rendering import Report
 
     class Fixed(Report):
         def render(self):

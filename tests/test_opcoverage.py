@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import torch_fl as fl
-from torch_fl import opcoverage
-from torch_fl.opcoverage import model_coverage, run_coverage
+from torch_fl.tools import coverage
+from torch_fl.tools.coverage import align_vectors, model_coverage
 
 SUBSET = ["add", "mul", "div.no_rounding_mode", "exp", "tanh", "sum", "mean", "softmax", "matmul",
           "nn.functional.gelu", "nn.functional.layer_norm", "nn.functional.conv2d", "nn.functional.relu",
@@ -21,7 +21,7 @@ SUBSET = ["add", "mul", "div.no_rounding_mode", "exp", "tanh", "sum", "mean", "s
 
 @pytest.mark.parametrize("backend", ["cpu", "rocm", "ascend", "minimal"])
 def test_subset_passes_forward_and_backward_on_every_backend(backend):
-    report = run_coverage(backend, SUBSET, samples=2)
+    report = fl.coverage(backend, SUBSET, samples=2)
     assert [r.op for r in report.results if r.status == "skip"] == []
     assert report.failures() == [], report.render()
     s = report.summary()
@@ -34,7 +34,7 @@ def test_subset_passes_forward_and_backward_on_every_backend(backend):
 
 
 def test_no_fallback_mode_names_what_is_missing():
-    report = run_coverage("minimal", ["linalg.eig", "add", "nn.functional.gelu"], samples=1,
+    report = fl.coverage("minimal", ["linalg.eig", "add", "nn.functional.gelu"], samples=1,
                           cpu_fallback=False)
     by = {r.op: r for r in report.results}
     assert by["add"].status == "pass" and by["nn.functional.gelu"].status == "pass"  # native / decomposition
@@ -46,14 +46,14 @@ def test_no_fallback_mode_names_what_is_missing():
 
 def test_resume_from_state_file(tmp_path, monkeypatch):
     state = str(tmp_path / "state.jsonl")
-    first = run_coverage("rocm", ["add", "exp"], samples=1, state_file=state)
+    first = fl.coverage("rocm", ["add", "exp"], samples=1, state_file=state)
     assert len(open(state).readlines()) == 2
 
     def boom(*a, **k):
         raise AssertionError("finished ops must not run again")
 
-    monkeypatch.setattr(opcoverage, "run_one", boom)
-    again = run_coverage("rocm", ["add", "exp"], samples=1, state_file=state)
+    monkeypatch.setattr(coverage, "run_one", boom)
+    again = fl.coverage("rocm", ["add", "exp"], samples=1, state_file=state)
     assert [r.op for r in again.results] == [r.op for r in first.results]
 
 
@@ -83,7 +83,7 @@ def test_settings_restored_when_opinfo_import_fails(monkeypatch):
     expected = torch.rand(3)
     torch.manual_seed(7)
     with pytest.raises(ImportError):
-        run_coverage("minimal", ["add"], cpu_fallback=False)
+        fl.coverage("minimal", ["add"], cpu_fallback=False)
     assert fl.cpu_fallback_enabled()
     assert torch.equal(torch.rand(3), expected)  # the random state too
 
@@ -92,7 +92,7 @@ def test_settings_restored_when_opinfo_import_fails(monkeypatch):
 def test_sign_free_vectors_and_partial_views_pass_with_every_sample(backend):
     """Every OpInfo sample (not only the first few): eigenvectors are compared up to each vector's
     sign, and partial views keep the storage they view part of, as a sample made on the device would."""
-    report = run_coverage(backend, ["matrix_exp", "linalg.eigh", "as_strided.partial_views"], samples=1000)
+    report = fl.coverage(backend, ["matrix_exp", "linalg.eigh", "as_strided.partial_views"], samples=1000)
     assert report.failures() == [], report.render()
     assert all(r.samples >= 2 for r in report.results), [(r.op, r.samples) for r in report.results]
 
@@ -101,7 +101,7 @@ def test_sign_free_vectors_and_partial_views_pass_with_every_sample(backend):
 def test_singular_vectors_are_compared_up_to_sign_and_completion_basis(backend):
     """The first 48 samples include full_matrices=True on 3x5 inputs: the two vectors completing
     Vh's basis span the null space, in any orthonormal basis; they are compared up to rotation."""
-    report = run_coverage(backend, ["linalg.svd", "svd"], samples=48)
+    report = fl.coverage(backend, ["linalg.svd", "svd"], samples=48)
     assert report.failures() == [], report.render()
 
 
@@ -109,7 +109,7 @@ def test_singular_vectors_are_compared_up_to_sign_and_completion_basis(backend):
 def test_bfloat16_matrix_exp_is_judged_against_float64_where_cpu_gives_nan(backend):
     """PyTorch's CPU matrix_exp returns NaN for these bfloat16 samples; float64 decides, and the
     device computes in float32 and rounds once (in bfloat16 throughout, entries changed sign)."""
-    report = run_coverage(backend, ["matrix_exp"], dtype=torch.bfloat16, samples=10)
+    report = fl.coverage(backend, ["matrix_exp"], dtype=torch.bfloat16, samples=10)
     assert report.failures() == [], report.render()
 
 
@@ -118,15 +118,27 @@ def test_vector_alignment_excuses_signs_only():
     torch.manual_seed(0)
     q, _ = torch.linalg.qr(torch.randn(5, 5))
     flipped = q * torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0])
-    torch.testing.assert_close(opcoverage.align_vectors(flipped, q, -2, None), q)
+    torch.testing.assert_close(align_vectors(flipped, q, -2, None), q)
     wrong = flipped.clone()
     wrong[:, 2] = q[:, 3]
-    assert not torch.allclose(opcoverage.align_vectors(wrong, q, -2, None), q, atol=1e-3)
-    rows = opcoverage.align_vectors(flipped.mT, q.mT, -1, None)  # vectors as rows (linalg.svd's Vh)
+    assert not torch.allclose(align_vectors(wrong, q, -2, None), q, atol=1e-3)
+    rows = align_vectors(flipped.mT, q.mT, -1, None)  # vectors as rows (linalg.svd's Vh)
     torch.testing.assert_close(rows, q.mT)
     # past k (full_matrices' completion): a rotation within the span is accepted, leaving it is not
     c, s = 0.6, 0.8
     rot = q.clone()
     rot[:, 3], rot[:, 4] = c * q[:, 3] + s * q[:, 4], -s * q[:, 3] + c * q[:, 4]
-    torch.testing.assert_close(opcoverage.align_vectors(rot, q, -2, 3), q)
-    assert not torch.allclose(opcoverage.align_vectors(rot, q, -2, 4), q, atol=1e-3)
+    torch.testing.assert_close(align_vectors(rot, q, -2, 3), q)
+    assert not torch.allclose(align_vectors(rot, q, -2, 4), q, atol=1e-3)
+
+
+def test_coverage_runs_opinfo_names_and_points_operator_names_to_the_path_table():
+    """fl.coverage is what `torch-fl coverage` runs (OpInfo names and globs); an operator name, which the path
+    table takes, is an error naming fl.path_table instead of a run that matches nothing."""
+    with pytest.raises(ValueError, match=r"not operator names such as 'aten::mm'.*fl\.path_table"):
+        fl.coverage("minimal", ["add", "aten::mm"])
+    with pytest.raises(ValueError, match="fl.path_table"):
+        fl.coverage("minimal", "exp,aten::exp")
+    table = fl.path_table("minimal", ops=["aten::mm"], dtypes=("float32",))
+    assert list(table.rows) == ["aten::mm"] and table.rows["aten::mm"]["float32"] in ("native", "decomposition",
+                                                                                        "jit", "fallback")

@@ -67,7 +67,7 @@ def test_plugin_check_passes():
 
 _TRAIN = """
 import json, torch, torch_fl as fl
-from torch_fl import numerics
+from torch_fl.tools import numerics
 fl.initialize("opencl")
 torch.manual_seed(0)
 def make():
@@ -278,10 +278,10 @@ def test_the_zoo_runs_with_the_cpu_fallback_off():
     assert r.returncode == 0 and passed == total and int(total) >= 25, r.stdout[-3000:] + r.stderr[-2000:]
 
 
-def test_another_backends_coverage_table_does_not_depend_on_the_driver():
-    """fl.coverage('minimal') lists the ops the host plugin and the emulators have kernels for: a machine with
+def test_another_backends_path_table_does_not_depend_on_the_driver():
+    """fl.path_table('minimal') lists the ops the host plugin and the emulators have kernels for: a machine with
     an OpenCL driver must print the same table as one without (notebook 03 stores it)."""
-    code = "import torch_fl as fl; c = fl.coverage('minimal'); print('ROWS', len(c.rows), sorted(c.counts().items()))"
+    code = "import torch_fl as fl; c = fl.path_table('minimal'); print('ROWS', len(c.rows), sorted(c.counts().items()))"
     with_driver = run_py(code)
     without = run_py(code, env={"OCL_ICD_VENDORS": "/nonexistent"})
     assert with_driver.returncode == 0 and without.returncode == 0, with_driver.stderr + without.stderr

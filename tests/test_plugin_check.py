@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from torch_fl.check import check_plugin
 from torch_fl.runtime import get_include
+from torch_fl.tools.checker import check_plugin
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -97,7 +97,7 @@ def test_missing_python_module_is_blamed_on_the_environment(tmp_path):
     (tmp_path / "numpy").mkdir()
     (tmp_path / "numpy" / "__init__.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)}
     r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check", "minimal", "--ops", "aten::mm"],
                        capture_output=True, text=True, env=env, timeout=600)
     out = " ".join(r.stdout.split())
@@ -160,8 +160,8 @@ def test_a_freed_guarded_block_is_forgotten():
     import torch
 
     import torch_fl as fl
-    from torch_fl.check.guarded import GuardedMemory
     from torch_fl.runtime import REGISTRY, base_ptr
+    from torch_fl.tools.checker.guarded import GuardedMemory
 
     fl.initialize("minimal")
     dev = REGISTRY.current_device
@@ -182,8 +182,8 @@ def test_tie_order_is_free_but_indices_must_pick_the_values():
     checks that the indices pick those values out of the input, instead of PyTorch's positions."""
     import torch
 
-    from torch_fl.check.kernels import Outcome, _check_indices, _tie_free_indices
     from torch_fl.dispatch import facts
+    from torch_fl.tools.checker.kernels import Outcome, _check_indices, _tie_free_indices
 
     x = torch.tensor([[3.0, 1.0, 3.0, 2.0], [5.0, 5.0, float("nan"), 0.0]])
     f = facts(torch.ops.aten.topk.default)

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import torch_fl as fl
-from torch_fl import doctor, progress
-from torch_fl.opcoverage import run_coverage
+from torch_fl import progress
+from torch_fl.tools import doctor
 
 
 class Recorder:
@@ -28,16 +28,16 @@ class Recorder:
 
 def test_a_coverage_run_reports_each_op_as_it_ends():
     rec = Recorder()
-    report = run_coverage("cpu", "abs,neg", progress=rec)
+    report = fl.coverage("cpu", "abs,neg", progress=rec)
     assert [r.op for r in report.results] == ["abs", "neg"]
     assert [(d, t) for d, t, _ in rec.steps] == [(1, "abs: pass"), (2, "neg: pass")] and rec.closed
 
 
 def test_a_terminal_gets_one_line_per_step_and_false_is_silent(capsys):
-    run_coverage("cpu", "abs,neg")
+    fl.coverage("cpu", "abs,neg")
     err = capsys.readouterr().err.splitlines()
     assert "[1/2] coverage on cpu: abs: pass" in err and "[2/2] coverage on cpu: neg: pass" in err, err
-    run_coverage("cpu", "abs,neg", progress=False)
+    fl.coverage("cpu", "abs,neg", progress=False)
     assert not capsys.readouterr().err.strip()
 
 
@@ -59,7 +59,7 @@ def test_the_doctor_as_a_call_reports_references_then_each_backend():
 def test_a_failed_step_is_marked_and_the_reporter_closed_on_error():
     rec = Recorder()
     with pytest.raises(Exception):  # noqa: B017 - any error: what matters is that the view is closed
-        run_coverage("cpu", "abs", progress=rec, state_file="/nonexistent-dir/state.jsonl")
+        fl.coverage("cpu", "abs", progress=rec, state_file="/nonexistent-dir/state.jsonl")
     assert rec.closed
 
 
@@ -92,8 +92,8 @@ def _kernel_run(code: str) -> tuple[list, str]:
 
 
 def test_a_notebook_gets_a_bar_that_moves_with_the_steps():
-    states, stdout = _kernel_run("import torch_fl.notebook\nfrom torch_fl.opcoverage import run_coverage\n"
-                                 "r = run_coverage('cpu', 'abs,neg,sin')\nprint('ops', len(r.results))")
+    states, stdout = _kernel_run("import torch_fl.notebook\nimport torch_fl as fl\n"
+                                 "r = fl.coverage('cpu', 'abs,neg,sin')\nprint('ops', len(r.results))")
     bars = [s for s in states if s.get("_model_name") == "IntProgressModel"]
     assert bars and bars[0]["max"] == 3, states
     values = [s["value"] for s in states if "value" in s and isinstance(s["value"], int)]
@@ -105,7 +105,7 @@ def test_a_notebook_gets_a_bar_that_moves_with_the_steps():
 
 
 def test_a_kernel_without_the_notebook_layer_gets_lines_on_stdout():
-    _, stdout = _kernel_run("from torch_fl.opcoverage import run_coverage\nr = run_coverage('cpu', 'abs')")
+    _, stdout = _kernel_run("import torch_fl as fl\nr = fl.coverage('cpu', 'abs')")
     assert "[1/1] coverage on cpu: abs: pass" in stdout, stdout
 
 

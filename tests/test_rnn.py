@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import torch_fl as fl
-from torch_fl.numerics import compare_with_float64
+from torch_fl.tools.numerics import compare_with_float64
 
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 

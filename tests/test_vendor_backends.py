@@ -15,8 +15,8 @@ from torch import nn
 
 import torch_fl as fl
 from torch_fl.fused import conv_bn_relu
-from torch_fl.models import resnet50, transformer_encoder
 from torch_fl.runtime import REGISTRY, events
+from torch_fl.tools.zoo import resnet50, transformer_encoder
 
 EMULATED = ["rocm", "ascend", "minimal"]
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -1,4 +1,4 @@
-"""The model zoo on every backend (torch_fl/zoo.py, docs/models.md): real
+"""The model zoo on every backend (torch_fl/tools/zoo.py, docs/models.md): real
 architectures from `transformers` with tiny random-init configs and plain
 torch.nn recurrent models; forward, backward and one AdamW step within 10x of
 native float32's error against float64, parameter sharing kept, greedy
@@ -17,7 +17,7 @@ import torch_fl as fl
 
 pytest.importorskip("transformers")
 
-from torch_fl import zoo  # noqa: E402
+from torch_fl.tools import zoo  # noqa: E402
 
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 # the real OpenCL device, where this machine has a driver (tests/test_opencl.py says when it has none)

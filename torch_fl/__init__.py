@@ -8,7 +8,6 @@ fallback, recording which path each op took."""
 from __future__ import annotations
 
 from . import amp, dispatch, fused, runtime  # noqa: F401 - fused: its fl:: ops and their decompositions
-from .align import AlignmentReport, align
 from .amp import autocast, keep_float32
 from .api import (
     BackendReport,
@@ -28,8 +27,6 @@ from .api import (
     using_backend,
 )
 from .compile import FusionReport, compile, fusion_report  # noqa: A004 - fl.compile, like torch.compile
-from .compile import measure as measure_compiled
-from .coverage import Coverage, coverage
 from .errors import (
     BackendNotFoundError,
     CacheDirError,
@@ -41,10 +38,12 @@ from .errors import (
     PluginUnavailableError,
     PrivateUse1TakenError,
 )
-from .profiler import Comparison, Profile, compare_backends, profile
+from .placement import move, non_blocking_to
 from .runtime import CapabilityTable, get_include
-from .stepwatch import StepRecord, Watch, watch
-from .transfer import move, non_blocking_to
+from .tools.alignment import AlignmentReport, align
+from .tools.coverage import CoverageReport, PathTable, coverage, path_table
+from .tools.profiler import Comparison, Profile, compare_backends, measure_compiled, profile
+from .tools.stepwatch import StepRecord, Watch, watch
 
 __version__ = "0.1.0"
 
@@ -76,8 +75,10 @@ __all__ = [
     "fusion_report",
     "measure_compiled",
     "Comparison",
-    "Coverage",
+    "CoverageReport",
+    "PathTable",
     "coverage",
+    "path_table",
     "align",
     "alias_cuda",
     "amp",

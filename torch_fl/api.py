@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
-from .dispatch import facts, resolve
-from .report import Report
+from .dispatch import facts, resolve, resolve_op
+from .rendering import Report
 from .runtime import REGISTRY, SETTINGS, config, core
+from .runtime import using_backend as using_backend  # fl.using_backend, with the rest of the facade
 
 
 def initialize(backend_name: str | None = "auto") -> str:
@@ -44,23 +43,6 @@ def _check_autograd_once() -> None:
 def set_backend(name: str) -> str:
     """Switch the active backend live; tensors already created stay on theirs."""
     return REGISTRY.select(name).name
-
-
-@contextlib.contextmanager
-def using_backend(name: str) -> Iterator[str]:
-    """`with fl.using_backend("rocm"):` runs the block on backend `name` (new tensors
-    go there) and then makes the backend and device that were current before current
-    again, also when the block raises. Yields the backend's name. With no backend
-    selected before, the one selected here stays (there is nothing to go back to)."""
-    previous, previous_device = REGISTRY.current, REGISTRY.current_device
-    selected = REGISTRY.select(name).name
-    try:
-        yield selected
-    finally:
-        if previous is not None:
-            REGISTRY.select(previous.name)
-            if previous_device is not None and previous_device.backend is previous:
-                REGISTRY.current_device = previous_device
 
 
 def get_current_backend_name() -> str:
@@ -228,38 +210,3 @@ def _dtype(d: torch.dtype | str) -> torch.dtype:
     if not isinstance(found, torch.dtype):
         raise ValueError(f"{d!r} is not a torch dtype (float32, bfloat16, int64, ...)")
     return found
-
-
-def resolve_op(op):
-    """The OpOverload an op, its packet or its name ("aten::add.Tensor", "add.Tensor", "mm") means."""
-    if isinstance(op, torch._ops.OpOverload):
-        return op
-    if isinstance(op, torch._ops.OpOverloadPacket):
-        return op.default
-    if isinstance(op, str):
-        ns, name = op.split("::", 1) if "::" in op else ("aten", op)
-        if ns == "fl":
-            from . import fused  # noqa: F401  (defines the fl:: ops)
-        base, _, overload = name.partition(".")
-        packet = getattr(getattr(torch.ops, ns, None), base, None)
-        if packet is None:
-            raise ValueError(f"unknown operator {op!r}")
-        overloads = [o for o in packet.overloads() if _in_dispatcher(packet, o)]
-        if not overload and "default" not in overloads:  # aten::add's "default" is TorchScript's scalar add
-            raise ValueError(f"{ns}::{base} needs an overload name: "
-                             + ", ".join(f"{ns}::{base}.{o}" for o in overloads))
-        overload = overload or "default"
-        if overload not in overloads:
-            raise ValueError(f"{ns}::{base} has no overload {overload!r}; overloads: {', '.join(overloads)}")
-        return getattr(packet, overload)
-    raise TypeError(f"explain() takes an aten op or its name, not {type(op).__name__}")
-
-
-def _in_dispatcher(packet, overload: str) -> bool:
-    """Whether an overload is a dispatcher operator: torch.ops also lists
-    TorchScript-only ones (aten::add's scalar "default") that have no kernels."""
-    try:
-        torch._C._dispatch_find_schema_or_throw(packet._qualified_op_name, "" if overload == "default" else overload)
-    except RuntimeError:
-        return False
-    return True

@@ -6,7 +6,7 @@
     torch-fl backends                           every plugin found, and why any was rejected
     torch-fl explain OP [--dtype D] [--backend NAME]
     torch-fl coverage [--backend NAME] [--ops GLOB] [--no-fallback] [--state FILE] [--json]
-                                                OpInfo coverage: every op's samples on fl vs CPU, forward and
+                                                fl.coverage(): every OpInfo op's samples on fl vs CPU, forward and
                                                 backward, with the path each call took (resumable)
     torch-fl zoo [--models A,B] [--backends X,Y] [--train [MODEL]] [--json]
                                                 the model zoo (docs/models.md): transformers and torch.nn models
@@ -27,10 +27,10 @@ import torch
 def _doctor(args) -> int:
     """Every backend end to end: the plugins found, each capability table, and
     ResNet-50 and a Transformer encoder trained a few steps on each, judged
-    against float64 beside native CPU float32 (torch_fl.doctor says how)."""
+    against float64 beside native CPU float32 (torch_fl.tools.doctor says how)."""
     import torch_fl as fl
-    from torch_fl import doctor
     from torch_fl.runtime import REGISTRY
+    from torch_fl.tools import doctor
 
     print(f"torch {torch.__version__}, torch_fl {fl.__version__}")
     report = fl.list_backends()
@@ -96,8 +96,8 @@ def _coverage(args) -> int:
     import tempfile
 
     import torch_fl as fl
-    from torch_fl.opcoverage import CoverageReport, OpResult, run_coverage
     from torch_fl.progress import Lines
+    from torch_fl.tools.coverage import CoverageReport, OpResult
 
     dtype = _dtype(args.dtype)
     if args.worker:
@@ -105,9 +105,9 @@ def _coverage(args) -> int:
             print(f"@@BEGIN {name}", flush=True)
 
         # the worker's stderr is the terminal's: one line per op ended (stdout is the parent's protocol)
-        run_coverage(args.backend, args.ops, dtype, args.samples, cpu_fallback=not args.no_fallback,
-                     state_file=args.state, progress=Lines(f"coverage on {args.backend}", None, sys.stderr),
-                     on_begin=begin)
+        fl.coverage(args.backend, args.ops, dtype, args.samples, cpu_fallback=not args.no_fallback,
+                    state_file=args.state, progress=Lines(f"coverage on {args.backend}", None, sys.stderr),
+                    on_begin=begin)
         return 0
     state = args.state or tempfile.mkstemp(suffix=".jsonl", prefix="fl_coverage_")[1]
     backend = args.backend or fl.get_current_backend_name()
@@ -146,7 +146,7 @@ def _coverage(args) -> int:
 
 def _zoo(args) -> int:
     """The model zoo table (docs/models.md): exit status 1 when any row fails."""
-    from torch_fl import zoo
+    from torch_fl.tools import zoo
 
     if args.list:
         for spec in zoo.MODELS.values():
@@ -174,8 +174,8 @@ def _zoo(args) -> int:
 
 
 def _plugin(args) -> int:
-    from torch_fl.check import check_plugin
     from torch_fl.progress import Lines
+    from torch_fl.tools.checker import check_plugin
 
     # one line per decided check on stderr, so minutes of checking are not silent
     report = check_plugin(args.target, ops=args.ops, samples=args.samples, timeout=args.timeout,

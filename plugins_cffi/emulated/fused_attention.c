@@ -225,7 +225,7 @@ static int sdpa_backward(FL_KERNEL_ARGS) {
 
 /* fl::attention_dropout(Tensor query, Tensor key, Tensor value, Tensor? attn_bias, float dropout_p,
  *     bool is_causal, int seed, float? scale) -> (Tensor output, Tensor logsumexp)
- * The same flash kernel with dropout on the attention weights (torch_fl/fused.py): the mask is
+ * The same flash kernel with dropout on the attention weights (torch_fl/fused/epilogues.py): the mask is
  * counter-based (attn_prob_t.seed), so the backward regenerates it and nothing (L, S) is stored. */
 static int attention_dropout(FL_KERNEL_ARGS) {
     (void)stream; (void)device;

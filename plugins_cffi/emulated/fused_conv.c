@@ -1,6 +1,6 @@
 /* fl::conv_bn_relu — convolution, inference batch norm and ReLU in one kernel.
  *
- * Schema (registered by torch_fl/fused.py):
+ * Schema (registered by torch_fl/fused/conv_bn.py):
  *   fl::conv_bn_relu(Tensor input, Tensor weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias,
  *                    Tensor running_mean, Tensor running_var, float eps, int[] stride, int[] padding,
  *                    int[] dilation, int groups) -> Tensor

@@ -3,7 +3,7 @@
  * activation epilogues, MIOpen/Apex-style bias + dropout + residual-add +
  * LayerNorm).
  *
- * Schemas (registered by torch_fl/fused.py; `act`: 0 none, 1 relu, 2 gelu (erf)):
+ * Schemas (registered by torch_fl/fused/epilogues.py; `act`: 0 none, 1 relu, 2 gelu (erf)):
  *   fl::linear_act(Tensor input, Tensor weight, Tensor? bias, int act, float p, int seed, bool save)
  *       -> (Tensor out, Tensor pre)
  *       out = dropout_p(act(input @ weight^T + bias)); pre (the activation's input) is written only
@@ -33,7 +33,7 @@
  * Dropout: element (row m, column n) of the (rows, N) output is kept iff
  * fl_rand_uniform(seed, m * N + n) >= p (counter-based, fl_host.h), kept
  * values scaled by 1/(1-p); the backward regenerates the mask from the seed,
- * so no mask is stored. torch_fl/fused.py computes the same mask with torch
+ * so no mask is stored. torch_fl/fused/epilogues.py computes the same mask with torch
  * ops for the reference path.
  *
  * Layouts: input, residual and grad are read as (rows, last dim) matrices

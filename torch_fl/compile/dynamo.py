@@ -26,8 +26,8 @@ backend="fl": per Dynamo graph, its aten graphs (forward/backward/inference)
 with the patterns fused (where, what, by what), graph breaks with Dynamo's
 reasons, recompilations.
 
-The backend reads the public API (`torch_fl.get_current_backend_name`,
-`torch_fl.capabilities`), the `fl::` ops torch_fl registers with PyTorch, and
+The backend reads the runtime's registry (the current backend and its
+capabilities), the `fl::` ops torch_fl registers with PyTorch, and
 the dispatcher's exported SDPA compositions (the math route with `attention` off)."""
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..runtime import REGISTRY
 from .graph_report import GRAPHS, AtenGraph, DynamoGraph, FusionReport, Pattern, forget, frame_modules
 from .passes import PassContext, enabled_passes, run_aten, run_captured
 from .replay import ReplayStatus, replayable
@@ -87,10 +88,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], r
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
-    import torch_fl
-
-    backend = torch_fl.get_current_backend_name()
-    kernels = set(torch_fl.capabilities(backend).kernels)
+    backend = REGISTRY.ensure().name
+    kernels = set(REGISTRY.get(backend).capabilities.kernels)
     reason = getattr(gm, "compile_subgraph_reason", None)
     frame = reason.user_stack[-1] if reason is not None and reason.user_stack else None
     record = DynamoGraph(str(gm.meta.get("dynamo_compile_id", "?")), frame.name if frame else "?",

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..report import Report
+from ..rendering import Report
 
 
 @dataclass

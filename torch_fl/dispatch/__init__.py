@@ -18,10 +18,10 @@ from .autocast import autocast_kernel, tensor_map, tensors_in
 from .decompositions import DECOMPOSITIONS
 from .decompositions.attention import sdpa_backward, sdpa_forward, sdpa_fused_eligible, sdpa_scores
 from .entry import DIRECT, dispatch, entry, install, overload_named, set_dispatch
-from .facts import OpFacts, facts, functional_twin, op_name
+from .facts import OpFacts, facts, functional_twin, op_name, resolve_op
 from .plan import Plan, resolve
 
 __all__ = ["DECOMPOSITIONS", "DIRECT", "autocast_kernel", "tensor_map", "tensors_in",
            "OpFacts", "Plan", "dispatch", "entry", "facts", "functional_twin", "install",
-           "op_name", "overload_named", "resolve", "sdpa_backward", "sdpa_forward", "sdpa_fused_eligible",
+           "op_name", "overload_named", "resolve", "resolve_op", "sdpa_backward", "sdpa_forward", "sdpa_fused_eligible",
            "sdpa_scores", "set_dispatch"]

@@ -1,5 +1,5 @@
 """The kernel torch.autocast("fl") runs for an op (the AutocastPrivateUse1 key):
-CUDA autocast's casting policy, then the op. torch_fl/amp.py registers it for
+CUDA autocast's casting policy, then the op. torch_fl/amp/policy.py registers it for
 the aten ops; the fused fl:: ops register it for themselves."""
 
 from __future__ import annotations

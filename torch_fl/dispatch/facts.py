@@ -204,3 +204,36 @@ def op_name(func) -> str:
     twin = f.functional
     return twin[0].name if twin is not None else f.name
 
+
+def resolve_op(op):
+    """The OpOverload an op, its packet or its name ("aten::add.Tensor", "add.Tensor", "mm") means. The fl::
+    ops exist once torch_fl is imported (its fused-ops package and the compiler define them)."""
+    if isinstance(op, torch._ops.OpOverload):
+        return op
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return op.default
+    if isinstance(op, str):
+        ns, name = op.split("::", 1) if "::" in op else ("aten", op)
+        base, _, overload = name.partition(".")
+        packet = getattr(getattr(torch.ops, ns, None), base, None)
+        if packet is None:
+            raise ValueError(f"unknown operator {op!r}")
+        overloads = [o for o in packet.overloads() if _in_dispatcher(packet, o)]
+        if not overload and "default" not in overloads:  # aten::add's "default" is TorchScript's scalar add
+            raise ValueError(f"{ns}::{base} needs an overload name: "
+                             + ", ".join(f"{ns}::{base}.{o}" for o in overloads))
+        overload = overload or "default"
+        if overload not in overloads:
+            raise ValueError(f"{ns}::{base} has no overload {overload!r}; overloads: {', '.join(overloads)}")
+        return getattr(packet, overload)
+    raise TypeError(f"explain() takes an aten op or its name, not {type(op).__name__}")
+
+
+def _in_dispatcher(packet, overload: str) -> bool:
+    """Whether an overload is a dispatcher operator: torch.ops also lists
+    TorchScript-only ones (aten::add's scalar "default") that have no kernels."""
+    try:
+        torch._C._dispatch_find_schema_or_throw(packet._qualified_op_name, "" if overload == "default" else overload)
+    except RuntimeError:
+        return False
+    return True

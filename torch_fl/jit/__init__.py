@@ -2,7 +2,7 @@
 
 Four generators describe a computation as C (render.py holds the C they share:
 types, loads and stores, constants, the prelude, and `walk`, the one strided
-loop all of them run, fl_kernel_util.h's fl_walk_t): pointwise ops (pointwise.py,
+loop all of them run, fl_kernel_util.h's fl_walk_t): pointwise ops (pointwise_kernels.py,
 one expression per element from the op's traced graph), reductions
 (reduce.py), gather and scatter (index.py), and ops along one dim: scans,
 sorting, order statistics (rows.py). Each returns a kernel (kernel.py) that
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import index, pointwise, reduce, rows
+from . import index, pointwise_kernels, reduce, rows
 from .kernel import (
     STATS,
     Entry,
@@ -27,7 +27,7 @@ from .kernel import (
     run,
     wrap_numbers,
 )
-from .pointwise import generate
+from .pointwise_kernels import generate
 from .render import DTYPES, Unsupported, dtype_code
 
 REDUCTIONS = reduce.OPS  # the reductions (aten and prims) the JIT generates kernels for
@@ -49,7 +49,7 @@ def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
         return index.lookup(backend, facts, dtypes)
     if facts.func in rows.OPS:
         return rows.lookup(backend, facts, dtypes)
-    return pointwise.lookup(backend, facts, dtypes)
+    return pointwise_kernels.lookup(backend, facts, dtypes)
 
 
 __all__ = ["DTYPES", "REDUCTIONS", "STATS", "Entry", "Kernel", "Unsupported", "compile_failure", "compile_source",

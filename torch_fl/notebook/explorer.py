@@ -1,5 +1,5 @@
 """The capability explorer: one widget over `fl.capabilities()` and
-`fl.coverage()`. Pick a backend; tabs for devices, op coverage (searchable,
+`fl.path_table()`. Pick a backend; tabs for devices, op paths (searchable,
 filterable by path), fused kernels, collectives; a second dropdown compares
 two backends op by op. Observers do the work, so tests drive it by setting
 widget values (no browser)."""
@@ -10,8 +10,8 @@ import html
 
 import ipywidgets as w
 
-from ..coverage import MARKS, coverage
 from ..runtime import REGISTRY
+from ..tools.coverage import MARKS, path_table
 
 _STYLE = "<style>.flx td,.flx th{padding:2px 8px;text-align:left;font-family:monospace}</style>"
 
@@ -41,7 +41,7 @@ class CapabilityExplorer:
         self.comparison = w.HTML()
         self.tabs = w.Tab(children=[self.devices, w.VBox([w.HBox([self.search, self.path]), self.ops]), self.fused,
                                     self.collectives, self.comparison])
-        for i, title in enumerate(["devices", "op coverage", "fused kernels", "collectives", "compare"]):
+        for i, title in enumerate(["devices", "op paths", "fused kernels", "collectives", "compare"]):
             self.tabs.set_title(i, title)
         self.widget = w.VBox([w.HBox([self.backend, self.compare_with]), self.summary, self.tabs])
         self._coverage: dict[str, object] = {}
@@ -53,7 +53,7 @@ class CapabilityExplorer:
 
     def _cov(self, name: str):
         if name not in self._coverage:
-            self._coverage[name] = coverage(name)
+            self._coverage[name] = path_table(name)
         return self._coverage[name]
 
     def refresh(self) -> None:

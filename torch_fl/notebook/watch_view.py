@@ -1,6 +1,6 @@
 """The live view of `fl.watch`: a widget that redraws as each training step ends.
 
-It renders what the Watch records (torch_fl/stepwatch.py) and nothing else: a
+It renders what the Watch records (torch_fl/tools/stepwatch.py) and nothing else: a
 head line with the last step's figures, the loss as an inline SVG line (no
 plotting round trip per step), a per-step table of the last steps, and the
 ops that took each path in the last step, CPU fallbacks first. Widget updates
@@ -13,7 +13,7 @@ import html
 
 import ipywidgets as widgets
 
-from ..stepwatch import StepRecord, Watch, human_bytes
+from ..tools.stepwatch import StepRecord, Watch, human_bytes
 
 ROWS = 8  # steps in the table
 

@@ -21,9 +21,9 @@ from .device import FlDeviceModule
 from .dtypes import COMPLEX_CODES, FROM_CODE, TO_CODE, dtype_name, mask_to_names
 from .events import COPY, DECOMPOSITION, FALLBACK, JIT, NATIVE, PATHS, VIEW, OpEvent
 from .graph import KernelGraph, Recorder, recording
-from .memory import Pool, mem_set_zero
-from .native import NOT_HANDLED, call_kernel, native_factory, output_layouts, run_native
-from .registry import REGISTRY, Backend, Device
+from .memory import Pool
+from .native import NOT_HANDLED, call_kernel, mem_set_zero, native_factory, output_layouts, run_native
+from .registry import REGISTRY, Backend, Device, using_backend
 from .settings import SETTINGS, clear_plans, disabled_paths
 from .tensor import (
     base_ptr,
@@ -68,5 +68,6 @@ __all__ = [
     "private", "raw", "recording", "register", "run_native", "span", "spawn", "special_math_path", "storage_nbytes",
     "streams",
     "to_meta",
+    "using_backend",
     "with_bits",
 ]

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..report import Report
+from ..rendering import Report
 from . import abi
 from .dtypes import mask_to_names
 
@@ -140,21 +140,14 @@ def probe(backend) -> CapabilityTable:
     comm = {n[len("comm_"):]: p.optional[n] for n in abi.OPTIONAL_ENTRIES if n.startswith("comm_")}
     dt = set(devices[0].dtypes) if devices else set()
     amp = _amp_choice(dt, devices[0].fp16_stable if devices else False)
-    cand = next((c for c in _registry_candidates() if c.plugin is p), None)
     return CapabilityTable(
         backend=backend.name, vendor=p.vendor, version=p.version, description=p.description, emulated=p.emulated,
-        plugin_path=p.path, origin=cand.origin if cand else p.origin, devices=devices, kernels=kernels,
+        plugin_path=p.path, origin=p.origin, devices=devices, kernels=kernels,
         fused_kernels=fused, collectives=comm,
         collectives_path="plugin" if all(comm.values()) else "cpu-relay",
         streams=bool(p.optional["stream_create"]), jit=bool(p.jit_target), amp_dtype=amp,
         any_layout_kernels=any_layout, abi_version=getattr(p, "abi_version", 1),
     )
-
-
-def _registry_candidates():
-    from .registry import REGISTRY
-
-    return REGISTRY.candidates
 
 
 def amp_dtypes(backend) -> list[torch.dtype]:

@@ -132,8 +132,13 @@ class FlDeviceModule:
 
     @staticmethod
     def set_memory_pool_limit(nbytes: int, device=None) -> None:
-        """Cap the bytes the caching pool keeps (FL_MEMORY_POOL_LIMIT sets the default)."""
-        memory.set_pool_limit(nbytes, device)
+        """Cap the bytes the caching pool keeps cached on a device (all devices when None; FL_MEMORY_POOL_LIMIT
+        sets the default); blocks above the new cap go back to the plugin at once."""
+        if nbytes < 0:
+            raise ValueError("the pool limit cannot be negative")
+        index = device if device is None or isinstance(device, int) else torch.device(device).index
+        for dev in REGISTRY.devices if device is None else [REGISTRY.device(index)]:
+            dev.pool.set_limit(nbytes)
 
     @staticmethod
     def mem_get_info(device=None) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from . import config, core
 
 POOL_ENABLED = config.env_bool("FL_MEMORY_POOL", True)
 # Cached bytes per device stay below a limit: FL_MEMORY_POOL_LIMIT (bytes, or
-# "512M", "2G"), set_pool_limit(), else a quarter of the device's memory (host
+# "512M", "2G"), torch.fl.set_memory_pool_limit(), else a quarter of the device's memory (host
 # memory is shared with everything else in the process).
 POOL_SHARE = 4
 
@@ -63,26 +63,6 @@ def default_pool_limit(total_memory: int) -> int:
     return limit if limit is not None else total_memory // POOL_SHARE
 
 
-def set_pool_limit(nbytes: int, device=None) -> None:
-    """Cap the bytes the pool keeps cached on a device (all devices when None);
-    blocks above the new cap go back to the plugin at once."""
-    from .registry import REGISTRY  # the registry makes the devices and their pools
-
-    if nbytes < 0:
-        raise ValueError("the pool limit cannot be negative")
-    devices = REGISTRY.devices if device is None else [REGISTRY.device(_index_of(device))]
-    for dev in devices:
-        dev.pool.set_limit(nbytes)
-
-
-def _index_of(device) -> int | None:
-    import torch
-
-    if isinstance(device, int):
-        return device
-    return torch.device(device).index
-
-
 def size_class(nbytes: int) -> int:
     """The block size the pool hands out for nbytes: multiples of 16 bytes up to 512, of 512 bytes up
     to 1 MiB, then eight classes per power of two (at most 12.5 % slack), so tensors of nearby sizes
@@ -93,29 +73,3 @@ def size_class(nbytes: int) -> int:
 def empty_cache(device) -> None:
     """Return every cached block of the device to its plugin."""
     device.pool.empty()
-
-
-def mem_set_zero(t) -> bool:
-    """zero_ as one call of the plugin's mem_set (ABI v2; all-zero bytes are 0 in every dtype), for a tensor
-    whose elements fill one byte range. Not while a kernel graph records (a replay runs kernels only):
-    the caller then fills with a kernel. Returns whether it zeroed t."""
-    from . import async_copy, events
-    from .abi import ffi
-    from .tensor import device_of, is_dense
-
-    dev = device_of(t)
-    if not dev.plugin.optional.get("mem_set") or events.RECORDING[0] is not None:
-        return False
-    if t.numel() == 0 or not is_dense(t):
-        return False
-    if async_copy.PENDING:
-        async_copy.wait_for((t,))
-    table = dev.plugin.table
-    stream = dev.stream()
-    dev.plugin.check(table.mem_set(dev.local, ffi.cast("void *", t.data_ptr()), 0, t.numel() * t.element_size(),
-                                   stream), "mem_set")
-    if stream != ffi.NULL and not dev.props.async_kernels:  # a kernel called next runs at once: land first
-        dev.plugin.stream_synchronize(dev.local, stream)
-    events.KERNELS[0] += 1
-    return True
-

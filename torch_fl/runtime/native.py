@@ -23,12 +23,12 @@ import os
 
 import torch
 
-from . import abi, core, events
+from . import abi, async_copy, core, events
 from .abi import ffi
 from .dtypes import TO_CODE
 from .events import NATIVE
 from .settings import SETTINGS
-from .tensor import desc, is_fl, iter_tensors, map_tensors, new_tensor, to_meta
+from .tensor import desc, device_of, is_dense, is_fl, iter_tensors, map_tensors, new_tensor, to_meta
 
 aten = torch.ops.aten
 
@@ -393,3 +393,25 @@ def sync_fast_path() -> None:
     """The fast path serves calls only while nobody listens (the profiler sees every call) and nothing
     records (a kernel graph's recorder sees every call: runtime.graph)."""
     core.lib().fl_core_fast_enable(int(FAST[0] and not events.LISTENERS and events.RECORDING[0] is None))
+
+
+def mem_set_zero(t) -> bool:
+    """zero_ as one call of the plugin's mem_set (ABI v2; all-zero bytes are 0 in every dtype), for a tensor
+    whose elements fill one byte range. Not while a kernel graph records (a replay runs kernels only):
+    the caller then fills with a kernel. Returns whether it zeroed t."""
+    dev = device_of(t)
+    if not dev.plugin.optional.get("mem_set") or events.RECORDING[0] is not None:
+        return False
+    if t.numel() == 0 or not is_dense(t):
+        return False
+    if async_copy.PENDING:
+        async_copy.wait_for((t,))
+    table = dev.plugin.table
+    stream = dev.stream()
+    dev.plugin.check(table.mem_set(dev.local, ffi.cast("void *", t.data_ptr()), 0, t.numel() * t.element_size(),
+                                   stream), "mem_set")
+    if stream != ffi.NULL and not dev.props.async_kernels:  # a kernel called next runs at once: land first
+        dev.plugin.stream_synchronize(dev.local, stream)
+    events.KERNELS[0] += 1
+    return True
+

@@ -7,9 +7,11 @@ loaded backends share one index space: fl:0..N."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -18,6 +20,7 @@ import torch
 from ..errors import BackendNotFoundError, FlError, PluginLoadError, PluginUnavailableError
 from . import abi, config, core, elf, isolation, memory
 from .abi import ffi
+from .capability import probe
 from .plugin import DeviceProps, Plugin
 
 ENTRY_POINT_GROUP = "torch_fl.plugins"
@@ -144,8 +147,6 @@ class Backend:
     @property
     def capabilities(self):
         if self._capabilities is None:
-            from .capability import probe
-
             self._capabilities = probe(self)
         return self._capabilities
 
@@ -358,3 +359,20 @@ class Registry:
 
 
 REGISTRY = Registry()
+
+
+@contextlib.contextmanager
+def using_backend(name: str) -> Iterator[str]:
+    """`with fl.using_backend("rocm"):` runs the block on backend `name` (new tensors
+    go there) and then makes the backend and device that were current before current
+    again, also when the block raises. Yields the backend's name. With no backend
+    selected before, the one selected here stays (there is nothing to go back to)."""
+    previous, previous_device = REGISTRY.current, REGISTRY.current_device
+    selected = REGISTRY.select(name).name
+    try:
+        yield selected
+    finally:
+        if previous is not None:
+            REGISTRY.select(previous.name)
+            if previous_device is not None and previous_device.backend is previous:
+                REGISTRY.current_device = previous_device

@@ -27,6 +27,6 @@ _BOOTSTRAP = (
 
 
 def python_command(target: str, *args: str) -> list[str]:
-    """argv running a module (`torch_fl.check.worker`) or a script path (ending in .py) in a
+    """argv running a module (`torch_fl.tools.checker.worker`) or a script path (ending in .py) in a
     fresh interpreter whose sys.path does not contain the working directory."""
     return [sys.executable, "-c", _BOOTSTRAP, target, *args]

@@ -32,7 +32,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from ...runtime import Sources
+from ...runtime import REGISTRY, Sources
 from .base import Pass, PassContext
 from .fxnodes import is_call
 
@@ -141,14 +141,12 @@ def _keeps_values(gm: fx.GraphModule, node: fx.Node) -> bool:
 
 
 def layout(ctx: PassContext) -> None:
-    import torch_fl
-
     gm, graph = ctx.gm, ctx.gm.graph
     convs = [n for n in graph.nodes if _is_conv2d(n) or _is_folded(gm, n)
              or is_call(n, aten.convolution_backward.default)]
     if not convs:
         return
-    caps = torch_fl.capabilities(ctx.backend)
+    caps = REGISTRY.get(ctx.backend).capabilities
     if not any(d.channels_last for d in caps.devices):
         return  # the device has no layout preference: NCHW is what it wants, nothing to record
     why = None

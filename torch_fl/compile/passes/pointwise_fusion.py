@@ -32,7 +32,7 @@ import torch.fx as fx
 from torch import nn
 
 from ... import jit
-from ...runtime import JIT, NOT_HANDLED, async_copy, device_of, events, is_fl
+from ...runtime import JIT, NOT_HANDLED, REGISTRY, async_copy, device_of, events, is_fl
 from .base import Pass, PassContext
 from .fxnodes import is_call
 
@@ -298,13 +298,11 @@ def pointwise(ctx: PassContext) -> None:
     First, copies eager does not make go: clones that keep the layout (what a
     zero-probability dropout becomes when traced). Batch norm's write-backs are
     undone before any pass, whatever is switched on (passes/inplace.py)."""
-    import torch_fl
-
     _drop_copies(ctx)
     chains = _chains(ctx.gm.graph)
     if not chains:
         return
-    if not torch_fl.capabilities(ctx.backend).jit:
+    if not REGISTRY.get(ctx.backend).capabilities.jit:
         for group in chains:
             ctx.record("elementwise chain", group, "kept", applied=False,
                        note=f"'{ctx.backend}' cannot compile kernels (no jit_compile or device JIT): one kernel per op")

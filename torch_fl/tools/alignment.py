@@ -36,10 +36,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from ..rendering import Report
+from ..runtime import REGISTRY
 from .numerics import FLOOR, LIMIT, SCALE_FLOOR, Float64Comparison, compare_with_float64
 from .optrace import OpDiff, OpTrace, compare_traces
-from .report import Report
-from .runtime import REGISTRY
 
 OK, CHECK, SUSPECT = "ok", "check", "suspect"
 CHECK_LIMIT = 100 * LIMIT  # beyond LIMIT and within this many times native float32's error: "check"
@@ -398,7 +398,7 @@ def align(model: nn.Module, inputs, target: torch.Tensor | None = None, *, backe
 
     modes: list[tuple[str, torch.dtype | None]] = [("float32", None)]
     if amp:
-        from .amp import autocast_dtype
+        from ..amp import autocast_dtype
 
         chosen = autocast_dtype(dev_backend.name)
         if chosen is not None:

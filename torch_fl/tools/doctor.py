@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .progress import Reporter
-from .progress import start as start_progress
-from .report import Report
+from ..progress import Reporter
+from ..progress import start as start_progress
+from ..rendering import Report
+from ..runtime import REGISTRY, using_backend
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FLOOR = 1e-4  # float32 agreement that always passes, whatever native CPU's own error
@@ -229,9 +230,7 @@ def run_doctor(backends: list[str] | None = None, full: bool = False, progress: 
     ResNet-50 and a Transformer encoder, at the article's sizes when `full`) on each backend (default: every
     available one). Minutes of work, so each step is shown as it ends (torch_fl.progress: lines in a
     terminal, a bar in a notebook); progress=False for none."""
-    from .api import available_backends, current_device, using_backend
-
-    names = backends or available_backends()
+    names = backends or REGISTRY.available()
     cases = cases or default_cases(full)
     shown = start_progress("doctor", len(cases) * (1 + len(names)), progress)
     step = 0
@@ -245,7 +244,7 @@ def run_doctor(backends: list[str] | None = None, full: bool = False, progress: 
         for name in names:
             with using_backend(name):
                 for ref in refs:
-                    check = check_model(ref, current_device())
+                    check = check_model(ref, REGISTRY.device(None).torch_device)
                     report.checks.setdefault(name, []).append(check)
                     step += 1
                     shown.update(step, f"{check.label} on {name}: {'OK' if check.ok else 'MISMATCH'} "
@@ -270,7 +269,7 @@ def _problems(c: ModelCheck) -> list[str]:
 
 def default_cases(full: bool = False) -> list[Case]:
     """ResNet-50 and a Transformer encoder; `full` uses the article's sizes (section 4.2)."""
-    from .models import resnet50, transformer_encoder
+    from .zoo import resnet50, transformer_encoder
 
     g = torch.Generator().manual_seed(0)
     if full:

@@ -15,7 +15,7 @@ import weakref
 
 import torch
 
-from ..runtime import base_ptr, device_of, span
+from ...runtime import base_ptr, device_of, span
 
 GUARD_BYTES = 4096  # a multiple of every element size, so the tensor's offset stays whole
 CANARY = 0xFD

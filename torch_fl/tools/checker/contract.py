@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ..runtime import abi, ffi
+from ...runtime import abi, ffi
 
 PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
 Row = tuple[str, str, str]

@@ -272,7 +272,7 @@ def _sdpa_samples(dtype):
 def _sdpa_backward_samples(dtype):
     fwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
     bwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward.default
-    from ..dispatch import sdpa_forward
+    from ...dispatch import sdpa_forward
 
     calls = []
     for f, args, kwargs in _sdpa_samples(dtype):
@@ -286,7 +286,7 @@ def _sdpa_backward_samples(dtype):
 
 
 def _conv_bn_relu_samples(dtype):
-    from .. import fused  # noqa: F401  (defines fl::conv_bn_relu)
+    from ... import fused  # noqa: F401  (defines fl::conv_bn_relu)
 
     gen = torch.Generator().manual_seed(0)
     op = torch.ops.fl.conv_bn_relu.default

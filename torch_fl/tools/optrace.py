@@ -239,7 +239,7 @@ def branch_note(dev: OpRecord, ref: OpRecord, band: float = BAND) -> str:
     distance = torch.maximum((x_ref.double() - t).abs(), (x_dev.double() - t).abs())  # both runs' values
     margin, scale = distance[flips].max().item(), max((x_ref.double() - t).abs().max().item(), 1e-30)
     verdict = ("a rounding-level branch flip, not a kernel fault (float32 rounding picks the side, on any "
-               "backend; torch_fl.numerics compares against float64 with the branch matched)"
+               "backend; torch_fl.tools.numerics compares against float64 with the branch matched)"
                if margin <= band * scale else "beyond rounding: a real difference")
     return (f"{n} element(s) on different sides of the threshold {t:g}; the deciding input is at most "
             f"{margin:.2e} from it in either run (its scale {scale:.2e}): {verdict}")

@@ -2,7 +2,7 @@
 
 `torch.autocast("fl")` needs autocast kernels for the fl device's dispatch key
 (AutocastPrivateUse1), which PyTorch does not register for an out-of-tree
-backend; without them every op under autocast fails. torch_fl registers a
+backend; without them every op under autocast fails. policy.py registers a
 fall-through for all ops and, for the ops CUDA autocasts, kernels with CUDA's
 policy: matmul/convolution-like ops run in the autocast dtype, numerically
 sensitive ops (losses, norms, exp/log, softmax, sums) in float32, and
@@ -21,52 +21,9 @@ import functools
 import torch
 from torch import nn
 
-from .dispatch import autocast_kernel, tensor_map
-from .runtime import REGISTRY, not_traced
-
-LOWER = [
-    "mm", "bmm", "addmm", "addmv", "addr", "baddbmm", "addbmm", "matmul", "mv", "linear", "chain_matmul",
-    "linalg_multi_dot", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-    "_convolution", "convolution", "prelu", "scaled_dot_product_attention", "conv_tbc",
-]
-FLOAT32 = [
-    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
-    "sinh", "tan", "pow", "softplus", "layer_norm", "group_norm", "frobenius_norm", "nuclear_norm",
-    "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d",
-    "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss",
-    "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss",
-    "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp", "softmax", "log_softmax",
-    "cross_entropy_loss", "cumsum", "cumprod", "prod", "sum", "norm", "linalg_vector_norm", "upsample_bilinear2d",
-    "upsample_nearest2d",
-]
-PROMOTE = ["addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sampler", "index_put", "scatter_add",
-           "tensordot", "cat", "stack"]
-
-_libs: list = []
-
-
-def register() -> None:
-    """Autocast for the fl device: a fall-through for every op, then the casting kernels."""
-    if _libs:
-        return
-    fallthrough = torch.library.Library("_", "IMPL")
-    fallthrough.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
-    lib = torch.library.Library("aten", "IMPL")
-    for names, policy in ((LOWER, "lower"), (FLOAT32, "fp32"), (PROMOTE, "promote")):
-        for name in names:
-            packet = getattr(torch.ops.aten, name, None)
-            if packet is None:
-                continue
-            for overload in packet.overloads():
-                op = getattr(packet, overload)
-                if any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
-                    continue  # out= and in-place overloads keep their dtypes, as under CUDA autocast
-                qualified = name if overload == "default" else f"{name}.{overload}"
-                try:
-                    lib.impl(qualified, not_traced(autocast_kernel(op, policy)), "AutocastPrivateUse1")
-                except RuntimeError:  # an overload with a kernel there already
-                    continue
-    _libs.extend([fallthrough, lib])
+from ..dispatch import tensor_map
+from ..runtime import REGISTRY
+from .policy import FLOAT32, LOWER, PROMOTE, register
 
 
 def autocast_dtype(backend: str | None = None) -> torch.dtype | None:
@@ -122,4 +79,4 @@ class GradScaler(torch.amp.GradScaler):
                          growth_interval=growth_interval, enabled=enabled)
 
 
-__all__ = ["GradScaler", "autocast", "autocast_dtype", "keep_float32", "register"]
+__all__ = ["FLOAT32", "LOWER", "PROMOTE", "GradScaler", "autocast", "autocast_dtype", "keep_float32", "register"]

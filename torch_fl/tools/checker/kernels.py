@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..dispatch import facts, tensor_map
-from ..runtime import NOT_HANDLED, base_ptr, fl_to_cpu, is_fl, output_layouts, run_native, span
+from ...dispatch import facts, tensor_map
+from ...runtime import NOT_HANDLED, base_ptr, fl_to_cpu, is_fl, output_layouts, run_native, span
 from .samples import snapshot
 
 TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.float16: 1e-2, torch.bfloat16: 2e-2}
@@ -260,8 +260,8 @@ def _guard_failures(guard, dev_args, dev_kw, results, what: str) -> list[str]:
 def _references() -> dict:
     """Ops whose CPU kernel refuses to run (PyTorch leaves the overrideable fused
     attention to devices): torch_fl's own composition of aten ops is the truth."""
-    from .. import fused
-    from ..dispatch import sdpa_backward, sdpa_forward
+    from ... import fused
+    from ...dispatch import sdpa_backward, sdpa_forward
 
     aten = torch.ops.aten
     table: dict = {aten._scaled_dot_product_fused_attention_overrideable.default: sdpa_forward,

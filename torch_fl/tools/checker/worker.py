@@ -1,4 +1,4 @@
-"""One checking process: `python -m torch_fl.check.worker TARGET [--skip A,B] [--ops GLOB]`.
+"""One checking process: `python -m torch_fl.tools.checker.worker TARGET [--skip A,B] [--ops GLOB]`.
 
 Prints `@@BEGIN name` before each check and `@@ROW {json}` for each result, so
 the parent can name the check that was running if the plugin kills the
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["FL_MEMORY_POOL"] = "0"
     import torch
 
-    from torch_fl.check import contract, guarded, kernels, samples
+    from torch_fl.tools.checker import contract, guarded, kernels, samples
 
     if "load" not in skip:
         _emit("BEGIN", "load")

@@ -4,7 +4,8 @@ wants with include/exclude).
 
 A report class defines `render()` (its text) and, if it has a richer view than the
 text in a <pre> block, `html()`. This module imports nothing from torch_fl, so every
-layer can use it (pyproject.toml's layers contract keeps it at the bottom)."""
+layer can use it (pyproject.toml's layers contract keeps it at the bottom). Not to be
+confused with compile/graph_report.py, which is one such report (fl.fusion_report)."""
 
 from __future__ import annotations
 

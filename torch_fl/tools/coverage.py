@@ -1,8 +1,9 @@
-"""Operator coverage against PyTorch's own test database (OpInfo).
+"""Operator coverage: `torch-fl coverage` and `fl.coverage()` (one name, one run), and the path table.
 
-`torch-fl coverage` / `run_coverage()`: for each OpInfo op, run its sample
-inputs on an fl backend and on the CPU, forward and (where the op supports
-autograd) backward, compare, and record which path every aten call took.
+`coverage()` (what `torch-fl coverage` runs; `fl.coverage`): for each op of
+PyTorch's own test database (OpInfo), run its sample inputs on an fl backend
+and on the CPU, forward and (where the op supports autograd) backward,
+compare, and record which path every aten call took.
 `model_coverage(model, inputs)` does the same bookkeeping for a real model's
 forward and backward: the article's "operator coverage list".
 
@@ -10,12 +11,18 @@ Ops whose outputs are unspecified (empty, empty_like...) or random (rand_like,
 bernoulli, dropout...) are compared by shape and dtype only. Results are
 appended op by op to a JSON-lines state file when one is given, so long runs
 resume where they stopped (the CLI runs chunks in child processes, so an op
-that kills the process is recorded as a crash and the run goes on)."""
+that kills the process is recorded as a crash and the run goes on).
+
+`path_table()` (`fl.path_table`, the capability explorer's grid) runs nothing:
+for each op (every op some backend has a kernel for, plus any you name) and
+dtype, the first path the dispatcher would take -- native, decomposition, jit,
+fallback -- or "none" when no path exists (CPU fallback switched off)."""
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import json
 import os
 import time
@@ -25,12 +32,12 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .api import cpu_fallback_enabled, set_cpu_fallback
-from .dispatch import tensors_in
-from .progress import Reporter
-from .progress import start as start_progress
-from .report import Report
-from .runtime import REGISTRY, events
+from ..dispatch import facts, resolve, resolve_op, tensors_in
+from ..progress import Reporter
+from ..progress import start as start_progress
+from ..rendering import Report
+from ..runtime import REGISTRY, SETTINGS, config, events, mask_to_names
+from .checker.samples import base_name, candidate_opinfos
 
 UNSPECIFIED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted")
 RANDOM = ("bernoulli", "normal", "rand_like", "randn_like", "randint_like", "uniform", "multinomial", "cauchy",
@@ -454,11 +461,11 @@ def _settings_restored():
     switch and the CPU random state it seeds per sample -- is put back however
     the run ends (an OpInfo import that fails included), so the caller's later
     code runs as it did before."""
-    fallback, rng = cpu_fallback_enabled(), torch.random.get_rng_state()
+    fallback, rng = SETTINGS.cpu_fallback, torch.random.get_rng_state()
     try:
         yield
     finally:
-        set_cpu_fallback(fallback)
+        SETTINGS.cpu_fallback = fallback
         torch.random.set_rng_state(rng)
 
 
@@ -474,20 +481,24 @@ def _finished_ops(state_file: str | None) -> dict[str, OpResult]:
     return done
 
 
-def run_coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: torch.dtype = torch.float32,
-                 samples: int = 4, cpu_fallback: bool | None = None, state_file: str | None = None,
-                 progress: bool | Reporter = True,
-                 on_begin: Callable[[str], None] | None = None) -> CoverageReport:
-    """OpInfo coverage of a backend. ops: globs over OpInfo names, comma-separated
+def coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: torch.dtype = torch.float32,
+             samples: int = 4, cpu_fallback: bool | None = None, state_file: str | None = None,
+             progress: bool | Reporter = True, on_begin: Callable[[str], None] | None = None) -> CoverageReport:
+    """OpInfo coverage of a backend (`torch-fl coverage`). ops: globs over OpInfo names, comma-separated
     ("matrix_exp,linalg.eigh,as_strided*"), or a list of names. state_file: JSON
     lines of finished ops; a rerun skips them. progress: each op shown as it ends (torch_fl.progress: lines
     in a terminal, a bar in a notebook), False for none; on_begin(name) is called before each op runs (the
     CLI's parent process learns from it which op took a crashed worker down)."""
+    aten_names = [o for o in (ops.split(",") if isinstance(ops, str) else ops) if "::" in o]
+    if aten_names:
+        raise ValueError(f"coverage() runs OpInfo names or globs (mm, nn.functional.gelu, 'linalg.*'), not operator "
+                         f"names such as {aten_names[0]!r}; the path each operator takes per dtype, without running "
+                         f"it, is path_table(backend, ops=[...]) (fl.path_table)")
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     with _settings_restored():
         if cpu_fallback is not None:
-            set_cpu_fallback(cpu_fallback)
-        report = CoverageReport(b.name, str(dtype).replace("torch.", ""), cpu_fallback_enabled())
+            SETTINGS.cpu_fallback = config.parse_bool(cpu_fallback, "cpu_fallback")
+        report = CoverageReport(b.name, str(dtype).replace("torch.", ""), SETTINGS.cpu_fallback)
         done = _finished_ops(state_file)
         globs = ops.split(",") if isinstance(ops, str) else []
         infos = [i for i in _op_db() if (_name(i) in ops if isinstance(ops, list) else
@@ -534,3 +545,126 @@ def model_coverage(model: torch.nn.Module, inputs, backends: list[str] | None = 
         out[name] = {s.op: {"path": s.path, "calls": s.calls + s.nested_calls, "kernels": s.kernels,
                             "ms": s.total_s * 1e3} for s in prof.ops()}
     return out
+
+
+# -- the path table ---------------------------------------------------------------------------------------------
+
+
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
+MARKS = {"native": "N", "decomposition": "D", "jit": "J", "fallback": "F", "none": "-", "view": "V",
+         "undefined": "."}
+UNDEFINED = "undefined"  # PyTorch itself has no CPU kernel for the op in this dtype: no path to judge
+
+
+@dataclass
+class PathTable(Report):
+    """Per op and dtype, the first path the dispatcher would take on one backend (`path_table`)."""
+
+    backend: str
+    dtypes: tuple[str, ...]
+    rows: dict[str, dict[str, str]] = field(default_factory=dict)  # op -> dtype -> path
+    # dtypes no device of the backend computes in: every op in them ends on the CPU fallback, even where
+    # the dispatcher first decomposes it (its parts then fall back), so they are marked F
+    host_dtypes: tuple[str, ...] = ()
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for per_dtype in self.rows.values():
+            for path in per_dtype.values():
+                out[path] = out.get(path, 0) + 1
+        return out
+
+    def filter(self, text: str = "", path: str | None = None) -> dict[str, dict[str, str]]:
+        """Rows whose op name contains `text` and (if given) that take `path` in some dtype the device
+        computes in (in the others every op falls back)."""
+        t = text.lower()
+        return {op: r for op, r in self.rows.items()
+                if t in op.lower() and (path is None or path in [v for d, v in r.items() if d not in self.host_dtypes])}
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "dtypes": list(self.dtypes), "rows": self.rows, "counts": self.counts()}
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def render(self, text: str = "", path: str | None = None, limit: int = 40) -> str:
+        rows = self.filter(text, path)
+        w = max([len(op) for op in rows] + [10])
+        lines = [f"{self.backend}: {len(self.rows)} ops; N native, D decomposition, J jit, F CPU fallback, - none, "
+                 ". not defined by PyTorch for the dtype"
+                 + (f" (the device has no {', '.join(self.host_dtypes)}: F throughout)" if self.host_dtypes else ""),
+                 f"{'op':<{w}}  " + " ".join(f"{d:>8}" for d in self.dtypes)]
+        for op, r in list(rows.items())[:limit]:
+            lines.append(f"{op:<{w}}  " + " ".join(f"{MARKS.get(r.get(d, 'none'), '?'):>8}" for d in self.dtypes))
+        if len(rows) > limit:
+            lines.append(f"... {len(rows) - limit} more")
+        return "\n".join(lines)
+
+
+
+def all_kernel_ops(backend=None) -> list[str]:
+    """The ops a path table lists: every op the bundled host plugin or an emulator has a kernel for, and
+    `backend`'s own. Not other real devices' plugins: whether this machine has an OpenCL driver (or a vendor's
+    plugin) must not change the table of another backend."""
+    REGISTRY.discover()
+    ops: set[str] = set()
+    for b in REGISTRY.backends.values():
+        if b.name == "cpu" or b.plugin.emulated or b is backend:
+            ops.update(b.plugin.kernels)
+    return sorted(ops)
+
+
+def path_table(backend: str | None = None, ops: list[str] | None = None,
+               dtypes: tuple[str, ...] = DTYPES) -> PathTable:
+    """The dispatcher's plan for each op and dtype on a backend (default: current): which path each would
+    take, without running anything (coverage() runs the ops)."""
+    b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
+    computed = {n for d in b.devices for n in mask_to_names(d.props.dtypes)}
+    out = PathTable(b.name, tuple(dtypes), host_dtypes=tuple(d for d in dtypes if d not in computed))
+    for name in ops or all_kernel_ops(b):
+        try:
+            f = facts(resolve_op(name))
+        except (ValueError, RuntimeError):
+            continue
+        row = {}
+        defined = pytorch_dtypes(f.name)
+        for d in dtypes:
+            dt = getattr(torch, d)
+            if defined is not None and dt not in defined:
+                row[d] = UNDEFINED
+                continue
+            plan = b.plans.get((f.func, (dt,))) or resolve(f, b, (dt,))
+            row[d] = "view" if f.is_view else "fallback" if d in out.host_dtypes else (plan.first or "none")
+        out.rows[f.name] = row
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _opinfos() -> tuple[list, dict[str, set]]:
+    """PyTorch's OpInfo database and, per OpInfo name, the dtypes its CPU kernels take (its test suite's
+    record of what each op supports); empty where this PyTorch build ships no test utilities."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.testing._internal.common_methods_invocations import op_db
+    except Exception:  # noqa: BLE001 - a build without the test utilities: nothing is known, nothing marked
+        return [], {}
+    return op_db, {info.name: set(info.supported_dtypes("cpu")) for info in op_db}
+
+
+@functools.cache
+def pytorch_dtypes(op: str) -> frozenset | None:
+    """The dtypes PyTorch defines `op` for on the CPU, from the OpInfos that exercise it (their union:
+    aten::convolution is conv1d's, conv2d's and conv_transpose2d's); a backward op takes its forward's.
+    None where no OpInfo covers the op: unknown, so the grid shows the dispatcher's plan. Why ask: a grid
+    that says "decomposition" for a convolution of bools claims a path PyTorch itself does not have."""
+    op_db, by_name = _opinfos()
+    if not by_name or not op.startswith("aten::"):
+        return None
+    infos = candidate_opinfos(op, op_db)
+    stem = base_name(op).rstrip("_")
+    if not infos and stem.endswith("_backward"):
+        infos = candidate_opinfos("aten::" + stem[: -len("_backward")], op_db)
+    if not infos:
+        return None
+    return frozenset().union(*(by_name[i.name] for i in infos))

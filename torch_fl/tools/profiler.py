@@ -8,7 +8,9 @@ the path taken and the kernel launches it cost (a decomposition into six
 kernels counts six), the ops that fell back to the CPU and what they cost in
 time and copied bytes, time by path, device memory, a side-by-side
 comparison of two runs, and a Chrome trace that chrome://tracing, Perfetto
-and torch.profiler's viewers open."""
+and torch.profiler's viewers open. `measure_compiled` (fl.measure_compiled)
+counts one call of a compiled model eager vs compiled the same way and keeps
+the result in the model's fusion report."""
 
 from __future__ import annotations
 
@@ -16,17 +18,18 @@ import contextlib
 import html
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 
-from . import dispatch
-from .api import using_backend
-from .errors import FlError
-from .placement import placed, used_slots
-from .report import Report
-from .runtime import FALLBACK, REGISTRY, DeviceClock, OpEvent, events
+from .. import dispatch
+from ..compile import Measurement, add_measurement, disabled
+from ..errors import FlError
+from ..placement import placed, used_slots
+from ..rendering import Report
+from ..runtime import FALLBACK, REGISTRY, DeviceClock, OpEvent, events, using_backend
 
 
 @dataclass
@@ -372,7 +375,7 @@ def compare_backends(fn: Callable[[], object], a: str, b: str, *, warmup: int = 
             with using_backend(name):
                 place(REGISTRY.device(None).torch_device)
                 for fused in modes:
-                    with contextlib.nullcontext() if fused else _fusion_off():
+                    with contextlib.nullcontext() if fused else disabled():
                         for _ in range(warmup):
                             fn()
                         with profile(label=name) as p:
@@ -398,12 +401,6 @@ def _check_ran_on(p: Profile, name: str) -> None:
             f"(lambda: model(x).sum().backward()), or make them inside it")
 
 
-def _fusion_off():
-    from .compile import disabled
-
-    return disabled()
-
-
 @contextlib.contextmanager
 def _record_function_ranges():
     original = dispatch.dispatch
@@ -417,6 +414,77 @@ def _record_function_ranges():
         yield
     finally:
         dispatch.set_dispatch(None)
+
+
+# -- eager vs compiled ------------------------------------------------------------
+
+
+def _sync() -> None:
+    if REGISTRY.current is not None:
+        torch.fl.synchronize()
+
+
+def _call(fn: Callable, args: tuple, kwargs: dict, params: list, backward: bool) -> Any:
+    """One call; with backward, a training step as PyTorch's default loop runs it: gradients set to None
+    first (optimizer.zero_grad()), so backward writes them instead of adding into the last step's."""
+    if backward:
+        for p in params:
+            p.grad = None
+    out = fn(*args, **kwargs)
+    if backward:
+        outs = [o for o in _tensors(out) if o.requires_grad]
+        if outs:
+            sum(o.float().sum() for o in outs).backward()
+    return out
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, Mapping):
+        return [t for v in out.values() for t in _tensors(v)]
+    if isinstance(out, (tuple, list)):
+        return [t for v in out for t in _tensors(v)]
+    return [t for v in getattr(out, "__dict__", {}).values() for t in _tensors(v)]  # ModelOutput-like
+
+
+def _compiled_cost(fn: Callable, args: tuple, kwargs: dict, params: list, backward: bool,
+          repeat: int) -> tuple[int, float, int]:
+    grad = torch.enable_grad() if backward else torch.no_grad()
+    with grad:
+        _call(fn, args, kwargs, params, backward)  # warm-up: compilation, JIT kernels, folded weights, plans
+        with profile() as p:
+            _call(fn, args, kwargs, params, backward)
+        best = float("inf")
+        for _ in range(repeat):
+            _sync()
+            t0 = time.perf_counter()
+            _call(fn, args, kwargs, params, backward)
+            _sync()
+            best = min(best, time.perf_counter() - t0)
+    fallbacks = sum(s.paths.get("fallback", 0) for s in p.ops())
+    return p.kernels, best, fallbacks
+
+
+def measure_compiled(compiled: Callable, *args: Any, backward: bool | None = None, repeat: int = 3,
+                     **kwargs: Any) -> Measurement:
+    """Kernel launches (fl.profile's count), CPU-fallback calls and best-of-`repeat`
+    time of one call, eager vs compiled, on the current backend. backward=True
+    (default: when the model is in training mode) also runs backward of the
+    outputs' sum, gradients reset first as zero_grad() does. Kept in the model's
+    fusion report (`measurements`)."""
+    model = getattr(compiled, "_orig_mod", compiled)
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    if backward is None:
+        backward = bool(getattr(model, "training", False)) and torch.is_grad_enabled()
+    with disabled():
+        before = _compiled_cost(compiled, args, kwargs, params, backward, repeat)
+    after = _compiled_cost(compiled, args, kwargs, params, backward, repeat)
+    name = REGISTRY.current.name if REGISTRY.current is not None else "native"
+    m = Measurement(name, "forward+backward" if backward else "forward", before[0], after[0], before[1], after[1],
+                    before[2], after[2])
+    add_measurement(model, m)
+    return m
 
 
 # -- aggregation -----------------------------------------------------------------

@@ -23,10 +23,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from ..progress import Reporter
-from ..progress import start as start_progress
-from ..report import Report
-from ..runtime import spawn
+from ...progress import Reporter
+from ...progress import start as start_progress
+from ...rendering import Report
+from ...runtime import spawn
 from .contract import FAIL, PASS, SKIP, WARN
 
 
@@ -130,7 +130,7 @@ def _check_rows(report: CheckReport, target: str, env: dict, ops: str, samples: 
         shown.update(len(report.rows), f"{row.status:<4} {row.check}", failed=row.status == FAIL)
 
     for _attempt in range(64):  # each crash or hang costs one attempt
-        cmd = spawn.python_command("torch_fl.check.worker", target, "--ops", ops, "--samples", str(samples),
+        cmd = spawn.python_command("torch_fl.tools.checker.worker", target, "--ops", ops, "--samples", str(samples),
                                    "--skip", ",".join(sorted(done)))
         run = _WorkerRun(cmd, env, timeout)
         for kind, payload in run.events():

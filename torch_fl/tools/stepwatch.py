@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .report import Report
-from .runtime import REGISTRY, events
+from ..rendering import Report
+from ..runtime import REGISTRY, events
 
 
 @dataclass

@@ -1,25 +1,18 @@
-"""torch_fl's own fused ops, for kernels no aten op describes.
+"""GEMM epilogues, residual add + LayerNorm, attention with dropout.
 
-`fl::conv_bn_relu` is convolution -> inference batch norm -> ReLU in one op.
-A backend whose plugin has a kernel for it (the ascend emulator) runs one
-kernel; every other backend, and the CPU, runs the three aten ops it stands
-for (its decomposition). torch.compile's `conv_bn` pass rewrites inference
-graphs into it (compile/dynamo.py); `conv_bn_relu(conv, bn, x)` calls it
-directly. Its `.out` overload writes into a given tensor, channels-last
-included (the `layout` pass).
-
-Inference only: batch norm uses its running statistics, and the op has no
-autograd formula (a tensor that requires grad raises, naming the unfused
-route).
-
-Also here: the GEMM-epilogue, residual-add + LayerNorm and attention-with-
-dropout ops the `rocm` emulator has kernels for (`fl::linear_act`,
-`fl::linear_add_layer_norm`, `fl::add_layer_norm`, `fl::attention_dropout`,
-each with a one-kernel backward op); see the section below.
-
-Importing this module (torch_fl does) defines the ops and registers their
-reference decompositions with the dispatcher's table (dispatch.DECOMPOSITIONS),
-so every backend without a kernel runs them."""
+Kernels vendor stacks ship and the compile passes use (torch_fl/compile/dynamo.py):
+  fl::linear_act            input @ W^T + b -> ReLU / GELU / none -> dropout       (hipBLASLt epilogues)
+  fl::add_layer_norm        residual + dropout(x) -> LayerNorm                     (MIOpen AddLayerNorm)
+  fl::linear_add_layer_norm residual + dropout(input @ W^T + b) -> LayerNorm       (the same after a GEMM)
+  fl::attention_dropout     flash attention with dropout on the weights
+each with a backward op computing every gradient in one kernel. Dropout masks
+are counter-based: element i of the op's output (of the (B, H, L, S) weights
+for attention, row-major) is kept iff uniform(seed, i) >= p, with
+fl_host.h's fl_rand_uniform (splitmix64); `keep_mask` computes the same mask
+with torch ops, so the reference decompositions match the kernels bit for
+bit and a backward regenerates the forward's mask from the seed.
+The emulated `rocm` plugin (plugins_cffi/emulated/fused_linear.c,
+fused_attention.c) has kernels for all of them; elsewhere the references run."""
 
 from __future__ import annotations
 
@@ -27,110 +20,11 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from .dispatch import DECOMPOSITIONS, autocast_kernel, sdpa_scores
-from .runtime import not_traced
+from ..dispatch import autocast_kernel, sdpa_scores
+from ..runtime import not_traced
 
-_lib = torch.library.Library("fl", "DEF")
-_lib.define(
-    "conv_bn_relu(Tensor input, Tensor weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, "
-    "Tensor running_mean, Tensor running_var, float eps, int[] stride, int[] padding, int[] dilation, "
-    "int groups) -> Tensor"
-)
-# The same into a given tensor: torch.compile's layout pass passes a channels-last one (compile/layout.py).
-_lib.define(
-    "conv_bn_relu.out(Tensor input, Tensor weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, "
-    "Tensor running_mean, Tensor running_var, float eps, int[] stride, int[] padding, int[] dilation, "
-    "int groups, *, Tensor(a!) out) -> Tensor(a!)"
-)
-
-
-def _reference(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding, dilation,
-               groups):
-    conv = F.conv2d if input.dim() == 4 else F.conv1d
-    y = conv(input, weight, bias, stride, padding, dilation, groups)
-    y = F.batch_norm(y, running_mean, running_var, bn_weight, bn_bias, False, 0.0, eps)
-    return F.relu(y)
-
-
-def _meta(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding, dilation, groups):
-    conv = F.conv2d if input.dim() == 4 else F.conv1d
-    return torch.empty_like(conv(input, weight, bias, stride, padding, dilation, groups),
-                            memory_format=torch.contiguous_format)
-
-
-def _no_grad_wanted(*args):
-    if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-        raise RuntimeError("fl::conv_bn_relu is an inference kernel and has no backward; call it under "
-                           "torch.no_grad() / inference_mode(), or run the modules unfused for training")
-
-
-def _autograd(*args):
-    _no_grad_wanted(*args)
-    with torch._C._AutoDispatchBelowAutograd():
-        return torch.ops.fl.conv_bn_relu.default(*args)
-
-
-def _reference_out(*args, out):
-    return out.copy_(_reference(*args))
-
-
-def _meta_out(*args, out):
-    return out
-
-
-def _autograd_out(*args, out):
-    _no_grad_wanted(*args, out)
-    with torch._C._AutoDispatchBelowAutograd():
-        return torch.ops.fl.conv_bn_relu.out(*args, out=out)
-
-
-_lib.impl("conv_bn_relu", not_traced(_reference), "CPU")
-_lib.impl("conv_bn_relu", not_traced(_meta), "Meta")
-_lib.impl("conv_bn_relu", not_traced(_autograd), "Autograd")
-_lib.impl("conv_bn_relu.out", not_traced(_reference_out), "CPU")
-_lib.impl("conv_bn_relu.out", not_traced(_meta_out), "Meta")
-_lib.impl("conv_bn_relu.out", not_traced(_autograd_out), "Autograd")
-
-conv_bn_relu_op = torch.ops.fl.conv_bn_relu.default
-
-
-def _decomposition(*args, **kwargs):
-    return _reference(*args, **kwargs)
-
-
-def register_decompositions(table: dict) -> None:
-    """Backends without a native kernel run the unfused aten ops (registered when this module is imported)."""
-    table[conv_bn_relu_op] = _decomposition
-    _register_epilogues(table)
-
-
-def conv_bn_relu(conv: nn.Conv2d | nn.Conv1d, bn: nn.BatchNorm2d | nn.BatchNorm1d, x: torch.Tensor) -> torch.Tensor:
-    """relu(bn(conv(x))) with bn in inference mode, as one op."""
-    if bn.running_mean is None or bn.running_var is None:
-        raise ValueError("conv_bn_relu needs a batch norm with running statistics (track_running_stats=True)")
-    if isinstance(conv.padding, str):
-        raise ValueError(f"conv_bn_relu needs numeric padding, not padding={conv.padding!r}")
-    return conv_bn_relu_op(x, conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var,
-                           float(bn.eps), list(conv.stride), list(conv.padding), list(conv.dilation), conv.groups)
-
-
-# -- GEMM epilogues, residual add + LayerNorm, attention with dropout ------------
-#
-# Kernels vendor stacks ship and the compile passes use (torch_fl/compile/dynamo.py):
-#   fl::linear_act            input @ W^T + b -> ReLU / GELU / none -> dropout       (hipBLASLt epilogues)
-#   fl::add_layer_norm        residual + dropout(x) -> LayerNorm                     (MIOpen AddLayerNorm)
-#   fl::linear_add_layer_norm residual + dropout(input @ W^T + b) -> LayerNorm       (the same after a GEMM)
-#   fl::attention_dropout     flash attention with dropout on the weights
-# each with a backward op computing every gradient in one kernel. Dropout masks
-# are counter-based: element i of the op's output (of the (B, H, L, S) weights
-# for attention, row-major) is kept iff uniform(seed, i) >= p, with
-# fl_host.h's fl_rand_uniform (splitmix64); `keep_mask` computes the same mask
-# with torch ops, so the reference decompositions match the kernels bit for
-# bit and a backward regenerates the forward's mask from the seed.
-# The emulated `rocm` plugin (plugins_cffi/emulated/fused_linear.c,
-# fused_attention.c) has kernels for all of them; elsewhere the references run.
+_lib = torch.library.Library("fl", "FRAGMENT")  # the namespace is conv_bn.py's
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}  # the `act` argument
 
@@ -453,7 +347,8 @@ for _name, (_ref, _meta_fn, _fn) in _NEW_OPS.items():
         _lib.impl(_name, _fn.apply, "Autograd")
 
 
-def _register_epilogues(table: dict) -> None:
+def register_decompositions(table: dict) -> None:
+    """Backends without native kernels run the reference compositions of aten ops."""
     for name, (ref, _, _) in _NEW_OPS.items():
         table[getattr(torch.ops.fl, name).default] = ref
 
@@ -512,11 +407,8 @@ def attention_dropout(query, key, value, attn_mask=None, dropout_p: float = 0.0,
                                                   scale)[0]
 
 
-register_decompositions(DECOMPOSITIONS)
-
-
-# Under torch.autocast("fl") each fused op casts as the ops it fuses would: a GEMM (with its epilogue) or attention
-# in the autocast dtype, anything ending in a LayerNorm in float32, so a compiled model's dtypes match eager's.
-for _name, _policy in (("conv_bn_relu", "lower"), ("linear_act", "lower"), ("attention_dropout", "lower"),
-                       ("add_layer_norm", "fp32"), ("linear_add_layer_norm", "fp32")):
+# Under torch.autocast("fl") each op casts as the ops it fuses would: a GEMM (with its epilogue) or attention in
+# the autocast dtype, anything ending in a LayerNorm in float32, so a compiled model's dtypes match eager's.
+for _name, _policy in (("linear_act", "lower"), ("attention_dropout", "lower"), ("add_layer_norm", "fp32"),
+                       ("linear_add_layer_norm", "fp32")):
     _lib.impl(_name, not_traced(autocast_kernel(getattr(torch.ops.fl, _name).default, _policy)), "AutocastPrivateUse1")
