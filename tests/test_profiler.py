@@ -186,7 +186,7 @@ def test_no_listener_no_events():
     with fl.profile() as prof:
         pass
     (x + x).cpu()
-    assert prof.events == [] and not events.LISTENERS
+    assert prof.events == [] and not events.STATE.listeners
 
 
 def test_self_time_never_exceeds_total_time():

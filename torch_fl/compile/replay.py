@@ -153,7 +153,7 @@ class ReplayedGraph:
 
     def __call__(self, args: list) -> Any:
         t0 = time.perf_counter_ns()
-        if events.LISTENERS or events.RECORDING[0] is not None or self.writes_inputs:
+        if events.STATE.listeners or events.STATE.recording is not None or self.writes_inputs:
             return self.fn(args)
         entry = self.last
         if entry is not None and entry.graph is not None and self._matches(entry, args):

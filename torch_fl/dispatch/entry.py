@@ -8,6 +8,7 @@ profiler the handlers that do not report themselves."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 from torch._decomp import decomposition_table
@@ -75,7 +76,7 @@ def dispatch(func, args, kwargs):
         f = facts(func)
         f.handler = handler_for(f)
     try:
-        if events.LISTENERS and f.handler not in _SELF_REPORTING:
+        if events.STATE.listeners and f.handler not in _SELF_REPORTING:
             result = _observed(f, args, kwargs)
         else:
             result = f.handler(f, args, kwargs)
@@ -126,18 +127,18 @@ def _note_writes(f, args, kwargs) -> None:
 def _observed(f, args, kwargs):
     """Ops whose handler does not report itself (views, transfers, foreach
     loops), timed for a listener; their sub-ops report at depth + 1."""
-    t0, k0, b0 = time.perf_counter(), events.KERNELS[0], events.BYTES[0]
-    depth = events.DEPTH[0]
-    events.DEPTH[0] += 1
+    t0, k0, b0 = time.perf_counter(), events.STATE.kernels, events.STATE.bytes_copied
+    depth = events.NESTING.depth
+    events.NESTING.depth += 1
     try:
         result = f.handler(f, args, kwargs)
     finally:
-        events.DEPTH[0] -= 1
+        events.NESTING.depth -= 1
     first = next((t for t in iter_tensors(list(args) + list(kwargs.values())) if is_fl(t)), None)
     backend = device_of(first).backend.name if first is not None else (
         REGISTRY.current.name if REGISTRY.current is not None else "?")
     events.emit(events.OpEvent(f.name, backend, HANDLER_PATH.get(f.handler, "other"), time.perf_counter() - t0,
-                               events.KERNELS[0] - k0, events.BYTES[0] - b0, depth, t0))
+                               events.STATE.kernels - k0, events.STATE.bytes_copied - b0, depth, t0))
     return result
 
 
@@ -145,16 +146,23 @@ def _observed(f, args, kwargs):
 # The C++ core's boxed fallback hands every op it does not serve to the PrivateUse3 key, where
 # install() registers `entry`; the profiler swaps the function behind it to add torch.profiler ranges.
 
-_ENTRY = [dispatch]
+class EntryState:
+    """Per process: the function PyTorch's PrivateUse3 fallback calls for every op (set_dispatch swaps it)."""
+
+    def __init__(self) -> None:
+        self.dispatch: Callable = dispatch
+
+
+ENTRY = EntryState()
 
 
 def entry(func, *args, **kwargs):
-    return _ENTRY[0](func, args, kwargs)
+    return ENTRY.dispatch(func, args, kwargs)
 
 
 def set_dispatch(fn) -> None:
     """Route every op through fn(func, args, kwargs) instead of dispatch (None restores dispatch)."""
-    _ENTRY[0] = fn if fn is not None else dispatch
+    ENTRY.dispatch = fn if fn is not None else dispatch
 
 
 _LIBS: list = []
@@ -170,10 +178,10 @@ def install() -> None:
     for key in ("SparsePrivateUse1", "SparseCsrPrivateUse1"):
         lib.fallback(not_traced(_sparse_on_fl), dispatch_key=key)
     _LIBS.append(lib)
-    events.ON_LISTENERS.append(native.sync_fast_path)
-    events.OP_CONTEXT[0] = decomposition_context
+    events.STATE.on_listeners.append(native.sync_fast_path)
+    events.STATE.op_context = decomposition_context
     native.sync_fast_path()
-    events.FAST_KERNELS[0] = core.lib().fl_core_fast_hits
+    events.STATE.fast_kernels = core.lib().fl_core_fast_hits
     direct = set(DIRECT) | _own_decomposed_ops() | _generic_out_ops()
     GENERIC.update(_native_generic_ops() - direct)
     libs: dict = {}
@@ -318,7 +326,7 @@ def _direct(op):
     def impl(*args, **kwargs):
         if torch._C._len_torch_dispatch_stack():  # a mode saw the op above the backend (see fl_core.cpp)
             with _disable_current_modes():
-                return _ENTRY[0](op, args, kwargs)
-        return _ENTRY[0](op, args, kwargs)
+                return ENTRY.dispatch(op, args, kwargs)
+        return ENTRY.dispatch(op, args, kwargs)
 
     return impl

@@ -41,7 +41,7 @@ def _shared_mirrors(dev, vals) -> dict[int, torch.Tensor]:
         hi = max(b * t.element_size() for (_, b), t in zip(spans, views, strict=True))
         staging = torch.empty(hi - lo, dtype=torch.uint8)
         dev.copy_d2h(staging.data_ptr(), base + lo, hi - lo)
-        events.BYTES[0] += hi - lo
+        events.STATE.bytes_copied += hi - lo
         for t in views:
             item = t.element_size()
             typed = staging[: (hi - lo) // item * item].view(t.dtype)

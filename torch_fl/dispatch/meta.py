@@ -99,8 +99,8 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) 
         if not _COPY_FACTS:
             _COPY_FACTS.append(facts(aten.copy_.default))
         return compute(_COPY_FACTS[0], (dst, src), {})
-    listening = bool(events.LISTENERS)
-    t0, b0 = time.perf_counter(), events.BYTES[0]
+    listening = bool(events.STATE.listeners)
+    t0, b0 = time.perf_counter(), events.STATE.bytes_copied
     if non_blocking and is_fl(dst) and not is_fl(src) and _async_ok(dst, src):
         async_copy.h2d(dst, src)
         events.count(device_of(dst).backend, "aten::copy_", COPY)
@@ -121,7 +121,7 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) 
             events.count(device_of(t).backend, "aten::copy_", COPY)
     if listening:
         events.emit(events.OpEvent("aten::copy_", backend, COPY, time.perf_counter() - t0, 0,
-                                   events.BYTES[0] - b0, events.DEPTH[0], t0))
+                                   events.STATE.bytes_copied - b0, events.NESTING.depth, t0))
     return dst
 
 

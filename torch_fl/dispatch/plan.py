@@ -317,7 +317,7 @@ def compute(f: OpFacts, args, kwargs):
     want = layouts.wanted(f, vals) if f.layout_rule is not None else None
     if want is not None:  # CPU lays the results out channels-last: not a call the fast path could replay
         return layouts.apply(want, _run_plan(f, dev, vals, plan))
-    if plan.first == NATIVE and native.FAST[0] and not warned:
+    if plan.first == NATIVE and native.FAST.enabled and not warned:
         site: dict = {}
         result = _run_plan(f, dev, vals, plan, None, site)
         if site:
@@ -341,11 +341,11 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
     tensors an out= call writes), a native kernel writes into them directly; with site, a native call
     records its marshalling there."""
     backend = dev.backend
-    listening = bool(events.LISTENERS)
+    listening = bool(events.STATE.listeners)
     if listening:
         t0 = time.perf_counter()
-        k0, b0 = events.KERNELS[0], events.BYTES[0]
-        events.DEPTH[0] += 1
+        k0, b0 = events.STATE.kernels, events.STATE.bytes_copied
+        events.NESTING.depth += 1
     failures: list = []
     try:
         for path in plan.paths:
@@ -397,7 +397,7 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
         raise
     finally:
         if listening:
-            events.DEPTH[0] -= 1
+            events.NESTING.depth -= 1
     if may_decline:
         return NOT_HANDLED
     raise _no_path_error(f, backend, plan, failures)
@@ -427,7 +427,7 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
     plan = _plan(ff, dev, fvals)
     if plan.first == NATIVE and _writes_in_place(ff, fvals, outs, layout,
                                                  plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT):
-        site: dict | None = {} if native.FAST[0] and fast else None
+        site: dict | None = {} if native.FAST.enabled and fast else None
         result = _run_plan(ff, dev, fvals, _native_only(plan), outs, site, may_decline=True)
         if result is not NOT_HANDLED:
             if site:
@@ -437,10 +437,10 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
         # an in-place op (add_ is add.out into self) the CPU serves: its CPU kernel writes the host copy of
         # self, which goes back once, instead of a functional result written back and then copied into self
         # by copy_, itself a second fallback round trip where the device lacks the dtype
-        listening = bool(events.LISTENERS)
+        listening = bool(events.STATE.listeners)
         if listening:
-            t0, k0, b0 = time.perf_counter(), events.KERNELS[0], events.BYTES[0]
-            events.DEPTH[0] += 1
+            t0, k0, b0 = time.perf_counter(), events.STATE.kernels, events.STATE.bytes_copied
+            events.NESTING.depth += 1
         try:
             result = run_fallback(f, dev, vals)
             events.count(dev.backend, ff.name, FALLBACK)
@@ -448,7 +448,7 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
                 _emit(ff.name, dev.backend.name, FALLBACK, t0, k0, b0)
         finally:
             if listening:
-                events.DEPTH[0] -= 1
+                events.NESTING.depth -= 1
         return result
     result = _run_plan(ff, dev, fvals, plan)
     results = (result,) if ff.n_returns == 1 else tuple(result)
@@ -600,8 +600,8 @@ def _decomposition_needs(f: OpFacts, plan: Plan, e: NotImplementedError) -> str:
 
 
 def _emit(name, backend, path, t0, k0, b0) -> None:
-    events.emit(events.OpEvent(name, backend, path, time.perf_counter() - t0, events.KERNELS[0] - k0,
-                               events.BYTES[0] - b0, events.DEPTH[0] - 1, t0))
+    events.emit(events.OpEvent(name, backend, path, time.perf_counter() - t0, events.STATE.kernels - k0,
+                               events.STATE.bytes_copied - b0, events.NESTING.depth - 1, t0))
 
 
 # -- factories: ops dispatched to the fl device without an fl tensor argument ---
@@ -615,15 +615,15 @@ def _factory(f: OpFacts, args, kwargs):
     device = kwargs.get("device")
     dev = REGISTRY.device(torch.device(device).index if device is not None and torch.device(device).type == "fl"
                           else None)
-    if not events.LISTENERS:
+    if not events.STATE.listeners:
         return _factory_run(f, dev, args, kwargs)[0]
-    t0, k0, b0 = time.perf_counter(), events.KERNELS[0], events.BYTES[0]
-    events.DEPTH[0] += 1
+    t0, k0, b0 = time.perf_counter(), events.STATE.kernels, events.STATE.bytes_copied
+    events.NESTING.depth += 1
     try:
         out, path = _factory_run(f, dev, args, kwargs)
         _emit(f.name, dev.backend.name, path, t0, k0, b0)
     finally:
-        events.DEPTH[0] -= 1
+        events.NESTING.depth -= 1
     return out
 
 

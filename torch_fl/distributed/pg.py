@@ -312,7 +312,7 @@ class ProcessGroupFl(dist.ProcessGroup):
         def execute() -> None:
             t0 = time.perf_counter()
             run()
-            if events.LISTENERS:
+            if events.STATE.listeners:
                 events.emit(events.OpEvent(label, backend_name, path, time.perf_counter() - t0, 0, staged, 0, t0,
                                            comm_bytes=comm_bytes))
 
@@ -461,7 +461,7 @@ class ProcessGroupFl(dist.ProcessGroup):
             getattr(gloo, gloo_method)(*host_args).wait()
             for t, h, n in back:
                 p.copy_h2d(local, _ptr(t), h.data_ptr(), n)
-            events.BYTES[0] += staged
+            events.STATE.bytes_copied += staged
         return run, staged
 
     def _gloo_call(self, gloo_method: str, args: tuple) -> Callable[[], None]:

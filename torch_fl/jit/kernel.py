@@ -121,8 +121,8 @@ def compile_source(name: str, dev: Any, src: str, symbol: str, t0: float | None 
         status = plugin.table.jit_compile(src.encode(), symbol.encode(), out)
     seconds = time.perf_counter() - t0
     STATS["compile_s"] += seconds
-    if events.LISTENERS:
-        events.emit(events.OpEvent(name, dev.backend.name, "jit-compile", seconds, 0, 0, events.DEPTH[0], t0))
+    if events.STATE.listeners:
+        events.emit(events.OpEvent(name, dev.backend.name, "jit-compile", seconds, 0, 0, events.NESTING.depth, t0))
     if status != abi.FL_OK:
         STATS["failures"] += 1
         FAILURES[(dev.backend.name, name)] = " ".join((plugin.last_error() or "compile failed").split())

@@ -230,9 +230,9 @@ def _run_whole(f, entry, dev, flat, layouts):
     c_out = ffi.new("fl_tensor_t[]", [desc(value), desc(index)])
     c_args = ffi.new("fl_arg_t[]", 1)
     status = call_kernel(entry, dev, c_in, 1, c_out, 2, c_args, 0, f.name)
-    events.KERNELS[0] += 1
-    if events.RECORDING[0] is not None:  # a call run_native does not make: a kernel graph cannot hold it
-        events.RECORDING[0].refuse(f"{f.name} of a whole tensor runs a JIT kernel outside run_native")
+    events.STATE.kernels += 1
+    if events.STATE.recording is not None:  # a call run_native does not make: a kernel graph cannot hold it
+        events.STATE.recording.refuse(f"{f.name} of a whole tensor runs a JIT kernel outside run_native")
     dev.plugin.check(status, f"kernel {f.name}")
     return value
 

@@ -73,10 +73,10 @@ def d2h(dst, src) -> None:
     settle_host(block=False)
     HOST_PENDING.append((dev, event[0], dst))
     STATS["async_d2h"] = STATS.get("async_d2h", 0) + 1
-    events.BYTES[0] += nbytes
-    if events.LISTENERS:
+    events.STATE.bytes_copied += nbytes
+    if events.STATE.listeners:
         events.emit(events.OpEvent("fl::copy_d2h_async", dev.backend.name, ASYNC_COPY, time.perf_counter() - t0,
-                                   0, nbytes, events.DEPTH[0], t0))
+                                   0, nbytes, events.NESTING.depth, t0))
 
 
 def settle_host(block: bool = True) -> None:
@@ -133,10 +133,10 @@ def h2d(dst, src) -> None:
     PENDING[key] = _Pending(dev, event[0], src, nbytes)
     STATS["async_copies"] += 1
     STATS["async_bytes"] += nbytes
-    events.BYTES[0] += nbytes
-    if events.LISTENERS:
+    events.STATE.bytes_copied += nbytes
+    if events.STATE.listeners:
         events.emit(events.OpEvent("fl::copy_h2d_async", dev.backend.name, ASYNC_COPY, time.perf_counter() - t0,
-                                   0, nbytes, events.DEPTH[0], t0))
+                                   0, nbytes, events.NESTING.depth, t0))
 
 
 def _after_current_stream(dev, stream) -> None:
@@ -169,9 +169,9 @@ def _wait_key(key) -> None:
     if not done[0]:
         STATS["waits"] += 1
         STATS["wait_s"] += blocked
-        if events.LISTENERS:
+        if events.STATE.listeners:
             events.emit(events.OpEvent("fl::copy_wait", dev.backend.name, COPY_WAIT, blocked, 0, 0,
-                                       events.DEPTH[0], t0))
+                                       events.NESTING.depth, t0))
 
 
 def pending() -> list:

@@ -6,7 +6,10 @@ no profiler the cost stays at the counter."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 NATIVE, DECOMPOSITION, JIT, FALLBACK, VIEW, COPY = "native", "decomposition", "jit", "fallback", "view", "copy"
 PATHS = (NATIVE, DECOMPOSITION, JIT, FALLBACK, VIEW, COPY)
@@ -23,71 +26,78 @@ class OpEvent:
     depth: int
     start: float = 0.0  # time.perf_counter() when the op began
     comm_bytes: int = 0  # a collective's message size on this rank (torch_fl.distributed)
-    mark: object = None  # the device clock's mark recorded when the op ended (DEVICE_CLOCK)
+    mark: object = None  # the device clock's mark recorded when the op ended (STATE.device_clock)
     host_seconds: float | None = None  # the host's time, where `seconds` became device time
 
 
-# Global tallies the dispatcher bumps; listeners read deltas across a call.
-KERNELS = [0]
-BYTES = [0]
-LISTENERS: list = []
-DEPTH = [0]
+class RuntimeState:
+    """Per process: what every thread's ops add to, and the observers that see them. Listeners read the
+    tallies as deltas across a piece of work; one object, so that who owns each piece is plain."""
+
+    def __init__(self) -> None:
+        self.kernels = 0  # kernels launched through Python (the C++ fast path counts its own: fast_kernels)
+        self.bytes_copied = 0  # bytes moved between host and device
+        self.listeners: list[Callable[[OpEvent], None]] = []  # fl.profile and friends, called per op event
+        self.on_listeners: list[Callable[[], None]] = []  # called when listeners come or go (the fast path steps aside)
+        self.recording: Any = None  # the graph Recorder (runtime.graph) while one records, else None
+        # where the op being served runs, for a recorder's reason ("the decomposition of aten::index.Tensor");
+        # the dispatcher installs its own (the runtime cannot see which decompositions are in progress)
+        self.op_context: Callable[[], str] = lambda: ""
+        self.fast_kernels: Callable[[], int] = lambda: 0  # kernels the C++ core's fast path launched
+        # While fl.profile times an asynchronous device: a callable that records a mark (a device event) on
+        # it and returns its handle. An op's device time is the time between the mark before it began and
+        # its own.
+        self.device_clock: Callable[[], Any] | None = None
 
 
-RECORDING: list = [None]  # the graph Recorder (runtime.graph) while one records, else None
-# where the op being served runs, for a recorder's reason ("the decomposition of aten::index.Tensor"); the
-# dispatcher installs its own (the runtime cannot see which decompositions are in progress)
-OP_CONTEXT: list = [lambda: ""]
+class OpNesting(threading.local):
+    """Per thread: how deep in nested ops this thread is (an op a decomposition calls reports at depth + 1).
+    Class defaults keep the hot-path reads cheap."""
+
+    depth = 0
+
+
+STATE = RuntimeState()
+NESTING = OpNesting()
 
 
 def host_access(what: str) -> None:
     """Device memory met the host (a transfer, a host view, a plugin copy): a recording cannot replay it."""
-    rec = RECORDING[0]
+    rec = STATE.recording
     if rec is not None:
         rec.transfer(what)
 
 
-FAST_KERNELS = [lambda: 0]  # kernels the C++ core's fast path launched (it runs only while nobody listens)
-
-
 def kernel_count() -> int:
     """Kernels launched so far in this process, by either path (read deltas around a piece of work)."""
-    return KERNELS[0] + FAST_KERNELS[0]()
+    return STATE.kernels + STATE.fast_kernels()
 
 
-ON_LISTENERS: list = []  # called with no argument when listeners come or go (the C++ fast path steps aside)
-
-
-def add_listener(fn) -> None:
-    LISTENERS.append(fn)
-    for hook in ON_LISTENERS:
+def add_listener(fn: Callable[[OpEvent], None]) -> None:
+    STATE.listeners.append(fn)
+    for hook in STATE.on_listeners:
         hook()
 
 
-def remove_listener(fn) -> None:
-    if fn in LISTENERS:
-        LISTENERS.remove(fn)
-    for hook in ON_LISTENERS:
+def remove_listener(fn: Callable[[OpEvent], None]) -> None:
+    if fn in STATE.listeners:
+        STATE.listeners.remove(fn)
+    for hook in STATE.on_listeners:
         hook()
 
 
-def count(backend, name: str, path: str) -> None:
+def count(backend: Any, name: str, path: str) -> None:
     """One call of op `name` served by `path` on a backend (its counts, always kept)."""
     key = (name, path)
-    if RECORDING[0] is not None:
-        RECORDING[0].op(name, path)
+    if STATE.recording is not None:
+        STATE.recording.op(name, path)
     counts = backend.own_counts
     counts[key] = counts.get(key, 0) + 1
 
 
-# While fl.profile times an asynchronous device: a callable that records a mark (a device event) on it
-# and returns its handle. An op's device time is the time between the mark before it began and its own.
-DEVICE_CLOCK: list = [None]
-
-
 def emit(event: OpEvent) -> None:
-    clock = DEVICE_CLOCK[0]
+    clock = STATE.device_clock
     if clock is not None:
         event.mark = clock()
-    for fn in list(LISTENERS):
+    for fn in list(STATE.listeners):
         fn(event)

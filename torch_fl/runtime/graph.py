@@ -101,7 +101,7 @@ class Recorder:
 
     @staticmethod
     def _where() -> str:
-        where = events.OP_CONTEXT[0]()
+        where = events.STATE.op_context()
         return f" (in {where})" if where else ""
 
     def transfer(self, what: str) -> None:
@@ -115,24 +115,24 @@ class Recorder:
 @contextmanager
 def recording() -> Iterator[Recorder]:
     """Record the plugin kernel calls made inside the block (this thread; the C++ fast path off)."""
-    if events.RECORDING[0] is not None:
+    if events.STATE.recording is not None:
         raise FlError("a kernel graph is already being recorded")
     from .native import sync_fast_path
 
     lib = core.lib()
     rec = Recorder()
-    k0, f0 = events.KERNELS[0], lib.fl_core_fast_hits()
-    events.RECORDING[0] = rec
+    k0, f0 = events.STATE.kernels, lib.fl_core_fast_hits()
+    events.STATE.recording = rec
     sync_fast_path()
     try:
         yield rec
     finally:
-        events.RECORDING[0] = None
+        events.STATE.recording = None
         sync_fast_path()
         if rec._host is not None:
             rec.refuse(f"device memory was {rec._host.removeprefix('reads ').removeprefix('writes ')} "
                        f"outside any op")
-        launched = events.KERNELS[0] - k0
+        launched = events.STATE.kernels - k0
         if launched != len(rec.steps):
             rec.refuse(f"{launched - len(rec.steps)} kernel(s) were launched without run_native (not recordable)")
         if lib.fl_core_fast_hits() != f0:
@@ -207,7 +207,7 @@ class KernelGraph:
         if status != 0:
             self._raise(status, self._failed.value)
         if run_kernels:
-            events.KERNELS[0] += len(self.names)
+            events.STATE.kernels += len(self.names)
 
     def _raise(self, status: int, failed: int) -> None:
         if failed >= 0:

@@ -306,10 +306,10 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
     status = call_kernel(kernel, dev, c_in, n_in, c_out, n_out, c_args, n_args, f.name)
     if status == abi.FL_ERR_UNSUPPORTED:
         return NOT_HANDLED
-    events.KERNELS[0] += 1
+    events.STATE.kernels += 1
     dev.plugin.check(status, f"kernel {f.name}")
-    if events.RECORDING[0] is not None:
-        events.RECORDING[0].kernel(f, kernel, dev, vals, outs, inputs, out_descs, cargs)
+    if events.STATE.recording is not None:
+        events.STATE.recording.kernel(f, kernel, dev, vals, outs, inputs, out_descs, cargs)
     if site is not None:
         site.update(kernel=kernel, dev=dev, inputs=inputs, in_src=in_src, outs=outs, out_descs=out_descs,
                     out_src=out_src, cargs=cargs, patches=patches)
@@ -347,7 +347,15 @@ def native_factory(f, dev, args, kwargs):
 # Python still decides every plan; the fast path steps aside while the profiler listens, while an
 # async copy is in flight, and for any call whose tensors partly share memory.
 
-FAST = [os.environ.get("FL_FAST_PATH", "1").strip().lower() not in ("0", "false", "no", "off")]
+class FastPathSwitch:
+    """Per process: whether the C++ fast path may serve calls at all (FL_FAST_PATH=0 turns it off, for
+    comparisons; tests flip it)."""
+
+    def __init__(self) -> None:
+        self.enabled = os.environ.get("FL_FAST_PATH", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+FAST = FastPathSwitch()
 
 
 def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None) -> None:
@@ -392,7 +400,7 @@ def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None)
 def sync_fast_path() -> None:
     """The fast path serves calls only while nobody listens (the profiler sees every call) and nothing
     records (a kernel graph's recorder sees every call: runtime.graph)."""
-    core.lib().fl_core_fast_enable(int(FAST[0] and not events.LISTENERS and events.RECORDING[0] is None))
+    core.lib().fl_core_fast_enable(int(FAST.enabled and not events.STATE.listeners and events.STATE.recording is None))
 
 
 def mem_set_zero(t) -> bool:
@@ -400,7 +408,7 @@ def mem_set_zero(t) -> bool:
     whose elements fill one byte range. Not while a kernel graph records (a replay runs kernels only):
     the caller then fills with a kernel. Returns whether it zeroed t."""
     dev = device_of(t)
-    if not dev.plugin.optional.get("mem_set") or events.RECORDING[0] is not None:
+    if not dev.plugin.optional.get("mem_set") or events.STATE.recording is not None:
         return False
     if t.numel() == 0 or not is_dense(t):
         return False
@@ -412,6 +420,6 @@ def mem_set_zero(t) -> bool:
                                    stream), "mem_set")
     if stream != ffi.NULL and not dev.props.async_kernels:  # a kernel called next runs at once: land first
         dev.plugin.stream_synchronize(dev.local, stream)
-    events.KERNELS[0] += 1
+    events.STATE.kernels += 1
     return True
 

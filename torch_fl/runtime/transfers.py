@@ -26,7 +26,7 @@ def fl_to_cpu(t: torch.Tensor, *, writable_view: bool = False) -> torch.Tensor:
     host = torch.empty(max(hi - lo, 0) * item, dtype=torch.uint8)
     if hi > lo:
         dev.copy_d2h(host.data_ptr(), base_ptr(t) + lo * item, (hi - lo) * item)
-        events.BYTES[0] += (hi - lo) * item
+        events.STATE.bytes_copied += (hi - lo) * item
     host = host.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset() - lo)
     return with_bits(host, t.is_conj(), t.is_neg())
 
@@ -54,7 +54,7 @@ def cpu_into_fl(dst: torch.Tensor, src: torch.Tensor) -> None:
         copy_unique(mirror, src.expand(dst.shape))
         base = mirror.as_strided((hi - lo,), (1,), 0)
         dev.copy_h2d(base_ptr(dst) + lo * item, base.data_ptr(), (hi - lo) * item)
-    events.BYTES[0] += (hi - lo) * item
+    events.STATE.bytes_copied += (hi - lo) * item
 
 
 def copy_unique(dst: torch.Tensor, src: torch.Tensor) -> None:

@@ -323,9 +323,9 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
         # an asynchronous device's ops are timed on the device (runtime/clock.py), not by the host clock
         dev = REGISTRY.current_device if REGISTRY.current is not None else None
         self._clock = DeviceClock(dev) if dev is not None and dev.props.async_kernels else None
-        self._outer_clock = events.DEVICE_CLOCK[0]
+        self._outer_clock = events.STATE.device_clock
         if self._clock is not None:
-            events.DEVICE_CLOCK[0] = self._clock.mark
+            events.STATE.device_clock = self._clock.mark
         self._t0 = time.perf_counter()
         self.result = Profile(self._events, 0.0, [], self.label)
         return self.result
@@ -338,7 +338,7 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
                 pass
         wall = time.perf_counter() - self._t0
         events.remove_listener(self._listen)
-        events.DEVICE_CLOCK[0] = self._outer_clock
+        events.STATE.device_clock = self._outer_clock
         if self._clock is not None:
             self._clock.resolve(self._events)
         self._ctx.close()

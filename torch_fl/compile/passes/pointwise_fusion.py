@@ -128,14 +128,14 @@ def _launch(chain: PointwiseChain, facts: _ChainFacts, key, vals, dev, dtype):
         return None
     if async_copy.PENDING:
         async_copy.order_for_kernels(vals)
-    listening = bool(events.LISTENERS)
-    t0, k0 = time.perf_counter(), events.KERNELS[0]
+    listening = bool(events.STATE.listeners)
+    t0, k0 = time.perf_counter(), events.STATE.kernels
     out = jit.run(facts, entry, dev, list(vals))
     if out is NOT_HANDLED:
         return None
     if listening:
         events.emit(events.OpEvent(facts.name, dev.backend.name, JIT, time.perf_counter() - t0,
-                                   events.KERNELS[0] - k0, 0, events.DEPTH[0], t0))
+                                   events.STATE.kernels - k0, 0, events.NESTING.depth, t0))
     return out
 
 
