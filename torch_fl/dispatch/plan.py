@@ -1,5 +1,5 @@
 """The dispatcher's tiers for one op call: every aten op on an fl tensor that
-PyTorch's C++ core (runtime/csrc/fl_core.cpp) does not serve itself arrives
+PyTorch's C++ core (runtime/csrc/) does not serve itself arrives
 here, through the boxed fallback PyTorch calls for the fl (PrivateUse1) device
 (dispatch.entry routes it).
 

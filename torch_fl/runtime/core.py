@@ -1,16 +1,18 @@
-"""torch_fl's C++ core (csrc/fl_core.cpp): what makes an fl tensor a real
-PyTorch tensor on the PrivateUse1 device.
+"""torch_fl's C++ core (csrc/): what makes an fl tensor a real PyTorch tensor
+on the PrivateUse1 device.
 
 Why C++: PyTorch allocates, views, resizes and frees tensors without calling
 an operator a Python backend could see, and it asks a device guard and hooks
 (current device, streams, pinned memory) from C++. A small library compiled
-against the installed torch provides those: the device guard, the hooks, a
-caching allocator over the plugins' malloc/free, the metadata ops, and the
-boxed fallback that hands every other op to torch_fl's dispatcher.
+against the installed torch provides those, one file per PyTorch seam (SOURCES;
+csrc/fl_core_internal.h says which is which): the device table and hooks, a
+caching allocator over the plugins' malloc/free, the device guard, pinned host
+memory, the metadata ops, and the boxed fallback that hands every other op to
+torch_fl's dispatcher.
 
-It is compiled once per torch build with the system C++ compiler (about 15 s
-on two cores), cached, and loaded with torch.ops.load_library; its plain C
-entry points are called through ctypes. Without a C++ compiler torch_fl
+It is compiled once per torch build with the system C++ compiler (the sources
+in parallel, one per core), cached, and loaded with torch.ops.load_library; its
+plain C entry points are called through ctypes. Without a C++ compiler torch_fl
 cannot give PyTorch an fl device, and says which compiler to install."""
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import subprocess
 import sysconfig
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -30,11 +33,23 @@ from ..notice import notice
 from . import private
 from .abi import header_path
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.join(_HERE, "csrc", "fl_core.cpp")
-# the second: fl kernels in torch.profiler; the third: cross-device errors that name each fl device's backend
-SOURCES = (SOURCE, os.path.join(_HERE, "csrc", "fl_kineto.cpp"), os.path.join(_HERE, "csrc", "fl_devcheck.cpp"))
-HEADERS = (os.path.join(_HERE, "csrc", "fl_trace.h"),)
+_CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
+# one file per PyTorch seam, as PyTorch's OpenReg backend lays its runtime out (csrc/fl_core_internal.h)
+SOURCES = tuple(os.path.join(_CSRC, name) for name in (
+    "fl_device.cpp",     # the device table and the PrivateUse1 hooks
+    "fl_generator.cpp",  # torch.Generator("fl")
+    "fl_allocator.cpp",  # the caching allocator and its pool
+    "fl_guard.cpp",      # the device guard: streams and events
+    "fl_pinned.cpp",     # pinned host memory
+    "fl_meta_ops.cpp",   # empty, view, resize_, set_, ...
+    "fl_fallback.cpp",   # the boxed fallback and its fast path
+    "fl_watch.cpp",      # the write watch
+    "fl_trace.cpp",      # the kernel recorder (fl kernels in torch.profiler) ...
+    "fl_kineto.cpp",     # ... and Kineto's side of it
+    "fl_graph.cpp",      # kernel graph replay
+    "fl_devcheck.cpp",   # cross-device errors that name each fl device's backend
+))
+HEADERS = tuple(os.path.join(_CSRC, name) for name in ("fl_core_internal.h", "fl_trace.h"))
 STATS_FIELDS = ("allocated", "peak", "cached", "allocations", "hits", "misses", "limit", "device_allocs",
                 "device_frees", "ooms")
 
@@ -68,9 +83,26 @@ def _compiler() -> list[str]:
     return cxx.split() or ["c++"]
 
 
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    except FileNotFoundError:
+        raise FlError(f"torch_fl compiles a small C++ library against your torch at first use, and no C++ "
+                      f"compiler was found ({cmd[0]!r}). Install one (Debian/Ubuntu: apt install g++; "
+                      f"Fedora: dnf install gcc-c++; conda: conda install gxx_linux-64) or point CXX at "
+                      f"it, then import torch_fl again.") from None
+
+
+def _check(cmd: list[str], r: subprocess.CompletedProcess) -> None:
+    if r.returncode != 0:
+        raise FlError(f"building torch_fl's C++ core failed:\n{' '.join(cmd)}\n"
+                      f"{r.stderr[-3000:] or '(the compiler printed nothing)'}")
+
+
 def _build(path: str) -> None:
-    """Compiles the core in a private temporary folder, records its digest, and renames both into place
-    (atomic: concurrent processes may build at once; a file planted at the name is never written through)."""
+    """Compiles the core in a private temporary folder (one compiler per source, as many at once as there
+    are cores), records its digest, and renames both into place (atomic: concurrent processes may build at
+    once; a file planted at the name is never written through)."""
     torch_dir = os.path.dirname(torch.__file__)
     include, lib = os.path.join(torch_dir, "include"), os.path.join(torch_dir, "lib")
     # a minute or more of silence otherwise, once per torch version (the doctor's cold start)
@@ -78,21 +110,21 @@ def _build(path: str) -> None:
            f"cached in {os.path.dirname(path)})")
     with tempfile.TemporaryDirectory(prefix=".build-", dir=os.path.dirname(path)) as tmp_dir:
         tmp = os.path.join(tmp_dir, os.path.basename(path))
-        cmd = [*_compiler(), "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
-               f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-               "-isystem", include, "-isystem", os.path.join(include, "torch", "csrc", "api", "include"),
-               "-isystem", os.path.join(include, "kineto"), "-I", os.path.dirname(header_path()), *SOURCES,
-               "-L", lib, "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{lib}", "-o", tmp]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        except FileNotFoundError:
-            raise FlError(f"torch_fl compiles a small C++ library against your torch at first use, and no C++ "
-                          f"compiler was found ({cmd[0]!r}). Install one (Debian/Ubuntu: apt install g++; "
-                          f"Fedora: dnf install gcc-c++; conda: conda install gxx_linux-64) or point CXX at "
-                          f"it, then import torch_fl again.") from None
-        if r.returncode != 0:
-            raise FlError(f"building torch_fl's C++ core failed:\n{' '.join(cmd)}\n"
-                          f"{r.stderr[-3000:] or '(the compiler printed nothing)'}")
+        flags = ["-O2", "-std=c++17", "-fPIC", "-fvisibility=hidden",
+                 f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+                 "-isystem", include, "-isystem", os.path.join(include, "torch", "csrc", "api", "include"),
+                 "-isystem", os.path.join(include, "kineto"), "-I", os.path.dirname(header_path())]
+        objects = [os.path.join(tmp_dir, os.path.basename(src)[:-len(".cpp")] + ".o") for src in SOURCES]
+        compiles = [[*_compiler(), *flags, "-c", src, "-o", obj] for src, obj in zip(SOURCES, objects, strict=True)]
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        workers = max(1, min(len(compiles), cores))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(_run, compiles))
+        for cmd, r in zip(compiles, results, strict=True):
+            _check(cmd, r)
+        link = [*_compiler(), "-shared", *objects, "-L", lib, "-lc10", "-ltorch_cpu", "-ltorch",
+                f"-Wl,-rpath,{lib}", "-o", tmp]
+        _check(link, _run(link))
         private.record_digest(tmp)
         os.replace(tmp + private.DIGEST_SUFFIX, path + private.DIGEST_SUFFIX)
         os.replace(tmp, path)

@@ -20,7 +20,7 @@ thread or another device. The recorder keeps every storage it saw alive (the
 static buffers, like a CUDA graph's memory pool): the recorded addresses stay
 valid for the life of the graph.
 
-`KernelGraph` hands the recorded list to the C++ core (csrc/fl_core.cpp,
+`KernelGraph` hands the recorded list to the C++ core (csrc/fl_graph.cpp,
 fl_core_graph_*): a replay copies the caller's inputs into the static input
 buffers, calls every kernel in order, checks each status (a failure raises the
 plugin's error naming the op and step) and copies the static outputs out.

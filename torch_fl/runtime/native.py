@@ -148,7 +148,7 @@ _LAYOUT_FIXES = {aten.native_batch_norm.default: _batch_norm_eval_saves,
                  aten._embedding_bag.default: _embedding_bag_per_bag}
 
 
-# a patch's kind bit (csrc/fl_core.cpp, Patch): the float read per call is rounded to float32 first
+# a patch's kind bit (csrc/fl_fallback.cpp, Patch): the float read per call is rounded to float32 first
 ROUND_F32 = 4
 
 
@@ -343,7 +343,7 @@ def native_factory(f, dev, args, kwargs):
 
 # -- the C++ fast path ------------------------------------------------------------------
 # A native call on an op's own arguments is committed to the C++ core's per-signature cache; later
-# calls of that signature run there without entering Python (csrc/fl_core.cpp, fallback()).
+# calls of that signature run there without entering Python (csrc/fl_fallback.cpp, fallback()).
 # Python still decides every plan; the fast path steps aside while the profiler listens, while an
 # async copy is in flight, and for any call whose tensors partly share memory.
 

@@ -106,7 +106,7 @@ class Device:
 
     # Host copies on the current stream, done when the call returns (a NULL-stream copy blocks by the copy
     # contract; on another stream the runtime waits for that stream). Device copies are the C++ core's
-    # (copy_d2d_on in csrc/fl_core.cpp).
+    # (copy_d2d_on in csrc/fl_guard.cpp).
     def copy_h2d(self, dst: int, src: int, nbytes: int) -> None:
         s = self.stream()
         self.plugin.copy_h2d(self.local, dst, src, nbytes, s)
