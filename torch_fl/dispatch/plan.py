@@ -560,7 +560,7 @@ def _adopt(out: torch.Tensor, r: torch.Tensor) -> bool:
     keeps its memory (its data_ptr), as PyTorch promises."""
     if not (is_fl(r) and is_fl(out)) or r.device != out.device or r.dtype != out.dtype:
         return False
-    if out.numel() != 0 and (not core.lib().fl_core_fresh_out(base_ptr(out)) or out.shape != r.shape or
+    if out.numel() != 0 and (not core.lib().fl_core_fresh_out(core.pointer(base_ptr(out))) or out.shape != r.shape or
                              (out.numel() > 1 and out.stride() != r.stride())):
         return False
     if out.storage_offset():

@@ -11,13 +11,15 @@ memory, the metadata ops, and the boxed fallback that hands every other op to
 torch_fl's dispatcher.
 
 It is compiled once per torch build with the system C++ compiler (the sources
-in parallel, one per core), cached, and loaded with torch.ops.load_library; its
-plain C entry points are called through ctypes. Without a C++ compiler torch_fl
-cannot give PyTorch an fl device, and says which compiler to install."""
+in parallel, one per core), cached, and loaded with torch.ops.load_library. Its
+plain C entry points are declared once, in csrc/fl_core.h, and called through
+cffi in ABI mode: `ffi` below is cdef'd from that header's text (after
+fl_plugin.h's, whose types it shares), so Python and C cannot disagree about a
+signature. Without a C++ compiler torch_fl cannot give PyTorch an fl device,
+and says which compiler to install."""
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import subprocess
@@ -25,13 +27,16 @@ import sysconfig
 import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import cffi
 import torch
 
 from ..errors import FlError
 from ..notice import notice
 from . import private
-from .abi import header_path
+from .abi import ABI_VERSION, cdef_source, header_path
+from .abi import ffi as plugin_ffi
 
 _CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
 # one file per PyTorch seam, as PyTorch's OpenReg backend lays its runtime out (csrc/fl_core_internal.h)
@@ -49,11 +54,19 @@ SOURCES = tuple(os.path.join(_CSRC, name) for name in (
     "fl_graph.cpp",      # kernel graph replay
     "fl_devcheck.cpp",   # cross-device errors that name each fl device's backend
 ))
-HEADERS = tuple(os.path.join(_CSRC, name) for name in ("fl_core_internal.h", "fl_trace.h"))
+HEADER = os.path.join(_CSRC, "fl_core.h")  # the C API
+HEADERS = (HEADER, *(os.path.join(_CSRC, name) for name in ("fl_core_internal.h", "fl_trace.h")))
 STATS_FIELDS = ("allocated", "peak", "cached", "allocations", "hits", "misses", "limit", "device_allocs",
                 "device_frees", "ooms")
 
-_lib: ctypes.CDLL | None = None
+# The core's C API as cffi reads it from fl_core.h; fl_plugin.h's types (fl_tensor_t, fl_plugin_t, ...) are the
+# plugin ABI's own, so a descriptor array or a plugin table made for a plugin passes to the core as it is.
+ffi = cffi.FFI()
+ffi.include(plugin_ffi)
+with open(HEADER, encoding="utf-8") as _header:
+    ffi.cdef(cdef_source(_header.read(), "FL_CORE_API"))
+
+_lib: Any = None  # cffi's library object for the core (ffi.dlopen)
 STATUS = "not built"  # for doctor / list_backends
 
 
@@ -142,117 +155,68 @@ def _ensure_built(path: str) -> None:
         _build(path)
 
 
-def load() -> ctypes.CDLL:
-    """Builds (once per torch build) and loads the core; registers its kernels with PyTorch."""
+def load() -> Any:
+    """Builds (once per torch build) and loads the core; registers its kernels with PyTorch. Returns cffi's
+    library object: the entry points fl_core.h declares."""
     global _lib, STATUS
     if _lib is not None:
         return _lib
     path = library_path()
     _ensure_built(path)
     torch.ops.load_library(path)
-    lib = ctypes.CDLL(path)
-    _declare(lib)
-    if lib.fl_core_abi() != _abi_version():
+    lib = ffi.dlopen(path)  # the library just loaded: dlopen hands back the same one
+    if lib.fl_core_abi() != ABI_VERSION:
         raise FlError(f"{path} was built for another plugin ABI; delete it and import torch_fl again")
     _lib = lib
     STATUS = f"torch_fl C++ core ({path})"
     return lib
 
 
-def _abi_version() -> int:
-    from .abi import ABI_VERSION
-
-    return ABI_VERSION
-
-
-def _declare(lib: ctypes.CDLL) -> None:
-    c_int, c_i64, c_u64, c_u32, c_void = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p
-    sigs = {
-        "fl_core_abi": ([], c_int),
-        "fl_core_install": ([], c_int),
-        "fl_devcheck_install": ([], c_int),
-        "fl_devcheck_label": ([c_int, ctypes.c_char_p], None),
-        "fl_core_add_device": ([c_int, c_void, c_int, c_u64, c_u32, c_i64, ctypes.c_char_p], c_int),
-        "fl_core_set_default": ([c_int], None),
-        "fl_core_current": ([], c_int),
-        "fl_core_current_stream": ([c_int], c_void),
-        "fl_core_trace_begin": ([c_int], None),
-        "fl_core_trace_end": ([ctypes.c_char_p], None),
-        "fl_core_kineto": ([], c_int),
-        "fl_core_set_pool_enabled": ([c_int], None),
-        "fl_core_set_pool_limit": ([c_int, c_i64], c_int),
-        "fl_core_empty_cache": ([c_int], c_int),
-        "fl_core_memory_stats": ([c_int, ctypes.POINTER(c_i64)], c_int),
-        "fl_core_set_peak": ([c_int, c_i64], c_int),
-        "fl_core_size_class": ([c_u64], c_u64),
-        "fl_core_set_pending": ([c_int, c_void, c_void], c_int),
-        "fl_core_wait_pending": ([c_int, c_void], c_int),
-        "fl_core_is_pending": ([c_int, c_void], c_int),
-        "fl_core_fast_enable": ([c_int], None),
-        "fl_core_fast_clear": ([], None),
-        "fl_core_fast_size": ([], c_i64),
-        "fl_core_fast_hits": ([], c_i64),
-        "fl_core_fast_can_commit": ([ctypes.c_char_p], c_int),
-        "fl_core_route_to_fallback": ([ctypes.c_char_p, ctypes.c_char_p], c_int),
-        "fl_core_fast_commit": ([ctypes.c_char_p, c_void, c_void, c_void, c_int, c_int, c_void, c_int, c_void, c_void,
-                                 c_int, c_void, c_void, c_void, c_int, c_void, c_int, c_void, c_int, c_i64], c_int),
-        "fl_core_fast_take_counts": ([ctypes.POINTER(c_i64), c_i64], c_i64),
-        "fl_core_watch": ([c_void, c_int], None),
-        "fl_core_fresh_out": ([c_void], c_int),
-        "fl_core_write_generation": ([c_void], c_u64),
-        "fl_core_note_write": ([c_void], None),
-        "fl_core_watched": ([], c_i64),
-        "fl_core_graph_new": ([c_int], c_void),
-        "fl_core_graph_free": ([c_void], None),
-        "fl_core_graph_add_kernel": ([c_void, c_void, c_void, c_void, c_int, c_void, c_int, c_void, c_int, c_void,
-                                      c_int, c_i64],
-                                     c_int),
-        "fl_core_graph_add_input": ([c_void, c_void, c_u64], c_int),
-        "fl_core_graph_add_output": ([c_void, c_void, c_u64], c_int),
-        "fl_core_graph_size": ([c_void], c_i64),
-        "fl_core_graph_replay": ([c_void, c_void, c_void, c_int, ctypes.POINTER(c_i64), c_void], c_int),
-    }
-    for name, (args, res) in sigs.items():
-        fn = getattr(lib, name)
-        fn.argtypes = args
-        fn.restype = res
-
-
 def loaded() -> bool:
     return _lib is not None
 
 
-def lib() -> ctypes.CDLL:
+def lib() -> Any:
+    """The loaded core's entry points (cffi's library object for fl_core.h)."""
     if _lib is None:
         raise FlError("torch_fl's C++ core is not loaded (import torch_fl first)")
     return _lib
 
 
-_streams_made: ctypes.c_int64 | None = None
+def pointer(address: int) -> Any:
+    """An address as the `void *` the C API takes (storage bases and data pointers are ints in Python)."""
+    return ffi.cast("void *", address)
 
 
-_tracing: ctypes.c_int | None = None
+_variables: dict[str, Any] = {}
+
+
+def _variable(name: str) -> int:
+    """One of the counters fl_core.h exports as a variable, read without a call."""
+    ptr = _variables.get(name)
+    if ptr is None:
+        ptr = _variables[name] = ffi.addressof(lib(), name)
+    return ptr[0]
 
 
 def tracing() -> bool:
     """Whether torch.profiler is recording fl kernels (fl_kineto.cpp): Python's kernel calls then report theirs."""
-    global _tracing
-    if _tracing is None:
-        _tracing = ctypes.c_int.in_dll(lib(), "fl_core_tracing")
-    return bool(_tracing.value)
+    return bool(_variable("fl_core_tracing"))
 
 
 def streams_made() -> int:
     """How many streams the core has made (torch.fl.Stream()); while none, every current stream is the
     default one and a kernel call needs not ask which."""
-    global _streams_made
-    if _streams_made is None:
-        _streams_made = ctypes.c_int64.in_dll(lib(), "fl_core_streams_made")
-    return _streams_made.value
+    return _variable("fl_core_streams_made")
+
+
+def watched_writes() -> int:
+    """Writes into any storage the write watch watches (runtime/watch.py), so far."""
+    return _variable("fl_core_watched_writes")
 
 
 def memory_stats(index: int) -> dict[str, int]:
-    out = (ctypes.c_int64 * len(STATS_FIELDS))()
+    out = ffi.new("int64_t[]", len(STATS_FIELDS))
     if lib().fl_core_memory_stats(index, out) != 0:
         raise FlError(f"fl:{index} does not exist")
     return dict(zip(STATS_FIELDS, out, strict=True))
@@ -260,11 +224,8 @@ def memory_stats(index: int) -> dict[str, int]:
 
 def add_device(dev, pool_limit: int) -> None:
     """Tell the core that fl:dev.index is dev.plugin's local device dev.local."""
-    from .abi import ffi
-
-    table = int(ffi.cast("uintptr_t", dev.plugin.table))
     label = f"fl:{dev.index} ({dev.backend.name})".encode()
-    if load().fl_core_add_device(dev.index, table, dev.local, dev.props.total_memory, dev.props.features,
+    if load().fl_core_add_device(dev.index, dev.plugin.table, dev.local, dev.props.total_memory, dev.props.features,
                                  pool_limit, label) != 0:
         raise FlError(f"fl:{dev.index}: the C++ core has room for 64 fl devices")
     load().fl_devcheck_label(dev.index, dev.backend.name.encode())
@@ -332,7 +293,7 @@ def drain_counts() -> None:
     if _lib is None or not _SLOT_KEYS:
         return
     n = len(_SLOT_KEYS)
-    out = (ctypes.c_int64 * n)()
+    out = ffi.new("int64_t[]", n)
     m = _lib.fl_core_fast_take_counts(out, n)
     for i in range(m):
         if out[i]:

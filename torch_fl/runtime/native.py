@@ -180,14 +180,15 @@ def _launch(kernel, dev, c_in, n_in: int, c_out, n_out: int, c_args, n_args: int
     return kernel.fn(dev.stream(), dev.local, c_in, n_in, c_out, n_out, c_args, n_args)
 
 
-def kernel_addresses(kernel) -> tuple[int, int, int]:
-    """(fn, launch, handle) of a kernel as addresses for the C++ core (0 where absent), which calls
-    launch(handle, ...) when there is a handle and fn(...) otherwise."""
-    addr = lambda c: int(ffi.cast("uintptr_t", c)) if c is not None else 0  # noqa: E731
+def kernel_pointers(kernel) -> tuple:
+    """(fn, launch, handle) of a kernel as fl_core.h types them (NULL where absent): the C++ core calls
+    launch(handle, ...) when there is a handle and fn(...) otherwise. Cast, since a kernel may come from
+    another cffi instance (a JIT module, a test's own plugin)."""
+    cast = core.ffi.cast
     handle = getattr(kernel, "handle", None)
     if handle is not None:
-        return 0, addr(kernel.launch), addr(handle)
-    return addr(kernel.fn), 0, 0
+        return core.ffi.NULL, cast("fl_core_launch_fn", kernel.launch), cast("void *", handle)
+    return cast("fl_kernel_fn", kernel.fn), core.ffi.NULL, core.ffi.NULL
 
 
 def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
@@ -382,11 +383,9 @@ def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None)
     ints = ffi.new("int32_t[]", in_src or [0]), ffi.new("int32_t[]", out_src or [0])
     dts, pats = ffi.new("int32_t[]", out_dtypes or [0]), ffi.new("int32_t[]", patches or [0])
     rets = ffi.new("int32_t[]", returns or [0])
-    addr = lambda c: int(ffi.cast("uintptr_t", c))  # noqa: E731
     slot = core.count_slot(dev.backend, count_as, NATIVE)
-    lib.fl_core_fast_commit(name, *kernel_addresses(site["kernel"]), dev.index, dev.local, addr(c_in), n_in,
-                            addr(ints[0]), addr(c_out), n_out, addr(ints[1]), addr(dts), addr(c_args), n_args,
-                            addr(pats), len(patches) // 3, addr(rets), len(returns), slot)
+    lib.fl_core_fast_commit(name, *kernel_pointers(site["kernel"]), dev.index, dev.local, c_in, n_in, ints[0], c_out,
+                            n_out, ints[1], dts, c_args, n_args, pats, len(patches) // 3, rets, len(returns), slot)
 
 
 def sync_fast_path() -> None:

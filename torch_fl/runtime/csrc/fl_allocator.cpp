@@ -367,7 +367,7 @@ FL_API uint64_t fl_core_size_class(uint64_t nbytes) { return size_class(nbytes);
 
 // An async copy into the block at ptr is in flight until event completes:
 // freeing the block first waits for it (the Python side waits before any use).
-FL_API int fl_core_set_pending(int index, void* ptr, void* event) {
+FL_API int fl_core_set_pending(int index, void* ptr, fl_event_t event) {
   Device* d = find_device(index);
   if (d == nullptr) return -1;
   std::lock_guard<std::mutex> lock(d->pool.mu);

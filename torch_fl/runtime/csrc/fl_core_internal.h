@@ -20,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -29,9 +30,11 @@
 #include <c10/core/Storage.h>
 #include <c10/core/Stream.h>
 
+#include "fl_core.h"
 #include "fl_plugin.h"
 
-#define FL_API extern "C" __attribute__((visibility("default")))
+// A definition of an entry point fl_core.h declares: a definition that strays from the declaration fails to compile.
+#define FL_API extern "C" FL_CORE_API
 
 namespace at {
 struct Generator;
@@ -144,14 +147,14 @@ void trace_end(TraceSpan& sp, const std::string& name);
 
 // A kernel as the fast path and kernel graphs call it: a plugin kernel or host-C JIT kernel is a
 // function; a device JIT kernel is the plugin's jit_launch with the handle jit_build gave.
-using fl_launch_fn = decltype(fl_plugin_t::jit_launch);
+static_assert(std::is_same_v<fl_core_launch_fn, decltype(fl_plugin_t::jit_launch)>,
+              "fl_core.h's fl_core_launch_fn is fl_plugin.h's jit_launch");
 struct KernelRef {
   fl_kernel_fn fn = nullptr;
-  fl_launch_fn launch = nullptr;
+  fl_core_launch_fn launch = nullptr;
   void* handle = nullptr;
   KernelRef() = default;
-  KernelRef(void* f, void* l, void* h)
-      : fn(reinterpret_cast<fl_kernel_fn>(f)), launch(reinterpret_cast<fl_launch_fn>(l)), handle(h) {}
+  KernelRef(fl_kernel_fn f, fl_core_launch_fn l, void* h) : fn(f), launch(l), handle(h) {}
   bool valid() const { return handle != nullptr ? launch != nullptr : fn != nullptr; }
   int operator()(fl_stream_t stream, int local, const fl_tensor_t* in, int n_in, const fl_tensor_t* out,
                  int n_out, const fl_arg_t* args, int n_args) const {
@@ -174,11 +177,3 @@ extern CallCounts g_call_counts;
 
 }  // namespace fl_core
 #pragma GCC visibility pop
-
-// Read by Python without a call (they are exported): streams made so far (fl_guard.cpp), writes into any
-// watched storage (fl_watch.cpp), whether torch.profiler records fl kernels (fl_trace.cpp).
-extern "C" {
-__attribute__((visibility("default"))) extern volatile int64_t fl_core_streams_made;
-__attribute__((visibility("default"))) extern volatile uint64_t fl_core_watched_writes;
-__attribute__((visibility("default"))) extern volatile int fl_core_tracing;
-}

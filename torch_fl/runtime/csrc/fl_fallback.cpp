@@ -395,7 +395,8 @@ FL_API int fl_core_fast_can_commit(const char* name) { return pending_is(name) ?
 // out_src index the op's arguments (out_src -1: a fresh output with the
 // descriptor's sizes, strides and out_dtypes' dtype); returns index out;
 // patches are (arg, stack, kind) triples.
-FL_API int fl_core_fast_commit(const char* name, void* fn, void* launch, void* handle, int device, int local, const fl_tensor_t* in, int n_in, const int32_t* in_src,
+FL_API int fl_core_fast_commit(const char* name, fl_kernel_fn fn, fl_core_launch_fn launch, void* handle, int device,
+                               int local, const fl_tensor_t* in, int n_in, const int32_t* in_src,
                                const fl_tensor_t* out, int n_out, const int32_t* out_src, const int32_t* out_dtypes,
                                const fl_arg_t* args, int n_args, const int32_t* patches, int n_patches,
                                const int32_t* returns, int n_returns, int64_t slot) {

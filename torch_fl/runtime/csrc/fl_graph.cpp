@@ -28,30 +28,31 @@ struct GraphCopy {
   size_t nbytes;
 };
 
-struct Graph {
+}  // namespace
+
+struct fl_core_graph {
   int device = 0;
   std::vector<GraphStep> steps;
   std::vector<GraphCopy> inputs;   // static input buffers: where each replay copies the caller's input
   std::vector<GraphCopy> outputs;  // static outputs: what each replay copies out
 };
 
-}  // namespace
-
-FL_API void* fl_core_graph_new(int device) {
+FL_API fl_core_graph_t* fl_core_graph_new(int device) {
   if (find_device(device) == nullptr) return nullptr;
-  auto* g = new Graph();
+  auto* g = new fl_core_graph_t();
   g->device = device;
   return g;
 }
 
-FL_API void fl_core_graph_free(void* graph) { delete static_cast<Graph*>(graph); }
+FL_API void fl_core_graph_free(fl_core_graph_t* graph) { delete graph; }
 
-FL_API int fl_core_graph_add_kernel(void* graph, void* fn, void* launch, void* handle, int local,
+FL_API int fl_core_graph_add_kernel(fl_core_graph_t* graph, fl_kernel_fn fn, fl_core_launch_fn launch, void* handle,
+                                    int local,
                                     const fl_tensor_t* in, int n_in, const fl_tensor_t* out, int n_out,
                                     const fl_arg_t* args, int n_args, int64_t slot) {
   const KernelRef kernel(fn, launch, handle);
   if (graph == nullptr || !kernel.valid()) return -1;
-  auto* g = static_cast<Graph*>(graph);
+  fl_core_graph_t* g = graph;
   GraphStep s;
   s.kernel = kernel;
   s.local = local;
@@ -64,20 +65,20 @@ FL_API int fl_core_graph_add_kernel(void* graph, void* fn, void* launch, void* h
   return static_cast<int>(g->steps.size()) - 1;
 }
 
-FL_API int fl_core_graph_add_input(void* graph, void* dst, uint64_t nbytes) {
+FL_API int fl_core_graph_add_input(fl_core_graph_t* graph, void* dst, uint64_t nbytes) {
   if (graph == nullptr) return -1;
-  static_cast<Graph*>(graph)->inputs.push_back({dst, static_cast<size_t>(nbytes)});
+  graph->inputs.push_back({dst, static_cast<size_t>(nbytes)});
   return 0;
 }
 
-FL_API int fl_core_graph_add_output(void* graph, void* src, uint64_t nbytes) {
+FL_API int fl_core_graph_add_output(fl_core_graph_t* graph, void* src, uint64_t nbytes) {
   if (graph == nullptr) return -1;
-  static_cast<Graph*>(graph)->outputs.push_back({src, static_cast<size_t>(nbytes)});
+  graph->outputs.push_back({src, static_cast<size_t>(nbytes)});
   return 0;
 }
 
-FL_API int64_t fl_core_graph_size(void* graph) {
-  return graph == nullptr ? -1 : static_cast<int64_t>(static_cast<Graph*>(graph)->steps.size());
+FL_API int64_t fl_core_graph_size(fl_core_graph_t* graph) {
+  return graph == nullptr ? -1 : static_cast<int64_t>(graph->steps.size());
 }
 
 // One replay. in_src[k]: the caller's bytes for static input k (skipped where it
@@ -87,10 +88,10 @@ FL_API int64_t fl_core_graph_size(void* graph) {
 // subtracts to get the host time per kernel). Returns FL_OK, or the failing
 // status with *failed = the kernel step, or -1 - k for input copy k, or
 // -1 - n_inputs - k for output copy k.
-FL_API int fl_core_graph_replay(void* graph, void* const* in_src, void* const* out_dst, int run_kernels,
+FL_API int fl_core_graph_replay(fl_core_graph_t* graph, void* const* in_src, void* const* out_dst, int run_kernels,
                                 int64_t* failed, int64_t* step_ns) {
   if (graph == nullptr) return FL_ERR_INVALID;
-  auto* g = static_cast<Graph*>(graph);
+  fl_core_graph_t* g = graph;
   Device& d = *g_devices[g->device];
   fl_stream_t stream = current_stream(d, g->device);  // a replay runs on the caller's current stream
   const int64_t n_in = static_cast<int64_t>(g->inputs.size());

@@ -14,7 +14,7 @@ using namespace fl_core;
 // Streams made through the guard, all devices: while none is, every current stream is the default one,
 // which Python's kernel calls read from here without a call into the core.
 extern "C" {
-__attribute__((visibility("default"))) volatile int64_t fl_core_streams_made = 0;
+volatile int64_t fl_core_streams_made = 0;
 }
 
 namespace {
@@ -230,7 +230,7 @@ c10::impl::DeviceGuardImplInterface* fl_core::guard_impl() { return &g_guard; }
 
 // The plugin handle of this thread's current stream on fl:index (NULL: the default stream), where Python's
 // kernel calls, copies and fills go.
-FL_API void* fl_core_current_stream(int index) {
+FL_API fl_stream_t fl_core_current_stream(int index) {
   Device* d = find_device(index);
   return d == nullptr ? nullptr : current_stream(*d, index);
 }

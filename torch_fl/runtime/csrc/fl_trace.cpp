@@ -13,7 +13,7 @@
 using namespace fl_core;
 
 extern "C" {
-__attribute__((visibility("default"))) volatile int fl_core_tracing = 0;  // Python reads it
+volatile int fl_core_tracing = 0;  // Python reads it
 }
 
 namespace {

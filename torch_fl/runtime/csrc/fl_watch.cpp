@@ -12,7 +12,7 @@ using namespace fl_core;
 // Writes into any watched storage so far: a cache reads it (no call) and looks at its own storages'
 // generations only when it moved.
 extern "C" {
-__attribute__((visibility("default"))) volatile uint64_t fl_core_watched_writes = 0;
+volatile uint64_t fl_core_watched_writes = 0;
 }
 
 namespace {
