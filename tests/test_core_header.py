@@ -52,6 +52,17 @@ def test_cffi_reads_every_declaration_and_the_library_has_it():
             assert core.ffi.typeof(core.ffi.addressof(lib, name)).kind == "pointer", name
 
 
+def test_long_argument_lists_travel_as_structs():
+    """No entry point takes more than six arguments: a call's marshalling, a device, a kernel call are structs
+    whose fields have names and types (the fast-path commit took 20 positional arguments)."""
+    lib = core.lib()
+    for name, kind in _declared().items():
+        if kind == "function":
+            assert len(core.ffi.typeof(getattr(lib, name)).args) <= 6, name
+    plan = core.ffi.typeof("fl_core_fast_plan_t")
+    assert dict(plan.fields)["call"].type is core.ffi.typeof("fl_core_kernel_call_t")
+
+
 def test_the_structs_the_api_takes_are_the_headers():
     """A descriptor array made with the plugin ABI's ffi is what the core's ffi passes: one type, shared."""
     from torch_fl.runtime import abi
@@ -74,8 +85,12 @@ def test_the_library_exports_exactly_the_declared_names():
 @pytest.mark.skipif(CC is None, reason="no C compiler")
 def test_the_header_is_plain_c(tmp_path):
     src = tmp_path / "uses_core.c"
-    src.write_text('#include "fl_core.h"\nint main(void) {\n  int (*abi)(void) = fl_core_abi;\n'
-                   '  fl_core_graph_t *g = 0;\n  return abi != fl_core_abi || g != 0;\n}\n')
+    src.write_text('#include "fl_core.h"\n'
+                   'int main(void) {\n'
+                   '  fl_core_fast_plan_t plan = {0};\n'
+                   '  fl_core_graph_t *g = 0;\n'
+                   '  return plan.call.n_inputs + (g != 0) + fl_core_fast_commit(&plan);\n'
+                   '}\n')
     r = subprocess.run([CC, "-std=c11", "-Wall", "-Werror", "-pedantic", "-fsyntax-only", "-I", CSRC, "-I",
                         get_include(), str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -56,8 +56,6 @@ SOURCES = tuple(os.path.join(_CSRC, name) for name in (
 ))
 HEADER = os.path.join(_CSRC, "fl_core.h")  # the C API
 HEADERS = (HEADER, *(os.path.join(_CSRC, name) for name in ("fl_core_internal.h", "fl_trace.h")))
-STATS_FIELDS = ("allocated", "peak", "cached", "allocations", "hits", "misses", "limit", "device_allocs",
-                "device_frees", "ooms")
 
 # The core's C API as cffi reads it from fl_core.h; fl_plugin.h's types (fl_tensor_t, fl_plugin_t, ...) are the
 # plugin ABI's own, so a descriptor array or a plugin table made for a plugin passes to the core as it is.
@@ -65,6 +63,7 @@ ffi = cffi.FFI()
 ffi.include(plugin_ffi)
 with open(HEADER, encoding="utf-8") as _header:
     ffi.cdef(cdef_source(_header.read(), "FL_CORE_API"))
+STATS_FIELDS = tuple(name for name, _ in ffi.typeof("fl_core_memory_stats_t").fields)  # torch.fl.memory_stats()
 
 _lib: Any = None  # cffi's library object for the core (ffi.dlopen)
 STATUS = "not built"  # for doctor / list_backends
@@ -216,17 +215,19 @@ def watched_writes() -> int:
 
 
 def memory_stats(index: int) -> dict[str, int]:
-    out = ffi.new("int64_t[]", len(STATS_FIELDS))
+    out = ffi.new("fl_core_memory_stats_t *")
     if lib().fl_core_memory_stats(index, out) != 0:
         raise FlError(f"fl:{index} does not exist")
-    return dict(zip(STATS_FIELDS, out, strict=True))
+    return {name: getattr(out, name) for name in STATS_FIELDS}
 
 
 def add_device(dev, pool_limit: int) -> None:
     """Tell the core that fl:dev.index is dev.plugin's local device dev.local."""
-    label = f"fl:{dev.index} ({dev.backend.name})".encode()
-    if load().fl_core_add_device(dev.index, dev.plugin.table, dev.local, dev.props.total_memory, dev.props.features,
-                                 pool_limit, label) != 0:
+    label = ffi.new("char[]", f"fl:{dev.index} ({dev.backend.name})".encode())  # the core copies it
+    device = ffi.new("fl_core_device_t *", {"plugin": dev.plugin.table, "local": dev.local,
+                                            "features": dev.props.features, "total_memory": dev.props.total_memory,
+                                            "pool_limit": pool_limit, "label": label})
+    if load().fl_core_add_device(dev.index, device) != 0:
         raise FlError(f"fl:{dev.index}: the C++ core has room for 64 fl devices")
     load().fl_devcheck_label(dev.index, dev.backend.name.encode())
 

@@ -37,9 +37,8 @@ import torch
 
 from ..errors import FlError
 from . import core, events
-from .abi import ffi
 from .events import COPY, FALLBACK, JIT, NATIVE
-from .native import kernel_pointers
+from .native import kernel_call
 from .tensor import is_fl, iter_tensors
 
 
@@ -178,12 +177,8 @@ class KernelGraph:
         if not self._g:
             raise FlError(f"the C++ core does not know {self.device.torch_device}")
         for name, kernel, dev, ins, outs, cargs, path in rec.steps:
-            c_in = ffi.new("fl_tensor_t[]", ins or 1)
-            c_out = ffi.new("fl_tensor_t[]", outs or 1)
-            c_args = ffi.new("fl_arg_t[]", cargs or 1)
-            slot = core.count_slot(dev.backend, name, path)
-            lib.fl_core_graph_add_kernel(self._g, *kernel_pointers(kernel), dev.local, c_in, len(ins), c_out,
-                                         len(outs), c_args, len(cargs), slot)
+            call, arrays = kernel_call(kernel, dev.local, ins, outs, cargs, core.count_slot(dev.backend, name, path))
+            lib.fl_core_graph_add_kernel(self._g, call)  # copies the call (arrays lives until then)
         for ptr, n in inputs:
             lib.fl_core_graph_add_input(self._g, core.pointer(ptr), n)
         for ptr, n in outputs:

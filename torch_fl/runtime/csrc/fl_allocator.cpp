@@ -5,8 +5,8 @@
 // joins the cache only once their work at the free is done; a block an async host copy still writes into
 // (fl_core_set_pending) waits for that copy before it is reused.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/StorageImpl.h>
@@ -342,15 +342,13 @@ FL_API int fl_core_empty_cache(int index) {
   return 0;
 }
 
-// allocated, peak, cached, allocations, hits, misses, limit, device mallocs, device frees, ooms
-FL_API int fl_core_memory_stats(int index, int64_t* out) {
+FL_API int fl_core_memory_stats(int index, fl_core_memory_stats_t* out) {
   Device* d = find_device(index);
-  if (d == nullptr) return -1;
+  if (d == nullptr || out == nullptr) return -1;
   std::lock_guard<std::mutex> lock(d->pool.mu);
   const Pool& p = d->pool;
-  int64_t v[] = {p.allocated, p.peak, p.cached, p.allocations, p.hits, p.misses, p.limit, p.device_allocs,
-                 p.device_frees, p.ooms};
-  std::memcpy(out, v, sizeof v);
+  *out = {p.allocated, p.peak, p.cached, p.allocations, p.hits, p.misses, p.limit, p.device_allocs, p.device_frees,
+          p.ooms};
   return 0;
 }
 

@@ -8,8 +8,8 @@
  * header is the one declaration of the API (tests/test_core_header.py checks the library exports each name).
  *
  * Rules that hold for every entry point:
- *   - No entry point throws: a failure is a return value (-1 for an fl index that names no device, 0 for
- *     "not done"), never a C++ exception across the C boundary.
+ *   - A failure is a return value (-1 for an fl index that names no device, 0 for "not done"); no entry
+ *     point reports one by throwing a C++ exception across the C boundary.
  *   - Devices are global fl indices (fl:index, as torch.device("fl", index) has them), added by
  *     fl_core_add_device before any tensor lives on them.
  *   - Threads: every entry point may be called from any thread; the core locks what it shares. The current
@@ -37,6 +37,21 @@ typedef int (*fl_core_launch_fn)(void *handle, fl_stream_t stream, int device, c
                                  int n_inputs, const fl_tensor_t *outputs, int n_outputs, const fl_arg_t *args,
                                  int n_args);
 
+/* A kernel call as the fast path and kernel graphs keep it (they copy every array). */
+typedef struct {
+    fl_kernel_fn fn;            /* a plugin kernel or a host-C JIT kernel ... */
+    fl_core_launch_fn launch;   /* ... or, when handle is not NULL, launch(handle, ...): a device JIT kernel */
+    void *handle;
+    int32_t local;              /* the plugin's device */
+    int32_t n_inputs;
+    const fl_tensor_t *inputs;
+    int32_t n_outputs;
+    const fl_tensor_t *outputs;
+    int32_t n_args;
+    const fl_arg_t *args;
+    int64_t slot;               /* the counter slot its calls count in (fl_core_fast_take_counts; -1: none) */
+} fl_core_kernel_call_t;
+
 /* ---- devices and hooks (fl_device.cpp) ---- */
 
 /* the FL_ABI_VERSION the core was built against (Python refuses a cached core of another) */
@@ -44,11 +59,19 @@ FL_CORE_API int fl_core_abi(void);
 /* installs the device guard (replacing PyTorch's Python one) and the PrivateUse1 hooks: 1 when torch_fl's
  * hooks are in place, 0 when another extension's already are */
 FL_CORE_API int fl_core_install(void);
-/* fl:index is the plugin's local device. The plugin table is borrowed for the life of the process (Python
- * keeps the plugin loaded); label ("fl:1 (rocm)", for messages) is copied. -1: index out of range (the core
- * has room for 64 devices) or no plugin */
-FL_CORE_API int fl_core_add_device(int index, const fl_plugin_t *plugin, int local, uint64_t total_memory,
-                                   uint32_t features, int64_t pool_limit, const char *label);
+/* An fl device as the core learns it. */
+typedef struct {
+    const fl_plugin_t *plugin;  /* borrowed for the life of the process (Python keeps the plugin loaded) */
+    int32_t local;              /* the plugin's device */
+    uint32_t features;          /* FL_FEATURE_* of fl_device_props_t */
+    uint64_t total_memory;      /* bytes, for out-of-memory messages and memory info */
+    int64_t pool_limit;         /* the most cached bytes the pool keeps */
+    const char *label;          /* "fl:1 (rocm)", for messages (copied) */
+} fl_core_device_t;
+
+/* fl:index is device->plugin's local device. -1: index out of range (the core has room for 64 devices) or
+ * no plugin */
+FL_CORE_API int fl_core_add_device(int index, const fl_core_device_t *device);
 /* the device a bare "fl" means, for every thread; resets the calling thread's own choice */
 FL_CORE_API void fl_core_set_default(int index);
 /* the calling thread's current device */
@@ -71,9 +94,22 @@ FL_CORE_API void fl_core_set_pool_enabled(int enabled);
 FL_CORE_API int fl_core_set_pool_limit(int index, int64_t nbytes);
 /* frees fl:index's cached blocks (waiting for the streams that still use deferred ones) */
 FL_CORE_API int fl_core_empty_cache(int index);
-/* fl:index's pool figures into out[0..10): allocated, peak, cached, allocations, hits, misses, limit,
- * device mallocs, device frees, ooms */
-FL_CORE_API int fl_core_memory_stats(int index, int64_t *out);
+/* A device's pool, as torch.fl.memory_stats() reports it. */
+typedef struct {
+    int64_t allocated;      /* bytes held by live tensors (size classes) */
+    int64_t peak;           /* the most allocated since the last reset */
+    int64_t cached;         /* bytes of freed blocks kept for reuse */
+    int64_t allocations;    /* live blocks */
+    int64_t hits;           /* requests served from the cache */
+    int64_t misses;         /* requests that went to the plugin */
+    int64_t limit;          /* the most cached bytes kept */
+    int64_t device_allocs;  /* plugin mallocs */
+    int64_t device_frees;   /* plugin frees */
+    int64_t ooms;           /* requests the device could not serve */
+} fl_core_memory_stats_t;
+
+/* fl:index's pool figures */
+FL_CORE_API int fl_core_memory_stats(int index, fl_core_memory_stats_t *out);
 /* the peak becomes max(value, allocated): 0 resets it, a saved figure restores it after a profile */
 FL_CORE_API int fl_core_set_peak(int index, int64_t value);
 /* the size class a request of nbytes is served from (what the pool reserves) */
@@ -105,18 +141,41 @@ FL_CORE_API int64_t fl_core_fast_hits(void);
 /* 1 when the op Python is handling on this thread (its qualified name, "aten::add.out") is the innermost
  * call the fallback handed over, with a signature the fast path can key */
 FL_CORE_API int fl_core_fast_can_commit(const char *name);
+/* Where an input descriptor's tensor is found in a later call: the op's argument arg (-1: an undefined entry
+ * of a Tensor?[]), and its index in that tensor list (-1: the argument is a tensor). */
+typedef struct {
+    int32_t arg;
+    int32_t list;
+} fl_core_input_src_t;
+
+/* A value the fast path reads per call: the op's argument arg, into the kernel's args[kernel_arg]. kind 0: a
+ * float, 1: a wrapped number (a 0-dim CPU tensor), 2: a Scalar; | 4: a float rounded to float32 first (an op
+ * computing in complex64: PyTorch's kernels cast the scalar to complex<float>). */
+typedef struct {
+    int32_t kernel_arg;
+    int32_t arg;
+    int32_t kind;
+} fl_core_patch_t;
+
+/* The marshalling of a native call, as the fast path replays it for later calls of the same signature. */
+typedef struct {
+    const char *name;                      /* the op, "aten::add.out" (must be the call in flight) */
+    int32_t device;                        /* fl index */
+    fl_core_kernel_call_t call;            /* the descriptors and arguments as this call built them */
+    const fl_core_input_src_t *input_src;  /* call.n_inputs entries */
+    const int32_t *output_src;             /* call.n_outputs: the op's argument each output is, or -1: a fresh
+                                              output with the descriptor's sizes and strides ... */
+    const int32_t *output_dtypes;          /* ... and this c10::ScalarType (call.n_outputs entries) */
+    int32_t n_patches;
+    const fl_core_patch_t *patches;
+    int32_t n_returns;
+    const int32_t *returns;                /* per return of the op: the output it is */
+} fl_core_fast_plan_t;
+
 /* The Python dispatcher ran the op now in flight on this thread as one native kernel call on its own
- * arguments: the core keeps the call's marshalling for this signature (everything is copied). The kernel is
- * fn, or launch(handle, ...) when handle is not NULL. in_src: (argument index, list index or -1) per input;
- * out_src: the argument each output is (-1: a fresh output with the descriptor's sizes and strides and
- * out_dtypes' c10::ScalarType); patches: (arg, argument, kind) triples, the values read per call; returns:
- * the output each return is; slot: the counter slot of fl_core_fast_take_counts (-1: none). 1 if kept */
-FL_CORE_API int fl_core_fast_commit(const char *name, fl_kernel_fn fn, fl_core_launch_fn launch, void *handle,
-                                    int device, int local, const fl_tensor_t *in, int n_in, const int32_t *in_src,
-                                    const fl_tensor_t *out, int n_out, const int32_t *out_src,
-                                    const int32_t *out_dtypes, const fl_arg_t *args, int n_args,
-                                    const int32_t *patches, int n_patches, const int32_t *returns, int n_returns,
-                                    int64_t slot);
+ * arguments: the core keeps the plan for this signature (everything is copied). 1 if kept, 0 when the call
+ * in flight is another op or cannot be keyed, or the plan names no kernel */
+FL_CORE_API int fl_core_fast_commit(const fl_core_fast_plan_t *plan);
 /* the calls each counter slot served without Python since the last read, into out[0..n); the counters are
  * reset. Returns how many slots were written */
 FL_CORE_API int64_t fl_core_fast_take_counts(int64_t *out, int64_t n);
@@ -155,10 +214,8 @@ typedef struct fl_core_graph fl_core_graph_t;
 /* an empty graph on fl:index (NULL: no such device); fl_core_graph_free releases it */
 FL_CORE_API fl_core_graph_t *fl_core_graph_new(int device);
 FL_CORE_API void fl_core_graph_free(fl_core_graph_t *graph);
-/* appends a kernel call (fn, or launch(handle, ...) when handle is not NULL): its step index, or -1 */
-FL_CORE_API int fl_core_graph_add_kernel(fl_core_graph_t *graph, fl_kernel_fn fn, fl_core_launch_fn launch,
-                                         void *handle, int local, const fl_tensor_t *in, int n_in, const fl_tensor_t *out,
-                                         int n_out, const fl_arg_t *args, int n_args, int64_t slot);
+/* appends a kernel call (copied): its step index, or -1 */
+FL_CORE_API int fl_core_graph_add_kernel(fl_core_graph_t *graph, const fl_core_kernel_call_t *call);
 /* a static input buffer (nbytes at dst) each replay copies the caller's input into */
 FL_CORE_API int fl_core_graph_add_input(fl_core_graph_t *graph, void *dst, uint64_t nbytes);
 /* a static output (nbytes at src) each replay copies out */

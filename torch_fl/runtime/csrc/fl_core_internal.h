@@ -163,6 +163,28 @@ struct KernelRef {
   }
 };
 
+template <typename T>
+std::vector<T> copy_of(const T* items, int32_t n) {
+  return items != nullptr && n > 0 ? std::vector<T>(items, items + n) : std::vector<T>();
+}
+
+// A kernel call the core keeps (a fast-path plan, a graph step): fl_core.h's fl_core_kernel_call_t with its
+// arrays copied.
+struct KernelCall {
+  KernelRef kernel;
+  int local = 0;
+  int64_t slot = -1;  // Python's counter slot for the op (-1: none)
+  std::vector<fl_tensor_t> in, out;
+  std::vector<fl_arg_t> args;
+  explicit KernelCall(const fl_core_kernel_call_t& c)
+      : kernel(c.fn, c.launch, c.handle),
+        local(c.local),
+        slot(c.slot),
+        in(copy_of(c.inputs, c.n_inputs)),
+        out(copy_of(c.outputs, c.n_outputs)),
+        args(copy_of(c.args, c.n_args)) {}
+};
+
 // Calls served without Python, per counter slot Python handed out (fl_core_fast_take_counts reads them).
 struct CallCounts {
   std::mutex mu;

@@ -92,17 +92,16 @@ FL_API int fl_core_install(void) {
 }
 
 // Device fl:index is the plugin's local device. Called before any tensor lives on it.
-FL_API int fl_core_add_device(int index, const fl_plugin_t* plugin, int local, uint64_t total_memory,
-                              uint32_t features, int64_t pool_limit, const char* label) {
-  if (index < 0 || index >= kMaxDevices || plugin == nullptr) return -1;
+FL_API int fl_core_add_device(int index, const fl_core_device_t* device) {
+  if (index < 0 || index >= kMaxDevices || device == nullptr || device->plugin == nullptr) return -1;
   if (g_devices[index] == nullptr) g_devices[index] = new Device();
   Device& d = *g_devices[index];
-  d.plugin = plugin;
-  d.local = local;
-  d.total = total_memory;
-  d.features = features;
-  d.label = label ? label : "fl";
-  d.pool.limit = pool_limit;
+  d.plugin = device->plugin;
+  d.local = device->local;
+  d.total = device->total_memory;
+  d.features = device->features;
+  d.label = device->label ? device->label : "fl";
+  d.pool.limit = device->pool_limit;
   if (index + 1 > g_count.load()) g_count = index + 1;
   return 0;
 }

@@ -147,19 +147,17 @@ struct Patch {
                   // (an op computing in complex64: PyTorch's kernels cast the scalar to complex<float>)
 };
 
-struct FastPlan {
-  KernelRef kernel;
+// A committed call: the kernel call (kernel, local device, descriptors, arguments, counter slot) and where
+// each value that changes per call is found.
+struct FastPlan : KernelCall {
+  explicit FastPlan(const fl_core_kernel_call_t& call) : KernelCall(call) {}
   std::string name;  // the op, for traces
   int device = 0;  // fl index
-  int local = 0;
-  std::vector<fl_tensor_t> in, out;
-  std::vector<fl_arg_t> args;
   std::vector<std::pair<int32_t, int32_t>> in_src;  // (stack index, list index or -1) per input
   std::vector<int32_t> out_src;                     // stack index, or -1 for a fresh output
   std::vector<c10::ScalarType> out_dtype;
   std::vector<int32_t> returns;                     // per return: index into out
   std::vector<Patch> patches;
-  int64_t slot = -1;                                // Python's counter slot for this plan
 };
 
 std::mutex g_fast_mu;
@@ -390,33 +388,23 @@ FL_API int64_t fl_core_fast_hits(void) { return g_fast_hits.load(); }
 
 FL_API int fl_core_fast_can_commit(const char* name) { return pending_is(name) ? 1 : 0; }
 
-// The Python dispatcher ran the op now in flight as one native kernel call on
-// its own arguments: remember the marshalling for this signature. in_src and
-// out_src index the op's arguments (out_src -1: a fresh output with the
-// descriptor's sizes, strides and out_dtypes' dtype); returns index out;
-// patches are (arg, stack, kind) triples.
-FL_API int fl_core_fast_commit(const char* name, fl_kernel_fn fn, fl_core_launch_fn launch, void* handle, int device,
-                               int local, const fl_tensor_t* in, int n_in, const int32_t* in_src,
-                               const fl_tensor_t* out, int n_out, const int32_t* out_src, const int32_t* out_dtypes,
-                               const fl_arg_t* args, int n_args, const int32_t* patches, int n_patches,
-                               const int32_t* returns, int n_returns, int64_t slot) {
-  const KernelRef kernel(fn, launch, handle);
-  if (!pending_is(name) || !kernel.valid()) return 0;
-  auto plan = std::make_shared<FastPlan>();
-  plan->kernel = kernel;
-  plan->name = name;
-  plan->device = device;
-  plan->local = local;
-  plan->in.assign(in, in + n_in);
-  plan->out.assign(out, out + n_out);
-  plan->args.assign(args, args + n_args);
-  for (int j = 0; j < n_in; ++j) plan->in_src.emplace_back(in_src[2 * j], in_src[2 * j + 1]);
-  plan->out_src.assign(out_src, out_src + n_out);
-  for (int j = 0; j < n_out; ++j) plan->out_dtype.push_back(static_cast<c10::ScalarType>(out_dtypes[j]));
-  for (int j = 0; j < n_patches; ++j) plan->patches.push_back({patches[3 * j], patches[3 * j + 1], patches[3 * j + 2]});
-  plan->returns.assign(returns, returns + n_returns);
-  plan->slot = slot;
-  g_call_counts.reserve(slot);
+// The Python dispatcher ran the op now in flight as one native kernel call on its own arguments: remember the
+// marshalling for this signature (fl_core.h, fl_core_fast_plan_t).
+FL_API int fl_core_fast_commit(const fl_core_fast_plan_t* p) {
+  if (p == nullptr || !pending_is(p->name)) return 0;
+  auto plan = std::make_shared<FastPlan>(p->call);
+  if (!plan->kernel.valid()) return 0;
+  plan->name = p->name;
+  plan->device = p->device;
+  for (const fl_core_input_src_t& src : copy_of(p->input_src, p->call.n_inputs))
+    plan->in_src.emplace_back(src.arg, src.list);
+  plan->out_src = copy_of(p->output_src, p->call.n_outputs);
+  for (int32_t dtype : copy_of(p->output_dtypes, p->call.n_outputs))
+    plan->out_dtype.push_back(static_cast<c10::ScalarType>(dtype));
+  for (const fl_core_patch_t& patch : copy_of(p->patches, p->n_patches))
+    plan->patches.push_back({patch.kernel_arg, patch.arg, patch.kind});
+  plan->returns = copy_of(p->returns, p->n_returns);
+  g_call_counts.reserve(plan->slot);
   std::lock_guard<std::mutex> lock(g_fast_mu);
   if (g_fast.size() >= kFastMax) g_fast.clear();
   g_fast[t_pending.back().key] = std::move(plan);

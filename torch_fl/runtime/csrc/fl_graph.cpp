@@ -15,14 +15,6 @@ using namespace fl_core;
 
 namespace {
 
-struct GraphStep {
-  KernelRef kernel;
-  int local;
-  int64_t slot;  // Python's counter slot for the op (-1: none)
-  std::vector<fl_tensor_t> in, out;
-  std::vector<fl_arg_t> args;
-};
-
 struct GraphCopy {
   void* ptr;
   size_t nbytes;
@@ -32,7 +24,7 @@ struct GraphCopy {
 
 struct fl_core_graph {
   int device = 0;
-  std::vector<GraphStep> steps;
+  std::vector<KernelCall> steps;
   std::vector<GraphCopy> inputs;   // static input buffers: where each replay copies the caller's input
   std::vector<GraphCopy> outputs;  // static outputs: what each replay copies out
 };
@@ -46,23 +38,13 @@ FL_API fl_core_graph_t* fl_core_graph_new(int device) {
 
 FL_API void fl_core_graph_free(fl_core_graph_t* graph) { delete graph; }
 
-FL_API int fl_core_graph_add_kernel(fl_core_graph_t* graph, fl_kernel_fn fn, fl_core_launch_fn launch, void* handle,
-                                    int local,
-                                    const fl_tensor_t* in, int n_in, const fl_tensor_t* out, int n_out,
-                                    const fl_arg_t* args, int n_args, int64_t slot) {
-  const KernelRef kernel(fn, launch, handle);
-  if (graph == nullptr || !kernel.valid()) return -1;
-  fl_core_graph_t* g = graph;
-  GraphStep s;
-  s.kernel = kernel;
-  s.local = local;
-  s.slot = slot;
-  s.in.assign(in, in + n_in);
-  s.out.assign(out, out + n_out);
-  s.args.assign(args, args + n_args);
-  g->steps.push_back(std::move(s));
-  g_call_counts.reserve(slot);
-  return static_cast<int>(g->steps.size()) - 1;
+FL_API int fl_core_graph_add_kernel(fl_core_graph_t* graph, const fl_core_kernel_call_t* call) {
+  if (graph == nullptr || call == nullptr) return -1;
+  KernelCall step(*call);
+  if (!step.kernel.valid()) return -1;
+  graph->steps.push_back(std::move(step));
+  g_call_counts.reserve(call->slot);
+  return static_cast<int>(graph->steps.size()) - 1;
 }
 
 FL_API int fl_core_graph_add_input(fl_core_graph_t* graph, void* dst, uint64_t nbytes) {
@@ -109,7 +91,7 @@ FL_API int fl_core_graph_replay(fl_core_graph_t* graph, void* const* in_src, voi
   if (run_kernels) {
     const int64_t n = static_cast<int64_t>(g->steps.size());
     for (int64_t k = 0; k < n; ++k) {
-      const GraphStep& s = g->steps[k];
+      const KernelCall& s = g->steps[k];
       std::chrono::steady_clock::time_point t0;
       if (step_ns) t0 = std::chrono::steady_clock::now();
       TraceSpan span = trace_begin(g->device);
@@ -125,7 +107,7 @@ FL_API int fl_core_graph_replay(fl_core_graph_t* graph, void* const* in_src, voi
     }
     std::lock_guard<std::mutex> lock(g_call_counts.mu);
     std::vector<int64_t>& counts = g_call_counts.per_slot;
-    for (const GraphStep& s : g->steps)
+    for (const KernelCall& s : g->steps)
       if (s.slot >= 0 && static_cast<size_t>(s.slot) < counts.size()) counts[s.slot]++;
   }
   if (out_dst != nullptr) {
