@@ -34,7 +34,7 @@ Host time per kernel in replay is measured two ways, both on the recorded
 kernel list itself:
   loop  one KernelGraph.replay() call timed around the call, minus the time
         spent inside the kernels in that same call (the C loop reads a clock
-        around each kernel), divided by the kernel count: ctypes call + C loop
+        around each kernel), divided by the kernel count: cffi call + C loop
         + clock reads (median over the calls);
   call  the replayed torch.compile call's median time minus the median time
         inside the kernels, divided by the kernel count: everything that is not
@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import ctypes
 import json
 import statistics
 import time
@@ -60,6 +59,7 @@ import torch
 import torch_fl as fl
 from torch_fl.compile import reset
 from torch_fl.compile.dynamo import backend as backend_with
+from torch_fl.runtime import core
 from torch_fl.tools.zoo import resnet50, transformer_encoder
 
 
@@ -216,7 +216,7 @@ def measure_replay(name: str, model: torch.nn.Module, args: tuple, kwargs: dict,
     r["replay"] = str(status[0]) if len(status) == 1 else f"{len(status)} graphs"
     if graph is not None:
         n = graph.kernel_count
-        step_ns = (ctypes.c_int64 * n)()
+        step_ns = core.ffi.new("int64_t[]", n)
         host, inside = [], []
         for _ in range(calls):
             t0 = time.perf_counter_ns()

@@ -1,4 +1,4 @@
-"""Streams: the C++ core's guard and caching pool (torch_fl/runtime/csrc/fl_core.cpp) over the plugins'.
+"""Streams: the C++ core's guard and caching pool (runtime/csrc/fl_guard.cpp, fl_allocator.cpp) over the plugins'.
 
 PyTorch's autograd engine records each node's stream and, where a gradient
 crosses streams, records an event on the producer and waits on it from the

@@ -324,7 +324,7 @@ def _sparse_on_fl(op, *args, **kwargs):
 
 def _direct(op):
     def impl(*args, **kwargs):
-        if torch._C._len_torch_dispatch_stack():  # a mode saw the op above the backend (see fl_core.cpp)
+        if torch._C._len_torch_dispatch_stack():  # a mode saw the op above the backend (see fl_fallback.cpp)
             with _disable_current_modes():
                 return ENTRY.dispatch(op, args, kwargs)
         return ENTRY.dispatch(op, args, kwargs)

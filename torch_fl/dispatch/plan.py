@@ -1,5 +1,5 @@
 """The dispatcher's tiers for one op call: every aten op on an fl tensor that
-PyTorch's C++ core (runtime/csrc/fl_core.cpp) does not serve itself arrives
+PyTorch's C++ core (runtime/csrc/) does not serve itself arrives
 here, through the boxed fallback PyTorch calls for the fl (PrivateUse1) device
 (dispatch.entry routes it).
 
@@ -560,7 +560,7 @@ def _adopt(out: torch.Tensor, r: torch.Tensor) -> bool:
     keeps its memory (its data_ptr), as PyTorch promises."""
     if not (is_fl(r) and is_fl(out)) or r.device != out.device or r.dtype != out.dtype:
         return False
-    if out.numel() != 0 and (not core.lib().fl_core_fresh_out(base_ptr(out)) or out.shape != r.shape or
+    if out.numel() != 0 and (not core.lib().fl_core_fresh_out(core.pointer(base_ptr(out))) or out.shape != r.shape or
                              (out.numel() > 1 and out.stride() != r.stride())):
         return False
     if out.storage_offset():

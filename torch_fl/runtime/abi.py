@@ -38,24 +38,30 @@ def special_math_path() -> str | None:
     return None
 
 
-def _cdef_source(text: str) -> str:
+def cdef_source(text: str, export_macro: str = "FL_EXPORT") -> str:
+    """A C header as cffi's cdef takes it (cffi has no preprocessor): its comments, its C++ guard (the lines
+    between `#ifdef __cplusplus` and `#endif`) and its export macro left out, and of the preprocessor lines
+    only the FL_ integer constants kept. fl_plugin.h and the core's fl_core.h are both read this way."""
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     keep = []
+    cplusplus = False
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
+            cplusplus = stripped == "#ifdef __cplusplus" or (cplusplus and not stripped.startswith("#endif"))
             # integer constants are the only preprocessor lines cffi understands
             m = re.match(r"#define\s+(FL_[A-Z0-9_]+)\s+(\d+)u?$", stripped)
             if m:
                 keep.append(f"#define {m.group(1)} {m.group(2)}")
             continue
-        keep.append(line.replace("FL_EXPORT ", ""))
+        if not cplusplus:
+            keep.append(line.replace(export_macro + " ", ""))
     return "\n".join(keep)
 
 
 ffi = cffi.FFI()
 with open(header_path(), encoding="utf-8") as _header:
-    ffi.cdef(_cdef_source(_header.read()))
+    ffi.cdef(cdef_source(_header.read()))
 
 # The header's integer constants (its #defines and enum values), as cffi read them: no value of
 # fl_plugin.h is restated in Python. Any library object carries the cdef's constants; the C library

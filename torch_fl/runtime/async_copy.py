@@ -129,7 +129,7 @@ def h2d(dst, src) -> None:
                        nbytes, stream), "copy_h2d (async)")
     p.check(t.event_create(dev.local, event), "event_create")
     p.check(t.event_record(dev.local, event[0], stream), "event_record")
-    core.lib().fl_core_set_pending(dev.index, base, int(ffi.cast("uintptr_t", event[0])))
+    core.lib().fl_core_set_pending(dev.index, core.pointer(base), event[0])
     PENDING[key] = _Pending(dev, event[0], src, nbytes)
     STATS["async_copies"] += 1
     STATS["async_bytes"] += nbytes
@@ -164,7 +164,7 @@ def _wait_key(key) -> None:
     done = ffi.new("int*")
     if dev.plugin.optional.get("event_query"):
         dev.plugin.table.event_query(dev.local, pend.event, done)
-    core.lib().fl_core_wait_pending(dev.index, key[1])  # synchronizes and destroys the event
+    core.lib().fl_core_wait_pending(dev.index, core.pointer(key[1]))  # synchronizes and destroys the event
     blocked = time.perf_counter() - t0
     if not done[0]:
         STATS["waits"] += 1
@@ -215,7 +215,7 @@ def order_for_kernels(tensors) -> None:
         if pend is None:
             continue
         dev = pend.device
-        if not core.lib().fl_core_is_pending(key[0], key[1]):  # settled by the core (a free, a synchronize)
+        if not core.lib().fl_core_is_pending(key[0], core.pointer(key[1])):  # settled by the core (free, synchronize)
             PENDING.pop(key, None)  # and its event destroyed there
             continue
         if not _waits_on_device(dev):
@@ -238,7 +238,7 @@ def _forget_landed() -> None:
     lib = core.lib()
     for key, pend in list(PENDING.items()):
         t = pend.device.plugin.table
-        if not lib.fl_core_is_pending(key[0], key[1]):  # the core settled it and destroyed its event
+        if not lib.fl_core_is_pending(key[0], core.pointer(key[1])):  # the core settled it and destroyed its event
             PENDING.pop(key, None)
             continue
         if not pend.device.plugin.optional.get("event_query"):
@@ -247,7 +247,7 @@ def _forget_landed() -> None:
         pend.device.plugin.check(t.event_query(pend.device.local, pend.event, done), "event_query")
         if done[0]:
             PENDING.pop(key, None)
-            lib.fl_core_wait_pending(pend.device.index, key[1])
+            lib.fl_core_wait_pending(pend.device.index, core.pointer(key[1]))
 
 
 def wait_all(device=None) -> None:

@@ -1,44 +1,71 @@
-"""torch_fl's C++ core (csrc/fl_core.cpp): what makes an fl tensor a real
-PyTorch tensor on the PrivateUse1 device.
+"""torch_fl's C++ core (csrc/): what makes an fl tensor a real PyTorch tensor
+on the PrivateUse1 device.
 
 Why C++: PyTorch allocates, views, resizes and frees tensors without calling
 an operator a Python backend could see, and it asks a device guard and hooks
 (current device, streams, pinned memory) from C++. A small library compiled
-against the installed torch provides those: the device guard, the hooks, a
-caching allocator over the plugins' malloc/free, the metadata ops, and the
-boxed fallback that hands every other op to torch_fl's dispatcher.
+against the installed torch provides those, one file per PyTorch seam (SOURCES;
+csrc/fl_core_internal.h says which is which): the device table and hooks, a
+caching allocator over the plugins' malloc/free, the device guard, pinned host
+memory, the metadata ops, and the boxed fallback that hands every other op to
+torch_fl's dispatcher.
 
-It is compiled once per torch build with the system C++ compiler (about 15 s
-on two cores), cached, and loaded with torch.ops.load_library; its plain C
-entry points are called through ctypes. Without a C++ compiler torch_fl
-cannot give PyTorch an fl device, and says which compiler to install."""
+It is compiled once per torch build with the system C++ compiler (the sources
+in parallel, one per core), cached, and loaded with torch.ops.load_library. Its
+plain C entry points are declared once, in csrc/fl_core.h, and called through
+cffi in ABI mode: `ffi` below is cdef'd from that header's text (after
+fl_plugin.h's, whose types it shares), so Python and C cannot disagree about a
+signature. Without a C++ compiler torch_fl cannot give PyTorch an fl device,
+and says which compiler to install."""
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import subprocess
 import sysconfig
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import cffi
 import torch
 
 from ..errors import FlError
 from ..notice import notice
 from . import private
-from .abi import header_path
+from .abi import ABI_VERSION, cdef_source, header_path
+from .abi import ffi as plugin_ffi
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.join(_HERE, "csrc", "fl_core.cpp")
-# the second: fl kernels in torch.profiler; the third: cross-device errors that name each fl device's backend
-SOURCES = (SOURCE, os.path.join(_HERE, "csrc", "fl_kineto.cpp"), os.path.join(_HERE, "csrc", "fl_devcheck.cpp"))
-HEADERS = (os.path.join(_HERE, "csrc", "fl_trace.h"),)
-STATS_FIELDS = ("allocated", "peak", "cached", "allocations", "hits", "misses", "limit", "device_allocs",
-                "device_frees", "ooms")
+_CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
+# one file per PyTorch seam, as PyTorch's OpenReg backend lays its runtime out (csrc/fl_core_internal.h)
+SOURCES = tuple(os.path.join(_CSRC, name) for name in (
+    "fl_device.cpp",     # the device table and the PrivateUse1 hooks
+    "fl_generator.cpp",  # torch.Generator("fl")
+    "fl_allocator.cpp",  # the caching allocator and its pool
+    "fl_guard.cpp",      # the device guard: streams and events
+    "fl_pinned.cpp",     # pinned host memory
+    "fl_meta_ops.cpp",   # empty, view, resize_, set_, ...
+    "fl_fallback.cpp",   # the boxed fallback and its fast path
+    "fl_watch.cpp",      # the write watch
+    "fl_trace.cpp",      # the kernel recorder (fl kernels in torch.profiler) ...
+    "fl_kineto.cpp",     # ... and Kineto's side of it
+    "fl_graph.cpp",      # kernel graph replay
+    "fl_devcheck.cpp",   # cross-device errors that name each fl device's backend
+))
+HEADER = os.path.join(_CSRC, "fl_core.h")  # the C API
+HEADERS = (HEADER, *(os.path.join(_CSRC, name) for name in ("fl_core_internal.h", "fl_trace.h")))
 
-_lib: ctypes.CDLL | None = None
+# The core's C API as cffi reads it from fl_core.h; fl_plugin.h's types (fl_tensor_t, fl_plugin_t, ...) are the
+# plugin ABI's own, so a descriptor array or a plugin table made for a plugin passes to the core as it is.
+ffi = cffi.FFI()
+ffi.include(plugin_ffi)
+with open(HEADER, encoding="utf-8") as _header:
+    ffi.cdef(cdef_source(_header.read(), "FL_CORE_API"))
+STATS_FIELDS = tuple(name for name, _ in ffi.typeof("fl_core_memory_stats_t").fields)  # torch.fl.memory_stats()
+
+_lib: Any = None  # cffi's library object for the core (ffi.dlopen)
 STATUS = "not built"  # for doctor / list_backends
 
 
@@ -68,9 +95,26 @@ def _compiler() -> list[str]:
     return cxx.split() or ["c++"]
 
 
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    except FileNotFoundError:
+        raise FlError(f"torch_fl compiles a small C++ library against your torch at first use, and no C++ "
+                      f"compiler was found ({cmd[0]!r}). Install one (Debian/Ubuntu: apt install g++; "
+                      f"Fedora: dnf install gcc-c++; conda: conda install gxx_linux-64) or point CXX at "
+                      f"it, then import torch_fl again.") from None
+
+
+def _check(cmd: list[str], r: subprocess.CompletedProcess) -> None:
+    if r.returncode != 0:
+        raise FlError(f"building torch_fl's C++ core failed:\n{' '.join(cmd)}\n"
+                      f"{r.stderr[-3000:] or '(the compiler printed nothing)'}")
+
+
 def _build(path: str) -> None:
-    """Compiles the core in a private temporary folder, records its digest, and renames both into place
-    (atomic: concurrent processes may build at once; a file planted at the name is never written through)."""
+    """Compiles the core in a private temporary folder (one compiler per source, as many at once as there
+    are cores), records its digest, and renames both into place (atomic: concurrent processes may build at
+    once; a file planted at the name is never written through)."""
     torch_dir = os.path.dirname(torch.__file__)
     include, lib = os.path.join(torch_dir, "include"), os.path.join(torch_dir, "lib")
     # a minute or more of silence otherwise, once per torch version (the doctor's cold start)
@@ -78,21 +122,21 @@ def _build(path: str) -> None:
            f"cached in {os.path.dirname(path)})")
     with tempfile.TemporaryDirectory(prefix=".build-", dir=os.path.dirname(path)) as tmp_dir:
         tmp = os.path.join(tmp_dir, os.path.basename(path))
-        cmd = [*_compiler(), "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
-               f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-               "-isystem", include, "-isystem", os.path.join(include, "torch", "csrc", "api", "include"),
-               "-isystem", os.path.join(include, "kineto"), "-I", os.path.dirname(header_path()), *SOURCES,
-               "-L", lib, "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{lib}", "-o", tmp]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        except FileNotFoundError:
-            raise FlError(f"torch_fl compiles a small C++ library against your torch at first use, and no C++ "
-                          f"compiler was found ({cmd[0]!r}). Install one (Debian/Ubuntu: apt install g++; "
-                          f"Fedora: dnf install gcc-c++; conda: conda install gxx_linux-64) or point CXX at "
-                          f"it, then import torch_fl again.") from None
-        if r.returncode != 0:
-            raise FlError(f"building torch_fl's C++ core failed:\n{' '.join(cmd)}\n"
-                          f"{r.stderr[-3000:] or '(the compiler printed nothing)'}")
+        flags = ["-O2", "-std=c++17", "-fPIC", "-fvisibility=hidden",
+                 f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+                 "-isystem", include, "-isystem", os.path.join(include, "torch", "csrc", "api", "include"),
+                 "-isystem", os.path.join(include, "kineto"), "-I", os.path.dirname(header_path())]
+        objects = [os.path.join(tmp_dir, os.path.basename(src)[:-len(".cpp")] + ".o") for src in SOURCES]
+        compiles = [[*_compiler(), *flags, "-c", src, "-o", obj] for src, obj in zip(SOURCES, objects, strict=True)]
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        workers = max(1, min(len(compiles), cores))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(_run, compiles))
+        for cmd, r in zip(compiles, results, strict=True):
+            _check(cmd, r)
+        link = [*_compiler(), "-shared", *objects, "-L", lib, "-lc10", "-ltorch_cpu", "-ltorch",
+                f"-Wl,-rpath,{lib}", "-o", tmp]
+        _check(link, _run(link))
         private.record_digest(tmp)
         os.replace(tmp + private.DIGEST_SUFFIX, path + private.DIGEST_SUFFIX)
         os.replace(tmp, path)
@@ -110,130 +154,80 @@ def _ensure_built(path: str) -> None:
         _build(path)
 
 
-def load() -> ctypes.CDLL:
-    """Builds (once per torch build) and loads the core; registers its kernels with PyTorch."""
+def load() -> Any:
+    """Builds (once per torch build) and loads the core; registers its kernels with PyTorch. Returns cffi's
+    library object: the entry points fl_core.h declares."""
     global _lib, STATUS
     if _lib is not None:
         return _lib
     path = library_path()
     _ensure_built(path)
     torch.ops.load_library(path)
-    lib = ctypes.CDLL(path)
-    _declare(lib)
-    if lib.fl_core_abi() != _abi_version():
+    lib = ffi.dlopen(path)  # the library just loaded: dlopen hands back the same one
+    if lib.fl_core_abi() != ABI_VERSION:
         raise FlError(f"{path} was built for another plugin ABI; delete it and import torch_fl again")
     _lib = lib
     STATUS = f"torch_fl C++ core ({path})"
     return lib
 
 
-def _abi_version() -> int:
-    from .abi import ABI_VERSION
-
-    return ABI_VERSION
-
-
-def _declare(lib: ctypes.CDLL) -> None:
-    c_int, c_i64, c_u64, c_u32, c_void = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p
-    sigs = {
-        "fl_core_abi": ([], c_int),
-        "fl_core_install": ([], c_int),
-        "fl_devcheck_install": ([], c_int),
-        "fl_devcheck_label": ([c_int, ctypes.c_char_p], None),
-        "fl_core_add_device": ([c_int, c_void, c_int, c_u64, c_u32, c_i64, ctypes.c_char_p], c_int),
-        "fl_core_set_default": ([c_int], None),
-        "fl_core_current": ([], c_int),
-        "fl_core_current_stream": ([c_int], c_void),
-        "fl_core_trace_begin": ([c_int], None),
-        "fl_core_trace_end": ([ctypes.c_char_p], None),
-        "fl_core_kineto": ([], c_int),
-        "fl_core_set_pool_enabled": ([c_int], None),
-        "fl_core_set_pool_limit": ([c_int, c_i64], c_int),
-        "fl_core_empty_cache": ([c_int], c_int),
-        "fl_core_memory_stats": ([c_int, ctypes.POINTER(c_i64)], c_int),
-        "fl_core_set_peak": ([c_int, c_i64], c_int),
-        "fl_core_size_class": ([c_u64], c_u64),
-        "fl_core_set_pending": ([c_int, c_void, c_void], c_int),
-        "fl_core_wait_pending": ([c_int, c_void], c_int),
-        "fl_core_is_pending": ([c_int, c_void], c_int),
-        "fl_core_fast_enable": ([c_int], None),
-        "fl_core_fast_clear": ([], None),
-        "fl_core_fast_size": ([], c_i64),
-        "fl_core_fast_hits": ([], c_i64),
-        "fl_core_fast_can_commit": ([ctypes.c_char_p], c_int),
-        "fl_core_route_to_fallback": ([ctypes.c_char_p, ctypes.c_char_p], c_int),
-        "fl_core_fast_commit": ([ctypes.c_char_p, c_void, c_void, c_void, c_int, c_int, c_void, c_int, c_void, c_void,
-                                 c_int, c_void, c_void, c_void, c_int, c_void, c_int, c_void, c_int, c_i64], c_int),
-        "fl_core_fast_take_counts": ([ctypes.POINTER(c_i64), c_i64], c_i64),
-        "fl_core_watch": ([c_void, c_int], None),
-        "fl_core_fresh_out": ([c_void], c_int),
-        "fl_core_write_generation": ([c_void], c_u64),
-        "fl_core_note_write": ([c_void], None),
-        "fl_core_watched": ([], c_i64),
-        "fl_core_graph_new": ([c_int], c_void),
-        "fl_core_graph_free": ([c_void], None),
-        "fl_core_graph_add_kernel": ([c_void, c_void, c_void, c_void, c_int, c_void, c_int, c_void, c_int, c_void,
-                                      c_int, c_i64],
-                                     c_int),
-        "fl_core_graph_add_input": ([c_void, c_void, c_u64], c_int),
-        "fl_core_graph_add_output": ([c_void, c_void, c_u64], c_int),
-        "fl_core_graph_size": ([c_void], c_i64),
-        "fl_core_graph_replay": ([c_void, c_void, c_void, c_int, ctypes.POINTER(c_i64), c_void], c_int),
-    }
-    for name, (args, res) in sigs.items():
-        fn = getattr(lib, name)
-        fn.argtypes = args
-        fn.restype = res
-
-
 def loaded() -> bool:
     return _lib is not None
 
 
-def lib() -> ctypes.CDLL:
+def lib() -> Any:
+    """The loaded core's entry points (cffi's library object for fl_core.h)."""
     if _lib is None:
         raise FlError("torch_fl's C++ core is not loaded (import torch_fl first)")
     return _lib
 
 
-_streams_made: ctypes.c_int64 | None = None
+def pointer(address: int) -> Any:
+    """An address as the `void *` the C API takes (storage bases and data pointers are ints in Python)."""
+    return ffi.cast("void *", address)
 
 
-_tracing: ctypes.c_int | None = None
+_variables: dict[str, Any] = {}
+
+
+def _variable(name: str) -> int:
+    """One of the counters fl_core.h exports as a variable, read without a call."""
+    ptr = _variables.get(name)
+    if ptr is None:
+        ptr = _variables[name] = ffi.addressof(lib(), name)
+    return ptr[0]
 
 
 def tracing() -> bool:
     """Whether torch.profiler is recording fl kernels (fl_kineto.cpp): Python's kernel calls then report theirs."""
-    global _tracing
-    if _tracing is None:
-        _tracing = ctypes.c_int.in_dll(lib(), "fl_core_tracing")
-    return bool(_tracing.value)
+    return bool(_variable("fl_core_tracing"))
 
 
 def streams_made() -> int:
     """How many streams the core has made (torch.fl.Stream()); while none, every current stream is the
     default one and a kernel call needs not ask which."""
-    global _streams_made
-    if _streams_made is None:
-        _streams_made = ctypes.c_int64.in_dll(lib(), "fl_core_streams_made")
-    return _streams_made.value
+    return _variable("fl_core_streams_made")
+
+
+def watched_writes() -> int:
+    """Writes into any storage the write watch watches (runtime/watch.py), so far."""
+    return _variable("fl_core_watched_writes")
 
 
 def memory_stats(index: int) -> dict[str, int]:
-    out = (ctypes.c_int64 * len(STATS_FIELDS))()
+    out = ffi.new("fl_core_memory_stats_t *")
     if lib().fl_core_memory_stats(index, out) != 0:
         raise FlError(f"fl:{index} does not exist")
-    return dict(zip(STATS_FIELDS, out, strict=True))
+    return {name: getattr(out, name) for name in STATS_FIELDS}
 
 
 def add_device(dev, pool_limit: int) -> None:
     """Tell the core that fl:dev.index is dev.plugin's local device dev.local."""
-    from .abi import ffi
-
-    table = int(ffi.cast("uintptr_t", dev.plugin.table))
-    label = f"fl:{dev.index} ({dev.backend.name})".encode()
-    if load().fl_core_add_device(dev.index, table, dev.local, dev.props.total_memory, dev.props.features,
-                                 pool_limit, label) != 0:
+    label = ffi.new("char[]", f"fl:{dev.index} ({dev.backend.name})".encode())  # the core copies it
+    device = ffi.new("fl_core_device_t *", {"plugin": dev.plugin.table, "local": dev.local,
+                                            "features": dev.props.features, "total_memory": dev.props.total_memory,
+                                            "pool_limit": pool_limit, "label": label})
+    if load().fl_core_add_device(dev.index, device) != 0:
         raise FlError(f"fl:{dev.index}: the C++ core has room for 64 fl devices")
     load().fl_devcheck_label(dev.index, dev.backend.name.encode())
 
@@ -300,7 +294,7 @@ def drain_counts() -> None:
     if _lib is None or not _SLOT_KEYS:
         return
     n = len(_SLOT_KEYS)
-    out = (ctypes.c_int64 * n)()
+    out = ffi.new("int64_t[]", n)
     m = _lib.fl_core_fast_take_counts(out, n)
     for i in range(m):
         if out[i]:

@@ -1,7 +1,7 @@
 """Registers the `fl` device with PyTorch and provides `torch.fl`.
 
 fl is PyTorch's PrivateUse1 device renamed: torch_fl's C++ core (core.py,
-csrc/fl_core.cpp) gives it a device guard, hooks, a caching allocator over
+csrc/) gives it a device guard, hooks, a caching allocator over
 the plugins' memory and the metadata ops, so fl tensors are plain
 torch.Tensor objects; `torch.fl` (this module's FlDeviceModule) mirrors
 torch.cuda's device, memory and random-number functions."""

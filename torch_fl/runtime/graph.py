@@ -20,7 +20,7 @@ thread or another device. The recorder keeps every storage it saw alive (the
 static buffers, like a CUDA graph's memory pool): the recorded addresses stay
 valid for the life of the graph.
 
-`KernelGraph` hands the recorded list to the C++ core (csrc/fl_core.cpp,
+`KernelGraph` hands the recorded list to the C++ core (csrc/fl_graph.cpp,
 fl_core_graph_*): a replay copies the caller's inputs into the static input
 buffers, calls every kernel in order, checks each status (a failure raises the
 plugin's error naming the op and step) and copies the static outputs out.
@@ -29,7 +29,6 @@ the caller's business (torch_fl.compile.replay for torch.compile graphs)."""
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -38,9 +37,8 @@ import torch
 
 from ..errors import FlError
 from . import core, events
-from .abi import ffi
 from .events import COPY, FALLBACK, JIT, NATIVE
-from .native import kernel_addresses
+from .native import kernel_call
 from .tensor import is_fl, iter_tensors
 
 
@@ -152,7 +150,9 @@ def _draws_random(f, vals) -> bool:
     return True
 
 
-_addr = lambda c: int(ffi.cast("uintptr_t", c))  # noqa: E731
+def _addresses(addresses: Sequence[int]):
+    """A `void *[]` of addresses, as fl_core_graph_replay takes the caller's buffers."""
+    return core.ffi.new("void *[]", [core.pointer(a) for a in addresses])
 
 
 class KernelGraph:
@@ -177,35 +177,29 @@ class KernelGraph:
         if not self._g:
             raise FlError(f"the C++ core does not know {self.device.torch_device}")
         for name, kernel, dev, ins, outs, cargs, path in rec.steps:
-            c_in = ffi.new("fl_tensor_t[]", ins or 1)
-            c_out = ffi.new("fl_tensor_t[]", outs or 1)
-            c_args = ffi.new("fl_arg_t[]", cargs or 1)
-            slot = core.count_slot(dev.backend, name, path)
-            lib.fl_core_graph_add_kernel(self._g, *kernel_addresses(kernel), dev.local, _addr(c_in), len(ins),
-                                         _addr(c_out), len(outs), _addr(c_args), len(cargs), slot)
+            call, arrays = kernel_call(kernel, dev.local, ins, outs, cargs, core.count_slot(dev.backend, name, path))
+            lib.fl_core_graph_add_kernel(self._g, call)  # copies the call (arrays lives until then)
         for ptr, n in inputs:
-            lib.fl_core_graph_add_input(self._g, ptr, n)
+            lib.fl_core_graph_add_input(self._g, core.pointer(ptr), n)
         for ptr, n in outputs:
-            lib.fl_core_graph_add_output(self._g, ptr, n)
-        self._failed = ctypes.c_int64(0)
-        self._in_t = ctypes.c_void_p * max(self.n_inputs, 1)
-        self._out_t = ctypes.c_void_p * max(self.n_outputs, 1)
+            lib.fl_core_graph_add_output(self._g, core.pointer(ptr), n)
+        self._failed = core.ffi.new("int64_t *")
 
     @property
     def kernel_count(self) -> int:
         return int(self._lib.fl_core_graph_size(self._g))
 
     def replay(self, in_src: Sequence[int] | None, out_dst: Sequence[int] | None, run_kernels: bool = True,
-               step_ns: ctypes.Array | None = None) -> None:
+               step_ns=None) -> None:
         """One replay: in_src are the addresses of the caller's input bytes (one per static input; None: no
-        input copies), out_dst where the static outputs go (None: no output copies). step_ns (an int64 array
-        of kernel_count entries) receives each kernel's own time in ns."""
-        ins = self._in_t(*in_src) if in_src is not None else None
-        outs = self._out_t(*out_dst) if out_dst is not None else None
-        status = self._lib.fl_core_graph_replay(self._g, ins, outs, int(run_kernels), ctypes.byref(self._failed),
-                                                step_ns)
+        input copies), out_dst where the static outputs go (None: no output copies). step_ns (an int64_t[]
+        of kernel_count entries, core.ffi.new("int64_t[]", n)) receives each kernel's own time in ns."""
+        ins = _addresses(in_src) if in_src is not None else core.ffi.NULL
+        outs = _addresses(out_dst) if out_dst is not None else core.ffi.NULL
+        status = self._lib.fl_core_graph_replay(self._g, ins, outs, int(run_kernels), self._failed,
+                                                core.ffi.NULL if step_ns is None else step_ns)
         if status != 0:
-            self._raise(status, self._failed.value)
+            self._raise(status, self._failed[0])
         if run_kernels:
             events.STATE.kernels += len(self.names)
 

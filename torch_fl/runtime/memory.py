@@ -1,5 +1,5 @@
 """Device memory settings: the caching pool over the plugin's malloc/free lives
-in the C++ core (csrc/fl_core.cpp), so that allocating a tensor never enters
+in the C++ core (csrc/fl_allocator.cpp), so that allocating a tensor never enters
 Python; this module reads its configuration.
 
 Why a pool: a training step frees and re-allocates the same sizes every

@@ -148,7 +148,7 @@ _LAYOUT_FIXES = {aten.native_batch_norm.default: _batch_norm_eval_saves,
                  aten._embedding_bag.default: _embedding_bag_per_bag}
 
 
-# a patch's kind bit (csrc/fl_core.cpp, Patch): the float read per call is rounded to float32 first
+# a patch's kind bit (csrc/fl_fallback.cpp, Patch): the float read per call is rounded to float32 first
 ROUND_F32 = 4
 
 
@@ -180,14 +180,23 @@ def _launch(kernel, dev, c_in, n_in: int, c_out, n_out: int, c_args, n_args: int
     return kernel.fn(dev.stream(), dev.local, c_in, n_in, c_out, n_out, c_args, n_args)
 
 
-def kernel_addresses(kernel) -> tuple[int, int, int]:
-    """(fn, launch, handle) of a kernel as addresses for the C++ core (0 where absent), which calls
-    launch(handle, ...) when there is a handle and fn(...) otherwise."""
-    addr = lambda c: int(ffi.cast("uintptr_t", c)) if c is not None else 0  # noqa: E731
+def kernel_call(kernel, local: int, inputs: list, outputs: list, cargs: list, slot: int) -> tuple:
+    """(call, arrays): a kernel call as the C++ core keeps it (fl_core.h's fl_core_kernel_call_t: a fast-path
+    plan, a kernel graph's step), and the descriptor and argument arrays it points at, which must live until
+    the core has copied them. The core calls launch(handle, ...) for a kernel with a handle (a device JIT
+    kernel), fn(...) otherwise; both are cast, since a kernel may come from another cffi instance."""
+    cast, null = core.ffi.cast, core.ffi.NULL
+    arrays = (ffi.new("fl_tensor_t[]", inputs or 1), ffi.new("fl_tensor_t[]", outputs or 1),
+              ffi.new("fl_arg_t[]", cargs or 1))
     handle = getattr(kernel, "handle", None)
     if handle is not None:
-        return 0, addr(kernel.launch), addr(handle)
-    return addr(kernel.fn), 0, 0
+        fn, launch, handle = null, cast("fl_core_launch_fn", kernel.launch), cast("void *", handle)
+    else:
+        fn, launch, handle = cast("fl_kernel_fn", kernel.fn), null, null
+    call = core.ffi.new("fl_core_kernel_call_t *", {
+        "fn": fn, "launch": launch, "handle": handle, "local": local, "n_inputs": len(inputs), "inputs": arrays[0],
+        "n_outputs": len(outputs), "outputs": arrays[1], "n_args": len(cargs), "args": arrays[2], "slot": slot})
+    return call, arrays
 
 
 def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
@@ -343,7 +352,7 @@ def native_factory(f, dev, args, kwargs):
 
 # -- the C++ fast path ------------------------------------------------------------------
 # A native call on an op's own arguments is committed to the C++ core's per-signature cache; later
-# calls of that signature run there without entering Python (csrc/fl_core.cpp, fallback()).
+# calls of that signature run there without entering Python (csrc/fl_fallback.cpp, fallback()).
 # Python still decides every plan; the fast path steps aside while the profiler listens, while an
 # async copy is in flight, and for any call whose tensors partly share memory.
 
@@ -367,9 +376,7 @@ def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None)
     lib = core.lib()
     if not lib.fl_core_fast_can_commit(name):
         return
-    in_src = []
-    for i, k in site["in_src"]:
-        in_src += [stack_of[i] if i >= 0 else -1, k]
+    in_src = [(stack_of[i] if i >= 0 else -1, k) for i, k in site["in_src"]]
     out_src, out_dtypes = [], []
     for (kind, j), t in zip(site["out_src"], site["outs"], strict=True):
         if kind == "given":
@@ -381,20 +388,17 @@ def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None)
         else:
             return  # an int an op returns beside its tensors: not a kernel output
         out_dtypes.append(core.scalar_type_code(t.dtype) if isinstance(t, torch.Tensor) else 0)
-    patches = [x for a, i, kind in site["patches"] for x in (a, stack_of[i], kind)]
+    patches = [(a, stack_of[i], kind) for a, i, kind in site["patches"]]
     dev = site["dev"]
-    n_in, n_out, n_args = len(site["inputs"]), len(site["out_descs"]), len(site["cargs"])
-    c_in = ffi.new("fl_tensor_t[]", site["inputs"] or 1)
-    c_out = ffi.new("fl_tensor_t[]", site["out_descs"] or 1)
-    c_args = ffi.new("fl_arg_t[]", site["cargs"] or 1)
-    ints = ffi.new("int32_t[]", in_src or [0]), ffi.new("int32_t[]", out_src or [0])
-    dts, pats = ffi.new("int32_t[]", out_dtypes or [0]), ffi.new("int32_t[]", patches or [0])
-    rets = ffi.new("int32_t[]", returns or [0])
-    addr = lambda c: int(ffi.cast("uintptr_t", c))  # noqa: E731
     slot = core.count_slot(dev.backend, count_as, NATIVE)
-    lib.fl_core_fast_commit(name, *kernel_addresses(site["kernel"]), dev.index, dev.local, addr(c_in), n_in,
-                            addr(ints[0]), addr(c_out), n_out, addr(ints[1]), addr(dts), addr(c_args), n_args,
-                            addr(pats), len(patches) // 3, addr(rets), len(returns), slot)
+    call, arrays = kernel_call(site["kernel"], dev.local, site["inputs"], site["out_descs"], site["cargs"], slot)
+    new = core.ffi.new
+    keep = {"name": new("char[]", name), "input_src": new("fl_core_input_src_t[]", in_src or 1),
+            "output_src": new("int32_t[]", out_src or [0]), "output_dtypes": new("int32_t[]", out_dtypes or [0]),
+            "patches": new("fl_core_patch_t[]", patches or 1), "returns": new("int32_t[]", returns or [0])}
+    plan = new("fl_core_fast_plan_t *", {**keep, "device": dev.index, "call": call[0], "n_patches": len(patches),
+                                         "n_returns": len(returns)})
+    lib.fl_core_fast_commit(plan)  # copies what plan points at (arrays and keep live until then)
 
 
 def sync_fast_path() -> None:

@@ -104,12 +104,11 @@ class Device:
         where kernels, fills and copies go, as CUDA code expects (`with torch.fl.stream(s):`)."""
         if not core.streams_made():
             return ffi.NULL
-        addr = core.lib().fl_core_current_stream(self.index)
-        return ffi.cast("fl_stream_t", addr) if addr else ffi.NULL
+        return core.lib().fl_core_current_stream(self.index)
 
     # Host copies on the current stream, done when the call returns (a NULL-stream copy blocks by the copy
     # contract; on another stream the runtime waits for that stream). Device copies are the C++ core's
-    # (copy_d2d_on in csrc/fl_core.cpp).
+    # (copy_d2d_on in csrc/fl_guard.cpp).
     def copy_h2d(self, dst: int, src: int, nbytes: int) -> None:
         s = self.stream()
         self.plugin.copy_h2d(self.local, dst, src, nbytes, s)

@@ -2,7 +2,7 @@
 
 They are PyTorch's own torch.Stream and torch.Event on the fl device, so
 torch.accelerator, autograd's stream handling and `Tensor.record_stream`
-accept them. The C++ core (csrc/fl_core.cpp) maps a stream to the plugin's
+accept them. The C++ core (csrc/fl_guard.cpp) maps a stream to the plugin's
 queue: kernels, fills and copies issued while a stream is current go to it,
 `wait_stream`/`wait_event` make one queue wait for another on the device
 (ABI v2's stream_wait_event, else the host waits), and the caching pool

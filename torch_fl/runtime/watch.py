@@ -9,8 +9,6 @@ watches its sources' storages and is valid while their write generations stand s
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 
 from . import core
@@ -22,16 +20,13 @@ class Watch:
     writes into any of them."""
 
     def __init__(self) -> None:
-        self._writes: ctypes.c_uint64 | None = None
         self.active = 0  # watched storages (counted per watcher): the dispatcher notes writes only while > 0
 
     def writes(self) -> int:
-        if self._writes is None:
-            self._writes = ctypes.c_uint64.in_dll(core.lib(), "fl_core_watched_writes")
-        return self._writes.value
+        return core.watched_writes()
 
     def note_written(self, t: torch.Tensor) -> None:
-        core.lib().fl_core_note_write(base_ptr(t))
+        core.lib().fl_core_note_write(core.pointer(base_ptr(t)))
 
 
 WATCH = Watch()
@@ -42,7 +37,7 @@ class WriteGuard:
     common case, nothing watched written anywhere, costs one read of the core's counter."""
 
     def __init__(self, tensors) -> None:
-        self._bases = tuple(sorted({base_ptr(t) for t in tensors if t is not None} - {0}))
+        self._bases = tuple(core.pointer(b) for b in sorted({base_ptr(t) for t in tensors if t is not None} - {0}))
         lib = core.lib()
         for b in self._bases:
             lib.fl_core_watch(b, 1)

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#define FL_API extern "C" __attribute__((visibility("default")))
+#include "fl_core.h"
 
 namespace {
 
@@ -69,7 +69,7 @@ void composite_with_named_devices(const c10::OperatorHandle& op, c10::DispatchKe
 }  // namespace
 
 // The backend behind fl:index, for the messages above.
-FL_API void fl_devcheck_label(int index, const char* backend) {
+extern "C" void fl_devcheck_label(int index, const char* backend) {
   if (index < 0 || index >= kMaxLabels || backend == nullptr) return;
   std::lock_guard<std::mutex> lock(g_mu);
   g_labels[index] = backend;
@@ -77,7 +77,7 @@ FL_API void fl_devcheck_label(int index, const char* backend) {
 
 // Gives every aten op whose only kernel for fl is the shared composite one an fl kernel calling it as above.
 // Returns how many ops, or -1 when PyTorch refused a registration.
-FL_API int fl_devcheck_install(void) {
+extern "C" int fl_devcheck_install(void) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_lib) return 0;
   try {

@@ -8,6 +8,8 @@
 // on an asynchronous device), and the correlation id of the CPU op it ran under, which PyTorch uses to book
 // device time on that op. With an older torch this file compiles to nothing and fl.profile remains.
 
+#include "fl_core.h"
+
 #if __has_include(<torch/csrc/profiler/standalone/privateuse1_profiler.h>) && __has_include(<IActivityProfiler.h>)
 #define USE_KINETO 1
 #define FMT_HEADER_ONLY 1  // GenericTraceActivity formats with fmt, which libtorch does not export
@@ -106,7 +108,7 @@ class FlActivityProfiler final : public libkineto::IActivityProfiler {
 // Registered when the core is loaded (once per process: the core is loaded once).
 REGISTER_PRIVATEUSE1_PROFILER(FlActivityProfiler);
 
-extern "C" __attribute__((visibility("default"))) int fl_core_kineto(void) { return 1; }
+extern "C" int fl_core_kineto(void) { return 1; }
 #else
-extern "C" __attribute__((visibility("default"))) int fl_core_kineto(void) { return 0; }
+extern "C" int fl_core_kineto(void) { return 0; }
 #endif

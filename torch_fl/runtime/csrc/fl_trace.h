@@ -1,5 +1,5 @@
-// fl_trace.h — the kernel records torch.profiler's fl device events come from. fl_core.cpp records every
-// kernel it or Python launches while a trace runs (device time from plugin events on an asynchronous device,
+// fl_trace.h — the kernel records torch.profiler's fl device events come from. fl_trace.cpp records every
+// kernel the core or Python launches while a trace runs (device time from plugin events on an asynchronous device,
 // else the host clock around the call, which is the device's there); fl_kineto.cpp is Kineto's side.
 #pragma once
 
