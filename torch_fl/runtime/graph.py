@@ -33,6 +33,7 @@ import ctypes
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -40,6 +41,9 @@ from ..errors import FlError
 from . import core, events
 from .abi import ffi
 from .events import COPY, FALLBACK, JIT, NATIVE
+
+if TYPE_CHECKING:
+    from .registry import Device
 from .native import kernel_addresses
 from .tensor import is_fl, iter_tensors
 
@@ -52,7 +56,7 @@ class Recorder:
         self.steps: list[list] = []  # [name, kernel, dev, inputs, out_descs, cargs, path]
         self.keep: list = []  # storages and kernel entries the recorded calls need alive
         self.reason: str | None = None
-        self.device = None
+        self.device: Device | None = None
         self._host: str | None = None  # a host transfer not yet tied to an op
         self._thread = threading.get_ident()
         self._seen: set[int] = set()

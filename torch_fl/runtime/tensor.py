@@ -7,7 +7,7 @@ for a kernel call, and a zero-copy host view where the device allows one."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -19,7 +19,7 @@ from .registry import REGISTRY
 FL = "fl"
 
 
-def is_fl(t: Any) -> bool:
+def is_fl(t: Any) -> TypeGuard[torch.Tensor]:
     """t is a tensor on an fl device."""
     return isinstance(t, torch.Tensor) and t.device.type == FL
 

@@ -35,7 +35,7 @@ from torch import nn
 from ..progress import Reporter
 from ..progress import start as start_progress
 from ..rendering import Report
-from ..runtime import REGISTRY, using_backend
+from ..runtime import REGISTRY, FlDeviceModule, using_backend
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FLOOR = 1e-4  # float32 agreement that always passes, whatever native CPU's own error
@@ -171,7 +171,7 @@ def run_case(case: Case, model: nn.Module, device: torch.device | str, dtype: to
         opt.step()
         losses.append(loss.item())
     if torch.device(device).type == "fl":
-        torch.fl.synchronize()
+        FlDeviceModule.synchronize()
     return Run(output, grads, losses, time.perf_counter() - t0, on_device)
 
 

@@ -29,7 +29,7 @@ from ..compile import Measurement, add_measurement, disabled
 from ..errors import FlError
 from ..placement import placed, used_slots
 from ..rendering import Report
-from ..runtime import FALLBACK, REGISTRY, DeviceClock, OpEvent, events, using_backend
+from ..runtime import FALLBACK, REGISTRY, DeviceClock, FlDeviceModule, OpEvent, events, using_backend
 
 
 @dataclass
@@ -311,7 +311,7 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
         self._events.append(event)
 
     def __enter__(self) -> Profile:
-        torch.fl.synchronize() if REGISTRY.current is not None else None
+        FlDeviceModule.synchronize() if REGISTRY.current is not None else None
         self._mem0 = {d.index: (d.allocated, d.pool_hits, d.pool_misses) for d in REGISTRY.devices}
         self._peak0 = {d.index: d.peak for d in REGISTRY.devices}
         for d in REGISTRY.devices:
@@ -421,7 +421,7 @@ def _record_function_ranges():
 
 def _sync() -> None:
     if REGISTRY.current is not None:
-        torch.fl.synchronize()
+        FlDeviceModule.synchronize()
 
 
 def _call(fn: Callable, args: tuple, kwargs: dict, params: list, backward: bool) -> Any:

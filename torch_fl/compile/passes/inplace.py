@@ -45,8 +45,12 @@ def _copies_into(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
     """Graph input -> the copy_ nodes that write into it."""
     out: dict[fx.Node, list[fx.Node]] = {}
     for n in graph.nodes:
-        if n.op == "call_function" and n.target is aten.copy_.default and n.args[0].op == "placeholder":
-            out.setdefault(n.args[0], []).append(n)
+        if n.op != "call_function" or n.target is not aten.copy_.default:
+            continue
+        dst = n.args[0]
+        assert isinstance(dst, fx.Node), "aten.copy_'s self is a tensor: a node of the graph"
+        if dst.op == "placeholder":
+            out.setdefault(dst, []).append(n)
     return out
 
 
@@ -82,9 +86,12 @@ def _batch_norms(graph: fx.Graph, copies: dict, kind: str) -> tuple[int, list[st
         if training is not True or not all(isinstance(t, fx.Node) and t.op == "placeholder" for t in (rm, rv)):
             continue
         items = {u.args[1]: u for u in f.users if u.target is operator.getitem}
-        stats = [items.get(3), items.get(4)]
+        stat_mean, stat_var = items.get(3), items.get(4)
+        if stat_mean is None or stat_var is None:
+            continue
+        stats = [stat_mean, stat_var]
         writes = [copies.get(rm, []), copies.get(rv, [])]
-        if any(s is None for s in stats) or any(len(c) != 1 or c[0].args[1] is not s or c[0].users
+        if any(len(c) != 1 or c[0].args[1] is not s or c[0].users
                                                 for c, s in zip(writes, stats, strict=True)):
             continue
         if set(rm.users) != {f, writes[0][0]} or set(rv.users) != {f, writes[1][0]}:
