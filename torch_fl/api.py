@@ -100,7 +100,7 @@ def list_backends() -> BackendReport:
     entries = []
     for c in REGISTRY.candidates:
         d = c.as_dict()
-        b = REGISTRY.backends.get(c.name) if c.status == "loaded" else None
+        b = REGISTRY.backends.get(c.name) if c.status == "loaded" and c.name is not None else None
         d["devices"] = [str(x.torch_device) for x in b.devices] if b else []
         entries.append(d)
     return BackendReport(entries)
@@ -195,6 +195,7 @@ def explain(op, dtype: torch.dtype | str | tuple = torch.float32, backend: str |
     f = facts(func)
     dtypes = tuple(_dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,)))
     plan = b.plans.get((func, dtypes)) or resolve(f, b, dtypes)
+    path: str | None
     if f.is_view:
         path, reasons = "view", [f"{f.name} is a view: metadata only, shares the input's plugin buffer"]
     else:

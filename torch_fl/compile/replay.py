@@ -269,7 +269,7 @@ class ReplayedGraph:
                 continue
             # a fresh output: outputs sharing a storage (y and y.view(-1)) come back as views of one fresh
             # copy of the bytes they span, so an in-place edit of one shows in the other, as in eager
-            first = o.storage_offset() * o.element_size()
+            first = int(o.storage_offset()) * o.element_size()  # a real output's offset: an int
             span = regions.setdefault(o.untyped_storage().data_ptr(), [first, first])
             span[0], span[1] = min(span[0], first), max(span[1], first + _span(o) * o.element_size())
             specs.append(("fresh", o.untyped_storage().data_ptr(), tuple(o.shape), o.stride(), o.dtype, first))

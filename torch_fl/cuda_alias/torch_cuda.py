@@ -105,7 +105,7 @@ def _is_tf32_supported() -> bool:
 def _on(fn_name: str) -> Callable[..., Any]:
     """torch.cuda.<fn_name>(device=None) as torch.fl.<fn_name> on the fl device `device` names."""
     def call(device: Any = None) -> Any:
-        return getattr(torch.fl, fn_name)(fl_device(device).index)
+        return getattr(FlDeviceModule, fn_name)(fl_device(device).index)
 
     call.__name__ = fn_name
     return call
@@ -172,8 +172,10 @@ class Event(metaclass=streams.FlInstance):
     base = torch.Event
 
     # a factory, so not an instance of cls (mypy's rule for __new__): FlInstance's isinstance accepts it
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
-                **kwargs: Any) -> torch.Event:  # type: ignore[misc]
+    def __new__(  # type: ignore[misc]
+        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+        **kwargs: Any,
+    ) -> torch.Event:
         return streams.Event(enable_timing, blocking, interprocess)
 
 

@@ -185,7 +185,7 @@ _COMPARISONS = {"eq", "ne", "gt", "ge", "lt", "le", "logical_and", "logical_or",
 
 def _promoted(operands: list) -> Any:
     """torch.result_type of a node's operands (scalars as Python numbers), or None."""
-    items = []
+    items: list[bool | int | float | torch.Tensor] = []
     for v in operands:
         if v.dtype is None:
             return None
@@ -469,7 +469,8 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
                     pos.append(v)
             return func(*pos, **kw)
 
-    gm = make_fx(fn, decomposition_table=core_aten_decompositions())(*example)
+    # a CustomDecompTable is a Mapping at run time; torch's annotation of make_fx does not say so
+    gm = make_fx(fn, decomposition_table=core_aten_decompositions())(*example)  # type: ignore[arg-type]
     lines, result = _emit(gm.graph, inputs, dtype, frozenset(scalars))
     loads = "\n        ".join(f"{value_type(dtype)} x{k} = {c_load(f'in[{k}]', dtype, f'o{k}')};" for k in range(n_in))
     body = "\n        ".join(lines)

@@ -33,7 +33,7 @@ def _device(device: Any = None) -> torch.device:
 class FlInstance(type):
     """isinstance(s, torch.fl.Stream) is true for any fl torch.Stream (current_stream() returns plain ones)."""
 
-    base: type
+    base: type[torch.Stream] | type[torch.Event]
 
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, cls.base) and obj.device.type == "fl"
@@ -59,8 +59,10 @@ class Event(metaclass=FlInstance):
     base = torch.Event
 
     # a factory, so not an instance of cls (mypy's rule for __new__): FlInstance's isinstance accepts it
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
-                device: Any = None) -> torch.Event:  # type: ignore[misc]
+    def __new__(  # type: ignore[misc]
+        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+        device: Any = None,
+    ) -> torch.Event:
         return torch.Event(device=_device(device), enable_timing=enable_timing, blocking=blocking,
                            interprocess=interprocess)
 

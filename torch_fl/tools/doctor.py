@@ -122,7 +122,7 @@ class ModelCheck(Report):
     def notes(self) -> list[str]:
         """What the loss curve shows that the verdict does not judge: the fl curve far further from
         float64's than native CPU's is, or rising where native's does not (said, never hidden)."""
-        out = []
+        out: list[str] = []
         if not self.losses or len(self.losses) != len(self.float64_losses) or not self.native_losses:
             return out
         f64 = self.float64_losses[-1]
@@ -158,10 +158,10 @@ def run_case(case: Case, model: nn.Module, device: torch.device | str, dtype: to
     out = m(x)
     projection = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     (out * projection.to(out)).sum().backward()
-    grads = {n: p.grad for n, p in m.named_parameters()}
-    on_device = all(g is not None and g.device.type == torch.device(device).type for g in grads.values())
+    raw_grads = {n: p.grad for n, p in m.named_parameters()}
+    on_device = all(g is not None and g.device.type == torch.device(device).type for g in raw_grads.values())
     output = out.detach().cpu()
-    grads = {n: g.detach().cpu() for n, g in grads.items() if g is not None}
+    grads = {n: g.detach().cpu() for n, g in raw_grads.items() if g is not None}
     opt = torch.optim.SGD(m.parameters(), lr=case.lr, momentum=0.9)
     losses = []
     for _ in range(case.steps):

@@ -241,7 +241,7 @@ class RunErrors:
 
     @property
     def worst_name(self) -> str | None:
-        return max(self.errors, key=self.errors.get) if self.errors else None
+        return max(self.errors, key=lambda k: self.errors[k]) if self.errors else None
 
 
 @dataclass

@@ -141,7 +141,8 @@ class OpTrace:
             phase, module = "forward", self.current_module()
         else:
             phase = "backward"
-            module = node.metadata.get(_TAG, self._last_backward_module)
+            # a dict property at run time; torch's stub declares a method
+            module = node.metadata.get(_TAG, self._last_backward_module)  # type: ignore[attr-defined]
             self._last_backward_module = module
         op = str(func)
         outputs = [t.detach().to("cpu", copy=True) for t in _float_tensors(out)]
@@ -228,6 +229,7 @@ def branch_note(dev: OpRecord, ref: OpRecord, band: float = BAND) -> str:
         n = int((a != b).sum()) if isinstance(a, torch.Tensor) and a.shape == b.shape else 0
         return (f"the two runs picked a different window maximum at {n} position(s): a near tie, decided by "
                 "rounding" if n else "")
+    assert d.input is not None, "a decider without indices names its deciding input (the tables above)"
     x_dev, x_ref = dev.inputs[d.input], ref.inputs[d.input]
     t = float(ref.inputs[d.threshold_arg]) if d.threshold_arg is not None else d.threshold
     if not isinstance(x_dev, torch.Tensor) or x_dev.shape != x_ref.shape:
@@ -265,8 +267,9 @@ def compare_traces(dev: OpTrace, ref: OpTrace, tolerance: float) -> tuple[list[O
         floor = CANCELLATION * max(rec.input_scale, other.input_scale)
         worst = max((_rel(a, b, floor) for a, b in zip(rec.outputs, other.outputs, strict=True)), default=0.0)
         if worst > tolerance:
-            pair = _deciding_forward(rec, dev), _deciding_forward(other, ref)
-            note = branch_note(*pair) if None not in pair else branch_note(rec, other)
+            fwd_dev, fwd_ref = _deciding_forward(rec, dev), _deciding_forward(other, ref)
+            note = (branch_note(fwd_dev, fwd_ref) if fwd_dev is not None and fwd_ref is not None
+                    else branch_note(rec, other))
             diffs.append(OpDiff(rec.phase, rec.module, rec.op, rec.ordinal, worst, note))
     return diffs, matched
 

@@ -434,7 +434,9 @@ def _call(fn: Callable, args: tuple, kwargs: dict, params: list, backward: bool)
     if backward:
         outs = [o for o in _tensors(out) if o.requires_grad]
         if outs:
-            sum(o.float().sum() for o in outs).backward()
+            total = sum(o.float().sum() for o in outs)
+            assert isinstance(total, torch.Tensor), "a sum of one or more tensors"
+            total.backward()
     return out
 
 

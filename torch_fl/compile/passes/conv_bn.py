@@ -71,8 +71,8 @@ def conv_bn(ctx: PassContext) -> None:
         if not (isinstance(conv, fx.Node) and conv.target is aten.convolution.default):
             continue
         x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
-        assert isinstance(x, fx.Node) and all(isinstance(v, (list, tuple)) for v in (stride, padding, dilation)), \
-            "aten.convolution's schema: a tensor input and int[] stride, padding, dilation"
+        assert isinstance(x, fx.Node) and isinstance(stride, (list, tuple)) and isinstance(padding, (list, tuple)) \
+            and isinstance(dilation, (list, tuple)), "aten.convolution's schema: int[] stride, padding, dilation"
         _, bn_w, bn_b, mean, var, _, eps = bn.args
         out = next((u for u in bn.users if u.target is operator.getitem and u.args[1] == 0), None)
         relu = only_user(out) if out is not None else None
