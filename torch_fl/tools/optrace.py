@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -78,7 +80,7 @@ BRANCH_INPUTS: dict = {
 }
 
 
-def _float_tensors(value) -> list[torch.Tensor]:
+def _float_tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value] if value.is_floating_point() or value.is_complex() else []
     if isinstance(value, (list, tuple)):
@@ -86,7 +88,7 @@ def _float_tensors(value) -> list[torch.Tensor]:
     return []
 
 
-def _all_tensors(value) -> list[torch.Tensor]:
+def _all_tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
@@ -97,11 +99,11 @@ def _all_tensors(value) -> list[torch.Tensor]:
 class _Tagger(TorchFunctionMode):
     """Tags each autograd node made by a torch function with the module running it."""
 
-    def __init__(self, trace: OpTrace):
+    def __init__(self, trace: OpTrace) -> None:
         super().__init__()
         self.trace = trace
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
         module = self.trace.current_module()
         for t in _all_tensors(out):
@@ -112,11 +114,11 @@ class _Tagger(TorchFunctionMode):
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, trace: OpTrace):
+    def __init__(self, trace: OpTrace) -> None:
         super().__init__()
         self.trace = trace
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
         if func not in _SKIP:
             self.trace.add(func, args, out)
@@ -135,7 +137,7 @@ class OpTrace:
     def current_module(self) -> str:
         return self._stack[-1] if self._stack else ""
 
-    def add(self, func, args, out) -> None:
+    def add(self, func: Any, args: tuple, out: Any) -> None:
         node = torch._C._current_autograd_node()
         if node is None:
             phase, module = "forward", self.current_module()
@@ -158,11 +160,11 @@ class OpTrace:
         self.records.append(OpRecord(len(self.records), phase, module, op, n, outputs, inputs, decider, scale))
 
     @contextlib.contextmanager
-    def recording(self, model: nn.Module):
-        def enter(module, args, name):
+    def recording(self, model: nn.Module) -> Iterator[OpTrace]:
+        def enter(module: nn.Module, args: Any, name: str) -> None:
             self._stack.append(name)
 
-        def leave(module, args, output):
+        def leave(module: nn.Module, args: Any, output: Any) -> None:
             if self._stack:
                 self._stack.pop()
 

@@ -91,7 +91,7 @@ class Watch(Report):
     def __enter__(self) -> Watch:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _mark(self) -> None:
