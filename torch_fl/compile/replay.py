@@ -72,7 +72,7 @@ class ReplayStatus:
     parts: dict = field(default_factory=dict)
     # the latest recording's KernelGraph (its kernel names, kernel_count; bench_fusion times it): a plain
     # attribute, not a field, so that the report stays plain data (asdict)
-    graph = None
+    graph: KernelGraph | None = None
 
     def update(self, kind: str, replayed: bool, reason: str | None, kernels: int = 0) -> None:
         """One aten graph's state; the status is replayed when all of them are (a training step is

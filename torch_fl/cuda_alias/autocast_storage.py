@@ -85,7 +85,7 @@ _GENERATOR = ("fl devices have no Generator objects (torch.Generator(device='fl'
 _GeneratorMeta: type = type(torch._C.Generator)  # pybind's metaclass, which has no name to import
 
 
-class _GeneratorType(_GeneratorMeta):  # type: ignore[misc,valid-type]  # a base only known at run time
+class _GeneratorType(_GeneratorMeta):
     """isinstance(g, torch.Generator) stays true for every generator while torch.Generator is the alias's."""
 
     def __instancecheck__(cls, obj: Any) -> bool:

@@ -161,7 +161,8 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     plan = Plan(f.name, backend.name, tuple(dtype_name(d) for d in dtypes))
     dev_mask = backend.devices[0].props.dtypes if backend.devices else 0
     entry = backend.plugin.kernels.get(f.name)
-    lookup = dtypes[0] if dtypes else None
+    # a dtype, or None with code -1: the branches below test code < 0 before naming it (Any: mypy cannot follow)
+    lookup: Any = dtypes[0] if dtypes else None
     code = TO_CODE.get(lookup, -1) if lookup is not None else -1
     unnamed = _without_abi_dtype(dtypes)
     if NATIVE in SETTINGS.disabled:

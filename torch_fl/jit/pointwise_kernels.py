@@ -197,7 +197,7 @@ def _promoted(operands: list) -> Any:
         return None
     if not isinstance(items[0], torch.Tensor) and not isinstance(items[1], torch.Tensor):
         return None
-    return torch.result_type(*items)
+    return torch.result_type(*items)  # type: ignore[arg-type]  # a tensor and a scalar, either order
 
 
 # integer forms of the ops, over int64_t operands; `err` flags a zero divisor

@@ -102,7 +102,7 @@ class ModelCheck(Report):
         return not self.problems
 
     def render(self) -> str:
-        def curve(losses):
+        def curve(losses: list[float]) -> str:
             return " -> ".join(f"{v:.4f}" for v in losses) or "-"
 
         verdict = "OK" if self.ok else "MISMATCH: " + "; ".join(self.problems)

@@ -108,8 +108,9 @@ class _Tagger(TorchFunctionMode):
         module = self.trace.current_module()
         for t in _all_tensors(out):
             node = t.grad_fn
-            if node is not None and _TAG not in node.metadata:
-                node.metadata[_TAG] = module
+            # metadata is a dict property at run time; torch's stub declares a method
+            if node is not None and _TAG not in node.metadata:  # type: ignore[operator]
+                node.metadata[_TAG] = module  # type: ignore[index]
         return out
 
 

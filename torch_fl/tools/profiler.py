@@ -18,7 +18,7 @@ import contextlib
 import html
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -164,7 +164,7 @@ class Profile(Report):
                 "ops": [dict(asdict(s), mean_us=s.mean_us, path=s.path) for s in self.top(len(self.ops()))],
                 "memory": [asdict(m) for m in self.memory]}
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     def chrome_trace(self) -> dict:
@@ -330,7 +330,7 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
         self.result = Profile(self._events, 0.0, [], self.label)
         return self.result
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for d in REGISTRY.devices:
             try:
                 d.plugin.table.synchronize(d.local) if d.plugin.optional.get("synchronize") else None
@@ -402,10 +402,10 @@ def _check_ran_on(p: Profile, name: str) -> None:
 
 
 @contextlib.contextmanager
-def _record_function_ranges():
+def _record_function_ranges() -> Iterator[None]:
     original = dispatch.dispatch
 
-    def ranged(func, args, kwargs):
+    def ranged(func: Any, args: Any, kwargs: Any) -> Any:
         with torch.profiler.record_function(f"fl::{dispatch.op_name(func)}"):
             return original(func, args, kwargs)
 

@@ -6,6 +6,7 @@ ReLU follows, else as one convolution with the batch norm folded into its weight
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -27,7 +28,7 @@ class FoldedConv(torch.nn.Module):
     p.data.mul_(), an EMA update, inference tensors too), so a model that keeps
     training between inference calls stays correct. The check is host-side: no kernel."""
 
-    def __init__(self, eps: float, stride, padding, dilation, groups: int):
+    def __init__(self, eps: float, stride: list, padding: list, dilation: list, groups: Any) -> None:
         super().__init__()
         self.eps, self.stride, self.padding, self.dilation, self.groups = eps, stride, padding, dilation, groups
         self.channels_last = False  # set by the layout pass: a channels-last weight and output

@@ -54,17 +54,18 @@ def _copies_into(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
     return out
 
 
-def _counter_updates(graph: fx.Graph, copies: dict) -> int:
+def _counter_updates(graph: fx.Graph, copies: dict[fx.Node, list[fx.Node]]) -> int:
     done = 0
     for buf, writes in copies.items():
         if len(writes) != 1:
             continue
         copy = writes[0]
         src = copy.args[1]
+        buf_users = set(buf.users)  # read before `is buf` below, which narrows buf to an fx argument's type
         if not (isinstance(src, fx.Node) and src.target is aten.add.Tensor and src.args[0] is buf
                 and isinstance(src.args[1], (int, float)) and len(src.users) == 1 and not src.kwargs):
             continue
-        if set(buf.users) != {src, copy} or copy.users:
+        if buf_users != {src, copy} or copy.users:
             continue
         with graph.inserting_before(copy):
             new = graph.call_function(aten.add_.Tensor, (buf, src.args[1]))
@@ -76,7 +77,7 @@ def _counter_updates(graph: fx.Graph, copies: dict) -> int:
     return done
 
 
-def _batch_norms(graph: fx.Graph, copies: dict, kind: str) -> tuple[int, list[str]]:
+def _batch_norms(graph: fx.Graph, copies: dict[fx.Node, list[fx.Node]], kind: str) -> tuple[int, list[str]]:
     done, kept = 0, []
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
     for f in list(graph.nodes):

@@ -13,9 +13,13 @@ import json
 import os
 import sys
 import warnings
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch_fl.runtime import Backend
 
 
-def _emit(kind: str, payload) -> None:
+def _emit(kind: str, payload: Any) -> None:
     sys.stdout.write(f"@@{kind} {json.dumps(payload) if not isinstance(payload, str) else payload}\n")
     sys.stdout.flush()
 
@@ -24,7 +28,7 @@ def _row(check: str, status: str, detail: str) -> None:
     _emit("ROW", {"check": check, "status": status, "detail": detail})
 
 
-def _find(target: str):
+def _find(target: str) -> tuple[Backend | None, str | None]:
     from torch_fl.runtime import REGISTRY
 
     REGISTRY.discover()
@@ -36,6 +40,7 @@ def _find(target: str):
                     return None, f"rejected by the loader: {cand.reason}"
                 if cand.status == "shadowed":
                     return None, f"not loaded: {cand.reason}"
+                assert cand.name is not None, "a candidate neither rejected nor shadowed was loaded"
                 return REGISTRY.get(cand.name), None
         return None, f"{target} was not found by discovery (is it a lib*.so file?)"
     try:
