@@ -66,16 +66,14 @@ def main(argv: list[str] | None = None) -> int:
 
     if "load" not in skip:
         _emit("BEGIN", "load")
-        backend, why = _find(args.target)
-        if backend is None:
-            _row("load", contract.FAIL, why)
-            _emit("DONE", "")
-            return 0
-        plugin = backend.plugin
+    backend, why = _find(args.target)
+    if backend is None:  # also when an earlier worker loaded it (load skipped) and it is gone since
+        _row("load", contract.FAIL, why or "not found")
+        _emit("DONE", "")
+        return 0
+    plugin = backend.plugin
+    if "load" not in skip:
         _row("load", contract.PASS, f"{plugin.path} [{plugin.origin}], ABI version and entry points")
-    else:
-        backend, _ = _find(args.target)
-        plugin = backend.plugin
     groups = [("identity", contract.identity), ("devices", contract.devices), ("memory", contract.memory),
               ("copies", contract.copies), ("version 2", contract.version2), ("rng", contract.rng),
               ("kernel table", contract.kernel_table)]
