@@ -16,11 +16,14 @@ namespace and displays the result. Option defaults are traitlets settings:
 
 from __future__ import annotations
 
+import argparse
 import ast
 import builtins
 import itertools
 import keyword
 import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -32,6 +35,9 @@ try:
     from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
     from IPython.display import display
     from traitlets import Integer
+
+    if TYPE_CHECKING:
+        from IPython.core.interactiveshell import InteractiveShell
 except ModuleNotFoundError as e:  # torch_fl alone installs no IPython: name the extra that does
     raise ModuleNotFoundError(
         f"fl_magics needs IPython ({e.name} is not installed): install torch_fl's jupyter extra, "
@@ -50,7 +56,7 @@ def _backend_or_usage(name: str) -> str:
     return name
 
 
-def _parse(magic, line: str):
+def _parse(magic: Callable[..., Any], line: str) -> argparse.Namespace:
     """parse_argstring, with a line shlex cannot split (an unterminated quote)
     reported as a UsageError like every other bad argument, not a traceback."""
     try:
@@ -72,7 +78,7 @@ def output_name(name: str | None) -> str | None:
     return name
 
 
-def _cell_number(shell) -> int:
+def _cell_number(shell: InteractiveShell) -> int:
     """The In[N] of the cell being run: IPython counts a stored cell before it
     runs it, so during the run the counter is already one ahead."""
     return max(shell.execution_count - 1, 0)
@@ -89,7 +95,7 @@ def _hide_internal_frames(tb: types.TracebackType | None) -> None:
         tb = tb.tb_next
 
 
-def _render_from_cell(shell, exc: BaseException, filename: str) -> None:
+def _render_from_cell(shell: InteractiveShell, exc: BaseException, filename: str) -> None:
     """Give the exception IPython's `_render_traceback_` hook, so the shell
     shows its traceback from the cell's own line on, as for a cell without the
     magic, instead of starting at `get_ipython().run_cell_magic(...)`."""
@@ -99,12 +105,14 @@ def _render_from_cell(shell, exc: BaseException, filename: str) -> None:
     if tb is None:
         return
     try:
-        exc._render_traceback_ = lambda: shell.InteractiveTB.structured_traceback(type(exc), exc, tb, tb_offset=0)
+        # IPython's hook is set on the instance: BaseException declares no such attribute
+        exc._render_traceback_ = (  # type: ignore[attr-defined]
+            lambda: shell.InteractiveTB.structured_traceback(type(exc), exc, tb, tb_offset=0))
     except AttributeError:  # an exception type without an instance dict keeps IPython's rendering
         pass
 
 
-def run_cell_code(shell, cell: str, *, display: bool = True) -> None:
+def run_cell_code(shell: InteractiveShell, cell: str, *, display: bool = True) -> None:
     """Run a cell's code in the user namespace as IPython would -- its magics
     transformed, the last expression displayed, tracebacks pointing at the
     cell's own In[N] -- but let an exception propagate, so a profiling magic
@@ -135,8 +143,15 @@ class FlMagics(Magics):
     steps = Integer(20, min=0,
                     help="training steps %fl_align compares when --steps is not given (0 skips)").tag(config=True)
 
-    def _lookup(self, name: str):
-        ns = self.shell.user_ns
+    @property
+    def _shell(self) -> InteractiveShell:
+        """The shell the magics were registered on: IPython's `shell` trait may be None, never once
+        load_ipython_extension has registered them."""
+        assert self.shell is not None, "FlMagics run inside IPython: %load_ext fl_magics"
+        return self.shell
+
+    def _lookup(self, name: str) -> Any:
+        ns = self._shell.user_ns
         if name not in ns:
             raise UsageError(f"no variable named {name!r} in this namespace")
         return ns[name]
@@ -151,7 +166,7 @@ class FlMagics(Magics):
     @argument("--as-cuda", action="store_true",
               help="also run code written for CUDA ('cuda', .cuda(), torch.cuda.*) on the fl backend: "
                    "torch_fl.alias_cuda(), for the rest of the session")
-    def fl_backend(self, line: str):
+    def fl_backend(self, line: str) -> None:
         """Show the current fl backend and the available ones, or switch backend
         live: new tensors go to the new backend, existing ones stay valid where
         they are (move named ones with --move). With --as-cuda, 'cuda' means the
@@ -189,17 +204,17 @@ class FlMagics(Magics):
         except refused as e:  # a real CUDA device: the magic says why instead of a traceback
             raise UsageError(str(e)) from None
 
-    def _movable(self, name: str):
+    def _movable(self, name: str) -> Any:
         """The namespace object `--move NAME` names, if it is one that can move."""
         obj = self._lookup(name)
         if not isinstance(obj, (torch.nn.Module, torch.Tensor, torch.optim.Optimizer)):
             raise UsageError(f"--move: {name!r} is a {type(obj).__name__}; only modules, tensors and optimizers move")
         return obj
 
-    def _move(self, name: str, obj, device: torch.device) -> None:
+    def _move(self, name: str, obj: Any, device: torch.device) -> None:
         moved = fl.move(obj, device)
         if isinstance(obj, torch.Tensor):  # a tensor moves as a copy: the name is rebound to it
-            self.shell.user_ns[name] = moved
+            self._shell.user_ns[name] = moved
 
     # -- %%fl_profile -------------------------------------------------------------
     @cell_magic
@@ -213,7 +228,7 @@ class FlMagics(Magics):
               help="run the cell eagerly (torch.compile'd code included), then compiled (once unprofiled first: "
                    "compilation, JIT kernels, folded weights), and show kernels before vs after and the fusion "
                    "report of every compiled model in the namespace")
-    def fl_profile(self, line: str, cell: str):
+    def fl_profile(self, line: str, cell: str) -> None:
         """Run the cell under fl.profile(): per-op time, calls, path, kernel
         launches and bytes copied, and where the time went by path. The cell's
         last expression still displays."""
@@ -227,16 +242,18 @@ class FlMagics(Magics):
             if args.compare:
                 raise UsageError("--fusion compares the cell with and without fusion; use it without --compare "
                                  "(fl.compare_backends(fn, a, b, fusion=True) compares two backends both ways)")
-            return self._profile_fusion(args, output, cell, top)
+            self._profile_fusion(args, output, cell, top)
+            return None
         first = _backend_or_usage(args.backend) if args.backend else fl.get_current_backend_name()
+        out: fl.Comparison | fl.Profile
         if args.compare:
             out = fl.compare_backends(self._cell_function(cell), first, _backend_or_usage(args.compare), warmup=0,
-                                      namespace=self.shell.user_ns, names=self._cell_names(cell))
+                                      namespace=self._shell.user_ns, names=self._cell_names(cell))
         else:
             out = self._profile(first, cell, output)
         self._show_profile(out, top, args.no_plot)
         if output:
-            self.shell.user_ns[output] = out
+            self._shell.user_ns[output] = out
         return None
 
     def _profile(self, backend: str, cell: str, output: str | None) -> fl.Profile:
@@ -246,10 +263,10 @@ class FlMagics(Magics):
         __tracebackhide__ = True
         with fl.using_backend(backend), fl.profile(label=backend) as prof:
             try:
-                run_cell_code(self.shell, cell)
+                run_cell_code(self._shell, cell)
             except BaseException:
                 if output:
-                    self.shell.user_ns[output] = prof
+                    self._shell.user_ns[output] = prof
                 raise
         return prof
 
@@ -258,23 +275,23 @@ class FlMagics(Magics):
         from torch_fl.placement import code_names
 
         try:
-            return code_names(compile(self.shell.transform_cell(cell), "<cell>", "exec"))
+            return code_names(compile(self._shell.transform_cell(cell), "<cell>", "exec"))
         except SyntaxError:
             return set()  # the run itself reports it
 
-    def _cell_function(self, cell: str):
+    def _cell_function(self, cell: str) -> Callable[[], None]:
         """The cell as the function fl.compare_backends runs on each backend;
         its last expression displays on the first run only."""
         runs = itertools.count()
 
         def run_cell() -> None:
             __tracebackhide__ = True
-            run_cell_code(self.shell, cell, display=next(runs) == 0)
+            run_cell_code(self._shell, cell, display=next(runs) == 0)
 
         return run_cell
 
     @staticmethod
-    def _show_profile(out, top: int, no_plot: bool) -> None:
+    def _show_profile(out: fl.Comparison | fl.Profile, top: int, no_plot: bool) -> None:
         from torch_fl.notebook import comparison_kernels, fallback_paths, time_by_path
 
         # text in a terminal, an HTML table in a notebook (the fixed-width text wraps every row there)
@@ -287,7 +304,7 @@ class FlMagics(Magics):
             display(time_by_path(out))
             display(fallback_paths(out))
 
-    def _profile_fusion(self, args, output: str | None, cell: str, top: int):
+    def _profile_fusion(self, args: argparse.Namespace, output: str | None, cell: str, top: int) -> None:
         __tracebackhide__ = True
         from torch_fl.compile import disabled
         from torch_fl.notebook.figures import comparison_kernels, fusion_patterns
@@ -295,11 +312,11 @@ class FlMagics(Magics):
         name = _backend_or_usage(args.backend) if args.backend else fl.get_current_backend_name()
         with fl.using_backend(name):
             with disabled(), fl.profile(label="eager") as before:
-                run_cell_code(self.shell, cell, display=False)
-            run_cell_code(self.shell, cell, display=False)  # one-time work: compilation, JIT kernels, folds
+                run_cell_code(self._shell, cell, display=False)
+            run_cell_code(self._shell, cell, display=False)  # one-time work: compilation, JIT kernels, folds
             after = self._profile(name, cell, None)
         out = before.compare(after, ("eager", "compiled"))
-        reports = {k: fl.fusion_report(v) for k, v in self.shell.user_ns.items()
+        reports = {k: fl.fusion_report(v) for k, v in self._shell.user_ns.items()
                    if isinstance(v, torch._dynamo.eval_frame.OptimizedModule) and not k.startswith("_")}
         print(f"fusion on '{name}': kernels {before.kernels} -> {after.kernels}")
         if not reports:
@@ -313,14 +330,14 @@ class FlMagics(Magics):
             for k in sorted(reports):
                 display(fusion_patterns(reports[k]))
         if output:
-            self.shell.user_ns[output] = out
+            self._shell.user_ns[output] = out
         return None
 
     # -- %fl_caps ----------------------------------------------------------------------
     @line_magic
     @magic_arguments()
     @argument("backend", nargs="?", help="backend to open on (default: current)")
-    def fl_caps(self, line: str):
+    def fl_caps(self, line: str) -> None:
         """The capability explorer: devices, op coverage, fused kernels, collectives, comparison."""
         from torch_fl.notebook import CapabilityExplorer
 
@@ -336,7 +353,7 @@ class FlMagics(Magics):
     @argument("op", help='an aten op: "aten::add.Tensor", "add.Tensor", "mm", or "fl::conv_bn_relu"')
     @argument("--dtype", default="float32")
     @argument("--detail", action="store_true", help="every tier's reason on each backend, not one row each")
-    def fl_explain(self, line: str):
+    def fl_explain(self, line: str) -> None:
         """Which path OP takes on every backend, and why: one row per backend."""
         args = _parse(self.fl_explain, line)
         try:
@@ -356,7 +373,7 @@ class FlMagics(Magics):
     @argument("optimizer", nargs="?", help="name of its optimizer: each optimizer.step() ends a step")
     @argument("-o", "--output", metavar="NAME", default="watch",
               help="the Watch's name in the namespace (default: watch); call NAME(loss) to record the loss")
-    def fl_watch(self, line: str):
+    def fl_watch(self, line: str) -> None:
         """A live view of a training loop: per step the loss, kernels, CPU fallbacks, bytes copied, device
         memory, and the ops taking each path; it redraws as each step ends."""
         from torch_fl.notebook import WatchView
@@ -370,7 +387,7 @@ class FlMagics(Magics):
         if opt is not None and not isinstance(opt, torch.optim.Optimizer):
             raise UsageError(f"{args.optimizer!r} is a {type(opt).__name__}, not a torch.optim optimizer")
         w = fl.watch(model, opt)
-        self.shell.user_ns[output] = w
+        self._shell.user_ns[output] = w
         display(WatchView(w))
         return None
 
@@ -387,7 +404,7 @@ class FlMagics(Magics):
               help="training steps to compare (0 skips; default: %%config FlMagics.steps, 20)")
     @argument("-o", "--output", metavar="NAME", help="store the AlignmentReport in this variable")
     @argument("--no-plot", action="store_true")
-    def fl_align(self, line: str, cell: str | None = None):
+    def fl_align(self, line: str, cell: str | None = None) -> None:
         """Precision alignment of MODEL on a backend against a reference: per-module
         outputs, gradients, autocast, and a short training run. As a cell magic the
         cell runs first (it builds the model and its inputs), then what it defined is
@@ -398,11 +415,11 @@ class FlMagics(Magics):
         output = output_name(args.output)
         if cell is not None:
             __tracebackhide__ = True
-            before = self.shell.user_ns.get("target", _UNSET)
-            run_cell_code(self.shell, cell, display=False)
+            before = self._shell.user_ns.get("target", _UNSET)
+            run_cell_code(self._shell, cell, display=False)
             if args.model is None:  # the default names; `target` only where this cell (re)defined it
                 args.model, args.inputs = "model", args.inputs or "inputs"
-                if self.shell.user_ns.get("target", _UNSET) is not before:
+                if self._shell.user_ns.get("target", _UNSET) is not before:
                     args.target = "target"
         elif not (args.model and args.inputs):
             raise UsageError("%fl_align MODEL INPUTS [TARGET]: name the model and its inputs in this namespace "
@@ -430,15 +447,15 @@ class FlMagics(Magics):
             if report.training:
                 display(alignment_losses(report))
         if output:
-            self.shell.user_ns[output] = report
+            self._shell.user_ns[output] = report
         return None
 
 
-def load_ipython_extension(ipython) -> None:
+def load_ipython_extension(ipython: InteractiveShell) -> None:
     import torch_fl.notebook  # noqa: F401 - registers the progress bar long runs show in a notebook
 
     ipython.register_magics(FlMagics)
 
 
-def unload_ipython_extension(ipython) -> None:  # noqa: ARG001 - IPython's hook signature
+def unload_ipython_extension(ipython: InteractiveShell) -> None:  # noqa: ARG001 - IPython's hook signature
     return None

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from .dispatch import facts, resolve, resolve_op
 from .rendering import Report
-from .runtime import REGISTRY, SETTINGS, config, core
+from .runtime import REGISTRY, SETTINGS, CapabilityTable, config, core
 from .runtime import using_backend as using_backend  # fl.using_backend, with the rest of the facade
 
 
@@ -71,7 +73,7 @@ class BackendReport(Report):
 
     entries: list
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict]:
         return iter(self.entries)
 
     def __len__(self) -> int:
@@ -100,13 +102,13 @@ def list_backends() -> BackendReport:
     entries = []
     for c in REGISTRY.candidates:
         d = c.as_dict()
-        b = REGISTRY.backends.get(c.name) if c.status == "loaded" else None
+        b = REGISTRY.backends.get(c.name) if c.status == "loaded" and c.name is not None else None
         d["devices"] = [str(x.torch_device) for x in b.devices] if b else []
         entries.append(d)
     return BackendReport(entries)
 
 
-def capabilities(backend: str | None = None):
+def capabilities(backend: str | None = None) -> CapabilityTable:
     """The capability table of a backend (default: the current one)."""
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     return b.capabilities
@@ -175,14 +177,14 @@ class ExplanationTable(Report):
                 f"<table><tr><th>backend</th><th>path</th><th>why</th></tr>{rows}</table>")
 
 
-def explain_all(op, dtype: torch.dtype | str | tuple = torch.float32) -> ExplanationTable:
+def explain_all(op: Any, dtype: torch.dtype | str | tuple = torch.float32) -> ExplanationTable:
     """`explain` on every available backend: one row each (what %fl_explain shows)."""
     rows = [explain(op, dtype, backend=b) for b in REGISTRY.available()]
     name, dtypes = (rows[0].op, rows[0].dtypes) if rows else (str(op), ())
     return ExplanationTable(name, dtypes, rows)
 
 
-def explain(op, dtype: torch.dtype | str | tuple = torch.float32, backend: str | None = None) -> Explanation:
+def explain(op: Any, dtype: torch.dtype | str | tuple = torch.float32, backend: str | None = None) -> Explanation:
     """Which path `op` takes on a backend for a dtype, and why.
 
     op: an OpOverload (torch.ops.aten.mm.default), a packet (its default
@@ -195,6 +197,7 @@ def explain(op, dtype: torch.dtype | str | tuple = torch.float32, backend: str |
     f = facts(func)
     dtypes = tuple(_dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,)))
     plan = b.plans.get((func, dtypes)) or resolve(f, b, dtypes)
+    path: str | None
     if f.is_view:
         path, reasons = "view", [f"{f.name} is a view: metadata only, shares the input's plugin buffer"]
     else:

@@ -24,7 +24,7 @@ import sys
 import torch
 
 
-def _doctor(args) -> int:
+def _doctor(args: argparse.Namespace) -> int:
     """Every backend end to end: the plugins found, each capability table, and
     ResNet-50 and a Transformer encoder trained a few steps on each, judged
     against float64 beside native CPU float32 (torch_fl.tools.doctor says how)."""
@@ -66,14 +66,14 @@ def _doctor(args) -> int:
     return 0 if not failures else 1
 
 
-def _backends(args) -> int:
+def _backends(args: argparse.Namespace) -> int:
     import torch_fl as fl
 
     print(fl.list_backends().render())
     return 0
 
 
-def _explain(args) -> int:
+def _explain(args: argparse.Namespace) -> int:
     import torch_fl as fl
 
     print(fl.explain(args.op, args.dtype, backend=args.backend).render())
@@ -88,7 +88,7 @@ def _dtype(name: str) -> torch.dtype:
     return found
 
 
-def _coverage(args) -> int:
+def _coverage(args: argparse.Namespace) -> int:
     """Runs the coverage in a child process writing to a state file, so an op
     that kills the process is recorded as a crash and the run goes on."""
     import json
@@ -101,7 +101,7 @@ def _coverage(args) -> int:
 
     dtype = _dtype(args.dtype)
     if args.worker:
-        def begin(name):
+        def begin(name: str) -> None:
             print(f"@@BEGIN {name}", flush=True)
 
         # the worker's stderr is the terminal's: one line per op ended (stdout is the parent's protocol)
@@ -144,7 +144,7 @@ def _coverage(args) -> int:
     return 0
 
 
-def _zoo(args) -> int:
+def _zoo(args: argparse.Namespace) -> int:
     """The model zoo table (docs/models.md): exit status 1 when any row fails."""
     from torch_fl.tools import zoo
 
@@ -173,7 +173,7 @@ def _zoo(args) -> int:
     return 0 if all(r.passed for r in report.results) else 1
 
 
-def _plugin(args) -> int:
+def _plugin(args: argparse.Namespace) -> int:
     from torch_fl.progress import Lines
     from torch_fl.tools.checker import check_plugin
 

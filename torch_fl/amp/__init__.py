@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..dispatch import tensor_map
-from ..runtime import REGISTRY
+from ..runtime import REGISTRY, FlDeviceModule
 from .policy import FLOAT32, LOWER, PROMOTE, register
 
 
@@ -40,7 +40,7 @@ def autocast(enabled: bool = True, dtype: torch.dtype | None = None, cache_enabl
     chosen = dtype if dtype is not None else autocast_dtype()
     if chosen is None or not enabled:
         return torch.autocast("fl", enabled=False)
-    supported = torch.fl.get_amp_supported_dtype()
+    supported = FlDeviceModule.get_amp_supported_dtype()
     if chosen not in supported:
         raise ValueError(f"backend {REGISTRY.ensure().name!r} does not compute in {chosen} under autocast; "
                          f"it supports {', '.join(str(d) for d in supported)}")
@@ -65,7 +65,7 @@ def keep_float32(model: nn.Module, *types: type[nn.Module]) -> list[nn.Module]:
                     return _original(*up(args), **{k: up(v) for k, v in kwargs.items()})
 
             module.forward = forward
-            module._fl_keep_float32 = True
+            vars(module)["_fl_keep_float32"] = True  # a plain attribute (nn.Module types its attributes as tensors)
             changed.append(module)
     return changed
 

@@ -17,6 +17,7 @@ import inspect
 import json
 import os
 import sys
+import types
 import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -118,7 +119,7 @@ def frame_modules() -> list:
     compiling (`self` of a forward, `fn` of torch.compile's module wrapper): how a
     graph is tied to the model it came from. Read from Dynamo's `_compile` frame on
     the call stack; an empty list where a future Dynamo names it differently."""
-    f = sys._getframe(1)
+    f: types.FrameType | None = sys._getframe(1)
     while f is not None:
         frame = f.f_locals.get("frame") if f.f_code.co_name == "_compile" else None
         if frame is not None and hasattr(frame, "f_locals"):

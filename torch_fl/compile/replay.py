@@ -72,7 +72,7 @@ class ReplayStatus:
     parts: dict = field(default_factory=dict)
     # the latest recording's KernelGraph (its kernel names, kernel_count; bench_fusion times it): a plain
     # attribute, not a field, so that the report stays plain data (asdict)
-    graph = None
+    graph: KernelGraph | None = None
 
     def update(self, kind: str, replayed: bool, reason: str | None, kernels: int = 0) -> None:
         """One aten graph's state; the status is replayed when all of them are (a training step is
@@ -125,7 +125,8 @@ def _picker(indices: list[int]) -> Callable[[list], tuple]:
     if len(indices) > 1:
         return operator.itemgetter(*indices)
     if indices:
-        return lambda args, i=indices[0]: (args[i],)
+        i = indices[0]
+        return lambda args: (args[i],)
     return lambda args: ()
 
 
@@ -182,7 +183,7 @@ class ReplayedGraph:
 
     def _signature(self, args: list) -> tuple | None:
         """What a recording depends on; None where a value cannot be a part of one (a CPU tensor)."""
-        key = []
+        key: list[tuple[Any, ...]] = []
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
                 if a.device.type != "fl":
@@ -253,7 +254,8 @@ class ReplayedGraph:
             return self._refuse(key, args, rec.reason, outs)
         by_storage = {a.untyped_storage().data_ptr(): ("static", i, a) for i, a in static}
         by_storage.update({b.untyped_storage().data_ptr(): ("input", i, b) for i, b in copied})
-        specs, regions = [], {}  # regions: storage -> [first byte, end byte] of the fresh outputs in it
+        specs: list[tuple[Any, ...]] = []
+        regions: dict[int, list[int]] = {}  # regions: storage -> [first byte, end byte] of the fresh outputs in it
         for k, o in enumerate(outs):
             if not isinstance(o, torch.Tensor):
                 specs.append(("value", o))
@@ -267,7 +269,7 @@ class ReplayedGraph:
                 continue
             # a fresh output: outputs sharing a storage (y and y.view(-1)) come back as views of one fresh
             # copy of the bytes they span, so an in-place edit of one shows in the other, as in eager
-            first = o.storage_offset() * o.element_size()
+            first = int(o.storage_offset()) * o.element_size()  # a real output's offset: an int
             span = regions.setdefault(o.untyped_storage().data_ptr(), [first, first])
             span[0], span[1] = min(span[0], first), max(span[1], first + _span(o) * o.element_size())
             specs.append(("fresh", o.untyped_storage().data_ptr(), tuple(o.shape), o.stride(), o.dtype, first))
@@ -308,8 +310,10 @@ class ReplayedGraph:
         if async_copy.PENDING:
             async_copy.order_for_kernels([args[i] for i, _ in entry.copied])
         srcs = [args[i].data_ptr() for i, _ in entry.copied]
+        graph = entry.graph
+        assert graph is not None, "only an entry with a recorded graph is replayed"
         with self.lock:
-            out = self._outputs(entry, args, lambda dsts: entry.graph.replay(srcs, dsts))
+            out = self._outputs(entry, args, lambda dsts: graph.replay(srcs, dsts))
         self.status.replays += 1
         took = time.perf_counter_ns() - t0
         self.status.replay_ns += took

@@ -82,7 +82,10 @@ _GENERATOR = ("fl devices have no Generator objects (torch.Generator(device='fl'
               "or seed the device with torch.manual_seed()")
 
 
-class _GeneratorType(type(torch._C.Generator)):
+_GeneratorMeta: type = type(torch._C.Generator)  # pybind's metaclass, which has no name to import
+
+
+class _GeneratorType(_GeneratorMeta):
     """isinstance(g, torch.Generator) stays true for every generator while torch.Generator is the alias's."""
 
     def __instancecheck__(cls, obj: Any) -> bool:
@@ -96,7 +99,8 @@ class Generator(torch._C.Generator, metaclass=_GeneratorType):
     """torch.Generator while the alias is on: a CUDA device raises UnsupportedCudaFeatureError; any other
     device gets PyTorch's own (plain torch._C.Generator) object."""
 
-    def __new__(cls, device: Any = "cpu", *args: Any, **kwargs: Any) -> torch._C.Generator:
+    # a factory, so not an instance of cls (mypy's rule for __new__): _GeneratorType's isinstance accepts it
+    def __new__(cls, device: Any = "cpu", *args: Any, **kwargs: Any) -> torch._C.Generator:  # type: ignore[misc]
         if cuda_index(kwargs.get("device", device), ints=False)[0]:
             raise UnsupportedCudaFeatureError(unsupported_message("torch.Generator(device='cuda')", *_GENERATOR))
         if "device" in kwargs:

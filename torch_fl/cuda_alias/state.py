@@ -60,5 +60,5 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
             exec_module(module)
             patch(module)
 
-        spec.loader.exec_module = exec_and_patch
+        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]  # this loader instance only
         return spec

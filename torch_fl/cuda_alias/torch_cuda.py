@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..runtime import streams
+from ..runtime import FlDeviceModule, streams
 from .devices import backend_name, current_device, fl_device, fl_devices, local_index
 from .errors import CudaAliasError
 from .mode import MODE
@@ -27,12 +27,12 @@ class device:  # noqa: N801 - torch.cuda.device's name
     def __enter__(self):
         if self.target is not None:
             self.previous = current_device()
-            torch.fl.set_device(self.target.index)
+            FlDeviceModule.set_device(self.target.index)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.previous is not None:
-            torch.fl.set_device(self.previous.index)
+            FlDeviceModule.set_device(self.previous.index)
 
 
 class device_of(device):  # noqa: N801 - torch.cuda.device_of's name
@@ -74,24 +74,24 @@ def _current_device() -> int:
 def _set_device(device: Any) -> None:
     if isinstance(device, int) and device < 0:
         return  # torch.cuda.set_device(-1) is a no-op
-    torch.fl.set_device(fl_device(device).index)
+    FlDeviceModule.set_device(fl_device(device).index)
 
 
 def _get_device_name(device: Any = None) -> str:
-    return torch.fl.get_device_name(fl_device(device).index)
+    return FlDeviceModule.get_device_name(fl_device(device).index)
 
 
 def _get_device_properties(device: Any = None) -> CudaDeviceProperties:
     d = fl_device(device)
-    props = torch.fl.get_device_properties(d.index)
-    return CudaDeviceProperties(name=torch.fl.get_device_name(d.index), total_memory=int(props.total_memory),
+    props = FlDeviceModule.get_device_properties(d.index)
+    return CudaDeviceProperties(name=FlDeviceModule.get_device_name(d.index), total_memory=int(props.total_memory),
                                 multi_processor_count=int(props.compute_units), fl_device=d,
-                                backend=torch.fl.get_device_name(d.index).split(":", 1)[0])
+                                backend=FlDeviceModule.get_device_name(d.index).split(":", 1)[0])
 
 
 def _dtypes(device: Any = None) -> list[str]:
     d = fl_device(device)
-    return list(torch.fl.get_device_properties(d.index).dtype_names)
+    return list(FlDeviceModule.get_device_properties(d.index).dtype_names)
 
 
 def _is_bf16_supported(including_emulation: bool = True) -> bool:
@@ -105,52 +105,52 @@ def _is_tf32_supported() -> bool:
 def _on(fn_name: str) -> Callable[..., Any]:
     """torch.cuda.<fn_name>(device=None) as torch.fl.<fn_name> on the fl device `device` names."""
     def call(device: Any = None) -> Any:
-        return getattr(torch.fl, fn_name)(fl_device(device).index)
+        return getattr(FlDeviceModule, fn_name)(fl_device(device).index)
 
     call.__name__ = fn_name
     return call
 
 
 def _synchronize(device: Any = None) -> None:
-    torch.fl.synchronize(fl_device(device).index)
+    FlDeviceModule.synchronize(fl_device(device).index)
 
 
 def _empty_cache() -> None:
-    torch.fl.empty_cache()
+    FlDeviceModule.empty_cache()
 
 
 def _memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     d = fl_device(device)
-    stats = torch.fl.memory_stats(d.index)
+    stats = FlDeviceModule.memory_stats(d.index)
     width = max(len(k) for k in stats)
-    lines = [f"fl memory summary: cuda:{local_index(d)} = {d} ({torch.fl.get_device_name(d.index)})"]
+    lines = [f"fl memory summary: cuda:{local_index(d)} = {d} ({FlDeviceModule.get_device_name(d.index)})"]
     lines += [f"  {k:<{width}}  {v}" for k, v in stats.items()]
     return "\n".join(lines)
 
 
 def _manual_seed(seed: int) -> None:
-    torch.fl.manual_seed(int(seed))
+    FlDeviceModule.manual_seed(int(seed))
 
 
 def _manual_seed_all(seed: int) -> None:
-    torch.fl.manual_seed_all(int(seed))
+    FlDeviceModule.manual_seed_all(int(seed))
 
 
 def _get_rng_state(device: Any = "cuda") -> torch.Tensor:
-    return torch.fl.get_rng_state(fl_device(device).index)
+    return FlDeviceModule.get_rng_state(fl_device(device).index)
 
 
 def _set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
-    torch.fl.set_rng_state(new_state, fl_device(device).index)
+    FlDeviceModule.set_rng_state(new_state, fl_device(device).index)
 
 
 def _get_rng_state_all() -> list[torch.Tensor]:
-    return [torch.fl.get_rng_state(d.index) for d in fl_devices(backend_name())]
+    return [FlDeviceModule.get_rng_state(d.index) for d in fl_devices(backend_name())]
 
 
 def _set_rng_state_all(new_states) -> None:
     for d, state in zip(fl_devices(backend_name()), new_states, strict=False):
-        torch.fl.set_rng_state(state, d.index)
+        FlDeviceModule.set_rng_state(state, d.index)
 
 
 class Stream(metaclass=streams.FlInstance):
@@ -158,7 +158,8 @@ class Stream(metaclass=streams.FlInstance):
 
     base = torch.Stream
 
-    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> torch.Stream:
+    # a factory, so not an instance of cls (mypy's rule for __new__): FlInstance's isinstance accepts it
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> torch.Stream:  # type: ignore[misc]
         if kwargs:  # (stream_id=, device_index=, device_type=): wrapping an existing stream
             return torch.Stream(**kwargs)
         return streams.Stream(fl_device(device), priority)
@@ -170,8 +171,11 @@ class Event(metaclass=streams.FlInstance):
 
     base = torch.Event
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
-                **kwargs: Any) -> torch.Event:
+    # a factory, so not an instance of cls (mypy's rule for __new__): FlInstance's isinstance accepts it
+    def __new__(  # type: ignore[misc]
+        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+        **kwargs: Any,
+    ) -> torch.Event:
         return streams.Event(enable_timing, blocking, interprocess)
 
 
@@ -213,8 +217,8 @@ COVERED: dict[str, Any] = {
     "reset_max_memory_allocated": _on("reset_peak_memory_stats"),
     "reset_max_memory_cached": _on("reset_peak_memory_stats"), "memory_stats": _on("memory_stats"),
     "memory_summary": _memory_summary, "empty_cache": _empty_cache, "synchronize": _synchronize,
-    "manual_seed": _manual_seed, "manual_seed_all": _manual_seed_all, "seed": lambda: torch.fl.seed(),
-    "seed_all": lambda: torch.fl.seed_all(), "initial_seed": lambda: torch.fl.initial_seed(),
+    "manual_seed": _manual_seed, "manual_seed_all": _manual_seed_all, "seed": lambda: FlDeviceModule.seed(),
+    "seed_all": lambda: FlDeviceModule.seed_all(), "initial_seed": lambda: FlDeviceModule.initial_seed(),
     "get_rng_state": _get_rng_state, "set_rng_state": _set_rng_state, "get_rng_state_all": _get_rng_state_all,
     "set_rng_state_all": _set_rng_state_all, "Stream": Stream, "Event": Event, "stream": streams.stream,
     "StreamContext": streams.StreamContext, "current_stream": _current_stream, "default_stream": _default_stream,

@@ -88,7 +88,7 @@ def _arange_size(vals: list) -> None:
 _INDEX_DTYPES = (torch.int64, torch.int32, torch.uint8, torch.bool)
 
 
-def _indexing(vals: list) -> None:
+def _indexing(vals: list) -> bool:
     """ATen's checks of advanced indexing (index, index_put_), which run before its kernels and raise
     IndexError: index dtypes, a mask's shape against the dims it covers, too many indices, and index
     shapes that do not broadcast (judged without masks, whose sizes depend on their values)."""
@@ -167,8 +167,8 @@ def _bounds(dtype: torch.dtype) -> tuple[float, float]:
         return 0, 1
     if dtype == torch.uint64:
         return 0, 2 ** 63 - 1
-    info = torch.iinfo(dtype)
-    return info.min, info.max
+    iinfo = torch.iinfo(dtype)
+    return iinfo.min, iinfo.max
 
 
 def _from_to_in_range(frm: int, to_inc: int, dtype: torch.dtype) -> bool:

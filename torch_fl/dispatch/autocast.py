@@ -8,7 +8,8 @@ import functools
 
 import torch
 
-_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+# the key is in PyTorch's C++ enum but missing from its type stub
+_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)  # type: ignore[attr-defined]
 
 
 def tensor_map(fn, v):

@@ -99,7 +99,7 @@ def _without_uninitialized(args, kwargs) -> tuple | None:
     Python-level shape access (their .shape raises), which a C++ kernel never makes: an op on them (the dtype
     conversion in nn.LazyConv1d(4, 2).to("fl").to(torch.float64)) runs on a plain view of the same tensor.
     Looked for only after an op failed, so other calls pay nothing."""
-    mixin = torch.nn.parameter.UninitializedTensorMixin
+    mixin = torch.nn.parameter.UninitializedTensorMixin  # type: ignore[attr-defined]  # not in torch's stub
 
     def plain(v):
         if isinstance(v, mixin):

@@ -29,6 +29,8 @@ linear algebra), and so does torch_fl."""
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import torch
 
 from ..runtime import base_ptr, is_dense
@@ -137,7 +139,7 @@ def rule_for(func, mutable: list) -> Rule | None:
 # -- the storage questions ---------------------------------------------------------------
 
 
-def _fl(v) -> bool:
+def _fl(v: object) -> TypeGuard[torch.Tensor]:
     return isinstance(v, torch.Tensor) and v.device.type == "fl"
 
 

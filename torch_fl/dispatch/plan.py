@@ -18,6 +18,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch._decomp import decomposition_table
@@ -121,9 +122,9 @@ class Plan:
     backend: str
     dtypes: tuple
     paths: list = field(default_factory=list)
-    kernel: object = None
+    kernel: Any = None  # NATIVE: the plugin's kernel entry
     decomposition: object = None
-    jit: object = None
+    jit: Any = None  # JIT: the generated kernel, called as plan.jit(f, dev, vals)
     reasons: list = field(default_factory=list)
     failed: set = field(default_factory=set)  # paths found broken at run time (a JIT compile that failed)
 
@@ -136,7 +137,7 @@ class ThreadState(threading.local):
     """Per-thread dispatcher state; class defaults make the hot-path reads cheap."""
 
     active: set | None = None  # ops whose decomposition is running (see decomposing)
-    device_only = 0  # > 0 inside a decomposition that must stay on the device
+    device_only: int = 0  # > 0 inside a decomposition that must stay on the device
 
 
 TLS = ThreadState()
@@ -160,7 +161,8 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     plan = Plan(f.name, backend.name, tuple(dtype_name(d) for d in dtypes))
     dev_mask = backend.devices[0].props.dtypes if backend.devices else 0
     entry = backend.plugin.kernels.get(f.name)
-    lookup = dtypes[0] if dtypes else None
+    # a dtype, or None with code -1: the branches below test code < 0 before naming it (Any: mypy cannot follow)
+    lookup: Any = dtypes[0] if dtypes else None
     code = TO_CODE.get(lookup, -1) if lookup is not None else -1
     unnamed = _without_abi_dtype(dtypes)
     if NATIVE in SETTINGS.disabled:
@@ -299,7 +301,7 @@ def compute(f: OpFacts, args, kwargs):
         rule = f.overlap_rule(vals)
         if rule is not None:
             overlap.check(rule, f.mutable, vals)
-    if not TLS.active and getattr(TLS, "device_only", 0):
+    if not TLS.active and TLS.device_only:
         TLS.device_only = 0  # no decomposition is running: nothing may keep the CPU fallback away
     # PyTorch's checks of the user's call, as the overlap rules; a check that warned (a deprecated uint8 mask,
     # a random range beyond the dtype's exact integers) keeps the call off the fast path, which would not warn.
@@ -583,7 +585,7 @@ def _no_path_error(f: OpFacts, backend, plan: Plan, failures=()) -> NotImplement
     what = f"{f.name} ({', '.join(plan.dtypes) or 'no tensors'}) cannot run on fl backend '{backend.name}': {tried}"
     e = NotImplementedError(f"{what}. Enable the CPU fallback (FL_CPU_FALLBACK=1 or "
                             f"torch_fl.set_cpu_fallback(True)) or use a backend that implements it.")
-    e.fl_what, e.fl_op = what, (f.name, plan.dtypes)
+    e.fl_what, e.fl_op = what, (f.name, plan.dtypes)  # type: ignore[attr-defined]  # read back with getattr
     return e
 
 
@@ -658,7 +660,7 @@ def _factory_run(f: OpFacts, dev, args, kwargs):
         finally:
             TLS.device_only = device_only
             active.discard(f.func)
-    if not SETTINGS.cpu_fallback or getattr(TLS, "device_only", 0):
+    if not SETTINGS.cpu_fallback or TLS.device_only:
         raise NotImplementedError(
             f"{f.name} has no kernel on fl backend '{dev.backend.name}' and the CPU fallback is switched off "
             f"(FL_CPU_FALLBACK=0); enable it with FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)")

@@ -158,7 +158,8 @@ class ProcessGroupFl(dist.ProcessGroup):
     c10d store, which also carries the plugin's communicator id."""
 
     def __init__(self, store, rank: int, world: int, timeout: datetime.timedelta):
-        super().__init__(rank, world)
+        # the stub lists only (store, rank, size); pybind also binds (rank, size), the Python subclass's constructor
+        super().__init__(rank, world)  # type: ignore[call-arg]
         self._rank, self._world = rank, world
         self._timeout = timeout
         self._timeout_s = timeout.total_seconds()
@@ -359,7 +360,11 @@ class ProcessGroupFl(dist.ProcessGroup):
             return run_all_reduce
         if method == "broadcast":
             descs = [d(t) for t in args[0]]
-            return lambda: [check(T.comm_broadcast(local, x, root, comm), "broadcast") for x in descs] and None
+
+            def run_broadcast() -> None:
+                for x in descs:
+                    check(T.comm_broadcast(local, x, root, comm), "broadcast")
+            return run_broadcast
         if method == "all_gather_single":
             o, i = d(args[0]), d(args[1])
             return lambda: check(T.comm_all_gather(local, i, o, comm), "all_gather")
@@ -399,7 +404,11 @@ class ProcessGroupFl(dist.ProcessGroup):
         if method in ("send", "recv"):
             fn, name = (T.comm_send, "send") if method == "send" else (T.comm_recv, "recv")
             descs = [d(t) for t in args[0]]
-            return lambda: [check(fn(local, x, peer, comm), name) for x in descs] and None
+
+            def run_send_recv() -> None:
+                for x in descs:
+                    check(fn(local, x, peer, comm), name)
+            return run_send_recv
         if method == "barrier":
             return lambda: check(T.comm_barrier(comm), "barrier")
         raise AssertionError(method)

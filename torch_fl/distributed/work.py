@@ -68,7 +68,7 @@ class FlWork(dist.Work):
     def __init__(self, what: str, fn: Callable[[], None], result: list, timeout_s: float, source_rank: int = -1):
         super().__init__()
         self.what = what
-        self._fn = fn
+        self._fn: Callable[[], None] | None = fn
         self._result = result
         self._timeout_s = timeout_s
         self._done = threading.Event()
@@ -79,7 +79,9 @@ class FlWork(dist.Work):
         # the error reaches every reader.
         self._done_future: torch.futures.Future = torch.futures.Future()
         self._future = self._done_future.then(self._outcome)
-        self._source_rank = source_rank  # the peer a recv was posted for
+        # the peer a recv was posted for; not named _source_rank, which is dist.Work's method (dist.recv from
+        # any source calls work._source_rank(); an int attribute of that name would make it a TypeError)
+        self._peer_rank = source_rank
 
     def _outcome(self, _fut) -> list:
         if self._error is not None:
@@ -88,6 +90,7 @@ class FlWork(dist.Work):
 
     # -- run by the worker thread -------------------------------------------
     def _run(self) -> None:
+        assert self._fn is not None, "a work item runs once"
         try:
             self._fn()
         except BaseException as e:  # noqa: BLE001 - every failure must reach wait() and the future
@@ -124,7 +127,10 @@ class FlWork(dist.Work):
         return self._result
 
     def source_rank(self) -> int:
-        return self._source_rank
+        return self._peer_rank
+
+    def _source_rank(self) -> int:
+        return self._peer_rank
 
     def synchronize(self) -> None:
         self.wait()

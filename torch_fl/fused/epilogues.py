@@ -17,6 +17,8 @@ fused_attention.c) has kernels for all of them; elsewhere the references run."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -328,7 +330,7 @@ class _AttentionDropoutFn(torch.autograd.Function):
         return gq, gk, gv, None, None, None, None, None
 
 
-_NEW_OPS = {
+_NEW_OPS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Any]] = {
     "linear_act": (_linear_act_ref, _linear_act_meta, _LinearActFn),
     "linear_act_backward": (_linear_act_bwd_ref, _linear_act_bwd_meta, None),
     "add_layer_norm": (_add_layer_norm_ref, _add_layer_norm_meta, _AddNormFn),

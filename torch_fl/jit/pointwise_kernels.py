@@ -185,7 +185,7 @@ _COMPARISONS = {"eq", "ne", "gt", "ge", "lt", "le", "logical_and", "logical_or",
 
 def _promoted(operands: list) -> Any:
     """torch.result_type of a node's operands (scalars as Python numbers), or None."""
-    items = []
+    items: list[bool | int | float | torch.Tensor] = []
     for v in operands:
         if v.dtype is None:
             return None
@@ -197,7 +197,7 @@ def _promoted(operands: list) -> Any:
         return None
     if not isinstance(items[0], torch.Tensor) and not isinstance(items[1], torch.Tensor):
         return None
-    return torch.result_type(*items)
+    return torch.result_type(*items)  # type: ignore[arg-type]  # a tensor and a scalar, either order
 
 
 # integer forms of the ops, over int64_t operands; `err` flags a zero divisor
@@ -469,7 +469,8 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
                     pos.append(v)
             return func(*pos, **kw)
 
-    gm = make_fx(fn, decomposition_table=core_aten_decompositions())(*example)
+    # a CustomDecompTable is a Mapping at run time; torch's annotation of make_fx does not say so
+    gm = make_fx(fn, decomposition_table=core_aten_decompositions())(*example)  # type: ignore[arg-type]
     lines, result = _emit(gm.graph, inputs, dtype, frozenset(scalars))
     loads = "\n        ".join(f"{value_type(dtype)} x{k} = {c_load(f'in[{k}]', dtype, f'o{k}')};" for k in range(n_in))
     body = "\n        ".join(lines)

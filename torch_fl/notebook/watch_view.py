@@ -10,6 +10,7 @@ loop."""
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
 import ipywidgets as widgets
 
@@ -18,7 +19,7 @@ from ..tools.stepwatch import StepRecord, Watch, human_bytes
 ROWS = 8  # steps in the table
 
 
-def loss_svg(losses: list[float], width: int = 360, height: int = 60) -> str:
+def loss_svg(losses: Sequence[float | None], width: int = 360, height: int = 60) -> str:
     """The loss curve as an SVG polyline scaled to its own range (empty without two finite points)."""
     points = [(i, v) for i, v in enumerate(losses) if v is not None and v == v and abs(v) != float("inf")]
     if len(points) < 2:

@@ -21,10 +21,14 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
 from fractions import Fraction
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (torch_fl's oldest): the same parser, as a package
+    import tomli as tomllib
 
 from ..errors import ConfigError, FlError
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -40,6 +41,9 @@ from . import core, events
 from .events import COPY, FALLBACK, JIT, NATIVE
 from .native import kernel_call
 from .tensor import is_fl, iter_tensors
+
+if TYPE_CHECKING:
+    from .registry import Device
 
 
 class Recorder:
@@ -50,7 +54,7 @@ class Recorder:
         self.steps: list[list] = []  # [name, kernel, dev, inputs, out_descs, cargs, path]
         self.keep: list = []  # storages and kernel entries the recorded calls need alive
         self.reason: str | None = None
-        self.device = None
+        self.device: Device | None = None
         self._host: str | None = None  # a host transfer not yet tied to an op
         self._thread = threading.get_ident()
         self._seen: set[int] = set()

@@ -220,6 +220,7 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
                 outs.append(vals[a])
                 out_src.append(("arg", a))
                 continue
+            assert layouts is not None, "an output that aliases no argument is fresh: its layouts were computed"
             lay = layouts[r]
             if lay is None:
                 outs.append(None)

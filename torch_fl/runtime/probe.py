@@ -22,8 +22,9 @@ import sys
 
 def _load_abi(here: str):
     spec = importlib.util.spec_from_file_location("torch_fl_probe_abi", os.path.join(here, "abi.py"))
+    assert spec is not None and spec.loader is not None, "a .py file's spec has a loader"
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)
     return module
 
 

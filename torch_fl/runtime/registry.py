@@ -11,7 +11,7 @@ import contextlib
 import glob
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -195,7 +195,7 @@ class Registry:
     def _entry_point_paths(self) -> list[tuple[str, str, str]]:
         found = []
         try:
-            eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
+            eps: Iterable[metadata.EntryPoint] = metadata.entry_points(group=ENTRY_POINT_GROUP)
         except Exception:  # a broken distribution must not stop discovery
             eps = []
         for ep in eps:
@@ -270,6 +270,7 @@ class Registry:
             # environment beats the config file beats entry points beats bundled.
             by_name: dict[str, Candidate] = {}
             for cand in sorted(loaded, key=lambda c: (c.emulated, _ORIGIN_RANK[c.origin])):
+                assert cand.name is not None, "a loaded candidate is named after its plugin (set above)"
                 if cand.name in by_name:
                     winner = by_name[cand.name]
                     cand.status = "shadowed"
@@ -282,7 +283,9 @@ class Registry:
             # backends of real devices (there or not, machine by machine), each group by name; so a machine
             # with an OpenCL driver numbers the emulators' devices as one without
             for name in sorted(by_name, key=lambda n: (n != "cpu", not by_name[n].emulated, n)):
-                backend = Backend(by_name[name].plugin, len(self.devices))
+                plugin = by_name[name].plugin
+                assert plugin is not None, "only loaded candidates are in by_name"
+                backend = Backend(plugin, len(self.devices))
                 self.backends[name] = backend
                 self.devices.extend(backend.devices)
 

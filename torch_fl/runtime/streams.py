@@ -33,7 +33,7 @@ def _device(device: Any = None) -> torch.device:
 class FlInstance(type):
     """isinstance(s, torch.fl.Stream) is true for any fl torch.Stream (current_stream() returns plain ones)."""
 
-    base: type
+    base: type[torch.Stream] | type[torch.Event]
 
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, cls.base) and obj.device.type == "fl"
@@ -45,7 +45,8 @@ class Stream(metaclass=FlInstance):
 
     base = torch.Stream
 
-    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> torch.Stream:
+    # a factory, so not an instance of cls (mypy's rule for __new__): FlInstance's isinstance accepts it
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> torch.Stream:  # type: ignore[misc]
         if kwargs:  # (stream_id=, device_index=, device_type=): naming an existing stream
             return torch.Stream(**kwargs)
         return torch.Stream(device=_device(device), priority=priority)
@@ -57,8 +58,11 @@ class Event(metaclass=FlInstance):
 
     base = torch.Event
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
-                device: Any = None) -> torch.Event:
+    # a factory, so not an instance of cls (mypy's rule for __new__): FlInstance's isinstance accepts it
+    def __new__(  # type: ignore[misc]
+        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+        device: Any = None,
+    ) -> torch.Event:
         return torch.Event(device=_device(device), enable_timing=enable_timing, blocking=blocking,
                            interprocess=interprocess)
 

@@ -7,7 +7,7 @@ for a kernel call, and a zero-copy host view where the device allows one."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -19,7 +19,7 @@ from .registry import REGISTRY
 FL = "fl"
 
 
-def is_fl(t: Any) -> bool:
+def is_fl(t: Any) -> TypeGuard[torch.Tensor]:
     """t is a tensor on an fl device."""
     return isinstance(t, torch.Tensor) and t.device.type == FL
 
@@ -32,7 +32,7 @@ def device_of(t: torch.Tensor):
 def base_ptr(t: torch.Tensor) -> int:
     """The address of t's allocation (what the plugin's malloc returned); t's first element lives
     storage_offset elements further."""
-    return t.data_ptr() - t.storage_offset() * t.element_size()
+    return t.data_ptr() - int(t.storage_offset()) * t.element_size()  # int: a real tensor's offset is one
 
 
 def storage_nbytes(t: torch.Tensor) -> int:
@@ -90,10 +90,11 @@ def storage_elems(t: torch.Tensor) -> int:
 
 def span(t: torch.Tensor) -> tuple[int, int]:
     """[lo, hi) in elements of the storage a strided tensor touches."""
+    lo = int(t.storage_offset())  # a real tensor's, never symbolic: the caller copies its bytes
     if t.numel() == 0:
-        return t.storage_offset(), t.storage_offset()
-    hi = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride(), strict=True))
-    return t.storage_offset(), hi + 1
+        return lo, lo
+    hi = lo + sum((int(s) - 1) * st for s, st in zip(t.shape, t.stride(), strict=True))
+    return lo, hi + 1
 
 
 def to_meta(t: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ F = TypeVar("F", bound=Callable)
 try:  # PyTorch's C frame-evaluation hook (present in every build with Dynamo)
     from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
 except ImportError:  # a build without Dynamo: nothing can trace the kernels
-    set_code_exec_strategy = None
+    set_code_exec_strategy = None  # type: ignore[assignment]  # the check in not_traced
 
 
 def not_traced(fn: F) -> F:

@@ -85,7 +85,7 @@ class Sources:
         if meta != self._meta:
             self._meta, self._guard = meta, WriteGuard(tensors)
             self._epoch += 1
-        elif self._guard.written():
+        elif self._guard is None or self._guard.written():  # None only before the first key
             self._guard = WriteGuard(tensors)
             self._epoch += 1
         return (meta, self._epoch)

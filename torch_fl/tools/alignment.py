@@ -389,7 +389,8 @@ def align(model: nn.Module, inputs, target: torch.Tensor | None = None, *, backe
     make_opt = optimizer or (lambda params: torch.optim.SGD(params, lr=lr))
     base = copy.deepcopy(model).cpu().float()
     _no_dropout(base)
-    report = AlignmentReport(dev_backend.name, ref_label, tuple(tolerances), seed)
+    fine, suspect = tolerances
+    report = AlignmentReport(dev_backend.name, ref_label, (fine, suspect), seed)
 
     def fresh(device):
         m = copy.deepcopy(base).to(device)

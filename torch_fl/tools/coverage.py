@@ -324,6 +324,7 @@ def _loss_grads(out, leaves, sign_free: bool | set[int] = False):
         return None
     gen = torch.Generator().manual_seed(0)
     total = sum((o * torch.randn(o.shape, generator=gen).to(o.device)).sum() for o in outs)
+    assert isinstance(total, torch.Tensor), "a sum of one or more tensors"
     grads = torch.autograd.grad(total, leaves, allow_unused=True)
     return [g for g in grads]
 

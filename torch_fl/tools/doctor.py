@@ -35,7 +35,7 @@ from torch import nn
 from ..progress import Reporter
 from ..progress import start as start_progress
 from ..rendering import Report
-from ..runtime import REGISTRY, using_backend
+from ..runtime import REGISTRY, FlDeviceModule, using_backend
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FLOOR = 1e-4  # float32 agreement that always passes, whatever native CPU's own error
@@ -102,7 +102,7 @@ class ModelCheck(Report):
         return not self.problems
 
     def render(self) -> str:
-        def curve(losses):
+        def curve(losses: list[float]) -> str:
             return " -> ".join(f"{v:.4f}" for v in losses) or "-"
 
         verdict = "OK" if self.ok else "MISMATCH: " + "; ".join(self.problems)
@@ -122,7 +122,7 @@ class ModelCheck(Report):
     def notes(self) -> list[str]:
         """What the loss curve shows that the verdict does not judge: the fl curve far further from
         float64's than native CPU's is, or rising where native's does not (said, never hidden)."""
-        out = []
+        out: list[str] = []
         if not self.losses or len(self.losses) != len(self.float64_losses) or not self.native_losses:
             return out
         f64 = self.float64_losses[-1]
@@ -158,10 +158,10 @@ def run_case(case: Case, model: nn.Module, device: torch.device | str, dtype: to
     out = m(x)
     projection = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     (out * projection.to(out)).sum().backward()
-    grads = {n: p.grad for n, p in m.named_parameters()}
-    on_device = all(g is not None and g.device.type == torch.device(device).type for g in grads.values())
+    raw_grads = {n: p.grad for n, p in m.named_parameters()}
+    on_device = all(g is not None and g.device.type == torch.device(device).type for g in raw_grads.values())
     output = out.detach().cpu()
-    grads = {n: g.detach().cpu() for n, g in grads.items() if g is not None}
+    grads = {n: g.detach().cpu() for n, g in raw_grads.items() if g is not None}
     opt = torch.optim.SGD(m.parameters(), lr=case.lr, momentum=0.9)
     losses = []
     for _ in range(case.steps):
@@ -171,7 +171,7 @@ def run_case(case: Case, model: nn.Module, device: torch.device | str, dtype: to
         opt.step()
         losses.append(loss.item())
     if torch.device(device).type == "fl":
-        torch.fl.synchronize()
+        FlDeviceModule.synchronize()
     return Run(output, grads, losses, time.perf_counter() - t0, on_device)
 
 

@@ -27,8 +27,9 @@ maximum). Smooth functions (GELU, SiLU, softmax, ...) need nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -68,15 +69,15 @@ def _scale(t: torch.Tensor) -> float:
 # -- branch points ------------------------------------------------------------------
 
 
-def _relu_decision(args, out):
+def _relu_decision(args: Sequence[Any], out: Any) -> torch.Tensor:
     return args[0] > 0
 
 
-def _relu_margin(args, out):
+def _relu_margin(args: Sequence[Any], out: Any) -> torch.Tensor:
     return args[0]
 
 
-def _relu_replay(args, out, taken):
+def _relu_replay(args: Sequence[Any], out: Any, taken: torch.Tensor) -> torch.Tensor:
     """Take `taken` (True: on): 0 where off, where on the float64 magnitude (never 0, so ReLU's
     backward, which reads the output, passes the gradient)."""
     x = args[0]
@@ -84,29 +85,29 @@ def _relu_replay(args, out, taken):
     return torch.where(taken, on, torch.zeros_like(x))
 
 
-def _threshold_decision(args, out):
+def _threshold_decision(args: Sequence[Any], out: Any) -> torch.Tensor:
     return args[0] > args[1]
 
 
-def _threshold_margin(args, out):
+def _threshold_margin(args: Sequence[Any], out: Any) -> torch.Tensor:
     return args[0] - args[1]
 
 
-def _threshold_replay(args, out, taken):
+def _threshold_replay(args: Sequence[Any], out: Any, taken: torch.Tensor) -> torch.Tensor:
     x, value = args[0], args[2]
     return torch.where(taken, x, torch.full_like(x, value))
 
 
-def _pool_decision(args, out):
+def _pool_decision(args: Sequence[Any], out: Any) -> torch.Tensor:
     return out[1]
 
 
-def _pool_margin(args, out):
+def _pool_margin(args: Sequence[Any], out: Any) -> None:
     """How far float64's window maximum is above each element (0 at the maximum itself)."""
     return None
 
 
-def _pool_replay(args, out, taken):
+def _pool_replay(args: Sequence[Any], out: Any, taken: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The window maximum at the index float32 picked."""
     values = out[0]
     picked = args[0].flatten(-2).gather(-1, taken.flatten(-2)).view_as(values)
@@ -132,7 +133,7 @@ BRANCHES: dict = {
 }
 
 
-def _call(func, args, kwargs):
+def _call(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[Any, tuple]:
     """The op's output, and its inputs as they were before it ran (in-place ops overwrite them)."""
     before = args
     if func._schema.is_mutable:
@@ -153,7 +154,8 @@ class BranchRecorder(TorchDispatchMode):
         super().__init__()
         self.records: list[BranchRecord] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: torch._ops.OpOverload, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         branch = BRANCHES.get(func)
         if branch is None:
@@ -177,7 +179,8 @@ class BranchReplayer(TorchDispatchMode):
         self.unmatched = 0
         self.misaligned = False
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: torch._ops.OpOverload, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         branch = BRANCHES.get(func)
         if branch is None:
@@ -214,7 +217,7 @@ class BranchReplayer(TorchDispatchMode):
 # -- comparing one run with float64 --------------------------------------------------
 
 
-def _flatten(result, prefix: str = "") -> dict[str, torch.Tensor]:
+def _flatten(result: Any, prefix: str = "") -> dict[str, torch.Tensor]:
     if isinstance(result, torch.Tensor):
         return {prefix or "out": result}
     out: dict[str, torch.Tensor] = {}
@@ -241,7 +244,7 @@ class RunErrors:
 
     @property
     def worst_name(self) -> str | None:
-        return max(self.errors, key=self.errors.get) if self.errors else None
+        return max(self.errors, key=lambda k: self.errors[k]) if self.errors else None
 
 
 @dataclass
@@ -252,7 +255,7 @@ class Recorded:
     decisions: list[BranchRecord]
 
 
-def record(run: Callable, device, dtype: torch.dtype = torch.float32) -> Recorded:
+def record(run: Callable, device: Any, dtype: torch.dtype = torch.float32) -> Recorded:
     """`run(device, dtype)` returns a tensor or a (nested) dict/list of tensors (None allowed)."""
     with BranchRecorder() as rec:
         out = _flatten(run(device, dtype))
@@ -294,7 +297,8 @@ class Float64Reference:
         return RunErrors(errors, matched, unmatched, aligned)
 
 
-def run_against_float64(run: Callable, device, dtype: torch.dtype = torch.float32, band: float = BAND) -> RunErrors:
+def run_against_float64(run: Callable, device: Any, dtype: torch.dtype = torch.float32,
+                        band: float = BAND) -> RunErrors:
     """`run(device, dtype)` once on `device` in `dtype` (recording its branches) and once on the
     CPU in float64 (taking them), compared tensor by tensor."""
     return Float64Reference(run, band).against(record(run, device, dtype))
@@ -355,7 +359,7 @@ class Float64Comparison:
                                           if self.device.unmatched_flips else ""))
 
 
-def compare_with_float64(run: Callable, device, *, band: float = BAND, limit: float = LIMIT,
+def compare_with_float64(run: Callable, device: Any, *, band: float = BAND, limit: float = LIMIT,
                          floor: float = FLOOR) -> Float64Comparison:
     """`run(device, dtype)` on `device` in float32 and natively on the CPU in float32, each
     against its own branch-matched float64 CPU reference (see the module docstring)."""

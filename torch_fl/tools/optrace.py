@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -78,7 +80,7 @@ BRANCH_INPUTS: dict = {
 }
 
 
-def _float_tensors(value) -> list[torch.Tensor]:
+def _float_tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value] if value.is_floating_point() or value.is_complex() else []
     if isinstance(value, (list, tuple)):
@@ -86,7 +88,7 @@ def _float_tensors(value) -> list[torch.Tensor]:
     return []
 
 
-def _all_tensors(value) -> list[torch.Tensor]:
+def _all_tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
@@ -97,26 +99,27 @@ def _all_tensors(value) -> list[torch.Tensor]:
 class _Tagger(TorchFunctionMode):
     """Tags each autograd node made by a torch function with the module running it."""
 
-    def __init__(self, trace: OpTrace):
+    def __init__(self, trace: OpTrace) -> None:
         super().__init__()
         self.trace = trace
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
         module = self.trace.current_module()
         for t in _all_tensors(out):
             node = t.grad_fn
-            if node is not None and _TAG not in node.metadata:
-                node.metadata[_TAG] = module
+            # metadata is a dict property at run time; torch's stub declares a method
+            if node is not None and _TAG not in node.metadata:  # type: ignore[operator]
+                node.metadata[_TAG] = module  # type: ignore[index]
         return out
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, trace: OpTrace):
+    def __init__(self, trace: OpTrace) -> None:
         super().__init__()
         self.trace = trace
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
         if func not in _SKIP:
             self.trace.add(func, args, out)
@@ -135,13 +138,14 @@ class OpTrace:
     def current_module(self) -> str:
         return self._stack[-1] if self._stack else ""
 
-    def add(self, func, args, out) -> None:
+    def add(self, func: Any, args: tuple, out: Any) -> None:
         node = torch._C._current_autograd_node()
         if node is None:
             phase, module = "forward", self.current_module()
         else:
             phase = "backward"
-            module = node.metadata.get(_TAG, self._last_backward_module)
+            # a dict property at run time; torch's stub declares a method
+            module = node.metadata.get(_TAG, self._last_backward_module)  # type: ignore[attr-defined]
             self._last_backward_module = module
         op = str(func)
         outputs = [t.detach().to("cpu", copy=True) for t in _float_tensors(out)]
@@ -157,11 +161,11 @@ class OpTrace:
         self.records.append(OpRecord(len(self.records), phase, module, op, n, outputs, inputs, decider, scale))
 
     @contextlib.contextmanager
-    def recording(self, model: nn.Module):
-        def enter(module, args, name):
+    def recording(self, model: nn.Module) -> Iterator[OpTrace]:
+        def enter(module: nn.Module, args: Any, name: str) -> None:
             self._stack.append(name)
 
-        def leave(module, args, output):
+        def leave(module: nn.Module, args: Any, output: Any) -> None:
             if self._stack:
                 self._stack.pop()
 
@@ -228,6 +232,7 @@ def branch_note(dev: OpRecord, ref: OpRecord, band: float = BAND) -> str:
         n = int((a != b).sum()) if isinstance(a, torch.Tensor) and a.shape == b.shape else 0
         return (f"the two runs picked a different window maximum at {n} position(s): a near tie, decided by "
                 "rounding" if n else "")
+    assert d.input is not None, "a decider without indices names its deciding input (the tables above)"
     x_dev, x_ref = dev.inputs[d.input], ref.inputs[d.input]
     t = float(ref.inputs[d.threshold_arg]) if d.threshold_arg is not None else d.threshold
     if not isinstance(x_dev, torch.Tensor) or x_dev.shape != x_ref.shape:
@@ -265,8 +270,9 @@ def compare_traces(dev: OpTrace, ref: OpTrace, tolerance: float) -> tuple[list[O
         floor = CANCELLATION * max(rec.input_scale, other.input_scale)
         worst = max((_rel(a, b, floor) for a, b in zip(rec.outputs, other.outputs, strict=True)), default=0.0)
         if worst > tolerance:
-            pair = _deciding_forward(rec, dev), _deciding_forward(other, ref)
-            note = branch_note(*pair) if None not in pair else branch_note(rec, other)
+            fwd_dev, fwd_ref = _deciding_forward(rec, dev), _deciding_forward(other, ref)
+            note = (branch_note(fwd_dev, fwd_ref) if fwd_dev is not None and fwd_ref is not None
+                    else branch_note(rec, other))
             diffs.append(OpDiff(rec.phase, rec.module, rec.op, rec.ordinal, worst, note))
     return diffs, matched
 

@@ -18,7 +18,7 @@ import contextlib
 import html
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ from ..compile import Measurement, add_measurement, disabled
 from ..errors import FlError
 from ..placement import placed, used_slots
 from ..rendering import Report
-from ..runtime import FALLBACK, REGISTRY, DeviceClock, OpEvent, events, using_backend
+from ..runtime import FALLBACK, REGISTRY, DeviceClock, FlDeviceModule, OpEvent, events, using_backend
 
 
 @dataclass
@@ -164,7 +164,7 @@ class Profile(Report):
                 "ops": [dict(asdict(s), mean_us=s.mean_us, path=s.path) for s in self.top(len(self.ops()))],
                 "memory": [asdict(m) for m in self.memory]}
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     def chrome_trace(self) -> dict:
@@ -311,7 +311,7 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
         self._events.append(event)
 
     def __enter__(self) -> Profile:
-        torch.fl.synchronize() if REGISTRY.current is not None else None
+        FlDeviceModule.synchronize() if REGISTRY.current is not None else None
         self._mem0 = {d.index: (d.allocated, d.pool_hits, d.pool_misses) for d in REGISTRY.devices}
         self._peak0 = {d.index: d.peak for d in REGISTRY.devices}
         for d in REGISTRY.devices:
@@ -330,7 +330,7 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
         self.result = Profile(self._events, 0.0, [], self.label)
         return self.result
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for d in REGISTRY.devices:
             try:
                 d.plugin.table.synchronize(d.local) if d.plugin.optional.get("synchronize") else None
@@ -402,10 +402,10 @@ def _check_ran_on(p: Profile, name: str) -> None:
 
 
 @contextlib.contextmanager
-def _record_function_ranges():
+def _record_function_ranges() -> Iterator[None]:
     original = dispatch.dispatch
 
-    def ranged(func, args, kwargs):
+    def ranged(func: Any, args: Any, kwargs: Any) -> Any:
         with torch.profiler.record_function(f"fl::{dispatch.op_name(func)}"):
             return original(func, args, kwargs)
 
@@ -421,7 +421,7 @@ def _record_function_ranges():
 
 def _sync() -> None:
     if REGISTRY.current is not None:
-        torch.fl.synchronize()
+        FlDeviceModule.synchronize()
 
 
 def _call(fn: Callable, args: tuple, kwargs: dict, params: list, backward: bool) -> Any:
@@ -434,7 +434,9 @@ def _call(fn: Callable, args: tuple, kwargs: dict, params: list, backward: bool)
     if backward:
         outs = [o for o in _tensors(out) if o.requires_grad]
         if outs:
-            sum(o.float().sum() for o in outs).backward()
+            total = sum(o.float().sum() for o in outs)
+            assert isinstance(total, torch.Tensor), "a sum of one or more tensors"
+            total.backward()
     return out
 
 

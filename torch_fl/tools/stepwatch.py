@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -46,6 +47,7 @@ class Watch(Report):
 
     def __post_init__(self) -> None:
         self._loss: float | None = None
+        self._loss_tensor: torch.Tensor | None = None  # the loss handed to __call__ this step
         self._hooks: list = []
         self._mark()
 
@@ -67,7 +69,7 @@ class Watch(Report):
                 paths[path] = paths.get(path, 0) + d
                 if path == events.FALLBACK:
                     fallback_ops[op] = fallback_ops.get(op, 0) + d
-        loss = getattr(self, "_loss_tensor", None)
+        loss = self._loss_tensor
         value = float(loss.detach().float().cpu()) if isinstance(loss, torch.Tensor) else None
         self._loss_tensor = None
         devices = b.devices
@@ -90,7 +92,7 @@ class Watch(Report):
     def __enter__(self) -> Watch:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _mark(self) -> None:
@@ -142,5 +144,8 @@ def watch(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
             name = REGISTRY.device(p.device.index).backend.name
     w = Watch(name or REGISTRY.ensure().name)
     if optimizer is not None:
-        w._hooks.append(optimizer.register_step_post_hook(lambda *_: w.step()))
+        def after_step(*_: Any) -> None:
+            w.step()
+
+        w._hooks.append(optimizer.register_step_post_hook(after_step))
     return w

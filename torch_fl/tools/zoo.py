@@ -32,6 +32,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -368,7 +369,7 @@ class _Case:
             # mixture-of-experts layers default to torch._grouped_mm, which has no float64 kernel;
             # the eager loop over experts is the same arithmetic
             with contextlib.suppress(ValueError, AttributeError):
-                m.set_experts_implementation("eager")
+                m.set_experts_implementation("eager")  # type: ignore[operator]  # transformers' method (hasattr)
         if torch.device(device).type != "cpu":
             m = m.to(device)  # the user's path: Module.to
         return m
@@ -432,7 +433,8 @@ def _generate(case: _Case, device) -> torch.Tensor:
     ids = case.inputs["input_ids"][:, :4]
     with torch.no_grad():
         model = case.fresh(device, torch.float32).eval()
-        out = model.generate(input_ids=ids.to(device), attention_mask=torch.ones_like(ids).to(device),
+        generate: Any = model.generate  # transformers' GenerationMixin method (nn.Module's typing says tensor)
+        out = generate(input_ids=ids.to(device), attention_mask=torch.ones_like(ids).to(device),
                              max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
     return out.cpu()
 
@@ -477,9 +479,10 @@ def check(name: str, backend: str) -> ZooResult:
         dev = base.reference.against(rec)
         cmp = Float64Comparison(dev, base.native)
         result.device_error, result.native_error, result.ratio = cmp.device_error, cmp.native_error, cmp.ratio
-        result.worst, result.flips = max(cmp.per_tensor, key=cmp.per_tensor.get), dev.flips
+        result.worst, result.flips = max(cmp.per_tensor, key=lambda k: cmp.per_tensor[k]), dev.flips
         result.step_ratio = max(_step_error(after, base.step64), FLOOR) / max(base.native_step_error, FLOOR)
         if spec.causal_lm:
+            assert base.generated is not None and generated is not None, "a causal LM generates on both sides"
             result.generate = _generate_verdict(case, base.generated, generated)
         result.passed = (cmp.ok and result.step_ratio <= LIMIT and result.sharing_kept is not False
                          and (result.generate in ("n/a", "equal") or result.generate.startswith("tie")))

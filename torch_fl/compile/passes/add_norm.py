@@ -10,6 +10,7 @@ the fl:: ops carry their one-kernel backward into AOTAutograd's backward graph."
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -63,6 +64,7 @@ def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern],
         if chosen is None:
             chosen = (None, add.args[1], None, add.args[0], 0.0)
         drop, value, lin, res, p = chosen
+        args: tuple[Any, ...]
         dropped = [drop] if drop is not None else []
         epilogue = " with its dropout epilogue, a fresh seed per call" if p else ""
         if lin is not None and has_linear:

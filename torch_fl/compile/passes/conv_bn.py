@@ -6,6 +6,7 @@ ReLU follows, else as one convolution with the batch norm folded into its weight
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -27,7 +28,7 @@ class FoldedConv(torch.nn.Module):
     p.data.mul_(), an EMA update, inference tensors too), so a model that keeps
     training between inference calls stays correct. The check is host-side: no kernel."""
 
-    def __init__(self, eps: float, stride, padding, dilation, groups: int):
+    def __init__(self, eps: float, stride: list, padding: list, dilation: list, groups: Any) -> None:
         super().__init__()
         self.eps, self.stride, self.padding, self.dilation, self.groups = eps, stride, padding, dilation, groups
         self.channels_last = False  # set by the layout pass: a channels-last weight and output
@@ -71,6 +72,8 @@ def conv_bn(ctx: PassContext) -> None:
         if not (isinstance(conv, fx.Node) and conv.target is aten.convolution.default):
             continue
         x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
+        assert isinstance(x, fx.Node) and isinstance(stride, (list, tuple)) and isinstance(padding, (list, tuple)) \
+            and isinstance(dilation, (list, tuple)), "aten.convolution's schema: int[] stride, padding, dilation"
         _, bn_w, bn_b, mean, var, _, eps = bn.args
         out = next((u for u in bn.users if u.target is operator.getitem and u.args[1] == 0), None)
         relu = only_user(out) if out is not None else None

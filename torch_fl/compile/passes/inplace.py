@@ -45,22 +45,27 @@ def _copies_into(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
     """Graph input -> the copy_ nodes that write into it."""
     out: dict[fx.Node, list[fx.Node]] = {}
     for n in graph.nodes:
-        if n.op == "call_function" and n.target is aten.copy_.default and n.args[0].op == "placeholder":
-            out.setdefault(n.args[0], []).append(n)
+        if n.op != "call_function" or n.target is not aten.copy_.default:
+            continue
+        dst = n.args[0]
+        assert isinstance(dst, fx.Node), "aten.copy_'s self is a tensor: a node of the graph"
+        if dst.op == "placeholder":
+            out.setdefault(dst, []).append(n)
     return out
 
 
-def _counter_updates(graph: fx.Graph, copies: dict) -> int:
+def _counter_updates(graph: fx.Graph, copies: dict[fx.Node, list[fx.Node]]) -> int:
     done = 0
     for buf, writes in copies.items():
         if len(writes) != 1:
             continue
         copy = writes[0]
         src = copy.args[1]
+        buf_users = set(buf.users)  # read before `is buf` below, which narrows buf to an fx argument's type
         if not (isinstance(src, fx.Node) and src.target is aten.add.Tensor and src.args[0] is buf
                 and isinstance(src.args[1], (int, float)) and len(src.users) == 1 and not src.kwargs):
             continue
-        if set(buf.users) != {src, copy} or copy.users:
+        if buf_users != {src, copy} or copy.users:
             continue
         with graph.inserting_before(copy):
             new = graph.call_function(aten.add_.Tensor, (buf, src.args[1]))
@@ -72,7 +77,7 @@ def _counter_updates(graph: fx.Graph, copies: dict) -> int:
     return done
 
 
-def _batch_norms(graph: fx.Graph, copies: dict, kind: str) -> tuple[int, list[str]]:
+def _batch_norms(graph: fx.Graph, copies: dict[fx.Node, list[fx.Node]], kind: str) -> tuple[int, list[str]]:
     done, kept = 0, []
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
     for f in list(graph.nodes):
@@ -82,9 +87,12 @@ def _batch_norms(graph: fx.Graph, copies: dict, kind: str) -> tuple[int, list[st
         if training is not True or not all(isinstance(t, fx.Node) and t.op == "placeholder" for t in (rm, rv)):
             continue
         items = {u.args[1]: u for u in f.users if u.target is operator.getitem}
-        stats = [items.get(3), items.get(4)]
+        stat_mean, stat_var = items.get(3), items.get(4)
+        if stat_mean is None or stat_var is None:
+            continue
+        stats = [stat_mean, stat_var]
         writes = [copies.get(rm, []), copies.get(rv, [])]
-        if any(s is None for s in stats) or any(len(c) != 1 or c[0].args[1] is not s or c[0].users
+        if any(len(c) != 1 or c[0].args[1] is not s or c[0].users
                                                 for c, s in zip(writes, stats, strict=True)):
             continue
         if set(rm.users) != {f, writes[0][0]} or set(rv.users) != {f, writes[1][0]}:

@@ -27,6 +27,7 @@ convolution_backward kernels, which no bundled plugin has."""
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 
 import torch
 import torch.fx as fx
@@ -60,12 +61,14 @@ class WeightCache:
         self._key: tuple | None = None
         self._value: torch.Tensor | None = None
 
-    def get(self, w: torch.Tensor, make=None) -> torch.Tensor:
+    def get(self, w: torch.Tensor, make: Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
         key = self._sources.key((w,))
-        if key != self._key:
+        value = self._value
+        if key != self._key or value is None:
             v = make() if make is not None else w
-            self._key, self._value = key, v.contiguous(memory_format=CL)
-        return self._value
+            value = v.contiguous(memory_format=CL)
+            self._key, self._value = key, value
+        return value
 
 
 class ChannelsLastConv(nn.Module):
@@ -120,8 +123,14 @@ def _is_conv2d(node: fx.Node) -> bool:
 def _is_folded(gm: fx.GraphModule, node: fx.Node) -> bool:
     if node.op != "call_module":
         return False
-    mod = gm.get_submodule(node.target)
-    return hasattr(mod, "channels_last") and len(mod.stride) == 2
+    mod = _submodule(gm, node)
+    # conv_bn's FoldedConv (which imports this module, so it is recognised by its attributes)
+    return hasattr(mod, "channels_last") and isinstance(mod.stride, list) and len(mod.stride) == 2
+
+
+def _submodule(gm: fx.GraphModule, node: fx.Node) -> nn.Module:
+    assert isinstance(node.target, str), "a call_module node's target is the submodule's name"
+    return gm.get_submodule(node.target)
 
 
 def _static(val) -> bool:
@@ -136,7 +145,7 @@ def _keeps_values(gm: fx.GraphModule, node: fx.Node) -> bool:
         return isinstance(node.target, torch._ops.OpOverload) and node.target not in STRIDED \
             or node.target is operator.getitem
     if node.op == "call_module":  # torch_fl's own: folded convolutions, JIT pointwise chains, layout modules
-        return type(gm.get_submodule(node.target)).__module__.startswith("torch_fl.")
+        return type(_submodule(gm, node)).__module__.startswith("torch_fl.")
     return False
 
 
@@ -165,7 +174,7 @@ def layout(ctx: PassContext) -> None:
     rewritten, kept, replaced = [], [], []
     for i, node in enumerate(convs):
         if _is_folded(gm, node):
-            gm.get_submodule(node.target).channels_last = True
+            vars(_submodule(gm, node))["channels_last"] = True  # FoldedConv's plain attribute, not a tensor
             rewritten.append(node)
             continue
         if node.target is torch.ops.fl.conv_bn_relu.default and not fused_out:

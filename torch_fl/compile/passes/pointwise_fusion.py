@@ -254,6 +254,7 @@ def _chains(graph: fx.Graph) -> list[list[fx.Node]]:
 
 
 def _short(node: fx.Node) -> str:
+    assert isinstance(node.target, torch._ops.OpOverload), "pointwise chains hold aten ops"
     return node.target._schema.name.split("::")[-1]
 
 

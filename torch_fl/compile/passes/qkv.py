@@ -92,10 +92,11 @@ class CachedCat(nn.Module):
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         key = self._sources.key(tensors)
         alive = len(self._refs) == len(tensors) and all(r() is t for r, t in zip(self._refs, tensors, strict=True))
-        if not alive or key != self._key:
-            self._value = torch.cat(tensors, self.dim)
+        value = self._value
+        if not alive or key != self._key or value is None:
+            value = self._value = torch.cat(tensors, self.dim)
             self._refs, self._key = [weakref.ref(t) for t in tensors], key
-        return self._value
+        return value
 
 
 def qkv(ctx: PassContext) -> None:

@@ -480,6 +480,7 @@ def _jacobi_eigh(S, compute_v: bool):
     w, order = torch.sort(w, -1)
     if not compute_v:
         return w, None
+    assert V is not None, "compute_v made V"
     V = V.gather(-1, order.unsqueeze(-2).expand(V.shape))
     return w, _fix_signs(V)
 

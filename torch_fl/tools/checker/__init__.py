@@ -21,7 +21,9 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ...progress import Reporter
 from ...progress import start as start_progress
@@ -59,7 +61,7 @@ class CheckReport(Report):
         return {"target": self.target, "passed": self.passed, "counts": self.counts(),
                 "rows": [asdict(r) for r in self.rows]}
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     def render(self, width: int = 120) -> str:
@@ -198,7 +200,7 @@ class _WorkerRun:
     def _limit(self) -> float:
         return max(self.timeout, SETUP_S) if self.current in _SETUP_PHASES else self.timeout
 
-    def events(self):
+    def events(self) -> Iterator[tuple[str, Any]]:
         """(kind, payload) for each @@ line, until the worker ends or a check overruns."""
         deadline = time.monotonic() + self._limit()
         while True:

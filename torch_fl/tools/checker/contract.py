@@ -7,6 +7,7 @@ caught by the parent (see __init__), which names the check that was running."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -20,7 +21,7 @@ def _status(code: int) -> str:
     return abi.STATUS_NAMES.get(code, str(code))
 
 
-def identity(plugin) -> Iterator[Row]:
+def identity(plugin: Any) -> Iterator[Row]:
     problems = [f for f in ("name", "vendor", "version", "description") if not getattr(plugin, f)]
     kind = "emulator" if plugin.emulated else "real device"
     if problems:
@@ -29,7 +30,7 @@ def identity(plugin) -> Iterator[Row]:
         yield "identity", PASS, f"{plugin.name} {plugin.version} by {plugin.vendor} ({kind}): {plugin.description}"
 
 
-def devices(plugin) -> Iterator[Row]:
+def devices(plugin: Any) -> Iterator[Row]:
     if not plugin.devices:
         yield "devices", FAIL, "device_count reported 0 devices"
         return
@@ -49,7 +50,7 @@ def devices(plugin) -> Iterator[Row]:
            f"device_props({len(plugin.devices)}) -> {_status(st)}: {plugin.last_error() or '(no message)'}")
 
 
-def memory(plugin) -> Iterator[Row]:
+def memory(plugin: Any) -> Iterator[Row]:
     t = plugin.table
     out = ffi.new("void**")
     st = t.malloc(0, 0, out)
@@ -94,7 +95,7 @@ def memory(plugin) -> Iterator[Row]:
         yield "allocation beyond capacity", FAIL, f"malloc({total + (1 << 20)}) returned {_status(st)}, not FL_ERR_OOM"
 
 
-def copies(plugin) -> Iterator[Row]:
+def copies(plugin: Any) -> Iterator[Row]:
     t = plugin.table
     n = 4099
     src = torch.randint(0, 255, (n,), dtype=torch.uint8)
@@ -142,7 +143,7 @@ def copies(plugin) -> Iterator[Row]:
         t.free(0, out[0])
 
 
-def _stream_wait_event(plugin, a, b, n: int, src: torch.Tensor) -> Row:
+def _stream_wait_event(plugin: Any, a: Any, b: Any, n: int, src: torch.Tensor) -> Row:
     """Stream 2 waits for an event recorded on stream 1 after a copy there: a device copy queued on stream 2
     after the wait must see the bytes stream 1 wrote."""
     t = plugin.table
@@ -168,7 +169,7 @@ def _stream_wait_event(plugin, a, b, n: int, src: torch.Tensor) -> Row:
     return "stream_wait_event", PASS, "work queued after the wait sees what the other stream did before the event"
 
 
-def version2(plugin) -> Iterator[Row]:
+def version2(plugin: Any) -> Iterator[Row]:
     """ABI version 2's optional entry points, where the plugin has them: mem_set fills exactly its range,
     copy_d2h_async lands after a wait, event_elapsed measures between two recorded events."""
     t = plugin.table
@@ -220,7 +221,7 @@ def version2(plugin) -> Iterator[Row]:
         t.free(0, out[0])
 
 
-def rng(plugin) -> Iterator[Row]:
+def rng(plugin: Any) -> Iterator[Row]:
     """The RNG state pair is optional (fl_plugin.h): both NULL is a note, one of the two is a fault."""
     t = plugin.table
     have = [n for n in ("rng_set_state", "rng_get_state") if plugin.optional.get(n)]
@@ -239,7 +240,7 @@ def rng(plugin) -> Iterator[Row]:
     yield "rng state round trip", PASS if ok else FAIL, f"set (123456789, 7), got ({seed[0]}, {off[0]})"
 
 
-def kernel_table(plugin) -> Iterator[Row]:
+def kernel_table(plugin: Any) -> Iterator[Row]:
     unknown = []
     for op in plugin.kernels:
         ns, _, rest = op.partition("::")
@@ -261,7 +262,7 @@ def kernel_table(plugin) -> Iterator[Row]:
                f"{len(extra)} kernels declare dtypes the device does not compute in (ignored): {', '.join(extra[:5])}")
 
 
-def all_contract_checks(plugin) -> Iterator[Row]:
+def all_contract_checks(plugin: Any) -> Iterator[Row]:
     for check in (identity, devices, memory, copies, version2, rng, kernel_table):
         yield from check(plugin)
 

@@ -12,6 +12,8 @@ and the size."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -24,14 +26,15 @@ CANARY = 0xFD
 class GuardedMemory:
     """Allocates guarded tensors on one device and says how far a kernel wrote outside them."""
 
-    def __init__(self, plugin) -> None:
+    def __init__(self, plugin: Any) -> None:
         self.plugin = plugin
         # block address -> (bytes, guards included; a token): only while the guarded tensor lives. A freed
         # block's address is soon another tensor's, unguarded and of another size: reading "its guards"
         # would read past that allocation (a plugin error) or report damage that is not there.
         self.blocks: dict[int, tuple[int, object]] = {}
 
-    def empty(self, dev, shape, stride, offset: int, dtype: torch.dtype) -> torch.Tensor:
+    def empty(self, dev: Any, shape: Sequence[int], stride: Sequence[int], offset: int,
+              dtype: torch.dtype) -> torch.Tensor:
         """An uninitialised fl tensor of this layout whose span sits between two canary zones."""
         item = torch.empty((), dtype=dtype).element_size()
         probe = torch.empty(0, dtype=dtype, device="meta").as_strided(shape, stride, offset)

@@ -159,6 +159,7 @@ def _run_opinfo(rec: Recorder, info, dtypes, samples_per_opinfo: int) -> None:
                                     if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()]
                             if outs and leaves:
                                 total = sum((o.float() * torch.randn_like(o, dtype=torch.float)).sum() for o in outs)
+                                assert isinstance(total, torch.Tensor), "a sum of one or more tensors"
                                 torch.autograd.grad(total, leaves, allow_unused=True)
             except Exception:
                 continue

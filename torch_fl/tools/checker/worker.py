@@ -13,9 +13,13 @@ import json
 import os
 import sys
 import warnings
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch_fl.runtime import Backend
 
 
-def _emit(kind: str, payload) -> None:
+def _emit(kind: str, payload: Any) -> None:
     sys.stdout.write(f"@@{kind} {json.dumps(payload) if not isinstance(payload, str) else payload}\n")
     sys.stdout.flush()
 
@@ -24,7 +28,7 @@ def _row(check: str, status: str, detail: str) -> None:
     _emit("ROW", {"check": check, "status": status, "detail": detail})
 
 
-def _find(target: str):
+def _find(target: str) -> tuple[Backend | None, str | None]:
     from torch_fl.runtime import REGISTRY
 
     REGISTRY.discover()
@@ -36,6 +40,7 @@ def _find(target: str):
                     return None, f"rejected by the loader: {cand.reason}"
                 if cand.status == "shadowed":
                     return None, f"not loaded: {cand.reason}"
+                assert cand.name is not None, "a candidate neither rejected nor shadowed was loaded"
                 return REGISTRY.get(cand.name), None
         return None, f"{target} was not found by discovery (is it a lib*.so file?)"
     try:
@@ -61,16 +66,14 @@ def main(argv: list[str] | None = None) -> int:
 
     if "load" not in skip:
         _emit("BEGIN", "load")
-        backend, why = _find(args.target)
-        if backend is None:
-            _row("load", contract.FAIL, why)
-            _emit("DONE", "")
-            return 0
-        plugin = backend.plugin
+    backend, why = _find(args.target)
+    if backend is None:  # also when an earlier worker loaded it (load skipped) and it is gone since
+        _row("load", contract.FAIL, why or "not found")
+        _emit("DONE", "")
+        return 0
+    plugin = backend.plugin
+    if "load" not in skip:
         _row("load", contract.PASS, f"{plugin.path} [{plugin.origin}], ABI version and entry points")
-    else:
-        backend, _ = _find(args.target)
-        plugin = backend.plugin
     groups = [("identity", contract.identity), ("devices", contract.devices), ("memory", contract.memory),
               ("copies", contract.copies), ("version 2", contract.version2), ("rng", contract.rng),
               ("kernel table", contract.kernel_table)]
