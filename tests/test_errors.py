@@ -202,7 +202,7 @@ def test_cpu_fallback_env_switch():
 
 
 def test_bad_env_value():
-    """Every FL_* variable is checked at import, before any plugin loads (tests/test_config.py)."""
+    """Every FL_* variable is checked at import, before any plugin loads (tests/runtime/test_config.py)."""
     r = run_py("import torch_fl", env={"FL_CPU_FALLBACK": "maybe"})
     assert r.returncode != 0
     assert "ConfigError: FL_CPU_FALLBACK='maybe' is not a boolean: use 1 or 0" in r.stderr, r.stdout + r.stderr

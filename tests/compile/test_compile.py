@@ -4,7 +4,7 @@ with fusion), plus the pass behaviour users meet through it: what each pass
 matches, what it must leave alone, and that the compiled model computes what
 the eager one does (outputs and gradients) against native CPU PyTorch.
 The Dynamo backend's own contract (aten graphs, real models on every backend,
-recompilation) is tests/test_dynamo_backend.py."""
+recompilation) is tests/compile/test_dynamo_backend.py."""
 
 import copy
 import json

@@ -2,7 +2,7 @@
 
 The NCCL process group, `torch.cuda.set_device(local_rank)`, `device_ids=[local_rank]`: nothing here
 knows about torch_fl. With FL_ALIAS_CUDA=1 each rank runs on its own device of the active fl backend and
-'nccl' is the fl process group. Each rank saves its parameters for tests/test_cuda_alias.py."""
+'nccl' is the fl process group. Each rank saves its parameters for tests/cuda_alias/test_cuda_alias.py."""
 
 import os
 import sys

@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 from torch_fl.tools import zoo  # noqa: E402
 
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
-# the real OpenCL device, where this machine has a driver (tests/test_opencl.py says when it has none)
+# the real OpenCL device, where this machine has a driver (tests/opencl/test_opencl.py says when it has none)
 if "opencl" in fl.available_backends():
     BACKENDS.append("opencl")
 

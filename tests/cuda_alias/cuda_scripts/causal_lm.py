@@ -1,7 +1,7 @@
 """Fine-tune a Hugging Face causal LM, then generate(), written for an NVIDIA GPU.
 
 A tiny random-init GPT-2 (nothing is downloaded). Nothing here knows about torch_fl: with
-FL_ALIAS_CUDA=1 it runs on the active fl backend. It prints one JSON line for tests/test_cuda_alias.py."""
+FL_ALIAS_CUDA=1 it runs on the active fl backend. It prints one JSON line for tests/cuda_alias/test_cuda_alias.py."""
 
 import json
 

@@ -1,5 +1,5 @@
 """Issue 18: the opt-in cuda alias (torch_fl/cuda_alias/). Code written for NVIDIA -- the scripts in
-tests/cuda_scripts/, which never import torch_fl -- runs on every fl backend with FL_ALIAS_CUDA=1, each
+tests/cuda_alias/cuda_scripts/, which never import torch_fl -- runs on every fl backend with FL_ALIAS_CUDA=1, each
 backend in its own process; its numbers are judged against the same script run by plain CPU PyTorch.
 
 The alias changes torch.cuda for a whole process, so every test runs in a subprocess: this pytest

@@ -407,4 +407,4 @@ FL_ONLY = "torch_fl: fl memory is allocated by fl tensors only"
 
 
 # (torch.UntypedStorage(n, device="fl"), DataLoader workers and multiprocessing with fl tensors used to
-# crash with SIGSEGV; with real tensors they work: tests/test_real_tensors.py)
+# crash with SIGSEGV; with real tensors they work: tests/runtime/test_real_tensors.py)

@@ -12,6 +12,7 @@ emulators' asynchronous mode (FL_EMU_ASYNC=1, which scripts/test.sh runs this
 file under too, and the subprocess tests below) runs every stream on its own
 worker thread, so a missing order shows up as a wrong value."""
 
+import os
 import threading
 
 import pytest
@@ -187,7 +188,7 @@ def streams_script(backend: str) -> str:
     """The checks above in a process of their own on `backend` (one that needs FL_EMU_ASYNC=1 or a driver)."""
     return f"""
 import sys, torch, torch_fl as fl
-sys.path.insert(0, {HERE!r})
+sys.path[:0] = [{os.path.dirname(os.path.abspath(__file__))!r}, {HERE!r}]
 import test_streams as t
 fl.initialize({backend!r})
 x = torch.randn(384, 384, device="fl")

@@ -1,7 +1,7 @@
 """fl_magics' views in a real browser (issue 26): JupyterLab started by the test, driven by headless
 Chromium through Playwright, runs a notebook generated here and checks what the page shows -- the
 capability explorer widget answering its dropdown and search box, the HTML table of `%%fl_profile
---compare`, and `%fl_watch`'s live view after a training loop. tests/test_notebook_layer.py tests the
+--compare`, and `%fl_watch`'s live view after a training loop. tests/notebook/test_notebook_layer.py tests the
 same views by their values in a bare IPython shell; this test checks that they render and respond in a
 browser. Screenshots of each stage go to $FL_TEST_ARTIFACTS/browser (else pytest's tmp_path).
 

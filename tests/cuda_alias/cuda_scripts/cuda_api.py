@@ -1,6 +1,6 @@
 """torch.cuda's API as CUDA code calls it, run with FL_ALIAS_CUDA=1: what each call answers, and the
 error each feature the alias does not cover raises. Nothing here imports torch_fl. Takes the path of a
-checkpoint saved on CUDA (its storages tagged cuda:0); prints one JSON line for tests/test_cuda_alias.py."""
+checkpoint saved on CUDA (its storages tagged cuda:0); prints one JSON line for tests/cuda_alias/test_cuda_alias.py."""
 
 import json
 import sys

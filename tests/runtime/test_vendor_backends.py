@@ -19,7 +19,7 @@ from torch_fl.runtime import REGISTRY, events
 from torch_fl.tools.zoo import resnet50, transformer_encoder
 
 EMULATED = ["rocm", "ascend", "minimal"]
-HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(params=EMULATED)
@@ -268,7 +268,7 @@ def test_a_real_plugin_takes_precedence_over_the_emulator(tmp_path):
 
     lib = tmp_path / "librealrocm.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", os.path.dirname(header_path()),
-                    os.path.join(HERE, "plugins", "real", "realrocm.c"), "-o", str(lib)], check=True)
+                    os.path.join(TESTS, "plugins", "real", "realrocm.c"), "-o", str(lib)], check=True)
     r = run_py("""
         import torch, torch_fl as fl
         print(fl.list_backends().render())

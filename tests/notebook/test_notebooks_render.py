@@ -18,7 +18,7 @@ _share = os.path.join(sys.base_prefix, "share", "jupyter")
 if os.path.isdir(_share) and _share not in os.environ.get("JUPYTER_PATH", ""):
     os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [os.environ.get("JUPYTER_PATH"), _share]))
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 
 

@@ -1,7 +1,7 @@
 """A tutorial-style training loop written for an NVIDIA GPU: nothing here knows about torch_fl.
 
 Without a GPU it runs on the CPU (autocast and the GradScaler then switch themselves off); with
-FL_ALIAS_CUDA=1 it runs on the active fl backend. It prints one JSON line for tests/test_cuda_alias.py."""
+FL_ALIAS_CUDA=1 it runs on the active fl backend. It prints one JSON line for tests/cuda_alias/test_cuda_alias.py."""
 
 import json
 

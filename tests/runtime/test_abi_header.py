@@ -15,7 +15,7 @@ import torch
 import torch_fl
 from torch_fl.runtime import STRING_CODES, TO_CODE, abi, get_include, header_path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CC = shutil.which(os.environ.get("CC", "cc"))
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler")
 

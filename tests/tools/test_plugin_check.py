@@ -12,7 +12,7 @@ import pytest
 from torch_fl.runtime import get_include
 from torch_fl.tools.checker import check_plugin
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _rows(report) -> dict:
