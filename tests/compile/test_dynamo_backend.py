@@ -235,6 +235,7 @@ def test_report_counts_graph_breaks_with_reasons_and_recompilations():
     assert fl_dynamo.fusion_report(other).graph_count == 1 and fl_dynamo.fusion_report(compiled).graph_count == 4
 
 
+@pytest.mark.slow  # a subprocess
 def test_backend_fl_resolves_by_name_without_importing_torch_fl():
     code = ("import sys, torch\n"
             "m = torch.nn.Linear(4, 2).to('fl')\n"

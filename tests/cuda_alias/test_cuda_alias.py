@@ -18,6 +18,8 @@ from conftest import run_py
 
 import torch_fl as fl
 
+pytestmark = pytest.mark.slow  # a process per script and backend
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "cuda_scripts")
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]

@@ -29,6 +29,8 @@ import traceback
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # 2-process runs per backend
+
 BACKENDS = ("cpu", "rocm", "ascend", "minimal")
 PATH = {"cpu": "cpu-relay", "rocm": "plugin", "ascend": "cpu-relay", "minimal": "cpu-relay"}
 OPS = ("sum", "avg", "max", "min", "product")

@@ -22,6 +22,8 @@ import torch
 from torch_fl.runtime import desc, ffi
 from torch_fl.runtime.abi import FL_ERR_INTERNAL, FL_ERR_INVALID, FL_OK
 
+pytestmark = pytest.mark.slow  # spawned processes
+
 SUM, PROD, MIN, MAX, AVG = range(5)
 OPS = {"sum": SUM, "prod": PROD, "min": MIN, "max": MAX, "avg": AVG}
 FLOATS = ("float32", "float64", "float16", "bfloat16")

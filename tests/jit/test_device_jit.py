@@ -63,6 +63,7 @@ print("RESULT", json.dumps(out))
 """
 
 
+@pytest.mark.slow  # a subprocess
 def test_ops_without_an_opencl_kernel_run_as_generated_opencl_c():
     _require_opencl()
     out = _result(run_py(_OPS, env={"FL_CPU_FALLBACK": "0"}))
@@ -95,6 +96,7 @@ print("STILL", (x + 1).sum().item())
 """
 
 
+@pytest.mark.slow  # a subprocess
 def test_a_generated_kernel_that_finds_a_bad_index_or_divisor_raises_at_the_call():
     _require_opencl()
     r = run_py(_CHECKED)
@@ -139,6 +141,7 @@ print("RESULT", json.dumps({"errs": errs, "replayed": status.replayed, "replays"
 """
 
 
+@pytest.mark.slow  # a subprocess
 def test_generated_kernels_replay_in_a_kernel_graph():
     _require_opencl()
     out = _result(run_py(_REPLAY, env={"FL_CPU_FALLBACK": "0"}))
@@ -185,6 +188,7 @@ print("EQUAL", torch.equal(r, torch.round(x)), torch.equal(n, torch.nextafter(x,
 """
 
 
+@pytest.mark.slow  # a subprocess
 def test_math_that_opencl_c_spells_differently_is_generated_right():
     """round (C99 nearbyint: OpenCL C's rint) and float32 nextafter (nextafterf: OpenCL C's overloaded
     nextafter) failed to build on the device before the OpenCL prelude mapped them; results bit-exact."""

@@ -96,6 +96,7 @@ def test_profiler_shows_compile_then_cached_kernels(minimal_strict, tmp_path):
     assert jit_calls and all(e.kernels == 1 for e in jit_calls)
 
 
+@pytest.mark.slow  # a subprocess
 def test_disk_cache_is_hit_by_a_new_process(tmp_path):
     code = """
         import torch, torch.nn.functional as F, torch_fl as fl
@@ -117,6 +118,7 @@ def test_disk_cache_is_hit_by_a_new_process(tmp_path):
     assert os.path.getmtime(tmp_path / libs[0]) == stamp
 
 
+@pytest.mark.slow  # a subprocess
 def test_compile_failure_warns_and_falls_back(tmp_path):
     r = run_py("""
         import warnings, torch, torch.nn.functional as F, torch_fl as fl

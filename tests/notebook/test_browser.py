@@ -16,6 +16,8 @@ import time
 import pytest
 from browser.lab import JupyterLab, NotebookPage, find_chromium, missing, write_notebook
 
+pytestmark = pytest.mark.slow  # JupyterLab and Chromium
+
 CELLS = [
     "%load_ext fl_magics\nimport torch, torch_fl as fl\n%fl_backend rocm\nimport sys\nprint('kernel:', sys.executable)",
     "%fl_caps minimal",

@@ -447,6 +447,7 @@ def test_magic_misuse_is_a_usage_error(shell):
         shell.run_cell_magic("fl_profile", "--top -3", "1")
 
 
+@pytest.mark.slow  # a subprocess
 def test_without_ipython_the_import_names_the_extra_to_install():
     """After the README's plain install (no jupyter extra), `import fl_magics` says what to install."""
     from conftest import run_py

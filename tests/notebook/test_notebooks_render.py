@@ -12,6 +12,8 @@ import nbformat
 import pytest
 from nbconvert import HTMLExporter
 
+pytestmark = pytest.mark.slow  # builds and renders every notebook
+
 # nbconvert looks for its templates under sys.prefix; a virtual environment made with
 # --system-site-packages has them under the base interpreter's prefix instead
 _share = os.path.join(sys.base_prefix, "share", "jupyter")

@@ -16,6 +16,8 @@ from conftest import HERE, run_py
 
 import torch_fl as fl
 
+pytestmark = pytest.mark.slow  # OpenCL programs built by the driver, fresh processes
+
 
 def _opencl_row() -> dict | None:
     return next((r for r in fl.list_backends() if r["name"] == "opencl"), None)

@@ -16,6 +16,8 @@ import pytest
 from conftest import HERE, run_py
 from test_opencl import _require_opencl
 
+pytestmark = pytest.mark.slow  # OpenCL programs built by the driver, fresh processes
+
 _CASES = """
 import json, torch, torch_fl as fl
 import torch.nn.functional as F

@@ -16,6 +16,8 @@ from conftest import run_py
 import torch_fl as fl
 from torch_fl.runtime.abi import FL_ERR_INTERNAL, FL_ERR_INVALID, FL_OK, ffi
 
+pytestmark = pytest.mark.slow  # fresh processes, OpenCL builds
+
 FLOAT32, INT64 = 0, 4
 ARG_INT, ARG_FLOAT, ARG_INT_LIST = 3, 4, 6
 META_TENSOR, META_ARG = 20, 12

@@ -130,6 +130,7 @@ def test_kernel_util_walks_broadcasts_and_converts(tmp_path):
     assert out[12] == "2.718282"
 
 
+@pytest.mark.slow  # a subprocess
 @needs_cc
 def test_template_builds_against_the_installed_headers_alone(tmp_path):
     """plugins_cffi/template/Makefile with FL_INCLUDE=torch_fl.get_include(): fl_plugin.h and

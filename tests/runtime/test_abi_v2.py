@@ -20,6 +20,8 @@ from torch_fl.runtime import abi
 from torch_fl.runtime.abi import get_include
 from torch_fl.runtime.plugin import Plugin, PluginLoadError
 
+pytestmark = pytest.mark.slow  # compiles plugins, subprocesses
+
 V1 = os.path.join(HERE, "plugins", "v1")
 EMULATORS = ["rocm", "ascend", "minimal"]
 ASYNC = {"FL_EMU_ASYNC": "1"}

@@ -3,6 +3,7 @@ ever sees the bytes before they land; pinned memory and DataLoader work."""
 
 import gc
 
+import pytest
 import torch
 
 import torch_fl as fl
@@ -116,6 +117,7 @@ def pipeline_result(r) -> tuple[float, int, int, int, int]:
     return (float(worst), *map(int, counts))
 
 
+@pytest.mark.slow  # a subprocess
 def test_an_asynchronous_device_waits_for_a_copy_on_the_device():
     """With kernels that run in stream order on the device (FL_EMU_ASYNC=1: every stream a worker thread, device
     memory unreadable from the host), a kernel that uses a buffer whose copy is still in flight is queued behind
@@ -128,6 +130,7 @@ def test_an_asynchronous_device_waits_for_a_copy_on_the_device():
     assert copies == 4 and device_waits >= 4 and host_waits == 0 and left == 0, (copies, host_waits, device_waits)
 
 
+@pytest.mark.slow  # a subprocess
 def test_a_synchronous_device_waits_on_the_host():
     """rocm without FL_EMU_ASYNC runs each kernel in its call: a wait queued on a stream would not hold it back,
     so the runtime waits on the host for a copy still in flight."""
@@ -138,6 +141,7 @@ def test_a_synchronous_device_waits_on_the_host():
     assert worst <= 3.0 and copies == 4 and device_waits == 0 and left == 0, (worst, copies, device_waits)
 
 
+@pytest.mark.slow  # a subprocess
 def test_without_device_side_waits_an_asynchronous_device_still_orders_copies_on_the_host():
     """An asynchronous plugin may lack stream_wait_event (ABI v2 made it optional): then the copy starts only
     once the current stream's kernels are done (they may still read the block the copy overwrites) and the

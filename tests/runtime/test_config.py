@@ -81,12 +81,14 @@ def test_plugin_variables_are_normalised_to_plain_integers(monkeypatch):
     assert os.environ["FL_ROCM_COMM_CHUNK_BYTES"] == str(3 << 19)
 
 
+@pytest.mark.slow  # a subprocess
 def test_import_fails_naming_the_variable():
     r = run_py("import torch_fl", env={"FL_MEMORY_POOL_LIMIT": "nan"})
     assert r.returncode != 0
     assert "torch_fl.errors.ConfigError: FL_MEMORY_POOL_LIMIT='nan' is not a size" in r.stderr, r.stderr[-2000:]
 
 
+@pytest.mark.slow  # a subprocess
 def test_host_memory_limit_units_reach_the_plugin():
     """1T used to give 1 byte (C did not know T) and "2 G" 2 bytes (C stopped at the space)."""
     r = run_py("""
@@ -96,6 +98,7 @@ def test_host_memory_limit_units_reach_the_plugin():
     assert f"CAP {2 * GiB}" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.slow  # a subprocess
 def test_emulator_device_count_out_of_range_is_named():
     """FL_ROCM_DEVICES=100000 used to become 8 silently: the emulator refuses it, naming the range."""
     r = run_py("""
@@ -237,6 +240,7 @@ def test_set_cpu_fallback_reads_words_as_the_variable_does():
         fl.set_cpu_fallback(True)
 
 
+@pytest.mark.slow  # a subprocess
 @pytest.mark.parametrize("where", ["FL_CONFIG", "./torch_fl.toml"])
 def test_a_config_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path, where):
     fifo = tmp_path / "torch_fl.toml"
@@ -247,6 +251,7 @@ def test_a_config_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path, where):
     assert f"ConfigError: config file {fifo} is not a regular file" in r.stderr, r.stderr[-2000:]
 
 
+@pytest.mark.slow  # a subprocess
 def test_a_compiler_launcher_in_cxx_builds_the_core(tmp_path):
     """CXX="ccache g++" (a launcher word first, as make takes it) ran `ccache -O2 ...` and failed."""
     if shutil.which("g++") is None:

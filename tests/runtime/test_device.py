@@ -207,6 +207,7 @@ def test_memory_pool_reuses_blocks_and_empty_cache_returns_them():
     assert plugin.memory_used(0) == used_before
 
 
+@pytest.mark.slow  # a subprocess
 def test_memory_pool_off_frees_at_once():
     r = run_py("""
         import gc, torch, torch_fl as fl
@@ -220,6 +221,7 @@ def test_memory_pool_off_frees_at_once():
     assert "SAME True 0" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.slow  # a subprocess
 def test_oom_returns_cached_blocks_before_giving_up():
     # a 1 MiB device: a cached 200 KiB block must be handed back for a 900 KiB request
     r = run_py("""
@@ -278,6 +280,7 @@ def test_pool_size_classes_limit_and_oom_message():
     assert memory.parse_bytes("2G") == 2 << 30 and memory.parse_bytes("512MiB") == 512 << 20
 
 
+@pytest.mark.slow  # a subprocess
 def test_pool_limit_variable_and_oom_names_the_pool():
     r = run_py("""
         import gc, torch, torch_fl as fl

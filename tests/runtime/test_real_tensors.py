@@ -137,6 +137,7 @@ def test_untyped_storage_on_the_device_and_resize():
     assert x.shape == (5,) and x[:2].cpu().tolist() == [1.0, 1.0]
 
 
+@pytest.mark.slow  # a subprocess
 def test_dataloader_workers_and_multiprocessing_pass_fl_tensors(tmp_path):
     script = tmp_path / "workers.py"  # spawned children import the parent's main module from a file
     script.write_text(textwrap.dedent("""
@@ -219,6 +220,7 @@ def test_streams_and_events():
     assert torch.equal(y.cpu(), x.cpu() * 2)
 
 
+@pytest.mark.slow  # a subprocess
 def test_import_torch_alone_registers_fl_and_can_be_turned_off():
     r = run_py("""
         import torch
@@ -232,6 +234,7 @@ def test_import_torch_alone_registers_fl_and_can_be_turned_off():
     assert "NAME privateuseone" in r.stdout, r.stderr
 
 
+@pytest.mark.slow  # a subprocess
 def test_without_a_cxx_compiler_the_error_says_what_to_install(tmp_path):
     r = run_py("""
         try:

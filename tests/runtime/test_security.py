@@ -82,6 +82,7 @@ def test_cache_path_never_reaches_a_shell(tmp_path):
     assert _kernels(cache) and oct(os.stat(cache).st_mode & 0o777) == "0o700"
 
 
+@pytest.mark.slow  # a subprocess
 def test_home_with_an_apostrophe(tmp_path):
     home = tmp_path / "o'brien"
     home.mkdir()
@@ -90,6 +91,7 @@ def test_home_with_an_apostrophe(tmp_path):
     assert _kernels(home / ".cache" / "torch_fl" / "jit")
 
 
+@pytest.mark.slow  # a subprocess
 def test_compiler_errors_are_reported(tmp_path):
     r = run_py(JIT_SNIPPET, env={"FL_JIT_CACHE": str(tmp_path / "jit"), "CC": "cc -Werror=no-such-warning-xyz"})
     assert "the C compiler 'cc' exited with status 1: " in r.stderr and "no-such-warning-xyz" in r.stderr, r.stderr
@@ -200,6 +202,7 @@ def test_link_planted_at_the_kernel_name_is_not_written_through(tmp_path, jit_ke
     assert not os.path.islink(kernel) and _digest_ok(kernel)
 
 
+@pytest.mark.slow  # a subprocess
 def test_truncated_core_library_is_rebuilt(tmp_path):
     """The C++ core is a library every process loads from the private cache: a damaged copy is rebuilt,
     never loaded. (The cache starts from this session's build, so only the rebuild compiles.)"""
@@ -230,6 +233,7 @@ def _decoy(folder, marker):
     shutil.copy(_planted_library(folder, marker), os.path.join(folder, "libdecoy.so"))
 
 
+@pytest.mark.slow  # a subprocess
 def test_config_plugin_path_is_relative_to_the_config_file(tmp_path):
     work, cfg = tmp_path / "work", tmp_path / "cfg"
     marker = tmp_path / "DECOY_LOADED"
@@ -247,6 +251,7 @@ def test_config_plugin_path_is_relative_to_the_config_file(tmp_path):
     assert not marker.exists(), "a plugin in the working directory was loaded"
 
 
+@pytest.mark.slow  # a subprocess
 def test_relative_plugin_path_variable_is_refused(tmp_path):
     marker = tmp_path / "DECOY_LOADED"
     _decoy(tmp_path, marker)
@@ -259,6 +264,7 @@ def test_relative_plugin_path_variable_is_refused(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow  # a subprocess
 def test_plugin_folder_every_user_can_write_is_refused(tmp_path):
     marker = tmp_path / "DECOY_LOADED"
     folder = tmp_path / "open"
@@ -272,6 +278,7 @@ def test_plugin_folder_every_user_can_write_is_refused(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow  # a subprocess
 def test_backends_command_says_where_each_plugin_came_from(tmp_path):
     shutil.copy(os.path.join(BUNDLED, "libfl_minimal.so"), tmp_path / "libmini3.so")
     cfg = tmp_path / "torch_fl.toml"
@@ -297,6 +304,7 @@ def _console_script() -> str:
     return script
 
 
+@pytest.mark.slow  # a subprocess
 def test_plugin_check_worker_ignores_the_working_directory(tmp_path):
     marker = tmp_path / "PLANTED_RAN"
     _planted_module(tmp_path, marker)
@@ -306,6 +314,7 @@ def test_plugin_check_worker_ignores_the_working_directory(tmp_path):
     assert r.returncode == 0 and "kernel aten::exp" in r.stdout and "PASSED" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.slow  # a subprocess
 def test_coverage_worker_ignores_the_working_directory(tmp_path):
     marker = tmp_path / "PLANTED_RAN"
     _planted_module(tmp_path, marker)
@@ -315,6 +324,7 @@ def test_coverage_worker_ignores_the_working_directory(tmp_path):
     assert r.returncode == 0 and json.loads(r.stdout)["results"], r.stdout[-2000:] + r.stderr[-2000:]
 
 
+@pytest.mark.slow  # a subprocess
 @pytest.mark.parametrize("safe_path", ["", "1"])
 def test_worker_bootstrap_drops_only_the_working_directory(tmp_path, safe_path):
     """With PYTHONSAFEPATH=1 (or -P) `-c` puts no working directory first; the bootstrap then dropped
@@ -335,6 +345,7 @@ def test_worker_bootstrap_drops_only_the_working_directory(tmp_path, safe_path):
 # -- bad files and bad plugins: a rejection, never a crash or a hang --------------------------------
 
 
+@pytest.mark.slow  # a subprocess
 def test_truncated_library_and_fifo_on_the_plugin_path(tmp_path):
     cut, fifo = tmp_path / "cut", tmp_path / "fifo"
     cut.mkdir()
@@ -350,6 +361,7 @@ def test_truncated_library_and_fifo_on_the_plugin_path(tmp_path):
     assert "libpipe.so is not a loadable shared library: a FIFO, not a regular file" in r.stdout
 
 
+@pytest.mark.slow  # a subprocess
 def test_plugin_that_crashes_when_loaded_is_isolated(tmp_path):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
@@ -382,6 +394,7 @@ def test_plugin_that_crashes_when_loaded_is_isolated(tmp_path):
     assert "killed by SIGSEGV" in run_py(code, env=env).stdout
 
 
+@pytest.mark.slow  # a subprocess
 def test_malloc_returning_null_is_a_plugin_error(test_plugins):
     """The allocator (in the C++ core) checks the contract: an error naming the backend and the fix,
     raised as PyTorch's RuntimeError (C++ cannot raise torch_fl's own classes), the process usable."""

@@ -234,6 +234,7 @@ def test_training_on_a_side_stream(rocm):
     _check_training_on_a_side_stream()
 
 
+@pytest.mark.slow  # a subprocess
 def test_streams_on_an_asynchronous_device():
     """The same checks where every stream is its own worker thread and kernels return at once: a missing
     device-side wait reads a half-written tensor; a block reused too early is overwritten."""

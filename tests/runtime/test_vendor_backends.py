@@ -235,6 +235,7 @@ def test_live_switching_keeps_tensors_on_their_backends():
     assert second.grad.device == fl.device("rocm", 1) and second.grad.cpu().tolist() == [3.0] * 3
 
 
+@pytest.mark.slow  # a subprocess
 def test_fl_backend_variable_selects_an_emulator():
     r = run_py("""
         import torch, torch_fl as fl
@@ -248,6 +249,7 @@ def test_fl_backend_variable_selects_an_emulator():
     assert "GRAD fl:1" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.slow  # a subprocess
 def test_emulator_memory_limit():
     r = run_py("""
         import torch, torch_fl as fl
@@ -263,6 +265,7 @@ def test_emulator_memory_limit():
     assert "OK 4.0" in r.stdout
 
 
+@pytest.mark.slow  # a subprocess
 def test_a_real_plugin_takes_precedence_over_the_emulator(tmp_path):
     from torch_fl.runtime import header_path
 

@@ -4,6 +4,7 @@ caught at the GELU layer; reports are deterministic and export cleanly."""
 import copy
 import json
 
+import pytest
 import torch
 from conftest import run_py
 from torch import nn
@@ -44,6 +45,7 @@ def test_transformer_aligns_between_two_backends():
     assert len(r.modes) == 1 and len(r.modes[0].forward) > 10
 
 
+@pytest.mark.slow  # a subprocess
 def test_perturbed_kernel_is_named(test_plugins):
     r = run_py("""
         import json, torch, torch_fl as fl

@@ -4,11 +4,14 @@ native CPU float32's own) and that it trains: optimizer steps, the loss going do
 import subprocess
 import sys
 
+import pytest
 import torch
 from torch import nn
 
 import torch_fl as fl
 from torch_fl.tools import doctor
+
+pytestmark = pytest.mark.slow  # training runs and subprocesses
 
 
 def _case(loss_fn=nn.functional.cross_entropy) -> doctor.Case:

@@ -13,6 +13,8 @@ import torch_fl as fl
 from torch_fl.tools import coverage
 from torch_fl.tools.coverage import align_vectors, model_coverage
 
+pytestmark = pytest.mark.slow  # OpInfo ops forward and backward on every backend
+
 SUBSET = ["add", "mul", "div.no_rounding_mode", "exp", "tanh", "sum", "mean", "softmax", "matmul",
           "nn.functional.gelu", "nn.functional.layer_norm", "nn.functional.conv2d", "nn.functional.relu",
           "cumsum", "where", "cat", "transpose", "nn.functional.embedding", "empty_like", "bernoulli", "flip",

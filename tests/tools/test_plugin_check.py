@@ -12,6 +12,8 @@ import pytest
 from torch_fl.runtime import get_include
 from torch_fl.tools.checker import check_plugin
 
+pytestmark = pytest.mark.slow  # compiles a plugin per case
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -19,6 +19,8 @@ pytest.importorskip("transformers")
 
 from torch_fl.tools import zoo  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real transformers models on every backend
+
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 # the real OpenCL device, where this machine has a driver (tests/opencl/test_opencl.py says when it has none)
 if "opencl" in fl.available_backends():
