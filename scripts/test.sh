@@ -12,7 +12,7 @@
 #                                       replay, stream and profiler tests again with FL_EMU_ASYNC=1
 #   scripts/test.sh tests               the test suite alone
 #   scripts/test.sh notebooks           the notebooks alone (nbval re-runs the built .ipynb files)
-#   scripts/test.sh tests/test_device.py -x    arguments go to pytest
+#   scripts/test.sh tests/runtime/test_device.py -x    arguments go to pytest
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
@@ -22,7 +22,7 @@ trap 'rm -rf "$work"' EXIT
 step() { printf '\n== %s\n' "$*" >&2; }
 
 # The opencl backend's tests need an OpenCL driver: pocl (OpenCL on the CPU) from Debian/Ubuntu where this
-# runs as root with apt; anywhere else they skip, saying why (tests/test_opencl.py).
+# runs as root with apt; anywhere else they skip, saying why (tests/opencl/test_opencl.py).
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] \
     && ! { dpkg -s pocl-opencl-icd && dpkg -s libclblast1; } >/dev/null 2>&1; then
   step "an OpenCL driver for the opencl backend, and CLBlast: apt-get install pocl-opencl-icd ocl-icd-libopencl1 libclblast1"
@@ -34,13 +34,13 @@ elif ! dpkg -s pocl-opencl-icd >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | gr
   echo "scripts/test.sh: no OpenCL driver and no root apt to install pocl; the opencl tests will skip" >&2
 fi
 
-# tests/test_browser.py drives the system's Chromium with Playwright; without it that test skips, saying why.
+# tests/notebook/test_browser.py drives the system's Chromium with Playwright; without it that test skips, saying why.
 # (Debian's chromium; on Ubuntu the package is a snap stub.)
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && ! dpkg -s chromium >/dev/null 2>&1; then
   step "Chromium for the browser test: apt-get install chromium"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium \
     >"${TMPDIR:-/tmp}/torch_fl-chromium.log" 2>&1 \
-    || echo "scripts/test.sh: could not install chromium (see ${TMPDIR:-/tmp}/torch_fl-chromium.log); tests/test_browser.py will skip" >&2
+    || echo "scripts/test.sh: could not install chromium (see ${TMPDIR:-/tmp}/torch_fl-chromium.log); tests/notebook/test_browser.py will skip" >&2
 fi
 # what tests keep for people to look at (the browser test's screenshots), outside the temporary folder
 export FL_TEST_ARTIFACTS="${FL_TEST_ARTIFACTS:-$root/test-artifacts}"
@@ -82,8 +82,8 @@ if [ "$#" -eq 0 ]; then
   # host read of device memory anywhere in torch_fl fails here. (The cpu backend is the host itself.)
   step "the zoo, dispatch, replay, stream and profiler tests on asynchronous emulated chips (FL_EMU_ASYNC=1)"
   set +e
-  FL_EMU_ASYNC=1 pytest -p no:cacheprovider -o addopts="-ra" -k "not cpu" tests/test_zoo.py tests/test_dispatch.py \
-    tests/test_replay.py tests/test_streams.py tests/test_async.py tests/test_profiler.py
+  FL_EMU_ASYNC=1 pytest -p no:cacheprovider -o addopts="-ra" -k "not cpu" tests/tools/test_zoo.py tests/dispatch/test_dispatch.py \
+    tests/compile/test_replay.py tests/runtime/test_streams.py tests/runtime/test_async.py tests/tools/test_profiler.py
   rc_async=$?
   set -e
   if [ "$rc_async" -ne 0 ]; then

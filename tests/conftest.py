@@ -18,6 +18,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The notebooks (nbval items under notebooks/, collected in the same session through pyproject's
+    testpaths) are slow tests: nbval starts a Jupyter kernel per notebook and re-runs every cell, so
+    `pytest -m "not slow"` (CONTRIBUTING.md) leaves them out. A bare `pytest` still runs them. (A conftest.py
+    in notebooks/ would shadow this one's `from conftest import ...`: both are the module `conftest`.)"""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_configure(config):
     """scripts/test.sh installs torch_fl from a wheel and sets FL_TEST_INSTALLED: then the tests must
     be testing that installed copy, never the source tree they sit beside (a module the wheel left out

@@ -23,6 +23,8 @@ import torch_fl as fl
 from torch_fl.tools.numerics import Float64Comparison, Float64Reference, record
 from torch_fl.tools.zoo import ResNet
 
+pytestmark = pytest.mark.slow  # the article's two scripts on every backend
+
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 
 

@@ -13,6 +13,8 @@ from doc_samples import samples, skip_markers
 
 from torch_fl.runtime import get_include
 
+pytestmark = pytest.mark.slow  # every doc's samples in a fresh interpreter
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = [os.path.relpath(p, ROOT) for p in [os.path.join(ROOT, "README.md"),
                                            *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]]

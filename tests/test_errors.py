@@ -15,6 +15,7 @@ def test_unknown_backend_lists_choices():
     assert fl.initialize("cpu") == "cpu"  # still usable
 
 
+@pytest.mark.slow  # a subprocess
 def test_unknown_fl_backend_env():
     r = run_py("""
         import torch_fl as fl
@@ -26,6 +27,7 @@ def test_unknown_fl_backend_env():
     assert "ERR unknown fl backend 'warp9'; available backends: cpu" in r.stdout, r.stderr
 
 
+@pytest.mark.slow  # a subprocess
 def test_config_file_selects_backend(tmp_path):
     cfg = tmp_path / "torch_fl.toml"
     cfg.write_text('backend = "nope"\n')
@@ -42,6 +44,7 @@ def test_config_file_selects_backend(tmp_path):
     assert r.stdout.split() == ["cpu", "False"], r.stderr
 
 
+@pytest.mark.slow  # a subprocess
 def test_rejected_plugins_are_listed_with_reasons(test_plugins):
     r = run_py("""
         import torch_fl as fl
@@ -59,6 +62,7 @@ def test_rejected_plugins_are_listed_with_reasons(test_plugins):
     assert "not a loadable shared library" in lines["libnot_a_plugin.so"]
 
 
+@pytest.mark.slow  # a subprocess
 def test_kernel_error_names_op_and_message(test_plugins):
     r = run_py("""
         import torch, torch_fl as fl
@@ -77,6 +81,7 @@ def test_kernel_error_names_op_and_message(test_plugins):
     assert "EXPLAIN native" in r.stdout
 
 
+@pytest.mark.slow  # a subprocess
 def test_out_of_memory_leaves_process_usable(test_plugins):
     r = run_py("""
         import torch, torch_fl as fl
@@ -93,6 +98,7 @@ def test_out_of_memory_leaves_process_usable(test_plugins):
     assert "OK 10.0 48" in r.stdout
 
 
+@pytest.mark.slow  # a subprocess
 def test_host_plugin_memory_limit():
     r = run_py("""
         import torch, torch_fl as fl
@@ -107,6 +113,7 @@ def test_host_plugin_memory_limit():
     assert "OK 4.0" in r.stdout
 
 
+@pytest.mark.slow  # a subprocess
 def test_mixing_backends_is_an_error(test_plugins):
     r = run_py("""
         import torch, torch_fl as fl
@@ -150,6 +157,7 @@ def test_mixing_two_fl_backends_names_both_in_every_form(op):
     assert torch.equal((a + b.to(a.device)).cpu(), torch.full((3,), 2.0))  # and nothing else changed
 
 
+@pytest.mark.slow  # a subprocess
 def test_privateuse1_taken_by_another_package():
     r = run_py("""
         import torch
@@ -185,6 +193,7 @@ def test_cpu_fallback_off_raises_clearly():
     assert torch.cumprod(x, 0).device.type == "fl"
 
 
+@pytest.mark.slow  # a subprocess
 def test_cpu_fallback_env_switch():
     r = run_py("""
         import torch, torch_fl as fl
@@ -201,8 +210,9 @@ def test_cpu_fallback_env_switch():
     assert "NIE aten::cumprod" in r.stdout and "FL_CPU_FALLBACK=0" in r.stdout
 
 
+@pytest.mark.slow  # a subprocess
 def test_bad_env_value():
-    """Every FL_* variable is checked at import, before any plugin loads (tests/test_config.py)."""
+    """Every FL_* variable is checked at import, before any plugin loads (tests/runtime/test_config.py)."""
     r = run_py("import torch_fl", env={"FL_CPU_FALLBACK": "maybe"})
     assert r.returncode != 0
     assert "ConfigError: FL_CPU_FALLBACK='maybe' is not a boolean: use 1 or 0" in r.stderr, r.stdout + r.stderr
@@ -224,6 +234,7 @@ def test_sparse_tensors_on_fl_get_a_clear_error():
         torch.sparse.sampled_addmm(csr, torch.randn(3, 3, device="fl"), torch.randn(3, 3, device="fl"))
 
 
+@pytest.mark.slow  # a subprocess
 @pytest.mark.parametrize("argv, message", [
     (["explain", "aten::add.Tensor", "--dtype", "float99"], "'float99' is not a torch dtype"),
     (["explain", "add"], "aten::add needs an overload name: aten::add.Tensor, aten::add.Scalar"),
@@ -256,6 +267,7 @@ def test_no_path_error_says_each_thing_once():
     assert msg.count("no JIT kernel") == 1 and msg.endswith("or use a backend that implements it."), msg
 
 
+@pytest.mark.slow  # a subprocess
 def test_jit_compile_failure_is_said_not_listed_as_a_kernel(tmp_path):
     """Issue 15: with no C compiler and the fallback off, the error and fl.explain listed a 'JIT-compiled
     kernel' that had failed to compile."""

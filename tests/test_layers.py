@@ -344,6 +344,7 @@ def test_the_syntax_checks_catch_what_they_are_for(tmp_path):
     assert any("imports torch_fl.runtime.registry, inside torch_fl.runtime" in b for b in bypasses), bypasses
 
 
+@pytest.mark.slow  # a subprocess
 def test_ruff_finds_nothing():
     """`ruff check` over the whole tree (its rules: [tool.ruff] in pyproject.toml) is part of the test command,
     so a lint finding fails it like any other test instead of waiting for someone to run ruff by hand."""

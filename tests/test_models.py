@@ -13,6 +13,8 @@ from torch import nn
 
 from torch_fl.tools.zoo import resnet50, transformer_encoder
 
+pytestmark = pytest.mark.slow  # the article's models, trained on every backend
+
 
 def _train_both(model: nn.Module, x: torch.Tensor, target: torch.Tensor, loss_fn, opt_cls, steps: int = 2,
                 rel: float = 1e-4, **opt):

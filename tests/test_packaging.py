@@ -17,6 +17,8 @@ import zipfile
 
 import pytest
 
+pytestmark = pytest.mark.slow  # wheel and sdist checks in subprocesses
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PACKAGES = ("torch_fl", "fl_magics")

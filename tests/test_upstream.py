@@ -34,11 +34,14 @@ def _runner():
 
 RUNNER = _runner()
 FOLDER = RUNNER.default_folder()
-pytestmark = pytest.mark.skipif(
-    FOLDER is None or not os.path.isdir(FOLDER),
-    reason="PyTorch's test files are not on this machine (set FL_UPSTREAM_TESTS to a folder of them, e.g. a copy of "
-           "PyTorch's test/ of the installed torch's release); the project's checkout has them in "
-           "../shared/upstream-tests")
+pytestmark = [
+    pytest.mark.slow,  # PyTorch's own test files on every backend
+    pytest.mark.skipif(
+        FOLDER is None or not os.path.isdir(FOLDER),
+        reason="PyTorch's test files are not on this machine (set FL_UPSTREAM_TESTS to a folder of them, e.g. a copy "
+               "of PyTorch's test/ of the installed torch's release); the project's checkout has them in "
+               "../shared/upstream-tests"),
+]
 FILES = sorted(f[:-3] for f in os.listdir(FOLDER) if f.startswith("test_") and f.endswith(".py")) if FOLDER else []
 
 

@@ -245,6 +245,7 @@ def test_declines_half_where_pytorch_has_none():
         assert st == 3
 
 
+@pytest.mark.slow  # a subprocess
 def test_header_is_self_contained(tmp_path):
     """The JIT pastes fl_special_math.h into generated C: it must compile alone, warning-free, in plain C99."""
     header = os.path.join(harness.ROOT, "plugins_cffi", "host", "fl_special_math.h")

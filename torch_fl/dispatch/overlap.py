@@ -23,7 +23,7 @@ The rules, as ATen states them:
 
 Which ops check what was measured on CPU PyTorch 2.13 with OpInfo's samples
 (each op called with outputs that fully, partly and internally overlap its
-inputs); tests/test_overlap.py compares every backend with CPU on those cases.
+inputs); tests/dispatch/test_overlap.py compares every backend with CPU on those cases.
 Ops no table names are not checked: CPU lets them compute (matmul, reductions,
 linear algebra), and so does torch_fl."""
 

@@ -160,7 +160,7 @@ class ZooModel:
     build: Callable[[], nn.Module]
     inputs: Callable[[], dict]
     causal_lm: bool = False
-    tied: bool = False  # shares parameters (tied input/output embeddings); tests/test_zoo.py checks it
+    tied: bool = False  # shares parameters (tied input/output embeddings); tests/tools/test_zoo.py checks it
 
 
 MODELS: dict[str, ZooModel] = {}
@@ -209,7 +209,7 @@ def _no_randomness(cfg) -> None:
 
 
 def _add(name: str, family: str, build: Callable, inputs: Callable = _text_inputs, causal_lm: bool = False):
-    """A family that starts "(tied" declares shared parameters (tests/test_zoo.py checks the claim)."""
+    """A family that starts "(tied" declares shared parameters (tests/tools/test_zoo.py checks the claim)."""
     MODELS[name] = ZooModel(name, family, build, inputs, causal_lm, tied="(tied" in family)
 
 

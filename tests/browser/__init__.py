@@ -1,2 +1,0 @@
-"""Helpers of tests/test_browser.py: a JupyterLab server started for one test, and a
-Playwright page driving a notebook in it with headless Chromium (lab.py)."""
