@@ -68,6 +68,7 @@ def _applied(report: fl_dynamo.FusionReport, pattern: str) -> set[str]:
     return {p.graph for p in report.patterns() if p.pattern.startswith(pattern)}
 
 
+@pytest.mark.slow  # models (transformers, zoo), 5-13 s a case measured
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_models_match_eager_in_output_and_gradients(backend):
     fl.set_backend(backend)
@@ -250,6 +251,7 @@ def test_backend_fl_resolves_by_name_without_importing_torch_fl():
     assert run.stdout.split() == ["fl:0", "True"]
 
 
+@pytest.mark.slow  # models (transformers, zoo), 5-13 s a case measured
 @pytest.mark.parametrize("attention", [True, False])
 def test_changing_sequence_length_recompiles_once(attention):
     """Dynamo's automatic dynamic shapes: the second length makes the graph symbolic, and

@@ -322,6 +322,7 @@ def test_graph_replay_runs_the_channels_last_graph():
     assert [p for p in report.patterns(True) if p.pattern == "channels-last convolutions"]
 
 
+@pytest.mark.slow  # models (transformers, zoo), 5-13 s a case measured
 @pytest.mark.parametrize("name", ["resnet", "convnext", "vit", "swin", "clip"])
 def test_zoo_vision_models_compile_channels_last_and_match_float64(name):
     """Models nobody here wrote, with what follows their convolutions: ConvNeXt's permute -> LayerNorm ->

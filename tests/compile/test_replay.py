@@ -88,6 +88,7 @@ def _out(o):
     return o.last_hidden_state if hasattr(o, "last_hidden_state") else o
 
 
+@pytest.mark.slow  # models (transformers, zoo), 5-13 s a case measured
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", ["mlp", "conv", "bert"])
 def test_replayed_outputs_equal_compiled_outputs_with_new_inputs_each_call(backend, kind):
@@ -232,6 +233,7 @@ def test_a_listening_profiler_sees_every_op_of_a_replayable_graph():
     assert any("addmm" in e.op for e in prof.events), [e.op for e in prof.events]
 
 
+@pytest.mark.slow  # models (transformers, zoo), 5-13 s a case measured
 @pytest.mark.parametrize("backend", ["cpu", "rocm"])
 @pytest.mark.parametrize("kind", ["mlp", "conv", "bert"])
 def test_training_steps_replay_forward_and_backward_like_the_compiled_graph(backend, kind):
