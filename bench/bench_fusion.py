@@ -3,7 +3,7 @@ against eager fl and native CPU PyTorch in the same run, and what graph replay
 does to the host time per kernel.
 
     python bench/bench_fusion.py                 # ResNet-50 b1 64², Transformer d512 x6 b2 s32, then replay
-    python bench/bench_fusion.py --full          # the article's sizes (ResNet-50 b8 224², Transformer b16 s128)
+    python bench/bench_fusion.py --full          # the Torch-FL article's sizes (ResNet-50 b8 224², Transformer b16 s128)
     python bench/bench_fusion.py --backends rocm ascend --json fusion.json
     python bench/bench_fusion.py --only replay   # the graph replay section alone
     python bench/bench_fusion.py --only layout --full   # channels-last on the devices that prefer it
@@ -346,7 +346,7 @@ def replay_line(r: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", nargs="+", default=["cpu", "rocm", "ascend", "minimal"])
-    ap.add_argument("--full", action="store_true", help="the article's sizes")
+    ap.add_argument("--full", action="store_true", help="the Torch-FL article's sizes")
     ap.add_argument("--skip-train", action="store_true", help="inference only")
     ap.add_argument("--only", choices=("fusion", "layout", "replay"), help="one section only")
     ap.add_argument("--calls", type=int, default=200, help="timed calls per figure in the replay section")

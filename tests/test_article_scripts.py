@@ -1,4 +1,4 @@
-"""The article's two scripts on every backend, judged against float64: each
+"""The Torch-FL article's two scripts on every backend, judged against float64: each
 backend's error no worse than 10x native float32's.
 
 * Transformer: 6 x nn.TransformerEncoderLayer(d_model=512, nhead=8,
@@ -23,7 +23,7 @@ import torch_fl as fl
 from torch_fl.tools.numerics import Float64Comparison, Float64Reference, record
 from torch_fl.tools.zoo import ResNet
 
-pytestmark = pytest.mark.slow  # the article's two scripts on every backend
+pytestmark = pytest.mark.slow  # the Torch-FL article's two scripts on every backend
 
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 

@@ -1,7 +1,7 @@
-"""The article's section 4.2 models train unchanged on fl and agree with native CPU PyTorch.
+"""The Torch-FL article's section 4.2 models train unchanged on fl and agree with native CPU PyTorch.
 
 Inputs are shrunk to keep the suite fast; `torch-fl doctor --full` and
-bench/ use the article's sizes (ResNet-50 batch 8 at 224x224; TransformerEncoder
+bench/ use the Torch-FL article's sizes (ResNet-50 batch 8 at 224x224; TransformerEncoder
 6 layers, d_model 512, 8 heads, batch 16, seq 128)."""
 
 import copy
@@ -13,7 +13,7 @@ from torch import nn
 
 from torch_fl.tools.zoo import resnet50, transformer_encoder
 
-pytestmark = pytest.mark.slow  # the article's models, trained on every backend
+pytestmark = pytest.mark.slow  # the Torch-FL article's models, trained on every backend
 
 
 def _train_both(model: nn.Module, x: torch.Tensor, target: torch.Tensor, loss_fn, opt_cls, steps: int = 2,

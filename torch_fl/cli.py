@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torch-fl", description="torch_fl: PyTorch on any vendor's chip")
     sub = parser.add_subparsers(dest="command")
     d = sub.add_parser("doctor", help="check every backend end to end (the default)")
-    d.add_argument("--full", action="store_true", help="use the article's model sizes (slow on a CPU)")
+    d.add_argument("--full", action="store_true", help="use the Torch-FL article's model sizes (slow on a CPU)")
     d.add_argument("--backend", help="only this backend")
     sub.add_parser("backends", help="list the plugins found and why any was rejected")
     e = sub.add_parser("explain", help="which path an op takes and why")

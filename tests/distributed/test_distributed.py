@@ -79,7 +79,7 @@ def mlp_batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class SeqModel(torch.nn.Module):
-    """Variable-length token sequences (the article's pitfall 3): the gradient
+    """Variable-length token sequences (the Torch-FL article's pitfall 3): the gradient
     shapes do not depend on the length, but `long_head` only runs for
     sequences longer than 6, so some steps leave it unused."""
 

@@ -77,7 +77,7 @@ def _flip_model():
 
 
 def test_a_rounding_level_relu_flip_is_named_and_diagnosed():
-    """The article's Transformer on the emulators looked 1e-2 off in its gradients: one ReLU input at
+    """The Torch-FL article's Transformer on the emulators looked 1e-2 off in its gradients: one ReLU input at
     1e-7 of 0 rounded to the other side. Forward outputs all agree, so module-level alignment named
     no layer; the op trace names the layer, the op (ReLU's backward) and the cause."""
     model, x = _flip_model()

@@ -11,7 +11,7 @@ multi-input ops (cat, stack, addcmul ...) in their widest input dtype.
 `fl.autocast()` picks the dtype from the current backend's capability table:
 bf16 where fp16 is missing, fp16 only where the device declares it stable,
 no autocast (float32) when neither; `keep_float32(model, nn.LayerNorm)` pins
-module types to float32 (the article's pitfall 1); `GradScaler` is PyTorch's
+module types to float32 (the Torch-FL article's pitfall 1); `GradScaler` is PyTorch's
 for the fl device."""
 
 from __future__ import annotations

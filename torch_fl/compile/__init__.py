@@ -1,7 +1,7 @@
 """`fl.compile(model)`: `torch.compile(model, backend="fl")` with torch_fl's
 defaults, plus the report of what the fusion passes did.
 
-The article's point (section 3.3): a model that runs at half speed on a new
+The Torch-FL article's point (section 3.3): a model that runs at half speed on a new
 chip usually lacks graph optimisation, not silicon. PyTorch's own engine does
 the capture (Dynamo: keyword arguments, graph breaks, guards and
 recompilation; AOTAutograd: forward and backward aten graphs), the "fl"

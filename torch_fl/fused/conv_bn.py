@@ -3,7 +3,7 @@
 A backend whose plugin has a kernel for it (the ascend emulator) runs one
 kernel; every other backend, and the CPU, runs the three aten ops it stands
 for (its decomposition). torch.compile's `conv_bn` pass rewrites inference
-graphs into it (compile/dynamo.py); `conv_bn_relu(conv, bn, x)` calls it
+graphs into it (compile/passes/conv_bn.py); `conv_bn_relu(conv, bn, x)` calls it
 directly. Its `.out` overload writes into a given tensor, channels-last
 included (the `layout` pass).
 
@@ -27,7 +27,7 @@ _lib.define(
     "Tensor running_mean, Tensor running_var, float eps, int[] stride, int[] padding, int[] dilation, "
     "int groups) -> Tensor"
 )
-# The same into a given tensor: torch.compile's layout pass passes a channels-last one (compile/layout.py).
+# The same into a given tensor: torch.compile's layout pass passes a channels-last one (compile/passes/layout.py).
 _lib.define(
     "conv_bn_relu.out(Tensor input, Tensor weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, "
     "Tensor running_mean, Tensor running_var, float eps, int[] stride, int[] padding, int[] dilation, "

@@ -1,6 +1,6 @@
 """GEMM epilogues, residual add + LayerNorm, attention with dropout.
 
-Kernels vendor stacks ship and the compile passes use (torch_fl/compile/dynamo.py):
+Kernels vendor stacks ship and the compile passes use (torch_fl/compile/passes/):
   fl::linear_act            input @ W^T + b -> ReLU / GELU / none -> dropout       (hipBLASLt epilogues)
   fl::add_layer_norm        residual + dropout(x) -> LayerNorm                     (MIOpen AddLayerNorm)
   fl::linear_add_layer_norm residual + dropout(input @ W^T + b) -> LayerNorm       (the same after a GEMM)

@@ -1,4 +1,4 @@
-"""Asynchronous host-to-device copies (the article's pitfall 2).
+"""Asynchronous host-to-device copies (the Torch-FL article's pitfall 2).
 
 `t.to("fl", non_blocking=True)` from pinned host memory, on a device that
 declares FL_FEATURE_ASYNC_COPY, enqueues the copy on the device's copy stream

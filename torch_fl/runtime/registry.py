@@ -1,6 +1,6 @@
 """Discovery, loading and selection of backends, and the global fl device table.
 
-Start-up follows the article's three steps: enumerate plugins (bundled, pip
+Start-up follows the Torch-FL article's three steps: enumerate plugins (bundled, pip
 entry points in group `torch_fl.plugins`, FL_PLUGIN_PATH), probe each into a
 capability table, and assemble the backend the user asked for. Devices of all
 loaded backends share one index space: fl:0..N."""

@@ -1,6 +1,6 @@
 """Precision alignment: where does a backend's result part from the reference?
 
-The article's section 4.4 workflow, as one call: `fl.align(model, inputs)`
+The Torch-FL article's section 4.4 workflow, as one call: `fl.align(model, inputs)`
 runs the model on a backend and on a reference (native CPU float32 by
 default, or another fl backend) from the same weights and seed, and reports
 
@@ -20,7 +20,7 @@ is zero by construction, a conv bias before batch norm, holds only noise and
 never decides); "check" within 1000x, "suspect" beyond. The training curve
 is judged the same way against a float64 run. The columns still show the
 backend against the reference. The op trace, and an autocast dtype the
-CPU's autocast lacks, keep the article's tolerances on the relative
+CPU's autocast lacks, keep the Torch-FL article's tolerances on the relative
 difference (<= 1e-3 usually fine, > 1e-2 suspect).
 Dropout is switched off in every run: two devices' random streams never
 match, and alignment is about arithmetic. Same seed, same report."""
@@ -50,7 +50,7 @@ RULE = (f"error against float64 within {LIMIT:g}x native CPU's (float32, or auto
 
 
 def verdict(rel: float, tolerances: tuple[float, float]) -> str:
-    """The article's tolerances on a relative difference (the autocast mode and the op trace)."""
+    """The Torch-FL article's tolerances on a relative difference (the autocast mode and the op trace)."""
     fine, suspect = tolerances
     if rel != rel or rel > suspect:  # NaN is suspect
         return SUSPECT

@@ -5,7 +5,7 @@ PyTorch's own test database (OpInfo), run its sample inputs on an fl backend
 and on the CPU, forward and (where the op supports autograd) backward,
 compare, and record which path every aten call took.
 `model_coverage(model, inputs)` does the same bookkeeping for a real model's
-forward and backward: the article's "operator coverage list".
+forward and backward: the Torch-FL article's "operator coverage list".
 
 Ops whose outputs are unspecified (empty, empty_like...) or random (rand_like,
 bernoulli, dropout...) are compared by shape and dtype only. Results are

@@ -227,7 +227,7 @@ class DoctorReport(Report):
 def run_doctor(backends: list[str] | None = None, full: bool = False, progress: bool | Reporter = True,
                cases: list[Case] | None = None) -> DoctorReport:
     """`torch-fl doctor`'s model checks as a Python call: the CPU references once, then each case (default:
-    ResNet-50 and a Transformer encoder, at the article's sizes when `full`) on each backend (default: every
+    ResNet-50 and a Transformer encoder, at the Torch-FL article's sizes when `full`) on each backend (default: every
     available one). Minutes of work, so each step is shown as it ends (torch_fl.progress: lines in a
     terminal, a bar in a notebook); progress=False for none."""
     names = backends or REGISTRY.available()
@@ -268,7 +268,7 @@ def _problems(c: ModelCheck) -> list[str]:
 
 
 def default_cases(full: bool = False) -> list[Case]:
-    """ResNet-50 and a Transformer encoder; `full` uses the article's sizes (section 4.2)."""
+    """ResNet-50 and a Transformer encoder; `full` uses the Torch-FL article's sizes (section 4.2)."""
     from .zoo import resnet50, transformer_encoder
 
     g = torch.Generator().manual_seed(0)

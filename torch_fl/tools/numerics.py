@@ -6,7 +6,7 @@ error against the float64 truth may not be much larger than native float32's
 pooling, whatever the backend: a pre-activation within rounding of zero
 (1e-7 of the tensor's scale) takes one branch in float32 and the other in
 float64, and the gradient of that element changes by O(1). Native float32
-does this too (the article's Transformer with seed 4: native float32 CPU's
+does this too (the Torch-FL article's Transformer with seed 4: native float32 CPU's
 gradients are 1.2e-2 away from float64, the rocm backend's 8e-7; with seed 0
 the other way round). Such a flip says nothing about a kernel's precision.
 

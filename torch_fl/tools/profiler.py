@@ -3,7 +3,7 @@
 The dispatcher reports every op call to listeners (torch_fl/runtime/events.py); with
 no listener it only bumps a per-(op, path) counter, so an idle profiler costs
 nothing (bench/bench_profiler.py measures both). A profile keeps the events
-of its block and derives the views the article asks for: per-op totals with
+of its block and derives the views the Torch-FL article asks for: per-op totals with
 the path taken and the kernel launches it cost (a decomposition into six
 kernels counts six), the ops that fell back to the CPU and what they cost in
 time and copied bytes, time by path, device memory, a side-by-side

@@ -5,7 +5,7 @@ epilogue, a fresh seed per call: passes/seeded.py).
 
 Like add_norm, this rewrites the captured (Dynamo) graph before AOTAutograd
 traces it: the replacement is an fl:: op with an autograd formula
-(torch_fl/fused.py), so AOTAutograd's trace puts the fused forward kernel in the
+(torch_fl/fused/epilogues.py), so AOTAutograd's trace puts the fused forward kernel in the
 forward graph and its one-kernel backward in the backward graph, where a rewrite
 of the aten graphs alone would have to match the backward's
 mm/sum/threshold_backward chains too. A seed baked into a graph would drop the

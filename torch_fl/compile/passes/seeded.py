@@ -1,7 +1,7 @@
 """fl:: ops for training dropout inside a fused kernel, with a fresh seed per call.
 
 The fused kernels (fl::linear_act, fl::add_layer_norm, fl::linear_add_layer_norm,
-torch_fl/fused.py) take their dropout mask from a seed argument. A seed written
+torch_fl/fused/epilogues.py) take their dropout mask from a seed argument. A seed written
 into a compiled graph would drop the same units every step; these ops draw the
 seed when they run (PyTorch's CPU generator: reproducible under
 torch.manual_seed) and return it as a CPU int64 scalar, which AOTAutograd saves

@@ -5,7 +5,7 @@
  * metadata ops, the boxed fallback and its fast path); these plain C entry points are how torch_fl's Python
  * side drives it. Python binds them through cffi in ABI mode: core.py hands this header's text to ffi.cdef
  * (after fl_plugin.h, whose types it uses) and dlopens the library torch.ops.load_library loaded, so this
- * header is the one declaration of the API (tests/test_core_header.py checks the library exports each name).
+ * header is the one declaration of the API (tests/runtime/test_core_header.py checks the library exports each name).
  *
  * Rules that hold for every entry point:
  *   - A failure is a return value (-1 for an fl index that names no device, 0 for "not done"); no entry
