@@ -3,7 +3,7 @@ against eager fl and native CPU PyTorch in the same run, and what graph replay
 does to the host time per kernel.
 
     python bench/bench_fusion.py                 # ResNet-50 b1 64², Transformer d512 x6 b2 s32, then replay
-    python bench/bench_fusion.py --full          # the Torch-FL article's sizes (ResNet-50 b8 224², Transformer b16 s128)
+    python bench/bench_fusion.py --full          # Torch-FL article sizes (ResNet-50 b8 224², Transformer b16 s128)
     python bench/bench_fusion.py --backends rocm ascend --json fusion.json
     python bench/bench_fusion.py --only replay   # the graph replay section alone
     python bench/bench_fusion.py --only layout --full   # channels-last on the devices that prefer it
