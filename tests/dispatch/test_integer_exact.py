@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 import torch_fl as fl
 from torch_fl.runtime import disabled_paths
 
+pytestmark = pytest.mark.slow  # every op x dtype x backend x tier matrix (931 cases, minutes): the full run keeps it
+
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 BIG = 2 ** 60 + 12345

@@ -10,6 +10,8 @@ import torch
 import torch_fl as fl
 from torch_fl.runtime import disabled_paths
 
+pytestmark = pytest.mark.slow  # every overlap case on every backend (173 cases): the full run keeps it
+
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
 OVERLAP = "refer to a single memory location"
 
