@@ -167,7 +167,13 @@ extern const fl_kernel_group_t fl_host_group_reduce;
 extern const fl_kernel_group_t fl_host_group_linalg;
 extern const fl_kernel_group_t fl_host_group_special; /* k_special.c */
 extern const fl_kernel_group_t fl_host_group_lapack;  /* k_lapack.c */
-extern const fl_kernel_group_t fl_host_group_index;   /* k_index.c */
+/* the indexing family (k_index.h): */
+extern const fl_kernel_group_t fl_host_group_gather;  /* k_gather.c: gathers, cat, stack, flip, arange */
+extern const fl_kernel_group_t fl_host_group_sort;    /* k_sort.c: sorting and scans */
+extern const fl_kernel_group_t fl_host_group_scatter; /* k_scatter.c */
+extern const fl_kernel_group_t fl_host_group_index;   /* k_index.c: advanced, flat and masked indexing */
+extern const fl_kernel_group_t fl_host_group_search;  /* k_search.c */
+extern const fl_kernel_group_t fl_host_group_layout;  /* k_layout.c: layout ops, segment_reduce */
 extern const fl_kernel_group_t fl_host_group_nn;      /* k_nn.c */
 extern const fl_kernel_group_t fl_host_group_pool;    /* k_pool.c: every pooling and unpooling kernel */
 extern const fl_kernel_group_t fl_host_group_loss;    /* k_loss.c: nll_loss(2d) forward and backward */
