@@ -162,7 +162,12 @@ int fl_host_jit_compile(const char *source, const char *symbol, fl_kernel_fn *fn
 
 /* ---- kernel tables: each kernel file exports one ---- */
 typedef struct { const fl_kernel_entry_t *entries; int count; } fl_kernel_group_t;
-extern const fl_kernel_group_t fl_host_group_elementwise;
+/* the elementwise family (k_elementwise.h): */
+extern const fl_kernel_group_t fl_host_group_elementwise; /* k_elementwise.c: the engine; copy_, fill_, zero_ */
+extern const fl_kernel_group_t fl_host_group_binary;      /* k_binary.c: arithmetic, comparisons, logical */
+extern const fl_kernel_group_t fl_host_group_unary;       /* k_unary.c */
+extern const fl_kernel_group_t fl_host_group_ternary;     /* k_ternary.c: pointwise backward, where, addc*, lerp */
+extern const fl_kernel_group_t fl_host_group_random;      /* k_random.c */
 extern const fl_kernel_group_t fl_host_group_reduce;
 extern const fl_kernel_group_t fl_host_group_linalg;
 extern const fl_kernel_group_t fl_host_group_special; /* k_special.c */
@@ -182,7 +187,7 @@ extern const fl_kernel_group_t *const fl_host_groups[];
 extern const int fl_host_ngroups;
 extern const fl_kernel_group_t fl_host_group_fft;     /* k_fft.c: _fft_r2c, _fft_c2c, _fft_c2r */
 
-/* k_complex.c: pointwise kernels on complex outputs, called by k_elementwise.c's kernels of
+/* k_complex.c: pointwise kernels on complex outputs, called by k_binary.c's and k_unary.c's kernels of
  * the same ops when out[0] is complex (a kernel name appears once per table). op is one of
  * FL_CX_*; binary ops take args[0..1] (+ alpha in args[2] for add/sub); unary take args[0]. */
 enum { FL_CX_ADD, FL_CX_SUB, FL_CX_MUL, FL_CX_DIV, FL_CX_NEG, FL_CX_CONJ };
