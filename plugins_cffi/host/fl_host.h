@@ -171,7 +171,13 @@ extern const fl_kernel_group_t fl_host_group_random;      /* k_random.c */
 extern const fl_kernel_group_t fl_host_group_reduce;
 extern const fl_kernel_group_t fl_host_group_linalg;
 extern const fl_kernel_group_t fl_host_group_special; /* k_special.c */
-extern const fl_kernel_group_t fl_host_group_lapack;  /* k_lapack.c */
+/* the LAPACK family (k_lapack.h): */
+extern const fl_kernel_group_t fl_host_group_lu;         /* k_lu.c */
+extern const fl_kernel_group_t fl_host_group_cholesky;   /* k_cholesky.c */
+extern const fl_kernel_group_t fl_host_group_eigh_svd;   /* k_eigh_svd.c */
+extern const fl_kernel_group_t fl_host_group_qr;         /* k_qr.c */
+extern const fl_kernel_group_t fl_host_group_triangular; /* k_triangular.c: triangular solves, LDL^T */
+extern const fl_kernel_group_t fl_host_group_matrix_exp; /* k_matrix_exp.c */
 /* the indexing family (k_index.h): */
 extern const fl_kernel_group_t fl_host_group_gather;  /* k_gather.c: gathers, cat, stack, flip, arange */
 extern const fl_kernel_group_t fl_host_group_sort;    /* k_sort.c: sorting and scans */
