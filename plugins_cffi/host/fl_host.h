@@ -185,7 +185,14 @@ extern const fl_kernel_group_t fl_host_group_scatter; /* k_scatter.c */
 extern const fl_kernel_group_t fl_host_group_index;   /* k_index.c: advanced, flat and masked indexing */
 extern const fl_kernel_group_t fl_host_group_search;  /* k_search.c */
 extern const fl_kernel_group_t fl_host_group_layout;  /* k_layout.c: layout ops, segment_reduce */
-extern const fl_kernel_group_t fl_host_group_nn;      /* k_nn.c */
+/* the nn family on float64 scratch (k_nn.h): */
+extern const fl_kernel_group_t fl_host_group_pad;           /* k_pad.c */
+extern const fl_kernel_group_t fl_host_group_upsample;      /* k_upsample.c */
+extern const fl_kernel_group_t fl_host_group_im2col;        /* k_im2col.c */
+extern const fl_kernel_group_t fl_host_group_grid_sample;   /* k_grid_sample.c */
+extern const fl_kernel_group_t fl_host_group_distance;      /* k_distance.c: pdist, cdist */
+extern const fl_kernel_group_t fl_host_group_rrelu;         /* k_rrelu.c */
+extern const fl_kernel_group_t fl_host_group_embedding_bag; /* k_embedding_bag.c */
 extern const fl_kernel_group_t fl_host_group_pool;    /* k_pool.c: every pooling and unpooling kernel */
 extern const fl_kernel_group_t fl_host_group_loss;    /* k_loss.c: nll_loss(2d) forward and backward */
 /* every group above, the table the host plugin serves and the emulators filter (common.c) */
