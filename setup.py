@@ -9,6 +9,7 @@ import os
 from setuptools import Extension, setup
 from setuptools.command.build_clib import build_clib
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join("plugins_cffi", "include")
@@ -21,7 +22,13 @@ def _openblas():
 
 
 class BuildPlugins(build_ext):
-    """Names outputs lib<name>.so instead of a CPython extension suffix."""
+    """Names outputs lib<name>.so instead of a CPython extension suffix. Built in place (a checkout, an editable
+    install), it also refreshes the checkout's shipped headers, which the runtime reads before plugins_cffi's."""
+
+    def run(self):
+        super().run()
+        if self.inplace:
+            _ship_headers(HERE)
 
     def get_ext_filename(self, fullname):
         package, _, name = fullname.rpartition(".")
@@ -42,6 +49,7 @@ class BuildPlugins(build_ext):
         (a notebook kernel, a test) that has the old library mapped keeps a valid copy."""
         if os.path.exists(outfile) and outfile.endswith(".so"):
             os.unlink(outfile)
+        os.makedirs(os.path.dirname(outfile) or ".", exist_ok=True)  # a fresh checkout has no plugins folder yet
         return super().copy_file(infile, outfile, *args, **kwargs)
 
 
@@ -88,23 +96,32 @@ def _plugin(name, sources, blas=False):
     )
 
 
-def _ship_header():
-    """The runtime parses the ABI header for cffi; ship a copy inside the package (torch_fl/runtime/include),
-    with the kernel helpers vendors compile against beside it (torch_fl.get_include() names the folder)."""
+# The runtime parses the ABI header for cffi, so the package ships a copy (torch_fl/runtime/include), with the
+# kernel helpers vendors compile against beside it (torch_fl.get_include() names the folder) and the special
+# functions' C, which the JIT tier pastes into the kernels it generates.
+SHIPPED_HEADERS = (os.path.join(INCLUDE, "fl_plugin.h"), os.path.join(INCLUDE, "fl_kernel_util.h"),
+                   os.path.join("plugins_cffi", "host", "fl_special_math.h"))
+
+
+def _ship_headers(root):
+    """Copies SHIPPED_HEADERS into root/torch_fl/runtime/include. Only build commands call it (root: their
+    build folder, or the checkout for an in-place build), so reading this file writes nothing."""
     import shutil
 
-    runtime = os.path.join(HERE, "torch_fl", "runtime")
-    os.makedirs(os.path.join(runtime, "include"), exist_ok=True)
-    os.makedirs(os.path.join(runtime, "plugins"), exist_ok=True)  # editable installs copy here
-    for header in ("fl_plugin.h", "fl_kernel_util.h"):
-        shutil.copyfile(os.path.join(HERE, INCLUDE, header), os.path.join(runtime, "include", header))
-    # the special functions' C, which the JIT tier pastes into kernels it generates
-    special = os.path.join(HERE, "plugins_cffi", "host", "fl_special_math.h")
-    if os.path.exists(special):
-        shutil.copyfile(special, os.path.join(runtime, "include", "fl_special_math.h"))
+    dest = os.path.join(root, "torch_fl", "runtime", "include")
+    os.makedirs(dest, exist_ok=True)
+    for header in SHIPPED_HEADERS:
+        shutil.copyfile(os.path.join(HERE, header), os.path.join(dest, os.path.basename(header)))
 
 
-_ship_header()
+class BuildPy(build_py):
+    """The package's Python files, then the shipped headers beside them (the wheel's copy)."""
+
+    def run(self):
+        super().run()
+        if not self.editable_mode:  # an editable install reads the checkout (BuildPlugins copies there)
+            _ship_headers(self.build_lib)
+
 
 def _sources(pattern):
     return sorted(glob.glob(os.path.join("plugins_cffi", pattern)))
@@ -139,5 +156,5 @@ KERNEL_LIBRARY = ("fl_kernels", {"sources": KERNELS, "include_dirs": INCLUDE_DIR
 setup(
     libraries=[KERNEL_LIBRARY],
     ext_modules=PLUGINS,
-    cmdclass={"build_clib": BuildKernels, "build_ext": BuildPlugins},
+    cmdclass={"build_clib": BuildKernels, "build_ext": BuildPlugins, "build_py": BuildPy},
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email.parser
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -104,6 +105,27 @@ def test_sdist_carries_what_the_build_compiles(sdist):
                                                          "torch_fl_autoload.py"}
     missing = sorted(expected - names)
     assert not missing, f"the sdist lacks {missing}"
+
+
+def test_reading_setup_py_writes_nothing(tmp_path):
+    """setup.py copies the shipped headers in its build commands only (build_py into the wheel's folder,
+    build_ext --inplace into the checkout): a command that builds nothing, as a tool that reads the project's
+    metadata runs, leaves the tree as it was."""
+    built = {os.path.join(ROOT, "torch_fl", "runtime", d) for d in ("include", "plugins")}
+
+    def ignore(folder, names):  # what builds leave in a checkout
+        return [n for n in names if n == "__pycache__" or os.path.join(folder, n) in built]
+
+    for name in ("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "torch_fl_autoload.py"):
+        shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    for name in ("plugins_cffi", *PACKAGES):
+        shutil.copytree(os.path.join(ROOT, name), tmp_path / name, ignore=ignore)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    r = subprocess.run([sys.executable, "setup.py", "--version"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert after == before, f"setup.py --version wrote {sorted(set(after) - set(before))[:10]}"
 
 
 def test_every_module_imports_without_a_warning():

@@ -150,8 +150,15 @@ void fl_zero_strided(const fl_tensor_t *dst) {
 }
 
 const fl_kernel_group_t *const fl_host_groups[] = {
-    &fl_host_group_elementwise, &fl_host_group_reduce, &fl_host_group_linalg, &fl_host_group_special,
-    &fl_host_group_lapack, &fl_host_group_index, &fl_host_group_nn, &fl_host_group_pool, &fl_host_group_loss,
+    &fl_host_group_elementwise, &fl_host_group_binary, &fl_host_group_unary, &fl_host_group_ternary,
+    &fl_host_group_random, &fl_host_group_reduce, &fl_host_group_linalg, &fl_host_group_special,
+    &fl_host_group_lu, &fl_host_group_cholesky, &fl_host_group_eigh_svd, &fl_host_group_qr,
+    &fl_host_group_triangular, &fl_host_group_matrix_exp,
+    &fl_host_group_gather, &fl_host_group_sort, &fl_host_group_scatter, &fl_host_group_index, &fl_host_group_search,
+    &fl_host_group_layout,
+    &fl_host_group_pad, &fl_host_group_upsample, &fl_host_group_im2col, &fl_host_group_grid_sample,
+    &fl_host_group_distance, &fl_host_group_rrelu, &fl_host_group_embedding_bag,
+    &fl_host_group_pool, &fl_host_group_loss,
     &fl_host_group_fft,
 };
 const int fl_host_ngroups = (int)(sizeof fl_host_groups / sizeof fl_host_groups[0]);

@@ -162,13 +162,37 @@ int fl_host_jit_compile(const char *source, const char *symbol, fl_kernel_fn *fn
 
 /* ---- kernel tables: each kernel file exports one ---- */
 typedef struct { const fl_kernel_entry_t *entries; int count; } fl_kernel_group_t;
-extern const fl_kernel_group_t fl_host_group_elementwise;
+/* the elementwise family (k_elementwise.h): */
+extern const fl_kernel_group_t fl_host_group_elementwise; /* k_elementwise.c: the engine; copy_, fill_, zero_ */
+extern const fl_kernel_group_t fl_host_group_binary;      /* k_binary.c: arithmetic, comparisons, logical */
+extern const fl_kernel_group_t fl_host_group_unary;       /* k_unary.c */
+extern const fl_kernel_group_t fl_host_group_ternary;     /* k_ternary.c: pointwise backward, where, addc*, lerp */
+extern const fl_kernel_group_t fl_host_group_random;      /* k_random.c */
 extern const fl_kernel_group_t fl_host_group_reduce;
 extern const fl_kernel_group_t fl_host_group_linalg;
 extern const fl_kernel_group_t fl_host_group_special; /* k_special.c */
-extern const fl_kernel_group_t fl_host_group_lapack;  /* k_lapack.c */
-extern const fl_kernel_group_t fl_host_group_index;   /* k_index.c */
-extern const fl_kernel_group_t fl_host_group_nn;      /* k_nn.c */
+/* the LAPACK family (k_lapack.h): */
+extern const fl_kernel_group_t fl_host_group_lu;         /* k_lu.c */
+extern const fl_kernel_group_t fl_host_group_cholesky;   /* k_cholesky.c */
+extern const fl_kernel_group_t fl_host_group_eigh_svd;   /* k_eigh_svd.c */
+extern const fl_kernel_group_t fl_host_group_qr;         /* k_qr.c */
+extern const fl_kernel_group_t fl_host_group_triangular; /* k_triangular.c: triangular solves, LDL^T */
+extern const fl_kernel_group_t fl_host_group_matrix_exp; /* k_matrix_exp.c */
+/* the indexing family (k_index.h): */
+extern const fl_kernel_group_t fl_host_group_gather;  /* k_gather.c: gathers, cat, stack, flip, arange */
+extern const fl_kernel_group_t fl_host_group_sort;    /* k_sort.c: sorting and scans */
+extern const fl_kernel_group_t fl_host_group_scatter; /* k_scatter.c */
+extern const fl_kernel_group_t fl_host_group_index;   /* k_index.c: advanced, flat and masked indexing */
+extern const fl_kernel_group_t fl_host_group_search;  /* k_search.c */
+extern const fl_kernel_group_t fl_host_group_layout;  /* k_layout.c: layout ops, segment_reduce */
+/* the nn family on float64 scratch (k_nn.h): */
+extern const fl_kernel_group_t fl_host_group_pad;           /* k_pad.c */
+extern const fl_kernel_group_t fl_host_group_upsample;      /* k_upsample.c */
+extern const fl_kernel_group_t fl_host_group_im2col;        /* k_im2col.c */
+extern const fl_kernel_group_t fl_host_group_grid_sample;   /* k_grid_sample.c */
+extern const fl_kernel_group_t fl_host_group_distance;      /* k_distance.c: pdist, cdist */
+extern const fl_kernel_group_t fl_host_group_rrelu;         /* k_rrelu.c */
+extern const fl_kernel_group_t fl_host_group_embedding_bag; /* k_embedding_bag.c */
 extern const fl_kernel_group_t fl_host_group_pool;    /* k_pool.c: every pooling and unpooling kernel */
 extern const fl_kernel_group_t fl_host_group_loss;    /* k_loss.c: nll_loss(2d) forward and backward */
 /* every group above, the table the host plugin serves and the emulators filter (common.c) */
@@ -176,7 +200,7 @@ extern const fl_kernel_group_t *const fl_host_groups[];
 extern const int fl_host_ngroups;
 extern const fl_kernel_group_t fl_host_group_fft;     /* k_fft.c: _fft_r2c, _fft_c2c, _fft_c2r */
 
-/* k_complex.c: pointwise kernels on complex outputs, called by k_elementwise.c's kernels of
+/* k_complex.c: pointwise kernels on complex outputs, called by k_binary.c's and k_unary.c's kernels of
  * the same ops when out[0] is complex (a kernel name appears once per table). op is one of
  * FL_CX_*; binary ops take args[0..1] (+ alpha in args[2] for add/sub); unary take args[0]. */
 enum { FL_CX_ADD, FL_CX_SUB, FL_CX_MUL, FL_CX_DIV, FL_CX_NEG, FL_CX_CONJ };

@@ -524,23 +524,20 @@ static inline double fl_sp_igamma(double a, double x) {
 /* inverse error function (G. L. Pavlis): rational first guess, then two
  * Newton steps; +-1 -> +-inf, |y| > 1 -> NaN */
 static inline double fl_sp_erfinv(double y) {
-    static const double A[4] = {0.886226899, -1.645349621, 0.914624893, -0.140543331};
-    static const double B[4] = {-2.118377725, 1.442710462, -0.329097515, 0.012229801};
-    static const double C[4] = {-1.970840454, -1.624906493, 3.429567803, 1.641345311};
-    static const double D[2] = {3.543889200, 1.637067800};
-    double ay = fabs(y), x, z, num, dem;
+    /* highest power first (fl_sp_polevl) */
+    static const double A[4] = {-0.140543331, 0.914624893, -1.645349621, 0.886226899};
+    static const double B[5] = {0.012229801, -0.329097515, 1.442710462, -2.118377725, 1.0};
+    static const double C[4] = {1.641345311, 3.429567803, -1.624906493, -1.970840454};
+    static const double D[3] = {1.637067800, 3.543889200, 1.0};
+    double ay = fabs(y), x, z;
     if (ay > 1.0) return NAN;
     if (ay == 1.0) return copysign(INFINITY, y);
     if (ay <= 0.7) {
         z = y * y;
-        num = ((A[3] * z + A[2]) * z + A[1]) * z + A[0];
-        dem = (((B[3] * z + B[2]) * z + B[1]) * z + B[0]) * z + 1.0;
-        x = y * num / dem;
+        x = y * fl_sp_polevl(z, A, 3) / fl_sp_polevl(z, B, 4);
     } else {
         z = sqrt(-log((1.0 - ay) / 2.0));
-        num = ((C[3] * z + C[2]) * z + C[1]) * z + C[0];
-        dem = (D[1] * z + D[0]) * z + 1.0;
-        x = copysign(num, y) / dem;
+        x = copysign(fl_sp_polevl(z, C, 3), y) / fl_sp_polevl(z, D, 2);
     }
     x = x - (erf(x) - y) / ((2.0 * FL_SP_1_SQRT_PI) * exp(-x * x));
     x = x - (erf(x) - y) / ((2.0 * FL_SP_1_SQRT_PI) * exp(-x * x));
@@ -1177,266 +1174,140 @@ static inline double fl_sp_airy_ai(double x) {
  * in float32 a large degree overflows to inf and then to NaN (inf - inf)
  * where double would still be finite; the float32 flavour rounds every
  * recurrence step to float (FL_SP_ROUND) to give the same infinities and
- * NaNs. */
+ * NaNs.
+ *
+ * PyTorch's twelve functions share one shape, so here they are one evaluator
+ * (fl_sp_orthopoly) over a table of what differs: the variable (x, or
+ * y = 2x - 1 for the shifted Chebyshev kinds), the values at the ends of the
+ * interval, a closed form in acos(y) above some degree (Chebyshev kinds),
+ * P_1, the three-term recurrence, whether a NaN ends it, and a degree limit
+ * (Hermite). Every expression is PyTorch's, operation for operation, so the
+ * results are the ones its kernels give, bit for bit. */
 #define FL_SP_ROUND(v, f32) ((f32) ? (double)(float)(v) : (v))
 
-/* Chebyshev T_n(x): recurrence, or cos(n acos x) for n > 6 inside (-1, 1) */
-static inline double fl_sp_cheb_t(double x, double nd, int f32) {
-    int64_t n = fl_sp_degree(nd);
-    if (n < 0) return 0.0;
-    if (fabs(x) == 1.0) return (x > 0.0 || n % 2 == 0) ? 1.0 : -1.0;
-    if (n > 6 && fabs(x) < 1.0) return cos((double)n * acos(x));
-    if (n == 0) return 1.0;
-    if (n == 1) return x;
-    double p = 1.0, q = x, r = x;
-    for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = FL_SP_ROUND((x + x) * q - p, f32);
-        p = q;
-        q = r;
-    }
-    return r;
+enum { FL_SP_CHEB_T, FL_SP_CHEB_U, FL_SP_CHEB_V, FL_SP_CHEB_W, FL_SP_SCHEB_T, FL_SP_SCHEB_U, FL_SP_SCHEB_V,
+       FL_SP_SCHEB_W, FL_SP_HERM_H, FL_SP_HERM_HE, FL_SP_LAG_L, FL_SP_LEG_P };
+/* P_1 in terms of y, rounded to float in the float32 flavour where PyTorch's type rounds it */
+enum { FL_SP_P1_Y, FL_SP_P1_2Y, FL_SP_P1_2Y_M1, FL_SP_P1_2Y_P1, FL_SP_P1_1_MY };
+/* P_{m+1} from q = P_m and p = P_{m-1}, m = 1, ..., n - 1 */
+enum {
+    FL_SP_REC_CHEB,    /* (2y) q - p */
+    FL_SP_REC_HERM_H,  /* (2x) q - 2m p */
+    FL_SP_REC_HERM_HE, /* x q - m p */
+    FL_SP_REC_LAG,     /* ((2m + (1 - x)) q - m p) / (m + 1) */
+    FL_SP_REC_LEG      /* ((2m + 1) x q - m p) / (m + 1) */
+};
+/* closed forms in th = acos(y) for |y| < 1: T cos(n th), U sin((n+1) th) / sin(th),
+ * V cos((n+1/2) th) / cos(th/2), W sin((n+1/2) th) / sin(th/2) */
+enum { FL_SP_CF_NONE, FL_SP_CF_T, FL_SP_CF_U, FL_SP_CF_V, FL_SP_CF_W };
+
+typedef struct {
+    int shifted;       /* y = 2x - 1 (rounded to float in the float32 flavour), else y = x */
+    double hi, lo;     /* the ends of the interval, tested on x (NAN: not tested) */
+    int hi_a, hi_b;    /* P_n(hi) = hi_a n + hi_b */
+    int lo_a, lo_b;    /* P_n(lo) = (-1)^n (lo_a n + lo_b) */
+    int cf, cf_from;   /* the closed form FL_SP_CF_*, used for n > cf_from and |y| < 1 */
+    int cf_hi;         /* V and W where the closed form's divisor rounds to 1: P_n(hi) if x > 0 (else P_n(lo)) */
+    int p1, rec;       /* FL_SP_P1_*, FL_SP_REC_* */
+    int nan_stops;     /* the recurrence stops at a NaN */
+    int max_n, max_nf; /* degrees above give NaN in float64 / float32 (0: no limit) */
+} fl_sp_orthopoly_t;
+
+/* P_n at the high (hi != 0) or the low end of the interval */
+static inline double fl_sp_orthopoly_end(const fl_sp_orthopoly_t *o, int64_t n, int hi) {
+    if (hi) return (double)(o->hi_a * n + o->hi_b);
+    double v = (double)(o->lo_a * n + o->lo_b);
+    return n % 2 == 0 ? v : -v;
 }
 
-/* Chebyshev U_n(x) */
-static inline double fl_sp_cheb_u(double x, double nd, int f32) {
+static inline double fl_sp_orthopoly(int which, double x, double nd, int f32) {
+    static const fl_sp_orthopoly_t OP[12] = {
+        /* shifted, hi, lo, hi_a, hi_b, lo_a, lo_b, cf, cf_from, cf_hi, p1, rec, nan_stops, max_n, max_nf */
+        {0, 1.0, -1.0, 0, 1, 0, 1, FL_SP_CF_T, 6, 0, FL_SP_P1_Y, FL_SP_REC_CHEB, 1, 0, 0},     /* T_n */
+        {0, 1.0, -1.0, 1, 1, 1, 1, FL_SP_CF_U, 8, 0, FL_SP_P1_2Y, FL_SP_REC_CHEB, 1, 0, 0},    /* U_n */
+        {0, 1.0, -1.0, 0, 1, 2, 1, FL_SP_CF_V, 8, 0, FL_SP_P1_2Y_M1, FL_SP_REC_CHEB, 1, 0, 0}, /* V_n */
+        {0, 1.0, -1.0, 2, 1, 0, 1, FL_SP_CF_W, 8, 1, FL_SP_P1_2Y_P1, FL_SP_REC_CHEB, 1, 0, 0}, /* W_n */
+        {1, 1.0, 0.0, 0, 1, 0, 1, FL_SP_CF_T, 6, 0, FL_SP_P1_Y, FL_SP_REC_CHEB, 1, 0, 0},      /* T*_n */
+        {1, 1.0, 0.0, 1, 1, 1, 1, FL_SP_CF_U, 6, 0, FL_SP_P1_2Y, FL_SP_REC_CHEB, 1, 0, 0},     /* U*_n */
+        {1, 1.0, 0.0, 0, 1, 2, 1, FL_SP_CF_V, 6, 0, FL_SP_P1_2Y_M1, FL_SP_REC_CHEB, 1, 0, 0},  /* V*_n */
+        /* W*_n: PyTorch switches to the closed form from n > 4 here */
+        {1, 1.0, 0.0, 2, 1, 0, 1, FL_SP_CF_W, 4, 0, FL_SP_P1_2Y_P1, FL_SP_REC_CHEB, 1, 0, 0},  /* W*_n */
+        {0, NAN, NAN, 0, 0, 0, 0, FL_SP_CF_NONE, 0, 0, FL_SP_P1_2Y, FL_SP_REC_HERM_H, 0, 512, 128},  /* H_n */
+        {0, NAN, NAN, 0, 0, 0, 0, FL_SP_CF_NONE, 0, 0, FL_SP_P1_Y, FL_SP_REC_HERM_HE, 0, 512, 128},  /* He_n */
+        {0, 0.0, NAN, 0, 1, 0, 0, FL_SP_CF_NONE, 0, 0, FL_SP_P1_1_MY, FL_SP_REC_LAG, 1, 0, 0},       /* L_n */
+        {0, 1.0, -1.0, 0, 1, 0, 1, FL_SP_CF_NONE, 0, 0, FL_SP_P1_Y, FL_SP_REC_LEG, 1, 0, 0},         /* P_n */
+    };
+    const fl_sp_orthopoly_t *o = &OP[which];
     int64_t n = fl_sp_degree(nd);
+    double y = o->shifted ? FL_SP_ROUND(x + x - 1.0, f32) : x;
     if (n < 0) return 0.0;
-    if (fabs(x) == 1.0) return (x > 0.0 || n % 2 == 0) ? (double)(n + 1) : -(double)(n + 1);
-    if (n > 8 && fabs(x) < 1.0) {
-        double th = acos(x);
-        if (sin(th) != 0.0) return sin((double)(n + 1) * th) / sin(th);
-        return (double)(n + 1) * cos((double)(n + 1) * th) / x;
-    }
-    if (n == 0) return 1.0;
-    if (n == 1) return x + x;
-    /* r starts as q: PyTorch leaves it uninitialised and returns garbage for x = NaN */
-    double p = 1.0, q = x + x, r = q;
-    for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = FL_SP_ROUND((x + x) * q - p, f32);
-        p = q;
-        q = r;
-    }
-    return r;
-}
-
-/* Chebyshev V_n(x) (third kind) */
-static inline double fl_sp_cheb_v(double x, double nd, int f32) {
-    int64_t n = fl_sp_degree(nd);
-    if (n < 0) return 0.0;
-    if (fabs(x) == 1.0) {
-        if (x > 0.0) return 1.0;
-        return n % 2 == 0 ? (double)(n + n + 1) : -(double)(n + n + 1);
-    }
-    if (n > 8 && fabs(x) < 1.0) {
-        double th = acos(x);
-        if (sin(th / 2.0) != 1.0) return cos(((double)n + 0.5) * th) / cos(th / 2.0);
-        return n % 2 == 0 ? (double)(n + n + 1) : -(double)(n + n + 1);
-    }
-    if (n == 0) return 1.0;
-    if (n == 1) return FL_SP_ROUND(x + x - 1.0, f32);
-    double p = 1.0, q = FL_SP_ROUND(x + x - 1.0, f32), r = q;
-    for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = FL_SP_ROUND((x + x) * q - p, f32);
-        p = q;
-        q = r;
-    }
-    return r;
-}
-
-/* Chebyshev W_n(x) (fourth kind) */
-static inline double fl_sp_cheb_w(double x, double nd, int f32) {
-    int64_t n = fl_sp_degree(nd);
-    if (n < 0) return 0.0;
-    if (fabs(x) == 1.0) {
-        if (x > 0.0) return (double)(n + n + 1);
-        return n % 2 == 0 ? 1.0 : -1.0;
-    }
-    if (n > 8 && fabs(x) < 1.0) {
-        double th = acos(x);
-        if (cos(th / 2.0) != 1.0) return sin(((double)n + 0.5) * th) / sin(th / 2.0);
-        if (x > 0.0) return (double)(n + n + 1);
-        return n % 2 == 0 ? 1.0 : -1.0;
-    }
-    if (n == 0) return 1.0;
-    if (n == 1) return FL_SP_ROUND(x + x + 1.0, f32);
-    double p = 1.0, q = FL_SP_ROUND(x + x + 1.0, f32), r = q;
-    for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = FL_SP_ROUND((x + x) * q - p, f32);
-        p = q;
-        q = r;
-    }
-    return r;
-}
-
-/* shifted Chebyshev T*_n(x) = T_n(2x - 1) */
-static inline double fl_sp_scheb_t(double x, double nd, int f32) {
-    int64_t n = fl_sp_degree(nd);
-    double y = FL_SP_ROUND(x + x - 1.0, f32);
-    if (n < 0) return 0.0;
-    if (x == 1.0) return 1.0;
-    if (x == 0.0) return n % 2 == 0 ? 1.0 : -1.0;
-    if (n > 6 && fabs(y) < 1.0) return cos((double)n * acos(y));
-    if (n == 0) return 1.0;
-    if (n == 1) return y;
-    double p = 1.0, q = y, r = q;
-    for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = FL_SP_ROUND((y + y) * q - p, f32);
-        p = q;
-        q = r;
-    }
-    return r;
-}
-
-/* shifted Chebyshev U*_n(x) = U_n(2x - 1) */
-static inline double fl_sp_scheb_u(double x, double nd, int f32) {
-    int64_t n = fl_sp_degree(nd);
-    double y = FL_SP_ROUND(x + x - 1.0, f32);
-    if (n < 0) return 0.0;
-    if (x == 1.0) return (double)(n + 1);
-    if (x == 0.0) return n % 2 == 0 ? (double)(n + 1) : -(double)(n + 1);
-    if (n > 6 && fabs(y) < 1.0) {
+    if (x == o->hi) return fl_sp_orthopoly_end(o, n, 1);
+    if (x == o->lo) return fl_sp_orthopoly_end(o, n, 0);
+    if (o->cf != FL_SP_CF_NONE && n > o->cf_from && fabs(y) < 1.0) {
         double th = acos(y);
-        if (sin(th) != 0.0) return sin((double)(n + 1) * th) / sin(th);
-        return (double)(n + 1) * cos((double)(n + 1) * th) / y;
+        switch (o->cf) {
+        case FL_SP_CF_T:
+            return cos((double)n * th);
+        case FL_SP_CF_U:
+            if (sin(th) != 0.0) return sin((double)(n + 1) * th) / sin(th);
+            return (double)(n + 1) * cos((double)(n + 1) * th) / y;
+        case FL_SP_CF_V:
+            if (sin(th / 2.0) != 1.0) return cos(((double)n + 0.5) * th) / cos(th / 2.0);
+            return fl_sp_orthopoly_end(o, n, 0);
+        default: /* FL_SP_CF_W */
+            if (cos(th / 2.0) != 1.0) return sin(((double)n + 0.5) * th) / sin(th / 2.0);
+            return fl_sp_orthopoly_end(o, n, o->cf_hi && x > 0.0);
+        }
     }
     if (n == 0) return 1.0;
-    if (n == 1) return y + y;
-    double p = 1.0, q = y + y, r = q;
-    for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = FL_SP_ROUND((y + y) * q - p, f32);
+    double p = 1.0, q;
+    switch (o->p1) {
+    case FL_SP_P1_Y: q = y; break;
+    case FL_SP_P1_2Y: q = y + y; break;
+    case FL_SP_P1_2Y_M1: q = FL_SP_ROUND(y + y - 1.0, f32); break;
+    case FL_SP_P1_2Y_P1: q = FL_SP_ROUND(y + y + 1.0, f32); break;
+    default: q = FL_SP_ROUND(1.0 - y, f32); break; /* FL_SP_P1_1_MY */
+    }
+    if (n == 1) return q;
+    if (o->max_n && n > (f32 ? o->max_nf : o->max_n)) return NAN;
+    double r = q;
+    for (int64_t m = 1; m < n && !(o->nan_stops && isnan(q)); m++) {
+        switch (o->rec) {
+        case FL_SP_REC_CHEB: r = FL_SP_ROUND((y + y) * q - p, f32); break;
+        case FL_SP_REC_HERM_H: r = FL_SP_ROUND((x + x) * q - (double)(m + m) * p, f32); break;
+        case FL_SP_REC_HERM_HE: r = FL_SP_ROUND(x * q - (double)m * p, f32); break;
+        case FL_SP_REC_LAG:
+            r = FL_SP_ROUND((((double)(m + m) + (1.0 - x)) * q - (double)m * p) / (double)(m + 1), f32);
+            break;
+        default: /* FL_SP_REC_LEG */
+            r = FL_SP_ROUND(((double)(m + m + 1) * x * q - (double)m * p) / (double)(m + 1), f32);
+            break;
+        }
         p = q;
         q = r;
     }
     return r;
 }
 
-/* shifted Chebyshev V*_n(x) = V_n(2x - 1) */
-static inline double fl_sp_scheb_v(double x, double nd, int f32) {
-    int64_t n = fl_sp_degree(nd);
-    double y = FL_SP_ROUND(x + x - 1.0, f32);
-    if (n < 0) return 0.0;
-    if (x == 1.0) return 1.0;
-    if (x == 0.0) return n % 2 == 0 ? (double)(n + n + 1) : -(double)(n + n + 1);
-    if (n > 6 && fabs(y) < 1.0) {
-        double th = acos(y);
-        if (sin(th / 2.0) != 1.0) return cos(((double)n + 0.5) * th) / cos(th / 2.0);
-        return n % 2 == 0 ? (double)(n + n + 1) : -(double)(n + n + 1);
-    }
-    if (n == 0) return 1.0;
-    if (n == 1) return FL_SP_ROUND(y + y - 1.0, f32);
-    double p = 1.0, q = FL_SP_ROUND(y + y - 1.0, f32), r = q;
-    for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = FL_SP_ROUND((y + y) * q - p, f32);
-        p = q;
-        q = r;
-    }
-    return r;
-}
-
-/* shifted Chebyshev W*_n(x) = W_n(2x - 1) (PyTorch switches to the closed
- * form from n > 4 here) */
-static inline double fl_sp_scheb_w(double x, double nd, int f32) {
-    int64_t n = fl_sp_degree(nd);
-    double y = FL_SP_ROUND(x + x - 1.0, f32);
-    if (n < 0) return 0.0;
-    if (x == 1.0) return (double)(n + n + 1);
-    if (x == 0.0) return n % 2 == 0 ? 1.0 : -1.0;
-    if (n > 4 && fabs(y) < 1.0) {
-        double th = acos(y);
-        if (cos(th / 2.0) != 1.0) return sin(((double)n + 0.5) * th) / sin(th / 2.0);
-        return n % 2 == 0 ? 1.0 : -1.0;
-    }
-    if (n == 0) return 1.0;
-    if (n == 1) return FL_SP_ROUND(y + y + 1.0, f32);
-    double p = 1.0, q = FL_SP_ROUND(y + y + 1.0, f32), r = q;
-    for (int64_t k = 2; k <= n && !isnan(q); k++) {
-        r = FL_SP_ROUND((y + y) * q - p, f32);
-        p = q;
-        q = r;
-    }
-    return r;
-}
-
-/* physicists' Hermite H_n(x); NaN above degree 128 (float32) or 512 */
-static inline double fl_sp_herm_h(double x, double nd, int f32) {
-    int64_t n = fl_sp_degree(nd);
-    if (n < 0) return 0.0;
-    if (n == 0) return 1.0;
-    if (n == 1) return x + x;
-    if (n > (f32 ? 128 : 512)) return NAN;
-    double p = 1.0, q = x + x, r = 0.0;
-    for (int64_t k = 2; k < n + n; k += 2) {
-        r = FL_SP_ROUND((x + x) * q - (double)k * p, f32);
-        p = q;
-        q = r;
-    }
-    return r;
-}
-
-/* probabilists' Hermite He_n(x), same degree limits */
-static inline double fl_sp_herm_he(double x, double nd, int f32) {
-    int64_t n = fl_sp_degree(nd);
-    if (n < 0) return 0.0;
-    if (n == 0) return 1.0;
-    if (n == 1) return x;
-    if (n > (f32 ? 128 : 512)) return NAN;
-    double p = 1.0, q = x, r = x;
-    for (int64_t k = 1; k < n; k++) {
-        r = FL_SP_ROUND(x * q - (double)k * p, f32);
-        p = q;
-        q = r;
-    }
-    return r;
-}
-
-/* Laguerre L_n(x) */
-static inline double fl_sp_lag_l(double x, double nd, int f32) {
-    int64_t n = fl_sp_degree(nd);
-    if (n < 0) return 0.0;
-    if (fabs(x) == 0.0) return 1.0;
-    if (n == 0) return 1.0;
-    if (n == 1) return FL_SP_ROUND(1.0 - x, f32);
-    double p = 1.0, q = FL_SP_ROUND(1.0 - x, f32), r = q;
-    for (int64_t k = 1; k < n && !isnan(q); k++) {
-        r = FL_SP_ROUND((((double)(k + k) + (1.0 - x)) * q - (double)k * p) / (double)(k + 1), f32);
-        p = q;
-        q = r;
-    }
-    return r;
-}
-
-/* Legendre P_n(x) */
-static inline double fl_sp_leg_p(double x, double nd, int f32) {
-    int64_t n = fl_sp_degree(nd);
-    if (n < 0) return 0.0;
-    if (fabs(x) == 1.0) return (x > 0.0 || n % 2 == 0) ? 1.0 : -1.0;
-    if (n == 0) return 1.0;
-    if (n == 1) return x;
-    double p = 1.0, q = x, r = x;
-    for (int64_t k = 1; k < n && !isnan(q); k++) {
-        r = FL_SP_ROUND(((double)(k + k + 1) * x * q - (double)k * p) / (double)(k + 1), f32);
-        p = q;
-        q = r;
-    }
-    return r;
-}
-
-/* the public names: float64 and float32 flavours */
-#define FL_SP_POLY(name, impl)                                                                    \
-    static inline double fl_sp_##name(double x, double n) { return impl(x, n, 0); }              \
-    static inline double fl_sp_##name##f(double x, double n) { return impl(x, n, 1); }
-FL_SP_POLY(chebyshev_polynomial_t, fl_sp_cheb_t)
-FL_SP_POLY(chebyshev_polynomial_u, fl_sp_cheb_u)
-FL_SP_POLY(chebyshev_polynomial_v, fl_sp_cheb_v)
-FL_SP_POLY(chebyshev_polynomial_w, fl_sp_cheb_w)
-FL_SP_POLY(shifted_chebyshev_polynomial_t, fl_sp_scheb_t)
-FL_SP_POLY(shifted_chebyshev_polynomial_u, fl_sp_scheb_u)
-FL_SP_POLY(shifted_chebyshev_polynomial_v, fl_sp_scheb_v)
-FL_SP_POLY(shifted_chebyshev_polynomial_w, fl_sp_scheb_w)
-FL_SP_POLY(hermite_polynomial_h, fl_sp_herm_h)
-FL_SP_POLY(hermite_polynomial_he, fl_sp_herm_he)
-FL_SP_POLY(laguerre_polynomial_l, fl_sp_lag_l)
-FL_SP_POLY(legendre_polynomial_p, fl_sp_leg_p)
+/* the names: fl_sp_<short>(x, n, f32) (the JIT calls these), and the public float64 and float32 flavours */
+#define FL_SP_POLY(name, shortname, which)                                                        \
+    static inline double fl_sp_##shortname(double x, double n, int f32) {                         \
+        return fl_sp_orthopoly(which, x, n, f32);                                                 \
+    }                                                                                             \
+    static inline double fl_sp_##name(double x, double n) { return fl_sp_orthopoly(which, x, n, 0); } \
+    static inline double fl_sp_##name##f(double x, double n) { return fl_sp_orthopoly(which, x, n, 1); }
+FL_SP_POLY(chebyshev_polynomial_t, cheb_t, FL_SP_CHEB_T)
+FL_SP_POLY(chebyshev_polynomial_u, cheb_u, FL_SP_CHEB_U)
+FL_SP_POLY(chebyshev_polynomial_v, cheb_v, FL_SP_CHEB_V)
+FL_SP_POLY(chebyshev_polynomial_w, cheb_w, FL_SP_CHEB_W)
+FL_SP_POLY(shifted_chebyshev_polynomial_t, scheb_t, FL_SP_SCHEB_T)
+FL_SP_POLY(shifted_chebyshev_polynomial_u, scheb_u, FL_SP_SCHEB_U)
+FL_SP_POLY(shifted_chebyshev_polynomial_v, scheb_v, FL_SP_SCHEB_V)
+FL_SP_POLY(shifted_chebyshev_polynomial_w, scheb_w, FL_SP_SCHEB_W)
+FL_SP_POLY(hermite_polynomial_h, herm_h, FL_SP_HERM_H)
+FL_SP_POLY(hermite_polynomial_he, herm_he, FL_SP_HERM_HE)
+FL_SP_POLY(laguerre_polynomial_l, lag_l, FL_SP_LAG_L)
+FL_SP_POLY(legendre_polynomial_p, leg_p, FL_SP_LEG_P)
 #undef FL_SP_POLY
 
 /* ------------------------------------------------------------------ */

@@ -1,7 +1,31 @@
-/* Internals shared by the nn kernel files that work on float64 scratch
- * (k_nn.c, k_pool.c): tensors read into contiguous float64 (or int64) arrays
- * and written back on store (io_in / io_out / io_end), argument helpers, and
- * the planes x (D, H, W) view of a spatial tensor. Not part of the ABI. */
+/* Internals shared by the nn kernel files that work on float64 scratch. Not part of the ABI.
+ *
+ * Files (each exports its own kernel group, listed in common.c in this order):
+ *   k_pad.c            reflection/replication padding (+ backward)
+ *   k_upsample.c       upsampling: nearest, nearest-exact, linear/bilinear/trilinear, bicubic,
+ *                      antialiased bilinear and bicubic (+ backward)
+ *   k_im2col.c         im2col, col2im
+ *   k_grid_sample.c    grid sampling (+ backward)
+ *   k_distance.c       pairwise distances (pdist, cdist + backward)
+ *   k_rrelu.c          rrelu_with_noise
+ *   k_embedding_bag.c  embedding bags (+ backward)
+ *   k_pool.c           every pooling and unpooling kernel
+ * Convolution is in k_conv.c, normalisation in k_norm.c, losses in k_loss.c.
+ *
+ * Layout: every spatial op sees its tensor as planes x (D, H, W): the leading
+ * (batch, channel) dims flatten into planes and 1-D / 2-D ops get unit D (and
+ * H). Tensors are read into contiguous float64 scratch and results converted
+ * back on store (io_in / io_out / io_end), so one code path serves float32,
+ * float64, float16 and bfloat16: values accumulate in double and round once.
+ * The index math that decides WHICH input elements are used (upsampling
+ * source indices; k_pool.c's fractional pooling intervals) runs in the precision
+ * PyTorch's CPU kernels use -- float for float32 and the half types, emulated
+ * by rounding each step to float (exact for + - * /), double for float64 --
+ * so the chosen elements match PyTorch's.
+ *
+ * This header: the scratch I/O, argument helpers, the planes x (D, H, W) view
+ * of a spatial tensor, and the cubic convolution weights upsampling and grid
+ * sampling share. */
 #ifndef FL_K_NN_H
 #define FL_K_NN_H
 
@@ -116,5 +140,19 @@ static int same_planes(const fl_tensor_t *a, const fl_tensor_t *b, int k) {
 static inline int64_t vol_n(const vol_t *v) { return v->D * v->H * v->W; }
 
 #define PAR_MIN 16384
+
+/* a number argument (p of a distance, rrelu's bounds) as a double; 0 when it is not a number */
+static int p_arg(const fl_arg_t *a, double *p) {
+    if (a->kind == FL_ARG_FLOAT) *p = a->f;
+    else if (a->kind == FL_ARG_INT) *p = (double)a->i;
+    else return 0;
+    return 1;
+}
+
+/* Keys' cubic convolution weights (coefficient A): |x| < 1 and 1 <= |x| < 2 */
+static double cubic1(double x, double A) { return ((A + 2) * x - (A + 3)) * x * x + 1; }
+static double cubic2(double x, double A) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; }
+
+#define F3264 (FL_F32 | FL_F64)
 
 #endif

@@ -9,7 +9,7 @@
  * parallel; the backward passes run over planes (a plane's gradient is
  * accumulated by one thread). Non-contiguous tensors go through packed copies.
  * The other ops see their tensor as planes x (D, H, W) in float64 scratch
- * (k_nn.h), as k_nn.c's ops do. Semantics mirror ATen's CPU kernels: NaN wins
+ * (k_nn.h), as the other nn files' ops do. Semantics mirror ATen's CPU kernels: NaN wins
  * in max pooling, the first maximum in window order wins, indices are flat
  * within a plane (d*H*W + h*W + w).
  *
@@ -602,8 +602,6 @@ LIN_ANY_FLOAT(d_avg_pool2d, fl_lin_avg_pool2d)
 LIN_ANY_FLOAT(d_avg_pool2d_backward, fl_lin_avg_pool2d_backward)
 LIN_ANY_FLOAT(d_adaptive_avg_pool2d, fl_lin_adaptive_avg_pool2d)
 LIN_ANY_FLOAT(d_adaptive_avg_pool2d_backward, fl_lin_adaptive_avg_pool2d_backward)
-
-#define F3264 (FL_F32 | FL_F64)
 
 static const fl_kernel_entry_t entries[] = {
     {"aten::max_pool2d_with_indices", FL_FLOATS, 0, d_max_pool2d},

@@ -1,5 +1,5 @@
 /* bincache.h — the OpenCL plugin's on-disk cache of program binaries (bincache.c). It knows files and
- * digests only; opencl.c asks the driver for the binaries and hands them back to it. */
+ * digests only; ocl_launch.c (build_program) asks the driver for the binaries and hands them back to it. */
 #ifndef FL_OPENCL_BINCACHE_H
 #define FL_OPENCL_BINCACHE_H
 #include <stddef.h>

@@ -4,7 +4,7 @@
 #ifndef FL_OPENCL_KERNELS_CL_H
 #define FL_OPENCL_KERNELS_CL_H
 
-/* shared prelude: strided walks and the parameter block (layouts match opencl.c) */
+/* shared prelude: strided walks and the parameter block (layouts match ocl.h) */
 #define FL_CL_PRELUDE                                                                                  \
 "#ifdef HAS_FP64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\ntypedef double REAL;\n#else\ntypedef float REAL;\n#endif\n" \
 "typedef struct { long size[8]; long st[4][8]; long off[4]; long ndim; long n; } walk_t;\n"          \
@@ -297,10 +297,10 @@ static const char *const CL_NN_SRC = FL_CL_PRELUDE
 "          T v = alpha * (T)s; if (!first) v += Cb[i * crs + j]; Cb[i * crs + j] = v; } } } } } }\n";
 
 /* Convolution (float only, T float or double, TN-wide vectors VT; a 1-D one is 2-D with one row): the pieces of
- * opencl.c's convolution kernels around its GEMM.
+ * ocl_conv.c's convolution kernels around its GEMM.
  * im2col / col2im move between an NCHW tensor of any strides and a column buffer covering the nb samples n0..
  * of a chunk: one row per (channel, tap) k = (c * KH + ki) * KW + kj and one column per (sample, output pixel)
- * j = s * OH * OW + oh * OW + ow, element (k, j) at k * ks + j * js (opencl.c uses the (j, k) layout: js =
+ * j = s * OH * OW + oh * OW + ow, element (k, j) at k * ks + j * js (ocl_conv.c uses the (j, k) layout: js =
  * C * KH * KW, ks = 1). Work-items are laid out over 2-D / 3-D ranges and loop over the taps, so that the
  * index arithmetic has next to no divisions (they dominated a one-element-per-work-item version on pocl).
  * col2im gathers, one work-item per input element summing the taps that read it: no atomics, and the same

@@ -1,7 +1,8 @@
 """Host-plugin FFT kernels (k_fft.c) and complex pointwise/copy kernels (k_complex.c,
-k_elementwise.c) called directly, against torch CPU: every length class (1, powers of two,
-primes and composites through Bluestein), multi-dim transforms, strided inputs and
-outputs, the three normalizations, both precisions, and the errors the kernels raise."""
+reached through k_binary.c and k_unary.c; copy_ in k_elementwise.c) called directly,
+against torch CPU: every length class (1, powers of two, primes and composites through
+Bluestein), multi-dim transforms, strided inputs and outputs, the three normalizations,
+both precisions, and the errors the kernels raise."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Host-plugin sorting, scan and indexing/scatter kernels (k_index.c) against torch CPU.
+"""Host-plugin sorting, scan and indexing/scatter kernels (k_sort.c, k_scatter.c, k_index.c, k_search.c,
+k_layout.c, k_gather.c; shared helpers in k_index.h) against torch CPU.
 
 Calls are bound here rather than through test_elementwise_kernels.fl_call
 because these ops take string arguments (reduce=, side=) and optional-tensor

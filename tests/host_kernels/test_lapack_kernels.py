@@ -1,4 +1,5 @@
-"""Host-plugin LAPACK kernels (k_lapack.c) against PyTorch's own CPU ops.
+"""Host-plugin LAPACK kernels (k_lu.c, k_cholesky.c, k_eigh_svd.c, k_qr.c, k_triangular.c, k_matrix_exp.c;
+k_lapack.h) against PyTorch's own CPU ops.
 
 Outputs are preallocated from the meta function as the runtime does (often
 column-major), inputs are tried contiguous and as strided views. Where a

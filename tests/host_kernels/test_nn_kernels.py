@@ -1,4 +1,4 @@
-"""Host-plugin nn kernels (k_nn.c, k_pool.c) against PyTorch's own CPU ops: padding, upsampling,
+"""Host-plugin nn kernels (k_nn.h and its files, k_pool.c) against PyTorch's own CPU ops: padding, upsampling,
 3-D / adaptive / fractional pooling, unpooling, im2col/col2im, grid sampling, distances,
 embedding bags, rrelu; forward, backward and error paths."""
 

@@ -1,5 +1,5 @@
 """The OpenCL plugin's convolution kernels (aten::convolution, aten::convolution_backward in
-plugins_cffi/opencl/opencl.c, im2col / col2im / gemm_nt in kernels_cl.h).
+plugins_cffi/opencl/ocl_conv.c, im2col / col2im / gemm_nt in kernels_cl.h).
 
 Each case runs forward and backward on the opencl device in float32 and is judged against float64 on the CPU,
 relative to what native float32 CPU PyTorch gets wrong on the same case: the device's error (output and every
