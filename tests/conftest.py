@@ -39,16 +39,20 @@ def pytest_configure(config):
                                     f"({here}); run the tests through scripts/test.sh")
 
 
+def build_test_plugin(src: str, lib) -> None:
+    """Compiles one test plugin (a .c file under tests/plugins) into the shared library `lib`, against the
+    ABI header and tests/plugins/stub_device.h, the stub device the plugins share."""
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", get_include(), "-I", os.path.join(HERE, "plugins"), src,
+                    "-o", str(lib)], check=True)
+
+
 @pytest.fixture(scope="session")
 def test_plugins(tmp_path_factory):
     """Compiles the deliberately odd plugins in tests/plugins into a folder."""
     out = tmp_path_factory.mktemp("plugins")
-    include = get_include()
     for src in sorted(os.listdir(os.path.join(HERE, "plugins"))):
         if src.endswith(".c"):
-            lib = out / f"lib{src[:-2]}.so"
-            subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", include, os.path.join(HERE, "plugins", src),
-                            "-o", str(lib)], check=True)
+            build_test_plugin(os.path.join(HERE, "plugins", src), out / f"lib{src[:-2]}.so")
     (out / "libnot_a_plugin.so").write_text("this is not an ELF file\n")
     return out
 

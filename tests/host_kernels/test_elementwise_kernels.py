@@ -1,9 +1,8 @@
 """Host-plugin elementwise kernels against torch CPU.
 
-`fl_call` binds an aten overload's schema the way the runtime does (one
-fl_arg_t per schema argument, defaults filled, tensors by input index, Python
-numbers in Tensor slots as scalars, pointwise inputs broadcast to the output)
-and runs the plugin kernel next to torch's own op."""
+`fl_call` binds an aten overload's schema the way the runtime does (harness.bind
+and harness.to_specs; Python numbers in Tensor slots as scalars, pointwise inputs
+broadcast to the output) and runs the plugin kernel next to torch's own op."""
 
 from __future__ import annotations
 
@@ -13,65 +12,7 @@ import harness
 import pytest
 import torch
 
-from torch_fl.runtime import ffi
-
 aten = torch.ops.aten
-APPROX = {"none": 0, "tanh": 1}
-
-
-def _arg_spec(sarg, v, inputs):
-    t = str(sarg.type)
-    if v is None:
-        return ("none",)
-    if isinstance(v, torch.Tensor):
-        inputs.append(v)
-        return ("tensor", len(inputs) - 1)
-    if isinstance(v, (list, tuple)) and v and all(isinstance(x, torch.Tensor) for x in v):
-        start = len(inputs)
-        inputs.extend(v)
-        return ("tensors", start, len(v))
-    if isinstance(v, torch.dtype):
-        return ("dtype", v)
-    if isinstance(v, bool):
-        return ("bool", v)
-    if isinstance(v, (list, tuple)):
-        return ("ints", list(v))
-    if isinstance(v, int):
-        return ("int", v)
-    if isinstance(v, float):
-        return ("float", v)
-    if isinstance(v, str):
-        return ("other", APPROX.get(v, 0))
-    raise TypeError(f"{sarg.name}: {t} {v!r}")
-
-
-def _set_arg(a, spec):
-    if spec[0] == "other":
-        a.kind, a.i = 8, spec[1]
-    else:
-        harness.arg(a, spec)
-
-
-def raw_call(name, inputs, outputs, specs):
-    harness.plugin()
-    mask, fn = harness.kernels()[name]
-    ins = ffi.new("fl_tensor_t[]", max(1, len(inputs)))
-    outs = ffi.new("fl_tensor_t[]", max(1, len(outputs)))
-    cargs = ffi.new("fl_arg_t[]", max(1, len(specs)))
-    for i, t in enumerate(inputs):
-        harness.desc(t, ins[i])
-    for i, t in enumerate(outputs):
-        if t is None:
-            outs[i].data = ffi.NULL
-            outs[i].ndim = -1
-        else:
-            harness.desc(t, outs[i])
-    for i, s in enumerate(specs):
-        _set_arg(cargs[i], s)
-    st = fn(ffi.NULL, 0, ins, len(inputs), outs, len(outputs), cargs, len(specs))
-    if st not in (0, 3):
-        raise RuntimeError(f"{name} failed ({st}): {ffi.string(harness.plugin().last_error()).decode()}")
-    return st
 
 
 def _ov(op):
@@ -79,29 +20,13 @@ def _ov(op):
 
 
 def op_name(overload):
-    s = _ov(overload)._schema
-    return s.name + ("." + s.overload_name if s.overload_name else "")
-
-
-def bind(overload, args, kwargs):
-    overload = _ov(overload)
-    vals = []
-    for i, sa in enumerate(overload._schema.arguments):
-        if i < len(args):
-            vals.append(args[i])
-        elif sa.name in kwargs:
-            vals.append(kwargs[sa.name])
-        elif sa.has_default_value():
-            vals.append(sa.default_value)
-        else:
-            raise TypeError(f"missing {sa.name}")
-    return vals
+    return harness.entry_name(_ov(overload))
 
 
 def fl_call(overload, *args, out_like=None, **kwargs):
     """Runs the plugin kernel for `overload`; returns (status, plugin results)."""
     overload = _ov(overload)
-    vals = bind(overload, args, kwargs)
+    vals = harness.bind(overload, args, kwargs)
     schema = overload._schema
     pointwise = torch.Tag.pointwise in overload.tags
     if out_like is None:
@@ -122,15 +47,13 @@ def fl_call(overload, *args, out_like=None, **kwargs):
                 outputs.append(torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).fill_(7))
             else:
                 outputs.append(torch.empty_like(o))
-    inputs = []
-    specs = []
     shape = outputs[0].shape if outputs and outputs[0] is not None else None
-    for sa, v in zip(schema.arguments, vals, strict=False):
+    for k, (sa, v) in enumerate(zip(schema.arguments, vals, strict=False)):
         scalar_slot = v.dim() == 0 and str(sa.type) != "Tensor" if isinstance(v, torch.Tensor) else False
         if pointwise and isinstance(v, torch.Tensor) and shape is not None and not scalar_slot:
-            v = v.expand(shape)
-        specs.append(_arg_spec(sa, v, inputs))
-    st = raw_call(op_name(overload), inputs, outputs, specs)
+            vals[k] = v.expand(shape)
+    inputs, specs = harness.to_specs(vals)
+    st = harness.call(op_name(overload), inputs, outputs, specs)
     return st, (outputs if len(outputs) > 1 else outputs[0])
 
 

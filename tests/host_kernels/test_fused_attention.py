@@ -6,7 +6,6 @@ path computed in float64 (forward, logsumexp, and autograd gradients)."""
 from __future__ import annotations
 
 import math
-import os
 
 import harness
 import pytest
@@ -14,110 +13,22 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from torch_fl.runtime import ffi
-
 A = torch.ops.aten
 FWD = A._scaled_dot_product_fused_attention_overrideable.default
 BWD = A._scaled_dot_product_fused_attention_overrideable_backward.default
 FWD_NAME = "aten::_scaled_dot_product_fused_attention_overrideable"
 BWD_NAME = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
 FL_OK, FL_ERR_UNSUPPORTED, FL_KERNEL_FUSED = 0, 3, 1
-
-# ---------------------------------------------------------------------------
-# loading libfl_rocm.so the way harness.py loads libfl_cpu.so
-# ---------------------------------------------------------------------------
-
-_rocm: dict = {}
-
-
-def rocm():
-    if not _rocm:
-        import torch_fl
-
-        path = os.path.join(os.path.dirname(torch_fl.__file__), "runtime", "plugins", "libfl_rocm.so")
-        lib = ffi.dlopen(path)
-        p = ffi.new("fl_plugin_t*")
-        assert lib.fl_plugin_init(p) == 0
-        n = ffi.new("int*")
-        assert p.kernel_count(n) == 0
-        e = ffi.new("fl_kernel_entry_t*")
-        kernels = {}
-        for i in range(n[0]):
-            p.kernel_get(i, e)
-            kernels[ffi.string(e.op).decode()] = (e.dtypes, e.flags, e.fn)
-        _rocm.update(lib=lib, plugin=p, kernels=kernels)
-    return _rocm
+ROCM = "libfl_rocm.so"  # the emulator whose table has these kernels (harness.load)
 
 
 def call(op, name, *args, **kwargs):
-    """Runs the rocm kernel for `op` the way the runtime does: one fl_arg_t per
-    schema argument, outputs preallocated (NaN-filled) from the meta function,
-    undefined outputs as ndim -1. Returns (status, outputs)."""
-    schema = op._schema
-    bound = []
-    for i, a in enumerate(schema.arguments):
-        if i < len(args):
-            bound.append(args[i])
-        elif a.name in kwargs:
-            bound.append(kwargs[a.name])
-        elif a.has_default_value():
-            bound.append(a.default_value)
-        else:
-            raise TypeError(f"missing {a.name}")
-    inputs, cargs = [], []
-    for v in bound:
-        if v is None:
-            cargs.append(("none",))
-        elif isinstance(v, torch.Tensor):
-            cargs.append(("tensor", len(inputs)))
-            inputs.append(v)
-        elif isinstance(v, bool):
-            cargs.append(("bool", v))
-        elif isinstance(v, int):
-            cargs.append(("int", v))
-        elif isinstance(v, float):
-            cargs.append(("float", v))
-        elif isinstance(v, (list, tuple)):
-            cargs.append(("ints", [int(x) for x in v]))
-        else:
-            raise TypeError(type(v))
-
-    def meta(v):
-        if isinstance(v, torch.Tensor):
-            return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
-        return v
-
-    m_out = op(*[meta(v) for v in args], **{k: meta(v) for k, v in kwargs.items()})
-    outs = []
-    for m in m_out:
-        if not isinstance(m, torch.Tensor):
-            outs.append(None)  # undefined tensors and the SymInt returns
-            continue
-        t = torch.empty_strided(m.shape, m.stride(), dtype=m.dtype)
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        else:
-            t.fill_(7)
-        outs.append(t)
-    r = rocm()
-    _, _, fn = r["kernels"][name]
-    ins = ffi.new("fl_tensor_t[]", max(1, len(inputs)))
-    couts = ffi.new("fl_tensor_t[]", max(1, len(outs)))
-    ca = ffi.new("fl_arg_t[]", max(1, len(cargs)))
-    for i, t in enumerate(inputs):
-        harness.desc(t, ins[i])
-    for i, t in enumerate(outs):
-        if t is None:
-            couts[i].data = ffi.NULL
-            couts[i].ndim = -1
-        else:
-            harness.desc(t, couts[i])
-    for i, v in enumerate(cargs):
-        harness.arg(ca[i], v)
-    st = fn(ffi.NULL, 0, ins, len(inputs), couts, len(outs), ca, len(cargs))
-    if st not in (FL_OK, FL_ERR_UNSUPPORTED):
-        raise RuntimeError(f"{name} failed ({st}): {ffi.string(r['plugin'].last_error()).decode()}")
-    return st, outs
+    """Runs the rocm emulator's kernel for `op` the way the runtime does (harness: one fl_arg_t per
+    schema argument, outputs preallocated NaN-filled from the meta function, undefined outputs as
+    ndim -1). Returns (status, outputs)."""
+    inputs, cargs = harness.to_specs(harness.bind(op, args, kwargs))
+    outs = harness.meta_outputs(op, args, kwargs)
+    return harness.call(name, inputs, outs, cargs, lib=ROCM), outs
 
 
 def fwd(q, k, v, bias=None, causal=False, scale=None, dropout=0.0, debug=False):
@@ -220,7 +131,7 @@ def _seed():
 # ---------------------------------------------------------------------------
 
 def test_table_lists_fused_attention():
-    ks = rocm()["kernels"]
+    ks = harness.load(ROCM)[1]
     want = sum(1 << d for d in (0, 1, 2, 3))
     for name in (FWD_NAME, BWD_NAME):
         assert name in ks, name
@@ -405,19 +316,7 @@ def test_declines_non_broadcastable_bias():
     with a bias of shape (2, 5) for L = 3."""
     q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
     bias = torch.randn(2, 5)
-    r = rocm()
-    _, _, fn = r["kernels"][FWD_NAME]
     o, lse = torch.empty(1, 2, 3, 4), torch.empty(1, 2, 3)
-    ins = ffi.new("fl_tensor_t[]", 4)
-    for i, t in enumerate((q, k, v, bias)):
-        harness.desc(t, ins[i])
-    outs = ffi.new("fl_tensor_t[]", 9)
-    harness.desc(o, outs[0])
-    harness.desc(lse, outs[1])
-    for i in range(2, 9):
-        outs[i].data, outs[i].ndim = ffi.NULL, -1
-    args = ffi.new("fl_arg_t[]", 8)
-    for i, a in enumerate([("tensor", 0), ("tensor", 1), ("tensor", 2), ("tensor", 3), ("float", 0.0),
-                           ("bool", False), ("bool", False), ("none",)]):
-        harness.arg(args[i], a)
-    assert fn(ffi.NULL, 0, ins, 4, outs, 9, args, 8) == FL_ERR_UNSUPPORTED
+    args = [("tensor", 0), ("tensor", 1), ("tensor", 2), ("tensor", 3), ("float", 0.0), ("bool", False),
+            ("bool", False), ("none",)]
+    assert harness.call(FWD_NAME, [q, k, v, bias], [o, lse] + [None] * 7, args, lib=ROCM) == FL_ERR_UNSUPPORTED

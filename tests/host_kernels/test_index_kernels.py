@@ -1,9 +1,9 @@
 """Host-plugin sorting, scan and indexing/scatter kernels (k_sort.c, k_scatter.c, k_index.c, k_search.c,
 k_layout.c, k_gather.c; shared helpers in k_index.h) against torch CPU.
 
-Calls are bound here rather than through test_elementwise_kernels.fl_call
-because these ops take string arguments (reduce=, side=) and optional-tensor
-lists (Tensor?[] indices, where None becomes an undefined descriptor)."""
+Calls go through harness.bind/to_specs/call rather than test_elementwise_kernels.fl_call: outputs are
+laid out like torch's results and an in-place op writes its self; string arguments (reduce=, side=) pass
+as their codes and a Tensor?[] list's None entries as undefined descriptors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_elementwise_kernels import make
 
-from torch_fl.runtime import STRING_CODES, ffi
+from torch_fl.runtime import STRING_CODES
 
 aten = torch.ops.aten
 nan = float("nan")
@@ -24,25 +24,11 @@ DT_ALL = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 DT_NUM = [d for d in DT_ALL if d != torch.bool]
 
 
-def _bind(op, args, kwargs):
-    vals = []
-    for i, sa in enumerate(op._schema.arguments):
-        if i < len(args):
-            vals.append(args[i])
-        elif sa.name in kwargs:
-            vals.append(kwargs[sa.name])
-        else:
-            vals.append(sa.default_value if sa.has_default_value() else None)
-    return vals
-
-
 def run(op, *args, out_like=None, **kwargs):
     """Runs the kernel of `op` on CPU tensors; returns (status, outputs). Outputs
     are laid out like torch's results; an in-place op writes its self."""
     schema = op._schema
-    name = schema.name + ("." + schema.overload_name if schema.overload_name else "")
-    _mask, fn = harness.kernels()[name]
-    vals = _bind(op, args, kwargs)
+    vals = harness.bind(op, args, kwargs, required=False)
     if out_like is None:
         out_like = op(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
     likes = list(out_like) if isinstance(out_like, (tuple, list)) else [out_like]
@@ -54,48 +40,8 @@ def run(op, *args, out_like=None, **kwargs):
             o = likes[k]
             outputs.append(torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).fill_(7) if o.numel()
                            else torch.empty_like(o))
-    inputs, specs = [], []
-    for v in vals:
-        if isinstance(v, torch.Tensor):
-            specs.append(("tensor", len(inputs)))
-            inputs.append(v)
-        elif isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
-            specs.append(("tensors", len(inputs), len(v)))
-            inputs.extend(v)  # None entries become undefined descriptors
-        elif v is None:
-            specs.append(("none",))
-        elif isinstance(v, bool):
-            specs.append(("bool", v))
-        elif isinstance(v, int):
-            specs.append(("int", v))
-        elif isinstance(v, float):
-            specs.append(("float", v))
-        elif isinstance(v, str):
-            specs.append(("other", CODES.get(v, -1)))
-        elif isinstance(v, torch.dtype):
-            specs.append(("dtype", v))
-        elif isinstance(v, (list, tuple)):
-            specs.append(("ints", list(v)))
-        else:
-            raise TypeError(v)
-    ins = ffi.new("fl_tensor_t[]", max(1, len(inputs)))
-    outs = ffi.new("fl_tensor_t[]", max(1, len(outputs)))
-    cargs = ffi.new("fl_arg_t[]", max(1, len(specs)))
-    for i, t in enumerate(inputs):
-        if t is None:
-            ins[i].data, ins[i].ndim = ffi.NULL, -1
-        else:
-            harness.desc(t, ins[i])
-    for i, t in enumerate(outputs):
-        harness.desc(t, outs[i])
-    for i, s in enumerate(specs):
-        if s[0] == "other":
-            cargs[i].kind, cargs[i].i = 8, s[1]
-        else:
-            harness.arg(cargs[i], s)
-    st = fn(ffi.NULL, 0, ins, len(inputs), outs, len(outputs), cargs, len(specs))
-    if st not in (0, 3):
-        raise RuntimeError(ffi.string(harness.plugin().last_error()).decode())
+    inputs, specs = harness.to_specs(vals, CODES)
+    st = harness.call(harness.entry_name(op), inputs, outputs, specs)
     return st, outputs
 
 

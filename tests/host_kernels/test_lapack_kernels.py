@@ -13,59 +13,19 @@ import harness
 import pytest
 import torch
 
-from torch_fl.runtime import STRING_CODES, ffi
+from torch_fl.runtime import STRING_CODES
 
 A = torch.ops.aten
 STRINGS = dict(STRING_CODES)  # fl_plugin.h's fl_string_code_t, as the runtime reads it (a test may drop one)
 DTYPES = [torch.float32, torch.float64]
 
 
-def _meta(v):
-    return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
-
-
 def run(op, *args, **kwargs):
-    """Calls the plugin kernel of `op` with schema-ordered args; returns the outputs."""
-    schema = op._schema
-    bound = [args[i] if i < len(args) else kwargs.get(a.name, a.default_value if a.has_default_value() else None)
-             for i, a in enumerate(schema.arguments)]
-    inputs, cargs = [], []
-    for v in bound:
-        if v is None:
-            cargs.append(("none",))
-        elif isinstance(v, torch.Tensor):
-            cargs.append(("tensor", len(inputs)))
-            inputs.append(v)
-        elif isinstance(v, bool):
-            cargs.append(("bool", v))
-        elif isinstance(v, int):
-            cargs.append(("int", v))
-        elif isinstance(v, str):
-            cargs.append(("str", STRINGS.get(v, -1)))
-        else:
-            raise TypeError(type(v))
-    meta = op(*[_meta(v) for v in args], **{k: _meta(v) for k, v in kwargs.items()})
-    meta = [] if meta is None else list(meta) if isinstance(meta, (tuple, list)) else [meta]
-    outs = [torch.empty_strided(m.shape, m.stride(), dtype=m.dtype).fill_(-7) for m in meta]
-    name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
-    fn = harness.kernels()[name][1]
-    ins = ffi.new("fl_tensor_t[]", max(1, len(inputs)))
-    couts = ffi.new("fl_tensor_t[]", max(1, len(outs)))
-    ca = ffi.new("fl_arg_t[]", max(1, len(cargs)))
-    for i, t in enumerate(inputs):
-        harness.desc(t, ins[i])
-    for i, t in enumerate(outs):
-        harness.desc(t, couts[i])
-    for i, v in enumerate(cargs):
-        if v[0] == "str":
-            ca[i].kind, ca[i].i = 8, v[1]
-        else:
-            harness.arg(ca[i], v)
-    st = fn(ffi.NULL, 0, ins, len(inputs), couts, len(outs), ca, len(cargs))
-    if st == 3:
+    """Calls the plugin kernel of `op` (harness.call); returns the outputs, None when it declines."""
+    inputs, cargs = harness.to_specs(harness.bind(op, args, kwargs, required=False), STRINGS)
+    outs = harness.meta_outputs(op, args, kwargs, fill=-7, int_fill=-7)
+    if harness.call(harness.entry_name(op), inputs, outs, cargs) == 3:
         return None
-    if st:
-        raise RuntimeError(ffi.string(harness.plugin().last_error()).decode())
     return outs
 
 

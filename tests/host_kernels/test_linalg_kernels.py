@@ -7,94 +7,23 @@ import harness
 import pytest
 import torch
 
-from torch_fl.runtime import ffi
-
 A = torch.ops.aten
 
 
-# ---------------------------------------------------------------------------
-# calling a kernel the way the runtime does (schema order, defaults filled,
-# outputs preallocated from the meta function, undefined outputs as ndim -1)
-# ---------------------------------------------------------------------------
-
-def _to_meta(v):
-    if isinstance(v, torch.Tensor):
-        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
-    return v
-
-
-def _entry_name(op) -> str:
-    s = op._schema
-    return f"{s.name}.{s.overload_name}" if s.overload_name else s.name
-
-
 def run_kernel(op, *args, **kwargs):
-    """Returns (status, outputs, inputs-as-passed) for the plugin kernel of `op`."""
+    """Returns (status, outputs) of the plugin kernel of `op`, called as the runtime does (harness: schema
+    order, defaults filled, outputs preallocated from the meta function, undefined outputs as ndim -1); the
+    output of an in-place op is its mutated argument."""
+    bound = harness.bind(op, args, kwargs)
+    inputs, cargs = harness.to_specs(bound)
+    outs = harness.meta_outputs(op, args, kwargs, int_fill=None)
     schema = op._schema
-    bound = []
-    for i, a in enumerate(schema.arguments):
-        if i < len(args):
-            bound.append(args[i])
-        elif a.name in kwargs:
-            bound.append(kwargs[a.name])
-        elif a.has_default_value():
-            bound.append(a.default_value)
-        else:
-            raise TypeError(f"missing {a.name}")
-    inputs, cargs = [], []
-    for v in bound:
-        if v is None:
-            cargs.append(("none",))
-        elif isinstance(v, torch.Tensor):
-            cargs.append(("tensor", len(inputs)))
-            inputs.append(v)
-        elif isinstance(v, bool):
-            cargs.append(("bool", v))
-        elif isinstance(v, int):
-            cargs.append(("int", v))
-        elif isinstance(v, float):
-            cargs.append(("float", v))
-        elif isinstance(v, (list, tuple)):
-            cargs.append(("ints", [int(x) for x in v]))
-        else:
-            raise TypeError(type(v))
-    meta = op(*[_to_meta(v) for v in args], **{k: _to_meta(v) for k, v in kwargs.items()})
-    if not isinstance(meta, (tuple, list)):
-        meta = [meta]
-    outs = []
-    for m in meta:
-        if m is None:
-            outs.append(None)
-        else:
-            t = torch.empty_strided(m.shape, m.stride(), dtype=m.dtype)
-            if t.is_floating_point():
-                t.fill_(float("nan"))
-            outs.append(t)
-    # in-place ops: the output aliases the mutated argument
     for i, r in enumerate(schema.returns):
         if r.alias_info is not None and r.alias_info.is_write:
             for j, a in enumerate(schema.arguments):
                 if a.alias_info is not None and a.alias_info.before_set == r.alias_info.before_set:
                     outs[i] = bound[j]
-    mask, fn = harness.kernels()[_entry_name(op)]
-    p = harness.plugin()
-    ins = ffi.new("fl_tensor_t[]", max(1, len(inputs)))
-    couts = ffi.new("fl_tensor_t[]", max(1, len(outs)))
-    ca = ffi.new("fl_arg_t[]", max(1, len(cargs)))
-    for i, t in enumerate(inputs):
-        harness.desc(t, ins[i])
-    for i, t in enumerate(outs):
-        if t is None:
-            couts[i].data = ffi.NULL
-            couts[i].ndim = -1
-        else:
-            harness.desc(t, couts[i])
-    for i, v in enumerate(cargs):
-        harness.arg(ca[i], v)
-    st = fn(ffi.NULL, 0, ins, len(inputs), couts, len(outs), ca, len(cargs))
-    if st not in (0, 3):
-        raise RuntimeError(f"{_entry_name(op)} failed ({st}): {ffi.string(p.last_error()).decode()}")
-    return st, outs
+    return harness.call(harness.entry_name(op), inputs, outs, cargs), outs
 
 
 def _tol(dtype):
@@ -124,7 +53,7 @@ def check(op, *args, mutated=(), scale=None, skip_outputs=(), **kwargs):
         if isinstance(v, torch.Tensor) and not v.is_contiguous() and ker_args[i].stride() != v.stride():
             ker_args[i] = v
     st, outs = run_kernel(op, *ker_args, **ker_kw)
-    assert st == 0, f"{_entry_name(op)} declined"
+    assert st == 0, f"{harness.entry_name(op)} declined"
     if not isinstance(ref, (tuple, list)):
         ref = [ref]
     dtype = next(v.dtype for v in args if isinstance(v, torch.Tensor))

@@ -2,34 +2,9 @@
  * values but write 4 and 64 floats past the end of their output (heap corruption in a real run),
  * its relu never returns, its neg is correct, and it leaves the optional RNG entry points NULL.
  * Kernels serve contiguous float32 tensors of one shape and decline anything else. */
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
-#include "fl_plugin.h"
 
-static char msg[256];
-static int count(int *n) { *n = 1; return FL_OK; }
-static int props(int d, fl_device_props_t *p) {
-    if (d != 0) { strcpy(msg, "sloppydev: one device"); return FL_ERR_INVALID; }
-    memset(p, 0, sizeof *p);
-    strcpy(p->name, "sloppy test device");
-    p->total_memory = 64u << 20;
-    p->dtypes = FL_DTYPE_BIT(FL_FLOAT32);
-    return FL_OK;
-}
-static int dmalloc(int d, size_t n, void **p) {
-    (void)d;
-    if (n > (64u << 20)) { strcpy(msg, "sloppydev: out of memory"); return FL_ERR_OOM; }
-    *p = malloc(n ? n : 1);
-    return FL_OK;
-}
-static int dfree(int d, void *p) { (void)d; free(p); return FL_OK; }
-static int cp(int d, void *dst, const void *src, size_t n, fl_stream_t s) {
-    (void)d; (void)s;
-    if (n && (!dst || !src)) { strcpy(msg, "sloppydev: NULL pointer"); return FL_ERR_INVALID; }
-    memmove(dst, src, n);
-    return FL_OK;
-}
+#include "stub_device.h"
 
 static int64_t numel(const fl_tensor_t *t) {
     int64_t n = 1;
@@ -87,33 +62,12 @@ static const fl_kernel_entry_t table[] = {
     {"aten::relu", FL_DTYPE_BIT(FL_FLOAT32), 0, relu_hangs},
     {"aten::neg", FL_DTYPE_BIT(FL_FLOAT32), 0, neg_ok},
 };
-static int kcount(int *n) { *n = 4; return FL_OK; }
-static int kget(int i, fl_kernel_entry_t *e) {
-    if (i < 0 || i >= 4) { strcpy(msg, "sloppydev: no such kernel"); return FL_ERR_INVALID; }
-    *e = table[i];
-    return FL_OK;
-}
-static const char *last(void) { return msg; }
+static const stub_spec_t spec = {
+    .name = "sloppydev", .description = "test device whose kernels write out of bounds or hang",
+    .device_name = "sloppy test device", .memory = 64u << 20, .dtypes = FL_DTYPE_BIT(FL_FLOAT32),
+    .emulated = 1, /* never the "auto" choice of a test that points FL_PLUGIN_PATH at this folder */
+    .kernels = table, .n_kernels = 4,
+};
 
-int fl_plugin_abi_version(void) { return FL_ABI_VERSION; }
-int fl_plugin_init(fl_plugin_t *p) {
-    memset(p, 0, sizeof *p);
-    p->abi_version = FL_ABI_VERSION;
-    p->struct_size = sizeof *p;
-    p->name = "sloppydev";
-    p->vendor = "tests";
-    p->version = "0";
-    p->description = "test device whose kernels write out of bounds or hang";
-    p->emulated = 1; /* never the "auto" choice of a test that points FL_PLUGIN_PATH at this folder */
-    p->device_count = count;
-    p->device_props = props;
-    p->malloc = dmalloc;
-    p->free = dfree;
-    p->copy_h2d = cp;
-    p->copy_d2h = cp;
-    p->copy_d2d = cp;
-    p->kernel_count = kcount;
-    p->kernel_get = kget;
-    p->last_error = last; /* rng_set_state / rng_get_state stay NULL: optional */
-    return FL_OK;
-}
+/* rng_set_state / rng_get_state stay NULL: optional */
+int fl_plugin_init(fl_plugin_t *p) { return stub_init(p, &spec); }

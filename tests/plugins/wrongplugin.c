@@ -2,25 +2,12 @@
  * computes the wrong answer (a - b), its relu crashes the process, its mm
  * is listed twice, its memory accounting is honest, and its copies accept a
  * NULL pointer silently (a contract violation the checker must report). */
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include "fl_plugin.h"
+#include "stub_device.h"
 
-static char msg[256];
 static size_t used;
-static int count(int *n) { *n = 1; return FL_OK; }
-static int props(int d, fl_device_props_t *p) {
-    if (d != 0) { strcpy(msg, "wrongdev: one device"); return FL_ERR_INVALID; }
-    memset(p, 0, sizeof *p);
-    strcpy(p->name, "wrong answers device");
-    p->total_memory = 64u << 20;
-    p->dtypes = FL_DTYPE_BIT(FL_FLOAT32);
-    return FL_OK;
-}
 static int dmalloc(int d, size_t n, void **p) {
     (void)d;
-    if (used + n > (64u << 20)) { strcpy(msg, "wrongdev: out of memory"); return FL_ERR_OOM; }
+    if (used + n > (64u << 20)) return stub_fail(FL_ERR_OOM, "out of memory");
     size_t *b = malloc(n + 16);
     b[0] = n;
     used += n;
@@ -70,8 +57,7 @@ static int crashing(fl_stream_t s, int d, const fl_tensor_t *i, int ni, const fl
 }
 static int failing(fl_stream_t s, int d, const fl_tensor_t *i, int ni, const fl_tensor_t *o, int no, const fl_arg_t *a, int na) {
     (void)s; (void)d; (void)i; (void)ni; (void)o; (void)no; (void)a; (void)na;
-    strcpy(msg, "wrongdev: mm unit offline");
-    return FL_ERR_INTERNAL;
+    return stub_fail(FL_ERR_INTERNAL, "mm unit offline");
 }
 static const fl_kernel_entry_t table[] = {
     {"aten::add.Tensor", FL_DTYPE_BIT(FL_FLOAT32), 0, wrong_add},
@@ -79,21 +65,13 @@ static const fl_kernel_entry_t table[] = {
     {"aten::mm", FL_DTYPE_BIT(FL_FLOAT32), 0, failing},
     {"aten::mm", FL_DTYPE_BIT(FL_FLOAT32), 0, failing},
 };
-static int kcount(int *n) { *n = 4; return FL_OK; }
-static int kget(int i, fl_kernel_entry_t *e) { *e = table[i]; return FL_OK; }
-static const char *last(void) { return msg; }
+static const stub_spec_t spec = {
+    .name = "wrongdev", .description = "test device whose kernels are wrong", .device_name = "wrong answers device",
+    .memory = 64u << 20, .dtypes = FL_DTYPE_BIT(FL_FLOAT32), .kernels = table, .n_kernels = 4,
+};
 
-int fl_plugin_abi_version(void) { return FL_ABI_VERSION; }
 int fl_plugin_init(fl_plugin_t *p) {
-    memset(p, 0, sizeof *p);
-    p->abi_version = FL_ABI_VERSION;
-    p->struct_size = sizeof *p;
-    p->name = "wrongdev";
-    p->vendor = "tests";
-    p->version = "0";
-    p->description = "test device whose kernels are wrong";
-    p->device_count = count;
-    p->device_props = props;
+    stub_init(p, &spec);
     p->malloc = dmalloc;
     p->free = dfree;
     p->memory_used = mem;
@@ -103,8 +81,5 @@ int fl_plugin_init(fl_plugin_t *p) {
     p->mem_set = fill_one_too_many;
     p->rng_set_state = rset;
     p->rng_get_state = rget;
-    p->kernel_count = kcount;
-    p->kernel_get = kget;
-    p->last_error = last;
     return FL_OK;
 }

@@ -5,12 +5,11 @@ backends switch live in one process."""
 
 import copy
 import os
-import subprocess
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_close, run_py
+from conftest import assert_close, build_test_plugin, run_py
 from torch import nn
 
 import torch_fl as fl
@@ -267,11 +266,8 @@ def test_emulator_memory_limit():
 
 @pytest.mark.slow  # a subprocess
 def test_a_real_plugin_takes_precedence_over_the_emulator(tmp_path):
-    from torch_fl.runtime import header_path
-
     lib = tmp_path / "librealrocm.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", os.path.dirname(header_path()),
-                    os.path.join(TESTS, "plugins", "real", "realrocm.c"), "-o", str(lib)], check=True)
+    build_test_plugin(os.path.join(TESTS, "plugins", "real", "realrocm.c"), lib)
     r = run_py("""
         import torch, torch_fl as fl
         print(fl.list_backends().render())
