@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Quickstart: unchanged PyTorch on an `fl` device
 #
-# The Torch-FL article's verification script (section 4.2): pick a backend, run a matmul, then train ResNet-50 and a
+# The article's verification script (section 4.2): pick a backend, run a matmul, then train ResNet-50 and a
 # Transformer encoder unchanged and compare with native CPU PyTorch. Sizes are small here so the notebook runs in CI;
-# `torch-fl doctor --full` uses the Torch-FL article's sizes.
+# `torch-fl doctor --full` uses the article's sizes.
 
 # %%
 import torch, torch_fl as fl
