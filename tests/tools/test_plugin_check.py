@@ -93,6 +93,16 @@ def test_check_by_backend_name_and_bad_targets():
     assert not unknown.passed and "unknown fl backend" in unknown.rows[-1].detail
 
 
+def test_a_folder_named_like_a_backend_does_not_hide_it(tmp_path, monkeypatch):
+    # found when the tests moved into tests/opencl/: `torch-fl plugin check opencl` run from tests/ checked the
+    # folder ./opencl ("not found by discovery") instead of the opencl backend
+    (tmp_path / "minimal").mkdir()
+    monkeypatch.chdir(tmp_path)
+    report = check_plugin("minimal", ops="aten::exp", progress=False)
+    assert report.passed, report.render() if hasattr(report, "render") else report.rows
+    assert _rows(report)["kernel aten::exp"].status == "PASS"
+
+
 def test_missing_python_module_is_blamed_on_the_environment(tmp_path):
     """Issue 13: without numpy (OpInfo's samples import it) the checker said 'the plugin crashed the process'
     and cut the message before the module's name. A package that raises what a missing one does stands in."""

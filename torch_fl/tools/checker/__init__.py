@@ -110,11 +110,13 @@ def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: floa
     report = CheckReport(target)
     env = dict(os.environ)
     env["FL_MEMORY_POOL"] = "0"  # every buffer a fresh guarded block (see guarded.py)
-    if os.path.exists(target):
+    # a plugin file, else a backend name: a folder that happens to share a backend's name (./opencl) is not a
+    # plugin and must not hide the backend
+    if os.path.isfile(target):
         target = os.path.abspath(target)
         env["FL_PLUGIN_PATH"] = target
     elif os.sep in target or target.endswith(".so"):
-        report.rows.append(CheckRow("load", FAIL, f"{target}: no such file"))
+        report.rows.append(CheckRow("load", FAIL, f"{target}: no such file (a plugin is a lib*.so file)"))
         return report
     done: set[str] = set()
     shown = start_progress(f"plugin check {os.path.basename(target)}", None, progress)

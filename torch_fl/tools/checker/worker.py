@@ -32,7 +32,7 @@ def _find(target: str) -> tuple[Backend | None, str | None]:
     from torch_fl.runtime import REGISTRY
 
     REGISTRY.discover()
-    if os.path.exists(target):
+    if os.path.isfile(target):
         real = os.path.realpath(target)
         for cand in REGISTRY.candidates:
             if os.path.realpath(cand.path) == real:
