@@ -9,7 +9,8 @@ from conftest import ROOT
 
 
 def _fast(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": os.environ.get("PYTHONPATH", ROOT)}
+    # the torch_fl this test runs against (installed by scripts/test.sh, else the parent's): PYTHONPATH as given
+    env = {**os.environ, "PYTHON": sys.executable}
     return subprocess.run([os.path.join(ROOT, "scripts", "fast.sh"), "-o", "addopts=", "-q", *args],
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
 
