@@ -174,6 +174,7 @@ def install() -> None:
     events.OP_CONTEXT[0] = decomposition_context
     native.sync_fast_path()
     events.FAST_KERNELS[0] = core.lib().fl_core_fast_hits
+    events.FAST_BYTES[0] = core.lib().fl_fallback_bytes
     direct = set(DIRECT) | _own_decomposed_ops() | _generic_out_ops()
     GENERIC.update(_native_generic_ops() - direct)
     libs: dict = {}

@@ -6,10 +6,14 @@ zero-copy views of device memory."""
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
 from ..runtime import (
+    FALLBACK,
     base_ptr,
+    core,
     cpu_into_fl,
     cpu_to_new_fl,
     device_of,
@@ -18,6 +22,7 @@ from ..runtime import (
     is_fl,
     iter_tensors,
     map_tensors,
+    native,
     span,
 )
 from .rng import host_generator
@@ -104,3 +109,59 @@ def replace_storage(t: torch.Tensor, new: torch.Tensor) -> None:
     """Give t new's storage and metadata in place (an out= tensor an op resized)."""
     t.set_(new.untyped_storage(), new.storage_offset(), new.shape, new.stride())
 
+
+
+# -- the C++ fast path of this tier ---------------------------------------------------------------
+# A call served here is committed to the C++ core (csrc/fl_fallback.cpp), which serves later calls with the
+# same signature (its fast-path key: op, each tensor's device, dtype, sizes, strides and aliasing, every
+# argument but floats) without Python: host copies through the plugin, the CPU kernel, the copies back.
+
+
+def commit(f, dev, count_as: str, vals: list, result, twin: tuple | None = None, arrived=None) -> None:
+    """Teach the C++ core the call of f just served by the CPU kernel, on its normalized values vals.
+    twin: (functional facts, argument indices, out= indices) where Python ran the functional op and copied
+    its results into the out= tensors; arrived: (facts, indices of f's arguments among its own, the index it
+    returns) where the call arrived as another op (aten::_copy_from, served as copy_). Only calls a replay
+    gives the same bytes for: no random numbers (the fallback draws from the device's generator's host
+    twin), no argument checks of torch_fl's own (a replay would skip them), no layout torch_fl changes
+    afterwards (channels-last), single tensors written, results that are tensors or plain numbers."""
+    if not native.FAST[0]:
+        return
+    served = twin[0] if twin is not None else f
+    for facts in (f, served):
+        if facts.generator_at is not None or facts.precheck is not None or facts.host_args is not None \
+                or facts.layout_rule is not None or torch.Tag.nondeterministic_seeded in facts.func.tags:
+            return
+    outs = (result,) if served.n_returns == 1 else tuple(result) if served.n_returns else ()
+    if any(isinstance(o, (list, tuple)) for o in outs):
+        return
+    call = None
+    if twin is not None:  # the functional op, its results copied into the out= tensors f returns
+        _, ins, writes_out = twin
+        if any(a is None for a in f.ret_alias):
+            return
+        writes, rets = (), list(f.ret_alias)
+    else:
+        ins, writes_out = range(len(vals)), ()
+        writes = [i for i in f.mutable if isinstance(vals[i], torch.Tensor)]
+        if len(writes) != len(f.mutable):
+            return
+        rets = [a if a is not None and is_fl(vals[a]) else -1 - j for j, a in enumerate(f.ret_alias)]
+    name = f.func.name()
+    if arrived is not None:
+        arrived_f, ins, ret = arrived
+        call, name = f.func.name(), arrived_f.func.name()
+        writes, rets = [ins[i] for i in writes], [ret]
+    elif twin is not None:
+        call = twin[0].func.name()
+    arrays = [(ctypes.c_int32 * max(len(a), 1))(*a) for a in (ins, writes, writes_out, rets)]
+    sizes = [len(a) for a in (ins, writes, writes_out, rets)]
+    core.lib().fl_fallback_commit(name.encode(), dev.index, call.encode() if call else None,
+                                  *(x for a, k in zip(arrays, sizes, strict=True) for x in (ctypes.addressof(a), k)),
+                                  core.count_slot(dev.backend, count_as, FALLBACK))
+
+
+def set_device_only(depth: int) -> None:
+    """Tell the C++ fast path this thread is (depth > 0) or is no longer inside a decomposition that must
+    stay on the device, where no CPU kernel may serve a sub-op."""
+    core.lib().fl_fallback_device_only(depth)

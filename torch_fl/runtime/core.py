@@ -32,9 +32,11 @@ from .abi import header_path
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(_HERE, "csrc", "fl_core.cpp")
-# the second: fl kernels in torch.profiler; the third: cross-device errors that name each fl device's backend
-SOURCES = (SOURCE, os.path.join(_HERE, "csrc", "fl_kineto.cpp"), os.path.join(_HERE, "csrc", "fl_devcheck.cpp"))
-HEADERS = (os.path.join(_HERE, "csrc", "fl_trace.h"),)
+# the second: fl kernels in torch.profiler; the third: cross-device errors that name each fl device's backend;
+# the fourth: the CPU fallback's fast path and same-device copies as device copies
+SOURCES = (SOURCE, os.path.join(_HERE, "csrc", "fl_kineto.cpp"), os.path.join(_HERE, "csrc", "fl_devcheck.cpp"),
+           os.path.join(_HERE, "csrc", "fl_fallback.cpp"))
+HEADERS = (os.path.join(_HERE, "csrc", "fl_trace.h"), os.path.join(_HERE, "csrc", "fl_fallback.h"))
 STATS_FIELDS = ("allocated", "peak", "cached", "allocations", "hits", "misses", "limit", "device_allocs",
                 "device_frees", "ooms")
 
@@ -165,6 +167,15 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fl_core_fast_commit": ([ctypes.c_char_p, c_void, c_void, c_void, c_int, c_int, c_void, c_int, c_void, c_void,
                                  c_int, c_void, c_void, c_void, c_int, c_void, c_int, c_void, c_int, c_i64], c_int),
         "fl_core_fast_take_counts": ([ctypes.POINTER(c_i64), c_i64], c_i64),
+        "fl_fallback_commit": ([ctypes.c_char_p, c_int, ctypes.c_char_p, c_void, c_int, c_void, c_int, c_void, c_int,
+                                c_void, c_int, c_i64], c_int),
+        "fl_fallback_copy_commit": ([c_int, c_i64], None),
+        "fl_fallback_clear": ([], None),
+        "fl_fallback_size": ([], c_i64),
+        "fl_fallback_hits": ([], c_i64),
+        "fl_fallback_copies": ([], c_i64),
+        "fl_fallback_bytes": ([], c_i64),
+        "fl_fallback_device_only": ([c_int], None),
         "fl_core_watch": ([c_void, c_int], None),
         "fl_core_fresh_out": ([c_void], c_int),
         "fl_core_write_generation": ([c_void], c_u64),

@@ -55,6 +55,14 @@ def kernel_count() -> int:
     return KERNELS[0] + FAST_KERNELS[0]()
 
 
+FAST_BYTES = [lambda: 0]  # bytes the C++ core's CPU-fallback fast path moved between host and device
+
+
+def bytes_moved() -> int:
+    """Bytes moved between host and device so far in this process, by either path (read deltas)."""
+    return BYTES[0] + FAST_BYTES[0]()
+
+
 ON_LISTENERS: list = []  # called with no argument when listeners come or go (the C++ fast path steps aside)
 
 

@@ -42,6 +42,7 @@
 #include <torch/library.h>
 #include <torch/version.h>
 
+#include "fl_fallback.h"
 #include "fl_plugin.h"
 #include "fl_trace.h"
 
@@ -1356,6 +1357,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
       }
       if (plan && run_fast(*plan, stack, n)) return;
     }
+    if (fl_fallback::serve(op, stack, n, kb.ok ? &kb.k : nullptr)) return;  // hook: fl_fallback.cpp
   }
   t_pending.push_back({kb.ok && try_fast ? std::move(kb.k) : std::vector<int64_t>(), &op.operator_name(),
                        fresh_out_storages(op, stack, n)});
@@ -1592,6 +1594,31 @@ bool pending_is(const char* name) {
 }
 
 FL_API int fl_core_fast_can_commit(const char* name) { return pending_is(name) ? 1 : 0; }
+
+// ---- hooks for fl_fallback.cpp, the CPU-fallback fast path (declared in fl_fallback.h) ----
+const std::vector<int64_t>* fl_core_pending_key(const char* name) {
+  return pending_is(name) ? &t_pending.back().key : nullptr;
+}
+
+void fl_core_copy(int index, int kind, void* dst, const void* src, size_t n) {
+  Device& d = device_at(index);
+  fl_stream_t s = current_stream(d, index);
+  if (kind == 2) {
+    check_status(d, copy_d2d_on(d, dst, src, n, s), "copy_d2d");
+    return;
+  }
+  int status = kind == 0 ? d.plugin->copy_h2d(d.local, dst, src, n, s) : d.plugin->copy_d2h(d.local, dst, src, n, s);
+  if (status == FL_OK && s != nullptr && d.plugin->stream_synchronize) status = d.plugin->stream_synchronize(d.local, s);
+  check_status(d, status, kind == 0 ? "copy_h2d" : "copy_d2h");
+}
+
+void fl_core_count(int64_t slot) {
+  if (slot < 0) return;
+  std::lock_guard<std::mutex> lock(g_counts_mu);
+  if (static_cast<size_t>(slot) >= g_slot_counts.size()) g_slot_counts.resize(slot + 1, 0);
+  g_slot_counts[slot]++;
+}
+// ---- end of the hooks for fl_fallback.cpp ----
 
 // The Python dispatcher ran the op now in flight as one native kernel call on
 // its own arguments: remember the marshalling for this signature. in_src and

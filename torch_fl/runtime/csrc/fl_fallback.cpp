@@ -1,0 +1,447 @@
+// fl_fallback.cpp — the CPU fallback's fast path, and same-device copies as device memory copies.
+//
+// Why: an op the device cannot compute (float64 on a float32 chip) is served by PyTorch's CPU kernel on host
+// copies of its fl tensors. Done in Python that costs ~0.2 ms per call (dispatch, the host copies, a new fl
+// tensor per result), which is all the time of a float64 gradcheck of a small LSTM: some 10^5 small ops.
+// Once Python has served a call that way, it commits the call's signature here (fl_fallback_commit, the
+// fast-path key fl_core.cpp built for it), and later calls with that key run without Python: the fl
+// tensors copied to the host with the plugin's copies, the CPU kernel called (the op itself, or for an
+// out= call the functional op Python called, then copied into the outputs), what the op wrote and what it
+// returned copied back. The same bytes the Python path moves, the same CPU kernel: the same results.
+//
+// Plans are forgotten with the native fast path's (settings.clear_plans: the CPU-fallback switch, paths
+// switched off); they are keyed by fl device, so another backend's device never meets them; the fast path
+// steps aside while the profiler listens, while a kernel graph records and while an async copy is in flight
+// (fl_core.cpp calls serve only then), inside a decomposition that must stay on the device (Python says
+// so: fl_fallback_device_only), and under a TorchDispatchMode. Anything unusual (tensors that partly share
+// memory, an output the CPU kernel resized, a list result, a CPU kernel that raised) goes back to Python,
+// which serves or refuses the call as before: nothing is written to the device before the CPU kernel ran
+// and every check passed.
+//
+// aten::_copy_from between two fl tensors of one device, one dtype and one dense layout (Tensor.copy_,
+// clone) is one copy_d2d of the plugin: the bytes are the values. Python makes the same copy
+// (dispatch/meta.py) and enables it here per device (fl_fallback_copy_commit).
+//
+// Device memory is never read on the host: every byte moves through the plugin's copies (fl_core_copy).
+#include <atomic>
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+
+#include "fl_fallback.h"
+
+#define FL_API extern "C" __attribute__((visibility("default")))
+
+extern "C" {
+void fl_core_note_write(const void* base);  // fl_core.cpp: the write watch
+int64_t fl_core_watched(void);
+}
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+constexpr size_t kPlansMax = 16384;
+
+// How a committed call runs: the op it arrived as, or another op Python called instead (the functional op of
+// an out= call, copy_ for _copy_from), on host copies of the stack's values; which host copies go back; which
+// results go into which out= tensors; what the arrived op returns. Indices are the arrived op's arguments.
+struct Plan {
+  int device = 0;                           // the fl index the committed call ran on
+  std::optional<c10::OperatorHandle> call;  // the op to call (none: the arrived op itself)
+  std::vector<int32_t> ins;                 // per argument of the called op: the stack value it takes
+  std::vector<int32_t> writes;              // fl tensors the called op writes: their host copies go back
+  std::vector<int32_t> outs;                // result k is copied into the out= tensor at outs[k]
+  std::vector<int32_t> rets;                // per return: a stack value (>= 0), or result k as a new fl tensor (-1 - k)
+  int64_t slot = -1;                        // Python's counter slot (backend, op, "fallback")
+};
+
+struct KeyHash {
+  size_t operator()(const std::vector<int64_t>& v) const noexcept {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t x : v) h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h);
+  }
+};
+
+std::mutex g_mu;
+std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, KeyHash> g_plans;
+std::atomic<int64_t> g_copy_slot[kMaxDevices];  // per fl device: the counter slot of its copies, -1: not enabled
+std::atomic<int64_t> g_hits{0}, g_copies{0}, g_bytes{0};
+thread_local int t_device_only = 0;
+
+struct CopySlotsInit {
+  CopySlotsInit() {
+    for (auto& s : g_copy_slot) s = -1;
+  }
+} g_copy_slots_init;
+
+bool is_fl(const at::Tensor& t) { return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1; }
+
+// Non-overlapping and dense (runtime.tensor.is_dense): the strides are a permutation of a contiguous layout.
+bool is_dense(const at::Tensor& t) {
+  if (t.numel() <= 1) return true;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of size != 1
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) != 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (auto [st, s] : dims) {
+    if (st != expected) return false;
+    expected *= s;
+  }
+  return true;
+}
+
+// No two elements share a memory location (a sufficient test: sorted by stride, each stride passes the
+// farthest element the smaller ones reach).
+bool no_internal_overlap(const at::Tensor& t) {
+  if (t.numel() <= 1) return true;
+  std::vector<std::pair<int64_t, int64_t>> dims;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) != 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;
+  for (auto [st, s] : dims) {
+    if (st <= reach) return false;
+    reach += (s - 1) * st;
+  }
+  return true;
+}
+
+bool plain(const at::Tensor& t) { return !t.is_conj() && !t.is_neg() && t.layout() == c10::Layout::Strided; }
+
+size_t nbytes_of(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+// A host copy of an fl tensor: the span of storage it touches, copied, viewed with its strides.
+struct Mirror {
+  at::Tensor fl, host;
+  int64_t lo = 0, hi = 0;  // the span, in elements of the storage
+  const void* buffer = nullptr;
+};
+
+Mirror mirror_of(const at::Tensor& t, int index) {
+  Mirror m;
+  m.fl = t;
+  m.lo = m.hi = t.storage_offset();
+  auto opts = at::TensorOptions().dtype(t.scalar_type());
+  if (t.numel() == 0) {
+    m.host = at::empty_strided(t.sizes(), t.strides(), opts);
+    m.buffer = m.host.storage().data();
+    return m;
+  }
+  m.hi = m.lo + 1;
+  for (int64_t d = 0; d < t.dim(); ++d) m.hi += (t.size(d) - 1) * t.stride(d);
+  at::Tensor buf = at::empty({m.hi - m.lo}, opts);
+  const size_t n = static_cast<size_t>(m.hi - m.lo) * t.element_size();
+  fl_core_copy(index, 1, buf.data_ptr(), static_cast<const char*>(t.storage().data()) + m.lo * t.element_size(), n);
+  g_bytes += static_cast<int64_t>(n);
+  m.host = buf.as_strided(t.sizes(), t.strides(), 0);
+  m.buffer = buf.storage().data();
+  return m;
+}
+
+// Writes a mirror's span back: the elements the op wrote, the bytes between them as they were read.
+void write_back(const Mirror& m, int index) {
+  const size_t n = static_cast<size_t>(m.hi - m.lo) * m.fl.element_size();
+  if (n == 0) return;
+  fl_core_copy(index, 0, static_cast<char*>(const_cast<void*>(m.fl.storage().data())) + m.lo * m.fl.element_size(),
+               m.host.storage().data(), n);
+  g_bytes += static_cast<int64_t>(n);
+}
+
+// A host result as a new fl tensor, laid out as runtime.transfers.cpu_to_new_fl lays it (its strides where
+// they are dense, else contiguous).
+at::Tensor to_new_fl(const at::Tensor& h, int index) {
+  auto opts = at::TensorOptions().dtype(h.scalar_type()).device(c10::Device(c10::DeviceType::PrivateUse1,
+                                                                             static_cast<c10::DeviceIndex>(index)));
+  const bool dense = is_dense(h);
+  at::Tensor t = dense ? at::empty_strided(h.sizes(), h.strides(), opts) : at::empty(h.sizes(), opts);
+  if (h.numel() == 0) return t;
+  at::Tensor src = dense ? h : h.contiguous();
+  fl_core_copy(index, 0, t.data_ptr(), src.data_ptr(), nbytes_of(t));
+  g_bytes += static_cast<int64_t>(nbytes_of(t));
+  return t;
+}
+
+// A host result's values into an fl out= tensor of the same dtype and sizes: its bytes where the layouts
+// match, else through a host copy of the output's span (the bytes between its elements kept).
+void write_into(const at::Tensor& out, const at::Tensor& r, int index) {
+  if (out.numel() == 0) return;
+  if (is_dense(out) && (out.numel() == 1 || out.strides() == r.strides())) {
+    fl_core_copy(index, 0, out.data_ptr(), r.data_ptr(), nbytes_of(out));
+    g_bytes += static_cast<int64_t>(nbytes_of(out));
+    return;
+  }
+  Mirror m = mirror_of(out, index);
+  m.host.copy_(r);
+  write_back(m, index);
+}
+
+void note_written(const at::Tensor& t) {
+  if (fl_core_watched() != 0) fl_core_note_write(t.storage().data());
+}
+
+// Host copies of a call's fl tensors: one per distinct tensor, shared by arguments that are the same view
+// (x.add_(x) sees one tensor, as on the CPU); tensors that otherwise share memory are not for this path.
+struct Mirrors {
+  int index;
+  std::vector<Mirror> all;
+  bool ok = true;
+
+  const at::Tensor& host(const at::Tensor& t) {
+    const void* base = t.storage().data();
+    for (const Mirror& m : all) {
+      if (base == nullptr || m.fl.storage().data() != base) continue;
+      if (m.fl.unsafeGetTensorImpl() == t.unsafeGetTensorImpl() ||
+          (m.fl.storage_offset() == t.storage_offset() && m.fl.sizes() == t.sizes() && m.fl.strides() == t.strides() &&
+           m.fl.scalar_type() == t.scalar_type()))
+        return m.host;
+      ok = false;
+      return t;
+    }
+    if (t.device().index() != index || !plain(t)) {
+      ok = false;
+      return t;
+    }
+    all.push_back(mirror_of(t, index));
+    return all.back().host;
+  }
+
+  c10::IValue value(const c10::IValue& v) {
+    if (!ok) return v;
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      return is_fl(t) ? c10::IValue(host(t)) : v;
+    }
+    if (v.isTensorList()) {
+      c10::List<at::Tensor> l = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(l.size());
+      for (const at::Tensor& t : l) out.push_back(is_fl(t) ? host(t) : t);
+      return out;
+    }
+    return v;
+  }
+
+  const Mirror* of(const at::Tensor& t) const {
+    for (const Mirror& m : all)
+      if (m.fl.unsafeGetTensorImpl() == t.unsafeGetTensorImpl() ||
+          (m.fl.storage().data() == t.storage().data() && m.fl.storage_offset() == t.storage_offset() &&
+           m.fl.sizes() == t.sizes() && m.fl.strides() == t.strides()))
+        return &m;
+    return nullptr;
+  }
+};
+
+bool serve_copy(torch::jit::Stack* stack, size_t n) {
+  const size_t base = stack->size() - n;
+  const c10::IValue& a = (*stack)[base];
+  const c10::IValue& b = (*stack)[base + 1];
+  if (!a.isTensor() || !b.isTensor()) return false;
+  const at::Tensor& src = a.toTensor();
+  const at::Tensor& dst = b.toTensor();
+  if (!is_fl(src) || !is_fl(dst) || src.device() != dst.device() || !plain(src) || !plain(dst)) return false;
+  const int index = dst.device().index();
+  if (index < 0 || index >= kMaxDevices) return false;
+  const int64_t slot = g_copy_slot[index].load();
+  if (slot < 0 || src.scalar_type() != dst.scalar_type() || src.sizes() != dst.sizes() ||
+      src.strides() != dst.strides() || dst.numel() == 0 || !is_dense(dst) ||
+      src.storage().data() == dst.storage().data())
+    return false;
+  fl_core_copy(index, 2, dst.data_ptr(), src.data_ptr(), nbytes_of(dst));
+  note_written(dst);
+  c10::IValue result = b;
+  torch::jit::drop(*stack, n);
+  stack->push_back(std::move(result));
+  fl_core_count(slot);
+  g_copies++;
+  return true;
+}
+
+bool is_copy_from(const c10::OperatorHandle& op) {
+  const c10::OperatorName& name = op.operator_name();
+  return name.overload_name.empty() && name.name == "aten::_copy_from";
+}
+
+bool contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// A committed plan on the stack; false (stack untouched, device unwritten) where the call is not one it serves.
+bool run(const Plan& plan, const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n) {
+  const size_t base = stack->size() - n;
+  auto arg = [&](int32_t i) -> const c10::IValue& { return (*stack)[base + i]; };
+  for (int32_t i : plan.ins)
+    if (i < 0 || static_cast<size_t>(i) >= n) return false;
+  // what is written: fl tensors of the plan's device whose elements can be written back one for one
+  for (const auto* written : {&plan.writes, &plan.outs}) {
+    for (int32_t i : *written) {
+      if (i < 0 || static_cast<size_t>(i) >= n || !arg(i).isTensor()) return false;
+      const at::Tensor& t = arg(i).toTensor();
+      if (!is_fl(t) || t.device().index() != plan.device || !plain(t) || !no_internal_overlap(t)) return false;
+    }
+  }
+  Mirrors mirrors{plan.device, {}};
+  torch::jit::Stack call;
+  call.reserve(plan.ins.size());
+  for (int32_t i : plan.ins) call.push_back(mirrors.value(arg(i)));
+  for (int32_t i : plan.writes)  // a written tensor is one the call reads as well (self, out=)
+    if (mirrors.ok && mirrors.of(arg(i).toTensor()) == nullptr) mirrors.ok = false;
+  for (int32_t i : plan.outs) {  // an out= tensor sharing memory with an input: Python's business
+    const at::Tensor& o = arg(i).toTensor();
+    for (const Mirror& m : mirrors.all)
+      if (o.numel() > 0 && m.fl.storage().data() == o.storage().data()) mirrors.ok = false;
+  }
+  if (!mirrors.ok) return false;
+  try {
+    if (plan.call)
+      plan.call->callBoxed(&call);
+    else
+      op.callBoxed(&call);
+  } catch (const std::exception&) {
+    return false;  // Python calls it again, and reports what it raises as the Python path does
+  }
+  // every check before the first byte goes back to the device
+  if (call.size() < plan.outs.size()) return false;
+  for (size_t k = 0; k < plan.outs.size(); ++k) {
+    const at::Tensor& o = arg(plan.outs[k]).toTensor();
+    if (!call[k].isTensor()) return false;
+    const at::Tensor& r = call[k].toTensor();
+    if (!r.defined() || r.scalar_type() != o.scalar_type() || r.sizes() != o.sizes() || !plain(r)) return false;
+  }
+  for (int32_t src : plan.rets) {
+    if (src >= 0) continue;
+    const size_t k = static_cast<size_t>(-1 - src);
+    if (k >= call.size()) return false;
+    const c10::IValue& v = call[k];
+    if (v.isTensor()) {
+      if (v.toTensor().defined() && !plain(v.toTensor())) return false;
+    } else if (!(v.isNone() || v.isInt() || v.isDouble() || v.isBool())) {
+      return false;  // lists and other results: the Python path
+    }
+  }
+  std::vector<const Mirror*> written;
+  for (int32_t i : plan.writes) {
+    const Mirror* m = mirrors.of(arg(i).toTensor());
+    if (m->host.sizes() != m->fl.sizes() || m->host.strides() != m->fl.strides() || m->host.storage().data() != m->buffer)
+      return false;  // the CPU kernel resized an output: Python gives it new storage
+    if (std::find(written.begin(), written.end(), m) == written.end()) written.push_back(m);
+  }
+  for (const Mirror* m : written) {
+    write_back(*m, plan.device);
+    note_written(m->fl);
+  }
+  for (size_t k = 0; k < plan.outs.size(); ++k) {
+    const at::Tensor& o = arg(plan.outs[k]).toTensor();
+    write_into(o, call[k].toTensor(), plan.device);
+    note_written(o);
+  }
+  std::vector<c10::IValue> results;
+  results.reserve(plan.rets.size());
+  for (int32_t src : plan.rets) {
+    if (src >= 0) {
+      results.push_back(arg(src));
+      continue;
+    }
+    const c10::IValue& v = call[static_cast<size_t>(-1 - src)];
+    if (v.isTensor() && v.toTensor().defined())
+      results.emplace_back(to_new_fl(v.toTensor(), plan.device));
+    else
+      results.push_back(v);
+  }
+  torch::jit::drop(*stack, n);
+  for (auto& v : results) stack->push_back(std::move(v));
+  fl_core_count(plan.slot);
+  g_hits++;
+  return true;
+}
+
+std::optional<c10::OperatorHandle> find_op(const char* qualified) {
+  std::string full(qualified);
+  size_t sep = full.find("::");
+  size_t dot = full.find('.', sep == std::string::npos ? 0 : sep);
+  c10::OperatorName name(dot == std::string::npos ? full : full.substr(0, dot),
+                         dot == std::string::npos ? std::string() : full.substr(dot + 1));
+  return c10::Dispatcher::singleton().findOp(name);
+}
+
+}  // namespace
+
+namespace fl_fallback {
+
+bool serve(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n, const std::vector<int64_t>* key) {
+  if (is_copy_from(op) && serve_copy(stack, n)) return true;
+  if (key == nullptr || t_device_only > 0 || c10::impl::TorchDispatchModeTLS::any_modes_set()) return false;
+  std::shared_ptr<const Plan> plan;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_plans.empty()) return false;
+    auto it = g_plans.find(*key);
+    if (it == g_plans.end()) return false;
+    plan = it->second;
+  }
+  return run(*plan, op, stack, n);
+}
+
+}  // namespace fl_fallback
+
+// ------------------------------------------------------------------ C API ---
+
+// Python served the call in flight (the op `name`, on fl:device) with a CPU kernel: later calls with its key
+// run here (see Plan). call: the op Python called on the host copies, NULL for the op itself; ins, writes,
+// outs and rets: Plan's arrays. slot: Python's counter slot. Returns 1 when committed.
+FL_API int fl_fallback_commit(const char* name, int device, const char* call, const int32_t* ins, int n_ins,
+                              const int32_t* writes, int n_writes, const int32_t* outs, int n_outs,
+                              const int32_t* rets, int n_rets, int64_t slot) {
+  const std::vector<int64_t>* key = fl_core_pending_key(name);
+  if (key == nullptr || device < 0 || device >= kMaxDevices) return 0;
+  auto plan = std::make_shared<Plan>();
+  plan->device = device;
+  plan->slot = slot;
+  if (call != nullptr) {
+    plan->call = find_op(call);
+    if (!plan->call) return 0;
+  }
+  plan->ins.assign(ins, ins + n_ins);
+  plan->writes.assign(writes, writes + n_writes);
+  plan->outs.assign(outs, outs + n_outs);
+  plan->rets.assign(rets, rets + n_rets);
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_plans.size() >= kPlansMax) g_plans.clear();
+  g_plans[*key] = std::move(plan);
+  return 1;
+}
+
+// Same-device copies of one dtype and dense layout on fl:device are device memory copies (counted in slot).
+FL_API void fl_fallback_copy_commit(int device, int64_t slot) {
+  if (device >= 0 && device < kMaxDevices) g_copy_slot[device] = slot;
+}
+
+FL_API void fl_fallback_clear(void) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_plans.clear();
+  for (auto& s : g_copy_slot) s = -1;
+}
+
+FL_API int64_t fl_fallback_size(void) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return static_cast<int64_t>(g_plans.size());
+}
+
+// Calls served from committed plans, and copies served as device copies, since the process began.
+FL_API int64_t fl_fallback_hits(void) { return g_hits.load(); }
+FL_API int64_t fl_fallback_copies(void) { return g_copies.load(); }
+// Bytes this path moved between host and device (the runtime's transfer tally counts them too).
+FL_API int64_t fl_fallback_bytes(void) { return g_bytes.load(); }
+
+// This thread is inside a decomposition that must stay on the device (depth > 0): no CPU kernel serves.
+FL_API void fl_fallback_device_only(int depth) { t_device_only = depth; }
