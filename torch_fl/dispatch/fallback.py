@@ -123,14 +123,16 @@ def commit(f, dev, count_as: str, vals: list, result, twin: tuple | None = None,
     its results into the out= tensors; arrived: (facts, indices of f's arguments among its own, the index it
     returns) where the call arrived as another op (aten::_copy_from, served as copy_). Only calls a replay
     gives the same bytes for: no random numbers (the fallback draws from the device's generator's host
-    twin), no argument checks of torch_fl's own (a replay would skip them), no layout torch_fl changes
-    afterwards (channels-last), single tensors written, results that are tensors or plain numbers."""
+    twin), no host arguments torch_fl moves first, no layout torch_fl changes afterwards (channels-last),
+    single tensors written, results that are tensors or plain numbers. torch_fl's own argument checks
+    (dispatch.argcheck) judge nothing the key leaves out, or the caller does not commit (they warned or judged
+    a float), as for the native fast path."""
     if not native.FAST[0]:
         return
     served = twin[0] if twin is not None else f
     for facts in (f, served):
-        if facts.generator_at is not None or facts.precheck is not None or facts.host_args is not None \
-                or facts.layout_rule is not None or torch.Tag.nondeterministic_seeded in facts.func.tags:
+        if facts.generator_at is not None or facts.host_args is not None or facts.layout_rule is not None \
+                or torch.Tag.nondeterministic_seeded in facts.func.tags:
             return
     outs = (result,) if served.n_returns == 1 else tuple(result) if served.n_returns else ()
     if any(isinstance(o, (list, tuple)) for o in outs):

@@ -174,6 +174,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fl_fallback_size": ([], c_i64),
         "fl_fallback_hits": ([], c_i64),
         "fl_fallback_copies": ([], c_i64),
+        "fl_fallback_fills": ([], c_i64),
+        "fl_fallback_zero_commit": ([c_int, c_int, c_i64], None),
         "fl_fallback_bytes": ([], c_i64),
         "fl_fallback_device_only": ([c_int], None),
         "fl_core_watch": ([c_void, c_int], None),

@@ -1612,6 +1612,15 @@ void fl_core_copy(int index, int kind, void* dst, const void* src, size_t n) {
   check_status(d, status, kind == 0 ? "copy_h2d" : "copy_d2h");
 }
 
+void fl_core_zero(int index, void* dst, size_t n) {
+  Device& d = device_at(index);
+  fl_stream_t s = current_stream(d, index);
+  int status = d.plugin->mem_set(d.local, dst, 0, n, s);
+  if (status == FL_OK && s != nullptr && !(d.features & FL_FEATURE_ASYNC_KERNELS) && d.plugin->stream_synchronize)
+    status = d.plugin->stream_synchronize(d.local, s);  // a kernel called next runs at once: land first
+  check_status(d, status, "mem_set");
+}
+
 void fl_core_count(int64_t slot) {
   if (slot < 0) return;
   std::lock_guard<std::mutex> lock(g_counts_mu);

@@ -20,7 +20,9 @@
 //
 // aten::_copy_from between two fl tensors of one device, one dtype and one dense layout (Tensor.copy_,
 // clone) is one copy_d2d of the plugin: the bytes are the values. Python makes the same copy
-// (dispatch/meta.py) and enables it here per device (fl_fallback_copy_commit).
+// (dispatch/meta.py) and enables it here per device (fl_fallback_copy_commit). Likewise aten::zero_ of a
+// dense tensor is one mem_set of the plugin where Python's decomposition made it so
+// (dispatch/decompositions: autograd's zero gradients), enabled per device and dtype (fl_fallback_zero_commit).
 //
 // Device memory is never read on the host: every byte moves through the plugin's copies (fl_core_copy).
 #include <atomic>
@@ -36,8 +38,11 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <c10/util/strides.h>
 
 #include "fl_fallback.h"
 
@@ -51,6 +56,7 @@ int64_t fl_core_watched(void);
 namespace {
 
 constexpr int kMaxDevices = 64;
+constexpr int kScalarTypes = 64;  // c10::ScalarType codes
 constexpr size_t kPlansMax = 16384;
 
 // How a committed call runs: the op it arrived as, or another op Python called instead (the functional op of
@@ -77,14 +83,19 @@ struct KeyHash {
 std::mutex g_mu;
 std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, KeyHash> g_plans;
 std::atomic<int64_t> g_copy_slot[kMaxDevices];  // per fl device: the counter slot of its copies, -1: not enabled
-std::atomic<int64_t> g_hits{0}, g_copies{0}, g_bytes{0};
+std::atomic<int64_t> g_zero_slot[kMaxDevices][kScalarTypes];  // per fl device and dtype: zero_'s slot, or -1
+std::atomic<int64_t> g_hits{0}, g_copies{0}, g_fills{0}, g_bytes{0};
 thread_local int t_device_only = 0;
 
-struct CopySlotsInit {
-  CopySlotsInit() {
-    for (auto& s : g_copy_slot) s = -1;
-  }
-} g_copy_slots_init;
+void disable_memory_ops() {
+  for (auto& s : g_copy_slot) s = -1;
+  for (auto& row : g_zero_slot)
+    for (auto& s : row) s = -1;
+}
+
+struct SlotsInit {
+  SlotsInit() { disable_memory_ops(); }
+} g_slots_init;
 
 bool is_fl(const at::Tensor& t) { return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1; }
 
@@ -130,24 +141,29 @@ struct Mirror {
   const void* buffer = nullptr;
 };
 
+// A CPU tensor of t's sizes and strides over a fresh buffer of `elems` elements (no dispatcher call).
+at::Tensor host_strided(const at::Tensor& t, int64_t elems) {
+  at::Tensor h = at::detail::empty_cpu({elems}, t.scalar_type(), std::nullopt, std::nullopt, std::nullopt,
+                                       std::nullopt);
+  h.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), 0);
+  return h;
+}
+
 Mirror mirror_of(const at::Tensor& t, int index) {
   Mirror m;
   m.fl = t;
   m.lo = m.hi = t.storage_offset();
-  auto opts = at::TensorOptions().dtype(t.scalar_type());
-  if (t.numel() == 0) {
-    m.host = at::empty_strided(t.sizes(), t.strides(), opts);
-    m.buffer = m.host.storage().data();
-    return m;
+  if (t.numel() > 0) {
+    m.hi = m.lo + 1;
+    for (int64_t d = 0; d < t.dim(); ++d) m.hi += (t.size(d) - 1) * t.stride(d);
   }
-  m.hi = m.lo + 1;
-  for (int64_t d = 0; d < t.dim(); ++d) m.hi += (t.size(d) - 1) * t.stride(d);
-  at::Tensor buf = at::empty({m.hi - m.lo}, opts);
+  m.host = host_strided(t, m.hi - m.lo);
+  m.buffer = m.host.storage().data();
   const size_t n = static_cast<size_t>(m.hi - m.lo) * t.element_size();
-  fl_core_copy(index, 1, buf.data_ptr(), static_cast<const char*>(t.storage().data()) + m.lo * t.element_size(), n);
+  if (n == 0) return m;
+  fl_core_copy(index, 1, m.host.storage().mutable_data(),
+               static_cast<const char*>(t.storage().data()) + m.lo * t.element_size(), n);
   g_bytes += static_cast<int64_t>(n);
-  m.host = buf.as_strided(t.sizes(), t.strides(), 0);
-  m.buffer = buf.storage().data();
   return m;
 }
 
@@ -163,10 +179,12 @@ void write_back(const Mirror& m, int index) {
 // A host result as a new fl tensor, laid out as runtime.transfers.cpu_to_new_fl lays it (its strides where
 // they are dense, else contiguous).
 at::Tensor to_new_fl(const at::Tensor& h, int index) {
-  auto opts = at::TensorOptions().dtype(h.scalar_type()).device(c10::Device(c10::DeviceType::PrivateUse1,
-                                                                             static_cast<c10::DeviceIndex>(index)));
+  const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index)));
   const bool dense = is_dense(h);
-  at::Tensor t = dense ? at::empty_strided(h.sizes(), h.strides(), opts) : at::empty(h.sizes(), opts);
+  const c10::DimVector contiguous = c10::contiguous_strides(h.sizes());
+  at::Tensor t = at::detail::empty_strided_generic(h.sizes(), dense ? h.strides() : c10::IntArrayRef(contiguous),
+                                                   c10::GetAllocator(c10::DeviceType::PrivateUse1),
+                                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), h.scalar_type());
   if (h.numel() == 0) return t;
   at::Tensor src = dense ? h : h.contiguous();
   fl_core_copy(index, 0, t.data_ptr(), src.data_ptr(), nbytes_of(t));
@@ -269,9 +287,27 @@ bool serve_copy(torch::jit::Stack* stack, size_t n) {
   return true;
 }
 
-bool is_copy_from(const c10::OperatorHandle& op) {
-  const c10::OperatorName& name = op.operator_name();
-  return name.overload_name.empty() && name.name == "aten::_copy_from";
+// zero_ of a dense fl tensor, on a device and dtype whose zero_ Python served as one mem_set.
+bool serve_zero(torch::jit::Stack* stack, size_t n) {
+  const c10::IValue& a = (*stack)[stack->size() - n];
+  if (!a.isTensor()) return false;
+  const at::Tensor& t = a.toTensor();
+  if (!is_fl(t) || !plain(t) || t.numel() == 0 || !is_dense(t)) return false;
+  const int index = t.device().index();
+  const int code = static_cast<int>(t.scalar_type());
+  if (index < 0 || index >= kMaxDevices || code < 0 || code >= kScalarTypes) return false;
+  const int64_t slot = g_zero_slot[index][code].load();
+  if (slot < 0) return false;
+  fl_core_zero(index, t.data_ptr(), nbytes_of(t));
+  note_written(t);
+  fl_core_count(slot);
+  g_fills++;
+  return true;  // the stack holds self, which is what zero_ returns
+}
+
+bool is_named(const c10::OperatorHandle& op, const char* name) {
+  const c10::OperatorName& op_name = op.operator_name();
+  return op_name.overload_name.empty() && op_name.name == name;
 }
 
 bool contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
@@ -379,7 +415,8 @@ std::optional<c10::OperatorHandle> find_op(const char* qualified) {
 namespace fl_fallback {
 
 bool serve(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n, const std::vector<int64_t>* key) {
-  if (is_copy_from(op) && serve_copy(stack, n)) return true;
+  if (is_named(op, "aten::_copy_from") && serve_copy(stack, n)) return true;
+  if (n == 1 && is_named(op, "aten::zero_") && serve_zero(stack, n)) return true;
   if (key == nullptr || t_device_only > 0 || c10::impl::TorchDispatchModeTLS::any_modes_set()) return false;
   std::shared_ptr<const Plan> plan;
   {
@@ -426,10 +463,16 @@ FL_API void fl_fallback_copy_commit(int device, int64_t slot) {
   if (device >= 0 && device < kMaxDevices) g_copy_slot[device] = slot;
 }
 
+// zero_ of dense tensors of dtype `scalar_type` (c10's code) on fl:device is one mem_set (counted in slot).
+FL_API void fl_fallback_zero_commit(int device, int scalar_type, int64_t slot) {
+  if (device >= 0 && device < kMaxDevices && scalar_type >= 0 && scalar_type < kScalarTypes)
+    g_zero_slot[device][scalar_type] = slot;
+}
+
 FL_API void fl_fallback_clear(void) {
   std::lock_guard<std::mutex> lock(g_mu);
   g_plans.clear();
-  for (auto& s : g_copy_slot) s = -1;
+  disable_memory_ops();
 }
 
 FL_API int64_t fl_fallback_size(void) {
@@ -437,9 +480,11 @@ FL_API int64_t fl_fallback_size(void) {
   return static_cast<int64_t>(g_plans.size());
 }
 
-// Calls served from committed plans, and copies served as device copies, since the process began.
+// Calls served from committed plans, copies served as device copies, zero_ served as mem_set, since the
+// process began.
 FL_API int64_t fl_fallback_hits(void) { return g_hits.load(); }
 FL_API int64_t fl_fallback_copies(void) { return g_copies.load(); }
+FL_API int64_t fl_fallback_fills(void) { return g_fills.load(); }
 // Bytes this path moved between host and device (the runtime's transfer tally counts them too).
 FL_API int64_t fl_fallback_bytes(void) { return g_bytes.load(); }
 
