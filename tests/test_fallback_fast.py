@@ -14,7 +14,7 @@ from conftest import run_py
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_fl as fl
-from torch_fl.runtime import REGISTRY, core, disabled_paths, events
+from torch_fl.runtime import REGISTRY, clear_plans, core, disabled_paths, events
 
 
 @pytest.fixture
@@ -125,7 +125,8 @@ def test_another_backends_device_never_meets_minimals_plans(minimal):
         assert same_bits((r * r).cpu(), x * x)
     assert hits() == h
     after = counts(rocm, "aten::mul.Tensor")
-    assert after.get("native", 0) - before.get("native", 0) == 3 and after.get("fallback", 0) == before.get("fallback", 0)
+    assert after.get("native", 0) - before.get("native", 0) == 3
+    assert after.get("fallback", 0) == before.get("fallback", 0)
 
 
 def test_listeners_modes_and_device_only_decompositions_take_the_python_path(minimal):
@@ -299,3 +300,26 @@ def test_the_fast_path_on_an_asynchronous_device_it_cannot_read():
     a direct host read would crash and a missing wait would give wrong values."""
     r = run_py(ASYNC_CHECK, env={"FL_EMU_ASYNC": "1"})
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+
+
+def test_an_exact_op_whose_decomposition_reached_no_native_kernel_takes_its_jit_kernel_first(minimal):
+    """bitwise_not and logical_not on bool: minimal has no kernel for them, and their torch._refs decompositions
+    end in the JIT kernel of bitwise_not after three Python dispatches. After the first call the op's own JIT
+    kernel comes first; all() (a reduction without a JIT kernel) keeps its decomposition, which reaches a
+    native kernel (sum)."""
+    x = torch.tensor([[0.0, 1.0, 2.0], [0.0, -1.0, 0.0]], dtype=torch.float64)
+    b, fb = x == 0, (x == 0).to("fl")
+    clear_plans()
+    assert fl.explain("logical_not", torch.bool).path == "decomposition"
+    for _ in range(3):
+        assert torch.equal(torch.logical_not(fb).cpu(), torch.logical_not(b))
+        assert torch.equal(torch.bitwise_not(fb).cpu(), torch.bitwise_not(b))
+        assert torch.equal(fb.all(1).cpu(), b.all(1)) and fb.all().item() == b.all().item()
+    for op in ("logical_not", "bitwise_not"):
+        e = fl.explain(op, torch.bool)
+        assert e.path == "jit" and any("reached no native kernel" in r for r in e.reasons), str(e)
+    assert fl.explain("all", torch.bool).path == "decomposition"
+    f32 = torch.tensor([0.0, 1.5], device="fl")
+    for _ in range(2):  # floats keep the tiers' order: only exact dtypes are learned
+        torch.logical_not(f32)
+    assert not any("reached no native kernel" in r for r in fl.explain("logical_not", torch.float32).reasons)

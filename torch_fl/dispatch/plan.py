@@ -127,7 +127,7 @@ class Plan:
     jit: object = None
     reasons: list = field(default_factory=list)
     failed: set = field(default_factory=set)  # paths found broken at run time (a JIT compile that failed)
-    learn_host: bool = False  # see _learn_host: the first decomposition run says whether the host serves it whole
+    learn: bool = False  # see _learn: the first decomposition run says whether another path serves the op better
 
     @property
     def first(self) -> str | None:
@@ -214,15 +214,15 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     if SETTINGS.cpu_fallback:
         plan.paths.append(FALLBACK)
         plan.reasons.append("CPU fallback (copy to host, run PyTorch's CPU kernel, copy back)")
-        if plan.paths[0] == DECOMPOSITION and JIT not in plan.paths and _host_can_serve(f, plan):
-            if dtypes and not any(d in TO_CODE and (dev_mask >> TO_CODE[d]) & 1 for d in dtypes):
-                _fallback_first(plan, f"the device computes in none of "
-                                      f"{', '.join(sorted({dtype_name(d) for d in dtypes}))}, so every sub-op of the "
-                                      f"decomposition would reach the CPU fallback, one copy round trip each")
-            elif dtypes and not any(d.is_floating_point or d.is_complex for d in dtypes):
-                plan.learn_host = True
+        if plan.paths[0] == DECOMPOSITION and JIT not in plan.paths and _host_can_serve(f, plan) and dtypes \
+                and not any(d in TO_CODE and (dev_mask >> TO_CODE[d]) & 1 for d in dtypes):
+            _fallback_first(plan, f"the device computes in none of "
+                                  f"{', '.join(sorted({dtype_name(d) for d in dtypes}))}, so every sub-op of the "
+                                  f"decomposition would reach the CPU fallback, one copy round trip each")
     else:
         plan.reasons.append("CPU fallback is switched off (FL_CPU_FALLBACK=0)")
+    plan.learn = plan.paths[:1] == [DECOMPOSITION] and bool(dtypes) and _generic_decomposition(f, plan) and \
+        not any(d.is_floating_point or d.is_complex for d in dtypes)
     return plan
 
 
@@ -238,14 +238,18 @@ def _host_can_serve(f: OpFacts, plan: Plan) -> bool:
     abs, stack), but not an "overrideable" op's, which only raises for a backend to override it, and no op
     without either (the fused RNN cells: their decompositions are the only way). No random op: the
     decomposition draws from the device's generator, the fallback would use the host's."""
-    if plan.decomposition is not decomposition_table.get(f.func) and \
-            not getattr(plan.decomposition, "host_equivalent", False):
-        return False
-    if torch.Tag.nondeterministic_seeded in f.func.tags:
+    if not _generic_decomposition(f, plan) or torch.Tag.nondeterministic_seeded in f.func.tags:
         return False
     name = f.func.name()
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     return has(name, "CPU") or ("overrideable" not in name and has(name, "CompositeExplicitAutograd"))
+
+
+def _generic_decomposition(f: OpFacts, plan: Plan) -> bool:
+    """The plan's decomposition computes what the op's CPU kernel computes, only spelled in other ops:
+    PyTorch's own, or one of torch_fl's marked `host_equivalent`."""
+    return plan.decomposition is decomposition_table.get(f.func) or getattr(plan.decomposition, "host_equivalent",
+                                                                             False)
 
 
 def _fallback_first(plan: Plan, why: str) -> None:
@@ -254,13 +258,26 @@ def _fallback_first(plan: Plan, why: str) -> None:
     plan.reasons.append(f"the CPU fallback is tried before the decomposition: {why}")
 
 
-def _learn_host(plan: Plan, kernels_before: int) -> None:
-    """After the first decomposition run of an op on exact dtypes (bool, integers) that the host may serve
-    whole: where it reached no kernel of the device (every sub-op took the CPU fallback: all() on bool is
-    logical_not, any, logical_not, then bitwise_not and ne, each torch._refs Python, on a chip with no kernel
-    for any of them), the CPU kernel serves the op from now on, with the same exact result in one round trip."""
-    plan.learn_host = False
-    if events.kernel_count() == kernels_before and FALLBACK in plan.paths:
+def _native_calls() -> int:
+    return events.NATIVE_CALLS[0] + core.lib().fl_core_fast_hits()
+
+
+def _learn(f: OpFacts, plan: Plan, before: tuple) -> None:
+    """After the first decomposition run of an op on exact dtypes (bool, integers; plan.learn), what it
+    reached decides the op's first path from then on, with the same exact result in one call instead of a
+    chain of torch._refs Python: where no native kernel served a sub-op, the op's own JIT kernel, where it
+    has one (bitwise_not on bool is torch._refs' bitwise_not, then prims.bitwise_not, then the JIT kernel of
+    bitwise_not itself); where no kernel of the device ran at all, the CPU kernel, where it may serve the op."""
+    plan.learn = False
+    kernels, natives = before
+    if JIT in plan.paths:
+        if _native_calls() == natives and JIT not in plan.failed:
+            plan.paths.remove(JIT)
+            plan.paths.insert(0, JIT)
+            plan.reasons.append("the JIT kernel is tried before the decomposition: its first call reached no native "
+                                "kernel (its sub-ops took JIT kernels or the CPU fallback), and on exact dtypes the "
+                                "op's own JIT kernel gives the same result")
+    elif FALLBACK in plan.paths and events.kernel_count() == kernels and _host_can_serve(f, plan):
         _fallback_first(plan, "its first call reached no kernel of the device (every sub-op of the decomposition "
                               "took the CPU fallback), and on exact dtypes the CPU kernel gives the same result")
 
@@ -414,9 +431,9 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
                 # saved and restored, not counted down: an exception raised between two statements
                 # (a signal's, pytest-timeout's) must not leave the thread unable to fall back for good
                 device_only = getattr(TLS, "device_only", 0)
-                learn = plan.learn_host
+                learn = plan.learn
                 if learn:
-                    kernels_before = events.kernel_count()
+                    before = (events.kernel_count(), _native_calls())
                 try:
                     active.add(f.func)
                     if strict:
@@ -433,7 +450,7 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
                     failures.append("its decomposition does not cover this case")
                     continue
                 if learn:
-                    _learn_host(plan, kernels_before)
+                    _learn(f, plan, before)
             elif path == JIT:
                 result = plan.jit(f, dev, vals)
                 if result is NOT_HANDLED:

@@ -79,8 +79,13 @@ def remove_listener(fn) -> None:
         hook()
 
 
+NATIVE_CALLS = [0]  # calls the Python dispatcher served with a native kernel (the fast path counts its own)
+
+
 def count(backend, name: str, path: str) -> None:
     """One call of op `name` served by `path` on a backend (its counts, always kept)."""
+    if path == NATIVE:
+        NATIVE_CALLS[0] += 1
     key = (name, path)
     if RECORDING[0] is not None:
         RECORDING[0].op(name, path)
