@@ -323,3 +323,79 @@ def test_an_exact_op_whose_decomposition_reached_no_native_kernel_takes_its_jit_
     for _ in range(2):  # floats keep the tiers' order: only exact dtypes are learned
         torch.logical_not(f32)
     assert not any("reached no native kernel" in r for r in fl.explain("logical_not", torch.float32).reasons)
+
+
+def _lstm_cell_reference(ig, hg, cx, ib, hb):  # the cell as torch_fl's Python decomposition computed it
+    i, f, g, o = (ig + hg + ib + hb).chunk(4, 1)
+    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+    cy = f * cx + i * g
+    return o * torch.tanh(cy), cy, torch.cat([i, f, g, o], 1)
+
+
+def _lstm_cell_backward_reference(grad_hy, grad_cy, cx, cy, workspace):
+    i, f, g, o = workspace.chunk(4, 1)
+    tanh_cy = torch.tanh(cy)
+    grad_c = grad_hy * o * (1 - tanh_cy * tanh_cy) + grad_cy
+    gates = torch.cat([grad_c * g * i * (1 - i), grad_c * cx * f * (1 - f), grad_c * i * (1 - g * g),
+                       grad_hy * tanh_cy * o * (1 - o)], 1)
+    return gates, grad_c * f, gates.sum(0)
+
+
+def _gru_cell_reference(ig, hg, hx, ib, hb):
+    ir, ii, in_ = (ig + ib).chunk(3, 1)
+    hr, hi, hn = (hg + hb).chunk(3, 1)
+    r, z = torch.sigmoid(ir + hr), torch.sigmoid(ii + hi)
+    n = torch.tanh(in_ + r * hn)
+    return n + z * (hx - n), torch.cat([r, z, n, hx, hn], 1)
+
+
+def _gru_cell_backward_reference(grad_hy, workspace):
+    r, z, n, hx, hn = workspace.chunk(5, 1)
+    grad_z = grad_hy * (hx - n) * z * (1 - z)
+    grad_n = grad_hy * (1 - z) * (1 - n * n)
+    grad_r = grad_n * hn * r * (1 - r)
+    gi, gh = torch.cat([grad_r, grad_z, grad_n], 1), torch.cat([grad_r, grad_z, grad_n * r], 1)
+    return gi, gh, grad_hy * z, gi.sum(0), gh.sum(0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_rnn_cells_compute_op_for_op_what_the_python_decomposition_did(dtype):
+    """runtime/csrc/fl_rnn.cpp holds the fused cells' arithmetic: the same ops in the same order as the Python
+    decomposition it replaced, so the same bits, on host tensors (the CPU fallback's host kernel) and fl ones."""
+    torch.manual_seed(0)
+    b, h = 3, 4
+    lstm = [torch.randn(b, 4 * h, dtype=dtype), torch.randn(b, 4 * h, dtype=dtype), torch.randn(b, h, dtype=dtype),
+            torch.randn(4 * h, dtype=dtype), torch.randn(4 * h, dtype=dtype)]
+    gru = [torch.randn(b, 3 * h, dtype=dtype), torch.randn(b, 3 * h, dtype=dtype), torch.randn(b, h, dtype=dtype),
+           torch.randn(3 * h, dtype=dtype), torch.randn(3 * h, dtype=dtype)]
+    ops = torch.ops.fl_rnn
+    grads = [torch.randn(b, h, dtype=dtype), torch.randn(b, h, dtype=dtype)]
+    for on_fl in (False, True):  # the Python composition on the same device is the reference
+        move = (lambda t: t.to("fl")) if on_fl else (lambda t: t)
+        lstm_, gru_, grads_ = list(map(move, lstm)), list(map(move, gru)), list(map(move, grads))
+        want = _lstm_cell_reference(*lstm_)
+        assert all(same_bits(g.cpu(), w.cpu()) for g, w in zip(ops.lstm_cell(*lstm_), want, strict=True))
+        got = ops.lstm_cell_backward(*grads_, lstm_[2], want[1], want[2], True)
+        ref = _lstm_cell_backward_reference(*grads_, lstm_[2], want[1], want[2])
+        assert all(same_bits(g.cpu(), w.cpu()) for g, w in zip(got, ref, strict=True))
+        want = _gru_cell_reference(*gru_)
+        assert all(same_bits(g.cpu(), w.cpu()) for g, w in zip(ops.gru_cell(*gru_), want, strict=True))
+        got, ref = ops.gru_cell_backward(grads_[0], want[1], True), _gru_cell_backward_reference(grads_[0], want[1])
+        assert all(same_bits(g.cpu(), w.cpu()) for g, w in zip(got, ref, strict=True))
+
+
+def test_a_float64_lstm_on_minimal_runs_each_cell_whole_on_the_host(minimal):
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(3, 4, 2).double()
+    x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
+    flstm, fx = copy.deepcopy(lstm).to("fl"), x.detach().to("fl").requires_grad_()
+    flstm(fx)[0].sum().backward()  # teaches the core each cell's signature
+    core.drain_counts()
+    cells = counts(minimal, "aten::_thnn_fused_lstm_cell").get("fallback", 0)
+    h = hits()
+    out = flstm(fx)[0]
+    assert counts(minimal, "aten::_thnn_fused_lstm_cell").get("fallback", 0) - cells == 5 * 2  # steps x layers
+    assert hits() - h >= 5 * 2  # each cell one call of the C++ fast path (the GEMMs around them too)
+    assert fl.explain("_thnn_fused_lstm_cell", torch.float64).path == "fallback"
+    ref = lstm(x)[0]
+    assert torch.allclose(out.cpu(), ref, rtol=1e-12, atol=1e-14)

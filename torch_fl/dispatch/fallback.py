@@ -25,6 +25,7 @@ from ..runtime import (
     native,
     span,
 )
+from .decompositions import host_kernel
 from .rng import host_generator
 
 
@@ -75,7 +76,8 @@ def run_fallback(f, dev, vals):
         gen = host_generator(dev)  # inside a call given an fl generator (dispatch.rng)
         if gen is not None:
             cpu_vals[f.generator_at] = gen
-    out = f.call(cpu_vals)
+    host = host_kernel(f.func)  # an op the CPU has no kernel for (the fused RNN cells): torch_fl's
+    out = f.call(cpu_vals) if host is None else f.call_decomposition(host, cpu_vals)
     # write back what the op mutated (zero-copy views on host-accessible devices need nothing)
     for i in f.mutable:
         pairs = [(vals[i], cpu_vals[i])]
@@ -156,6 +158,8 @@ def commit(f, dev, count_as: str, vals: list, result, twin: tuple | None = None,
         writes, rets = [ins[i] for i in writes], [ret]
     elif twin is not None:
         call = twin[0].func.name()
+    elif host_kernel(f.func) is not None:
+        call = host_kernel(f.func).name()
     arrays = [(ctypes.c_int32 * max(len(a), 1))(*a) for a in (ins, writes, writes_out, rets)]
     sizes = [len(a) for a in (ins, writes, writes_out, rets)]
     core.lib().fl_fallback_commit(name.encode(), dev.index, call.encode() if call else None,

@@ -54,7 +54,7 @@ from ..runtime import (
     run_native,
 )
 from . import layouts, outcheck, overlap, rng
-from .decompositions import DECOMPOSITIONS
+from .decompositions import DECOMPOSITIONS, host_kernel
 from .facts import OpFacts, facts
 from .fallback import commit as commit_fallback
 from .fallback import run_fallback, set_device_only
@@ -235,10 +235,14 @@ def _host_can_serve(f: OpFacts, plan: Plan) -> bool:
     that computes what the CPU kernel computes (marked `host_equivalent`: allclose, the comparisons with a
     number); torch_fl's others keep dtype-blind work on the device (zero_ as a memory fill, full_like). The op
     has a kernel the CPU dispatches to: its own, or PyTorch's generic one (CompositeExplicitAutograd: rsub,
-    abs, stack), but not an "overrideable" op's, which only raises for a backend to override it, and no op
-    without either (the fused RNN cells: their decompositions are the only way). No random op: the
-    decomposition draws from the device's generator, the fallback would use the host's."""
-    if not _generic_decomposition(f, plan) or torch.Tag.nondeterministic_seeded in f.func.tags:
+    abs, stack), but not an "overrideable" op's, which only raises for a backend to override it; or torch_fl
+    has a host kernel for it (the fused RNN cells, which only CUDA implements: decompositions.host_kernel).
+    No random op: the decomposition draws from the device's generator, the fallback would use the host's."""
+    if torch.Tag.nondeterministic_seeded in f.func.tags:
+        return False
+    if host_kernel(f.func) is not None:
+        return True
+    if not _generic_decomposition(f, plan):
         return False
     name = f.func.name()
     has = torch._C._dispatch_has_kernel_for_dispatch_key

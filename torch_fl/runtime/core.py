@@ -33,9 +33,9 @@ from .abi import header_path
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(_HERE, "csrc", "fl_core.cpp")
 # the second: fl kernels in torch.profiler; the third: cross-device errors that name each fl device's backend;
-# the fourth: the CPU fallback's fast path and same-device copies as device copies
+# the fourth: the CPU fallback's fast path and same-device copies as device copies; the fifth: the fused RNN cells
 SOURCES = (SOURCE, os.path.join(_HERE, "csrc", "fl_kineto.cpp"), os.path.join(_HERE, "csrc", "fl_devcheck.cpp"),
-           os.path.join(_HERE, "csrc", "fl_fallback.cpp"))
+           os.path.join(_HERE, "csrc", "fl_fallback.cpp"), os.path.join(_HERE, "csrc", "fl_rnn.cpp"))
 HEADERS = (os.path.join(_HERE, "csrc", "fl_trace.h"), os.path.join(_HERE, "csrc", "fl_fallback.h"))
 STATS_FIELDS = ("allocated", "peak", "cached", "allocations", "hits", "misses", "limit", "device_allocs",
                 "device_frees", "ooms")

@@ -18,6 +18,7 @@ from torch._decomp import decomposition_table
 from ...runtime import DECOMPOSITION, core, device_of, mem_set_zero, native, native_factory
 from ..facts import facts
 from . import attention, general, linalg, nn, rnn
+from .rnn import host_kernel as host_kernel  # the fused RNN cells on host tensors (dispatch.plan, .fallback)
 
 aten = torch.ops.aten
 
