@@ -174,7 +174,8 @@ def install() -> None:
     events.OP_CONTEXT[0] = decomposition_context
     native.sync_fast_path()
     lib = core.lib()
-    events.FAST_KERNELS[0] = lambda: lib.fl_core_fast_hits() + lib.fl_fallback_fills()  # kernels; mem_set fills
+    # native kernels, and the device copies and mem_set fills the CPU-fallback fast path makes
+    events.FAST_KERNELS[0] = lambda: lib.fl_core_fast_hits() + lib.fl_fallback_copies() + lib.fl_fallback_fills()
     events.FAST_BYTES[0] = core.lib().fl_fallback_bytes
     direct = set(DIRECT) | _own_decomposed_ops() | _generic_out_ops()
     GENERIC.update(_native_generic_ops() - direct)

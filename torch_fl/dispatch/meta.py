@@ -145,9 +145,10 @@ def device_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
     dev.plugin.copy_d2d(dev.local, dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size(), stream)
     if stream != ffi.NULL and not dev.props.async_kernels:  # a kernel called next runs at once: land first
         dev.plugin.stream_synchronize(dev.local, stream)
+    events.KERNELS[0] += 1  # a launch on the device, as a mem_set fill is (kernel counts compare backends)
     events.count(dev.backend, "aten::copy_", COPY)
     if events.LISTENERS:
-        events.emit(events.OpEvent("aten::copy_", dev.backend.name, COPY, time.perf_counter() - t0, 0, 0,
+        events.emit(events.OpEvent("aten::copy_", dev.backend.name, COPY, time.perf_counter() - t0, 1, 0,
                                    events.DEPTH[0], t0))
     if native.FAST[0]:
         core.lib().fl_fallback_copy_commit(dev.index, core.count_slot(dev.backend, "aten::copy_", COPY))
