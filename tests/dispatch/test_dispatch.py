@@ -223,8 +223,9 @@ def test_dtype_the_device_lacks_takes_the_cpu_kernel_whole():
     """minimal computes in no float64: an op with a CPU kernel and only PyTorch's decomposition goes to the CPU
     fallback whole (one round trip, PyTorch's CPU kernel: the baseline's bits), not through torch._refs' sub-ops,
     each a fallback of its own (sigmoid was neg, exp, add, div: 4 round trips plus the refs' Python); an in-place
-    op writes self's host copy back once, with no copy_ fallback after it. What needs the device (its RNG), has
-    no CPU kernel (the fused LSTM cell) or is torch_fl's own decomposition (zero_ as a memory fill) keeps it."""
+    op writes self's host copy back once, with no copy_ fallback after it; the fused LSTM cell, which the CPU
+    has no kernel for, runs whole on torch_fl's host kernel. What needs the device (its RNG) or is torch_fl's
+    own decomposition (zero_ as a memory fill) keeps it."""
     fl.set_backend("minimal")
     try:
         m = REGISTRY.get("minimal")
@@ -234,7 +235,8 @@ def test_dtype_the_device_lacks_takes_the_cpu_kernel_whole():
         assert fl.explain("sigmoid", torch.float64).path == "fallback"
         assert fl.explain("sigmoid", torch.float32).path == "native"
         assert fl.explain("zero_", torch.float64).path == "decomposition"
-        assert fl.explain("_thnn_fused_lstm_cell", torch.float64).path == "decomposition"
+        assert fl.explain("_thnn_fused_lstm_cell", torch.float64).path == "fallback"
+        assert fl.explain("_thnn_fused_lstm_cell", torch.float32).path == "decomposition"
         assert fl.explain("exponential_", torch.float64).path == "decomposition"
         before = {op: counts(op) for op in ("aten::neg", "aten::exp", "aten::copy_")}
         for fn in (torch.sigmoid, torch.tanh, torch.special.expit, lambda t: torch.softmax(t, 1),
@@ -247,7 +249,7 @@ def test_dtype_the_device_lacks_takes_the_cpu_kernel_whole():
         # none of them went through a sub-op in float64 (the clones' copy_ are the only copies)
         assert counts("aten::neg") == before["aten::neg"] and counts("aten::exp") == before["aten::exp"]
         assert counts("aten::copy_").get("fallback", 0) - before["aten::copy_"].get("fallback", 0) <= 3
-        # the fused cell's decomposition still serves LSTM, forward and backward
+        # the fused cell's host kernel serves LSTM, forward and backward
         lstm = torch.nn.LSTM(3, 4).double()
         inp = torch.randn(2, 1, 3, dtype=torch.float64, requires_grad=True)
         ref = lstm(inp)[0]

@@ -181,7 +181,10 @@ def install() -> None:
     events.STATE.on_listeners.append(native.sync_fast_path)
     events.STATE.op_context = decomposition_context
     native.sync_fast_path()
-    events.STATE.fast_kernels = core.lib().fl_core_fast_hits
+    lib = core.lib()
+    # native kernels, and the device copies and mem_set fills the CPU-fallback fast path makes
+    events.STATE.fast_kernels = lambda: lib.fl_core_fast_hits() + lib.fl_fallback_copies() + lib.fl_fallback_fills()
+    events.STATE.fast_bytes = lib.fl_fallback_bytes
     direct = set(DIRECT) | _own_decomposed_ops() | _generic_out_ops()
     GENERIC.update(_native_generic_ops() - direct)
     libs: dict = {}

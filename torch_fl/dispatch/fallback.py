@@ -6,10 +6,14 @@ zero-copy views of device memory."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from ..runtime import (
+    FALLBACK,
     base_ptr,
+    core,
     cpu_into_fl,
     cpu_to_new_fl,
     device_of,
@@ -18,8 +22,10 @@ from ..runtime import (
     is_fl,
     iter_tensors,
     map_tensors,
+    native,
     span,
 )
+from .decompositions import host_kernel
 from .rng import host_generator
 
 
@@ -70,7 +76,8 @@ def run_fallback(f, dev, vals):
         gen = host_generator(dev)  # inside a call given an fl generator (dispatch.rng)
         if gen is not None:
             cpu_vals[f.generator_at] = gen
-    out = f.call(cpu_vals)
+    host = host_kernel(f.func)  # an op the CPU has no kernel for (the fused RNN cells): torch_fl's
+    out = f.call(cpu_vals) if host is None else f.call_decomposition(host, cpu_vals)
     # write back what the op mutated (zero-copy views on host-accessible devices need nothing)
     for i in f.mutable:
         pairs = [(vals[i], cpu_vals[i])]
@@ -104,3 +111,66 @@ def replace_storage(t: torch.Tensor, new: torch.Tensor) -> None:
     """Give t new's storage and metadata in place (an out= tensor an op resized)."""
     t.set_(new.untyped_storage(), new.storage_offset(), new.shape, new.stride())
 
+
+# -- the C++ fast path of this tier ---------------------------------------------------------------
+# A call served here is committed to the C++ core (csrc/fl_cpu_fallback.cpp), which serves later calls with the
+# same signature (its fast-path key: op, each tensor's device, dtype, sizes, strides and aliasing, every
+# argument but floats) without Python: host copies through the plugin, the CPU kernel, the copies back.
+
+
+def commit(f, dev, count_as: str, vals: list, result, twin: tuple | None = None, arrived=None) -> None:
+    """Teach the C++ core the call of f just served by the CPU kernel, on its normalized values vals.
+    twin: (functional facts, argument indices, out= indices) where Python ran the functional op and copied
+    its results into the out= tensors; arrived: (facts, indices of f's arguments among its own, the index it
+    returns) where the call arrived as another op (aten::_copy_from, served as copy_). Only calls a replay
+    gives the same bytes for: no random numbers (the fallback draws from the device's generator's host
+    twin), no host arguments torch_fl moves first, no layout torch_fl changes afterwards (channels-last),
+    single tensors written, results that are tensors or plain numbers. torch_fl's own argument checks
+    (dispatch.argcheck) judge nothing the key leaves out, or the caller does not commit (they warned or judged
+    a float), as for the native fast path."""
+    if not native.FAST.enabled:
+        return
+    served = twin[0] if twin is not None else f
+    for facts in (f, served):
+        if facts.generator_at is not None or facts.host_args is not None or facts.layout_rule is not None \
+                or torch.Tag.nondeterministic_seeded in facts.func.tags:
+            return
+    outs = (result,) if served.n_returns == 1 else tuple(result) if served.n_returns else ()
+    if any(isinstance(o, (list, tuple)) for o in outs):
+        return
+    call = None
+    ins: Sequence[int]
+    writes: Sequence[int]
+    if twin is not None:  # the functional op, its results copied into the out= tensors f returns
+        _, ins, writes_out = twin
+        if any(a is None for a in f.ret_alias):
+            return
+        writes, rets = (), list(f.ret_alias)
+    else:
+        ins, writes_out = range(len(vals)), ()
+        writes = [i for i in f.mutable if isinstance(vals[i], torch.Tensor)]
+        if len(writes) != len(f.mutable):
+            return
+        rets = [a if a is not None and is_fl(vals[a]) else -1 - j for j, a in enumerate(f.ret_alias)]
+    name = f.func.name()
+    if arrived is not None:
+        arrived_f, ins, ret = arrived
+        call, name = f.func.name(), arrived_f.func.name()
+        writes, rets = [ins[i] for i in writes], [ret]
+    elif twin is not None:
+        call = twin[0].func.name()
+    elif host_kernel(f.func) is not None:
+        call = host_kernel(f.func).name()
+    new = core.ffi.new
+    lists = {"inputs": ins, "writes": writes, "outs": writes_out, "returns": rets}
+    keep = {"name": new("char[]", name.encode()), "call": new("char[]", call.encode()) if call else core.ffi.NULL,
+            **{field: new("int32_t[]", list(a) or [0]) for field, a in lists.items()}}
+    plan = new("fl_fallback_plan_t *", {**keep, **{"n_" + field: len(a) for field, a in lists.items()},
+                                        "device": dev.index, "slot": core.count_slot(dev.backend, count_as, FALLBACK)})
+    core.lib().fl_fallback_commit(plan)  # copies what plan points at (keep lives until then)
+
+
+def set_device_only(depth: int) -> None:
+    """Tell the C++ fast path this thread is (depth > 0) or is no longer inside a decomposition that must
+    stay on the device, where no CPU kernel may serve a sub-op."""
+    core.lib().fl_fallback_device_only(depth)

@@ -16,19 +16,22 @@ from ..runtime import (
     COPY,
     VIEW,
     async_copy,
+    core,
     cpu_into_fl,
     device_of,
     events,
+    ffi,
     fl_to_cpu,
+    is_dense,
     is_fl,
     map_tensors,
+    native,
     raw,
     to_meta,
     with_bits,
 )
 from .decompositions.attention import sdpa_fused_eligible
-from .facts import facts
-from .plan import compute
+from .plan import compute, copy_within
 
 aten = torch.ops.aten
 
@@ -87,18 +90,15 @@ def copy_from_and_resize(f, args, kwargs):
     return copy_into(dst, src, False)
 
 
-_COPY_FACTS: list = []
-
-
 def copy_into(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     if src.is_complex() and not dst.is_complex():
         warnings.warn("Casting complex values to real discards the imaginary part", UserWarning, stacklevel=4)
     if is_fl(dst) and is_fl(src) and device_of(dst) is device_of(src):
         if dst.is_conj() != src.is_conj() or dst.is_neg() != src.is_neg():
             return copy_math_bits(dst, src)
-        if not _COPY_FACTS:
-            _COPY_FACTS.append(facts(aten.copy_.default))
-        return compute(_COPY_FACTS[0], (dst, src), {})
+        if device_copy(dst, src):
+            return dst
+        return copy_within(dst, src)
     listening = bool(events.STATE.listeners)
     t0, b0 = time.perf_counter(), events.STATE.bytes_copied
     if non_blocking and is_fl(dst) and not is_fl(src) and _async_ok(dst, src):
@@ -123,6 +123,36 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) 
         events.emit(events.OpEvent("aten::copy_", backend, COPY, time.perf_counter() - t0, 0,
                                    events.STATE.bytes_copied - b0, events.NESTING.depth, t0))
     return dst
+
+
+def device_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """dst.copy_(src) within one device, of one dtype and one dense layout, as one device memory copy of the
+    plugin (copy_d2d): the bytes are the values, in every dtype and on every backend, with no kernel and no
+    host round trip (clone, gradcheck's perturbations of a float64 input on a chip without float64). Later
+    such copies on the device take the same copy in the C++ core (csrc/fl_cpu_fallback.cpp). Returns whether it
+    copied: other copies (a broadcast, a cast, strided or overlapping memory) are the tiers' (copy_), as is
+    every copy while a kernel graph records (a replay runs kernels only)."""
+    if (src.dtype != dst.dtype or src.shape != dst.shape or src.stride() != dst.stride() or not dst.numel()
+            or dst.is_conj() or dst.is_neg() or src.is_conj() or src.is_neg() or not is_dense(dst)
+            or events.STATE.recording is not None
+            or dst.untyped_storage().data_ptr() == src.untyped_storage().data_ptr()):
+        return False
+    dev = device_of(dst)
+    t0 = time.perf_counter()
+    if async_copy.PENDING:  # an async copy into one of them must land first, as before a kernel
+        async_copy.order_for_kernels((dst, src))
+    stream = dev.stream()
+    dev.plugin.copy_d2d(dev.local, dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size(), stream)
+    if stream != ffi.NULL and not dev.props.async_kernels:  # a kernel called next runs at once: land first
+        dev.plugin.stream_synchronize(dev.local, stream)
+    events.STATE.kernels += 1  # a launch on the device, as a mem_set fill is (kernel counts compare backends)
+    events.count(dev.backend, "aten::copy_", COPY)
+    if events.STATE.listeners:
+        events.emit(events.OpEvent("aten::copy_", dev.backend.name, COPY, time.perf_counter() - t0, 1, 0,
+                                   events.NESTING.depth, t0))
+    if native.FAST.enabled:
+        core.lib().fl_fallback_copy_commit(dev.index, core.count_slot(dev.backend, "aten::copy_", COPY))
+    return True
 
 
 def copy_math_bits(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:

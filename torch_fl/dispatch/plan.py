@@ -55,9 +55,10 @@ from ..runtime import (
     run_native,
 )
 from . import layouts, outcheck, overlap, rng
-from .decompositions import DECOMPOSITIONS
-from .facts import OpFacts
-from .fallback import run_fallback
+from .decompositions import DECOMPOSITIONS, host_kernel
+from .facts import OpFacts, facts
+from .fallback import commit as commit_fallback
+from .fallback import run_fallback, set_device_only
 
 aten = torch.ops.aten
 
@@ -127,6 +128,7 @@ class Plan:
     jit: Any = None  # JIT: the generated kernel, called as plan.jit(f, dev, vals)
     reasons: list = field(default_factory=list)
     failed: set = field(default_factory=set)  # paths found broken at run time (a JIT compile that failed)
+    learn: bool = False  # see _learn: the first decomposition run says whether another path serves the op better
 
     @property
     def first(self) -> str | None:
@@ -141,6 +143,12 @@ class ThreadState(threading.local):
 
 
 TLS = ThreadState()
+
+
+def _set_device_only(depth: int) -> None:
+    """TLS.device_only, told to the C++ fast path of the CPU fallback too (it must not serve a sub-op there)."""
+    TLS.device_only = depth
+    set_device_only(depth)
 
 
 def decomposing() -> set:
@@ -208,34 +216,76 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     if SETTINGS.cpu_fallback:
         plan.paths.append(FALLBACK)
         plan.reasons.append("CPU fallback (copy to host, run PyTorch's CPU kernel, copy back)")
-        if plan.paths[0] == DECOMPOSITION and JIT not in plan.paths and _host_serves_whole(f, plan, dtypes, dev_mask):
-            plan.paths.remove(FALLBACK)
-            plan.paths.insert(0, FALLBACK)
-            plan.reasons.append(f"the CPU fallback is tried before the decomposition: the device computes in none "
-                                f"of {', '.join(sorted({dtype_name(d) for d in dtypes}))}, so every sub-op of the "
-                                f"decomposition would reach the CPU fallback, one copy round trip each")
+        if plan.paths[0] == DECOMPOSITION and JIT not in plan.paths and _host_can_serve(f, plan) and dtypes \
+                and not any(d in TO_CODE and (dev_mask >> TO_CODE[d]) & 1 for d in dtypes):
+            _fallback_first(plan, f"the device computes in none of "
+                                  f"{', '.join(sorted({dtype_name(d) for d in dtypes}))}, so every sub-op of the "
+                                  f"decomposition would reach the CPU fallback, one copy round trip each")
     else:
         plan.reasons.append("CPU fallback is switched off (FL_CPU_FALLBACK=0)")
+    plan.learn = plan.paths[:1] == [DECOMPOSITION] and bool(dtypes) and _generic_decomposition(f, plan) and \
+        not any(d.is_floating_point or d.is_complex for d in dtypes)
     return plan
 
 
-def _host_serves_whole(f: OpFacts, plan: Plan, dtypes: tuple, dev_mask: int) -> bool:
-    """Whether PyTorch's CPU kernel should serve the whole op before a decomposition is tried: the device
-    computes in none of the operands' dtypes (float64 on a float32 chip), so a decomposition could keep no
-    arithmetic on the device; its sub-ops (and theirs: torch._refs' sigmoid is neg, exp, add and div, each
-    a torch._refs entry again) would each take the fallback, paying a copy round trip and the Python
-    decomposition machinery per sub-op, for the result the CPU kernel gives in one call (PyTorch's own,
-    which the CPU baseline computes). Not for ops without a CPU kernel of their own (the fused RNN cells,
-    the overrideable attention: their decompositions are the only way), nor for random ops (the
-    decomposition draws from the device's generator; the fallback would use the host's), nor for torch_fl's
-    own decompositions, which keep dtype-blind work on the device (zero_ as a memory fill, full_like)."""
-    if plan.decomposition is not decomposition_table.get(f.func):
-        return False
-    if not dtypes or any(d in TO_CODE and (dev_mask >> TO_CODE[d]) & 1 for d in dtypes):
-        return False
+def _host_can_serve(f: OpFacts, plan: Plan) -> bool:
+    """Whether PyTorch's CPU kernel may serve the whole op before its decomposition is tried, where the device
+    would compute nothing of it: the CPU fallback then runs PyTorch's own kernel in one round trip, the result
+    the CPU baseline computes, instead of a decomposition whose sub-ops (and theirs: torch._refs' sigmoid is
+    neg, exp, add and div, each a torch._refs entry again) would each take the fallback, paying a round trip
+    and the Python decomposition machinery per sub-op. The decomposition is PyTorch's, or one of torch_fl's
+    that computes what the CPU kernel computes (marked `host_equivalent`: allclose, the comparisons with a
+    number); torch_fl's others keep dtype-blind work on the device (zero_ as a memory fill, full_like). The op
+    has a kernel the CPU dispatches to: its own, or PyTorch's generic one (CompositeExplicitAutograd: rsub,
+    abs, stack), but not an "overrideable" op's, which only raises for a backend to override it; or torch_fl
+    has a host kernel for it (the fused RNN cells, which only CUDA implements: decompositions.host_kernel).
+    No random op: the decomposition draws from the device's generator, the fallback would use the host's."""
     if torch.Tag.nondeterministic_seeded in f.func.tags:
         return False
-    return torch._C._dispatch_has_kernel_for_dispatch_key(f.func.name(), "CPU")
+    if host_kernel(f.func) is not None:
+        return True
+    if not _generic_decomposition(f, plan):
+        return False
+    name = f.func.name()
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    return has(name, "CPU") or ("overrideable" not in name and has(name, "CompositeExplicitAutograd"))
+
+
+def _generic_decomposition(f: OpFacts, plan: Plan) -> bool:
+    """The plan's decomposition computes what the op's CPU kernel computes, only spelled in other ops:
+    PyTorch's own, or one of torch_fl's marked `host_equivalent`."""
+    return plan.decomposition is decomposition_table.get(f.func) or getattr(plan.decomposition, "host_equivalent",
+                                                                             False)
+
+
+def _fallback_first(plan: Plan, why: str) -> None:
+    plan.paths.remove(FALLBACK)
+    plan.paths.insert(0, FALLBACK)
+    plan.reasons.append(f"the CPU fallback is tried before the decomposition: {why}")
+
+
+def _native_calls() -> int:
+    return events.STATE.native_calls + core.lib().fl_core_fast_hits()
+
+
+def _learn(f: OpFacts, plan: Plan, before: tuple) -> None:
+    """After the first decomposition run of an op on exact dtypes (bool, integers; plan.learn), what it
+    reached decides the op's first path from then on, with the same exact result in one call instead of a
+    chain of torch._refs Python: where no native kernel served a sub-op, the op's own JIT kernel, where it
+    has one (bitwise_not on bool is torch._refs' bitwise_not, then prims.bitwise_not, then the JIT kernel of
+    bitwise_not itself); where no kernel of the device ran at all, the CPU kernel, where it may serve the op."""
+    plan.learn = False
+    kernels, natives = before
+    if JIT in plan.paths:
+        if _native_calls() == natives and JIT not in plan.failed:
+            plan.paths.remove(JIT)
+            plan.paths.insert(0, JIT)
+            plan.reasons.append("the JIT kernel is tried before the decomposition: its first call reached no native "
+                                "kernel (its sub-ops took JIT kernels or the CPU fallback), and on exact dtypes the "
+                                "op's own JIT kernel gives the same result")
+    elif FALLBACK in plan.paths and events.kernel_count() == kernels and _host_can_serve(f, plan):
+        _fallback_first(plan, "its first call reached no kernel of the device (every sub-op of the decomposition "
+                              "took the CPU fallback), and on exact dtypes the CPU kernel gives the same result")
 
 
 def _jit_claim(name: str) -> str:
@@ -302,7 +352,7 @@ def compute(f: OpFacts, args, kwargs):
         if rule is not None:
             overlap.check(rule, f.mutable, vals)
     if not TLS.active and TLS.device_only:
-        TLS.device_only = 0  # no decomposition is running: nothing may keep the CPU fallback away
+        _set_device_only(0)  # no decomposition is running: nothing may keep the CPU fallback away
     # PyTorch's checks of the user's call, as the overlap rules; a check that warned (a deprecated uint8 mask,
     # a random range beyond the dtype's exact integers) keeps the call off the fast path, which would not warn.
     # Inside a decomposition the check is skipped, so nothing vouches for the signature: the fast path, which
@@ -325,7 +375,30 @@ def compute(f: OpFacts, args, kwargs):
         if site:
             native.commit(f, f.name, site, range(len(vals)), list(range(f.n_returns)))
         return result
+    if plan.first == FALLBACK and not warned and f.handler is compute and not TLS.device_only:
+        result = _run_plan(f, dev, vals, plan)  # the CPU kernel served it: the C++ core can serve the next
+        commit_fallback(f, dev, f.name, vals, result)
+        return result
     return _run_plan(f, dev, vals, plan)
+
+
+_COPY: list = []  # (copy_'s facts, _copy_from's facts)
+
+
+def copy_within(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """dst.copy_(src) within one device that is no plain device memory copy (a cast, a broadcast, another
+    layout): copy_'s tiers. One the CPU kernel served is committed to the C++ core as the aten::_copy_from
+    call it arrived as (copy_(dst, src) on the host copies, dst written back)."""
+    if not _COPY:
+        _COPY.append((facts(aten.copy_.default), facts(aten._copy_from.default)))
+    f, arrived = _COPY[0]
+    result = compute(f, (dst, src), {})
+    if native.FAST.enabled and not TLS.device_only:
+        dev = device_of(dst)
+        vals = [dst, src, False]
+        if _plan(f, dev, vals).first == FALLBACK:
+            commit_fallback(f, dev, f.name, vals, result, arrived=(arrived, (1, 0, 2), 1))
+    return result
 
 
 def _plan(f: OpFacts, dev, vals) -> Plan:
@@ -363,27 +436,33 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
                 strict = plan.jit is not None and not f.mutable
                 # saved and restored, not counted down: an exception raised between two statements
                 # (a signal's, pytest-timeout's) must not leave the thread unable to fall back for good
-                device_only = getattr(TLS, "device_only", 0)
+                device_only = TLS.device_only
+                learn = plan.learn
+                if learn:
+                    before = (events.kernel_count(), _native_calls())
                 try:
                     active.add(f.func)
                     if strict:
-                        TLS.device_only = device_only + 1
+                        _set_device_only(device_only + 1)
                     result = f.call_decomposition(plan.decomposition, vals)
                 except NotImplementedError as e:  # a sub-op had no path: say so for this op
                     failures.append(_decomposition_needs(f, plan, e))
                     continue
                 finally:
                     active.discard(f.func)
-                    TLS.device_only = device_only
+                    if strict or TLS.device_only != device_only:
+                        _set_device_only(device_only)
                 if result is NotImplemented:  # some torch._decomp entries decline cases they do not cover
                     failures.append("its decomposition does not cover this case")
                     continue
+                if learn:
+                    _learn(f, plan, before)
             elif path == JIT:
                 result = plan.jit(f, dev, vals)
                 if result is NOT_HANDLED:
                     _note_jit_failure(plan, f, backend)
             else:
-                if getattr(TLS, "device_only", 0):  # inside a decomposition that must stay on the device
+                if TLS.device_only:  # inside a decomposition that must stay on the device
                     failures.append("the CPU fallback is not used inside a device-only decomposition")
                     continue
                 result = run_fallback(f, dev, vals)
@@ -435,7 +514,7 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
             if site:
                 native.commit(f, ff.name, site, ins, list(range(len(outs))), outs_at)
             return _returned(f, outs)
-    if plan.first == FALLBACK and not getattr(TLS, "device_only", 0) and _in_place(outs, fvals):
+    if plan.first == FALLBACK and not TLS.device_only and _in_place(outs, fvals):
         # an in-place op (add_ is add.out into self) the CPU serves: its CPU kernel writes the host copy of
         # self, which goes back once, instead of a functional result written back and then copied into self
         # by copy_, itself a second fallback round trip where the device lacks the dtype
@@ -451,12 +530,20 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
         finally:
             if listening:
                 events.NESTING.depth -= 1
+        if fast and f.handler is compute:
+            commit_fallback(f, dev, ff.name, vals, result)
         return result
     result = _run_plan(ff, dev, fvals, plan)
     results = (result,) if ff.n_returns == 1 else tuple(result)
+    # the CPU kernel served it and its results fit the outputs as they are: the C++ core can serve the next
+    replayable = fast and plan.first == FALLBACK and f.handler is compute and not TLS.device_only \
+        and all(is_fl(o) and isinstance(r, torch.Tensor) and r.dtype == o.dtype and r.shape == o.shape
+                and not overlap.has_internal_overlap(o) for o, r in zip(outs, results, strict=True))
     rule = f.overlap_rule(vals)
     for out, r in zip(outs, results, strict=True):
         _write_out(f, out, r, rule)
+    if replayable:
+        commit_fallback(f, dev, ff.name, vals, result, twin)
     return _returned(f, outs)
 
 
@@ -646,10 +733,10 @@ def _factory_run(f: OpFacts, dev, args, kwargs):
     if decomposition is not None and DECOMPOSITION not in SETTINGS.disabled and f.func not in active:
         # torch.eye, tril_indices ... as device ops (arange, comparisons) rather than a host copy; all on
         # the device or not at all (a sub-op that needs the host sends the whole factory there instead)
-        device_only = getattr(TLS, "device_only", 0)
+        device_only = TLS.device_only
         try:
             active.add(f.func)
-            TLS.device_only = device_only + 1
+            _set_device_only(device_only + 1)
             out = decomposition(*args, **kwargs)
         except NotImplementedError:
             if not SETTINGS.cpu_fallback or device_only > 0:
@@ -658,7 +745,7 @@ def _factory_run(f: OpFacts, dev, args, kwargs):
             events.count(dev.backend, f.name, DECOMPOSITION)
             return out, DECOMPOSITION
         finally:
-            TLS.device_only = device_only
+            _set_device_only(device_only)
             active.discard(f.func)
     if not SETTINGS.cpu_fallback or TLS.device_only:
         raise NotImplementedError(

@@ -48,6 +48,8 @@ SOURCES = tuple(os.path.join(_CSRC, name) for name in (
     "fl_pinned.cpp",     # pinned host memory
     "fl_meta_ops.cpp",   # empty, view, resize_, set_, ...
     "fl_fallback.cpp",   # the boxed fallback and its fast path
+    "fl_cpu_fallback.cpp",  # the CPU fallback's fast path; same-device copies and zero_ as memory operations
+    "fl_rnn.cpp",        # the fused LSTM/GRU cells as C++ composites (fl_rnn::*)
     "fl_watch.cpp",      # the write watch
     "fl_trace.cpp",      # the kernel recorder (fl kernels in torch.profiler) ...
     "fl_kineto.cpp",     # ... and Kineto's side of it
@@ -55,7 +57,7 @@ SOURCES = tuple(os.path.join(_CSRC, name) for name in (
     "fl_devcheck.cpp",   # cross-device errors that name each fl device's backend
 ))
 HEADER = os.path.join(_CSRC, "fl_core.h")  # the C API
-HEADERS = (HEADER, *(os.path.join(_CSRC, name) for name in ("fl_core_internal.h", "fl_trace.h")))
+HEADERS = (HEADER, *(os.path.join(_CSRC, name) for name in ("fl_core_internal.h", "fl_trace.h", "fl_cpu_fallback.h")))
 
 # The core's C API as cffi reads it from fl_core.h; fl_plugin.h's types (fl_tensor_t, fl_plugin_t, ...) are the
 # plugin ABI's own, so a descriptor array or a plugin table made for a plugin passes to the core as it is.

@@ -43,7 +43,9 @@ class RuntimeState:
         # where the op being served runs, for a recorder's reason ("the decomposition of aten::index.Tensor");
         # the dispatcher installs its own (the runtime cannot see which decompositions are in progress)
         self.op_context: Callable[[], str] = lambda: ""
-        self.fast_kernels: Callable[[], int] = lambda: 0  # kernels the C++ core's fast path launched
+        self.fast_kernels: Callable[[], int] = lambda: 0  # kernels the C++ core's fast paths launched
+        self.fast_bytes: Callable[[], int] = lambda: 0  # bytes the C++ core's CPU-fallback fast path moved
+        self.native_calls = 0  # calls the Python dispatcher served with a native kernel (the fast path counts its own)
         # While fl.profile times an asynchronous device: a callable that records a mark (a device event) on
         # it and returns its handle. An op's device time is the time between the mark before it began and
         # its own.
@@ -73,6 +75,11 @@ def kernel_count() -> int:
     return STATE.kernels + STATE.fast_kernels()
 
 
+def bytes_moved() -> int:
+    """Bytes moved between host and device so far in this process, by either path (read deltas)."""
+    return STATE.bytes_copied + STATE.fast_bytes()
+
+
 def add_listener(fn: Callable[[OpEvent], None]) -> None:
     STATE.listeners.append(fn)
     for hook in STATE.on_listeners:
@@ -88,6 +95,8 @@ def remove_listener(fn: Callable[[OpEvent], None]) -> None:
 
 def count(backend: Any, name: str, path: str) -> None:
     """One call of op `name` served by `path` on a backend (its counts, always kept)."""
+    if path == NATIVE:
+        STATE.native_calls += 1
     key = (name, path)
     if STATE.recording is not None:
         STATE.recording.op(name, path)

@@ -57,8 +57,9 @@ def disabled_paths(*paths: str):
 
 
 def clear_plans() -> None:
-    """Forget every backend's cached plans and the C++ fast path's committed calls."""
+    """Forget every backend's cached plans and the C++ fast paths' committed calls (native and CPU fallback)."""
     if core.loaded():
         core.lib().fl_core_fast_clear()
+        core.lib().fl_fallback_clear()  # the CPU fallback's committed calls (csrc/fl_cpu_fallback.cpp)
     for backend in REGISTRY.backends.values():
         backend.plans.clear()

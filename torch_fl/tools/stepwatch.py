@@ -74,7 +74,7 @@ class Watch(Report):
         self._loss_tensor = None
         devices = b.devices
         rec = StepRecord(len(self.steps) + 1, value, time.perf_counter() - self._t0,
-                         events.kernel_count() - self._kernels, events.STATE.bytes_copied - self._bytes, paths,
+                         events.kernel_count() - self._kernels, events.bytes_moved() - self._bytes, paths,
                          fallback_ops,
                          sum(d.allocated for d in devices), max((d.peak for d in devices), default=0))
         self.steps.append(rec)
@@ -99,7 +99,7 @@ class Watch(Report):
         b = REGISTRY.get(self.backend)
         self._counts = dict(b.counts)
         self._kernels = events.kernel_count()
-        self._bytes = events.STATE.bytes_copied
+        self._bytes = events.bytes_moved()
         self._t0 = time.perf_counter()
 
     # -- the report -------------------------------------------------------------

@@ -15,9 +15,10 @@ import warnings
 import torch
 from torch._decomp import decomposition_table
 
-from ...runtime import device_of, mem_set_zero, native_factory
+from ...runtime import DECOMPOSITION, core, device_of, mem_set_zero, native, native_factory
 from ..facts import facts
 from . import attention, general, linalg, nn, rnn
+from .rnn import host_kernel as host_kernel  # the fused RNN cells on host tensors (dispatch.plan, .fallback)
 
 aten = torch.ops.aten
 
@@ -43,8 +44,14 @@ def _full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_me
 DECOMPOSITIONS[aten.full_like.default] = _full_like
 def _zero(self):
     """zero_ as the plugin's mem_set where it has one (one byte fill, no kernel), else as fill_:
-    torch._decomp's zero_ goes through zeros_like, whose generic kernel calls zero_ again."""
+    torch._decomp's zero_ goes through zeros_like, whose generic kernel calls zero_ again. A mem_set fill
+    is committed to the C++ core, which makes the same fill for later zero_ calls of the device and dtype
+    (autograd's zero gradients) without Python."""
     if mem_set_zero(self):
+        if native.FAST.enabled:
+            dev = device_of(self)
+            core.lib().fl_fallback_zero_commit(dev.index, core.scalar_type_code(self.dtype),
+                                               core.count_slot(dev.backend, "aten::zero_", DECOMPOSITION))
         return self
     return aten.fill_.Scalar(self, 0)
 

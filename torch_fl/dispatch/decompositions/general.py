@@ -376,8 +376,11 @@ def _linalg_check_errors(info, api_name, *, is_matrix):
     return aten._linalg_check_errors.default(info.cpu(), api_name, is_matrix=is_matrix)
 
 
-def _allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+def _allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     return bool(torch.isclose(self, other, rtol=rtol, atol=atol, equal_nan=equal_nan).all().item())
+
+
+_allclose.host_equivalent = True  # type: ignore[attr-defined]  # PyTorch's CPU kernel is this composition (dispatch.plan)
 
 
 def _addbmm(self, batch1, batch2, *, beta=1, alpha=1):
@@ -615,6 +618,7 @@ def _compare_in_dtype(op, refs_decomposition):
         return refs_decomposition(self, other)
 
     compare.__name__ = f"{op._schema.name.split('::')[1]}_in_dtype"
+    compare.host_equivalent = True  # the CPU kernel compares in the tensor's dtype too (dispatch.plan)
     return compare
 
 

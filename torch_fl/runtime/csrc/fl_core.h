@@ -180,6 +180,45 @@ FL_CORE_API int fl_core_fast_commit(const fl_core_fast_plan_t *plan);
  * reset. Returns how many slots were written */
 FL_CORE_API int64_t fl_core_fast_take_counts(int64_t *out, int64_t n);
 
+/* ---- the CPU fallback's fast path (fl_cpu_fallback.cpp) ---- */
+
+/* A call the Python dispatcher served with PyTorch's CPU kernel on host copies of its fl tensors, as the
+ * core replays it for later calls with the same fast-path key. Indices are the arrived op's arguments. */
+typedef struct {
+    const char *name;       /* the op in flight, "aten::add.out" (must be the call in flight on this thread) */
+    int32_t device;         /* the fl index it ran on */
+    const char *call;       /* the op Python called on the host copies ("aten::add.Tensor"); NULL: the op itself */
+    int32_t n_inputs;
+    const int32_t *inputs;  /* per argument of the called op: the arrived op's argument it takes */
+    int32_t n_writes;
+    const int32_t *writes;  /* fl tensors the called op writes in place: their host copies go back */
+    int32_t n_outs;
+    const int32_t *outs;    /* result k of the called op is copied into the out= tensor at outs[k] */
+    int32_t n_returns;
+    const int32_t *returns; /* per return: an argument (>= 0), or result k as a new fl tensor (-1 - k) */
+    int64_t slot;           /* Python's counter slot (backend, op, "fallback") */
+} fl_fallback_plan_t;
+
+/* commits the plan for the call in flight's key: 1 if kept (0: another op in flight, no key, unknown call) */
+FL_CORE_API int fl_fallback_commit(const fl_fallback_plan_t *plan);
+/* same-device copies of one dtype and dense layout on fl:device are one device memory copy each (counted in
+ * slot; -1 switches it off) */
+FL_CORE_API void fl_fallback_copy_commit(int device, int64_t slot);
+/* zero_ of dense tensors of dtype scalar_type (c10's code) on fl:device is one mem_set (counted in slot) */
+FL_CORE_API void fl_fallback_zero_commit(int device, int scalar_type, int64_t slot);
+/* forgets every committed plan and switches the copies and fills off */
+FL_CORE_API void fl_fallback_clear(void);
+/* committed plans */
+FL_CORE_API int64_t fl_fallback_size(void);
+/* calls served from committed plans, copies served as device copies, zero_ served as mem_set, ever */
+FL_CORE_API int64_t fl_fallback_hits(void);
+FL_CORE_API int64_t fl_fallback_copies(void);
+FL_CORE_API int64_t fl_fallback_fills(void);
+/* bytes this path moved between host and device, ever */
+FL_CORE_API int64_t fl_fallback_bytes(void);
+/* the calling thread is inside a decomposition that must stay on the device (depth > 0): no CPU kernel serves */
+FL_CORE_API void fl_fallback_device_only(int depth);
+
 /* ---- the write watch (fl_watch.cpp) ---- */
 
 /* watches (on 1) or stops watching (on 0) the storage whose base is base; watches are counted */

@@ -8,6 +8,8 @@
 //   fl_pinned.cpp     pinned host memory (pin_memory=True)
 //   fl_meta_ops.cpp   the metadata ops every backend provides (empty, view, resize_, set_, ...)
 //   fl_fallback.cpp   the boxed fallback and its fast path (a committed native plan, no Python)
+//   fl_cpu_fallback.cpp  the CPU fallback's fast path (fl_cpu_fallback.h); device copies and fills
+//   fl_rnn.cpp        the fused LSTM/GRU cells as C++ composites (the fl_rnn ops)
 //   fl_watch.cpp      the write watch (caches of values derived from weights)
 //   fl_trace.cpp      the kernel recorder torch.profiler reads (fl_trace.h; fl_kineto.cpp is Kineto's side)
 //   fl_graph.cpp      kernel graph replay (runtime/graph.py)
@@ -108,6 +110,13 @@ fl_stream_t current_stream(Device& d, int index);
 // A device-to-device copy on a stream; on a device whose kernels complete within their call, it has landed
 // when this returns.
 int copy_d2d_on(Device& d, void* dst, const void* src, size_t n, fl_stream_t s);
+// Copies n bytes on fl:index's current stream, landed when it returns (the source or destination on the host
+// may go at once); raises the plugin's error.
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+void copy_on_current(int index, CopyKind kind, void* dst, const void* src, size_t n);
+// Zero-fills n bytes at dst on fl:index's current stream with the plugin's mem_set (the caller knows the plugin
+// has one), ordered as the runtime's fills are; raises the plugin's error.
+void zero_on_current(int index, void* dst, size_t n);
 
 // -------------------------------------------------------- allocator (fl_allocator.cpp) ---
 

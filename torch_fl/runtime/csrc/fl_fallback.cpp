@@ -18,6 +18,7 @@
 #include <torch/version.h>
 
 #include "fl_core_internal.h"
+#include "fl_cpu_fallback.h"
 
 using namespace fl_core;
 
@@ -313,6 +314,8 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
       }
       if (plan && run_fast(*plan, stack, n)) return;
     }
+    // the CPU fallback's committed plans, device copies and fills (fl_cpu_fallback.cpp)
+    if (fl_cpu_fallback::serve(op, stack, n, kb.ok ? &kb.k : nullptr)) return;
   }
   t_pending.push_back({kb.ok && try_fast ? std::move(kb.k) : std::vector<int64_t>(), &op.operator_name(),
                        fresh_out_storages(op, stack, n)});
@@ -337,6 +340,19 @@ bool pending_is(const char* name) {
 }
 
 }  // namespace
+
+namespace fl_cpu_fallback {
+
+const std::vector<int64_t>* pending_key(const char* name) { return pending_is(name) ? &t_pending.back().key : nullptr; }
+
+void count(int64_t slot) {
+  if (slot < 0) return;
+  std::lock_guard<std::mutex> lock(g_call_counts.mu);
+  if (static_cast<size_t>(slot) >= g_call_counts.per_slot.size()) g_call_counts.per_slot.resize(slot + 1, 0);
+  g_call_counts.per_slot[slot]++;
+}
+
+}  // namespace fl_cpu_fallback
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());

@@ -49,6 +49,28 @@ int copy_d2d_on(Device& d, void* dst, const void* src, size_t n, fl_stream_t s) 
   return status;
 }
 
+void copy_on_current(int index, CopyKind kind, void* dst, const void* src, size_t n) {
+  Device& d = device_at(index);
+  fl_stream_t s = current_stream(d, index);
+  if (kind == CopyKind::kDeviceToDevice) {
+    check_status(d, copy_d2d_on(d, dst, src, n, s), "copy_d2d");
+    return;
+  }
+  const bool h2d = kind == CopyKind::kHostToDevice;
+  int status = h2d ? d.plugin->copy_h2d(d.local, dst, src, n, s) : d.plugin->copy_d2h(d.local, dst, src, n, s);
+  if (status == FL_OK && s != nullptr && d.plugin->stream_synchronize) status = d.plugin->stream_synchronize(d.local, s);
+  check_status(d, status, h2d ? "copy_h2d" : "copy_d2h");
+}
+
+void zero_on_current(int index, void* dst, size_t n) {
+  Device& d = device_at(index);
+  fl_stream_t s = current_stream(d, index);
+  int status = d.plugin->mem_set(d.local, dst, 0, n, s);
+  if (status == FL_OK && s != nullptr && !(d.features & FL_FEATURE_ASYNC_KERNELS) && d.plugin->stream_synchronize)
+    status = d.plugin->stream_synchronize(d.local, s);  // a kernel called next runs at once: land first
+  check_status(d, status, "mem_set");
+}
+
 }  // namespace fl_core
 
 namespace {
