@@ -100,7 +100,8 @@ def _plugin(name, sources, blas=False):
 # kernel helpers vendors compile against beside it (torch_fl.get_include() names the folder) and the special
 # functions' C, which the JIT tier pastes into the kernels it generates.
 SHIPPED_HEADERS = (os.path.join(INCLUDE, "fl_plugin.h"), os.path.join(INCLUDE, "fl_kernel_util.h"),
-                   os.path.join("plugins_cffi", "host", "fl_special_math.h"))
+                   os.path.join("plugins_cffi", "host", "fl_special_math.h"),
+                   os.path.join("plugins_cffi", "host", "fl_special_bessel.h"))
 
 
 def _ship_headers(root):

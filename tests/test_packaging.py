@@ -74,7 +74,7 @@ def test_wheel_carries_every_module_plugin_header_and_source(wheel):
     expected |= _source_files("torch_fl/runtime/csrc", (".cpp", ".h"))
     expected |= _bundled_plugins()
     expected |= {"torch_fl/runtime/include/fl_plugin.h", "torch_fl/runtime/include/fl_kernel_util.h",
-                 "torch_fl/runtime/include/fl_special_math.h",
+                 "torch_fl/runtime/include/fl_special_math.h", "torch_fl/runtime/include/fl_special_bessel.h",
                  "torch_fl_autoload.py"}
     missing = sorted(expected - names)
     assert not missing, f"the wheel lacks {missing}"

@@ -6,7 +6,7 @@
  * elementwise ops PyTorch implements next to them (angle of a real tensor,
  * fmax/fmin, nextafter, frexp, round.decimals).
  *
- * The mathematics lives in fl_special_math.h, ported from PyTorch's
+ * The mathematics lives in fl_special_math.h and fl_special_bessel.h, ported from PyTorch's
  * ATen/native/Math.h and shared with the JIT tier; this file only walks
  * tensors. The engine (sp_run) follows k_elementwise.c: the output is
  * walked with fl_iter_t in chunks of CH elements, each operand (a tensor
@@ -26,6 +26,7 @@
 
 #include "fl_host.h"
 #include "fl_special_math.h"
+#include "fl_special_bessel.h"  /* after fl_special_math.h: it uses its helpers */
 
 #define CH 1024
 #define PAR_MIN 4096 /* these cost tens to hundreds of ns an element: parallelise early */

@@ -247,10 +247,11 @@ def test_declines_half_where_pytorch_has_none():
 
 @pytest.mark.slow  # a subprocess
 def test_header_is_self_contained(tmp_path):
-    """The JIT pastes fl_special_math.h into generated C: it must compile alone, warning-free, in plain C99."""
-    header = os.path.join(harness.ROOT, "plugins_cffi", "host", "fl_special_math.h")
+    """The JIT pastes fl_special_math.h and fl_special_bessel.h into generated C: they must compile alone,
+    warning-free, in plain C99."""
+    folder = os.path.join(harness.ROOT, "plugins_cffi", "host")
     src = tmp_path / "use.c"
-    src.write_text(f'#include "{header}"\n'
+    src.write_text(f'#include "{folder}/fl_special_math.h"\n#include "{folder}/fl_special_bessel.h"\n'
                    "double use(double x) { return fl_sp_digamma(x) + fl_sp_igamma(x, 1.0) + fl_sp_erfcx(x) +\n"
                    "    fl_sp_chebyshev_polynomial_t(x, 3.0) + fl_sp_airy_ai(x) + fl_sp_polygamma(2, x); }\n")
     r = subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-O1", "-c", str(src),

@@ -74,9 +74,9 @@ _BINARY = {
     "bitwise_xor": "(double)((int64_t)({0}) ^ (int64_t)({1}))",
 }
 
-# Special functions: the mathematics lives once in plugins_cffi/host/fl_special_math.h (shipped as
-# torch_fl/runtime/include/fl_special_math.h), shared with the host plugin's native kernels; a kernel that
-# calls one gets that header in its source. Keys are packet names of aten and prims ops alike.
+# Special functions: the mathematics lives once in plugins_cffi/host/fl_special_math.h and fl_special_bessel.h
+# (shipped in torch_fl/runtime/include), shared with the host plugin's native kernels; a kernel that calls one
+# gets both headers in its source. Keys are packet names of aten and prims ops alike.
 _SPECIAL_UNARY = {
     "lgamma": "lgamma({0})", "digamma": "fl_sp_digamma({0})", "special_psi": "fl_sp_digamma({0})",
     "erfinv": "fl_sp_erfinv({0})", "erf_inv": "fl_sp_erfinv({0})", "i0": "fl_sp_i0({0})",

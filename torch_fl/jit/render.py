@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ..runtime import TO_CODE, abi, get_include, header_path, special_math_path
+from ..runtime import TO_CODE, abi, get_include, header_path, special_math_paths
 
 DTYPES = {torch.float32: "float", torch.float64: "double", torch.bfloat16: "bf16", torch.bool: "uint8_t",
           torch.int64: "int64_t", torch.int32: "int32_t"}
@@ -256,11 +256,12 @@ def prelude(special: bool = False) -> str:
     if special:
         if opencl():  # its tables are static arrays inside functions, which OpenCL C does not allow
             raise Unsupported("special functions (fl_special_math.h) in OpenCL C")
-        path = special_math_path()
-        if path is None:
-            raise Unsupported("fl_special_math.h is not installed")
-        with open(path) as f:
-            return text + f.read()
+        paths = special_math_paths()
+        if paths is None:
+            raise Unsupported("fl_special_math.h or fl_special_bessel.h is not installed")
+        for path in paths:
+            with open(path) as f:
+                text += f.read()
     return text
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from . import abi, async_copy, config, core, events, memory, native, plugin, private, spawn, streams
 from . import device as _device_module
 from . import ipc as _ipc
-from .abi import STRING_CODES, ffi, get_include, header_path, special_math_path
+from .abi import STRING_CODES, ffi, get_include, header_path, special_math_paths
 from .capability import CapabilityTable, amp_dtypes
 from .clock import DeviceClock
 from .device import FlDeviceModule
@@ -65,7 +65,7 @@ __all__ = [
     "header_path", "host_bytes", "host_view", "is_dense", "is_fl", "iter_tensors", "like_layout", "map_tensors",
     "call_kernel", "mask_to_names", "mem_set_zero", "memory", "native", "native_factory", "new_tensor", "not_traced",
     "output_layouts", "plugin",
-    "private", "raw", "recording", "register", "run_native", "span", "spawn", "special_math_path", "storage_nbytes",
+    "private", "raw", "recording", "register", "run_native", "span", "spawn", "special_math_paths", "storage_nbytes",
     "streams",
     "to_meta",
     "using_backend",

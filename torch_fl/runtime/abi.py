@@ -28,13 +28,18 @@ def get_include() -> str:
     return os.path.dirname(header_path())
 
 
-def special_math_path() -> str | None:
-    """fl_special_math.h, the special functions' C the host plugin's kernels are built from and the JIT
-    pastes into the kernels it generates: shipped beside fl_plugin.h, or in a checkout's plugins_cffi/host."""
-    for path in (os.path.join(_HERE, "include", "fl_special_math.h"),
-                 os.path.join(os.path.dirname(os.path.dirname(_HERE)), "plugins_cffi", "host", "fl_special_math.h")):
-        if os.path.exists(path):
-            return path
+SPECIAL_MATH_HEADERS = ("fl_special_math.h", "fl_special_bessel.h")  # in this order: the second uses the first
+
+
+def special_math_paths() -> tuple[str, ...] | None:
+    """The special functions' C (SPECIAL_MATH_HEADERS) the host plugin's kernels are built from and the JIT
+    pastes into the kernels it generates, in order: shipped beside fl_plugin.h, or in a checkout's
+    plugins_cffi/host. None when either is missing."""
+    for folder in (os.path.join(_HERE, "include"),
+                   os.path.join(os.path.dirname(os.path.dirname(_HERE)), "plugins_cffi", "host")):
+        paths = tuple(os.path.join(folder, name) for name in SPECIAL_MATH_HEADERS)
+        if all(os.path.exists(p) for p in paths):
+            return paths
     return None
 
 
