@@ -99,9 +99,12 @@ def _plugin(name, sources, blas=False):
 # The runtime parses the ABI header for cffi, so the package ships a copy (torch_fl/runtime/include), with the
 # kernel helpers vendors compile against beside it (torch_fl.get_include() names the folder) and the special
 # functions' C, which the JIT tier pastes into the kernels it generates.
-SHIPPED_HEADERS = (os.path.join(INCLUDE, "fl_plugin.h"), os.path.join(INCLUDE, "fl_kernel_util.h"),
-                   os.path.join("plugins_cffi", "host", "fl_special_math.h"),
-                   os.path.join("plugins_cffi", "host", "fl_special_bessel.h"))
+SHIPPED_HEADERS = (
+    os.path.join(INCLUDE, "fl_plugin.h"),
+    os.path.join(INCLUDE, "fl_kernel_util.h"),
+    os.path.join("plugins_cffi", "host", "fl_special_math.h"),
+    os.path.join("plugins_cffi", "host", "fl_special_bessel.h"),
+)
 
 
 def _ship_headers(root):
@@ -132,27 +135,45 @@ def _sources(pattern):
 # the host plugin (its device entry points in host/plugin.c) and one emulator
 # per device-class profile (the emulated-device runtime + its profile).
 KERNELS = [s for s in _sources("host/*.c") if not s.endswith("plugin.c")] + _sources("emulated/fused_*.c")
-PLUGINS = [_plugin("fl_cpu", _sources("host/plugin.c"), blas=True)] + [
-    _plugin(f"fl_{os.path.basename(p)[:-2]}",
-            _sources("emulated/device.c") + _sources("emulated/comm_*.c") + _sources("emulated/streams.c")
-            + _sources("emulated/async.c") + [p],
-            blas=True)
-    for p in _sources("emulated/profiles/*.c")
-] + [
-    # the OpenCL plugin: its own kernels (OpenCL C, built by the driver at first use); libOpenCL.so.1 is
-    # dlopen'ed at run time, so it builds and imports where no OpenCL is installed
-    # (sha256.c and cachedir.c: the digests and the folder of its on-disk cache of program binaries)
-    Extension("torch_fl.runtime.plugins.fl_opencl", sources=_sources("opencl/*.c")
-              + _sources("host/sha256.c") + _sources("host/cachedir.c"),
-              include_dirs=[INCLUDE, os.path.join("plugins_cffi", "host")],
-              depends=_sources("opencl/*.h") + [os.path.join(INCLUDE, "fl_plugin.h"),
-                                                os.path.join("plugins_cffi", "host", "fl_host.h")],
-              libraries=["dl", "pthread", "m"], extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden",
-                                                                    "-Wall", "-Wno-unused-function"]),
-]
+PLUGINS = (
+    [_plugin("fl_cpu", _sources("host/plugin.c"), blas=True)]
+    + [
+        _plugin(
+            f"fl_{os.path.basename(p)[:-2]}",
+            _sources("emulated/device.c")
+            + _sources("emulated/comm_*.c")
+            + _sources("emulated/streams.c")
+            + _sources("emulated/async.c")
+            + [p],
+            blas=True,
+        )
+        for p in _sources("emulated/profiles/*.c")
+    ]
+    + [
+        # the OpenCL plugin: its own kernels (OpenCL C, built by the driver at first use); libOpenCL.so.1 is
+        # dlopen'ed at run time, so it builds and imports where no OpenCL is installed
+        # (sha256.c and cachedir.c: the digests and the folder of its on-disk cache of program binaries)
+        Extension(
+            "torch_fl.runtime.plugins.fl_opencl",
+            sources=_sources("opencl/*.c") + _sources("host/sha256.c") + _sources("host/cachedir.c"),
+            include_dirs=[INCLUDE, os.path.join("plugins_cffi", "host")],
+            depends=_sources("opencl/*.h")
+            + [os.path.join(INCLUDE, "fl_plugin.h"), os.path.join("plugins_cffi", "host", "fl_host.h")],
+            libraries=["dl", "pthread", "m"],
+            extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"],
+        ),
+    ]
+)
 _blas_include = _openblas()[0]
-KERNEL_LIBRARY = ("fl_kernels", {"sources": KERNELS, "include_dirs": INCLUDE_DIRS + [_blas_include],
-                                 "macros": [("FL_HAVE_BLAS", "1")], "cflags": CFLAGS})
+KERNEL_LIBRARY = (
+    "fl_kernels",
+    {
+        "sources": KERNELS,
+        "include_dirs": INCLUDE_DIRS + [_blas_include],
+        "macros": [("FL_HAVE_BLAS", "1")],
+        "cflags": CFLAGS,
+    },
+)
 
 setup(
     libraries=[KERNEL_LIBRARY],

@@ -23,9 +23,12 @@ def load() -> None:
     try:
         import torch_fl  # (registers the device, its core and the dispatcher)
     except Exception as e:  # noqa: BLE001 - torch itself must stay importable
-        warnings.warn(f"torch_fl could not register the fl device at `import torch`: {type(e).__name__}: {e} "
-                      f"(import torch_fl to see the full error; TORCH_DEVICE_BACKEND_AUTOLOAD=0 stops the attempt)",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"torch_fl could not register the fl device at `import torch`: {type(e).__name__}: {e} "
+            f"(import torch_fl to see the full error; TORCH_DEVICE_BACKEND_AUTOLOAD=0 stops the attempt)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return
     finally:
         loading = False
@@ -36,5 +39,8 @@ def load() -> None:
     try:
         torch_fl.cuda_alias.from_environment()
     except Exception as e:  # noqa: BLE001 - torch itself must stay importable
-        warnings.warn(f"torch_fl's cuda alias (FL_ALIAS_CUDA) could not turn on at `import torch`: "
-                      f"{type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"torch_fl's cuda alias (FL_ALIAS_CUDA) could not turn on at `import torch`: {type(e).__name__}: {e}",
+            RuntimeWarning,
+            stacklevel=2,
+        )

@@ -29,8 +29,12 @@ import torch
 
 SIZES = [1 << k for k in (10, 13, 16, 19, 22, 25)]  # 1 KiB .. 32 MiB
 QUICK_SIZES = [1 << k for k in (10, 16, 22)]
-PATHS = {"plugin": ("rocm", {}), "relay": ("rocm", {"FL_DIST_RELAY": "1"}), "relay-host": ("cpu", {}),
-         "gloo": (None, {})}
+PATHS = {
+    "plugin": ("rocm", {}),
+    "relay": ("rocm", {"FL_DIST_RELAY": "1"}),
+    "relay-host": ("cpu", {}),
+    "gloo": (None, {}),
+}
 
 
 def _free_port() -> int:
@@ -51,8 +55,9 @@ def _time(fn, seconds: float, min_iters: int = 3) -> float:
 
 def _mlp() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-                               torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    return torch.nn.Sequential(
+        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+    )
 
 
 # ---------------------------------------------------------------- inside a rank
@@ -108,6 +113,7 @@ def rank_ddp(backend: str, steps: int) -> dict:
         torch.nn.functional.cross_entropy(ddp(x), y).backward()
         opt.step()
         torch.fl.synchronize()
+
     dist.barrier()
     t = _time(step, 0, min_iters=steps)
     dist.destroy_process_group()
@@ -128,6 +134,7 @@ def single_ddp(backend: str, steps: int) -> float:
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         torch.fl.synchronize()
+
     return _time(step, 0, min_iters=steps)
 
 
@@ -140,10 +147,19 @@ def _launch(job: dict, env_extra: dict) -> list[dict]:
         procs = []
         for r in range(2):
             env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
-            env.update(env_extra, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       OMP_NUM_THREADS="1")
-            procs.append(subprocess.Popen([sys.executable, __file__, "--rank-job", json.dumps(job),
-                                           os.path.join(tmp, f"r{r}.json")], env=env))
+            env.update(
+                env_extra,
+                RANK=str(r),
+                WORLD_SIZE="2",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS="1",
+            )
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--rank-job", json.dumps(job), os.path.join(tmp, f"r{r}.json")], env=env
+                )
+            )
         for p in procs:
             if p.wait(timeout=900) != 0:
                 raise SystemExit(f"a rank failed (exit {p.returncode}) on {job}")
@@ -169,8 +185,10 @@ def main() -> None:
 
     sizes = QUICK_SIZES if args.quick else SIZES
     seconds = 0.3 if args.quick else 1.0
-    print(f"torch {torch.__version__}, 2 processes on one host ({os.cpu_count()} cores), 1 thread each; "
-          f"load average at start {os.getloadavg()[0]:.1f} (other work on the host skews small messages most)")
+    print(
+        f"torch {torch.__version__}, 2 processes on one host ({os.cpu_count()} cores), 1 thread each; "
+        f"load average at start {os.getloadavg()[0]:.1f} (other work on the host skews small messages most)"
+    )
     if not args.ddp_only:
         print("all_reduce float32 sum: time per call and bus bandwidth (2 ranks: size / time)")
     table = {}
@@ -189,20 +207,27 @@ def main() -> None:
     steps = 5 if args.quick else 20
     print(f"\nDDP training step (MLP 256-512-512-10, batch 64 per rank, SGD), mean of {steps} steps")
     for backend in ("cpu", "rocm", "ascend"):
-        code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import torch; "
-                f"torch.set_num_threads(1); from bench_distributed import single_ddp; "
-                f"print(single_ddp({backend!r}, {steps}))")
+        code = (
+            f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import torch; "
+            f"torch.set_num_threads(1); from bench_distributed import single_ddp; "
+            f"print(single_ddp({backend!r}, {steps}))"
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
         env["OMP_NUM_THREADS"] = "1"  # as in the ranks: the plugins' OpenMP kernels use one thread each
-        single = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                                      check=True).stdout.split()[-1])
+        single = float(
+            subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+            ).stdout.split()[-1]
+        )
         ranks = _launch({"kind": "ddp", "backend": backend, "steps": steps}, {})
         two = max(r["step_s"] for r in ranks)
         import torch_fl as fl
 
         path = fl.capabilities(backend).collectives_path
-        print(f"  {backend:<7} ({path:<9}) 1 process {single * 1e3:7.1f} ms   2 processes (DDP) {two * 1e3:7.1f} ms"
-              f"   ratio {two / single:.2f}x")
+        print(
+            f"  {backend:<7} ({path:<9}) 1 process {single * 1e3:7.1f} ms   2 processes (DDP) {two * 1e3:7.1f} ms"
+            f"   ratio {two / single:.2f}x"
+        )
 
 
 def _fmt(n: int) -> str:

@@ -26,14 +26,28 @@ from torch_fl.compile import dynamo as fl_dynamo
 def bert_tiny() -> nn.Module:
     import transformers
 
-    cfg = transformers.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=512, max_position_embeddings=64)
+    cfg = transformers.BertConfig(
+        vocab_size=1000,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=512,
+        max_position_embeddings=64,
+    )
     return transformers.BertModel(cfg)
 
 
 def conv_net() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1),
-                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 10),
+    )
 
 
 def kernels(net, step) -> int:
@@ -63,9 +77,11 @@ def run(backend: str) -> list[tuple]:
         with torch.no_grad():
             net(images)
 
-    for name, model, step, train in (("BERT-tiny train", bert, bert_step, True),
-                                     ("conv net train", cnn, cnn_train, True),
-                                     ("conv net eval", cnn, cnn_eval, False)):
+    for name, model, step, train in (
+        ("BERT-tiny train", bert, bert_step, True),
+        ("conv net train", cnn, cnn_train, True),
+        ("conv net eval", cnn, cnn_eval, False),
+    ):
         model.train(train)
         counts = [kernels(model, step)]
         for off in (None, "qkv", "pointwise", "linear_act", "add_norm"):
@@ -80,8 +96,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", nargs="+", default=["cpu", "rocm", "ascend", "minimal"])
     args = ap.parse_args()
-    print(f"{'workload':<16} {'backend':<8} {'eager':>6} {'fl':>6} {'-qkv':>6} {'-pointwise':>10} {'-linear_act':>11} "
-          f"{'-add_norm':>9}")
+    print(
+        f"{'workload':<16} {'backend':<8} {'eager':>6} {'fl':>6} {'-qkv':>6} {'-pointwise':>10} {'-linear_act':>11} "
+        f"{'-add_norm':>9}"
+    )
     for backend in args.backends:
         for name, be, eager, full, no_qkv, no_pw, no_la, no_an in run(backend):
             print(f"{name:<16} {be:<8} {eager:>6} {full:>6} {no_qkv:>6} {no_pw:>10} {no_la:>11} {no_an:>9}")

@@ -97,23 +97,37 @@ def measure(model: torch.nn.Module, x: torch.Tensor, backend: str, train: bool) 
     with no_fast_path(), grad:
         m = fl.measure_compiled(compiled, x.to(fl.device(backend)), backward=train, repeat=5)
     report = fl.fusion_report(compiled)
-    return {"backend": backend, "mode": "train" if train else "eval", "workload": m.workload,
-            "kernels_eager": m.kernels_before, "kernels_compiled": m.kernels_after,
-            "ms_eager": m.seconds_before * 1e3, "ms_compiled": m.seconds_after * 1e3,
-            "fallbacks_eager": m.fallbacks_before, "fallbacks_compiled": m.fallbacks_after,
-            "graphs": report.graph_count, "graph_breaks": len(report.graph_breaks), "patterns": report.counts()}
+    return {
+        "backend": backend,
+        "mode": "train" if train else "eval",
+        "workload": m.workload,
+        "kernels_eager": m.kernels_before,
+        "kernels_compiled": m.kernels_after,
+        "ms_eager": m.seconds_before * 1e3,
+        "ms_compiled": m.seconds_after * 1e3,
+        "fallbacks_eager": m.fallbacks_before,
+        "fallbacks_compiled": m.fallbacks_after,
+        "graphs": report.graph_count,
+        "graph_breaks": len(report.graph_breaks),
+        "patterns": report.counts(),
+    }
 
 
 def line(name: str, r: dict, per: int = 1) -> str:
     ke, kc = r["kernels_eager"], r["kernels_compiled"]
     per_layer = f" (per layer {ke / per:.1f} -> {kc / per:.1f})" if per > 1 else ""
     native = r["ms_native"]
-    return (f"{name:<28} {r['backend']:<8} {r['mode']:<5} kernels {ke:>5} -> {kc:>5} ({(1 - kc / ke) * 100:>3.0f}% "
-            f"fewer){per_layer}  ms: native {native:8.1f}  eager {r['ms_eager']:8.1f} (x{r['ms_eager'] / native:.2f})"
-            f"  compiled {r['ms_compiled']:8.1f} (x{r['ms_compiled'] / native:.2f})"
-            + (f"  CPU fallbacks {r['fallbacks_eager']} -> {r['fallbacks_compiled']}"
-               if r["fallbacks_eager"] or r["fallbacks_compiled"] else "")
-            + (f"  graph breaks {r['graph_breaks']}" if r["graph_breaks"] else ""))
+    return (
+        f"{name:<28} {r['backend']:<8} {r['mode']:<5} kernels {ke:>5} -> {kc:>5} ({(1 - kc / ke) * 100:>3.0f}% "
+        f"fewer){per_layer}  ms: native {native:8.1f}  eager {r['ms_eager']:8.1f} (x{r['ms_eager'] / native:.2f})"
+        f"  compiled {r['ms_compiled']:8.1f} (x{r['ms_compiled'] / native:.2f})"
+        + (
+            f"  CPU fallbacks {r['fallbacks_eager']} -> {r['fallbacks_compiled']}"
+            if r["fallbacks_eager"] or r["fallbacks_compiled"]
+            else ""
+        )
+        + (f"  graph breaks {r['graph_breaks']}" if r["graph_breaks"] else "")
+    )
 
 
 def fusion_section(args: argparse.Namespace) -> list[dict]:
@@ -133,8 +147,10 @@ def fusion_section(args: argparse.Namespace) -> list[dict]:
         runs.append(("Transformer encoder", enc, seq, True, layers))
     native = {(name, train): native_seconds(model, x, train) * 1e3 for name, model, x, train, _ in runs}
     results = []
-    print(f"torch.compile(backend='fl'), torch {torch.__version__}; ResNet-50 b{b} {hw}x{hw}; Transformer encoder "
-          f"{layers} layers d512 h8 b{tb} s{ts}; times: best of 5, x = ratio to native CPU PyTorch")
+    print(
+        f"torch.compile(backend='fl'), torch {torch.__version__}; ResNet-50 b{b} {hw}x{hw}; Transformer encoder "
+        f"{layers} layers d512 h8 b{tb} s{ts}; times: best of 5, x = ratio to native CPU PyTorch"
+    )
     for backend in args.backends:
         for name, model, x, train, per in runs:
             r = measure(model, x, backend, train)
@@ -146,24 +162,48 @@ def fusion_section(args: argparse.Namespace) -> list[dict]:
 
 def _replay_models() -> list:
     """(name, model, args, kwargs) of the small inference workloads, on the CPU."""
-    mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU(),
-                              torch.nn.Linear(256, 10))
-    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
-                               torch.nn.Conv2d(16, 16, 3, stride=2), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
-                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10))
-    models = [("MLP 64-256-256-10 b4", mlp, (torch.randn(4, 64),), {}),
-              ("conv net 2x(conv+bn+relu) b2 16x16", conv, (torch.randn(2, 3, 16, 16),), {})]
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 10)
+    )
+    conv = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, stride=2),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16, 10),
+    )
+    models = [
+        ("MLP 64-256-256-10 b4", mlp, (torch.randn(4, 64),), {}),
+        ("conv net 2x(conv+bn+relu) b2 16x16", conv, (torch.randn(2, 3, 16, 16),), {}),
+    ]
     try:
         import transformers
     except ImportError:
         return models
     # dropout 0: a training step with dropout is not replayed (a replay would repeat its mask)
-    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                  attention_probs_dropout_prob=0.0)
+    cfg = transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     bert = transformers.BertModel(cfg)
-    models.append(("BERT 2 layers h32 b2 s8", bert, (), {"input_ids": torch.randint(0, 100, (2, 8)),
-                                                         "attention_mask": torch.ones(2, 8, dtype=torch.long)}))
+    models.append(
+        (
+            "BERT 2 layers h32 b2 s8",
+            bert,
+            (),
+            {"input_ids": torch.randint(0, 100, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long)},
+        )
+    )
     return models
 
 
@@ -196,10 +236,13 @@ def measure_replay(name: str, model: torch.nn.Module, args: tuple, kwargs: dict,
     replayed = torch.compile(on_fl, backend="fl", options={"replay": True})
     sync = torch.fl.synchronize
     with torch.no_grad():
-        r = {"backend": backend, "model": name,
-             "native_cpu_us": _median_call_us(lambda: model(*args, **kwargs), calls, lambda: None),
-             "eager_us": _median_call_us(lambda: on_fl(*fl_args, **fl_kwargs), calls, sync),
-             "compiled_us": _median_call_us(lambda: compiled(*fl_args, **fl_kwargs), calls, sync)}
+        r = {
+            "backend": backend,
+            "model": name,
+            "native_cpu_us": _median_call_us(lambda: model(*args, **kwargs), calls, lambda: None),
+            "eager_us": _median_call_us(lambda: on_fl(*fl_args, **fl_kwargs), calls, sync),
+            "compiled_us": _median_call_us(lambda: compiled(*fl_args, **fl_kwargs), calls, sync),
+        }
         replayed(*fl_args, **fl_kwargs)  # compiles: the graph's ReplayStatus exists from here on
         status = [g.replay for g in fl_dynamo.fusion_report(replayed).graphs if g.replay is not None]
         wrapper: list[int] = []
@@ -225,15 +268,19 @@ def measure_replay(name: str, model: torch.nn.Module, args: tuple, kwargs: dict,
             k = sum(step_ns)
             inside.append(k)
             host.append(wall - k)
-        r.update(kernels=n, kernel_us=statistics.median(inside) / 1e3,
-                 host_per_kernel_loop_us=statistics.median(host) / n / 1e3,
-                 host_per_kernel_call_us=(r["replayed_us"] - statistics.median(inside) / 1e3) / n,
-                 replay_wrapper_us=statistics.median(wrapper[-calls:]) / 1e3)
+        r.update(
+            kernels=n,
+            kernel_us=statistics.median(inside) / 1e3,
+            host_per_kernel_loop_us=statistics.median(host) / n / 1e3,
+            host_per_kernel_call_us=(r["replayed_us"] - statistics.median(inside) / 1e3) / n,
+            replay_wrapper_us=statistics.median(wrapper[-calls:]) / 1e3,
+        )
     return r
 
 
-def measure_replay_train(name: str, model: torch.nn.Module, args: tuple, kwargs: dict, backend: str,
-                         calls: int) -> dict:
+def measure_replay_train(
+    name: str, model: torch.nn.Module, args: tuple, kwargs: dict, backend: str, calls: int
+) -> dict:
     """One training step (forward, mean-square loss, backward, SGD step; gradients set to None) of eager fl,
     compiled fl, replayed fl (forward and backward graphs replayed) and native CPU PyTorch."""
     from torch_fl.compile import dynamo as fl_dynamo
@@ -259,19 +306,19 @@ def measure_replay_train(name: str, model: torch.nn.Module, args: tuple, kwargs:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+
         return step
 
     sync = torch.fl.synchronize
     cpu_eager = copy.deepcopy(model)
-    r = {"backend": backend, "model": name + " (train step)",
-         "native_cpu_us": _median_call_us(stepper(cpu_eager, cpu_eager.parameters(), args, kwargs), calls,
-                                          lambda: None),
-         "eager_us": _median_call_us(stepper(copy.deepcopy(on_fl), on_fl.parameters(), fl_args, fl_kwargs), calls,
-                                     sync),
-         "compiled_us": _median_call_us(stepper(compiled, compiled_model.parameters(), fl_args, fl_kwargs), calls,
-                                        sync),
-         "replayed_us": _median_call_us(stepper(replayed, replayed_model.parameters(), fl_args, fl_kwargs), calls,
-                                        sync)}
+    r = {
+        "backend": backend,
+        "model": name + " (train step)",
+        "native_cpu_us": _median_call_us(stepper(cpu_eager, cpu_eager.parameters(), args, kwargs), calls, lambda: None),
+        "eager_us": _median_call_us(stepper(copy.deepcopy(on_fl), on_fl.parameters(), fl_args, fl_kwargs), calls, sync),
+        "compiled_us": _median_call_us(stepper(compiled, compiled_model.parameters(), fl_args, fl_kwargs), calls, sync),
+        "replayed_us": _median_call_us(stepper(replayed, replayed_model.parameters(), fl_args, fl_kwargs), calls, sync),
+    }
     status = [g.replay for g in fl_dynamo.fusion_report(replayed).graphs if g.replay is not None]
     r["replay"] = str(status[0]) if len(status) == 1 else f"{len(status)} graphs"
     return r
@@ -297,9 +344,11 @@ def layout_section(args: argparse.Namespace) -> list[dict]:
         cl_model = copy.deepcopy(resnet).to(memory_format=torch.channels_last)
         cl_images = images.contiguous(memory_format=torch.channels_last)
         nhwc = _best_seconds(lambda: cl_model(cl_images))
-    print(f"layout pass, torch {torch.__version__}: ResNet-50 b{b} {hw}x{hw} inference, median of {args.rounds} "
-          f"interleaved calls; native CPU (best of 5) NCHW "
-          f"{nchw * 1e3:.1f} ms, channels-last {nhwc * 1e3:.1f} ms")
+    print(
+        f"layout pass, torch {torch.__version__}: ResNet-50 b{b} {hw}x{hw} inference, median of {args.rounds} "
+        f"interleaved calls; native CPU (best of 5) NCHW "
+        f"{nchw * 1e3:.1f} ms, channels-last {nhwc * 1e3:.1f} ms"
+    )
     rows = []
     for backend in args.backends:
         if not any(d.channels_last for d in fl.capabilities(backend).devices):
@@ -308,8 +357,10 @@ def layout_section(args: argparse.Namespace) -> list[dict]:
         dev = fl.device(backend)
         model, x = copy.deepcopy(resnet).to(dev), images.to(dev)
         reset()
-        compiled = {"nchw": torch.compile(model, backend=backend_with({"layout": False})),
-                    "nhwc": torch.compile(model, backend=backend_with(None))}
+        compiled = {
+            "nchw": torch.compile(model, backend=backend_with({"layout": False})),
+            "nhwc": torch.compile(model, backend=backend_with(None)),
+        }
         runs: dict[str, list[float]] = {"nchw": [], "nhwc": []}
         with torch.no_grad():
             for c in compiled.values():
@@ -322,25 +373,37 @@ def layout_section(args: argparse.Namespace) -> list[dict]:
                     compiled[name](x).cpu()
                     runs[name].append(time.perf_counter() - t0)
         ms = {name: statistics.median(v) * 1e3 for name, v in runs.items()}
-        r = {"backend": backend, "workload": f"ResNet-50 b{b} {hw}x{hw} eval", "ms_layout_off": ms["nchw"],
-             "ms_layout_on": ms["nhwc"], "ms_native_nchw": nchw * 1e3, "ms_native_channels_last": nhwc * 1e3}
+        r = {
+            "backend": backend,
+            "workload": f"ResNet-50 b{b} {hw}x{hw} eval",
+            "ms_layout_off": ms["nchw"],
+            "ms_layout_on": ms["nhwc"],
+            "ms_native_nchw": nchw * 1e3,
+            "ms_native_channels_last": nhwc * 1e3,
+        }
         rows.append(r)
-        print(f"{backend:<8} compiled, layout off {ms['nchw']:8.1f} ms (x{ms['nchw'] / (nchw * 1e3):.2f} native NCHW)"
-              f"  layout on {ms['nhwc']:8.1f} ms (x{ms['nhwc'] / (nhwc * 1e3):.2f} native channels-last)"
-              f"  on/off x{ms['nhwc'] / ms['nchw']:.2f}", flush=True)
+        print(
+            f"{backend:<8} compiled, layout off {ms['nchw']:8.1f} ms (x{ms['nchw'] / (nchw * 1e3):.2f} native NCHW)"
+            f"  layout on {ms['nhwc']:8.1f} ms (x{ms['nhwc'] / (nhwc * 1e3):.2f} native channels-last)"
+            f"  on/off x{ms['nhwc'] / ms['nchw']:.2f}",
+            flush=True,
+        )
     return rows
 
 
 def replay_line(r: dict) -> str:
     base = r["native_cpu_us"]
-    times = "  ".join(f"{k} {r[k + '_us']:>8.1f} us (x{r[k + '_us'] / base:5.2f})"
-                      for k in ("eager", "compiled", "replayed"))
+    times = "  ".join(
+        f"{k} {r[k + '_us']:>8.1f} us (x{r[k + '_us'] / base:5.2f})" for k in ("eager", "compiled", "replayed")
+    )
     head = f"{r['model']:<47} {r['backend']:<8} native CPU {base:>7.1f} us  {times}"
     if "kernels" not in r:  # a training step, or a graph that is not replayed
         return f"{head}\n{'':<56}{r['replay']}"
-    return (f"{head}\n{'':<56}{r['kernels']} kernels, {r['kernel_us']:.1f} us inside them; host per kernel: "
-            f"loop {r['host_per_kernel_loop_us'] * 1e3:.0f} ns, whole call {r['host_per_kernel_call_us']:.2f} us; "
-            f"replay wrapper {r['replay_wrapper_us']:.1f} us/call (kernels included)")
+    return (
+        f"{head}\n{'':<56}{r['kernels']} kernels, {r['kernel_us']:.1f} us inside them; host per kernel: "
+        f"loop {r['host_per_kernel_loop_us'] * 1e3:.0f} ns, whole call {r['host_per_kernel_call_us']:.2f} us; "
+        f"replay wrapper {r['replay_wrapper_us']:.1f} us/call (kernels included)"
+    )
 
 
 def main() -> None:
@@ -360,8 +423,10 @@ def main() -> None:
         results += layout_section(args)
     if args.only in (None, "replay"):
         torch.manual_seed(0)
-        print(f"graph replay, torch {torch.__version__}: median of {args.calls} calls; ratios to native CPU PyTorch "
-              f"(torch threads: {torch.get_num_threads()})")
+        print(
+            f"graph replay, torch {torch.__version__}: median of {args.calls} calls; ratios to native CPU PyTorch "
+            f"(torch threads: {torch.get_num_threads()})"
+        )
         for backend in args.backends:
             for name, model, margs, mkwargs in _replay_models():
                 r = measure_replay(name, model, margs, mkwargs, backend, args.calls)

@@ -98,10 +98,18 @@ def copies(reps: int) -> dict:
     nbytes = 64 << 20
     host = torch.empty(nbytes, dtype=torch.uint8)
     d = torch.empty(nbytes, dtype=torch.uint8, device="fl")
-    h2d = _best(lambda: table.copy_h2d(dev.local, ffi.cast("void *", d.data_ptr()),
-                                       ffi.cast("void *", host.data_ptr()), nbytes, ffi.NULL), reps)
-    d2h = _best(lambda: table.copy_d2h(dev.local, ffi.cast("void *", host.data_ptr()),
-                                       ffi.cast("void *", d.data_ptr()), nbytes, ffi.NULL), reps)
+    h2d = _best(
+        lambda: table.copy_h2d(
+            dev.local, ffi.cast("void *", d.data_ptr()), ffi.cast("void *", host.data_ptr()), nbytes, ffi.NULL
+        ),
+        reps,
+    )
+    d2h = _best(
+        lambda: table.copy_d2h(
+            dev.local, ffi.cast("void *", host.data_ptr()), ffi.cast("void *", d.data_ptr()), nbytes, ffi.NULL
+        ),
+        reps,
+    )
     return {"h2d_GBps": nbytes / h2d / 1e9, "d2h_GBps": nbytes / d2h / 1e9}
 
 
@@ -109,7 +117,7 @@ def gemm(reps: int) -> dict:
     n = 1024
     a, b = torch.randn(n, n), torch.randn(n, n)
     fa, fb = a.to("fl"), b.to("fl")
-    flop = 2 * n ** 3
+    flop = 2 * n**3
 
     def dev():
         torch.mm(fa, fb)
@@ -132,8 +140,10 @@ def jit_ops(reps: int) -> dict:
         ran = sorted({(e.op, e.path) for e in prof.events})
         raise SystemExit(f"the JIT ops did not run as generated kernels: {ran}")
     out = {}
-    for name, cpu, dev in (("atan2", lambda: torch.atan2(a, b), lambda: torch.atan2(fa, fb)),
-                           ("prod", lambda: m.prod(1), lambda: fm.prod(1))):
+    for name, cpu, dev in (
+        ("atan2", lambda: torch.atan2(a, b), lambda: torch.atan2(fa, fb)),
+        ("prod", lambda: m.prod(1), lambda: fm.prod(1)),
+    ):
         out[f"{name}_cpu_ms"] = _best(cpu, reps) * 1e3
 
         def timed(dev=dev):
@@ -166,15 +176,17 @@ def models(reps: int, resnet: bool) -> dict:
 
     out = {}
     torch.manual_seed(0)
-    bert = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      intermediate_size=128)
+    bert = BertConfig(
+        vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128
+    )
     inputs = {"input_ids": torch.randint(0, 1000, (8, 32)), "labels": torch.zeros(8, dtype=torch.long)}
     out["bert_cpu_s"] = _step_time(BertForSequenceClassification(bert), inputs, "cpu", reps)
     torch.manual_seed(0)
     out["bert_fl_s"] = _step_time(BertForSequenceClassification(bert), inputs, "fl", reps)
     if resnet:  # ResNet-50's shape (bottleneck blocks 3-4-6-3, widths 256..2048), small images
-        cfg = ResNetConfig(depths=[3, 4, 6, 3], hidden_sizes=[256, 512, 1024, 2048], layer_type="bottleneck",
-                           num_labels=10)
+        cfg = ResNetConfig(
+            depths=[3, 4, 6, 3], hidden_sizes=[256, 512, 1024, 2048], layer_type="bottleneck", num_labels=10
+        )
         inputs = {"pixel_values": torch.randn(2, 3, 64, 64), "labels": torch.tensor([1, 2])}
         torch.manual_seed(0)
         out["resnet50_cpu_s"] = _step_time(ResNetForImageClassification(cfg), inputs, "cpu", max(1, reps // 2))
@@ -193,30 +205,51 @@ def main() -> None:
         raise SystemExit(f"no opencl backend here: {row['reason'] if row else 'not built'}")
     fl.initialize("opencl")
     reps = 3 if a.quick else 5
-    res = {"device": REGISTRY.current_device.props.name, "small_op": small_op(reps), "plugin": launch_cost(reps),
-           "copy": copies(reps), "gemm": gemm(reps), "jit": jit_ops(reps), "models": models(reps, resnet=not a.quick)}
+    res = {
+        "device": REGISTRY.current_device.props.name,
+        "small_op": small_op(reps),
+        "plugin": launch_cost(reps),
+        "copy": copies(reps),
+        "gemm": gemm(reps),
+        "jit": jit_ops(reps),
+        "models": models(reps, resnet=not a.quick),
+    }
     if a.json:
         print(json.dumps(res, indent=1))
         return
     s, g, m = res["small_op"], res["gemm"], res["models"]
     print(f"device: {res['device']}")
-    print(f"small op (add, 1000 floats): fl {s['fl_us']:.1f} us, native CPU {s['cpu_us']:.1f} us, "
-          f"+{s['fl_us'] - s['cpu_us']:.1f} us")
-    print(f"plugin kernel call alone: {res['plugin']['launch_us']:.1f} us; with a wait for it: "
-          f"{res['plugin']['launch_wait_us']:.1f} us")
-    print(f"copies of 64 MiB: host->device {res['copy']['h2d_GBps']:.2f} GB/s, device->host "
-          f"{res['copy']['d2h_GBps']:.2f} GB/s")
-    print(f"GEMM 1024^3 float32: fl {g['fl_GFLOPs']:.1f} GFLOP/s, native CPU {g['cpu_GFLOPs']:.1f} GFLOP/s, "
-          f"ratio {g['fl_GFLOPs'] / g['cpu_GFLOPs']:.2f}")
+    print(
+        f"small op (add, 1000 floats): fl {s['fl_us']:.1f} us, native CPU {s['cpu_us']:.1f} us, "
+        f"+{s['fl_us'] - s['cpu_us']:.1f} us"
+    )
+    print(
+        f"plugin kernel call alone: {res['plugin']['launch_us']:.1f} us; with a wait for it: "
+        f"{res['plugin']['launch_wait_us']:.1f} us"
+    )
+    print(
+        f"copies of 64 MiB: host->device {res['copy']['h2d_GBps']:.2f} GB/s, device->host "
+        f"{res['copy']['d2h_GBps']:.2f} GB/s"
+    )
+    print(
+        f"GEMM 1024^3 float32: fl {g['fl_GFLOPs']:.1f} GFLOP/s, native CPU {g['cpu_GFLOPs']:.1f} GFLOP/s, "
+        f"ratio {g['fl_GFLOPs'] / g['cpu_GFLOPs']:.2f}"
+    )
     j = res["jit"]
     for name, what in (("atan2", "atan2, 1M floats"), ("prod", "prod over rows, 1000x1000")):
-        print(f"JIT op ({what}): fl {j[name + '_fl_ms']:.2f} ms, native CPU {j[name + '_cpu_ms']:.2f} ms, "
-              f"ratio {j[name + '_fl_ms'] / j[name + '_cpu_ms']:.2f}")
-    print(f"tiny BERT training step: fl {m['bert_fl_s'] * 1e3:.1f} ms, native CPU {m['bert_cpu_s'] * 1e3:.1f} ms, "
-          f"ratio {m['bert_fl_s'] / m['bert_cpu_s']:.2f}")
+        print(
+            f"JIT op ({what}): fl {j[name + '_fl_ms']:.2f} ms, native CPU {j[name + '_cpu_ms']:.2f} ms, "
+            f"ratio {j[name + '_fl_ms'] / j[name + '_cpu_ms']:.2f}"
+        )
+    print(
+        f"tiny BERT training step: fl {m['bert_fl_s'] * 1e3:.1f} ms, native CPU {m['bert_cpu_s'] * 1e3:.1f} ms, "
+        f"ratio {m['bert_fl_s'] / m['bert_cpu_s']:.2f}"
+    )
     if "resnet50_fl_s" in m:
-        print(f"ResNet-50-shaped training step (2x3x64x64): fl {m['resnet50_fl_s']:.2f} s, native CPU "
-              f"{m['resnet50_cpu_s']:.2f} s, ratio {m['resnet50_fl_s'] / m['resnet50_cpu_s']:.2f}")
+        print(
+            f"ResNet-50-shaped training step (2x3x64x64): fl {m['resnet50_fl_s']:.2f} s, native CPU "
+            f"{m['resnet50_cpu_s']:.2f} s, ratio {m['resnet50_fl_s'] / m['resnet50_cpu_s']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -38,9 +38,11 @@ def main() -> None:
     with fl.profile():
         active = _best(lambda: torch.add(fa, fb), n)
     print(f"torch {torch.__version__}, backend cpu")
-    print(f"small op: native {native * 1e6:.1f} us, fl (no profiler) {idle * 1e6:.1f} us, "
-          f"fl (profiling) {active * 1e6:.1f} us  -> a profile adds {(active - idle) * 1e6:.1f} us/op while it "
-          f"records; with none open the dispatcher's only cost is one list test per op (in the first figure)")
+    print(
+        f"small op: native {native * 1e6:.1f} us, fl (no profiler) {idle * 1e6:.1f} us, "
+        f"fl (profiling) {active * 1e6:.1f} us  -> a profile adds {(active - idle) * 1e6:.1f} us/op while it "
+        f"records; with none open the dispatcher's only cost is one list test per op (in the first figure)"
+    )
     shape = (1024,)
     cpu = _best(lambda: torch.empty(shape), n)
     pooled = _best(lambda: torch.empty(shape, device="fl"), n)
@@ -48,8 +50,10 @@ def main() -> None:
     torch.fl.empty_cache()
     raw = _best(lambda: torch.empty(shape, device="fl"), n)
     memory.POOL_ENABLED = True
-    print(f"allocate+free 4 KiB: native CPU {cpu * 1e6:.1f} us, fl pooled {pooled * 1e6:.1f} us, "
-          f"fl unpooled {raw * 1e6:.1f} us  (pool saves {(raw - pooled) * 1e6:.1f} us per tensor)")
+    print(
+        f"allocate+free 4 KiB: native CPU {cpu * 1e6:.1f} us, fl pooled {pooled * 1e6:.1f} us, "
+        f"fl unpooled {raw * 1e6:.1f} us  (pool saves {(raw - pooled) * 1e6:.1f} us per tensor)"
+    )
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ def train_step(make, x, target, loss_fn, repeat: int) -> tuple[float, float]:
             o.zero_grad()
             loss_fn(m(inp), tgt).backward()
             o.step()
+
         return run
 
     native = _best(step(model, opt, x, target), repeat)
@@ -76,11 +77,15 @@ def main() -> None:
     fl.initialize("cpu")
     from torch_fl.runtime import plugin
 
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, backend {fl.get_current_backend_name()}, "
-          f"host BLAS OpenBLAS {plugin.BLAS_CORE} (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')})")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, backend {fl.get_current_backend_name()}, "
+        f"host BLAS OpenBLAS {plugin.BLAS_CORE} (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')})"
+    )
     n, o = small_op(2000)
-    print(f"small op (add, 16 floats): native {n * 1e6:.1f} us, fl {o * 1e6:.1f} us/op  "
-          f"(fl overhead {(o - n) * 1e6:.1f} us, ratio {o / n:.1f}x)")
+    print(
+        f"small op (add, 16 floats): native {n * 1e6:.1f} us, fl {o * 1e6:.1f} us/op  "
+        f"(fl overhead {(o - n) * 1e6:.1f} us, ratio {o / n:.1f}x)"
+    )
     size = 512 if args.quick else 1024
     g_n, g_o = gemm(size)
     print(f"GEMM {size}^3 fp32: native {g_n:.0f} GFLOP/s, fl {g_o:.0f} GFLOP/s  ({g_o / g_n * 100:.0f}% of native)")
@@ -95,8 +100,7 @@ def main() -> None:
     n, o = train_step(rn[0], rn[1], rn[2], nn.functional.cross_entropy, repeat)
     print(f"ResNet-50 train step {tuple(rn[1].shape)}: native {n:.3f} s, fl {o:.3f} s  (ratio {o / n:.2f}x)")
     n, o = train_step(tr[0], tr[1], torch.zeros_like(tr[1]), nn.functional.mse_loss, repeat)
-    print(f"TransformerEncoder train step {tuple(tr[1].shape)}: native {n:.3f} s, fl {o:.3f} s  "
-          f"(ratio {o / n:.2f}x)")
+    print(f"TransformerEncoder train step {tuple(tr[1].shape)}: native {n:.3f} s, fl {o:.3f} s  (ratio {o / n:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -59,8 +59,12 @@ import torch_fl as fl
 COLUMNS = ("native", "inductor", "eager", "compiled", "replayed")
 MODELS = ("mlp", "bert", "conv", "lstm")
 BACKENDS = ("cpu", "rocm", "ascend", "minimal")
-TITLES = {"mlp": "MLP 64-256-256-10 b4", "bert": "BERT 2 layers h32 b2 s8",
-          "conv": "conv net 2x(conv+bn+relu) b2 16x16", "lstm": "LSTM 2 layers h64 b4 s16"}
+TITLES = {
+    "mlp": "MLP 64-256-256-10 b4",
+    "bert": "BERT 2 layers h32 b2 s8",
+    "conv": "conv net 2x(conv+bn+relu) b2 16x16",
+    "lstm": "LSTM 2 layers h64 b4 s16",
+}
 
 
 class _LSTMNet(nn.Module):
@@ -89,23 +93,50 @@ def make(name: str) -> tuple[str, nn.Module, dict, Callable]:
         m = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 10))
         return "MLP 64-256-256-10 b4", m, {"x": torch.randn(4, 64), "y": torch.randint(0, 10, (4,))}, _ce
     if name == "conv":
-        m = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-                          nn.Conv2d(16, 16, 3, stride=2), nn.BatchNorm2d(16), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
-        return ("conv net 2x(conv+bn+relu) b2 16x16", m,
-                {"x": torch.randn(2, 3, 16, 16), "y": torch.randint(0, 10, (2,))}, _ce)
+        m = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.Conv2d(16, 16, 3, stride=2),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(16, 10),
+        )
+        return (
+            "conv net 2x(conv+bn+relu) b2 16x16",
+            m,
+            {"x": torch.randn(2, 3, 16, 16), "y": torch.randint(0, 10, (2,))},
+            _ce,
+        )
     if name == "lstm":
-        return "LSTM 2 layers h64 b4 s16", _LSTMNet(), {"x": torch.randn(4, 16, 32),
-                                                         "y": torch.randint(0, 10, (4,))}, _ce
+        return (
+            "LSTM 2 layers h64 b4 s16",
+            _LSTMNet(),
+            {"x": torch.randn(4, 16, 32), "y": torch.randint(0, 10, (4,))},
+            _ce,
+        )
     if name == "bert":
         import transformers
 
-        cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                      intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                      attention_probs_dropout_prob=0.0, num_labels=2)
+        cfg = transformers.BertConfig(
+            vocab_size=100,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=32,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            num_labels=2,
+        )
         m = transformers.BertForSequenceClassification(cfg)
-        batch = {"input_ids": torch.randint(0, 100, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long),
-                 "labels": torch.randint(0, 2, (2,))}
+        batch = {
+            "input_ids": torch.randint(0, 100, (2, 8)),
+            "attention_mask": torch.ones(2, 8, dtype=torch.long),
+            "labels": torch.randint(0, 2, (2,)),
+        }
         return "BERT 2 layers h32 b2 s8", m, batch, _hf_loss
     raise ValueError(name)
 
@@ -230,8 +261,13 @@ def measure_row(name: str, backend: str, native: dict[str, Callable], args: argp
         k = r % len(cols)
         for col in cols[k:] + cols[:k]:
             col.run(args.steps)
-    out = {"model": name, "backend": backend, "us": {c.name: c.us for c in cols},
-           "errors": {c.name: c.error for c in cols if c.error}, "replay": replay_status(fl_builders["replayed"])}
+    out = {
+        "model": name,
+        "backend": backend,
+        "us": {c.name: c.us for c in cols},
+        "errors": {c.name: c.error for c in cols if c.error},
+        "replay": replay_status(fl_builders["replayed"]),
+    }
     return out
 
 
@@ -255,12 +291,21 @@ def print_table(rows: list[dict], titles: dict[str, str], inductor: bool) -> Non
     last = None
     for r in rows:
         us = r["us"]
-        cells = [titles[r["model"]] if r["model"] != last else "", r["backend"], _cell(us.get("native")),
-                 _cell(us.get("eager")), _cell(us.get("compiled")), _cell(us.get("replayed"))]
+        cells = [
+            titles[r["model"]] if r["model"] != last else "",
+            r["backend"],
+            _cell(us.get("native")),
+            _cell(us.get("eager")),
+            _cell(us.get("compiled")),
+            _cell(us.get("replayed")),
+        ]
         if inductor:
             cells.append(_cell(us.get("inductor")))
-        cells += [_ratio(us.get("eager"), us.get("native")), _ratio(us.get("compiled"), us.get("eager")),
-                  _ratio(us.get("replayed"), us.get("native"))]
+        cells += [
+            _ratio(us.get("eager"), us.get("native")),
+            _ratio(us.get("compiled"), us.get("eager")),
+            _ratio(us.get("replayed"), us.get("native")),
+        ]
         if inductor:
             cells.append(_ratio(us.get("inductor"), us.get("native")))
         print("| " + " | ".join(cells) + " |")
@@ -305,7 +350,7 @@ def _kernel_case(op: str, n: int, builds: dict) -> tuple[dict, tuple]:
     from torch_fl.runtime import ffi
 
     a, b, o, s = torch.randn(n), torch.randn(n), torch.empty(n), torch.empty(())
-    r = max(8, int(n ** 0.5))
+    r = max(8, int(n**0.5))
     m, mt = torch.randn(r, n // r), torch.empty(n // r, r)
     t0, t1, i1, no = ("tensor", 0), ("tensor", 1), ("int", 1), ("bool", False)
     name, ins, outs, args, native = {
@@ -347,9 +392,11 @@ def kernels_section(args: argparse.Namespace) -> None:
         builds = {"old": _plugin_kernels(args.old), "new": builds["fl"]}
     sizes = [16, 256, 4096, 16384, 65536, 262144, 1 << 20]
     teams = (1, 2)
-    print(f"host plugin kernels, called directly (cffi), float32; torch {torch.__version__}; load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); us per call, medians of "
-          f"{args.rounds} rounds; t1/t2: OpenMP team size (torch.set_num_threads)")
+    print(
+        f"host plugin kernels, called directly (cffi), float32; torch {torch.__version__}; load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); us per call, medians of "
+        f"{args.rounds} rounds; t1/t2: OpenMP team size (torch.set_num_threads)"
+    )
     labels = ["native", *builds]
     print("| op | n | " + " | ".join(f"t{t} {k}" for t in teams for k in labels) + " |")
     print("|" + "---|" * (2 + len(teams) * len(labels)))
@@ -364,7 +411,7 @@ def kernels_section(args: argparse.Namespace) -> None:
                 for k in labels:
                     variants[k]()
                 for r in range(args.rounds):
-                    for k in labels[r % len(labels):] + labels[:r % len(labels)]:
+                    for k in labels[r % len(labels) :] + labels[: r % len(labels)]:
                         t0 = time.perf_counter_ns()
                         for _ in range(reps):
                             variants[k]()
@@ -400,9 +447,11 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     args.inductor_error = "--no-inductor" if args.no_inductor else check_inductor()
     titles = {m: TITLES[m] for m in args.models}
-    print(f"bench_small: torch {torch.__version__}, threads {torch.get_num_threads()}, "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); "
-          f"{args.rounds} rounds x {args.steps} steps per column, medians; SGD training step, us per step")
+    print(
+        f"bench_small: torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); "
+        f"{args.rounds} rounds x {args.steps} steps per column, medians; SGD training step, us per step"
+    )
     if args.inductor_error is not None:
         print(f"native inductor column skipped: {args.inductor_error}")
     rows = []
@@ -417,8 +466,9 @@ def main() -> None:
             try:
                 rows.append(measure_row(name, backend, native, args))
             except Exception as e:
-                rows.append({"model": name, "backend": backend, "us": {}, "errors": {"row": _first_line(e)},
-                             "replay": ""})
+                rows.append(
+                    {"model": name, "backend": backend, "us": {}, "errors": {"row": _first_line(e)}, "replay": ""}
+                )
             print(f"  done {name} {backend} ({time.perf_counter() - t0:.0f} s)", flush=True)
     print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {time.perf_counter() - t0:.0f} s")
     print_table(rows, titles, args.inductor_error is None)

@@ -42,7 +42,9 @@ except ModuleNotFoundError as e:  # torch_fl alone installs no IPython: name the
     raise ModuleNotFoundError(
         f"fl_magics needs IPython ({e.name} is not installed): install torch_fl's jupyter extra, "
         f"pip install 'torch_fl[jupyter]', or, torch_fl being installed already, just its packages (no rebuild "
-        f"of torch_fl): pip install {' '.join(repr(p) for p in JUPYTER_PACKAGES)}", name=e.name) from e
+        f"of torch_fl): pip install {' '.join(repr(p) for p in JUPYTER_PACKAGES)}",
+        name=e.name,
+    ) from e
 
 import torch_fl as fl
 
@@ -107,7 +109,8 @@ def _render_from_cell(shell: InteractiveShell, exc: BaseException, filename: str
     try:
         # IPython's hook is set on the instance: BaseException declares no such attribute
         exc._render_traceback_ = (  # type: ignore[attr-defined]
-            lambda: shell.InteractiveTB.structured_traceback(type(exc), exc, tb, tb_offset=0))
+            lambda: shell.InteractiveTB.structured_traceback(type(exc), exc, tb, tb_offset=0)
+        )
     except AttributeError:  # an exception type without an instance dict keeps IPython's rendering
         pass
 
@@ -126,8 +129,7 @@ def run_cell_code(shell: InteractiveShell, cell: str, *, display: bool = True) -
         with shell.builtin_trap, shell.display_trap:
             exec(shell.compile(tree, filename, "exec"), shell.user_global_ns, shell.user_ns)
             if last is not None:  # "single" mode hands the value to the display hook (Out[N])
-                exec(shell.compile(ast.Interactive([last]), filename, "single"), shell.user_global_ns,
-                     shell.user_ns)
+                exec(shell.compile(ast.Interactive([last]), filename, "single"), shell.user_global_ns, shell.user_ns)
     except BaseException as e:
         _hide_internal_frames(e.__traceback__)
         _render_from_cell(shell, e, filename)
@@ -140,8 +142,9 @@ class FlMagics(Magics):
     their options are set with `%config FlMagics.<name> = value`."""
 
     top = Integer(15, min=0, help="rows of %%fl_profile's per-op table when --top is not given").tag(config=True)
-    steps = Integer(20, min=0,
-                    help="training steps %fl_align compares when --steps is not given (0 skips)").tag(config=True)
+    steps = Integer(20, min=0, help="training steps %fl_align compares when --steps is not given (0 skips)").tag(
+        config=True
+    )
 
     @property
     def _shell(self) -> InteractiveShell:
@@ -160,12 +163,20 @@ class FlMagics(Magics):
     @line_magic
     @magic_arguments()
     @argument("backend", nargs="?", help="backend to make current (omit to list them)")
-    @argument("--move", nargs="+", default=[], metavar="NAME",
-              help="models, tensors or optimizers in the namespace to move to the new backend's device")
+    @argument(
+        "--move",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="models, tensors or optimizers in the namespace to move to the new backend's device",
+    )
     @argument("--caps", action="store_true", help="show the new backend's capability table")
-    @argument("--as-cuda", action="store_true",
-              help="also run code written for CUDA ('cuda', .cuda(), torch.cuda.*) on the fl backend: "
-                   "torch_fl.alias_cuda(), for the rest of the session")
+    @argument(
+        "--as-cuda",
+        action="store_true",
+        help="also run code written for CUDA ('cuda', .cuda(), torch.cuda.*) on the fl backend: "
+        "torch_fl.alias_cuda(), for the rest of the session",
+    )
     def fl_backend(self, line: str) -> None:
         """Show the current fl backend and the available ones, or switch backend
         live: new tensors go to the new backend, existing ones stay valid where
@@ -179,8 +190,10 @@ class FlMagics(Magics):
                 raise UsageError("--move needs a backend to move to: %fl_backend NAME --move ...")
             if args.as_cuda:
                 self._alias_cuda(CudaAliasError)
-            print(f"current fl backend: {fl.get_current_backend_name()} ({fl.current_device()})"
-                  + ("; 'cuda' runs here too (cuda alias)" if is_active() else ""))
+            print(
+                f"current fl backend: {fl.get_current_backend_name()} ({fl.current_device()})"
+                + ("; 'cuda' runs here too (cuda alias)" if is_active() else "")
+            )
             print(fl.list_backends().render())
             return None
         name = _backend_or_usage(args.backend)
@@ -191,8 +204,11 @@ class FlMagics(Magics):
         device = fl.current_device()
         for n, obj in movable.items():
             self._move(n, obj, device)
-        print(f"fl backend: {name} ({device})" + (f"; moved {', '.join(movable)}" if movable else "")
-              + ("; 'cuda' runs here too (cuda alias)" if is_active() else ""))
+        print(
+            f"fl backend: {name} ({device})"
+            + (f"; moved {', '.join(movable)}" if movable else "")
+            + ("; 'cuda' runs here too (cuda alias)" if is_active() else "")
+        )
         if args.caps:
             display(fl.capabilities(name))
         return None
@@ -224,10 +240,13 @@ class FlMagics(Magics):
     @argument("--compare", metavar="BACKEND", help="also run the cell on BACKEND and compare op by op")
     @argument("--top", type=int, help="rows of the per-op table (default: %%config FlMagics.top, 15)")
     @argument("--no-plot", action="store_true", help="table only")
-    @argument("--fusion", action="store_true",
-              help="run the cell eagerly (torch.compile'd code included), then compiled (once unprofiled first: "
-                   "compilation, JIT kernels, folded weights), and show kernels before vs after and the fusion "
-                   "report of every compiled model in the namespace")
+    @argument(
+        "--fusion",
+        action="store_true",
+        help="run the cell eagerly (torch.compile'd code included), then compiled (once unprofiled first: "
+        "compilation, JIT kernels, folded weights), and show kernels before vs after and the fusion "
+        "report of every compiled model in the namespace",
+    )
     def fl_profile(self, line: str, cell: str) -> None:
         """Run the cell under fl.profile(): per-op time, calls, path, kernel
         launches and bytes copied, and where the time went by path. The cell's
@@ -240,15 +259,23 @@ class FlMagics(Magics):
             raise UsageError(f"--top {top}: the number of rows must be 0 or more")
         if args.fusion:
             if args.compare:
-                raise UsageError("--fusion compares the cell with and without fusion; use it without --compare "
-                                 "(fl.compare_backends(fn, a, b, fusion=True) compares two backends both ways)")
+                raise UsageError(
+                    "--fusion compares the cell with and without fusion; use it without --compare "
+                    "(fl.compare_backends(fn, a, b, fusion=True) compares two backends both ways)"
+                )
             self._profile_fusion(args, output, cell, top)
             return None
         first = _backend_or_usage(args.backend) if args.backend else fl.get_current_backend_name()
         out: fl.Comparison | fl.Profile
         if args.compare:
-            out = fl.compare_backends(self._cell_function(cell), first, _backend_or_usage(args.compare), warmup=0,
-                                      namespace=self._shell.user_ns, names=self._cell_names(cell))
+            out = fl.compare_backends(
+                self._cell_function(cell),
+                first,
+                _backend_or_usage(args.compare),
+                warmup=0,
+                namespace=self._shell.user_ns,
+                names=self._cell_names(cell),
+            )
         else:
             out = self._profile(first, cell, output)
         self._show_profile(out, top, args.no_plot)
@@ -316,12 +343,17 @@ class FlMagics(Magics):
             run_cell_code(self._shell, cell, display=False)  # one-time work: compilation, JIT kernels, folds
             after = self._profile(name, cell, None)
         out = before.compare(after, ("eager", "compiled"))
-        reports = {k: fl.fusion_report(v) for k, v in self._shell.user_ns.items()
-                   if isinstance(v, torch._dynamo.eval_frame.OptimizedModule) and not k.startswith("_")}
+        reports = {
+            k: fl.fusion_report(v)
+            for k, v in self._shell.user_ns.items()
+            if isinstance(v, torch._dynamo.eval_frame.OptimizedModule) and not k.startswith("_")
+        }
         print(f"fusion on '{name}': kernels {before.kernels} -> {after.kernels}")
         if not reports:
-            print("no compiled model in the namespace: nothing was fused (compiled = fl.compile(model), or "
-                  "torch.compile(model, backend='fl'))")
+            print(
+                "no compiled model in the namespace: nothing was fused (compiled = fl.compile(model), or "
+                "torch.compile(model, backend='fl'))"
+            )
         for k in sorted(reports):
             print(f"\nfl.fusion_report({k}):\n{reports[k].table()}")
         display({"text/plain": out.render(top), "text/html": out.html(top)}, raw=True)
@@ -371,8 +403,13 @@ class FlMagics(Magics):
     @magic_arguments()
     @argument("model", help="name of the nn.Module the loop trains")
     @argument("optimizer", nargs="?", help="name of its optimizer: each optimizer.step() ends a step")
-    @argument("-o", "--output", metavar="NAME", default="watch",
-              help="the Watch's name in the namespace (default: watch); call NAME(loss) to record the loss")
+    @argument(
+        "-o",
+        "--output",
+        metavar="NAME",
+        default="watch",
+        help="the Watch's name in the namespace (default: watch); call NAME(loss) to record the loss",
+    )
     def fl_watch(self, line: str) -> None:
         """A live view of a training loop: per step the loss, kernels, CPU fallbacks, bytes copied, device
         memory, and the ops taking each path; it redraws as each step ends."""
@@ -395,13 +432,15 @@ class FlMagics(Magics):
     @line_cell_magic
     @magic_arguments()
     @argument("model", nargs="?", help="name of an nn.Module in the namespace (cell form: default 'model')")
-    @argument("inputs", nargs="?",
-              help="name of its input tensor (or tuple of tensors), on the CPU (cell form: default 'inputs')")
+    @argument(
+        "inputs",
+        nargs="?",
+        help="name of its input tensor (or tuple of tensors), on the CPU (cell form: default 'inputs')",
+    )
     @argument("target", nargs="?", help="name of a target tensor for the loss (cell form: 'target' if defined)")
     @argument("--backend", help="backend to check (default: current)")
     @argument("--reference", default="cpu", help='"cpu" (native PyTorch, default) or an fl backend')
-    @argument("--steps", type=int,
-              help="training steps to compare (0 skips; default: %%config FlMagics.steps, 20)")
+    @argument("--steps", type=int, help="training steps to compare (0 skips; default: %%config FlMagics.steps, 20)")
     @argument("-o", "--output", metavar="NAME", help="store the AlignmentReport in this variable")
     @argument("--no-plot", action="store_true")
     def fl_align(self, line: str, cell: str | None = None) -> None:
@@ -422,16 +461,22 @@ class FlMagics(Magics):
                 if self._shell.user_ns.get("target", _UNSET) is not before:
                     args.target = "target"
         elif not (args.model and args.inputs):
-            raise UsageError("%fl_align MODEL INPUTS [TARGET]: name the model and its inputs in this namespace "
-                             "(or use %%fl_align, whose cell defines model and inputs)")
+            raise UsageError(
+                "%fl_align MODEL INPUTS [TARGET]: name the model and its inputs in this namespace "
+                "(or use %%fl_align, whose cell defines model and inputs)"
+            )
         model, inputs = self._lookup(args.model), self._lookup(args.inputs)
         target = self._lookup(args.target) if args.target else None
         if not isinstance(model, torch.nn.Module):
             raise UsageError(f"{args.model!r} is a {type(model).__name__}, not an nn.Module")
-        if not (isinstance(inputs, torch.Tensor) or (isinstance(inputs, (tuple, list)) and inputs and
-                                                     all(isinstance(x, torch.Tensor) for x in inputs))):
-            raise UsageError(f"{args.inputs!r} is a {type(inputs).__name__}, not the model's input: pass the name of "
-                             f"a tensor (or a tuple of tensors) on the CPU")
+        if not (
+            isinstance(inputs, torch.Tensor)
+            or (isinstance(inputs, (tuple, list)) and inputs and all(isinstance(x, torch.Tensor) for x in inputs))
+        ):
+            raise UsageError(
+                f"{args.inputs!r} is a {type(inputs).__name__}, not the model's input: pass the name of "
+                f"a tensor (or a tuple of tensors) on the CPU"
+            )
         if target is not None and not isinstance(target, torch.Tensor):
             raise UsageError(f"{args.target!r} is a {type(target).__name__}, not a target tensor")
         if args.steps is not None and args.steps < 0:

@@ -130,8 +130,9 @@ def build(path: str) -> str:
 
     nb = read_source(path)
     os.environ.setdefault(*RENDERER)
-    ExecutePreprocessor(timeout=600, kernel_name="python3", store_widget_state=True,
-                        allow_errors=False).preprocess(nb, {"metadata": {"path": os.path.dirname(path)}})
+    ExecutePreprocessor(timeout=600, kernel_name="python3", store_widget_state=True, allow_errors=False).preprocess(
+        nb, {"metadata": {"path": os.path.dirname(path)}}
+    )
     out = os.path.splitext(path)[0] + ".ipynb"
     nbformat.write(nb, out)
     return out

@@ -43,8 +43,7 @@ def pytest_collection_modifyitems(config, items) -> None:
             done = {line.strip() for line in fh if line.strip()}
     keep, drop = [], []
     for item in items:
-        _IDS[item.nodeid] = f"{item.path.name}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid \
-            else item.nodeid
+        _IDS[item.nodeid] = f"{item.path.name}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else item.nodeid
         key = key_of(_id(item.nodeid))
         if _id(item.nodeid) in done or matching(DESELECT, key) is not None or not sampled(key, sample):
             drop.append(item)

@@ -47,13 +47,14 @@ SKIPS: dict[str, str] = {
     "test_type_promotion.py::TestTypePromotion::test_sparse_*": _SPARSE,
     "test_tensor_creation_ops.py::TestTensorCreation::test_tensor_ctor_device_inference": _SPARSE,
     "test_shape_ops.py::TestShapeOps::test_flip_float32": _QUANTIZED + " (its float32 case also flips a quantized "
-                                                                       "tensor made with device=fl)",
+    "tensor made with device=fl)",
     "test_view_ops.py::TestOldViewOps::test_flatten": _QUANTIZED + " (it also flattens a quantized tensor)",
     "test_view_ops.py::TestOldViewOps::test_ravel": _QUANTIZED + " (it also ravels a quantized tensor)",
     "test_indexing.py::TestIndexing::test_index_reduce_reduce_*_float16": (
         "the test's reference rounds to float16 after every step, in index order, as CPU's kernel does; a scatter "
         "that accumulates in float32 and rounds once (minimal's) is closer to float64: worst relative error over "
-        "200 random cases 8.5e-4 (mean) and 4.8e-4 (prod), against native CPU's 0.33 and 1.2e-3"),
+        "200 random cases 8.5e-4 (mean) and 4.8e-4 (prod), against native CPU's 0.33 and 1.2e-3"
+    ),
 }
 
 # What PyTorch's test framework itself does not run on fl: such a test is not compared (and is counted as
@@ -61,8 +62,11 @@ SKIPS: dict[str, str] = {
 NOT_FOR_FL = [
     ("missing", None, "PyTorch does not instantiate it for fl (a CPU-only class, or a dtype list of the CPU)"),
     ("skipped", re.compile(r"Only runs on cpu"), "PyTorch runs it on the CPU only (@onlyCPU)"),
-    ("skipped", re.compile(r"Unknown device type"), "PyTorch's largeTensorTest asks only the CPU, CUDA and XPU "
-                                                   "for their free memory and skips every other device"),
+    (
+        "skipped",
+        re.compile(r"Unknown device type"),
+        "PyTorch's largeTensorTest asks only the CPU, CUDA and XPU for their free memory and skips every other device",
+    ),
 ]
 
 
@@ -92,7 +96,7 @@ def key_of(nodeid: str) -> str:
     matches = list(_DEVICE_IN_NAME.finditer(parts[-1]))
     if matches:
         m = matches[-1]
-        parts[-1] = parts[-1][:m.start()] + parts[-1][m.end():]
+        parts[-1] = parts[-1][: m.start()] + parts[-1][m.end() :]
     return "::".join(parts)
 
 
@@ -122,8 +126,9 @@ def _read_log(path: str) -> tuple[list, dict, list]:
     return collected, ended, started
 
 
-def run_files(folder: str, names: list[str], side: str, out: str, timeout: int, select: str | None,
-              sample: int, reuse: bool) -> dict[str, Run]:
+def run_files(
+    folder: str, names: list[str], side: str, out: str, timeout: int, select: str | None, sample: int, reuse: bool
+) -> dict[str, Run]:
     """Run test files in one pytest process on one side ("native" or an fl backend name); crashes are recorded
     and skipped over. Returns each file's Run."""
     tag = f"{'+'.join(names) if len(names) < 4 else f'{len(names)}files'}.{side}"
@@ -132,8 +137,10 @@ def run_files(folder: str, names: list[str], side: str, out: str, timeout: int, 
     if reuse and os.path.exists(summary_path):
         with open(summary_path) as fh:
             data = json.load(fh)
-        return {n: Run({k: tuple(v) for k, v in r["results"].items()}, r["seconds"], r.get("note", ""))
-                for n, r in data.items()}
+        return {
+            n: Run({k: tuple(v) for k, v in r["results"].items()}, r["seconds"], r.get("note", ""))
+            for n, r in data.items()
+        }
     if os.path.exists(log):
         os.remove(log)
     skip_file = os.path.join(out, tag + ".skip")
@@ -156,9 +163,24 @@ def run_files(folder: str, names: list[str], side: str, out: str, timeout: int, 
         _, ended, _ = _read_log(log)
         with open(skip_file, "w") as fh:
             fh.write("\n".join([*ended, *crashed]))
-        cmd = [sys.executable, "-m", "pytest", "-q", "-c", ini, "--rootdir", out, "-p", "no:cacheprovider",
-               "-p", "upstream_report", "-p", "no:randomly", f"--timeout={timeout}",
-               *(os.path.join(folder, name + ".py") for name in names)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-c",
+            ini,
+            "--rootdir",
+            out,
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "upstream_report",
+            "-p",
+            "no:randomly",
+            f"--timeout={timeout}",
+            *(os.path.join(folder, name + ".py") for name in names),
+        ]
         if select:
             cmd += ["-k", select]
         proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True)
@@ -244,12 +266,16 @@ def compare(file: str, backend: str, cpu: Run, fl: Run) -> Comparison:
 
 
 def table(comparisons: list[Comparison]) -> str:
-    head = (f"{'file':<28} {'backend':<8} {'cpu: coll pass fail skip':>25} {'fl: coll pass fail skip':>24} "
-            f"{'cpu-only':>8} {'rate':>7} {'explained':>9} {'defects':>7} {'w/o skips':>9}")
+    head = (
+        f"{'file':<28} {'backend':<8} {'cpu: coll pass fail skip':>25} {'fl: coll pass fail skip':>24} "
+        f"{'cpu-only':>8} {'rate':>7} {'explained':>9} {'defects':>7} {'w/o skips':>9}"
+    )
     lines = [head, "-" * len(head)]
     for c in comparisons:
-        lines.append(f"{c.file:<28} {c.backend:<8} {_counts(c.cpu):>25} {_counts(c.fl):>24} {c.not_for_fl:>8} "
-                     f"{100 * c.rate:>6.1f}% {len(c.explained):>9} {len(c.defects):>7} {100 * c.rate_offered:>8.1f}%")
+        lines.append(
+            f"{c.file:<28} {c.backend:<8} {_counts(c.cpu):>25} {_counts(c.fl):>24} {c.not_for_fl:>8} "
+            f"{100 * c.rate:>6.1f}% {len(c.explained):>9} {len(c.defects):>7} {100 * c.rate_offered:>8.1f}%"
+        )
     return "\n".join(lines)
 
 
@@ -269,8 +295,12 @@ def default_folder() -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("folder", nargs="?", help="folder of PyTorch's test files (default: FL_UPSTREAM_TESTS, "
-                                             "or ../shared/upstream-tests beside this checkout)")
+    p.add_argument(
+        "folder",
+        nargs="?",
+        help="folder of PyTorch's test files (default: FL_UPSTREAM_TESTS, "
+        "or ../shared/upstream-tests beside this checkout)",
+    )
     p.add_argument("--backends", nargs="+", default=["cpu", "minimal"], help="fl backends (default: cpu minimal)")
     p.add_argument("--files", nargs="+", help="test files without .py (default: every test_*.py in the folder)")
     p.add_argument("-k", dest="select", help="pytest -k expression, applied on both sides")
@@ -278,15 +308,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=os.path.join(os.getcwd(), "upstream-results"), help="where logs go")
     p.add_argument("--reuse", action="store_true", help="read runs already in --out instead of running them")
     p.add_argument("--sample", type=int, default=1, help="run 1 test in N, the same ones on both sides (default 1)")
-    p.add_argument("--together", action="store_true", help="all files in one pytest process per side (faster "
-                                                            "start-up; a crash reruns the rest)")
+    p.add_argument(
+        "--together",
+        action="store_true",
+        help="all files in one pytest process per side (faster start-up; a crash reruns the rest)",
+    )
     p.add_argument("--json", help="write the comparison here as JSON")
     p.add_argument("--max-list", type=int, default=40, help="defects listed per file and backend")
     args = p.parse_args(argv)
     folder = args.folder or default_folder()
     if not folder or not os.path.isdir(folder):
-        print(f"upstream_tests: no folder of PyTorch's test files ({folder or 'none given'}); pass one, or set "
-              f"FL_UPSTREAM_TESTS", file=sys.stderr)
+        print(
+            f"upstream_tests: no folder of PyTorch's test files ({folder or 'none given'}); pass one, or set "
+            f"FL_UPSTREAM_TESTS",
+            file=sys.stderr,
+        )
         return 2
     files = args.files or sorted(f[:-3] for f in os.listdir(folder) if f.startswith("test_") and f.endswith(".py"))
     missing = [f for f in files if not os.path.exists(os.path.join(folder, f + ".py"))]
@@ -299,35 +335,57 @@ def main(argv: list[str] | None = None) -> int:
     for group in groups:
         what = ", ".join(group)
         cpu = run_files(folder, group, "native", args.out, args.timeout, args.select, args.sample, args.reuse)
-        print(f"{what}: native cpu {sum(len(r.results) for r in cpu.values())} tests in "
-              f"{sum(r.seconds for r in cpu.values()):.0f}s {cpu[group[0]].note}", flush=True)
+        print(
+            f"{what}: native cpu {sum(len(r.results) for r in cpu.values())} tests in "
+            f"{sum(r.seconds for r in cpu.values()):.0f}s {cpu[group[0]].note}",
+            flush=True,
+        )
         for backend in args.backends:
             fl = run_files(folder, group, backend, args.out, args.timeout, args.select, args.sample, args.reuse)
-            print(f"{what}: fl {backend} {sum(len(r.results) for r in fl.values())} tests in "
-                  f"{sum(r.seconds for r in fl.values()):.0f}s {fl[group[0]].note}", flush=True)
+            print(
+                f"{what}: fl {backend} {sum(len(r.results) for r in fl.values())} tests in "
+                f"{sum(r.seconds for r in fl.values()):.0f}s {fl[group[0]].note}",
+                flush=True,
+            )
             comparisons += [compare(name + ".py", backend, cpu[name], fl[name]) for name in group]
     print()
     print(table(comparisons))
     total_cpu = sum(c.compared for c in comparisons)
     total_both = sum(c.passing_on_both for c in comparisons)
-    print(f"\nall: {total_both} of {total_cpu} tests that pass on native CPU pass on fl "
-          f"({100 * total_both / max(total_cpu, 1):.1f} %); not compared: "
-          f"{sum(c.not_for_fl for c in comparisons)} that PyTorch runs on the CPU only (cpu-only)")
+    print(
+        f"\nall: {total_both} of {total_cpu} tests that pass on native CPU pass on fl "
+        f"({100 * total_both / max(total_cpu, 1):.1f} %); not compared: "
+        f"{sum(c.not_for_fl for c in comparisons)} that PyTorch runs on the CPU only (cpu-only)"
+    )
     for c in comparisons:
         if c.defects:
             print(f"\n{c.file} on {c.backend}: {len(c.defects)} pass on CPU, not on fl")
-            for test, outcome, why in c.defects[:args.max_list]:
+            for test, outcome, why in c.defects[: args.max_list]:
                 print(f"  {outcome:<8} {test.split('::', 1)[1]}: {why[:160]}")
             if len(c.defects) > args.max_list:
                 print(f"  ... {len(c.defects) - args.max_list} more (--max-list)")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump([{"file": c.file, "backend": c.backend, "passing_on_cpu": c.passing_on_cpu,
-                        "not_for_fl": c.not_for_fl, "passing_on_both": c.passing_on_both,
-                        "explained": c.explained, "defects": c.defects, "rate": c.rate,
+            json.dump(
+                [
+                    {
+                        "file": c.file,
+                        "backend": c.backend,
+                        "passing_on_cpu": c.passing_on_cpu,
+                        "not_for_fl": c.not_for_fl,
+                        "passing_on_both": c.passing_on_both,
+                        "explained": c.explained,
+                        "defects": c.defects,
+                        "rate": c.rate,
                         "rate_without_skips": c.rate_offered,
-                        "cpu": {o: c.cpu.count(o) for o in OUTCOMES}, "fl": {o: c.fl.count(o) for o in OUTCOMES}}
-                       for c in comparisons], fh, indent=1)
+                        "cpu": {o: c.cpu.count(o) for o in OUTCOMES},
+                        "fl": {o: c.fl.count(o) for o in OUTCOMES},
+                    }
+                    for c in comparisons
+                ],
+                fh,
+                indent=1,
+            )
     return 1 if any(c.defects for c in comparisons) else 0
 
 

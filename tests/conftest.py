@@ -35,15 +35,31 @@ def pytest_configure(config):
     if os.environ.get("FL_TEST_INSTALLED"):
         here = os.path.realpath(os.path.dirname(fl.__file__))
         if here.startswith(os.path.realpath(ROOT) + os.sep):
-            raise pytest.UsageError(f"FL_TEST_INSTALLED is set but torch_fl was imported from the source tree "
-                                    f"({here}); run the tests through scripts/test.sh")
+            raise pytest.UsageError(
+                f"FL_TEST_INSTALLED is set but torch_fl was imported from the source tree "
+                f"({here}); run the tests through scripts/test.sh"
+            )
 
 
 def build_test_plugin(src: str, lib) -> None:
     """Compiles one test plugin (a .c file under tests/plugins) into the shared library `lib`, against the
     ABI header and tests/plugins/stub_device.h, the stub device the plugins share."""
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", get_include(), "-I", os.path.join(HERE, "plugins"), src,
-                    "-o", str(lib)], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-I",
+            get_include(),
+            "-I",
+            os.path.join(HERE, "plugins"),
+            src,
+            "-o",
+            str(lib),
+        ],
+        check=True,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -57,17 +73,32 @@ def test_plugins(tmp_path_factory):
     return out
 
 
-def run_py(code: str, env: dict | None = None, timeout: int = 300, cwd: str | None = None,
-           unset: tuple = ()) -> subprocess.CompletedProcess:
+def run_py(
+    code: str, env: dict | None = None, timeout: int = 300, cwd: str | None = None, unset: tuple = ()
+) -> subprocess.CompletedProcess:
     """Runs a snippet in a fresh interpreter (plugin discovery happens once per process), in `cwd`
     (default: tests/), with `env` added and the variables in `unset` removed."""
     full_env = dict(os.environ)
-    for k in ("FL_BACKEND", "FL_PLUGIN_PATH", "FL_CPU_FALLBACK", "FL_CONFIG", "FL_CPU_MEMORY_LIMIT", "FL_MEMORY_POOL",
-              "FL_MEMORY_POOL_LIMIT", *unset):
+    for k in (
+        "FL_BACKEND",
+        "FL_PLUGIN_PATH",
+        "FL_CPU_FALLBACK",
+        "FL_CONFIG",
+        "FL_CPU_MEMORY_LIMIT",
+        "FL_MEMORY_POOL",
+        "FL_MEMORY_POOL_LIMIT",
+        *unset,
+    ):
         full_env.pop(k, None)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, cwd=cwd or HERE)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=cwd or HERE,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -76,8 +107,9 @@ def _cpu_backend():
     yield
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, rel: float = 1e-4, what: str = "",
-                 scale_floor: float = 1e-6) -> None:
+def assert_close(
+    actual: torch.Tensor, expected: torch.Tensor, rel: float = 1e-4, what: str = "", scale_floor: float = 1e-6
+) -> None:
     """fp32 agreement the way the project states it: max abs diff <= rel * scale of the expected values."""
     actual = actual.detach().cpu().double()
     expected = expected.detach().cpu().double()
@@ -125,6 +157,14 @@ def tiny_bert(**overrides):
     torch.compile tests run; keyword arguments override the config."""
     import transformers
 
-    cfg = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-               max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg = dict(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     return transformers.BertModel(transformers.BertConfig(**{**cfg, **overrides}))

@@ -57,8 +57,15 @@ def samples(path: str) -> list[Sample]:
         end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), len(lines))
         if m.group(1) in LANGS:
             marker = SKIP.match(lines[i - 1]) if i else None
-            out.append(Sample(path, i + 2, m.group(1), "\n".join(lines[i + 1:end]) + "\n",
-                              marker.group("reason") if marker else None))
+            out.append(
+                Sample(
+                    path,
+                    i + 2,
+                    m.group(1),
+                    "\n".join(lines[i + 1 : end]) + "\n",
+                    marker.group("reason") if marker else None,
+                )
+            )
         i = end + 1
     return out
 

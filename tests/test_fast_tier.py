@@ -11,8 +11,14 @@ from conftest import ROOT
 def _fast(*args: str) -> subprocess.CompletedProcess:
     # the torch_fl this test runs against (installed by scripts/test.sh, else the parent's): PYTHONPATH as given
     env = {**os.environ, "PYTHON": sys.executable}
-    return subprocess.run([os.path.join(ROOT, "scripts", "fast.sh"), "-o", "addopts=", "-q", *args],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    return subprocess.run(
+        [os.path.join(ROOT, "scripts", "fast.sh"), "-o", "addopts=", "-q", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def test_a_fast_tier_that_selects_nothing_fails():
@@ -20,4 +26,3 @@ def test_a_fast_tier_that_selects_nothing_fails():
     r = _fast("tests/test_docs.py")
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert "collected no tests outside the slow marker" in r.stderr
-

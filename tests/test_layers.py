@@ -33,8 +33,14 @@ LAYER_PACKAGES = ("torch_fl.runtime", "torch_fl.jit", "torch_fl.dispatch")  # im
 def _lint_imports(cwd: str, config: str, env: dict | None = None) -> subprocess.CompletedProcess:
     code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
     full_env = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-c", code, "--no-cache", "--no-logo", config], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env=full_env)
+    return subprocess.run(
+        [sys.executable, "-c", code, "--no-cache", "--no-logo", config],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=full_env,
+    )
 
 
 def test_import_contracts_are_kept():
@@ -46,30 +52,56 @@ def test_import_contracts_are_kept():
 
 def _copy_sources(dst: str) -> None:
     for package in PACKAGES:
-        shutil.copytree(os.path.join(ROOT, package), os.path.join(dst, package),
-                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.h", "*.cpp"))
+        shutil.copytree(
+            os.path.join(ROOT, package),
+            os.path.join(dst, package),
+            ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.h", "*.cpp"),
+        )
 
 
 LAYERS = "torch_fl's layers import only the layers below them"
 
 
-@pytest.mark.parametrize("module, line, contract, broken", [
-    # the runtime reaching up into the dispatcher, in a lazy import inside a function
-    ("torch_fl/runtime/registry.py", "def _peek():\n    from ..dispatch import facts\n    return facts\n", LAYERS,
-     "torch_fl.runtime.registry -> torch_fl.dispatch"),
-    # a generator calling back into the dispatcher
-    ("torch_fl/jit/kernel.py", "from ..dispatch import resolve  # noqa\n", LAYERS,
-     "torch_fl.jit.kernel -> torch_fl.dispatch"),
-    # the compiler measuring itself with a tool, lazily
-    ("torch_fl/compile/replay.py", "def _peek():\n    from ..tools import profiler\n    return profiler\n",
-     "the compiler never imports a tool", "torch_fl.compile.replay -> torch_fl.tools.profiler"),
-    # the dispatcher judging numbers with a tool's rule
-    ("torch_fl/dispatch/plan.py", "from ..tools.numerics import BAND  # noqa\n",
-     "the dispatcher never imports a tool", "torch_fl.dispatch.plan -> torch_fl.tools.numerics"),
-    # torch_fl importing the magics
-    ("torch_fl/tools/profiler.py", "import fl_magics  # noqa\n",
-     "fl_magics is a thin layer over torch_fl, which never imports it", "torch_fl.tools.profiler -> fl_magics"),
-])
+@pytest.mark.parametrize(
+    "module, line, contract, broken",
+    [
+        # the runtime reaching up into the dispatcher, in a lazy import inside a function
+        (
+            "torch_fl/runtime/registry.py",
+            "def _peek():\n    from ..dispatch import facts\n    return facts\n",
+            LAYERS,
+            "torch_fl.runtime.registry -> torch_fl.dispatch",
+        ),
+        # a generator calling back into the dispatcher
+        (
+            "torch_fl/jit/kernel.py",
+            "from ..dispatch import resolve  # noqa\n",
+            LAYERS,
+            "torch_fl.jit.kernel -> torch_fl.dispatch",
+        ),
+        # the compiler measuring itself with a tool, lazily
+        (
+            "torch_fl/compile/replay.py",
+            "def _peek():\n    from ..tools import profiler\n    return profiler\n",
+            "the compiler never imports a tool",
+            "torch_fl.compile.replay -> torch_fl.tools.profiler",
+        ),
+        # the dispatcher judging numbers with a tool's rule
+        (
+            "torch_fl/dispatch/plan.py",
+            "from ..tools.numerics import BAND  # noqa\n",
+            "the dispatcher never imports a tool",
+            "torch_fl.dispatch.plan -> torch_fl.tools.numerics",
+        ),
+        # torch_fl importing the magics
+        (
+            "torch_fl/tools/profiler.py",
+            "import fl_magics  # noqa\n",
+            "fl_magics is a thin layer over torch_fl, which never imports it",
+            "torch_fl.tools.profiler -> fl_magics",
+        ),
+    ],
+)
 def test_a_broken_layer_fails_the_check(tmp_path, module, line, contract, broken):
     """The same contracts on a copy of the sources with one import that breaks a layer: lint-imports fails
     and names the import (so a passing run above means something)."""
@@ -120,7 +152,7 @@ class _Tree:
             return name or ""
         parts = module.split(".")
         base = parts if self.is_package(module) else parts[:-1]
-        base = base[:len(base) - (level - 1)]
+        base = base[: len(base) - (level - 1)]
         return ".".join(base + ([name] if name else []))
 
     def exported(self, package: str) -> set[str]:
@@ -297,9 +329,10 @@ def import_cycles(root: str) -> list[str]:
 
 def test_no_import_circles():
     found = import_cycles(ROOT)
-    assert not found, ("import circles (move the dependency to the layer that needs it, e.g. a registration the "
-                       "upper layer installs; a function-local import hides a circle, it does not break it):\n"
-                       + "\n".join(found))
+    assert not found, (
+        "import circles (move the dependency to the layer that needs it, e.g. a registration the "
+        "upper layer installs; a function-local import hides a circle, it does not break it):\n" + "\n".join(found)
+    )
 
 
 def test_the_circle_check_sees_function_local_imports(tmp_path):
@@ -316,8 +349,9 @@ def test_the_circle_check_sees_function_local_imports(tmp_path):
 
 def test_no_underscore_name_crosses_a_module():
     found = underscore_crossings(ROOT)
-    assert not found, "underscore names used across modules (give them a plain name in their home module):\n" \
-        + "\n".join(found)
+    assert not found, (
+        "underscore names used across modules (give them a plain name in their home module):\n" + "\n".join(found)
+    )
 
 
 def test_the_lower_layers_are_imported_only_through_their_packages():
@@ -329,14 +363,16 @@ def test_the_syntax_checks_catch_what_they_are_for(tmp_path):
     """Both syntax-tree checks on a copy of the sources with one violation each: they report it."""
     _copy_sources(str(tmp_path))
     with open(tmp_path / "torch_fl" / "tools" / "profiler.py", "a") as f:
-        f.write(textwrap.dedent("""
+        f.write(
+            textwrap.dedent("""
 
             def _peek():
                 from ..runtime.registry import REGISTRY
                 from ..runtime import native
                 from ..api import _dtype
                 return REGISTRY, native._LAYOUT_CACHE, _dtype
-            """))
+            """)
+        )
     crossings = underscore_crossings(str(tmp_path))
     assert any("from torch_fl.api import _dtype" in c for c in crossings), crossings
     assert any("native._LAYOUT_CACHE" in c for c in crossings), crossings
@@ -351,6 +387,57 @@ def test_ruff_finds_nothing():
     ruff = shutil.which("ruff") or os.path.join(os.path.dirname(sys.executable), "ruff")
     if not os.path.exists(ruff):
         pytest.skip("ruff is not installed (it comes with torch_fl's test extra: pip install 'torch_fl[test]')")
-    r = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", ROOT], capture_output=True,
-                       text=True, timeout=300, cwd=ROOT)
+    r = subprocess.run(
+        [ruff, "check", "--no-cache", "--output-format", "concise", ROOT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+@pytest.mark.slow  # a subprocess
+def test_ruff_format_finds_nothing():
+    """The tree is as `ruff format` writes it ([tool.ruff.format]; the notebook sources are the built notebooks'
+    text and keep theirs), so a diff shows changes, never a reformatting."""
+    ruff = shutil.which("ruff") or os.path.join(os.path.dirname(sys.executable), "ruff")
+    if not os.path.exists(ruff):
+        pytest.skip("ruff is not installed (it comes with torch_fl's test extra: pip install 'torch_fl[test]')")
+    r = subprocess.run(
+        [ruff, "format", "--check", "--no-cache", ROOT], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+SOURCE_SUFFIXES = (".py", ".c", ".h", ".cpp", ".cl")
+SKIP_DIRS = {
+    ".git",
+    "build",
+    "dist",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".ipynb_checkpoints",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".mypy_cache",
+    "include",
+    "test-artifacts",
+}
+
+
+def test_no_source_file_over_1000_lines():
+    """A file over 1,000 lines holds more than one topic; split it by topic (CONTRIBUTING.md). Generated copies
+    (torch_fl/runtime/include, the shipped headers) and build outputs are not sources."""
+    long = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        for name in files:
+            if name.endswith(SOURCE_SUFFIXES):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    n = sum(1 for _ in f)
+                if n > 1000:
+                    long.append(f"{os.path.relpath(path, ROOT)}: {n} lines")
+    assert not long, long

@@ -16,8 +16,9 @@ from torch_fl.tools.zoo import resnet50, transformer_encoder
 pytestmark = pytest.mark.slow  # the Torch-FL article's models, trained on every backend
 
 
-def _train_both(model: nn.Module, x: torch.Tensor, target: torch.Tensor, loss_fn, opt_cls, steps: int = 2,
-                rel: float = 1e-4, **opt):
+def _train_both(
+    model: nn.Module, x: torch.Tensor, target: torch.Tensor, loss_fn, opt_cls, steps: int = 2, rel: float = 1e-4, **opt
+):
     torch.manual_seed(0)
     ref = copy.deepcopy(model)
     dev = copy.deepcopy(model).to("fl")
@@ -55,8 +56,7 @@ def test_resnet50_trains_like_cpu_float64():
     model = resnet50(num_classes=10).double()
     x = torch.randn(4, 3, 64, 64, dtype=torch.float64)
     y = torch.tensor([1, 3, 5, 7])
-    ref, dev = _train_both(model, x, y, nn.functional.cross_entropy, torch.optim.SGD, rel=1e-9, lr=0.05,
-                           momentum=0.9)
+    ref, dev = _train_both(model, x, y, nn.functional.cross_entropy, torch.optim.SGD, rel=1e-9, lr=0.05, momentum=0.9)
     ref.eval()
     dev.eval()
     with torch.no_grad():

@@ -49,8 +49,12 @@ def wheel(tmp_path_factory) -> str:
     if given:
         return given
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    ROOT], check=True, capture_output=True, timeout=1800)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), ROOT],
+        check=True,
+        capture_output=True,
+        timeout=1800,
+    )
     return str(next(out.glob("torch_fl-*.whl")))
 
 
@@ -60,8 +64,13 @@ def sdist(tmp_path_factory) -> str:
     if given:
         return given
     out = tmp_path_factory.mktemp("sdist")
-    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(out)], cwd=ROOT, check=True,
-                   capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "sdist", "-d", str(out)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return str(next(out.glob("torch_fl-*.tar.gz")))
 
 
@@ -73,9 +82,13 @@ def test_wheel_carries_every_module_plugin_header_and_source(wheel):
     # compiled at first use, against the installed torch
     expected |= _source_files("torch_fl/runtime/csrc", (".cpp", ".h"))
     expected |= _bundled_plugins()
-    expected |= {"torch_fl/runtime/include/fl_plugin.h", "torch_fl/runtime/include/fl_kernel_util.h",
-                 "torch_fl/runtime/include/fl_special_math.h", "torch_fl/runtime/include/fl_special_bessel.h",
-                 "torch_fl_autoload.py"}
+    expected |= {
+        "torch_fl/runtime/include/fl_plugin.h",
+        "torch_fl/runtime/include/fl_kernel_util.h",
+        "torch_fl/runtime/include/fl_special_math.h",
+        "torch_fl/runtime/include/fl_special_bessel.h",
+        "torch_fl_autoload.py",
+    }
     missing = sorted(expected - names)
     assert not missing, f"the wheel lacks {missing}"
     stray = sorted(n for n in names if n.split("/")[0] in ("tests", "notebooks", "bench", "plugins_cffi"))
@@ -89,7 +102,7 @@ def test_wheel_declares_its_dependencies_and_command(wheel):
     requires = [r.split(";")[0].replace(" ", "") for r in meta.get_all("Requires-Dist")]
     for dep in ("torch>=2.9", "numpy", "cffi", "scipy-openblas32", "expecttest"):
         assert any(r.startswith(dep) for r in requires), f"{dep} not declared: {requires}"
-    test_extra = [r for r in meta.get_all("Requires-Dist") if "extra == \"test\"" in r]
+    test_extra = [r for r in meta.get_all("Requires-Dist") if 'extra == "test"' in r]
     for dep in ("pytest", "nbval", "transformers", "hypothesis"):
         assert any(r.startswith(dep) for r in test_extra), f"{dep} not in the test extra"
     entry_points = z.read(info.replace("METADATA", "entry_points.txt")).decode()
@@ -101,8 +114,12 @@ def test_sdist_carries_what_the_build_compiles(sdist):
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     expected = _source_files("plugins_cffi", (".c", ".h")) | _source_files("torch_fl", (".py", ".cpp"))
-    expected |= _source_files("fl_magics", (".py",)) | {"setup.py", "pyproject.toml", "README.md",
-                                                         "torch_fl_autoload.py"}
+    expected |= _source_files("fl_magics", (".py",)) | {
+        "setup.py",
+        "pyproject.toml",
+        "README.md",
+        "torch_fl_autoload.py",
+    }
     missing = sorted(expected - names)
     assert not missing, f"the sdist lacks {missing}"
 
@@ -121,8 +138,9 @@ def test_reading_setup_py_writes_nothing(tmp_path):
     for name in ("plugins_cffi", *PACKAGES):
         shutil.copytree(os.path.join(ROOT, name), tmp_path / name, ignore=ignore)
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
-    r = subprocess.run([sys.executable, "setup.py", "--version"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, "setup.py", "--version"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     after = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert after == before, f"setup.py --version wrote {sorted(set(after) - set(before))[:10]}"
@@ -147,8 +165,10 @@ def test_every_module_imports_without_a_warning():
     assert int(r.stdout.split()[-1]) >= 20
 
 
-@pytest.mark.skipif(not os.environ.get("FL_TEST_INSTALLED"), reason="only meaningful for a non-editable install "
-                    "(scripts/test.sh sets FL_TEST_INSTALLED)")
+@pytest.mark.skipif(
+    not os.environ.get("FL_TEST_INSTALLED"),
+    reason="only meaningful for a non-editable install (scripts/test.sh sets FL_TEST_INSTALLED)",
+)
 def test_tests_run_against_the_installed_package():
     import torch_fl
 

@@ -43,9 +43,15 @@ def test_a_terminal_gets_one_line_per_step_and_false_is_silent(capsys):
 
 def test_the_doctor_as_a_call_reports_references_then_each_backend():
     g = torch.Generator().manual_seed(0)
-    case = doctor.Case("MLP", lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 3)),
-                       torch.randn(6, 8, generator=g), torch.tensor([0, 1, 2, 0, 1, 2]), nn.functional.cross_entropy,
-                       steps=3, lr=0.05)
+    case = doctor.Case(
+        "MLP",
+        lambda: nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 3)),
+        torch.randn(6, 8, generator=g),
+        torch.tensor([0, 1, 2, 0, 1, 2]),
+        nn.functional.cross_entropy,
+        steps=3,
+        lr=0.05,
+    )
     rec = Recorder()
     before = fl.get_current_backend_name()
     report = doctor.run_doctor(["cpu", "minimal"], progress=rec, cases=[case])
@@ -83,8 +89,11 @@ def _kernel_run(code: str) -> tuple[list, str]:
                 stdout += content["text"]
             elif kind == "error":
                 raise AssertionError("\n".join(content["traceback"]))
-            elif kind == "status" and content["execution_state"] == "idle" and msg["parent_header"].get(
-                    "msg_id") == msg_id:
+            elif (
+                kind == "status"
+                and content["execution_state"] == "idle"
+                and msg["parent_header"].get("msg_id") == msg_id
+            ):
                 return states, stdout
     finally:
         kc.stop_channels()
@@ -92,8 +101,10 @@ def _kernel_run(code: str) -> tuple[list, str]:
 
 
 def test_a_notebook_gets_a_bar_that_moves_with_the_steps():
-    states, stdout = _kernel_run("import torch_fl.notebook\nimport torch_fl as fl\n"
-                                 "r = fl.coverage('cpu', 'abs,neg,sin')\nprint('ops', len(r.results))")
+    states, stdout = _kernel_run(
+        "import torch_fl.notebook\nimport torch_fl as fl\n"
+        "r = fl.coverage('cpu', 'abs,neg,sin')\nprint('ops', len(r.results))"
+    )
     bars = [s for s in states if s.get("_model_name") == "IntProgressModel"]
     assert bars and bars[0]["max"] == 3, states
     values = [s["value"] for s in states if "value" in s and isinstance(s["value"], int)]

@@ -17,8 +17,10 @@ SKIP_DIRS = {".git", "build", "dist", ".venv", "__pycache__", ".ipynb_checkpoint
 BUILT = ("torch_fl/runtime/include/", "torch_fl/runtime/plugins/")
 TEXT = (".py", ".md", ".c", ".h", ".cpp", ".toml", ".sh", ".cfg", ".in", "Makefile", "run")
 # a repository path, or a bare name of the repository's own C files (k_*.c, fl_*.h, ...), or a Markdown document
-PATH = re.compile(r"(?<![\w/.-])((?:\.ci|[a-z_]+)/[\w./-]*[\w-](?:\.\w+)?"
-                  r"|(?:k|fl|comm|fused)_[\w-]*\.(?:c|h|cpp)|emu\.h|[\w-]+\.md)(?![\w/-])")
+PATH = re.compile(
+    r"(?<![\w/.-])((?:\.ci|[a-z_]+)/[\w./-]*[\w-](?:\.\w+)?"
+    r"|(?:k|fl|comm|fused)_[\w-]*\.(?:c|h|cpp)|emu\.h|[\w-]+\.md)(?![\w/-])"
+)
 PLACEHOLDER = re.compile(r"NN_|<|\*|\{|FILE\.md")
 
 
@@ -58,7 +60,7 @@ def test_docs_and_comments_name_only_files_that_exist():
             text = fh.read()
         for m in PATH.finditer(text):
             ref = m.group(1)
-            around = text[max(0, m.start() - 60): m.end() + 5]
+            around = text[max(0, m.start() - 60) : m.end() + 5]
             if PLACEHOLDER.search(ref) or "://" in around or "/tmp" in around or "site-packages" in around:
                 continue
             if not _exists(ref, f, files, dirs, names):

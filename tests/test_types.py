@@ -22,8 +22,17 @@ def test_mypy_finds_nothing(tmp_path):
     if importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy is not installed (it comes with torch_fl's test extra: pip install 'torch_fl[test]')")
     # the cache goes to a temporary folder: the source tree stays as the checkout left it
-    cmd = [sys.executable, "-m", "mypy", "--config-file", os.path.join(ROOT, "pyproject.toml"),
-           "--cache-dir", str(tmp_path / "mypy_cache"), "--no-error-summary", "--show-error-codes"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        os.path.join(ROOT, "pyproject.toml"),
+        "--cache-dir",
+        str(tmp_path / "mypy_cache"),
+        "--no-error-summary",
+        "--show-error-codes",
+    ]
     start = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     took = time.monotonic() - start

@@ -39,8 +39,9 @@ pytestmark = [
     pytest.mark.skipif(
         FOLDER is None or not os.path.isdir(FOLDER),
         reason="PyTorch's test files are not on this machine (set FL_UPSTREAM_TESTS to a folder of them, e.g. a copy "
-               "of PyTorch's test/ of the installed torch's release); the project's checkout has them in "
-               "../shared/upstream-tests"),
+        "of PyTorch's test/ of the installed torch's release); the project's checkout has them in "
+        "../shared/upstream-tests",
+    ),
 ]
 FILES = sorted(f[:-3] for f in os.listdir(FOLDER) if f.startswith("test_") and f.endswith(".py")) if FOLDER else []
 
@@ -62,9 +63,12 @@ def test_pytorch_device_tests_pass_on_fl(backend, native, out_dir):
     compared = sum(c.compared for c in comparisons)
     # the selection really ran: a broken collection (an import error in a test file, pytest-timeout missing)
     # must not pass as "no defects"
-    assert all(not r.note for r in runs.values()) and all(not r.note for r in native.values()), \
-        [r.note for r in [*runs.values(), *native.values()] if r.note]
+    assert all(not r.note for r in runs.values()) and all(not r.note for r in native.values()), [
+        r.note for r in [*runs.values(), *native.values()] if r.note
+    ]
     assert compared >= 10 * len(FILES), f"only {compared} tests compared on {backend}"
     defects = [(c.file, test, outcome, why) for c in comparisons for test, outcome, why in c.defects]
-    assert not defects, "\n".join([f"{len(defects)} of {compared} PyTorch tests pass on native CPU, not on fl "
-                                   f"'{backend}':"] + [f"  {o} {t}: {w[:200]}" for _, t, o, w in defects[:30]])
+    assert not defects, "\n".join(
+        [f"{len(defects)} of {compared} PyTorch tests pass on native CPU, not on fl '{backend}':"]
+        + [f"  {o} {t}: {w[:200]}" for _, t, o, w in defects[:30]]
+    )

@@ -96,7 +96,6 @@ class BackendReport(Report):
         return "\n".join(lines)
 
 
-
 def list_backends() -> BackendReport:
     REGISTRY.discover()
     entries = []
@@ -136,13 +135,11 @@ class Explanation(Report):
     calls: dict
 
     def render(self) -> str:
-        lines = [f"{self.op} ({', '.join(self.dtypes)}) on backend '{self.backend}': "
-                 f"{self.path or 'NO PATH'}"]
+        lines = [f"{self.op} ({', '.join(self.dtypes)}) on backend '{self.backend}': {self.path or 'NO PATH'}"]
         lines += [f"  - {r}" for r in self.reasons]
         if self.calls:
             lines.append("  calls so far: " + ", ".join(f"{p}={n}" for p, n in sorted(self.calls.items())))
         return "\n".join(lines)
-
 
     _TIERS = ("native", "decomposition", "jit", "fallback")
 
@@ -171,10 +168,15 @@ class ExplanationTable(Report):
     def html(self) -> str:
         import html
 
-        rows = "".join(f"<tr><td>{html.escape(e.backend)}</td><td><b>{html.escape(e.path or 'NO PATH')}</b></td>"
-                       f"<td>{html.escape(e.why())}</td></tr>" for e in self.rows)
-        return (f"<b>{html.escape(self.op)}</b> ({html.escape(', '.join(self.dtypes))})"
-                f"<table><tr><th>backend</th><th>path</th><th>why</th></tr>{rows}</table>")
+        rows = "".join(
+            f"<tr><td>{html.escape(e.backend)}</td><td><b>{html.escape(e.path or 'NO PATH')}</b></td>"
+            f"<td>{html.escape(e.why())}</td></tr>"
+            for e in self.rows
+        )
+        return (
+            f"<b>{html.escape(self.op)}</b> ({html.escape(', '.join(self.dtypes))})"
+            f"<table><tr><th>backend</th><th>path</th><th>why</th></tr>{rows}</table>"
+        )
 
 
 def explain_all(op: Any, dtype: torch.dtype | str | tuple = torch.float32) -> ExplanationTable:

@@ -1,19 +1,19 @@
 """`torch-fl`: the command line.
 
-    torch-fl doctor [--full] [--backend NAME]   discover backends, print capability tables, train
-                                                ResNet-50 and a Transformer encoder a few SGD steps on
-                                                each, judged against float64 beside native CPU
-    torch-fl backends                           every plugin found, and why any was rejected
-    torch-fl explain OP [--dtype D] [--backend NAME]
-    torch-fl coverage [--backend NAME] [--ops GLOB] [--no-fallback] [--state FILE] [--json]
-                                                fl.coverage(): every OpInfo op's samples on fl vs CPU, forward and
-                                                backward, with the path each call took (resumable)
-    torch-fl zoo [--models A,B] [--backends X,Y] [--train [MODEL]] [--json]
-                                                the model zoo (docs/models.md): transformers and torch.nn models
-                                                on every backend against float64; exit status 1 if a row fails
-    torch-fl plugin check PATH_OR_NAME [--ops GLOB] [--timeout S] [--json]
-                                                conformance of a plugin: entry-point contract and every
-                                                declared kernel against PyTorch CPU; exit status 1 on failure
+torch-fl doctor [--full] [--backend NAME]   discover backends, print capability tables, train
+                                            ResNet-50 and a Transformer encoder a few SGD steps on
+                                            each, judged against float64 beside native CPU
+torch-fl backends                           every plugin found, and why any was rejected
+torch-fl explain OP [--dtype D] [--backend NAME]
+torch-fl coverage [--backend NAME] [--ops GLOB] [--no-fallback] [--state FILE] [--json]
+                                            fl.coverage(): every OpInfo op's samples on fl vs CPU, forward and
+                                            backward, with the path each call took (resumable)
+torch-fl zoo [--models A,B] [--backends X,Y] [--train [MODEL]] [--json]
+                                            the model zoo (docs/models.md): transformers and torch.nn models
+                                            on every backend against float64; exit status 1 if a row fails
+torch-fl plugin check PATH_OR_NAME [--ops GLOB] [--timeout S] [--json]
+                                            conformance of a plugin: entry-point contract and every
+                                            declared kernel against PyTorch CPU; exit status 1 on failure
 """
 
 from __future__ import annotations
@@ -101,21 +101,42 @@ def _coverage(args: argparse.Namespace) -> int:
 
     dtype = _dtype(args.dtype)
     if args.worker:
+
         def begin(name: str) -> None:
             print(f"@@BEGIN {name}", flush=True)
 
         # the worker's stderr is the terminal's: one line per op ended (stdout is the parent's protocol)
-        fl.coverage(args.backend, args.ops, dtype, args.samples, cpu_fallback=not args.no_fallback,
-                    state_file=args.state, progress=Lines(f"coverage on {args.backend}", None, sys.stderr),
-                    on_begin=begin)
+        fl.coverage(
+            args.backend,
+            args.ops,
+            dtype,
+            args.samples,
+            cpu_fallback=not args.no_fallback,
+            state_file=args.state,
+            progress=Lines(f"coverage on {args.backend}", None, sys.stderr),
+            on_begin=begin,
+        )
         return 0
     state = args.state or tempfile.mkstemp(suffix=".jsonl", prefix="fl_coverage_")[1]
     backend = args.backend or fl.get_current_backend_name()
     # not `python -m`: that would put the working directory first on the worker's sys.path
     from torch_fl.runtime import spawn
 
-    cmd = spawn.python_command("torch_fl.cli", "coverage", "--worker", "--backend", backend, "--ops", args.ops,
-                               "--dtype", args.dtype, "--samples", str(args.samples), "--state", state)
+    cmd = spawn.python_command(
+        "torch_fl.cli",
+        "coverage",
+        "--worker",
+        "--backend",
+        backend,
+        "--ops",
+        args.ops,
+        "--dtype",
+        args.dtype,
+        "--samples",
+        str(args.samples),
+        "--state",
+        state,
+    )
     if args.no_fallback:
         cmd.append("--no-fallback")
     for _attempt in range(100):
@@ -167,9 +188,11 @@ def _zoo(args: argparse.Namespace) -> int:
     else:
         print(report.render())
         for c in curves:
-            print(f"training {c.model} on {c.backend}: {len(c.losses)} AdamW steps, loss {c.losses[0]:.4f} -> "
-                  f"{c.losses[-1]:.4f} (CPU {c.cpu_losses[0]:.4f} -> {c.cpu_losses[-1]:.4f}), max relative "
-                  f"difference to CPU {c.max_rel_diff:.1e}")
+            print(
+                f"training {c.model} on {c.backend}: {len(c.losses)} AdamW steps, loss {c.losses[0]:.4f} -> "
+                f"{c.losses[-1]:.4f} (CPU {c.cpu_losses[0]:.4f} -> {c.cpu_losses[-1]:.4f}), max relative "
+                f"difference to CPU {c.max_rel_diff:.1e}"
+            )
     return 0 if all(r.passed for r in report.results) else 1
 
 
@@ -178,8 +201,13 @@ def _plugin(args: argparse.Namespace) -> int:
     from torch_fl.tools.checker import check_plugin
 
     # one line per decided check on stderr, so minutes of checking are not silent
-    report = check_plugin(args.target, ops=args.ops, samples=args.samples, timeout=args.timeout,
-                          progress=False if args.json else Lines("plugin check", None, sys.stderr))
+    report = check_plugin(
+        args.target,
+        ops=args.ops,
+        samples=args.samples,
+        timeout=args.timeout,
+        progress=False if args.json else Lines("plugin check", None, sys.stderr),
+    )
     print(report.to_json(indent=1) if args.json else report.render())
     return 0 if report.passed else 1
 
@@ -218,8 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     z.add_argument("--models", help="comma-separated zoo names (default: all; --list shows them)")
     z.add_argument("--backends", help="comma-separated backends (default: every one found)")
     z.add_argument("--list", action="store_true", help="list the zoo's models and exit")
-    z.add_argument("--train", nargs="?", const="llama", metavar="MODEL",
-                   help="also train a causal LM (default llama) for --steps AdamW steps against the CPU")
+    z.add_argument(
+        "--train",
+        nargs="?",
+        const="llama",
+        metavar="MODEL",
+        help="also train a causal LM (default llama) for --steps AdamW steps against the CPU",
+    )
     z.add_argument("--steps", type=int, default=30)
     z.add_argument("--json", action="store_true", help="print the results as JSON")
     pl = sub.add_parser("plugin", help="tools for plugin authors")
@@ -228,17 +261,27 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("target", help="path of the plugin's lib*.so, or the name of a discovered backend")
     c.add_argument("--ops", default="*", help="only kernels whose aten name matches this glob")
     c.add_argument("--samples", type=int, default=4, help="recorded calls per kernel and dtype (default 4)")
-    c.add_argument("--timeout", type=_positive_seconds, default=300.0,
-                   help="seconds one check (a contract group, one kernel's calls) may take before it is reported "
-                        "as hung and the checker goes on (default 300)")
+    c.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=300.0,
+        help="seconds one check (a contract group, one kernel's calls) may take before it is reported "
+        "as hung and the checker goes on (default 300)",
+    )
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     command = args.command or "doctor"
     if command == "doctor" and args.command is None:
         args = parser.parse_args(["doctor"])
     try:
-        return {"doctor": _doctor, "backends": _backends, "explain": _explain, "plugin": _plugin,
-                "coverage": _coverage, "zoo": _zoo}[command](args)
+        return {
+            "doctor": _doctor,
+            "backends": _backends,
+            "explain": _explain,
+            "plugin": _plugin,
+            "coverage": _coverage,
+            "zoo": _zoo,
+        }[command](args)
     except Exception as exc:  # user-facing: one line, no traceback
         from torch_fl.errors import FlError
 

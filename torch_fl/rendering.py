@@ -26,10 +26,14 @@ class Report:
     def __str__(self) -> str:
         return self.render()
 
-    def _repr_mimebundle_(self, include: Collection[str] | None = None,
-                          exclude: Collection[str] | None = None) -> dict[str, str]:
+    def _repr_mimebundle_(
+        self, include: Collection[str] | None = None, exclude: Collection[str] | None = None
+    ) -> dict[str, str]:
         """Only the formats asked for are rendered: every one unless `include`
         names some, less those in `exclude`."""
         formats = {"text/plain": self.render, "text/html": self.html}
-        return {mime: make() for mime, make in formats.items()
-                if (include is None or mime in include) and (exclude is None or mime not in exclude)}
+        return {
+            mime: make()
+            for mime, make in formats.items()
+            if (include is None or mime in include) and (exclude is None or mime not in exclude)
+        }

@@ -265,7 +265,7 @@ def test_linear_gelu_dropout_is_one_kernel_with_a_fresh_mask_each_step():
     assert calls == {"fl::linear_act": 1, "fl::linear_act_backward": 1}, calls
     # the reference: the same mask from the seed the op drew (the first draw after manual_seed(1))
     torch.manual_seed(1)
-    seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
+    seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
     ref = copy.deepcopy(model).cpu().double()
     h = F.gelu(ref[0](x.cpu().double()))
     h = torch.where(fused.keep_mask(seed, h.shape, 0.3, "cpu"), h / 0.7, torch.zeros((), dtype=h.dtype))
@@ -324,8 +324,16 @@ def test_a_dropout_the_kernel_cannot_take_is_kept_after_a_fused_linear_act():
 
 
 def _conv_net() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
-                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
 
 
 # -- (linear ->) dropout -> residual add -> LayerNorm in training --------------------------------
@@ -361,7 +369,7 @@ def test_training_dropout_before_add_norm_is_the_kernels_epilogue_with_a_fresh_s
     assert calls == {op: 1, op + "_backward": 1}, calls
     # the reference: the mask from the seed the op drew (the first draw after manual_seed(1)), in float64
     torch.manual_seed(1)
-    seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
+    seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
     ref = copy.deepcopy(model).cpu().double()
     hr, xr = h.double().requires_grad_(), x.double().requires_grad_()
     y = ref.dense(hr)

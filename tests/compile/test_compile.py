@@ -114,8 +114,7 @@ def test_passes_switch_off_by_api_and_environment(small_resnet, monkeypatch):
         off = fl.compile(dev, passes={"conv_bn": False})
         assert_close(off(x), small_resnet(x.cpu()), 1e-4)
         assert not [p for p in _patterns(off) if p.startswith("conv+bn")]
-        assert fl.fusion_report(off).graphs[0].passes == [
-            p for p in PASS_NAMES if p != "conv_bn"]
+        assert fl.fusion_report(off).graphs[0].passes == [p for p in PASS_NAMES if p != "conv_bn"]
         fl_dynamo.reset()
         monkeypatch.setenv("FL_FUSION_DISABLE", "pointwise, layout")
         env = fl.compile(dev)
@@ -256,8 +255,11 @@ class HFSelfAttention(nn.Module):
     def __init__(self, hidden=32, heads=4, dropout=0.0):
         super().__init__()
         self.heads, self.dim = heads, hidden // heads
-        self.query, self.key, self.value = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden), nn.Linear(
-            hidden, hidden)
+        self.query, self.key, self.value = (
+            nn.Linear(hidden, hidden),
+            nn.Linear(hidden, hidden),
+            nn.Linear(hidden, hidden),
+        )
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden, hidden)
 
@@ -373,12 +375,13 @@ def test_epilogue_kernels_match_the_reference_with_gradients_and_dropout(dtype):
 
     x, w, b, r, lw, lb, y = t(2, 5, 16), t(24, 16), t(24), t(2, 5, 24), t(24), t(24), t(2, 5, 24)
     q, k, v = t(2, 3, 7, 8), t(2, 3, 9, 8), t(2, 3, 9, 8)
-    cases = [("fl::linear_act", torch.ops.fl.linear_act, (x, w, b), (2, 0.3, 11, True)),
-             ("fl::linear_act", torch.ops.fl.linear_act, (x, w, None), (1, 0.3, 12, False)),
-             ("fl::linear_add_layer_norm", torch.ops.fl.linear_add_layer_norm, (x, w, b, r, lw, lb),
-              (1e-5, 0.25, 13, True)),
-             ("fl::add_layer_norm", torch.ops.fl.add_layer_norm, (y, r, lw, None), (1e-5, 0.0, 0, True)),
-             ("fl::attention_dropout", torch.ops.fl.attention_dropout, (q, k, v, None), (0.2, False, 14, None))]
+    cases = [
+        ("fl::linear_act", torch.ops.fl.linear_act, (x, w, b), (2, 0.3, 11, True)),
+        ("fl::linear_act", torch.ops.fl.linear_act, (x, w, None), (1, 0.3, 12, False)),
+        ("fl::linear_add_layer_norm", torch.ops.fl.linear_add_layer_norm, (x, w, b, r, lw, lb), (1e-5, 0.25, 13, True)),
+        ("fl::add_layer_norm", torch.ops.fl.add_layer_norm, (y, r, lw, None), (1e-5, 0.0, 0, True)),
+        ("fl::attention_dropout", torch.ops.fl.attention_dropout, (q, k, v, None), (0.2, False, 14, None)),
+    ]
     for name, op, tensors, rest in cases:
         for a in tensors:
             if a is not None:

@@ -38,8 +38,9 @@ def _bert():
 
 
 def _resnet():
-    cfg = transformers.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
-                                    layer_type="basic")
+    cfg = transformers.ResNetConfig(
+        num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"
+    )
     return transformers.ResNetModel(cfg)
 
 
@@ -55,8 +56,11 @@ def _check_training_step(model: nn.Module, call, out_of) -> fl_dynamo.FusionRepo
     for p, q in zip(model.parameters(), twin.parameters(), strict=True):
         # a parameter the output does not depend on (BERT's pooler here): AOTAutograd gives it a zero
         # gradient where eager leaves None, as with backend="aot_eager"
-        _close(p.grad if p.grad is not None else torch.zeros_like(p),
-               q.grad if q.grad is not None else torch.zeros_like(q), rtol=1e-3)
+        _close(
+            p.grad if p.grad is not None else torch.zeros_like(p),
+            q.grad if q.grad is not None else torch.zeros_like(q),
+            rtol=1e-3,
+        )
     report = fl_dynamo.fusion_report(compiled)
     assert report.graph_count == 1 and report.graph_breaks == [], str(report)
     assert {a.kind for g in report.graphs for a in g.aten_graphs} - {"captured"} == {"forward", "backward"}
@@ -90,8 +94,7 @@ def test_models_match_eager_in_output_and_gradients(backend):
         assert any(p.pattern == "attention (math path)" and not p.applied for p in report.patterns(None))
 
     resnet = _resnet().to("fl")
-    _check_training_step(resnet, {"pixel_values": torch.randn(2, 3, 16, 16).to("fl")},
-                         lambda o: o.pooler_output)
+    _check_training_step(resnet, {"pixel_values": torch.randn(2, 3, 16, 16).to("fl")}, lambda o: o.pooler_output)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -143,8 +146,9 @@ def test_conv_bn_is_kept_where_a_gradient_is_needed():
 def test_training_loop_loss_matches_eager_with_fused_attention_backward():
     fl.set_backend("rocm")
     torch.manual_seed(0)
-    model = nn.Sequential(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), nn.Flatten(),
-                          nn.Linear(16 * 6, 3)).to("fl")
+    model = nn.Sequential(
+        nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), nn.Flatten(), nn.Linear(16 * 6, 3)
+    ).to("fl")
     twin = copy.deepcopy(model)
     compiled = torch.compile(model, backend="fl")
     x, y = torch.randn(4, 6, 16).to("fl"), torch.tensor([0, 1, 2, 1]).to("fl")
@@ -238,15 +242,23 @@ def test_report_counts_graph_breaks_with_reasons_and_recompilations():
 
 @pytest.mark.slow  # a subprocess
 def test_backend_fl_resolves_by_name_without_importing_torch_fl():
-    code = ("import sys, torch\n"
-            "m = torch.nn.Linear(4, 2).to('fl')\n"
-            "x = torch.randn(3, 4, device='fl')\n"
-            "out = torch.compile(m, backend='fl')(x)\n"
-            "torch.testing.assert_close(out.cpu(), m(x).cpu())\n"
-            "print(out.device, 'torch_fl.compile.dynamo' in sys.modules)\n")
+    code = (
+        "import sys, torch\n"
+        "m = torch.nn.Linear(4, 2).to('fl')\n"
+        "x = torch.randn(3, 4, device='fl')\n"
+        "out = torch.compile(m, backend='fl')(x)\n"
+        "torch.testing.assert_close(out.cpu(), m(x).cpu())\n"
+        "print(out.device, 'torch_fl.compile.dynamo' in sys.modules)\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
-                         cwd=os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=os.path.dirname(os.path.abspath(__file__)),
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["fl:0", "True"]
 
@@ -292,9 +304,14 @@ def test_rocm_training_step_runs_the_epilogue_kernels_forward_and_backward():
     fused = step(torch.compile(layer, backend="fl"))
     calls = {o.op: o.calls for o in fused.ops() if o.op.startswith("fl::")}
     # linear1 + ReLU, and the packed QKV GEMM with its bias (act "none")
-    assert calls == {"fl::linear_act": 2, "fl::linear_act_backward": 2, "fl::add_layer_norm": 1,
-                     "fl::add_layer_norm_backward": 1, "fl::linear_add_layer_norm": 1,
-                     "fl::linear_add_layer_norm_backward": 1}, calls
+    assert calls == {
+        "fl::linear_act": 2,
+        "fl::linear_act_backward": 2,
+        "fl::add_layer_norm": 1,
+        "fl::add_layer_norm_backward": 1,
+        "fl::linear_add_layer_norm": 1,
+        "fl::linear_add_layer_norm_backward": 1,
+    }, calls
     # 12 of the eager step's kernels are the .grad accumulations both runs make; of the rest, the compiled step
     # launches at most half (issue 17's goal for a Transformer encoder layer on rocm; deterministic counts)
     assert fused.kernels - 12 <= (eager.kernels - 12) / 2, (eager.kernels, fused.kernels)
@@ -302,8 +319,11 @@ def test_rocm_training_step_runs_the_epilogue_kernels_forward_and_backward():
     assert [p.pattern for p in report.patterns() if p.graph == "captured"][0] == "multi-head attention"
     assert _applied(report, "linear+relu") == {"captured"}  # F.linear -> F.relu in Dynamo's graph
     assert _applied(report, "linear+act") == {"forward", "backward"}  # the kernels in the aten graphs
-    assert _applied(report, "linear+add+layer_norm") == _applied(report, "add+layer_norm") == {
-        "captured", "forward", "backward"}
+    assert (
+        _applied(report, "linear+add+layer_norm")
+        == _applied(report, "add+layer_norm")
+        == {"captured", "forward", "backward"}
+    )
     fl_dynamo.reset()
     off = step(torch.compile(layer, backend="fl", options={"passes": {"linear_act": False, "add_norm": False}}))
     assert not [o.op for o in off.ops() if o.op.startswith("fl::")]
@@ -318,8 +338,10 @@ def test_inference_graph_gets_the_passes_too():
     mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3]).to("fl")
     compiled = torch.compile(bert, backend="fl")
     with torch.no_grad():
-        _close(compiled(input_ids=ids, attention_mask=mask).last_hidden_state,
-               bert(input_ids=ids, attention_mask=mask).last_hidden_state)
+        _close(
+            compiled(input_ids=ids, attention_mask=mask).last_hidden_state,
+            bert(input_ids=ids, attention_mask=mask).last_hidden_state,
+        )
     report = fl_dynamo.fusion_report(compiled)
     assert _applied(report, "scaled_dot_product_attention") == {"inference"}
     assert "inference" in str(report) and report.to_dict()["graphs"][0]["aten_graphs"][-1]["kind"] == "inference"
@@ -332,8 +354,11 @@ def test_encoder_layer_fast_path_runs_on_the_device(backend, norm_first):
     eager); compiled, the layer's formula runs on the device, with the same output."""
     fl.set_backend(backend)
     torch.manual_seed(0)
-    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first,
-                                       activation="gelu").eval().to("fl")
+    layer = (
+        nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first, activation="gelu")
+        .eval()
+        .to("fl")
+    )
     x = torch.randn(2, 6, 16).to("fl")
     compiled = torch.compile(layer, backend="fl")
     with torch.no_grad():
@@ -375,6 +400,7 @@ def test_pass_selection_and_fl_fusion_disable(monkeypatch):
     with pytest.raises(ValueError, match="unknown pass 'conv'"):
         fl_passes.enabled_passes(None)
     monkeypatch.delenv("FL_FUSION_DISABLE")
-    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed,
-                       match=r"takes options=\{'passes': \.\.\., 'replay': \.\.\.\} only"):
+    with pytest.raises(
+        torch._dynamo.exc.BackendCompilerFailed, match=r"takes options=\{'passes': \.\.\., 'replay': \.\.\.\} only"
+    ):
         torch.compile(nn.Linear(2, 2).to("fl"), backend="fl", options={"mode": 1})(torch.randn(1, 2).to("fl"))

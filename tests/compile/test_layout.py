@@ -73,8 +73,9 @@ def test_a_half_precision_channels_last_output_is_computed_through_float32():
     x, wt = torch.randn(2, 4, 6, 6), torch.randn(8, 4, 3, 3)
     ref = F.conv2d(x.double(), wt.double(), padding=1)
     out = torch.empty(2, 8, 6, 6, dtype=torch.bfloat16, device=dev, memory_format=CL)
-    aten.convolution.out(x.bfloat16().to(dev), wt.bfloat16().to(dev), None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
-                         out=out)
+    aten.convolution.out(
+        x.bfloat16().to(dev), wt.bfloat16().to(dev), None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, out=out
+    )
     native = F.conv2d(x.bfloat16(), wt.bfloat16(), padding=1)
     assert out.is_contiguous(memory_format=CL)
     assert _err(out, ref) <= 2 * _err(native, ref) + 1e-2 * ref.abs().max().item()
@@ -99,7 +100,7 @@ def test_max_pooling_channels_last_in_and_out_equals_the_cpu_with_its_indices(ba
     x = torch.randn(2, 8, 9, 9)
     flat = x.view(-1)
     flat[::7] = float("nan")
-    flat[3::11] = flat[4::11][:flat[3::11].numel()]  # ties
+    flat[3::11] = flat[4::11][: flat[3::11].numel()]  # ties
     xc = x.contiguous(memory_format=CL)
     want, want_i = aten.max_pool2d_with_indices(xc, [k, k], [s, s], [p, p], [d, d])
     xd = xc.to(fl.device(backend))
@@ -121,9 +122,20 @@ def test_the_capability_table_names_the_kernels_that_write_any_layout():
 
 def _bn_args(dtype=torch.float32):
     torch.manual_seed(1)
-    return (torch.randn(2, 8, 9, 9, dtype=dtype), torch.randn(16, 8, 3, 3, dtype=dtype), torch.randn(16, dtype=dtype),
-            torch.rand(16, dtype=dtype) + 0.5, torch.randn(16, dtype=dtype), torch.randn(16, dtype=dtype),
-            torch.rand(16, dtype=dtype) + 0.5, 1e-5, [1, 1], [1, 1], [1, 1], 1)
+    return (
+        torch.randn(2, 8, 9, 9, dtype=dtype),
+        torch.randn(16, 8, 3, 3, dtype=dtype),
+        torch.randn(16, dtype=dtype),
+        torch.rand(16, dtype=dtype) + 0.5,
+        torch.randn(16, dtype=dtype),
+        torch.randn(16, dtype=dtype),
+        torch.rand(16, dtype=dtype) + 0.5,
+        1e-5,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        1,
+    )
 
 
 @pytest.mark.parametrize("backend", ["ascend", "rocm"])
@@ -283,8 +295,9 @@ def test_traced_layout_copies_only_when_the_memory_order_differs():
 def test_hugging_face_resnet_eval_on_ascend_matches_eager():
     fl.set_backend("ascend")
     torch.manual_seed(0)
-    cfg = transformers.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
-                                    layer_type="bottleneck")
+    cfg = transformers.ResNetConfig(
+        num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="bottleneck"
+    )
     model = transformers.ResNetModel(cfg).eval()
     x = torch.randn(2, 3, 32, 32)
     ref = copy.deepcopy(model).double()(pixel_values=x.double()).pooler_output
@@ -338,8 +351,9 @@ def test_zoo_vision_models_compile_channels_last_and_match_float64(name):
         native = [t for t in model(**inputs).to_tuple() if isinstance(t, torch.Tensor)]
         model = model.to("fl")
         compiled = fl.compile(model)
-        got = [t for t in compiled(**{k: v.to("fl") for k, v in inputs.items()}).to_tuple()
-               if isinstance(t, torch.Tensor)]
+        got = [
+            t for t in compiled(**{k: v.to("fl") for k, v in inputs.items()}).to_tuple() if isinstance(t, torch.Tensor)
+        ]
     assert len(got) == len(ref)
     for g, r, n in zip(got, ref, native, strict=True):
         assert g.shape == n.shape and g.stride() == n.stride()

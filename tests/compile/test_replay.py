@@ -55,8 +55,17 @@ def _mlp():
 
 
 def _convnet():
-    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2),
-                      nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    m = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, stride=2),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
     for bn in (m[1], m[4]):
         bn.running_mean.uniform_(-0.5, 0.5)
         bn.running_var.uniform_(0.5, 2.0)
@@ -114,7 +123,8 @@ def test_replayed_outputs_equal_compiled_outputs_with_new_inputs_each_call(backe
     if backend == "minimal" and kind == "bert":
         assert not status.replayed and status.reason == (
             "aten::_local_scalar_dense copies between the host and the device "
-            "(in the decomposition of aten::embedding, aten::index.Tensor)"), status
+            "(in the decomposition of aten::embedding, aten::index.Tensor)"
+        ), status
     else:
         assert status.replayed and status.replays == 3 and status.recordings == 1 and status.kernels > 0, status
 
@@ -130,7 +140,8 @@ def test_a_cpu_fallback_op_makes_the_graph_not_replayable_and_results_stay_corre
     status = _status(compiled)
     assert not status.replayed and status.reason == "fl_test_replay::twice runs as a CPU fallback", status
     assert "replay: not replayed: fl_test_replay::twice runs as a CPU fallback" in str(
-        fl_dynamo.fusion_report(compiled))
+        fl_dynamo.fusion_report(compiled)
+    )
 
 
 def test_a_replay_launches_the_recorded_kernels_and_no_dispatcher_python():
@@ -259,8 +270,9 @@ def test_training_steps_replay_forward_and_backward_like_the_compiled_graph(back
             opt.step()
             losses.append(loss.item())
         assert losses[0] == pytest.approx(losses[1], rel=1e-6, abs=1e-7)
-    for a, b in zip(list(model.parameters()) + list(model.buffers()), list(twin.parameters()) + list(twin.buffers()),
-                    strict=True):
+    for a, b in zip(
+        list(model.parameters()) + list(model.buffers()), list(twin.parameters()) + list(twin.buffers()), strict=True
+    ):
         torch.testing.assert_close(a.cpu(), b.cpu(), rtol=1e-6, atol=1e-6)
     status = _status(replayed)
     assert status.replayed and set(status.parts) == {"forward", "backward"}, status
@@ -319,8 +331,11 @@ def test_a_failing_kernel_in_a_replay_raises_naming_the_op_and_step():
     graph = KernelGraph(rec)
     graph.replay(None, None)  # the flaky kernel's first call succeeds
     y.zero_()
-    with pytest.raises(KernelError, match=r"kernel aten::flaky_test_op \(step 0 of 2 in a graph replay\) failed "
-                                          r"with FL_ERR_INTERNAL"):
+    with pytest.raises(
+        KernelError,
+        match=r"kernel aten::flaky_test_op \(step 0 of 2 in a graph replay\) failed "
+        r"with FL_ERR_INTERNAL",
+    ):
         graph.replay(None, None)
     assert y.abs().sum().item() == 0  # the step after the failing one did not run
 

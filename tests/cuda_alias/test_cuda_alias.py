@@ -44,16 +44,16 @@ DRIVER = textwrap.dedent("""
 
 def run(args: list[str], env: dict | None = None, timeout: int = 600, cwd: str | None = None):
     """A fresh interpreter with no FL_* settings but the caches, plus `env` (a value None removes it)."""
-    full = {k: v for k, v in os.environ.items()
-            if not k.startswith("FL_") or k in ("FL_CACHE_DIR", "FL_JIT_CACHE")}
+    full = {k: v for k, v in os.environ.items() if not k.startswith("FL_") or k in ("FL_CACHE_DIR", "FL_JIT_CACHE")}
     for k, v in (env or {}).items():
         if v is None:
             full.pop(k, None)
         else:
             full[k] = v
     full.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=full, timeout=timeout,
-                          cwd=cwd or HERE)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=full, timeout=timeout, cwd=cwd or HERE
+    )
 
 
 def run_code(code: str, env: dict | None = None, timeout: int = 300):
@@ -74,12 +74,15 @@ def cuda_checkpoint(tmp_path_factory) -> str:
     """A checkpoint as a CUDA machine writes it: its storage is tagged 'cuda:0' (saved here by giving
     torch.save a tagger that says so, in a plain-PyTorch process)."""
     path = str(tmp_path_factory.mktemp("ckpt") / "cuda_ckpt.pt")
-    r = run_code(f"""
+    r = run_code(
+        f"""
         import torch
         torch.serialization.register_package(0, lambda s: "cuda:0" if s.device.type == "cpu" else None,
                                              lambda obj, location: None)
         torch.save({{"w": torch.arange(4.0)}}, {path!r})
-    """, {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    """,
+        {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
     assert r.returncode == 0, r.stderr
     return path
 
@@ -87,8 +90,10 @@ def cuda_checkpoint(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def reference() -> dict:
     """The training scripts as plain PyTorch runs them on a machine without a GPU (torch_fl not loaded)."""
-    r = run(["-c", DRIVER, os.path.join(SCRIPTS, "train_amp.py"), os.path.join(SCRIPTS, "causal_lm.py")],
-            {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    r = run(
+        ["-c", DRIVER, os.path.join(SCRIPTS, "train_amp.py"), os.path.join(SCRIPTS, "causal_lm.py")],
+        {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
     out = last_json(r)
     assert out["train_amp.py"]["device"] == "cpu" and out["causal_lm.py"]["device"] == "cpu"
     return out
@@ -99,9 +104,16 @@ def aliased(request, cuda_checkpoint):
     """(backend, {script: its JSON}, stderr): the three CUDA scripts in one process per backend, with
     FL_ALIAS_CUDA=1 FL_BACKEND=<backend> and nothing else: `import torch` alone turns the alias on."""
     backend = request.param
-    r = run(["-c", DRIVER, os.path.join(SCRIPTS, "train_amp.py"), os.path.join(SCRIPTS, "causal_lm.py"),
-             f"{os.path.join(SCRIPTS, 'cuda_api.py')}::{cuda_checkpoint}"],
-            {"FL_ALIAS_CUDA": "1", "FL_BACKEND": backend})
+    r = run(
+        [
+            "-c",
+            DRIVER,
+            os.path.join(SCRIPTS, "train_amp.py"),
+            os.path.join(SCRIPTS, "causal_lm.py"),
+            f"{os.path.join(SCRIPTS, 'cuda_api.py')}::{cuda_checkpoint}",
+        ],
+        {"FL_ALIAS_CUDA": "1", "FL_BACKEND": backend},
+    )
     return backend, last_json(r), r.stderr
 
 
@@ -119,8 +131,9 @@ def test_the_alias_says_once_which_backend_cuda_runs_on(aliased):
     backend, _, stderr = aliased
     lines = alias_lines(stderr)
     mapping = ", ".join(f"cuda:{i} -> {d}" for i, d in enumerate(devices(backend)))
-    assert lines == [f"{ALIAS_LINE} 'cuda' runs on fl backend '{backend}' ({mapping}); tensors report their real "
-                     f"device (fl:N)"], stderr[-3000:]
+    assert lines == [
+        f"{ALIAS_LINE} 'cuda' runs on fl backend '{backend}' ({mapping}); tensors report their real device (fl:N)"
+    ], stderr[-3000:]
 
 
 def test_training_loop_with_autocast_and_grad_scaler(aliased, reference):
@@ -161,19 +174,47 @@ def test_torch_cuda_answers_for_the_backend(aliased):
     assert facts["props"] == [name, props.total_memory, props.compute_units]
     assert facts["mem_get_info"] == [True, True]
     assert facts["devices"] == {
-        "str": first, "str_last": last, "torch_device": last, "int": last, "tensor_cuda": first,
-        "tensor_cuda_last": last, "tensor_cuda_kw": last, "storage_cuda": last, "tensor_to": first,
-        "tensor_to_kw": last, "like": first, "new": first, "module_cuda": first, "module_to_int": last,
-        "is_cuda": False, "type": "fl", "default_device": first, "device_context": last}
-    assert facts["legacy"] == [[first, "torch.float32"], [first, "torch.float16"], [first, "torch.int64"], [1, 2],
-                               False, "torch.FloatTensor", True]
+        "str": first,
+        "str_last": last,
+        "torch_device": last,
+        "int": last,
+        "tensor_cuda": first,
+        "tensor_cuda_last": last,
+        "tensor_cuda_kw": last,
+        "storage_cuda": last,
+        "tensor_to": first,
+        "tensor_to_kw": last,
+        "like": first,
+        "new": first,
+        "module_cuda": first,
+        "module_to_int": last,
+        "is_cuda": False,
+        "type": "fl",
+        "default_device": first,
+        "device_context": last,
+    }
+    assert facts["legacy"] == [
+        [first, "torch.float32"],
+        [first, "torch.float16"],
+        [first, "torch.int64"],
+        [1, 2],
+        False,
+        "torch.FloatTensor",
+        True,
+    ]
     assert facts["legacy_default"] == [first, "torch.float64", "cpu", "torch.float32"]
     assert facts["legacy_int_default"] == ["TypeError", "only floating-point types are supported as the default type"]
     assert facts["after_set_device"] == [len(devs) - 1, last]
     assert facts["in_device_block"] == 0 and facts["after_device_block"] == len(devs) - 1
     assert facts["seeded_repeat"] and facts["state_roundtrip"] and facts["initial_seed"] == 7
-    assert facts["streams"] == {"inside_is_s": True, "restored": True, "default_is_current": True,
-                                "isinstance": [True, True, True], "elapsed_ms_nonnegative": True, "query": True}
+    assert facts["streams"] == {
+        "inside_is_s": True,
+        "restored": True,
+        "default_is_current": True,
+        "isinstance": [True, True, True],
+        "elapsed_ms_nonnegative": True,
+        "query": True,
+    }
     amp = str(fl.amp.autocast_dtype(backend))
     assert facts["autocast"] == [amp, amp, True, True] and facts["autocast_after"] is False
     assert facts["bf16_supported"] == ("bfloat16" in props.dtype_names)
@@ -181,15 +222,24 @@ def test_torch_cuda_answers_for_the_backend(aliased):
     # TF32 (10-bit mantissa) would be off by about 1e-3
     assert facts["matmul_rel_error_with_tf32_allowed"] < 1e-5
     assert facts["scaler_device"] == "fl" and facts["custom_fwd_dtype"] == "torch.float32"
-    assert facts["load"] == {"plain": first, "map_location_cuda": first, "map_location_device": last,
-                             "map_location_fn": first, "map_location_cpu": "cpu", "values": [0.0, 1.0, 2.0, 3.0]}
+    assert facts["load"] == {
+        "plain": first,
+        "map_location_cuda": first,
+        "map_location_device": last,
+        "map_location_fn": first,
+        "map_location_cpu": "cpu",
+        "values": [0.0, 1.0, 2.0, 3.0],
+    }
     assert facts["pinned"] is True
     assert facts["memory_summary_first_line"] == f"fl memory summary: cuda:0 = {first} ({name})"
     assert facts["cpu_generator_still_works"] is True
     for key in ("missing_device", "missing_set_device"):
-        assert facts[key] == ["FlError", f"cuda:{len(devs)} does not exist: torch_fl's cuda alias runs 'cuda' on "
-                              f"fl backend '{backend}', which has {len(devs)} device(s) (cuda:0 to "
-                              f"cuda:{len(devs) - 1})"]
+        assert facts[key] == [
+            "FlError",
+            f"cuda:{len(devs)} does not exist: torch_fl's cuda alias runs 'cuda' on "
+            f"fl backend '{backend}', which has {len(devs)} device(s) (cuda:0 to "
+            f"cuda:{len(devs) - 1})",
+        ]
 
 
 # the feature each uncovered call is named by in its error, and a word of what to do instead
@@ -214,8 +264,10 @@ UNCOVERED = {
     "torch.cuda.set_per_process_memory_fraction": ("set_per_process_memory_fraction", "FL_MEMORY_POOL_LIMIT"),
     "torch.cuda.utilization": ("torch.cuda.utilization", "mem_get_info"),
     "torch.cuda.memory_stats_as_nested_dict": ("torch.cuda.memory_stats_as_nested_dict", "CUDA runtime"),
-    "init_process_group(device_id=)": ("torch.distributed.init_process_group(..., device_id=...)",
-                                       "torch.cuda.set_device(local_rank)"),
+    "init_process_group(device_id=)": (
+        "torch.distributed.init_process_group(..., device_id=...)",
+        "torch.cuda.set_device(local_rank)",
+    ),
 }
 
 
@@ -258,11 +310,25 @@ def test_ddp_script_over_nccl_launched_with_torchrun(backend, tmp_path):
     needs two devices: rocm has two, ascend and minimal get a second from FL_ASCEND_DEVICES /
     FL_MINIMAL_DEVICES (rocm: the plugin's collectives; ascend and minimal: the CPU relay). The cpu backend
     has one device, where cuda:1 raises as on a one-GPU machine (test_torch_cuda_answers_...)."""
-    env = {"FL_ALIAS_CUDA": "1", "FL_BACKEND": backend,
-           "FL_MINIMAL_DEVICES": "2" if backend == "minimal" else None,
-           "FL_ASCEND_DEVICES": "2" if backend == "ascend" else None}
-    r = run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-             os.path.join(SCRIPTS, "ddp_nccl.py"), str(tmp_path)], env, cwd=str(tmp_path))
+    env = {
+        "FL_ALIAS_CUDA": "1",
+        "FL_BACKEND": backend,
+        "FL_MINIMAL_DEVICES": "2" if backend == "minimal" else None,
+        "FL_ASCEND_DEVICES": "2" if backend == "ascend" else None,
+    }
+    r = run(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            os.path.join(SCRIPTS, "ddp_nccl.py"),
+            str(tmp_path),
+        ],
+        env,
+        cwd=str(tmp_path),
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     ranks = [torch.load(tmp_path / f"rank{i}.pt") for i in range(2)]
     devs = devices(backend) if backend == "rocm" else None
@@ -273,8 +339,9 @@ def test_ddp_script_over_nccl_launched_with_torchrun(backend, tmp_path):
         if devs is not None:
             assert out["device"] == devs[i]
     assert ranks[0]["device"] != ranks[1]["device"]
-    said = [line for line in r.stderr.splitlines() if "process group backend 'nccl' runs as the fl process group"
-            in line]
+    said = [
+        line for line in r.stderr.splitlines() if "process group backend 'nccl' runs as the fl process group" in line
+    ]
     assert len(said) == 2 and all(f"on backend '{backend}'" in line for line in said), r.stderr[-3000:]
     expected = ddp_reference()
     for k, v in expected.items():
@@ -288,14 +355,17 @@ def test_ddp_script_over_nccl_launched_with_torchrun(backend, tmp_path):
 
 def test_off_by_default_cuda_stays_cuda():
     for value in (None, "0", "off", ""):
-        r = run_code("""
+        r = run_code(
+            """
             import torch
             print(torch.cuda.is_available(), torch.ones(1, device="fl").device)
             try:
                 torch.zeros(1, device="cuda")
             except (AssertionError, RuntimeError) as e:
                 print(type(e).__name__, e)
-        """, {"FL_ALIAS_CUDA": value})
+        """,
+            {"FL_ALIAS_CUDA": value},
+        )
         assert r.returncode == 0, r.stderr
         assert r.stdout.splitlines() == ["False fl:0", "AssertionError Torch not compiled with CUDA enabled"]
         assert not alias_lines(r.stderr), r.stderr
@@ -335,12 +405,15 @@ def test_alias_cuda_from_python_follows_the_current_backend_and_threads_opt_in()
     assert r.returncode == 0, r.stderr
     minimal = devices("minimal")[0]
     assert r.stdout.splitlines() == [
-        "False False", f"rocm rocm True {devices('rocm')[1]} False", "torch.utils.cpp_extension.CUDAExtension",
+        "False False",
+        f"rocm rocm True {devices('rocm')[1]} False",
+        "torch.utils.cpp_extension.CUDAExtension",
         "Torch not compiled with CUDA enabled",
         f"1 {minimal} {torch.fl.get_device_name(torch.device(minimal).index)}",
         f"[\"'cuda' reached PyTorch in a thread where torch_fl's cuda alias is not entered (its device mode is per "
-        f"thread, like every TorchFunctionMode): call torch_fl.alias_cuda() at the start of this thread\", "
-        f"'{minimal}']"]
+        f'thread, like every TorchFunctionMode): call torch_fl.alias_cuda() at the start of this thread", '
+        f"'{minimal}']",
+    ]
     assert len(alias_lines(r.stderr)) == 1 and "fl backend 'rocm'" in r.stderr
 
 
@@ -368,16 +441,20 @@ def test_a_real_cuda_device_keeps_the_alias_off_unless_forced():
     assert lines[1].startswith("refused torch_fl's cuda alias stays off: this PyTorch sees a real CUDA device")
     assert "alias_cuda(force=True)" in lines[1] and "FL_ALIAS_CUDA=force" in lines[1]
     assert lines[2] == f"forced rocm {devices('rocm')[0]}"
-    assert ("torch_fl: FL_ALIAS_CUDA=1 ignored: this PyTorch sees a real CUDA device, so 'cuda' stays CUDA "
-            "(FL_ALIAS_CUDA=force aliases it anyway)") in r.stderr.splitlines()
+    assert (
+        "torch_fl: FL_ALIAS_CUDA=1 ignored: this PyTorch sees a real CUDA device, so 'cuda' stays CUDA "
+        "(FL_ALIAS_CUDA=force aliases it anyway)"
+    ) in r.stderr.splitlines()
     r = run_code(code, {**env, "FL_ALIAS_CUDA": "force"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["active True"] and len(alias_lines(r.stderr)) == 1
 
 
 def test_a_bad_value_is_a_config_error_and_costs_import_torch_only_a_warning():
-    message = ("FL_ALIAS_CUDA='maybe' is not valid: use 1 to alias 'cuda' to the active fl backend, force to do "
-               "so even over a real CUDA device, or 0 to leave it off")
+    message = (
+        "FL_ALIAS_CUDA='maybe' is not valid: use 1 to alias 'cuda' to the active fl backend, force to do "
+        "so even over a real CUDA device, or 0 to leave it off"
+    )
     r = run_code("import torch_fl", {"FL_ALIAS_CUDA": "maybe", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert r.returncode != 0 and f"torch_fl.errors.ConfigError: {message}" in r.stderr, r.stderr[-2000:]
     r = run_code("import torch; print(torch.cuda.is_available(), hasattr(torch, 'fl'))", {"FL_ALIAS_CUDA": "maybe"})
@@ -388,8 +465,10 @@ def test_a_bad_value_is_a_config_error_and_costs_import_torch_only_a_warning():
 def test_torch_fl_imported_before_torch_turns_the_alias_on_once():
     """`import torch_fl` first (or `python -m torch_fl.cli`) imports torch from inside torch_fl's import, so the
     autoload entry point meets a half-initialised torch_fl: it leaves the alias to torch_fl's own import."""
-    r = run_code("import torch_fl, torch; print(torch.cuda.is_available(), torch.ones(1).cuda().device)",
-                 {"FL_ALIAS_CUDA": "1", "FL_BACKEND": "minimal"})
+    r = run_code(
+        "import torch_fl, torch; print(torch.cuda.is_available(), torch.ones(1).cuda().device)",
+        {"FL_ALIAS_CUDA": "1", "FL_BACKEND": "minimal"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["True", devices("minimal")[0]]
     assert len(alias_lines(r.stderr)) == 1 and "Warning" not in r.stderr, r.stderr[-3000:]
@@ -399,11 +478,15 @@ def test_torch_fl_imported_before_torch_turns_the_alias_on_once():
 
 
 def test_an_alias_that_cannot_turn_on_at_import_torch_leaves_the_fl_device():
-    r = run_code("import torch; print(torch.cuda.is_available(), hasattr(torch, 'fl'))",
-                 {"FL_ALIAS_CUDA": "1", "FL_BACKEND": "nvidia"})
+    r = run_code(
+        "import torch; print(torch.cuda.is_available(), hasattr(torch, 'fl'))",
+        {"FL_ALIAS_CUDA": "1", "FL_BACKEND": "nvidia"},
+    )
     assert r.returncode == 0 and r.stdout.split() == ["False", "True"], r.stderr
-    assert ("torch_fl's cuda alias (FL_ALIAS_CUDA) could not turn on at `import torch`: BackendNotFoundError: "
-            "unknown fl backend 'nvidia'") in r.stderr, r.stderr[-2000:]
+    assert (
+        "torch_fl's cuda alias (FL_ALIAS_CUDA) could not turn on at `import torch`: BackendNotFoundError: "
+        "unknown fl backend 'nvidia'"
+    ) in r.stderr, r.stderr[-2000:]
 
 
 def test_magic_fl_backend_as_cuda():
@@ -425,9 +508,13 @@ def test_magic_fl_backend_as_cuda():
     """)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.splitlines() == [
-        "False", f"fl backend: rocm ({devices('rocm')[0]}); 'cuda' runs here too (cuda alias)",
-        f"True {devices('rocm')[0]}", f"fl backend: minimal ({devices('minimal')[0]}); 'cuda' runs here too (cuda "
-        f"alias)", devices("minimal")[0], "UsageError --move needs a backend to move to: %fl_backend NAME --move ..."]
+        "False",
+        f"fl backend: rocm ({devices('rocm')[0]}); 'cuda' runs here too (cuda alias)",
+        f"True {devices('rocm')[0]}",
+        f"fl backend: minimal ({devices('minimal')[0]}); 'cuda' runs here too (cuda alias)",
+        devices("minimal")[0],
+        "UsageError --move needs a backend to move to: %fl_backend NAME --move ...",
+    ]
     assert len(alias_lines(r.stderr)) == 1
     r = run_code("""
         from IPython.core.interactiveshell import InteractiveShell
@@ -470,8 +557,11 @@ def test_a_failure_while_turning_on_leaves_torch_cuda_as_it_was():
             print(e)
     """)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.splitlines() == ["raised simulated failure", "False False True 0",
-                                     "Torch not compiled with CUDA enabled"]
+    assert r.stdout.splitlines() == [
+        "raised simulated failure",
+        "False False True 0",
+        "Torch not compiled with CUDA enabled",
+    ]
     assert not alias_lines(r.stderr)
 
 

@@ -39,8 +39,10 @@ def test_boolean_mask_keeps_and_removes(backend, shape):
         torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("backends,fused", [(None, True), (["MATH"], False), (["FLASH_ATTENTION"], True),
-                                            (["EFFICIENT_ATTENTION", "MATH"], True)])
+@pytest.mark.parametrize(
+    "backends,fused",
+    [(None, True), (["MATH"], False), (["FLASH_ATTENTION"], True), (["EFFICIENT_ATTENTION", "MATH"], True)],
+)
 def test_sdpa_kernel_switches_choose_fused_or_math(backends, fused):
     """torch.nn.attention.sdpa_kernel (and torch.backends.cuda.enable_*_sdp) are honoured on fl: the plugin's
     fused kernel stands for the fused implementations, the composition for MATH (rocm has the kernel)."""

@@ -94,8 +94,15 @@ def test_arithmetic_native(backend):
     _native_only()
     a, b = torch.randn(4, 3, dtype=torch.complex64), torch.randn(3, dtype=torch.complex64)
     da, db = a.to("fl"), b.to("fl")
-    for got, exp in [(da + db, a + b), (da - 2 * db, a - 2 * b), (da * db, a * b), (da / db, a / b), (-da, -a),
-                     (da * 0.5, a * 0.5), (torch.conj_physical(da), torch.conj_physical(a))]:
+    for got, exp in [
+        (da + db, a + b),
+        (da - 2 * db, a - 2 * b),
+        (da * db, a * b),
+        (da / db, a / b),
+        (-da, -a),
+        (da * 0.5, a * 0.5),
+        (torch.conj_physical(da), torch.conj_physical(a)),
+    ]:
         torch.testing.assert_close(got.cpu(), exp)
 
 
@@ -111,8 +118,13 @@ def test_complex64_float_scalars_are_float32_as_on_the_cpu(backend):
     x = torch.cat([torch.randn(4096, dtype=torch.complex64) * 10, torch.tensor(extremal, dtype=torch.complex64)])
     d, pi64 = x.to("fl"), torch.tensor(math.pi, dtype=torch.float64)  # pi64: a 0-dim CPU tensor operand
     for _ in range(2):  # the first call plans (Python path); the second runs the committed plan (C++ fast path)
-        for got, exp in [(d * math.pi, x * math.pi), (d + math.pi, x + math.pi), (d - math.pi, x - math.pi),
-                         (d * pi64, x * pi64), (d * 1e300, x * 1e300)]:
+        for got, exp in [
+            (d * math.pi, x * math.pi),
+            (d + math.pi, x + math.pi),
+            (d - math.pi, x - math.pi),
+            (d * pi64, x * pi64),
+            (d * 1e300, x * 1e300),
+        ]:
             torch.testing.assert_close(got.cpu(), exp, rtol=0, atol=0, equal_nan=True)
         # judged as test_unary_ufuncs judges it: the CPU's (NumPy's) result, default complex64 tolerances, NaN == NaN
         torch.testing.assert_close(torch.sinc(d).cpu(), torch.sinc(x), equal_nan=True)
@@ -129,8 +141,14 @@ def test_fft_forward_backward_native(backend, dtype):
     before = _counts(backend, "aten::_fft_c2c").get("native", 0)
 
     def losses(x, z):
-        outs = [torch.fft.rfft(x, norm="ortho"), torch.fft.fft2(z), torch.fft.ifftn(z, s=(5, 9)),
-                torch.fft.irfft(z, n=11), torch.fft.hfft(z), torch.fft.ihfft(x)]
+        outs = [
+            torch.fft.rfft(x, norm="ortho"),
+            torch.fft.fft2(z),
+            torch.fft.ifftn(z, s=(5, 9)),
+            torch.fft.irfft(z, n=11),
+            torch.fft.hfft(z),
+            torch.fft.ihfft(x),
+        ]
         w = torch.Generator().manual_seed(0)
         total = 0
         for o in outs:

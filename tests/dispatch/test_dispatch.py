@@ -56,9 +56,11 @@ OPS = [
     ("log_softmax_nll", lambda a: F.cross_entropy(a, torch.tensor([1, 0, 3]).to(a.device)), [(3, 5)]),
     ("layer_norm", lambda a, w, b: F.layer_norm(a, (6,), w, b), [(4, 6), (6,), (6,)]),
     ("gelu_tanh", lambda a: F.gelu(a) * torch.tanh(a), [(4, 6)]),
-    ("conv_bn_relu",
-     lambda x, w, g, b: F.relu(F.batch_norm(F.conv2d(x, w, padding=1), None, None, g, b, training=True)),
-     [(2, 3, 6, 6), (4, 3, 3, 3), (4,), (4,)]),
+    (
+        "conv_bn_relu",
+        lambda x, w, g, b: F.relu(F.batch_norm(F.conv2d(x, w, padding=1), None, None, g, b, training=True)),
+        [(2, 3, 6, 6), (4, 3, 3, 3), (4,), (4,)],
+    ),
     ("maxpool_avgpool", lambda x: F.avg_pool2d(F.max_pool2d(x, 3, 2, 1), 2), [(2, 3, 8, 8)]),
     ("reductions", lambda a: a.sum(0).mean() + a.amax(1).sum() + a.var(1).sum(), [(5, 6)]),
     ("pointwise_broadcast", lambda a, b: (a * b - a / (b.abs() + 1)).sigmoid().sqrt(), [(4, 1, 3), (2, 3)]),
@@ -67,8 +69,9 @@ OPS = [
 ]
 
 
-@pytest.mark.parametrize("disabled", [(), ("native",), ("native", "decomposition")],
-                         ids=["all-paths", "no-native", "fallback-only"])
+@pytest.mark.parametrize(
+    "disabled", [(), ("native",), ("native", "decomposition")], ids=["all-paths", "no-native", "fallback-only"]
+)
 @pytest.mark.parametrize("name,fn,shapes", OPS, ids=[o[0] for o in OPS])
 def test_values_and_gradients_match_cpu_on_every_path(name, fn, shapes, disabled):
     torch.manual_seed(0)
@@ -198,8 +201,13 @@ def test_arange_runs_on_the_device_without_fallback(backend):
     fl.set_backend(backend)
     fl.set_cpu_fallback(False)  # a factory the plugin has a kernel for needs no host round trip
     try:
-        for args, kw in [((5,), {}), ((2, 9), {}), ((1.0, 2.0, 0.25), {}), ((0, 10, 3), {"dtype": torch.float32}),
-                         ((0,), {})]:
+        for args, kw in [
+            ((5,), {}),
+            ((2, 9), {}),
+            ((1.0, 2.0, 0.25), {}),
+            ((0, 10, 3), {"dtype": torch.float32}),
+            ((0,), {}),
+        ]:
             got, want = torch.arange(*args, device="fl", **kw), torch.arange(*args, **kw)
             assert got.device == fl.current_device() and got.dtype == want.dtype
             assert torch.equal(got.cpu(), want)
@@ -239,8 +247,14 @@ def test_dtype_the_device_lacks_takes_the_cpu_kernel_whole():
         assert fl.explain("_thnn_fused_lstm_cell", torch.float32).path == "decomposition"
         assert fl.explain("exponential_", torch.float64).path == "decomposition"
         before = {op: counts(op) for op in ("aten::neg", "aten::exp", "aten::copy_")}
-        for fn in (torch.sigmoid, torch.tanh, torch.special.expit, lambda t: torch.softmax(t, 1),
-                   lambda t: torch.nn.functional.gelu(t), lambda t: t.sinc()):
+        for fn in (
+            torch.sigmoid,
+            torch.tanh,
+            torch.special.expit,
+            lambda t: torch.softmax(t, 1),
+            lambda t: torch.nn.functional.gelu(t),
+            lambda t: t.sinc(),
+        ):
             assert torch.equal(fn(d).cpu(), fn(x))
         for fn in (lambda t: t.add_(1.5), lambda t: t.mul_(t), lambda t: t.sigmoid_()):
             a, b = x.clone(), d.clone()

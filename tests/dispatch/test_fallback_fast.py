@@ -38,8 +38,12 @@ def counts(backend, op: str) -> dict:
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and \
-        torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+    )
 
 
 CALLS = {  # name -> (fn, number of fl-level calls the fast path serves per run once committed)
@@ -336,8 +340,15 @@ def _lstm_cell_backward_reference(grad_hy, grad_cy, cx, cy, workspace):
     i, f, g, o = workspace.chunk(4, 1)
     tanh_cy = torch.tanh(cy)
     grad_c = grad_hy * o * (1 - tanh_cy * tanh_cy) + grad_cy
-    gates = torch.cat([grad_c * g * i * (1 - i), grad_c * cx * f * (1 - f), grad_c * i * (1 - g * g),
-                       grad_hy * tanh_cy * o * (1 - o)], 1)
+    gates = torch.cat(
+        [
+            grad_c * g * i * (1 - i),
+            grad_c * cx * f * (1 - f),
+            grad_c * i * (1 - g * g),
+            grad_hy * tanh_cy * o * (1 - o),
+        ],
+        1,
+    )
     return gates, grad_c * f, gates.sum(0)
 
 
@@ -364,10 +375,20 @@ def test_the_rnn_cells_compute_op_for_op_what_the_python_decomposition_did(dtype
     decomposition it replaced, so the same bits, on host tensors (the CPU fallback's host kernel) and fl ones."""
     torch.manual_seed(0)
     b, h = 3, 4
-    lstm = [torch.randn(b, 4 * h, dtype=dtype), torch.randn(b, 4 * h, dtype=dtype), torch.randn(b, h, dtype=dtype),
-            torch.randn(4 * h, dtype=dtype), torch.randn(4 * h, dtype=dtype)]
-    gru = [torch.randn(b, 3 * h, dtype=dtype), torch.randn(b, 3 * h, dtype=dtype), torch.randn(b, h, dtype=dtype),
-           torch.randn(3 * h, dtype=dtype), torch.randn(3 * h, dtype=dtype)]
+    lstm = [
+        torch.randn(b, 4 * h, dtype=dtype),
+        torch.randn(b, 4 * h, dtype=dtype),
+        torch.randn(b, h, dtype=dtype),
+        torch.randn(4 * h, dtype=dtype),
+        torch.randn(4 * h, dtype=dtype),
+    ]
+    gru = [
+        torch.randn(b, 3 * h, dtype=dtype),
+        torch.randn(b, 3 * h, dtype=dtype),
+        torch.randn(b, h, dtype=dtype),
+        torch.randn(3 * h, dtype=dtype),
+        torch.randn(3 * h, dtype=dtype),
+    ]
     ops = torch.ops.fl_rnn
     grads = [torch.randn(b, h, dtype=dtype), torch.randn(b, h, dtype=dtype)]
     for on_fl in (False, True):  # the Python composition on the same device is the reference

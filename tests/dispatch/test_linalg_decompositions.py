@@ -23,7 +23,7 @@ def mats(*shape, seed=0):
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(*shape, generator=g)
     n = min(shape[-2:])
-    return a + 2 * torch.eye(shape[-2], shape[-1]) * n ** 0.5 if n else a
+    return a + 2 * torch.eye(shape[-2], shape[-1]) * n**0.5 if n else a
 
 
 def spd(*shape, seed=0):
@@ -69,8 +69,10 @@ def test_singular_matrix_info_and_errors():
 def test_lu_solve(left, adjoint):
     a, b = mats(2, 4, 4), torch.randn(2, 4, 3) if left else torch.randn(2, 3, 4)
     LU, piv = torch.linalg.lu_factor(a)
-    same(torch.linalg.lu_solve(LU, piv, b, left=left, adjoint=adjoint),
-         torch.linalg.lu_solve(d(LU), d(piv), d(b), left=left, adjoint=adjoint))
+    same(
+        torch.linalg.lu_solve(LU, piv, b, left=left, adjoint=adjoint),
+        torch.linalg.lu_solve(d(LU), d(piv), d(b), left=left, adjoint=adjoint),
+    )
 
 
 @pytest.mark.parametrize("left", [True, False])
@@ -148,12 +150,16 @@ def test_cholesky_not_positive_definite():
 def test_triangular_solves(upper, left, unit):
     a = mats(2, 4, 4)
     b = torch.randn(2, 4, 3) if left else torch.randn(2, 3, 4)
-    same(torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit),
-         torch.linalg.solve_triangular(d(a), d(b), upper=upper, left=left, unitriangular=unit))
+    same(
+        torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit),
+        torch.linalg.solve_triangular(d(a), d(b), upper=upper, left=left, unitriangular=unit),
+    )
     if left:
         for transpose in (False, True):
-            same(torch.triangular_solve(b, a, upper, transpose, unit),
-                 torch.triangular_solve(d(b), d(a), upper, transpose, unit))
+            same(
+                torch.triangular_solve(b, a, upper, transpose, unit),
+                torch.triangular_solve(d(b), d(a), upper, transpose, unit),
+            )
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (2, 6, 4), (2, 3, 5)])

@@ -54,8 +54,9 @@ REFUSED = {
     "row broadcast add_": lambda d: (x := square(d)).add_(x[0]),
     "element add_": lambda d: (x := square(d)).add_(x[0, 0]),
     "cumsum out shifted": lambda d: torch.cumsum((x := torch.arange(6.0).to(d))[:-1], 0, out=x[1:]),
-    "sort values transposed": lambda d: torch.sort(x := square(d), out=(x.t(), torch.empty(3, 3, dtype=torch.long,
-                                                                                          device=d))),
+    "sort values transposed": lambda d: torch.sort(
+        x := square(d), out=(x.t(), torch.empty(3, 3, dtype=torch.long, device=d))
+    ),
     # a written tensor in which several elements share a location
     "expanded add_": lambda d: torch.zeros(1, device=d).expand(3).add_(1),
     "expanded abs_": lambda d: torch.zeros(1, device=d).expand(3).abs_(),
@@ -67,6 +68,7 @@ REFUSED = {
     "index_copy_ from self": lambda d: (x := square(d)).index_copy_(0, torch.tensor([2, 1, 0], device=d), x),
     "cat out=self": lambda d: torch.cat([(x := square(d))[:1], x[1:]], out=x),
 }
+
 
 def _then(x: torch.Tensor, _done) -> torch.Tensor:
     """x, after the op in the second argument ran (arguments are evaluated left to right)."""
@@ -82,13 +84,15 @@ ALLOWED = {
     "other row broadcast": lambda d: _then(x := square(d), x[1:].add_(x[0])),
     "column into row (not dense)": lambda d: _then(x := square(d), x[:, 0].add_(x[0, :])),
     "strided columns": lambda d: _then(x := square(d), x[:, 0].mul_(x[:, 1])),
-    "sort out=self": lambda d: torch.sort(x := square(d).flip(1).contiguous(),
-                                          out=(x, torch.empty(3, 3, dtype=torch.long, device=d)))[0],
+    "sort out=self": lambda d: torch.sort(
+        x := square(d).flip(1).contiguous(), out=(x, torch.empty(3, 3, dtype=torch.long, device=d))
+    )[0],
     "cumsum out=self": lambda d: torch.cumsum(x := square(d), 0, out=x),
     "fill_ expanded": lambda d: _then(x := torch.zeros(2, device=d), x[:1].expand(3).fill_(2)),
     "masked_fill_ transposed mask": lambda d: (x := square(d)).masked_fill_(x.t() > 3, -1.0),
-    "scatter out=self": lambda d: torch.scatter(x := square(d), 1, torch.tensor([[2, 1, 0]] * 3, device=d),
-                                                torch.ones(3, 3, device=d), out=x),
+    "scatter out=self": lambda d: torch.scatter(
+        x := square(d), 1, torch.tensor([[2, 1, 0]] * 3, device=d), torch.ones(3, 3, device=d), out=x
+    ),
 }
 
 
@@ -116,8 +120,11 @@ def test_allowed_like_cpu(backend, case):
     assert torch.equal(got[1], expected[1]), (got[1], expected[1])
 
 
-@pytest.mark.parametrize("tiers", [("native",), ("native", "decomposition"), ("native", "decomposition", "jit")],
-                         ids=["decomposition", "jit", "fallback"])
+@pytest.mark.parametrize(
+    "tiers",
+    [("native",), ("native", "decomposition"), ("native", "decomposition", "jit")],
+    ids=["decomposition", "jit", "fallback"],
+)
 def test_refused_on_every_tier(tiers):
     """With the tiers before it switched off, each later tier refuses too (a decomposition into
     add + copy_ would otherwise give the 'right' numbers where CPU refuses)."""
@@ -147,6 +154,7 @@ def _opinfo_cases(op, sample, inp, expected):
     """(label, fn(device)) for each overlap this sample allows: out= the input itself, its
     transpose, a copy shifted by one element, an expanded out; in-place with another argument a
     view of self or its transpose, in-place on an expanded tensor."""
+
     def on(d):
         def mv(v):
             if isinstance(v, torch.Tensor):
@@ -154,38 +162,46 @@ def _opinfo_cases(op, sample, inp, expected):
             if isinstance(v, (list, tuple)):
                 return type(v)(x.to(d) if isinstance(x, torch.Tensor) else x for x in v)
             return v
+
         return [mv(a) for a in sample.args], {k: mv(v) for k, v in sample.kwargs.items()}
 
     cases = []
     if op.supports_out and expected.dtype == inp.dtype:
         if expected.shape == inp.shape and inp.is_contiguous():
+
             def full(d):
                 args, kwargs = on(d)
                 x = inp.clone().to(d)
                 op(x, *args, **kwargs, out=x)
                 return x
+
             cases.append(("out=input", full))
             if inp.dim() == 2 and inp.shape[0] == inp.shape[1]:
+
                 def transposed(d):
                     args, kwargs = on(d)
                     x = inp.clone().to(d)
                     op(x, *args, **kwargs, out=x.t())
+
                 cases.append(("out=input.t()", transposed))
 
         def shifted(d):
             args, kwargs = on(d)
             n = expected.numel()
             base = torch.zeros(max(inp.numel(), n) + 1, dtype=inp.dtype, device=d)
-            x = base[:inp.numel()].view(inp.shape)
+            x = base[: inp.numel()].view(inp.shape)
             x.copy_(inp.to(d))
-            op(x, *args, **kwargs, out=base[1:1 + n].view(expected.shape))
+            op(x, *args, **kwargs, out=base[1 : 1 + n].view(expected.shape))
+
         if expected.numel():
             cases.append(("out shifted by one", shifted))
     if op.supports_out and expected.numel() > 1:
+
         def expanded(d):
             args, kwargs = on(d)
             out = torch.zeros(1, dtype=expected.dtype, device=d).expand(expected.shape)
             op(inp.clone().to(d), *args, **kwargs, out=out)
+
         cases.append(("out expanded", expanded))
     inplace = op.get_inplace()
     if inplace is not None and expected.shape == inp.shape:
@@ -199,13 +215,16 @@ def _opinfo_cases(op, sample, inp, expected):
                 args[k] = view(x)
                 inplace(x, *args, **kwargs)
                 return x
+
             cases.append((f"in-place, arg {k} = a view of self", aliased))
             if inp.dim() == 2 and inp.shape[0] == inp.shape[1]:
                 cases.append((f"in-place, arg {k} = self.t()", lambda d, k=k, f=aliased: f(d, k, lambda x: x.t())))
         if inp.numel() > 1:
+
             def inplace_expanded(d):
                 args, kwargs = on(d)
                 inplace(torch.zeros(1, dtype=inp.dtype, device=d).expand(inp.shape), *args, **kwargs)
+
             cases.append(("in-place on an expanded tensor", inplace_expanded))
     return cases
 
@@ -214,8 +233,12 @@ def _opinfo_cases(op, sample, inp, expected):
 # out= tensor (matmul's out has another shape) is a resize_ on fl tensors, where it fails;
 # householder_product's CPU kernel refuses out=input.t() by a check of its own (it allows other partial
 # overlaps, "out shifted by one"): torch_fl computes that call's values into a fresh tensor and copies them
-_OPINFO_KNOWN = {("nan_to_num", "in-place on an expanded tensor"), ("matmul", "out expanded"),
-                 ("nn.functional.linear", "out expanded"), ("linalg.householder_product", "out=input.t()")}
+_OPINFO_KNOWN = {
+    ("nan_to_num", "in-place on an expanded tensor"),
+    ("matmul", "out expanded"),
+    ("nn.functional.linear", "out expanded"),
+    ("linalg.householder_product", "out=input.t()"),
+}
 
 
 def _elementwise(op) -> bool:

@@ -45,20 +45,26 @@ def test_indexing_errors_are_index_errors(backend):
     x = torch.zeros(3, 4, device="fl")
     with pytest.raises(IndexError, match=r"The shape of the mask \[2\] at index 0 does not match"):
         torch.arange(10.0, device="fl")[torch.tensor([True, False], device="fl")]
-    with pytest.raises(IndexError, match=r"shape mismatch: indexing tensors could not be broadcast together with "
-                                         r"shapes \[2\], \[3\]"):
+    with pytest.raises(
+        IndexError,
+        match=r"shape mismatch: indexing tensors could not be broadcast together with "
+        r"shapes \[2\], \[3\]",
+    ):
         x[torch.tensor([0, 1], device="fl"), torch.tensor([0, 1, 2], device="fl")]
     with pytest.raises(IndexError, match="tensors used as indices must be long, int, byte or bool"):
         torch.ops.aten.index(x, [torch.tensor([0.0], device="fl")])
     with pytest.raises(IndexError, match="too many indices"):
         torch.ops.aten.index(x, [torch.tensor([0], device="fl")] * 3)
     i = torch.tensor([5], device="fl")
-    for what, call in {"index": lambda: x[i], "index_put_": lambda: x.index_put_((i,), torch.tensor(1.0)),
-                       "index_select": lambda: x.index_select(0, i),
-                       "embedding": lambda: torch.nn.functional.embedding(i, x),
-                       "index_copy": lambda: x.index_copy(0, i, torch.zeros(1, 4, device="fl")),
-                       "index_fill": lambda: x.index_fill(0, i, 1.0),
-                       "take": lambda: x.take(torch.tensor([50], device="fl"))}.items():
+    for what, call in {
+        "index": lambda: x[i],
+        "index_put_": lambda: x.index_put_((i,), torch.tensor(1.0)),
+        "index_select": lambda: x.index_select(0, i),
+        "embedding": lambda: torch.nn.functional.embedding(i, x),
+        "index_copy": lambda: x.index_copy(0, i, torch.zeros(1, 4, device="fl")),
+        "index_fill": lambda: x.index_fill(0, i, 1.0),
+        "take": lambda: x.take(torch.tensor([50], device="fl")),
+    }.items():
         with pytest.raises(IndexError):
             call()
             pytest.fail(f"{what} accepted an index out of range")
@@ -105,15 +111,22 @@ def test_list_out_arguments_are_written_and_nothing_is_returned(backend):
 def test_searchsorted_and_bucketize_place_nan_as_cpu_does(backend):
     nan = float("nan")
     values = torch.tensor([nan, 0.5, 1.0, 2.0, 2.5, 10.0, -1.0, 7.0])
-    for boundaries in (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, nan]), torch.tensor([1.0, 2.0, nan, nan]),
-                       torch.tensor([1.0, 1.0, 2.0, 7.0]), torch.tensor([])):
+    for boundaries in (
+        torch.tensor([1.0, 2.0, 3.0]),
+        torch.tensor([1.0, 2.0, nan]),
+        torch.tensor([1.0, 2.0, nan, nan]),
+        torch.tensor([1.0, 1.0, 2.0, 7.0]),
+        torch.tensor([]),
+    ):
         for dtype in (torch.float32, torch.float64):
             b, v = boundaries.to(dtype), values.to(dtype)
             for right in (False, True):
-                assert torch.equal(torch.bucketize(v.to("fl"), b.to("fl"), right=right).cpu(),
-                                   torch.bucketize(v, b, right=right)), (boundaries, dtype, right)
-                assert torch.equal(torch.searchsorted(b.to("fl"), v.to("fl"), right=right).cpu(),
-                                   torch.searchsorted(b, v, right=right)), (boundaries, dtype, right)
+                assert torch.equal(
+                    torch.bucketize(v.to("fl"), b.to("fl"), right=right).cpu(), torch.bucketize(v, b, right=right)
+                ), (boundaries, dtype, right)
+                assert torch.equal(
+                    torch.searchsorted(b.to("fl"), v.to("fl"), right=right).cpu(), torch.searchsorted(b, v, right=right)
+                ), (boundaries, dtype, right)
 
 
 def test_factories_follow_the_default_dtype(backend):
@@ -143,15 +156,20 @@ def test_result_shapes_match_the_cpu_kernels(backend):
 
 def test_index_copy_takes_a_0_dim_source_for_a_1_d_self(backend):
     for dtype in (torch.complex128, torch.float32, torch.int64):
-        got = torch.zeros(3, dtype=dtype, device="fl").index_copy(0, torch.tensor(1, device="fl"),
-                                                                   torch.tensor(2, dtype=dtype, device="fl"))
-        assert torch.equal(got.cpu(), torch.zeros(3, dtype=dtype).index_copy(0, torch.tensor(1),
-                                                                             torch.tensor(2, dtype=dtype)))
+        got = torch.zeros(3, dtype=dtype, device="fl").index_copy(
+            0, torch.tensor(1, device="fl"), torch.tensor(2, dtype=dtype, device="fl")
+        )
+        assert torch.equal(
+            got.cpu(), torch.zeros(3, dtype=dtype).index_copy(0, torch.tensor(1), torch.tensor(2, dtype=dtype))
+        )
 
 
 def test_lazy_modules_convert_dtype_before_their_first_call(backend):
-    for module, x in ((torch.nn.LazyConv1d(4, 2), torch.randn(1, 3, 5)), (torch.nn.LazyLinear(4), torch.randn(2, 3)),
-                      (torch.nn.LazyBatchNorm1d(), torch.randn(4, 3))):
+    for module, x in (
+        (torch.nn.LazyConv1d(4, 2), torch.randn(1, 3, 5)),
+        (torch.nn.LazyLinear(4), torch.randn(2, 3)),
+        (torch.nn.LazyBatchNorm1d(), torch.randn(4, 3)),
+    ):
         m = module.to("fl").to(torch.float64)
         y = m(x.double().to("fl"))
         assert y.dtype == torch.float64 and m.weight.dtype == torch.float64 and m.weight.device.type == "fl"
@@ -162,8 +180,11 @@ def test_loss_and_embedding_arguments_are_checked_as_on_cpu(backend):
     or worded otherwise."""
     with pytest.raises(RuntimeError, match="Expected tensor for argument.*indices.*to have.*scalar type.*Long.*Int"):
         torch.nn.Embedding(10, 3).to("fl")(torch.tensor([1.5, 2.5], device="fl"))
-    with pytest.raises(RuntimeError, match=r"target tensor should be 1-D with size equal to.*Expected target size "
-                                           r"\[5\].*but got \[3\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"target tensor should be 1-D with size equal to.*Expected target size "
+        r"\[5\].*but got \[3\]",
+    ):
         torch.nn.MultiMarginLoss()(torch.randn(5, 10, device="fl"), torch.tensor([0, 1, 2], device="fl"))
     empty = torch.tensor([], device="fl")
     with pytest.raises(RuntimeError, match="expected scalar type Float but found Half"):
@@ -180,23 +201,45 @@ def test_fractional_max_pool_takes_more_random_samples_than_it_needs(backend):
     assert torch.equal(pool_fl(x.to("fl")).cpu(), want)
 
 
-@pytest.mark.parametrize("module", ["conv2d", "conv_transpose2d", "conv3d", "group_norm", "reflection_pad2d",
-                                    "replication_pad2d", "reflection_pad3d", "replication_pad3d", "avg_pool2d",
-                                    "lp_pool2d", "adaptive_avg_pool2d", "max_pool3d", "avg_pool3d"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "conv2d",
+        "conv_transpose2d",
+        "conv3d",
+        "group_norm",
+        "reflection_pad2d",
+        "replication_pad2d",
+        "reflection_pad3d",
+        "replication_pad3d",
+        "avg_pool2d",
+        "lp_pool2d",
+        "adaptive_avg_pool2d",
+        "max_pool3d",
+        "avg_pool3d",
+    ],
+)
 def test_channels_last_modules_keep_the_format_cpu_gives(backend, module):
     """Conv2d, ConvTranspose2d and the reflection/replication pads gave contiguous outputs for channels-last
     inputs (PyTorch's meta functions pick contiguous for a PrivateUse1 convolution), and 2-D average / LP / adaptive
     pooling and 3-D max pooling did on minimal (decomposed into views and sums); CPU keeps channels-last."""
     import copy
 
-    make = {"conv2d": lambda: torch.nn.Conv2d(4, 6, 3), "conv_transpose2d": lambda: torch.nn.ConvTranspose2d(4, 6, 3),
-            "conv3d": lambda: torch.nn.Conv3d(4, 6, 3), "group_norm": lambda: torch.nn.GroupNorm(2, 4),
-            "reflection_pad2d": lambda: torch.nn.ReflectionPad2d(1),
-            "replication_pad2d": lambda: torch.nn.ReplicationPad2d(1),
-            "reflection_pad3d": lambda: torch.nn.ReflectionPad3d(1),
-            "replication_pad3d": lambda: torch.nn.ReplicationPad3d(1), "avg_pool2d": lambda: torch.nn.AvgPool2d(2),
-            "lp_pool2d": lambda: torch.nn.LPPool2d(2, 3), "adaptive_avg_pool2d": lambda: torch.nn.AdaptiveAvgPool2d(3),
-            "max_pool3d": lambda: torch.nn.MaxPool3d(2), "avg_pool3d": lambda: torch.nn.AvgPool3d(2)}[module]
+    make = {
+        "conv2d": lambda: torch.nn.Conv2d(4, 6, 3),
+        "conv_transpose2d": lambda: torch.nn.ConvTranspose2d(4, 6, 3),
+        "conv3d": lambda: torch.nn.Conv3d(4, 6, 3),
+        "group_norm": lambda: torch.nn.GroupNorm(2, 4),
+        "reflection_pad2d": lambda: torch.nn.ReflectionPad2d(1),
+        "replication_pad2d": lambda: torch.nn.ReplicationPad2d(1),
+        "reflection_pad3d": lambda: torch.nn.ReflectionPad3d(1),
+        "replication_pad3d": lambda: torch.nn.ReplicationPad3d(1),
+        "avg_pool2d": lambda: torch.nn.AvgPool2d(2),
+        "lp_pool2d": lambda: torch.nn.LPPool2d(2, 3),
+        "adaptive_avg_pool2d": lambda: torch.nn.AdaptiveAvgPool2d(3),
+        "max_pool3d": lambda: torch.nn.MaxPool3d(2),
+        "avg_pool3d": lambda: torch.nn.AvgPool3d(2),
+    }[module]
     torch.manual_seed(0)
     m = make()
     five = module.endswith("3d")  # (CPU's 3-D average pooling gives a contiguous result: so must fl)
@@ -235,8 +278,11 @@ def test_histc_and_searchsorted_check_their_arguments_as_the_cpu(backend):
 
     fl.initialize(backend)
     x = torch.tensor([1.0, 2.0, 3.0])
-    for kw, msg in [(dict(bins=-1), "bins must be > 0"), (dict(bins=4, min=5, max=1), "max must be larger than min"),
-                    (dict(bins=4, min=0, max=float("nan")), r"range of \[0, nan\] is not finite")]:
+    for kw, msg in [
+        (dict(bins=-1), "bins must be > 0"),
+        (dict(bins=4, min=5, max=1), "max must be larger than min"),
+        (dict(bins=4, min=0, max=float("nan")), r"range of \[0, nan\] is not finite"),
+    ]:
         for dt in (torch.float32, torch.int64):
             with pytest.raises(RuntimeError, match=msg):
                 torch.histc(x.to(dt), **kw)

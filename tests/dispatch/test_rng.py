@@ -62,8 +62,8 @@ def test_state_roundtrip_and_offsets():
     h = torch.Generator(device="fl")
     h.set_state(state)
     assert torch.equal(torch.rand(10, device="fl", generator=h).cpu(), a)
-    big = torch.Generator(device="fl").manual_seed(2 ** 64 - 1)  # seeds use all 64 bits, as CUDA's do
-    assert torch.Generator(device="fl").set_state(big.get_state()).initial_seed() == 2 ** 64 - 1
+    big = torch.Generator(device="fl").manual_seed(2**64 - 1)  # seeds use all 64 bits, as CUDA's do
+    assert torch.Generator(device="fl").set_state(big.get_state()).initial_seed() == 2**64 - 1
     g.set_offset(0)
     g.manual_seed(5)
     assert g.get_offset() == 0

@@ -97,6 +97,6 @@ def test_packed_sequences_and_double_backward_stay_on_the_minimal_chip(minimal_n
     assert all(p.grad is not None and p.grad.device.type == "fl" for p in gru.parameters())
     cell = nn.LSTMCell(4, 6).to("fl")
     xx = torch.randn(2, 4, device="fl", requires_grad=True)
-    g, = torch.autograd.grad(cell(xx)[0].sum(), xx, create_graph=True)  # the differentiable cell backward
+    (g,) = torch.autograd.grad(cell(xx)[0].sum(), xx, create_graph=True)  # the differentiable cell backward
     g.pow(2).sum().backward()
     assert xx.grad is not None

@@ -64,8 +64,13 @@ def summed(dtype: torch.dtype, n: int, salt: int) -> torch.Tensor:
 
 def reference_reduce(xs: list[torch.Tensor], op: str) -> torch.Tensor:
     s = torch.stack(xs)
-    return {"sum": lambda: s.sum(0), "avg": lambda: s.mean(0), "max": lambda: s.amax(0), "min": lambda: s.amin(0),
-            "product": lambda: s.prod(0)}[op]().to(xs[0].dtype)
+    return {
+        "sum": lambda: s.sum(0),
+        "avg": lambda: s.mean(0),
+        "max": lambda: s.amax(0),
+        "min": lambda: s.amin(0),
+        "product": lambda: s.prod(0),
+    }[op]().to(xs[0].dtype)
 
 
 def mlp() -> torch.nn.Module:
@@ -139,16 +144,24 @@ def scenario_main(backend: str, rank: int, world: int, out_dir: str) -> dict:
     if backend == "cpu":  # under torchrun, no backend named
         dist.init_process_group(timeout=timeout)
     elif backend == "rocm":
-        dist.init_process_group("fl", init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}", rank=rank,
-                                world_size=world, timeout=timeout)
+        dist.init_process_group(
+            "fl",
+            init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}",
+            rank=rank,
+            world_size=world,
+            timeout=timeout,
+        )
     elif backend == "ascend":
         dist.init_process_group("fl", init_method="env://", timeout=timeout)
     else:
         dist.init_process_group("cpu:gloo,fl:fl", timeout=timeout)
-    res: dict = {"backend_name": dist.distributed_c10d._get_default_group().name(),
-                 "default_for_fl": dist.get_default_backend_for_device("fl"), "path": collectives_path(),
-                 "pg_type": type(dist.distributed_c10d._get_default_group()).__name__,
-                 "is_fl_pg": isinstance(dist.distributed_c10d._get_default_group(), ProcessGroupFl)}
+    res: dict = {
+        "backend_name": dist.distributed_c10d._get_default_group().name(),
+        "default_for_fl": dist.get_default_backend_for_device("fl"),
+        "path": collectives_path(),
+        "pg_type": type(dist.distributed_c10d._get_default_group()).__name__,
+        "is_fl_pg": isinstance(dist.distributed_c10d._get_default_group(), ProcessGroupFl),
+    }
     dev = fl.device()
 
     def put(t):
@@ -232,8 +245,17 @@ def scenario_main(backend: str, rank: int, world: int, out_dir: str) -> dict:
         dist.all_reduce(put(make(torch.float32, 1000, rank, 40)))
         dist.all_gather_into_tensor(put(torch.zeros(world * 256)), put(make(torch.float32, 256, rank, 41)))
         dist.all_reduce(make(torch.float32, 8, rank, 42))
-    res["profile"] = [{"op": s.op, "path": s.path, "calls": s.calls, "comm_bytes": s.comm_bytes,
-                       "bytes_copied": s.bytes_copied, "backend": s.backend} for s in prof.collectives()]
+    res["profile"] = [
+        {
+            "op": s.op,
+            "path": s.path,
+            "calls": s.calls,
+            "comm_bytes": s.comm_bytes,
+            "bytes_copied": s.bytes_copied,
+            "backend": s.backend,
+        }
+        for s in prof.collectives()
+    ]
     res["profile_render"] = prof.render()
 
     # DDP: several buckets (tiny bucket_cap_mb), so all-reduces overlap the backward
@@ -353,8 +375,9 @@ def _env() -> dict:
     return env
 
 
-def launch(scenario: str, backend: str, out_dir, torchrun: bool = False, budget_s: float = 240,
-           reporting: tuple = (0, 1)) -> list[dict | None]:
+def launch(
+    scenario: str, backend: str, out_dir, torchrun: bool = False, budget_s: float = 240, reporting: tuple = (0, 1)
+) -> list[dict | None]:
     """Runs the scenario's two ranks and returns their saved results (None
     for a rank that is not `reporting`: one that is made to die)."""
     port = _free_port()
@@ -362,12 +385,19 @@ def launch(scenario: str, backend: str, out_dir, torchrun: bool = False, budget_
     env = _env()
     logs = [open(os.path.join(out_dir, f"log{r}.txt"), "w") for r in range(2)]
     if torchrun:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
-               *args]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__, *args]
         procs = [subprocess.Popen(cmd, env=env, stdout=logs[0], stderr=subprocess.STDOUT, cwd=HERE)]
     else:
-        procs = [subprocess.Popen([sys.executable, __file__, *args], env=dict(env, RANK=str(r), MASTER_PORT=str(port)),
-                                  stdout=logs[r], stderr=subprocess.STDOUT, cwd=HERE) for r in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, *args],
+                env=dict(env, RANK=str(r), MASTER_PORT=str(port)),
+                stdout=logs[r],
+                stderr=subprocess.STDOUT,
+                cwd=HERE,
+            )
+            for r in range(2)
+        ]
     deadline = time.monotonic() + budget_s
     try:
         for p in procs:
@@ -441,11 +471,12 @@ def test_broadcast_gather_scatter(run):
     for rank, res in enumerate(results):
         assert torch.equal(res["broadcast"], make(torch.float32, 513, 1, 13))
         assert all(torch.equal(a, b) for a, b in zip(res["all_gather"], gathered, strict=True))
-        assert torch.equal(res["all_gather_into_tensor"], torch.cat([make(torch.float32, 100, r, 15)
-                                                                   for r in range(2)]))
+        assert torch.equal(
+            res["all_gather_into_tensor"], torch.cat([make(torch.float32, 100, r, 15) for r in range(2)])
+        )
         torch.testing.assert_close(res["reduce_scatter"], full_rs[rank])
-        assert torch.equal(res["reduce_scatter_tensor"], full_max[rank * 64:(rank + 1) * 64])
-        assert torch.equal(res["all_to_all_single"], torch.cat([a2a[r][rank * 10:(rank + 1) * 10] for r in range(2)]))
+        assert torch.equal(res["reduce_scatter_tensor"], full_max[rank * 64 : (rank + 1) * 64])
+        assert torch.equal(res["all_to_all_single"], torch.cat([a2a[r][rank * 10 : (rank + 1) * 10] for r in range(2)]))
     torch.testing.assert_close(results[0]["reduce"], summed(torch.float32, 31, 21))
 
 
@@ -488,10 +519,16 @@ def test_profile_counts_bytes_per_collective(run):
     staged = 1 if backend in ("ascend", "minimal") else 0
     for res in results:
         rows = {(r["op"], r["backend"]): r for r in res["profile"]}
-        assert set(rows) == {("c10d::all_reduce", backend), ("c10d::all_gather_into_tensor", backend),
-                             ("c10d::all_reduce", "host")}, rows
-        ar, ag, host = (rows[("c10d::all_reduce", backend)], rows[("c10d::all_gather_into_tensor", backend)],
-                        rows[("c10d::all_reduce", "host")])
+        assert set(rows) == {
+            ("c10d::all_reduce", backend),
+            ("c10d::all_gather_into_tensor", backend),
+            ("c10d::all_reduce", "host"),
+        }, rows
+        ar, ag, host = (
+            rows[("c10d::all_reduce", backend)],
+            rows[("c10d::all_gather_into_tensor", backend)],
+            rows[("c10d::all_reduce", "host")],
+        )
         assert (ar["path"], ar["calls"], ar["comm_bytes"]) == (path, 1, 1000 * 4)
         assert (ag["path"], ag["calls"], ag["comm_bytes"]) == (path, 1, 2 * 256 * 4)  # the gathered output
         assert (host["path"], host["comm_bytes"], host["bytes_copied"]) == ("comm-gloo", 8 * 4, 0)
@@ -505,12 +542,19 @@ def test_profile_counts_bytes_per_collective(run):
 
 def test_ddp_matches_single_process_training(run):
     backend, results = run
-    reference = train(mlp(), [tuple(torch.cat(t) for t in zip(*(mlp_batch(s, r) for r in range(2)), strict=True))
-                               for s in range(STEPS)])
+    reference = train(
+        mlp(),
+        [tuple(torch.cat(t) for t in zip(*(mlp_batch(s, r) for r in range(2)), strict=True)) for s in range(STEPS)],
+    )
     for rank, res in enumerate(results):
         for name, value in reference.state_dict().items():
-            torch.testing.assert_close(res["ddp"][name], value, rtol=1e-5, atol=1e-6,
-                                       msg=lambda m, n=name, r=rank: f"{backend} rank {r} {n}: {m}")
+            torch.testing.assert_close(
+                res["ddp"][name],
+                value,
+                rtol=1e-5,
+                atol=1e-6,
+                msg=lambda m, n=name, r=rank: f"{backend} rank {r} {n}: {m}",
+            )
     for name in results[0]["ddp"]:
         assert torch.equal(results[0]["ddp"][name], results[1]["ddp"][name]), f"ranks diverged at {name}"
 
@@ -525,8 +569,13 @@ def test_ddp_variable_length_inputs(run):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(len(SEQ_LENGTHS)):
         opt.zero_grad()
-        loss = sum(torch.nn.functional.mse_loss(model(x), y) for x, y in (seq_batch(step, r, SEQ_LENGTHS)
-                                                                          for r in range(2))) / 2
+        loss = (
+            sum(
+                torch.nn.functional.mse_loss(model(x), y)
+                for x, y in (seq_batch(step, r, SEQ_LENGTHS) for r in range(2))
+            )
+            / 2
+        )
         loss.backward()
         opt.step()
     for res in results:

@@ -47,9 +47,10 @@ def test_registered_for_the_fl_and_cpu_devices():
     assert dist.get_default_backend_for_device("cpu") == "gloo"  # left as it was
 
 
-@pytest.mark.parametrize("backend,path,op_path", [("rocm", "plugin", "comm-plugin"),
-                                                  ("ascend", "cpu-relay", "comm-relay"),
-                                                  ("cpu", "cpu-relay", "comm-relay")])
+@pytest.mark.parametrize(
+    "backend,path,op_path",
+    [("rocm", "plugin", "comm-plugin"), ("ascend", "cpu-relay", "comm-relay"), ("cpu", "cpu-relay", "comm-relay")],
+)
 def test_one_rank_group_paths_and_profile(backend, path, op_path):
     pg = group(backend)
     try:
@@ -64,8 +65,11 @@ def test_one_rank_group_paths_and_profile(backend, path, op_path):
             pg.allreduce([c], ar_opts()).wait()
         assert torch.equal(t.cpu(), x) and torch.equal(out.cpu(), x) and torch.equal(c, x)
         rows = {(s.op, s.path): s for s in prof.collectives()}
-        assert set(rows) == {("c10d::all_reduce", op_path), ("c10d::all_gather_into_tensor", op_path),
-                             ("c10d::all_reduce", "comm-gloo")}
+        assert set(rows) == {
+            ("c10d::all_reduce", op_path),
+            ("c10d::all_gather_into_tensor", op_path),
+            ("c10d::all_reduce", "comm-gloo"),
+        }
         assert rows[("c10d::all_reduce", op_path)].comm_bytes == 12 and prof.comm_bytes == 12 + 12 + 12
         staged = 0 if backend != "ascend" else 2 * 12  # to the host and back; cpu memory is host memory
         assert rows[("c10d::all_reduce", op_path)].bytes_copied == staged
@@ -157,6 +161,7 @@ def test_mismatched_backend_in_the_store():
 def test_failed_work_reaches_wait_and_the_future():
     worker = Worker("test-worker")
     try:
+
         def boom():
             raise RuntimeError("rocm: all_reduce timed out after 50 ms waiting for rank 1")
 
@@ -187,11 +192,14 @@ def test_work_wait_gives_up_on_a_blocked_queue():
         worker.stop()
 
 
-@pytest.mark.parametrize("message,kind,needle", [
-    ("[gloo/pair.cc:553] Connection closed by peer [127.0.0.1]:39564", CollectiveError, "probably died"),
-    ("Timed out waiting 3000ms for recv operation to complete", CollectiveTimeoutError, "raise the process group"),
-    ("rocm: all_reduce: ranks disagree: float32[10] vs float32[12]", CollectiveError, "float32[10]"),
-])
+@pytest.mark.parametrize(
+    "message,kind,needle",
+    [
+        ("[gloo/pair.cc:553] Connection closed by peer [127.0.0.1]:39564", CollectiveError, "probably died"),
+        ("Timed out waiting 3000ms for recv operation to complete", CollectiveTimeoutError, "raise the process group"),
+        ("rocm: all_reduce: ranks disagree: float32[10] vs float32[12]", CollectiveError, "float32[10]"),
+    ],
+)
 def test_errors_are_classified(message, kind, needle):
     err = wrap_error(RuntimeError(message), "fl process group: all_reduce on rank 0")
     assert type(err) is kind and needle in str(err) and isinstance(err, dist.DistBackendError)

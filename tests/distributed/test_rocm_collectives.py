@@ -34,6 +34,7 @@ TIMEOUT_MS = 2000
 
 # ---------------------------------------------------------------- shared by parent and children
 
+
 def _make(dtype: str, n: int, rank: int, salt: int) -> torch.Tensor:
     """Deterministic per-rank input: floats in [0.5, 2.5) (products stay tame), ints in [-50, 50)."""
     g = torch.Generator().manual_seed(7919 * rank + salt)
@@ -66,12 +67,18 @@ def _reduce(xs: list, op: str, dtype: str) -> torch.Tensor:
     dt = getattr(torch, dtype)
     wide = torch.float64 if dt.is_floating_point else torch.int64
     s = torch.stack([x.to(wide) for x in xs])
-    r = {"sum": lambda: s.sum(0), "prod": lambda: s.prod(0), "min": lambda: s.amin(0), "max": lambda: s.amax(0),
-         "avg": lambda: s.mean(0)}[op]()
+    r = {
+        "sum": lambda: s.sum(0),
+        "prod": lambda: s.prod(0),
+        "min": lambda: s.amin(0),
+        "max": lambda: s.amax(0),
+        "avg": lambda: s.mean(0),
+    }[op]()
     return r.to(dt)
 
 
 # ---------------------------------------------------------------- the child side
+
 
 class _Rank:
     """One process's view: the rocm plugin table and device tensors."""
@@ -132,14 +139,15 @@ def _scenario_two(r: _Rank, uid: str) -> dict:
     # point to point, both directions; 300k floats = 1.2 MB, several chunks of the pair's ring
     a1, a2, b = (_make("float32", 300_000, 0, 1), _make("int64", 33, 0, 2), _make("float16", 4097, 1, 3))
     if r.rank == 0:
-        res["send"] = [r.status(T.comm_send(0, d(r.put(a1)), 1, comm)),
-                       r.status(T.comm_send(0, d(r.put(a2)), 1, comm))]
+        res["send"] = [r.status(T.comm_send(0, d(r.put(a1)), 1, comm)), r.status(T.comm_send(0, d(r.put(a2)), 1, comm))]
         got = r.empty(4097, torch.float16)
         res["recv"] = [r.status(T.comm_recv(0, d(got), 1, comm)) + (_wire(got),)]
     else:
         g1, g2 = r.empty(300_000, torch.float32), r.empty(33, torch.int64)
-        res["recv"] = [r.status(T.comm_recv(0, d(g1), 0, comm)) + (_wire(g1),),
-                       r.status(T.comm_recv(0, d(g2), 0, comm)) + (_wire(g2),)]
+        res["recv"] = [
+            r.status(T.comm_recv(0, d(g1), 0, comm)) + (_wire(g1),),
+            r.status(T.comm_recv(0, d(g2), 0, comm)) + (_wire(g2),),
+        ]
         res["send"] = [r.status(T.comm_send(0, d(r.put(b)), 0, comm))]
     # a receive of the wrong size fails, and the pair stays in step
     if r.rank == 0:
@@ -156,16 +164,24 @@ def _scenario_two(r: _Rank, uid: str) -> dict:
     res["barrier"] = r.status(T.comm_barrier(comm)) + (time.perf_counter() - t0,)
     # zero-size tensors
     z, z2 = r.empty(0, torch.float32), r.empty(0, torch.float32)
-    res["zero"] = [r.status(T.comm_all_reduce(0, d(z), SUM, comm)), r.status(T.comm_broadcast(0, d(z), 0, comm)),
-                   r.status(T.comm_all_gather(0, d(z), d(z2), comm)),
-                   r.status(T.comm_reduce_scatter(0, d(z), d(z2), SUM, comm)),
-                   r.status(T.comm_send(0, d(z), 1 - r.rank, comm)), r.status(T.comm_recv(0, d(z), 1 - r.rank, comm))]
+    res["zero"] = [
+        r.status(T.comm_all_reduce(0, d(z), SUM, comm)),
+        r.status(T.comm_broadcast(0, d(z), 0, comm)),
+        r.status(T.comm_all_gather(0, d(z), d(z2), comm)),
+        r.status(T.comm_reduce_scatter(0, d(z), d(z2), SUM, comm)),
+        r.status(T.comm_send(0, d(z), 1 - r.rank, comm)),
+        r.status(T.comm_recv(0, d(z), 1 - r.rank, comm)),
+    ]
     # argument errors (local: no communication, the communicator stays usable)
     t = r.put(torch.ones(4))
-    res["bad_args"] = [r.status(T.comm_broadcast(0, d(t), 2, comm)), r.status(T.comm_send(0, d(t), r.rank, comm)),
-                       r.status(T.comm_recv(0, d(t), 5, comm)),
-                       r.status(T.comm_all_gather(0, d(t), d(r.empty(7, torch.float32)), comm)),
-                       r.status(T.comm_all_reduce(0, d(t), 9, comm)), r.status(T.comm_all_reduce(7, d(t), SUM, comm))]
+    res["bad_args"] = [
+        r.status(T.comm_broadcast(0, d(t), 2, comm)),
+        r.status(T.comm_send(0, d(t), r.rank, comm)),
+        r.status(T.comm_recv(0, d(t), 5, comm)),
+        r.status(T.comm_all_gather(0, d(t), d(r.empty(7, torch.float32)), comm)),
+        r.status(T.comm_all_reduce(0, d(t), 9, comm)),
+        r.status(T.comm_all_reduce(7, d(t), SUM, comm)),
+    ]
     # the ranks disagree on the call: every rank fails, and stays in step
     t = r.put(torch.ones(10 + 2 * r.rank))
     res["mismatch"] = r.status(T.comm_all_reduce(0, d(t), SUM, comm))
@@ -191,8 +207,7 @@ def _scenario_three(r: _Rank, uid: str) -> dict:
     res = {}
     comm = r.init(uid)
     T, d = r.T, r.d
-    for dtype, op in (("float32", "sum"), ("float16", "sum"), ("int64", "max"), ("float64", "avg"),
-                      ("int32", "prod")):
+    for dtype, op in (("float32", "sum"), ("float16", "sum"), ("int64", "max"), ("float64", "avg"), ("int32", "prod")):
         t = r.put(_make(dtype, 10007, r.rank, _salt("ar3", dtype, op)))
         res[("ar", dtype, op)] = r.status(T.comm_all_reduce(0, d(t), OPS[op], comm)) + (_wire(t),)
     t = r.put(_make("float64", 5000, r.rank, _salt("bc3")))
@@ -284,6 +299,7 @@ def _same_on_every_rank(results, key):
 
 # ---------------------------------------------------------------- two ranks
 
+
 @pytest.mark.parametrize("dtype", FLOATS + INTS)
 def test_all_reduce_every_op(two, dtype):
     _, results = two
@@ -319,7 +335,7 @@ def test_broadcast_all_gather_reduce_scatter(two):
         for dtype, op in (("float32", "sum"), ("int64", "max"), ("bfloat16", "avg")):
             full = _reduce([_make(dtype, 2 * 513, k, _salt("rs", dtype, op)) for k in range(2)], op, dtype)
             got = _ok(res[("rs", dtype, op)], f"reduce_scatter {dtype} {op}")
-            assert torch.equal(got, full[rank * 513:(rank + 1) * 513]), (dtype, op, rank)
+            assert torch.equal(got, full[rank * 513 : (rank + 1) * 513]), (dtype, op, rank)
 
 
 def test_send_recv_both_directions_in_order(two):
@@ -377,10 +393,10 @@ def test_no_shared_memory_left_behind(two, three):
 
 # ---------------------------------------------------------------- three ranks, 4 KiB chunks
 
+
 def test_three_ranks_small_chunks(three):
     _, results = three
-    for dtype, op in (("float32", "sum"), ("float16", "sum"), ("int64", "max"), ("float64", "avg"),
-                      ("int32", "prod")):
+    for dtype, op in (("float32", "sum"), ("float16", "sum"), ("int64", "max"), ("float64", "avg"), ("int32", "prod")):
         key = ("ar", dtype, op)
         expected = _reduce([_make(dtype, 10007, k, _salt("ar3", dtype, op)) for k in range(3)], op, dtype)
         for res in results:
@@ -396,7 +412,7 @@ def test_three_ranks_small_chunks(three):
     for rank, res in enumerate(results):
         assert torch.equal(_ok(res["bc"], "broadcast"), root)
         assert torch.equal(_ok(res["ag"], "all_gather"), gathered)
-        torch.testing.assert_close(_ok(res["rs"], "reduce_scatter"), full[rank * 2001:(rank + 1) * 2001])
+        torch.testing.assert_close(_ok(res["rs"], "reduce_scatter"), full[rank * 2001 : (rank + 1) * 2001])
         s, v, msg, got = res["ring"]
         assert (s, v) == (FL_OK, FL_OK), msg
         assert torch.equal(_unwire(got), _make("float32", 9999, (rank - 1) % 3, _salt("ring")))
@@ -414,6 +430,7 @@ def test_three_ranks_one_leaves(three):
 
 
 # ---------------------------------------------------------------- in this process
+
 
 @pytest.fixture(scope="module")
 def rocm():
@@ -436,13 +453,16 @@ def test_entry_points_present_only_on_rocm():
         assert not REGISTRY.get(name).plugin.optional["comm_all_reduce"]
 
 
-@pytest.mark.parametrize("args,needle", [
-    ((2, 2), "rank 2 out of range for world=2"),
-    ((-1, 2), "rank -1 out of range"),
-    ((0, 0), "world=0"),
-    ((0, 1, 0), "timeout_ms=0"),
-    ((0, 1, TIMEOUT_MS, 9), "no device 9"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        ((2, 2), "rank 2 out of range for world=2"),
+        ((-1, 2), "rank -1 out of range"),
+        ((0, 0), "world=0"),
+        ((0, 1, 0), "timeout_ms=0"),
+        ((0, 1, TIMEOUT_MS, 9), "no device 9"),
+    ],
+)
 def test_comm_init_rejects_bad_arguments(rocm, args, needle):
     st, msg, comm = _init(rocm, uuid.uuid4().hex, *args)
     assert st == FL_ERR_INVALID and needle in msg, (st, msg)

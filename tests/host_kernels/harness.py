@@ -15,9 +15,18 @@ from torch_fl.runtime import STRING_CODES, ffi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DTYPE_CODES = {
-    torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3, torch.int64: 4,
-    torch.int32: 5, torch.int16: 6, torch.int8: 7, torch.uint8: 8, torch.bool: 9,
-    torch.complex64: 10, torch.complex128: 11,
+    torch.float32: 0,
+    torch.float64: 1,
+    torch.float16: 2,
+    torch.bfloat16: 3,
+    torch.int64: 4,
+    torch.int32: 5,
+    torch.int16: 6,
+    torch.int8: 7,
+    torch.uint8: 8,
+    torch.bool: 9,
+    torch.complex64: 10,
+    torch.complex128: 11,
 }
 
 _loaded: dict[str, tuple] = {}

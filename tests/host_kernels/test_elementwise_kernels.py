@@ -36,8 +36,9 @@ def fl_call(overload, *args, out_like=None, **kwargs):
     for k, r in enumerate(schema.returns):
         if r.alias_info is not None and r.alias_info.is_write:
             # in-place: the mutated argument is the output
-            idx = next(i for i, sa in enumerate(schema.arguments)
-                       if sa.alias_info is not None and sa.alias_info.is_write)
+            idx = next(
+                i for i, sa in enumerate(schema.arguments) if sa.alias_info is not None and sa.alias_info.is_write
+            )
             outputs.append(vals[idx])
         else:
             o = outs_like[k]
@@ -131,8 +132,18 @@ SHAPES = [(3, 5), (2, 3, 4), (), (0, 3), (300, 257)]
 
 
 # ---------------------------------------------------------------- copy / fill
-DT_ALL = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
-          torch.int8, torch.uint8, torch.bool]
+DT_ALL = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+]
 
 
 @pytest.mark.parametrize("src_dt", DT_ALL)
@@ -182,12 +193,28 @@ def _scalar_for(dt):
 
 
 BINARY = [
-    (aten.add.Tensor, {}), (aten.add.Tensor, {"alpha": 2}), (aten.sub.Tensor, {}), (aten.sub.Tensor, {"alpha": 3}),
-    (aten.mul.Tensor, {}), (aten.div.Tensor, {}), (aten.maximum.default, {}), (aten.minimum.default, {}),
-    (aten.eq.Tensor, {}), (aten.ne.Tensor, {}), (aten.lt.Tensor, {}), (aten.le.Tensor, {}), (aten.gt.Tensor, {}),
-    (aten.ge.Tensor, {}), (aten.logical_and.default, {}), (aten.logical_or.default, {}),
-    (aten.logical_xor.default, {}), (aten.remainder.Tensor, {}), (aten.fmod.Tensor, {}), (aten.atan2.default, {}),
-    (aten.pow.Tensor_Tensor, {}), (aten.rsub.Tensor, {}),
+    (aten.add.Tensor, {}),
+    (aten.add.Tensor, {"alpha": 2}),
+    (aten.sub.Tensor, {}),
+    (aten.sub.Tensor, {"alpha": 3}),
+    (aten.mul.Tensor, {}),
+    (aten.div.Tensor, {}),
+    (aten.maximum.default, {}),
+    (aten.minimum.default, {}),
+    (aten.eq.Tensor, {}),
+    (aten.ne.Tensor, {}),
+    (aten.lt.Tensor, {}),
+    (aten.le.Tensor, {}),
+    (aten.gt.Tensor, {}),
+    (aten.ge.Tensor, {}),
+    (aten.logical_and.default, {}),
+    (aten.logical_or.default, {}),
+    (aten.logical_xor.default, {}),
+    (aten.remainder.Tensor, {}),
+    (aten.fmod.Tensor, {}),
+    (aten.atan2.default, {}),
+    (aten.pow.Tensor_Tensor, {}),
+    (aten.rsub.Tensor, {}),
 ]
 
 
@@ -204,10 +231,15 @@ def test_binary(op, kw, dt):
         check(op, a, b, **kw)
         return
     lo = 0.5 if op is aten.pow.Tensor_Tensor else -3
-    for sa, sb, la, lb in [((5, 7), (5, 7), "contig", "contig"), ((5, 7), (7,), "transposed", "contig"),
-                           ((4, 1, 6), (3, 1), "contig", "contig"), ((3, 8), (3, 8), "sliced", "bcast"),
-                           ((), (), "contig", "contig"), ((0, 4), (4,), "contig", "contig"),
-                           ((260, 300), (260, 300), "contig", "transposed")]:
+    for sa, sb, la, lb in [
+        ((5, 7), (5, 7), "contig", "contig"),
+        ((5, 7), (7,), "transposed", "contig"),
+        ((4, 1, 6), (3, 1), "contig", "contig"),
+        ((3, 8), (3, 8), "sliced", "bcast"),
+        ((), (), "contig", "contig"),
+        ((0, 4), (4,), "contig", "contig"),
+        ((260, 300), (260, 300), "contig", "transposed"),
+    ]:
         a = make(sa, dt, la, lo=lo)
         b = make(sb, dt, lb, lo=lo, hi=3.0)
         if op is aten.pow.Tensor_Tensor and not dt.is_floating_point:
@@ -218,10 +250,22 @@ def test_binary(op, kw, dt):
 
 
 SCALAR_OPS = [
-    (aten.add.Scalar, 2), (aten.sub.Scalar, 1), (aten.mul.Scalar, 3), (aten.div.Scalar, 4),
-    (aten.rsub.Scalar, 2), (aten.eq.Scalar, 1), (aten.lt.Scalar, 0), (aten.ge.Scalar, 1), (aten.remainder.Scalar, 3),
-    (aten.fmod.Scalar, 2), (aten.pow.Tensor_Scalar, 2), (aten.pow.Tensor_Scalar, 3), (aten.pow.Tensor_Scalar, 0.5),
-    (aten.pow.Tensor_Scalar, -1), (aten.pow.Tensor_Scalar, 1), (aten.pow.Tensor_Scalar, 2.5),
+    (aten.add.Scalar, 2),
+    (aten.sub.Scalar, 1),
+    (aten.mul.Scalar, 3),
+    (aten.div.Scalar, 4),
+    (aten.rsub.Scalar, 2),
+    (aten.eq.Scalar, 1),
+    (aten.lt.Scalar, 0),
+    (aten.ge.Scalar, 1),
+    (aten.remainder.Scalar, 3),
+    (aten.fmod.Scalar, 2),
+    (aten.pow.Tensor_Scalar, 2),
+    (aten.pow.Tensor_Scalar, 3),
+    (aten.pow.Tensor_Scalar, 0.5),
+    (aten.pow.Tensor_Scalar, -1),
+    (aten.pow.Tensor_Scalar, 1),
+    (aten.pow.Tensor_Scalar, 2.5),
 ]
 
 
@@ -278,8 +322,15 @@ def test_div_rounding_mode_is_not_a_kernel():
         assert torch.equal(torch.div(x, x + 3, rounding_mode=mode).cpu(), torch.div(a, a + 3, rounding_mode=mode))
 
 
-INPLACE = [(aten.add_.Tensor, {"alpha": 0.5}), (aten.sub_.Tensor, {}), (aten.mul_.Tensor, {}), (aten.div_.Tensor, {}),
-           (aten.atan2_.default, {}), (aten.logical_and_.default, {}), (aten.eq_.Tensor, {})]
+INPLACE = [
+    (aten.add_.Tensor, {"alpha": 0.5}),
+    (aten.sub_.Tensor, {}),
+    (aten.mul_.Tensor, {}),
+    (aten.div_.Tensor, {}),
+    (aten.atan2_.default, {}),
+    (aten.logical_and_.default, {}),
+    (aten.eq_.Tensor, {}),
+]
 
 
 @pytest.mark.parametrize("op,kw", INPLACE, ids=str)
@@ -305,39 +356,95 @@ def test_bitwise(op, dt):
 
 
 # ---------------------------------------------------------------- unary
-UNARY = [aten.neg.default, aten.abs.default, aten.exp.default, aten.exp2.default, aten.log.default,
-         aten.log2.default, aten.log10.default, aten.log1p.default, aten.expm1.default, aten.sqrt.default,
-         aten.rsqrt.default, aten.reciprocal.default, aten.sin.default, aten.cos.default, aten.tan.default,
-         aten.tanh.default, aten.sigmoid.default, aten.erf.default, aten.sign.default, aten.floor.default,
-         aten.ceil.default, aten.round.default, aten.trunc.default, aten.relu.default, aten.silu.default,
-         aten.gelu.default, aten.hardtanh.default, aten.leaky_relu.default, aten.elu.default,
-         aten.isnan.default, aten.isinf.default, aten.logical_not.default]
-POSITIVE = {aten.log.default, aten.log2.default, aten.log10.default, aten.sqrt.default, aten.rsqrt.default,
-            aten.log1p.default}
+UNARY = [
+    aten.neg.default,
+    aten.abs.default,
+    aten.exp.default,
+    aten.exp2.default,
+    aten.log.default,
+    aten.log2.default,
+    aten.log10.default,
+    aten.log1p.default,
+    aten.expm1.default,
+    aten.sqrt.default,
+    aten.rsqrt.default,
+    aten.reciprocal.default,
+    aten.sin.default,
+    aten.cos.default,
+    aten.tan.default,
+    aten.tanh.default,
+    aten.sigmoid.default,
+    aten.erf.default,
+    aten.sign.default,
+    aten.floor.default,
+    aten.ceil.default,
+    aten.round.default,
+    aten.trunc.default,
+    aten.relu.default,
+    aten.silu.default,
+    aten.gelu.default,
+    aten.hardtanh.default,
+    aten.leaky_relu.default,
+    aten.elu.default,
+    aten.isnan.default,
+    aten.isinf.default,
+    aten.logical_not.default,
+]
+POSITIVE = {
+    aten.log.default,
+    aten.log2.default,
+    aten.log10.default,
+    aten.sqrt.default,
+    aten.rsqrt.default,
+    aten.log1p.default,
+}
 
 
 @pytest.mark.parametrize("op", UNARY, ids=op_name)
 @pytest.mark.parametrize("dt", FLOATS)
 def test_unary_float(op, dt):
     lo = 0.05 if op in POSITIVE else -4
-    for shape, layout in [((5, 7), "contig"), ((6, 9), "transposed"), ((3, 8), "sliced"), ((4, 3), "bcast"),
-                          ((), "contig"), ((0, 2), "contig"), ((200, 300), "contig")]:
+    for shape, layout in [
+        ((5, 7), "contig"),
+        ((6, 9), "transposed"),
+        ((3, 8), "sliced"),
+        ((4, 3), "bcast"),
+        ((), "contig"),
+        ((0, 2), "contig"),
+        ((200, 300), "contig"),
+    ]:
         x = make(shape, dt, layout, lo=lo, hi=4)
         if x.numel() > 3 and dt.is_floating_point and layout == "contig":
             x = x.clone()
             x.view(-1)[0] = float("nan")
             x.view(-1)[1] = 2.5  # round half to even
             # (torch's gelu gives NaN at +inf; the kernel gives the limit, inf)
-            x.view(-1)[2] = float("inf") if op not in (aten.sin.default, aten.cos.default, aten.tan.default,
-                                                        aten.gelu.default) else 0.0
+            x.view(-1)[2] = (
+                float("inf")
+                if op not in (aten.sin.default, aten.cos.default, aten.tan.default, aten.gelu.default)
+                else 0.0
+            )
         check(op, x, tol_scale=4 if op in (aten.tan.default, aten.expm1.default) else 1)
 
 
-@pytest.mark.parametrize("op", [aten.neg.default, aten.abs.default, aten.sign.default, aten.relu.default,
-                                aten.floor.default, aten.round.default, aten.exp.default, aten.sqrt.default,
-                                aten.sigmoid.default, aten.isnan.default, aten.logical_not.default,
-                                aten.hardtanh.default],
-                         ids=op_name)
+@pytest.mark.parametrize(
+    "op",
+    [
+        aten.neg.default,
+        aten.abs.default,
+        aten.sign.default,
+        aten.relu.default,
+        aten.floor.default,
+        aten.round.default,
+        aten.exp.default,
+        aten.sqrt.default,
+        aten.sigmoid.default,
+        aten.isnan.default,
+        aten.logical_not.default,
+        aten.hardtanh.default,
+    ],
+    ids=op_name,
+)
 @pytest.mark.parametrize("dt", [torch.int64, torch.int32, torch.uint8])
 def test_unary_int(op, dt):
     if dt == torch.uint8 and op in (aten.neg.default, aten.sign.default, aten.hardtanh.default):
@@ -368,9 +475,21 @@ def test_unary_params_and_inplace():
     check(aten.nan_to_num.default, y, 1.0, 2.0, -3.0)
     check(aten.clamp.default, y, -1.0, 1.0)
     check(aten.round.decimals, x, decimals=0)
-    for op in (aten.relu_.default, aten.neg_.default, aten.exp_.default, aten.sigmoid_.default, aten.tanh_.default,
-               aten.abs_.default, aten.silu_.default, aten.gelu_.default, aten.leaky_relu_.default,
-               aten.hardtanh_.default, aten.clamp_.default, aten.threshold_.default, aten.nan_to_num_.default):
+    for op in (
+        aten.relu_.default,
+        aten.neg_.default,
+        aten.exp_.default,
+        aten.sigmoid_.default,
+        aten.tanh_.default,
+        aten.abs_.default,
+        aten.silu_.default,
+        aten.gelu_.default,
+        aten.leaky_relu_.default,
+        aten.hardtanh_.default,
+        aten.clamp_.default,
+        aten.threshold_.default,
+        aten.nan_to_num_.default,
+    ):
         args = {aten.clamp_.default: (-1.0, 1.0), aten.threshold_.default: (0.0, 0.0)}.get(op, ())
         t = make((20, 31), torch.float32, "transposed", lo=-2, hi=2)
         check(op, t, *args)
@@ -423,8 +542,12 @@ def test_ternary(dt):
     check(aten.lerp.Scalar, s, t1, 0.3)
     check(aten.lerp.Scalar, s, t1, 0.8)
     check(aten.lerp.Tensor, s, t1, make((11, 13), dt, lo=0, hi=1))
-    for op, extra in ((aten.addcmul_.default, (t1, t2)), (aten.addcdiv_.default, (t1, t2)),
-                      (aten.lerp_.Scalar, (t1, 0.9)), (aten.lerp_.Tensor, (t1, make((13,), dt, lo=0, hi=1)))):
+    for op, extra in (
+        (aten.addcmul_.default, (t1, t2)),
+        (aten.addcdiv_.default, (t1, t2)),
+        (aten.lerp_.Scalar, (t1, 0.9)),
+        (aten.lerp_.Tensor, (t1, make((13,), dt, lo=0, hi=1))),
+    ):
         check(op, s.clone(), *extra)
     big = [make((300, 200), dt) for _ in range(3)]
     check(aten.addcmul_.default, big[0], big[1], big[2], value=2.0)

@@ -94,8 +94,11 @@ def test_long_lengths_accurate(n):
 @pytest.mark.parametrize("layout", ["contig", "transposed", "sliced"])
 def test_multidim_strided(layout):
     base = rnd((5, 4, 6), torch.float64)
-    xs = {"contig": base, "transposed": base.transpose(0, 2).contiguous().transpose(0, 2),
-          "sliced": rnd((5, 4, 13), torch.float64)[..., 1::2]}
+    xs = {
+        "contig": base,
+        "transposed": base.transpose(0, 2).contiguous().transpose(0, 2),
+        "sliced": rnd((5, 4, 13), torch.float64)[..., 1::2],
+    }
     x = xs[layout]
     for dims in ([0, 2], [2, 0, 1], [1]):
         e = aten._fft_r2c(x, dims, 1, True)
@@ -118,28 +121,54 @@ def test_negative_dims_and_empty_dim_list():
 def test_errors_and_declines():
     x = rnd((3, 4), torch.complex64)
     with pytest.raises(RuntimeError, match="dim 5 out of range"):
-        harness.call("aten::_fft_c2c", [x], [torch.empty_like(x)], [("tensor", 0), ("ints", [5]), ("int", 0),
-                                                                      ("bool", True)])
+        harness.call(
+            "aten::_fft_c2c", [x], [torch.empty_like(x)], [("tensor", 0), ("ints", [5]), ("int", 0), ("bool", True)]
+        )
     with pytest.raises(RuntimeError, match="unsupported normalization 3"):
-        harness.call("aten::_fft_c2c", [x], [torch.empty_like(x)], [("tensor", 0), ("ints", [0]), ("int", 3),
-                                                                      ("bool", True)])
+        harness.call(
+            "aten::_fft_c2c", [x], [torch.empty_like(x)], [("tensor", 0), ("ints", [0]), ("int", 3), ("bool", True)]
+        )
     with pytest.raises(RuntimeError, match="last_dim_size 10 needs 6"):
-        harness.call("aten::_fft_c2r", [x], [torch.empty(3, 10)], [("tensor", 0), ("ints", [1]), ("int", 0),
-                                                                    ("int", 10)])
+        harness.call(
+            "aten::_fft_c2r", [x], [torch.empty(3, 10)], [("tensor", 0), ("ints", [1]), ("int", 0), ("int", 10)]
+        )
     # precision mix (complex64 in, float64 out) and a real input to c2c are declined, not guessed
-    assert harness.call("aten::_fft_c2r", [x], [torch.empty(3, 6, dtype=torch.float64)],
-                        [("tensor", 0), ("ints", [1]), ("int", 0), ("int", 6)]) == 3
+    assert (
+        harness.call(
+            "aten::_fft_c2r",
+            [x],
+            [torch.empty(3, 6, dtype=torch.float64)],
+            [("tensor", 0), ("ints", [1]), ("int", 0), ("int", 6)],
+        )
+        == 3
+    )
     r = torch.randn(3, 4)
-    assert harness.call("aten::_fft_c2c", [r], [torch.empty(3, 4, dtype=torch.complex64)],
-                        [("tensor", 0), ("ints", [1]), ("int", 0), ("bool", True)]) == 3
+    assert (
+        harness.call(
+            "aten::_fft_c2c",
+            [r],
+            [torch.empty(3, 4, dtype=torch.complex64)],
+            [("tensor", 0), ("ints", [1]), ("int", 0), ("bool", True)],
+        )
+        == 3
+    )
 
 
 # ---- copies and pointwise arithmetic on complex tensors ----
 
-@pytest.mark.parametrize("src_dtype,dst_dtype", [
-    (torch.float32, torch.complex64), (torch.int64, torch.complex128), (torch.complex64, torch.complex128),
-    (torch.complex128, torch.complex64), (torch.complex64, torch.float32), (torch.complex128, torch.float16),
-    (torch.complex128, torch.complex128)])
+
+@pytest.mark.parametrize(
+    "src_dtype,dst_dtype",
+    [
+        (torch.float32, torch.complex64),
+        (torch.int64, torch.complex128),
+        (torch.complex64, torch.complex128),
+        (torch.complex128, torch.complex64),
+        (torch.complex64, torch.float32),
+        (torch.complex128, torch.float16),
+        (torch.complex128, torch.complex128),
+    ],
+)
 def test_copy_(src_dtype, dst_dtype):
     src = rnd((4, 6), src_dtype) if src_dtype != torch.int64 else torch.arange(24).view(4, 6)
     for dst in (torch.zeros(4, 6, dtype=dst_dtype), torch.zeros(6, 9, dtype=dst_dtype).t()[1:5]):

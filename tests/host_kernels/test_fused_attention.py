@@ -37,13 +37,33 @@ def fwd(q, k, v, bias=None, causal=False, scale=None, dropout=0.0, debug=False):
 
 def bwd(g, q, k, v, bias, out, lse, causal=False, scale=None, mask=(True, True, True, True), dropout=0.0):
     seed = torch.zeros((), dtype=torch.int64)
-    return call(BWD, BWD_NAME, g, q, k, v, bias, list(mask), out, lse, None, None, q.shape[2], k.shape[2],
-                dropout, causal, seed, seed.clone(), scale=scale)
+    return call(
+        BWD,
+        BWD_NAME,
+        g,
+        q,
+        k,
+        v,
+        bias,
+        list(mask),
+        out,
+        lse,
+        None,
+        None,
+        q.shape[2],
+        k.shape[2],
+        dropout,
+        causal,
+        seed,
+        seed.clone(),
+        scale=scale,
+    )
 
 
 # ---------------------------------------------------------------------------
 # reference: PyTorch's math path in float64
 # ---------------------------------------------------------------------------
+
 
 def reference(q, k, v, bias=None, causal=False, scale=None, g=None):
     """(out, lse, grads(q, k, v, bias)) in float64 from the math SDPA path."""
@@ -65,8 +85,11 @@ def reference(q, k, v, bias=None, causal=False, scale=None, g=None):
             sc = sc.masked_fill(~b64, float("-inf")) if b64.dtype == torch.bool else sc + b64
         if causal:
             sc = sc.masked_fill(~torch.ones(sc.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
-        lse = torch.logsumexp(sc, dim=-1) if sc.shape[-1] else torch.full(sc.shape[:-1], float("-inf"),
-                                                                           dtype=torch.float64)
+        lse = (
+            torch.logsumexp(sc, dim=-1)
+            if sc.shape[-1]
+            else torch.full(sc.shape[:-1], float("-inf"), dtype=torch.float64)
+        )
     grads = None
     if g is not None:
         leaves = [q64, k64, v64] + ([b64] if b64 is not None and b64.requires_grad else [])
@@ -112,8 +135,18 @@ def run_case(B, H, L, S, E, Ev, dtype, layout="contig", causal=False, bias=None,
     assert int(outs[6]) == 0 and int(outs[7]) == 0
     if not backward:
         return
-    st, grads = bwd(g, q, k, v, bias, out, lse, causal=causal, scale=scale,
-                    mask=(True, True, True, bias is not None and bias.dtype != torch.bool))
+    st, grads = bwd(
+        g,
+        q,
+        k,
+        v,
+        bias,
+        out,
+        lse,
+        causal=causal,
+        scale=scale,
+        mask=(True, True, True, bias is not None and bias.dtype != torch.bool),
+    )
     assert st == FL_OK, "backward declined"
     for name, got, want in zip("qkv", grads[:3], ref_grads[:3], strict=True):
         close(got, want, dtype, f"grad_{name}")
@@ -129,6 +162,7 @@ def _seed():
 # ---------------------------------------------------------------------------
 # the table
 # ---------------------------------------------------------------------------
+
 
 def test_table_lists_fused_attention():
     ks = harness.load(ROCM)[1]
@@ -147,8 +181,8 @@ ALL = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 SHAPES = [
     # B, H, L, S, E, Ev
     (1, 1, 1, 1, 8, 8),
-    (1, 1, 5, 7, 4, 3),       # Lq != S, Ev != E
-    (2, 3, 9, 4, 16, 16),     # Lq > S
+    (1, 1, 5, 7, 4, 3),  # Lq != S, Ev != E
+    (2, 3, 9, 4, 16, 16),  # Lq > S
     (2, 4, 64, 80, 32, 32),
     (1, 2, 130, 300, 16, 24),  # several query and key tiles, ragged
 ]
@@ -189,8 +223,15 @@ def test_scale(dtype):
 @pytest.mark.parametrize("bias_shape", ["B11S", "1HLS", "BHLS", "LS", "S", "B1L1", "11LS"])
 def test_float_bias(bias_shape, dtype):
     B, H, L, S = 2, 3, 70, 140
-    shape = {"B11S": (B, 1, 1, S), "1HLS": (1, H, L, S), "BHLS": (B, H, L, S), "LS": (L, S), "S": (S,),
-             "B1L1": (B, 1, L, 1), "11LS": (1, 1, L, S)}[bias_shape]
+    shape = {
+        "B11S": (B, 1, 1, S),
+        "1HLS": (1, H, L, S),
+        "BHLS": (B, H, L, S),
+        "LS": (L, S),
+        "S": (S,),
+        "B1L1": (B, 1, L, 1),
+        "11LS": (1, 1, L, S),
+    }[bias_shape]
     bias = torch.randn(shape).to(dtype)
     run_case(B, H, L, S, 16, 8, dtype, "blhe", bias=bias)
 
@@ -290,13 +331,14 @@ def test_backward_accepts_other_lse_conventions():
 # what the kernels decline
 # ---------------------------------------------------------------------------
 
+
 def test_declines():
     q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
     assert fwd(q, k, v, dropout=0.1)[0] == FL_ERR_UNSUPPORTED
     assert fwd(q, k, v, debug=True)[0] == FL_ERR_UNSUPPORTED
-    assert fwd(q.double(), k, v)[0] == FL_ERR_UNSUPPORTED                         # mixed dtypes
-    assert fwd(q[0], k[0], v[0])[0] == FL_ERR_UNSUPPORTED                          # 3-D
-    assert fwd(q, k, v, torch.randint(0, 2, (3, 5)))[0] == FL_ERR_UNSUPPORTED     # integer mask
+    assert fwd(q.double(), k, v)[0] == FL_ERR_UNSUPPORTED  # mixed dtypes
+    assert fwd(q[0], k[0], v[0])[0] == FL_ERR_UNSUPPORTED  # 3-D
+    assert fwd(q, k, v, torch.randint(0, 2, (3, 5)))[0] == FL_ERR_UNSUPPORTED  # integer mask
     assert fwd(q, torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4))[0] == FL_ERR_UNSUPPORTED  # GQA-style heads
     bad = torch.randn(1, 2, 3, 5)
     bad_desc = torch.randn(2, 2, 3, 5)[:1]
@@ -317,6 +359,14 @@ def test_declines_non_broadcastable_bias():
     q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
     bias = torch.randn(2, 5)
     o, lse = torch.empty(1, 2, 3, 4), torch.empty(1, 2, 3)
-    args = [("tensor", 0), ("tensor", 1), ("tensor", 2), ("tensor", 3), ("float", 0.0), ("bool", False),
-            ("bool", False), ("none",)]
+    args = [
+        ("tensor", 0),
+        ("tensor", 1),
+        ("tensor", 2),
+        ("tensor", 3),
+        ("float", 0.0),
+        ("bool", False),
+        ("bool", False),
+        ("none",),
+    ]
     assert harness.call(FWD_NAME, [q, k, v, bias], [o, lse] + [None] * 7, args, lib=ROCM) == FL_ERR_UNSUPPORTED

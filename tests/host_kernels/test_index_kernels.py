@@ -19,8 +19,18 @@ nan = float("nan")
 
 # the string codes k_index.c reads: the runtime's own table, so the two cannot drift apart
 CODES = STRING_CODES
-DT_ALL = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
-          torch.int8, torch.uint8, torch.bool]
+DT_ALL = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+]
 DT_NUM = [d for d in DT_ALL if d != torch.bool]
 
 
@@ -38,8 +48,9 @@ def run(op, *args, out_like=None, **kwargs):
             outputs.append(vals[0])
         else:
             o = likes[k]
-            outputs.append(torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).fill_(7) if o.numel()
-                           else torch.empty_like(o))
+            outputs.append(
+                torch.empty_strided(o.shape, o.stride(), dtype=o.dtype).fill_(7) if o.numel() else torch.empty_like(o)
+            )
     inputs, specs = harness.to_specs(vals, CODES)
     st = harness.call(harness.entry_name(op), inputs, outputs, specs)
     return st, outputs
@@ -201,14 +212,36 @@ def test_scatter_nan_and_errors():
     x = torch.zeros(3)
     check(aten.scatter_reduce.two, x, 0, torch.tensor([0, 0, 1]), torch.tensor([1.0, nan, 2.0]), "amax")
     idx = torch.tensor([[0, 5]])
-    fails("index 5 is out of bounds for dimension 1 with size 4", aten.scatter.src, torch.zeros(2, 4), 1, idx,
-          torch.ones(1, 2), out_like=torch.zeros(2, 4))
-    fails("index -1 is out of bounds", aten.scatter.value, torch.zeros(2, 4), 1, torch.tensor([[-1]]), 1.0,
-          out_like=torch.zeros(2, 4))
-    fails("no larger than", aten.scatter.src, torch.zeros(2, 2), 0, torch.zeros(2, 3, dtype=torch.long),
-          torch.ones(3, 3), out_like=torch.zeros(2, 2))
-    st, _ = run(aten.scatter_reduce.two, torch.zeros(3), 0, torch.tensor([0]), torch.ones(1), "bogus",
-                out_like=torch.zeros(3))
+    fails(
+        "index 5 is out of bounds for dimension 1 with size 4",
+        aten.scatter.src,
+        torch.zeros(2, 4),
+        1,
+        idx,
+        torch.ones(1, 2),
+        out_like=torch.zeros(2, 4),
+    )
+    fails(
+        "index -1 is out of bounds",
+        aten.scatter.value,
+        torch.zeros(2, 4),
+        1,
+        torch.tensor([[-1]]),
+        1.0,
+        out_like=torch.zeros(2, 4),
+    )
+    fails(
+        "no larger than",
+        aten.scatter.src,
+        torch.zeros(2, 2),
+        0,
+        torch.zeros(2, 3, dtype=torch.long),
+        torch.ones(3, 3),
+        out_like=torch.zeros(2, 2),
+    )
+    st, _ = run(
+        aten.scatter_reduce.two, torch.zeros(3), 0, torch.tensor([0]), torch.ones(1), "bogus", out_like=torch.zeros(3)
+    )
     assert st == 3  # a reduce string the runtime could not name: declined, not guessed
 
 
@@ -234,10 +267,16 @@ def test_index_add_copy_fill_reduce(dt):
 
 def test_index_dim_errors():
     x = torch.zeros(5, 3)
-    fails("index 5 is out of bounds for dimension 0 with size 5", aten.index_add.default, x, 0, torch.tensor([5]),
-          torch.ones(1, 3), out_like=x)
-    fails("index -1 is out of bounds", aten.index_copy.default, x, 0, torch.tensor([-1]), torch.ones(1, 3),
-          out_like=x)
+    fails(
+        "index 5 is out of bounds for dimension 0 with size 5",
+        aten.index_add.default,
+        x,
+        0,
+        torch.tensor([5]),
+        torch.ones(1, 3),
+        out_like=x,
+    )
+    fails("index -1 is out of bounds", aten.index_copy.default, x, 0, torch.tensor([-1]), torch.ones(1, 3), out_like=x)
     fails("index -6 is out of bounds", aten.index_fill.int_Scalar, x, 0, torch.tensor([-6]), 1.0, out_like=x)
     fails("Number of indices", aten.index_add.default, x, 0, torch.tensor([0, 1]), torch.ones(1, 3), out_like=x)
 
@@ -251,12 +290,12 @@ def test_index_tensor(dt):
     x = make((4, 5, 6), dt, "transposed")
     cases = [
         [I([3, 0, -1])],
-        [I([[0, 1], [2, 3]]), I([4])],               # broadcast, adjacent: stays in place
-        [None, I([0, 2, 4])],                        # None first
-        [I([1, 2]), None, I([0, 5])],                # separated: broadcast dims go first
+        [I([[0, 1], [2, 3]]), I([4])],  # broadcast, adjacent: stays in place
+        [None, I([0, 2, 4])],  # None first
+        [I([1, 2]), None, I([0, 5])],  # separated: broadcast dims go first
         [None, None, I([[1], [2]], dtype=torch.int32)],
-        [I([True, False, True, True])],              # a mask
-        [None, (make((5, 6), torch.bool))],          # a 2-d mask after None
+        [I([True, False, True, True])],  # a mask
+        [None, (make((5, 6), torch.bool))],  # a 2-d mask after None
         [I([0, 1, 1]), I([2, 2, 3]), I([5, 0, 1])],
         [I([], dtype=torch.long)],
     ]
@@ -267,8 +306,13 @@ def test_index_tensor(dt):
 
 def test_index_put():
     x = make((4, 5, 6), torch.float32, "transposed")
-    for indices, vshape in (([I([3, 0, 1])], (3, 5, 6)), ([I([3, 0, 3])], (6,)), ([None, I([0, 2]), I([1, 1])], (4, 2)),
-                            ([I([1, 2]), None, I([0, 5])], (2, 5)), ([make((4, 5), torch.bool)], (1,))):
+    for indices, vshape in (
+        ([I([3, 0, 1])], (3, 5, 6)),
+        ([I([3, 0, 3])], (6,)),
+        ([None, I([0, 2]), I([1, 1])], (4, 2)),
+        ([I([1, 2]), None, I([0, 5])], (2, 5)),
+        ([make((4, 5), torch.bool)], (1,)),
+    ):
         v = torch.randn(vshape)
         check(aten.index_put.default, x, indices, v, True)
         if indices[0] is None or indices[0].dtype == torch.bool or indices[0].unique().numel() == len(indices[0]):
@@ -290,14 +334,23 @@ def test_unsafe_masked_index():
 
 def test_index_errors():
     x = torch.zeros(4, 5)
-    fails("index 5 is out of bounds for dimension 1 with size 5", aten.index.Tensor, x, [None, I([5])],
-          out_like=torch.zeros(4, 1))
-    fails("index -5 is out of bounds for dimension 0 with size 4", aten.index.Tensor, x, [I([-5])],
-          out_like=torch.zeros(1, 5))
+    fails(
+        "index 5 is out of bounds for dimension 1 with size 5",
+        aten.index.Tensor,
+        x,
+        [None, I([5])],
+        out_like=torch.zeros(4, 1),
+    )
+    fails(
+        "index -5 is out of bounds for dimension 0 with size 4",
+        aten.index.Tensor,
+        x,
+        [I([-5])],
+        out_like=torch.zeros(1, 5),
+    )
     fails("mask .* does not match", aten.index.Tensor, x, [I([True, False])], out_like=torch.zeros(1, 5))
     fails("too many indices", aten.index.Tensor, x, [I([0]), I([0]), I([0])], out_like=torch.zeros(1))
-    fails("shape mismatch: value tensor of shape", aten.index_put.default, x, [I([0, 1])], torch.ones(3, 5),
-          out_like=x)
+    fails("shape mismatch: value tensor of shape", aten.index_put.default, x, [I([0, 1])], torch.ones(3, 5), out_like=x)
     fails("must be long, int, byte or bool", aten.index.Tensor, x, [torch.zeros(2)], out_like=torch.zeros(2, 5))
 
 
@@ -325,11 +378,15 @@ def test_take_put_masked_scatter(dt):
 
 def test_flat_errors():
     x = torch.zeros(2, 3)
-    fails("out of range: tried to access index 6 on a tensor of 6 elements", aten.take.default, x, I([6]),
-          out_like=torch.zeros(1))
+    fails(
+        "out of range: tried to access index 6 on a tensor of 6 elements",
+        aten.take.default,
+        x,
+        I([6]),
+        out_like=torch.zeros(1),
+    )
     fails("same number of elements", aten.put.default, x, I([0, 1]), torch.ones(3), out_like=x)
-    fails("at least 6 elements", aten.masked_scatter.default, x, I([True, True, True]), torch.ones(2),
-          out_like=x)
+    fails("at least 6 elements", aten.masked_scatter.default, x, I([True, True, True]), torch.ones(2), out_like=x)
 
 
 # ------------------------------------------------------------------ search
@@ -355,10 +412,23 @@ def test_searchsorted_bucketize(dt):
 def test_search_errors_and_side():
     seq = torch.tensor([[1.0, 2.0]])
     fails("first N-1 dimensions", aten.searchsorted.Tensor, seq, torch.zeros(2, 2), out_like=torch.zeros(2, 2).long())
-    fails("sorter index out of range", aten.searchsorted.Tensor, seq[0], torch.zeros(3), sorter=I([0, 2]),
-          out_like=torch.zeros(3).long())
-    fails("can't be set to opposites", aten.searchsorted.Tensor, seq[0], torch.zeros(3), right=True, side="left",
-          out_like=torch.zeros(3).long())
+    fails(
+        "sorter index out of range",
+        aten.searchsorted.Tensor,
+        seq[0],
+        torch.zeros(3),
+        sorter=I([0, 2]),
+        out_like=torch.zeros(3).long(),
+    )
+    fails(
+        "can't be set to opposites",
+        aten.searchsorted.Tensor,
+        seq[0],
+        torch.zeros(3),
+        right=True,
+        side="left",
+        out_like=torch.zeros(3).long(),
+    )
 
 
 @pytest.mark.parametrize("dt", [torch.float32, torch.float16, torch.int64, torch.int8])
@@ -405,10 +475,17 @@ def test_roll_slice_as_strided_scatter(dt):
 
 def test_layout_errors():
     x = torch.zeros(4, 5)
-    fails("expected src to have a size equal", aten.slice_scatter.default, x, torch.zeros(4, 2), 1, 0, 5,
-          out_like=x)
-    fails("out of bounds for storage", aten.as_strided_scatter.default, x, torch.zeros(3, 3), [3, 3], [5, 5], 0,
-          out_like=x)
+    fails("expected src to have a size equal", aten.slice_scatter.default, x, torch.zeros(4, 2), 1, 0, 5, out_like=x)
+    fails(
+        "out of bounds for storage",
+        aten.as_strided_scatter.default,
+        x,
+        torch.zeros(3, 3),
+        [3, 3],
+        [5, 5],
+        0,
+        out_like=x,
+    )
     fails("shifts and dimensions must align", aten.roll.default, x, [1, 2], [0], out_like=x)
 
 

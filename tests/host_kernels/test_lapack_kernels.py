@@ -65,6 +65,7 @@ def _seed():
 
 # ---------------------------------------------------------------- LU family
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(4, 4), (2, 5, 3), (3, 2, 4), (0, 3, 3), (2, 0, 0)])
 def test_lu_factor_lu_unpack(dtype, shape):
@@ -88,8 +89,9 @@ def test_lu_solve_and_solve_ex(dtype, left, adjoint):
     got = run(A.linalg_lu_solve.default, LU, piv, strided(b), left=left, adjoint=adjoint)[0]
     close(got, torch.linalg.lu_solve(LU, piv, b, left=left, adjoint=adjoint), dtype)
     if not adjoint:
-        for g, w in zip(run(A._linalg_solve_ex.default, strided(a), b, left=left),
-                        A._linalg_solve_ex(a, b, left=left), strict=True):
+        for g, w in zip(
+            run(A._linalg_solve_ex.default, strided(a), b, left=left), A._linalg_solve_ex(a, b, left=left), strict=True
+        ):
             same(g, w, dtype)
     # a batch of vectors on the right-hand side
     v = rand(2, 4, dtype=dtype)
@@ -142,6 +144,7 @@ def test_singular_matrix_on_fl_raises_pytorchs_linalg_error():
 
 # ---------------------------------------------------------------- Cholesky
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("upper", [False, True])
 def test_cholesky_family(dtype, upper):
@@ -165,6 +168,7 @@ def test_cholesky_errors():
 
 
 # ---------------------------------------------------------------- eigh, SVD, pinv
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("uplo", ["L", "U"])
@@ -228,6 +232,7 @@ def test_pinv(dtype, hermitian):
 
 # ---------------------------------------------------------------- QR
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(5, 3), (2, 3, 5), (4, 4), (0, 2)])
 @pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
@@ -244,13 +249,15 @@ def test_qr(dtype, shape, mode):
 def test_householder_ormqr(dtype, left, transpose):
     a = rand(2, 5, 3, dtype=dtype)
     h, tau = torch.geqrf(a)
-    close(run(A.linalg_householder_product.default, strided(h), tau)[0], torch.linalg.householder_product(h, tau),
-          dtype)
+    close(
+        run(A.linalg_householder_product.default, strided(h), tau)[0], torch.linalg.householder_product(h, tau), dtype
+    )
     c = rand(2, 5, 4, dtype=dtype) if left else rand(2, 4, 5, dtype=dtype)
     close(run(A.ormqr.default, h, tau, strided(c), left, transpose)[0], torch.ormqr(h, tau, c, left, transpose), dtype)
 
 
 # ---------------------------------------------------------------- triangular, LDL, matrix_exp
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("upper,left,unit", [(True, True, False), (False, False, True), (False, True, False)])
@@ -260,8 +267,11 @@ def test_triangular(dtype, upper, left, unit):
     got = run(A.linalg_solve_triangular.default, strided(a), b, upper=upper, left=left, unitriangular=unit)[0]
     close(got, torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit), dtype)
     if left:
-        for g, w in zip(run(A.triangular_solve.default, b, a, upper, True, unit),
-                        torch.triangular_solve(b, a, upper, True, unit), strict=True):
+        for g, w in zip(
+            run(A.triangular_solve.default, b, a, upper, True, unit),
+            torch.triangular_solve(b, a, upper, True, unit),
+            strict=True,
+        ):
             close(g, w, dtype)
 
 

@@ -27,8 +27,12 @@ def run_kernel(op, *args, **kwargs):
 
 
 def _tol(dtype):
-    return {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10),
-            torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3)}[dtype]
+    return {
+        torch.float32: (1e-4, 1e-4),
+        torch.float64: (1e-10, 1e-10),
+        torch.bfloat16: (2e-2, 2e-2),
+        torch.float16: (2e-3, 2e-3),
+    }[dtype]
 
 
 def _close(got, want, dtype, scale=1.0):
@@ -39,6 +43,7 @@ def _close(got, want, dtype, scale=1.0):
 def check(op, *args, mutated=(), scale=None, skip_outputs=(), **kwargs):
     """Runs the kernel and the CPU op on separate clones and compares outputs
     (and the in-place updated arguments listed in `mutated`)."""
+
     def clone(v):
         return v.clone() if isinstance(v, torch.Tensor) else v
 
@@ -86,14 +91,30 @@ def _seed():
 
 def test_table_has_ops():
     names = set(harness.kernels())
-    for op in ["aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution",
-               "aten::convolution_backward", "aten::native_batch_norm", "aten::native_batch_norm_backward",
-               "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.no_stats",
-               "aten::_native_batch_norm_legit_no_training", "aten::_batch_norm_with_update",
-               "aten::_batch_norm_no_update", "aten::batch_norm_backward", "aten::native_layer_norm",
-               "aten::native_layer_norm_backward", "aten::max_pool2d_with_indices",
-               "aten::max_pool2d_with_indices_backward", "aten::avg_pool2d", "aten::avg_pool2d_backward",
-               "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d_backward"]:
+    for op in [
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::convolution",
+        "aten::convolution_backward",
+        "aten::native_batch_norm",
+        "aten::native_batch_norm_backward",
+        "aten::_native_batch_norm_legit",
+        "aten::_native_batch_norm_legit.no_stats",
+        "aten::_native_batch_norm_legit_no_training",
+        "aten::_batch_norm_with_update",
+        "aten::_batch_norm_no_update",
+        "aten::batch_norm_backward",
+        "aten::native_layer_norm",
+        "aten::native_layer_norm_backward",
+        "aten::max_pool2d_with_indices",
+        "aten::max_pool2d_with_indices_backward",
+        "aten::avg_pool2d",
+        "aten::avg_pool2d_backward",
+        "aten::_adaptive_avg_pool2d",
+        "aten::_adaptive_avg_pool2d_backward",
+    ]:
         assert op in names, op
 
 
@@ -103,8 +124,14 @@ def test_table_has_ops():
 
 MM_CASES = [
     # (M, K, N, transpose a, transpose b)
-    (7, 5, 3, False, False), (64, 33, 17, True, False), (16, 8, 40, False, True), (9, 11, 13, True, True),
-    (0, 4, 5, False, False), (4, 0, 5, False, False), (1, 7, 1, False, False), (128, 256, 64, False, False),
+    (7, 5, 3, False, False),
+    (64, 33, 17, True, False),
+    (16, 8, 40, False, True),
+    (9, 11, 13, True, True),
+    (0, 4, 5, False, False),
+    (4, 0, 5, False, False),
+    (1, 7, 1, False, False),
+    (128, 256, 64, False, False),
 ]
 
 
@@ -119,7 +146,7 @@ def test_mm(M, K, N, ta, tb, dtype):
 
 
 def test_mm_odd_strides():
-    a = rnd(12, 20)[::2, ::3]      # no unit stride: packed
+    a = rnd(12, 20)[::2, ::3]  # no unit stride: packed
     b = rnd(7, 5).expand(7, 5)
     check(A.mm.default, a, b)
     check(A.mm.default, rnd(1, 6).expand(4, 6), rnd(6, 3))  # stride-0 rows
@@ -146,9 +173,17 @@ def test_addmm_k0_and_inplace():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("B,M,K,N,ta,tb", [(3, 4, 5, 6, False, False), (8, 16, 32, 16, True, False),
-                                            (2, 3, 4, 5, False, True), (0, 3, 4, 5, False, False),
-                                            (4, 64, 64, 64, True, True), (2, 130, 70, 90, False, False)])
+@pytest.mark.parametrize(
+    "B,M,K,N,ta,tb",
+    [
+        (3, 4, 5, 6, False, False),
+        (8, 16, 32, 16, True, False),
+        (2, 3, 4, 5, False, True),
+        (0, 3, 4, 5, False, False),
+        (4, 64, 64, 64, True, True),
+        (2, 130, 70, 90, False, False),
+    ],
+)
 def test_bmm(B, M, K, N, ta, tb, dtype):
     a = rnd(B, K, M, dtype=dtype).transpose(1, 2) if ta else rnd(B, M, K, dtype=dtype)
     b = rnd(B, N, K, dtype=dtype).transpose(1, 2) if tb else rnd(B, K, N, dtype=dtype)
@@ -164,8 +199,14 @@ def test_bmm_batch_noncontig():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("self_shape", [(3, 4, 5), (4, 5), (5,), (1, 4, 1)])
 def test_baddbmm(self_shape, dtype):
-    check(A.baddbmm.default, rnd(*self_shape, dtype=dtype), rnd(3, 4, 6, dtype=dtype), rnd(3, 6, 5, dtype=dtype),
-          beta=0.5, alpha=1.5)
+    check(
+        A.baddbmm.default,
+        rnd(*self_shape, dtype=dtype),
+        rnd(3, 4, 6, dtype=dtype),
+        rnd(3, 6, 5, dtype=dtype),
+        beta=0.5,
+        alpha=1.5,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -173,8 +214,7 @@ def test_mv_addmv_dot(dtype):
     check(A.mv.default, rnd(5, 7, dtype=dtype), rnd(7, dtype=dtype))
     check(A.mv.default, rnd(7, 5, dtype=dtype).t(), rnd(14, dtype=dtype)[::2])
     check(A.addmv.default, rnd(5, dtype=dtype), rnd(5, 7, dtype=dtype), rnd(7, dtype=dtype), beta=2, alpha=0.5)
-    check(A.addmv.default, rnd(1, dtype=dtype), rnd(5, 7, dtype=dtype),
-          rnd(7, dtype=dtype))
+    check(A.addmv.default, rnd(1, dtype=dtype), rnd(5, 7, dtype=dtype), rnd(7, dtype=dtype))
     check(A.dot.default, rnd(100, dtype=dtype), rnd(200, dtype=dtype)[::2])
     check(A.dot.default, rnd(0, dtype=dtype), rnd(0, dtype=dtype))
 
@@ -192,13 +232,13 @@ def test_mm_half(dtype):
 CONV_CASES = [
     # (N, C, H, W, O, kh, kw, stride, padding, dilation, groups)
     (2, 3, 9, 9, 4, 3, 3, [1, 1], [1, 1], [1, 1], 1),
-    (2, 4, 8, 10, 6, 1, 1, [1, 1], [0, 0], [1, 1], 1),     # 1x1: plain GEMM
-    (3, 8, 7, 7, 4, 1, 1, [2, 2], [0, 0], [1, 1], 1),      # 1x1 stride 2
-    (2, 4, 11, 9, 6, 3, 2, [2, 1], [1, 0], [2, 1], 2),     # groups, dilation, mixed
-    (1, 6, 12, 12, 6, 3, 3, [1, 1], [2, 2], [2, 2], 6),    # depthwise
-    (2, 3, 23, 23, 8, 7, 7, [2, 2], [3, 3], [1, 1], 1),    # stem-like
-    (0, 3, 5, 5, 4, 3, 3, [1, 1], [1, 1], [1, 1], 1),      # empty batch
-    (2, 2, 4, 4, 3, 5, 5, [1, 1], [2, 2], [1, 1], 1),      # kernel bigger than input
+    (2, 4, 8, 10, 6, 1, 1, [1, 1], [0, 0], [1, 1], 1),  # 1x1: plain GEMM
+    (3, 8, 7, 7, 4, 1, 1, [2, 2], [0, 0], [1, 1], 1),  # 1x1 stride 2
+    (2, 4, 11, 9, 6, 3, 2, [2, 1], [1, 0], [2, 1], 2),  # groups, dilation, mixed
+    (1, 6, 12, 12, 6, 3, 3, [1, 1], [2, 2], [2, 2], 6),  # depthwise
+    (2, 3, 23, 23, 8, 7, 7, [2, 2], [3, 3], [1, 1], 1),  # stem-like
+    (0, 3, 5, 5, 4, 3, 3, [1, 1], [1, 1], [1, 1], 1),  # empty batch
+    (2, 2, 4, 4, 3, 5, 5, [1, 1], [2, 2], [1, 1], 1),  # kernel bigger than input
 ]
 
 
@@ -212,8 +252,9 @@ def test_conv2d(case, bias, dtype):
     check(A.convolution.default, x, w, b, s, p, d, False, [0, 0], g)
     y = A.convolution.default(x, w, b, s, p, d, False, [0, 0], g)
     go = rnd(*y.shape, dtype=dtype)
-    check(A.convolution_backward.default, go, x, w, [O] if bias else None, s, p, d, False, [0, 0], g,
-          [True, True, bias])
+    check(
+        A.convolution_backward.default, go, x, w, [O] if bias else None, s, p, d, False, [0, 0], g, [True, True, bias]
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -225,8 +266,20 @@ def test_conv_masks_and_layouts(dtype):
     # channels-last input and weight; a non-contiguous view
     xc, wc = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
     check(A.convolution.default, xc, wc, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
-    check(A.convolution_backward.default, go.to(memory_format=torch.channels_last), xc, wc, [5], [1, 1], [1, 1],
-          [1, 1], False, [0, 0], 1, [True, True, True])
+    check(
+        A.convolution_backward.default,
+        go.to(memory_format=torch.channels_last),
+        xc,
+        wc,
+        [5],
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+        [True, True, True],
+    )
     xv = rnd(2, 8, 6, 6, dtype=dtype)[:, ::2]
     check(A.convolution.default, xv, w, None, [1], [1], [1], False, [0], 1)  # one-element lists
 
@@ -237,8 +290,20 @@ def test_conv1d(s, p, d, g, dtype):
     x, w, b = rnd(3, 8, 20, dtype=dtype), rnd(4, 8 // g, 3, dtype=dtype), rnd(4, dtype=dtype)
     check(A.convolution.default, x, w, b, [s], [p], [d], False, [0], g)
     y = A.convolution.default(x, w, b, [s], [p], [d], False, [0], g)
-    check(A.convolution_backward.default, rnd(*y.shape, dtype=dtype), x, w, [4], [s], [p], [d], False, [0], g,
-          [True, True, True])
+    check(
+        A.convolution_backward.default,
+        rnd(*y.shape, dtype=dtype),
+        x,
+        w,
+        [4],
+        [s],
+        [p],
+        [d],
+        False,
+        [0],
+        g,
+        [True, True, True],
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -323,9 +388,11 @@ def test_batch_norm_layouts_and_big():
 # layer norm / group norm
 # ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape,nshape", [((4, 7), (7,)), ((2, 3, 16), (16,)), ((2, 3, 4, 5), (4, 5)),
-                                          ((0, 8), (8,)), ((16, 512), (512,))])
+@pytest.mark.parametrize(
+    "shape,nshape", [((4, 7), (7,)), ((2, 3, 16), (16,)), ((2, 3, 4, 5), (4, 5)), ((0, 8), (8,)), ((16, 512), (512,))]
+)
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_norm(shape, nshape, affine, dtype):
     x = rnd(*shape, dtype=dtype) * 2 + 3
@@ -335,8 +402,9 @@ def test_layer_norm(shape, nshape, affine, dtype):
     mean, rstd = A.native_layer_norm.default(x, list(nshape), w, b, 1e-5)[1:]
     go = rnd(*shape, dtype=dtype)
     scale = max(1.0, shape[0] * 2.0)
-    check(A.native_layer_norm_backward.default, go, x, list(nshape), mean, rstd, w, b, [True, affine, affine],
-          scale=scale)
+    check(
+        A.native_layer_norm_backward.default, go, x, list(nshape), mean, rstd, w, b, [True, affine, affine], scale=scale
+    )
 
 
 def test_layer_norm_noncontig_and_masks():
@@ -364,8 +432,20 @@ def test_group_norm(N, C, HW, G, affine, dtype):
     b = rnd(C, dtype=dtype) if affine else None
     check(A.native_group_norm.default, x, w, b, N, C, HW, G, 1e-5)
     _, mean, rstd = A.native_group_norm.default(x, w, b, N, C, HW, G, 1e-5)
-    check(A.native_group_norm_backward.default, rnd(N, C, HW, dtype=dtype), x, mean, rstd, w, N, C, HW, G,
-          [True, affine, affine], scale=4.0)
+    check(
+        A.native_group_norm_backward.default,
+        rnd(N, C, HW, dtype=dtype),
+        x,
+        mean,
+        rstd,
+        w,
+        N,
+        C,
+        HW,
+        G,
+        [True, affine, affine],
+        scale=4.0,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -397,8 +477,17 @@ def test_max_pool2d_nan_and_layout():
     out, ind = check(A.max_pool2d_with_indices.default, x, [3, 3], [2, 2], [1, 1], [1, 1], False)
     xc = rnd(2, 4, 8, 8).to(memory_format=torch.channels_last)
     out, ind = check(A.max_pool2d_with_indices.default, xc, [2, 2], [2, 2], [0, 0], [1, 1], False)
-    check(A.max_pool2d_with_indices_backward.default, rnd(*out.shape).to(memory_format=torch.channels_last), xc,
-          [2, 2], [2, 2], [0, 0], [1, 1], False, ind)
+    check(
+        A.max_pool2d_with_indices_backward.default,
+        rnd(*out.shape).to(memory_format=torch.channels_last),
+        xc,
+        [2, 2],
+        [2, 2],
+        [0, 0],
+        [1, 1],
+        False,
+        ind,
+    )
 
 
 AVG_CASES = [
@@ -421,8 +510,9 @@ def test_avg_pool2d(shape, k, s, p, ceil, cip, div, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape,osize", [((2, 3, 7, 7), [1, 1]), ((2, 3, 10, 9), [3, 4]), ((3, 5, 5), [7, 2]),
-                                         ((1, 2, 8, 8), [8, 8])])
+@pytest.mark.parametrize(
+    "shape,osize", [((2, 3, 7, 7), [1, 1]), ((2, 3, 10, 9), [3, 4]), ((3, 5, 5), [7, 2]), ((1, 2, 8, 8), [8, 8])]
+)
 def test_adaptive_avg_pool2d(shape, osize, dtype):
     x = rnd(*shape, dtype=dtype)
     out = check(A._adaptive_avg_pool2d.default, x, osize)[0]
@@ -432,8 +522,9 @@ def test_adaptive_avg_pool2d(shape, osize, dtype):
 
 
 def test_declines_unsupported_dtypes():
-    st, _ = run_kernel(A.native_batch_norm.default, rnd(2, 3).to(torch.bfloat16), None, None, None, None, True,
-                       0.1, 1e-5)
+    st, _ = run_kernel(
+        A.native_batch_norm.default, rnd(2, 3).to(torch.bfloat16), None, None, None, None, True, 0.1, 1e-5
+    )
     assert st == 3
     st, _ = run_kernel(A.mm.default, torch.ones(2, 2, dtype=torch.int64), torch.ones(2, 2, dtype=torch.int64))
     assert st == 3

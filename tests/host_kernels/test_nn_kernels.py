@@ -31,8 +31,15 @@ def strided(t):
 
 @pytest.mark.parametrize("dtype", DTYPES + [torch.bfloat16])
 @pytest.mark.parametrize("kind", ["reflection", "replication"])
-@pytest.mark.parametrize("k,shape,pad", [(1, (2, 3, 7), [2, 3]), (1, (3, 6), [-1, 2]), (2, (2, 3, 5, 6), [2, 3, 1, 4]),
-                                         (3, (2, 2, 4, 5, 6), [1, 2, 0, 3, 2, 1])])
+@pytest.mark.parametrize(
+    "k,shape,pad",
+    [
+        (1, (2, 3, 7), [2, 3]),
+        (1, (3, 6), [-1, 2]),
+        (2, (2, 3, 5, 6), [2, 3, 1, 4]),
+        (3, (2, 2, 4, 5, 6), [1, 2, 0, 3, 2, 1]),
+    ],
+)
 def test_padding(kind, k, shape, pad, dtype):
     fwd, bwd = getattr(A, f"{kind}_pad{k}d").default, getattr(A, f"{kind}_pad{k}d_backward").default
     x = strided(rnd(*shape, dtype=dtype))
@@ -41,10 +48,17 @@ def test_padding(kind, k, shape, pad, dtype):
 
 
 UPSAMPLE = [  # (op name, spatial dims, has align_corners)
-    ("upsample_nearest1d", 1, False), ("upsample_nearest2d", 2, False), ("upsample_nearest3d", 3, False),
-    ("_upsample_nearest_exact1d", 1, False), ("_upsample_nearest_exact2d", 2, False),
-    ("_upsample_nearest_exact3d", 3, False), ("upsample_linear1d", 1, True), ("upsample_bilinear2d", 2, True),
-    ("upsample_trilinear3d", 3, True), ("upsample_bicubic2d", 2, True), ("_upsample_bilinear2d_aa", 2, True),
+    ("upsample_nearest1d", 1, False),
+    ("upsample_nearest2d", 2, False),
+    ("upsample_nearest3d", 3, False),
+    ("_upsample_nearest_exact1d", 1, False),
+    ("_upsample_nearest_exact2d", 2, False),
+    ("_upsample_nearest_exact3d", 3, False),
+    ("upsample_linear1d", 1, True),
+    ("upsample_bilinear2d", 2, True),
+    ("upsample_trilinear3d", 3, True),
+    ("upsample_bicubic2d", 2, True),
+    ("_upsample_bilinear2d_aa", 2, True),
     ("_upsample_bicubic2d_aa", 2, True),
 ]
 
@@ -55,7 +69,7 @@ def test_upsample(name, k, has_ac, dtype):
     fwd, bwd = getattr(A, name).default, getattr(A, name + "_backward").default
     x = rnd(*([2, 3] + [5, 7, 4][:k]), dtype=dtype)
     for osz in ([9, 3, 11][:k], [5, 14, 2][:k], [2, 7, 8][:k]):
-        for ac in ([False, True] if has_ac else [None]):
+        for ac in [False, True] if has_ac else [None]:
             for sc in (None, 1.7):  # a scale that disagrees with the sizes: the kernels must use it as CPU does
                 extra = ([ac] if has_ac else []) + [sc] * k
                 out = check(fwd, x, osz, *extra)[0]
@@ -84,8 +98,15 @@ def test_pool3d(dtype):
     check(A._adaptive_avg_pool3d_backward.default, rnd(*out.shape, dtype=dtype), x)
     out, ind = check(A.adaptive_max_pool3d.default, x, [4, 3, 2])
     check(A.adaptive_max_pool3d_backward.default, rnd(*out.shape, dtype=dtype), x, ind)
-    check(A.max_pool3d_with_indices.default, rnd(0, 2, 4, 4, 4, dtype=dtype), [2, 2, 2], [2, 2, 2], [0, 0, 0],
-          [1, 1, 1], False)
+    check(
+        A.max_pool3d_with_indices.default,
+        rnd(0, 2, 4, 4, 4, dtype=dtype),
+        [2, 2, 2],
+        [2, 2, 2],
+        [0, 0, 0],
+        [1, 1, 1],
+        False,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -96,8 +117,13 @@ def test_adaptive_and_fractional_2d(dtype):
     check(A.adaptive_max_pool2d_backward.default, rnd(*out.shape, dtype=dtype), x, ind)
     out, ind = check(A.fractional_max_pool2d.default, x, [2, 3], [4, 5], torch.rand(2, 3, 2, dtype=dtype))
     check(A.fractional_max_pool2d_backward.default, rnd(*out.shape, dtype=dtype), x, [2, 3], [4, 5], ind)
-    check(A.fractional_max_pool3d.default, rnd(2, 3, 6, 7, 5, dtype=dtype), [2, 3, 2], [3, 4, 3],
-          torch.rand(2, 3, 3, dtype=dtype))
+    check(
+        A.fractional_max_pool3d.default,
+        rnd(2, 3, 6, 7, 5, dtype=dtype),
+        [2, 3, 2],
+        [3, 4, 3],
+        torch.rand(2, 3, 3, dtype=dtype),
+    )
 
 
 def test_unpool_and_fold():
@@ -178,10 +204,12 @@ def test_errors():
     i[0, 0, 0, 0] = 99
     assert "invalid max index: 99" in _error(A.max_unpool2d.default, o, i, [4, 4])
     w = rnd(5, 3)
-    assert "found idx to be 7" in _error(A._embedding_bag.default, w, torch.tensor([1, 7]), torch.tensor([0]), False, 0,
-                                         False, None, False, -1)
-    assert "offsets[0] has to be 0" in _error(A._embedding_bag.default, w, torch.tensor([1, 2]), torch.tensor([1]),
-                                              False, 0, False, None, False, -1)
+    assert "found idx to be 7" in _error(
+        A._embedding_bag.default, w, torch.tensor([1, 7]), torch.tensor([0]), False, 0, False, None, False, -1
+    )
+    assert "offsets[0] has to be 0" in _error(
+        A._embedding_bag.default, w, torch.tensor([1, 2]), torch.tensor([1]), False, 0, False, None, False, -1
+    )
     go, x = rnd(1, 2, 2, 2), rnd(1, 2, 4, 4)
     bad = torch.full((1, 2, 2, 2), 16, dtype=torch.int64)
     assert "out of range" in _error(A.adaptive_max_pool2d_backward.default, go, x, bad)

@@ -44,11 +44,21 @@ def test_elementwise_copies_and_fills(n, threads):
     harness.call("aten::sub.Tensor", [a, row.expand(n)], [out], [("tensor", 0), ("tensor", 1), ("int", 1)])
     assert torch.equal(out, a - row)
     # fills: zero, a value, -0.0 (not all-zero bytes), int8, complex128
-    for dt, v in ((torch.float32, 0.0), (torch.float32, 2.5), (torch.float32, -0.0), (torch.int8, -3),
-                  (torch.float64, 1e300), (torch.complex128, 0.0)):
+    for dt, v in (
+        (torch.float32, 0.0),
+        (torch.float32, 2.5),
+        (torch.float32, -0.0),
+        (torch.int8, -3),
+        (torch.float64, 1e300),
+        (torch.complex128, 0.0),
+    ):
         t = torch.full((n,), 9, dtype=dt)
-        harness.call("aten::fill_.Scalar", [t], [t], [("tensor", 0), ("float" if dt.is_floating_point
-                                                                      or dt.is_complex else "int", v)])
+        harness.call(
+            "aten::fill_.Scalar",
+            [t],
+            [t],
+            [("tensor", 0), ("float" if dt.is_floating_point or dt.is_complex else "int", v)],
+        )
         assert torch.equal(t, torch.full((n,), v, dtype=dt)), dt
         if dt.is_floating_point and math.copysign(1.0, v) < 0:
             assert torch.signbit(t).all()

@@ -66,8 +66,32 @@ def test_unary_values(op, rng, half, scale):
 
 @pytest.mark.parametrize("op,rng,half,scale", UNARY, ids=UNARY_IDS)
 def test_unary_special_values(op, rng, half, scale):
-    x = torch.tensor([0.0, -0.0, 1.0, -1.0, -2.0, -3.5, 0.5, 2.0, 5.0, 8.0, 8.5, 26.0, -26.8, 50.0, 51.0, 104.0,
-                      1e-7, 1e8, INF, -INF, NAN], dtype=torch.float64)
+    x = torch.tensor(
+        [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            -2.0,
+            -3.5,
+            0.5,
+            2.0,
+            5.0,
+            8.0,
+            8.5,
+            26.0,
+            -26.8,
+            50.0,
+            51.0,
+            104.0,
+            1e-7,
+            1e8,
+            INF,
+            -INF,
+            NAN,
+        ],
+        dtype=torch.float64,
+    )
     check(op, x)
     # float32 without 1e8: PyTorch's float kernels reduce cos(x - pi/4) & co in float there (no digits left)
     check(op, x[x != 1e8].float(), tol_scale=scale)
@@ -134,8 +158,12 @@ def test_int_argument_errors():
 def test_igamma_igammac():
     gen = torch.Generator().manual_seed(0)
     # a small and large, x on both sides of a and near it: every branch of SciPy's igam/igamc
-    a = torch.cat([torch.rand(200, generator=gen, dtype=torch.float64) * 5,
-                   torch.rand(200, generator=gen, dtype=torch.float64) * 400 + 20])
+    a = torch.cat(
+        [
+            torch.rand(200, generator=gen, dtype=torch.float64) * 5,
+            torch.rand(200, generator=gen, dtype=torch.float64) * 400 + 20,
+        ]
+    )
     x = a * (torch.rand(400, generator=gen, dtype=torch.float64) * 1.6 + 0.2)
     edge_a = torch.tensor([0.0, 0.0, 1.0, 2.0, INF, INF, -1.0, 3.0, NAN], dtype=torch.float64)
     edge_x = torch.tensor([1.0, 0.0, 0.0, INF, 1.0, INF, 1.0, -1.0, 1.0], dtype=torch.float64)
@@ -158,10 +186,20 @@ def test_zeta_and_scalar_overloads():
 
 
 # ---------------------------------------------------------------- orthogonal polynomials
-POLYS = ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
-         "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
-         "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he",
-         "laguerre_polynomial_l", "legendre_polynomial_p"]
+POLYS = [
+    "chebyshev_polynomial_t",
+    "chebyshev_polynomial_u",
+    "chebyshev_polynomial_v",
+    "chebyshev_polynomial_w",
+    "shifted_chebyshev_polynomial_t",
+    "shifted_chebyshev_polynomial_u",
+    "shifted_chebyshev_polynomial_v",
+    "shifted_chebyshev_polynomial_w",
+    "hermite_polynomial_h",
+    "hermite_polynomial_he",
+    "laguerre_polynomial_l",
+    "legendre_polynomial_p",
+]
 
 
 @pytest.mark.parametrize("name", POLYS)
@@ -169,10 +207,18 @@ def test_polynomials(name):
     op = getattr(aten, "special_" + name)
     gen = torch.Generator().manual_seed(1)
     # |x| > 1 and the endpoints 0, +-1 too; degrees < 0, the closed-form range (n > 4..8) and NaN/inf degrees
-    x = torch.cat([torch.rand(120, generator=gen, dtype=torch.float64) * 2.4 - 1.2,
-                   torch.tensor([0.0, 1.0, -1.0, 0.5, 1.0, -1.0, INF, 0.3], dtype=torch.float64)])
-    n = torch.cat([torch.randint(-2, 14, (120,), generator=gen).double(),
-                   torch.tensor([3.0, 4.0, 5.0, 12.0, 11.0, NAN, 2.0, INF], dtype=torch.float64)])
+    x = torch.cat(
+        [
+            torch.rand(120, generator=gen, dtype=torch.float64) * 2.4 - 1.2,
+            torch.tensor([0.0, 1.0, -1.0, 0.5, 1.0, -1.0, INF, 0.3], dtype=torch.float64),
+        ]
+    )
+    n = torch.cat(
+        [
+            torch.randint(-2, 14, (120,), generator=gen).double(),
+            torch.tensor([3.0, 4.0, 5.0, 12.0, 11.0, NAN, 2.0, INF], dtype=torch.float64),
+        ]
+    )
     check(op.default, x, n)
     check(op.default, x.float(), n.float(), tol_scale=50)
     check(op.default, x.float().reshape(-1, 1)[:6], n[:9].long())  # int degrees, broadcast
@@ -239,8 +285,10 @@ def test_frexp():
 def test_declines_half_where_pytorch_has_none():
     # torch.special's newer functions have no float16/bfloat16 kernel in PyTorch: nor here
     assert "aten::special_bessel_j0" in harness.kernels()
-    for op, args in [(aten.special_bessel_j0, (torch.ones(3, dtype=torch.int64),)),
-                     (aten.special_zeta, (torch.ones(3, dtype=torch.int64), torch.ones(3, dtype=torch.float16)))]:
+    for op, args in [
+        (aten.special_bessel_j0, (torch.ones(3, dtype=torch.int64),)),
+        (aten.special_zeta, (torch.ones(3, dtype=torch.int64), torch.ones(3, dtype=torch.float16))),
+    ]:
         st, _ = fl_call(op, *args, out_like=torch.empty(3, dtype=torch.float16))
         assert st == 3
 
@@ -251,9 +299,26 @@ def test_header_is_self_contained(tmp_path):
     warning-free, in plain C99."""
     folder = os.path.join(harness.ROOT, "plugins_cffi", "host")
     src = tmp_path / "use.c"
-    src.write_text(f'#include "{folder}/fl_special_math.h"\n#include "{folder}/fl_special_bessel.h"\n'
-                   "double use(double x) { return fl_sp_digamma(x) + fl_sp_igamma(x, 1.0) + fl_sp_erfcx(x) +\n"
-                   "    fl_sp_chebyshev_polynomial_t(x, 3.0) + fl_sp_airy_ai(x) + fl_sp_polygamma(2, x); }\n")
-    r = subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-O1", "-c", str(src),
-                        "-o", str(tmp_path / "use.o")], capture_output=True, text=True)
+    src.write_text(
+        f'#include "{folder}/fl_special_math.h"\n#include "{folder}/fl_special_bessel.h"\n'
+        "double use(double x) { return fl_sp_digamma(x) + fl_sp_igamma(x, 1.0) + fl_sp_erfcx(x) +\n"
+        "    fl_sp_chebyshev_polynomial_t(x, 3.0) + fl_sp_airy_ai(x) + fl_sp_polygamma(2, x); }\n"
+    )
+    r = subprocess.run(
+        [
+            "cc",
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+            "-O1",
+            "-c",
+            str(src),
+            "-o",
+            str(tmp_path / "use.o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr

@@ -25,14 +25,16 @@ aten = torch.ops.aten
 def _require_opencl():
     row = next((r for r in fl.list_backends() if r["name"] == "opencl"), None)
     if row is None or row["status"] != "loaded":
-        pytest.skip(f"no OpenCL device on this machine: {row['reason'] if row else 'the opencl plugin was not built'}"
-                    " (scripts/test.sh installs pocl where it can)")
+        pytest.skip(
+            f"no OpenCL device on this machine: {row['reason'] if row else 'the opencl plugin was not built'}"
+            " (scripts/test.sh installs pocl where it can)"
+        )
 
 
 def _result(r) -> dict:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 _OPS = """
@@ -102,8 +104,9 @@ def test_a_generated_kernel_that_finds_a_bad_index_or_divisor_raises_at_the_call
     r = run_py(_CHECKED)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "GATHER [[3.0, 0.0], [5.0, 5.0], [10.0, 8.0]]" in r.stdout, r.stdout
-    assert "BAD KernelError aten::gather: an index in `index` is out of bounds for dimension 1 with size 4" \
-        in r.stdout, r.stdout
+    assert (
+        "BAD KernelError aten::gather: an index in `index` is out of bounds for dimension 1 with size 4" in r.stdout
+    ), r.stdout
     assert "DIV [3, -4, -3]" in r.stdout, r.stdout
     assert "ZERO RuntimeError ZeroDivisionError" in r.stdout, r.stdout
     assert "STILL 78.0" in r.stdout, r.stdout
@@ -149,11 +152,14 @@ def test_generated_kernels_replay_in_a_kernel_graph():
     assert max(out["errs"]) < 1e-4, out
 
 
-@pytest.mark.parametrize("op,vals", [
-    ("elu", lambda x: [x, 1.5, 1.0, 1.0]),
-    ("add", lambda x: [x, x, 2.0]),
-    ("floor_divide", lambda x: [x, x]),
-])
+@pytest.mark.parametrize(
+    "op,vals",
+    [
+        ("elu", lambda x: [x, 1.5, 1.0, 1.0]),
+        ("add", lambda x: [x, x, 2.0]),
+        ("floor_divide", lambda x: [x, x]),
+    ],
+)
 def test_the_two_languages_share_one_body(op, vals):
     """The same generator call in host C and in OpenCL C: the same computation, only the frame differs
     (the OpenCL C source has no host header and a __kernel entry of the launch convention)."""
@@ -165,7 +171,7 @@ def test_the_two_languages_share_one_body(op, vals):
     assert sym == sym2
     assert f"__kernel void {sym}(__global const long *meta, __global int *status, __global uchar *t0" in dev
     assert "#include" not in dev and "fl_plugin_t" not in dev and f"__kernel void {sym}" not in host
-    body = host[host.index("int err = 0;"):].split("\n")[0]
+    body = host[host.index("int err = 0;") :].split("\n")[0]
     assert body in dev
 
 

@@ -32,12 +32,23 @@ def _x():
 
 
 REDUCTIONS = {
-    "sum": lambda t: t.sum(), "sum_dims": lambda t: t.sum((0, 2)), "mean_keep": lambda t: t.mean(1, keepdim=True),
-    "var": lambda t: t.var(2), "std0": lambda t: t.std((0, 1), correction=0), "amin": lambda t: t.amin(1),
-    "argmax": lambda t: t.argmax(), "argmin": lambda t: t.argmin(1, keepdim=True), "max_dim": lambda t: t.max(2),
-    "min_dim": lambda t: t.min(0), "prod": lambda t: t.prod(1), "var_mean": lambda t: torch.var_mean(t, 1),
-    "max": lambda t: t.max(), "strided": lambda t: t.transpose(0, 2).sum(0), "layer_norm":
-    lambda t: F.layer_norm(t, (5,)), "norm": lambda t: t.norm(dim=1), "sliced": lambda t: t[:, ::2].mean(),
+    "sum": lambda t: t.sum(),
+    "sum_dims": lambda t: t.sum((0, 2)),
+    "mean_keep": lambda t: t.mean(1, keepdim=True),
+    "var": lambda t: t.var(2),
+    "std0": lambda t: t.std((0, 1), correction=0),
+    "amin": lambda t: t.amin(1),
+    "argmax": lambda t: t.argmax(),
+    "argmin": lambda t: t.argmin(1, keepdim=True),
+    "max_dim": lambda t: t.max(2),
+    "min_dim": lambda t: t.min(0),
+    "prod": lambda t: t.prod(1),
+    "var_mean": lambda t: torch.var_mean(t, 1),
+    "max": lambda t: t.max(),
+    "strided": lambda t: t.transpose(0, 2).sum(0),
+    "layer_norm": lambda t: F.layer_norm(t, (5,)),
+    "norm": lambda t: t.norm(dim=1),
+    "sliced": lambda t: t[:, ::2].mean(),
 }
 
 
@@ -57,14 +68,22 @@ def test_reduction_of_integers_promotes_like_pytorch():
 
 
 ROWS = {
-    "cumsum": lambda t: t.cumsum(1), "cumprod": lambda t: t.cumprod(-1), "cummax": lambda t: t.cummax(2),
-    "cummin": lambda t: t.cummin(0), "logcumsumexp": lambda t: t.logcumsumexp(1),
+    "cumsum": lambda t: t.cumsum(1),
+    "cumprod": lambda t: t.cumprod(-1),
+    "cummax": lambda t: t.cummax(2),
+    "cummin": lambda t: t.cummin(0),
+    "logcumsumexp": lambda t: t.logcumsumexp(1),
     "sort": lambda t: torch.sort(t, dim=1, stable=True),
     "sort_desc": lambda t: torch.sort(t, dim=-1, descending=True, stable=True),
-    "topk": lambda t: t.topk(3, 1), "topk_small": lambda t: t.topk(2, 2, largest=False),
-    "kthvalue": lambda t: t.kthvalue(2, 1), "kthvalue_keep": lambda t: t.kthvalue(3, 2, keepdim=True),
-    "median": lambda t: t.median(), "median_dim": lambda t: t.median(1), "nanmedian": lambda t: t.nanmedian(),
-    "nanmedian_dim": lambda t: t.nanmedian(2, keepdim=True), "argsort": lambda t: torch.argsort(t, dim=1, stable=True),
+    "topk": lambda t: t.topk(3, 1),
+    "topk_small": lambda t: t.topk(2, 2, largest=False),
+    "kthvalue": lambda t: t.kthvalue(2, 1),
+    "kthvalue_keep": lambda t: t.kthvalue(3, 2, keepdim=True),
+    "median": lambda t: t.median(),
+    "median_dim": lambda t: t.median(1),
+    "nanmedian": lambda t: t.nanmedian(),
+    "nanmedian_dim": lambda t: t.nanmedian(2, keepdim=True),
+    "argsort": lambda t: torch.argsort(t, dim=1, stable=True),
 }
 
 
@@ -84,8 +103,10 @@ def test_gather_and_scatter_family():
     same(x.scatter_add(1, i, s), d(x).scatter_add(1, d(i), d(s)))
     for red in ("sum", "prod", "mean", "amax", "amin"):
         for include_self in (True, False):
-            same(x.scatter_reduce(1, i, s, red, include_self=include_self),
-                 d(x).scatter_reduce(1, d(i), d(s), red, include_self=include_self))
+            same(
+                x.scatter_reduce(1, i, s, red, include_self=include_self),
+                d(x).scatter_reduce(1, d(i), d(s), red, include_self=include_self),
+            )
     unique = torch.stack([torch.randperm(5, generator=g)[:3] for _ in range(24)]).view(4, 6, 3).transpose(1, 2)
     unique = unique.contiguous()
     same(x.scatter(1, unique, s), d(x).scatter(1, d(unique), d(s)))
@@ -193,10 +214,13 @@ def test_convolution_forward_and_backward_by_decomposition():
 
 def test_avg_pool_by_decomposition():
     x = torch.randn(2, 3, 9, 7, generator=torch.Generator().manual_seed(4))
-    for kw in ({"kernel_size": 2}, {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
-               {"kernel_size": 3, "stride": 2, "padding": 1, "count_include_pad": False},
-               {"kernel_size": (3, 2), "stride": (2, 3), "ceil_mode": True, "count_include_pad": False},
-               {"kernel_size": 2, "divisor_override": 3}):
+    for kw in (
+        {"kernel_size": 2},
+        {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+        {"kernel_size": 3, "stride": 2, "padding": 1, "count_include_pad": False},
+        {"kernel_size": (3, 2), "stride": (2, 3), "ceil_mode": True, "count_include_pad": False},
+        {"kernel_size": 2, "divisor_override": 3},
+    ):
         same(F.avg_pool2d(x, **kw), F.avg_pool2d(d(x), **kw))
         same(F.avg_pool2d(x[0], **kw), F.avg_pool2d(d(x[0]), **kw))
 
@@ -242,8 +266,10 @@ def test_zero_gradients_factories_and_random_fill_stay_on_the_device():
     (g,) = torch.autograd.grad(torch.sgn(x).sum(), x)  # autograd's storage-less zero tensor, made on fl
     assert g.device.type == "fl" and torch.equal(g.cpu(), torch.zeros(4, 5))
     src = d(torch.arange(6.0))
-    same(torch.ops.aten.copy.default(torch.zeros(2, 6, dtype=torch.int32), torch.arange(6.0)),
-         torch.ops.aten.copy.default(d(torch.zeros(2, 6, dtype=torch.int32)), src))  # functional copy
+    same(
+        torch.ops.aten.copy.default(torch.zeros(2, 6, dtype=torch.int32), torch.arange(6.0)),
+        torch.ops.aten.copy.default(d(torch.zeros(2, 6, dtype=torch.int32)), src),
+    )  # functional copy
     r = d(torch.zeros(500)).random_(3, 9).cpu()
     assert r.min() == 3 and r.max() == 8 and torch.equal(r, r.floor())
     r = d(torch.zeros(500)).random_(4).cpu()

@@ -32,14 +32,17 @@ def test_codegen_turns_the_traced_graph_into_c():
         jit.generate(facts(torch.ops.aten.add.Tensor), [x, x.to(torch.bfloat16)], torch.float32)
 
 
-@pytest.mark.parametrize("fn,dtype", [
-    (lambda x: F.elu(x, 0.7), torch.float32),
-    (lambda x: F.softplus(x, beta=2.0), torch.float32),
-    (lambda x: torch.atan2(x, x * 0.5 + 0.5), torch.float32),
-    (lambda x: torch.remainder(x, 0.7), torch.float32),
-    (lambda x: F.mish(x), torch.bfloat16),
-    (lambda x: torch.where(x > 0, x.sin(), x.cos()), torch.float32),
-])
+@pytest.mark.parametrize(
+    "fn,dtype",
+    [
+        (lambda x: F.elu(x, 0.7), torch.float32),
+        (lambda x: F.softplus(x, beta=2.0), torch.float32),
+        (lambda x: torch.atan2(x, x * 0.5 + 0.5), torch.float32),
+        (lambda x: torch.remainder(x, 0.7), torch.float32),
+        (lambda x: F.mish(x), torch.bfloat16),
+        (lambda x: torch.where(x > 0, x.sin(), x.cos()), torch.float32),
+    ],
+)
 def test_jit_kernels_match_cpu_without_any_fallback(minimal_strict, fn, dtype):
     x = torch.randn(4, 5, dtype=dtype)
     before = jit.STATS["compiled"] + jit.STATS["memory_hits"]
@@ -120,7 +123,8 @@ def test_disk_cache_is_hit_by_a_new_process(tmp_path):
 
 @pytest.mark.slow  # a subprocess
 def test_compile_failure_warns_and_falls_back(tmp_path):
-    r = run_py("""
+    r = run_py(
+        """
         import warnings, torch, torch.nn.functional as F, torch_fl as fl
         fl.initialize("minimal")
         with warnings.catch_warnings(record=True) as w:
@@ -130,8 +134,12 @@ def test_compile_failure_warns_and_falls_back(tmp_path):
         print("OK", torch.allclose(y.cpu(), F.elu(x, 0.9)))
         print("WARN", [str(m.message)[:160] for m in w if "JIT" in str(m.message)])
         print("PATHS", fl.explain("aten::elu").calls)
-    """, env={"FL_JIT_CACHE": str(tmp_path), "CC": "/bin/false"})
+    """,
+        env={"FL_JIT_CACHE": str(tmp_path), "CC": "/bin/false"},
+    )
     assert "OK True" in r.stdout, r.stdout + r.stderr
-    assert "torch_fl JIT: no kernel for aten::elu on minimal: jit_compile: the C compiler '/bin/false' exited " \
-           "with status 1: (it printed nothing)" in r.stdout
+    assert (
+        "torch_fl JIT: no kernel for aten::elu on minimal: jit_compile: the C compiler '/bin/false' exited "
+        "with status 1: (it printed nothing)" in r.stdout
+    )
     assert "'fallback': 1" in r.stdout

@@ -67,8 +67,11 @@ def test_views_render_and_respond_in_jupyterlab(tmp_path, artifacts):
     log = os.path.join(artifacts, "jupyterlab.log")
     with JupyterLab(str(home), str(root), log) as lab, sync_playwright() as pw:
         tick(f"jupyter lab up on port {lab.port} (log: {log})")
-        browser = pw.chromium.launch(executable_path=find_chromium(), headless=True,
-                                     args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        browser = pw.chromium.launch(
+            executable_path=find_chromium(),
+            headless=True,
+            args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"],
+        )
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page_errors: list[str] = []
         page.on("pageerror", lambda e: page_errors.append(str(e)))
@@ -86,11 +89,14 @@ def test_views_render_and_respond_in_jupyterlab(tmp_path, artifacts):
             # 2. the capability explorer: a real widget, not its text repr
             nb.run(CAPS)
             caps = nb.output(CAPS)
-            backend = caps.locator(".widget-dropdown").filter(has=page.get_by_text("backend", exact=True)) \
-                .locator("select")
-            nb.poll("the capability explorer widget to render (ipywidgets' JupyterLab extension)",
-                    lambda: backend.count() == 1 and "Loading widget" not in caps.inner_text(),
-                    lambda: caps.inner_text()[:1000])
+            backend = (
+                caps.locator(".widget-dropdown").filter(has=page.get_by_text("backend", exact=True)).locator("select")
+            )
+            nb.poll(
+                "the capability explorer widget to render (ipywidgets' JupyterLab extension)",
+                lambda: backend.count() == 1 and "Loading widget" not in caps.inner_text(),
+                lambda: caps.inner_text()[:1000],
+            )
             summary = caps.locator(".widget-html-content").first
             on_minimal = summary.inner_text()
             assert on_minimal.startswith("minimal (EMULATED)") and "native kernels" in on_minimal, on_minimal
@@ -103,11 +109,16 @@ def test_views_render_and_respond_in_jupyterlab(tmp_path, artifacts):
             tick("cell 2: %fl_caps minimal rendered")
 
             backend.select_option("rocm")
-            nb.poll("the summary to show rocm", lambda: summary.inner_text().startswith("rocm (EMULATED)"),
-                    summary.inner_text)
+            nb.poll(
+                "the summary to show rocm",
+                lambda: summary.inner_text().startswith("rocm (EMULATED)"),
+                summary.inner_text,
+            )
             on_rocm = summary.inner_text()
-            assert "native kernels" in on_rocm and on_rocm.split("native kernels")[0] != \
-                on_minimal.split("native kernels")[0], (on_minimal, on_rocm)
+            assert (
+                "native kernels" in on_rocm
+                and on_rocm.split("native kernels")[0] != on_minimal.split("native kernels")[0]
+            ), (on_minimal, on_rocm)
             shot("caps_rocm", nb.cell(CAPS))
             search = caps.locator(".widget-text input")
             search.click()
@@ -117,8 +128,9 @@ def test_views_render_and_respond_in_jupyterlab(tmp_path, artifacts):
                 names = first_column.all_inner_texts()
                 return names if names and all("layer_norm" in n for n in names) else None
 
-            names = nb.poll("the ops table to list only ops matching 'layer_norm'", only_layer_norm,
-                            lambda: ops.inner_text()[:2000])
+            names = nb.poll(
+                "the ops table to list only ops matching 'layer_norm'", only_layer_norm, lambda: ops.inner_text()[:2000]
+            )
             assert "aten::native_layer_norm" in names, names
             assert ops.inner_text().startswith(f"{len(names)} of "), ops.inner_text()[:200]
             shot("caps_rocm_search", nb.cell(CAPS))
@@ -142,11 +154,13 @@ def test_views_render_and_respond_in_jupyterlab(tmp_path, artifacts):
             nb.run(4)
             nb.run(WATCH)
             view = nb.output(WATCH)
-            nb.poll("the watch view to render", lambda: "waiting for the first step" in view.inner_text(),
-                    view.inner_text)
+            nb.poll(
+                "the watch view to render", lambda: "waiting for the first step" in view.inner_text(), view.inner_text
+            )
             nb.run(LOOP)
-            nb.poll("the watch view to show step 5", lambda: re.search(r"\bstep 5\b", view.inner_text()),
-                    view.inner_text)
+            nb.poll(
+                "the watch view to show step 5", lambda: re.search(r"\bstep 5\b", view.inner_text()), view.inner_text
+            )
             assert view.locator("svg polyline").count() == 1, view.inner_html()[:2000]
             assert "fl.watch on rocm" in view.inner_text(), view.inner_text()
             shot("watch", nb.cell(WATCH))
@@ -156,8 +170,10 @@ def test_views_render_and_respond_in_jupyterlab(tmp_path, artifacts):
                 page.screenshot(path=os.path.join(artifacts, "failure.png"))
             except Exception as e:  # the browser itself may be gone: the test's own error matters
                 print(f"[test_browser] no failure screenshot: {e}")
-            print(f"[test_browser] failure screenshot and server log in {artifacts}; errors in the page: "
-                  f"{page_errors or 'none'}")
+            print(
+                f"[test_browser] failure screenshot and server log in {artifacts}; errors in the page: "
+                f"{page_errors or 'none'}"
+            )
             raise
         finally:
             browser.close()
@@ -166,6 +182,7 @@ def test_views_render_and_respond_in_jupyterlab(tmp_path, artifacts):
     # 5. the screenshots are there for a reader
     assert len(shots) == 6
     for path in shots:
-        assert os.path.isfile(path) and os.path.getsize(path) > 0, f"screenshot {path} missing or empty " \
-                                                                   f"(artifacts folder: {artifacts})"
+        assert os.path.isfile(path) and os.path.getsize(path) > 0, (
+            f"screenshot {path} missing or empty (artifacts folder: {artifacts})"
+        )
     tick(f"done; screenshots in {artifacts}")

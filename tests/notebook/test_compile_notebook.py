@@ -34,8 +34,11 @@ compiled = fl.compile(net.to(fl.device('ascend')))
 def test_fl_profile_fusion_runs_the_cell_unfused_then_fused(shell, capsys):
     shell.run_cell(SETUP)
     shell.displayed.clear()
-    shell.run_cell_magic("fl_profile", "--fusion --backend ascend -o fus",
-                         "with torch.no_grad():\n    y = compiled(x.to(fl.device('ascend')))\ny.shape")
+    shell.run_cell_magic(
+        "fl_profile",
+        "--fusion --backend ascend -o fus",
+        "with torch.no_grad():\n    y = compiled(x.to(fl.device('ascend')))\ny.shape",
+    )
     out = capsys.readouterr().out
     cmp = shell.user_ns["fus"]
     assert cmp.b.kernels < cmp.a.kernels
@@ -52,8 +55,10 @@ def test_fl_profile_fusion_runs_the_cell_unfused_then_fused(shell, capsys):
 
 
 def test_fl_profile_fusion_says_when_nothing_is_compiled(shell, capsys):
-    shell.run_cell("for k in [k for k, v in globals().items() if isinstance(v, torch._dynamo.eval_frame."
-                   "OptimizedModule)]: del globals()[k]")
+    shell.run_cell(
+        "for k in [k for k, v in globals().items() if isinstance(v, torch._dynamo.eval_frame."
+        "OptimizedModule)]: del globals()[k]"
+    )
     shell.run_cell_magic("fl_profile", "--fusion --no-plot", "a = torch.randn(3, device='fl') + 1")
     assert "no compiled model in the namespace" in capsys.readouterr().out
 

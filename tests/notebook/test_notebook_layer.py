@@ -69,16 +69,20 @@ def test_fl_profile_cell_keeps_last_expression_and_stores_result(shell, capsys):
     plotly = [d for d in shell.displayed if "application/vnd.plotly.v1+json" in d]
     assert len(plotly) == 2  # time by path, fallback paths
     assert "Out" in shell.user_ns and shell.user_ns["Out"]  # the cell's last expression was displayed
-    shell.run_cell_magic("fl_profile", "--backend minimal --compare rocm -o cmp --no-plot",
-                         "a = torch.randn(4, 6, device='fl')\nb = torch.nn.functional.layer_norm(a, (6,)).cpu()")
+    shell.run_cell_magic(
+        "fl_profile",
+        "--backend minimal --compare rocm -o cmp --no-plot",
+        "a = torch.randn(4, 6, device='fl')\nb = torch.nn.functional.layer_norm(a, (6,)).cpu()",
+    )
     cmp = shell.user_ns["cmp"]
     assert cmp.names == ("minimal", "rocm")
     rows = {r["op"]: r for r in cmp.rows()}
     assert rows["aten::native_layer_norm"]["path"] == ("decomposition", "native")
     assert fl.get_current_backend_name() == "cpu"  # restored
     # tensors and modules made in earlier cells move to each compared backend, and back
-    shell.run_cell("m = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.GELU()).to('fl')\n"
-                   "inp = torch.randn(3, 6, device='fl')")
+    shell.run_cell(
+        "m = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.GELU()).to('fl')\ninp = torch.randn(3, 6, device='fl')"
+    )
     shell.run_cell_magic("fl_profile", "--compare minimal -o cmp2 --no-plot", "m(inp).sum().backward()")
     rows = {r["op"]: r for r in shell.user_ns["cmp2"].rows()}
     assert rows["aten::gelu"]["path"] == ("native", "decomposition")
@@ -110,8 +114,10 @@ def test_fl_caps_and_fl_explain(shell, capsys):
 
 
 def test_fl_align(shell, capsys):
-    shell.run_cell("torch.manual_seed(0)\nnet = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), "
-                   "torch.nn.Linear(8, 2))\nxin = torch.randn(5, 4)\ntgt = torch.randn(5, 2)")
+    shell.run_cell(
+        "torch.manual_seed(0)\nnet = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), "
+        "torch.nn.Linear(8, 2))\nxin = torch.randn(5, 4)\ntgt = torch.randn(5, 2)"
+    )
     shell.displayed.clear()
     shell.run_line_magic("fl_align", "net xin tgt --backend rocm --steps 3 -o rep")
     out = capsys.readouterr().out
@@ -129,17 +135,23 @@ def test_fl_align(shell, capsys):
 def test_fl_align_cell_runs_the_cell_then_aligns_what_it_defined(shell, capsys):
     """%%fl_align: the cell builds the model and its inputs (a Conv -> BatchNorm model, which must align ok:
     its conv bias gradients are zero by construction), then the magic aligns them."""
-    shell.run_cell_magic("fl_align", "--backend minimal --steps 2 --no-plot -o cellrep",
-                         "torch.manual_seed(0)\n"
-                         "model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), "
-                         "torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 3))\n"
-                         "inputs = torch.randn(2, 3, 6, 6)\ntarget = torch.randn(2, 3)")
+    shell.run_cell_magic(
+        "fl_align",
+        "--backend minimal --steps 2 --no-plot -o cellrep",
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), "
+        "torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 3))\n"
+        "inputs = torch.randn(2, 3, 6, 6)\ntarget = torch.randn(2, 3)",
+    )
     rep = shell.user_ns["cellrep"]
     assert rep.backend == "minimal" and rep.verdict == "ok", rep.render()
     assert "alignment of minimal against native CPU float32" in capsys.readouterr().out
     assert isinstance(shell.user_ns["model"], torch.nn.Module)  # the cell ran in the user's namespace
-    shell.run_cell_magic("fl_align", "m2 x2 --backend rocm --steps 0 --no-plot -o rep2",
-                         "m2 = torch.nn.Linear(3, 2)\nx2 = torch.randn(4, 3)")
+    shell.run_cell_magic(
+        "fl_align",
+        "m2 x2 --backend rocm --steps 0 --no-plot -o rep2",
+        "m2 = torch.nn.Linear(3, 2)\nx2 = torch.randn(4, 3)",
+    )
     assert shell.user_ns["rep2"].training is None and shell.user_ns["rep2"].verdict == "ok"
 
 
@@ -184,8 +196,13 @@ def test_coverage_data_matches_explain():
 def test_the_grid_marks_what_pytorch_itself_does_not_define():
     """A convolution of bools, abs of bools, bitwise ops on floats: the CPU has no kernel, so no path on any
     backend is claimed for them (they were D or F); what PyTorch defines keeps its plan."""
-    ops = ["aten::convolution", "aten::convolution_backward", "aten::abs", "aten::add.Tensor",
-           "aten::bitwise_and.Tensor"]
+    ops = [
+        "aten::convolution",
+        "aten::convolution_backward",
+        "aten::abs",
+        "aten::add.Tensor",
+        "aten::bitwise_and.Tensor",
+    ]
     for backend in ("cpu", "minimal"):
         rows = fl.path_table(backend, ops=ops).rows
         assert rows["aten::convolution"]["bool"] == "undefined" and rows["aten::abs"]["bool"] == "undefined"
@@ -237,11 +254,14 @@ def test_fl_backend_validates_every_argument_before_switching(shell):
         assert fl.get_current_backend_name() == "cpu"
 
 
-@pytest.mark.parametrize("magic, line, message", [
-    ("fl_backend", '"unterminated', "cannot parse the arguments"),
-    ("fl_explain", "add", r"aten::add needs an overload name: aten::add\.Tensor"),
-    ("fl_explain", "aten::add.Tensor --dtype float99", "'float99' is not a torch dtype"),
-])
+@pytest.mark.parametrize(
+    "magic, line, message",
+    [
+        ("fl_backend", '"unterminated', "cannot parse the arguments"),
+        ("fl_explain", "add", r"aten::add needs an overload name: aten::add\.Tensor"),
+        ("fl_explain", "aten::add.Tensor --dtype float99", "'float99' is not a torch dtype"),
+    ],
+)
 def test_bad_lines_are_usage_errors(shell, magic, line, message):
     """Issue 15: an unterminated quote (ValueError) and an op without its overload (RuntimeError) were raw
     tracebacks."""
@@ -265,9 +285,12 @@ def test_exception_in_profiled_cell_stops_the_notebook_and_shows_the_users_line(
     shell.run_cell("fl.set_backend('ascend'); fl.set_cpu_fallback(False)")
     capsys.readouterr()
     try:
-        result = shell.run_cell("%%fl_profile -o partial --no-plot\n"
-                                "x = torch.ones(3, device='fl')\n"
-                                "y = torch.randn(3, dtype=torch.float64, device='fl')\n", store_history=True)
+        result = shell.run_cell(
+            "%%fl_profile -o partial --no-plot\n"
+            "x = torch.ones(3, device='fl')\n"
+            "y = torch.randn(3, dtype=torch.float64, device='fl')\n",
+            store_history=True,
+        )
     finally:
         fl.set_cpu_fallback(True)
     assert isinstance(result.error_in_exec, NotImplementedError)

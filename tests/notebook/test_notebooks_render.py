@@ -36,10 +36,17 @@ build = _load_build()
 
 def test_the_notebooks_exist():
     names = [os.path.basename(p) for p in NOTEBOOKS]
-    assert names == ["01_quickstart.ipynb", "02_switching_backends.ipynb", "03_capability_explorer.ipynb",
-                     "04_profiling_and_fallbacks.ipynb", "05_precision_alignment.ipynb",
-                     "06_writing_a_plugin.ipynb", "07_fusion.ipynb", "08_distributed.ipynb",
-                     "09_cuda_code.ipynb"]
+    assert names == [
+        "01_quickstart.ipynb",
+        "02_switching_backends.ipynb",
+        "03_capability_explorer.ipynb",
+        "04_profiling_and_fallbacks.ipynb",
+        "05_precision_alignment.ipynb",
+        "06_writing_a_plugin.ipynb",
+        "07_fusion.ipynb",
+        "08_distributed.ipynb",
+        "09_cuda_code.ipynb",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
@@ -90,24 +97,31 @@ def test_every_source_has_its_notebook():
 
 def test_percent_format(tmp_path):
     src = tmp_path / "01_t.py"
-    src.write_text('# %% [markdown]\n# # Title\n#\n# text with `# %%` in it\n\n'
-                   '# %%\nimport os\n# %load_ext fl_magics\n\n\n'
-                   '# %% tags=["raises-exception", "x"]\n# %%fl_profile -o p\n# a comment\nos.sep\n')
+    src.write_text(
+        "# %% [markdown]\n# # Title\n#\n# text with `# %%` in it\n\n"
+        "# %%\nimport os\n# %load_ext fl_magics\n\n\n"
+        '# %% tags=["raises-exception", "x"]\n# %%fl_profile -o p\n# a comment\nos.sep\n'
+    )
     nb = build.read_source(str(src))
-    assert _cells(nb) == [("markdown", "# Title\n\ntext with `# %%` in it", []),
-                          ("code", "import os\n%load_ext fl_magics", []),
-                          ("code", "%%fl_profile -o p\n# a comment\nos.sep", ["raises-exception", "x"])]
+    assert _cells(nb) == [
+        ("markdown", "# Title\n\ntext with `# %%` in it", []),
+        ("code", "import os\n%load_ext fl_magics", []),
+        ("code", "%%fl_profile -o p\n# a comment\nos.sep", ["raises-exception", "x"]),
+    ]
     assert [c.id for c in nb.cells] == ["cell-0", "cell-1", "cell-2"]  # stable across rebuilds
     nbformat.validate(nb)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("x = 1\n# %%\ny = 2\n", "before the first cell marker"),
-    ("# %% [markdown]\nnot commented\n", "a line without '# '"),
-    ("# %% tags=[oops]\nx = 1\n", "is not JSON"),
-    ("# %% tags\nx = 1\n", "cannot read the cell metadata"),
-    ("\n\n", "no cells"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("x = 1\n# %%\ny = 2\n", "before the first cell marker"),
+        ("# %% [markdown]\nnot commented\n", "a line without '# '"),
+        ("# %% tags=[oops]\nx = 1\n", "is not JSON"),
+        ("# %% tags\nx = 1\n", "cannot read the cell metadata"),
+        ("\n\n", "no cells"),
+    ],
+)
 def test_percent_format_errors(tmp_path, text, message):
     src = tmp_path / "01_bad.py"
     src.write_text(text)

@@ -26,15 +26,18 @@ def _opencl_row() -> dict | None:
 def _require_opencl():
     row = _opencl_row()
     if row is None or row["status"] != "loaded":
-        pytest.skip(f"no OpenCL device on this machine: {row['reason'] if row else 'the opencl plugin was not built'}"
-                    " (scripts/test.sh installs pocl where it can: apt-get install pocl-opencl-icd "
-                    "ocl-icd-libopencl1)")
+        pytest.skip(
+            f"no OpenCL device on this machine: {row['reason'] if row else 'the opencl plugin was not built'}"
+            " (scripts/test.sh installs pocl where it can: apt-get install pocl-opencl-icd "
+            "ocl-icd-libopencl1)"
+        )
 
 
 def test_without_a_driver_the_backend_is_listed_as_unavailable_with_the_fix():
     """OCL_ICD_VENDORS pointing nowhere: the ICD loader finds no platform (as on a machine with
     libOpenCL but no driver)."""
-    r = run_py("""
+    r = run_py(
+        """
         import torch_fl as fl
         row = next(r for r in fl.list_backends() if r["path"].endswith("libfl_opencl.so"))
         print("ROW", row["name"], row["status"], row["reason"])
@@ -43,7 +46,9 @@ def test_without_a_driver_the_backend_is_listed_as_unavailable_with_the_fix():
             fl.initialize("opencl")
         except fl.BackendNotFoundError as e:
             print("ERR", str(e).splitlines()[1])
-    """, env={"OCL_ICD_VENDORS": "/nonexistent"})
+    """,
+        env={"OCL_ICD_VENDORS": "/nonexistent"},
+    )
     assert r.returncode == 0, r.stderr
     assert "ROW opencl unavailable no OpenCL" in r.stdout and "install" in r.stdout, r.stdout
     assert "AVAILABLE False" in r.stdout
@@ -62,8 +67,13 @@ def test_capabilities_come_from_the_device():
 
 def test_plugin_check_passes():
     _require_opencl()
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check", "opencl"], capture_output=True,
-                       text=True, timeout=900, cwd=HERE)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch_fl.cli", "plugin", "check", "opencl"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=HERE,
+    )
     assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
 
 
@@ -117,7 +127,8 @@ def test_a_long_matmul_is_timed_on_the_device():
     """Kernels are queued: the host clock would book the matmuls on the .item() that waits for them.
     torch.Event and fl.profile must give the time to the matmuls."""
     _require_opencl()
-    out = _result(run_py("""
+    out = _result(
+        run_py("""
         import json, torch, torch_fl as fl
         fl.initialize("opencl")
         a = torch.randn(768, 768, device="fl")
@@ -131,7 +142,8 @@ def test_a_long_matmul_is_timed_on_the_device():
         ops = {o.op: o.total_s for o in prof.ops()}
         print("RESULT", json.dumps({"matmuls": s.elapsed_time(e), "nothing": s2.elapsed_time(e2),
                                     "mm_share": ops.get("aten::mm", 0) / sum(ops.values())}))
-    """))
+    """)
+    )
     assert out["matmuls"] > out["nothing"] >= 0, out
     assert out["mm_share"] > 0.5, out
 
@@ -168,7 +180,8 @@ def test_gemm_through_clblast_follows_float64():
     _require_opencl()
     import ctypes.util
 
-    r = run_py("""
+    r = run_py(
+        """
         import json, torch, torch_fl as fl
         from torch_fl.runtime import REGISTRY
         fl.initialize("opencl")
@@ -190,7 +203,9 @@ def test_gemm_through_clblast_follows_float64():
                 out[f"{name}/{dt}"] = [(got - truth).abs().max().item() / scale,
                                        (native - truth).abs().max().item() / scale]
         print("RESULT", json.dumps(out))
-    """, env={"FL_OPENCL_CLBLAST": "1"})
+    """,
+        env={"FL_OPENCL_CLBLAST": "1"},
+    )
     out = _result(r)
     if ctypes.util.find_library("clblast") is None:
         assert "CLBlast not installed" in out["description"], out
@@ -227,8 +242,14 @@ def test_auto_keeps_the_cpu_backend_over_an_opencl_cpu_device():
 def test_scripts_see_the_device():
     _require_opencl()
     env = dict(os.environ)
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "backends"], capture_output=True, text=True,
-                       timeout=300, env=env, cwd=HERE)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch_fl.cli", "backends"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=HERE,
+    )
     assert r.returncode == 0
     assert any(line.split()[:2] == ["opencl", "loaded"] for line in r.stdout.splitlines()), r.stdout
 
@@ -238,7 +259,9 @@ def test_tiny_bert_trains_with_the_cpu_fallback_off():
     on the OpenCL device (FL_CPU_FALLBACK=0); each loss within 1e-4 (relative) of the CPU's."""
     _require_opencl()
     pytest.importorskip("transformers")
-    out = _result(run_py("""
+    out = _result(
+        run_py(
+            """
         import json, torch, torch_fl as fl
         from transformers import BertConfig, BertForMaskedLM
         fl.initialize("opencl")
@@ -262,7 +285,10 @@ def test_tiny_bert_trains_with_the_cpu_fallback_off():
             return losses
         cpu, dev = run("cpu"), run("fl")
         print("RESULT", json.dumps({"cpu": cpu, "fl": dev}))
-    """, env={"FL_CPU_FALLBACK": "0"}))
+    """,
+            env={"FL_CPU_FALLBACK": "0"},
+        )
+    )
     for a, b in zip(out["fl"], out["cpu"], strict=True):
         assert abs(a - b) <= 1e-4 * abs(b), out
     assert out["fl"][-1] < out["fl"][0]
@@ -273,8 +299,14 @@ def test_the_zoo_runs_with_the_cpu_fallback_off():
     AdamW and generate, on the OpenCL device with FL_CPU_FALLBACK=0."""
     _require_opencl()
     pytest.importorskip("transformers")
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "zoo", "--backends", "opencl"], capture_output=True,
-                       text=True, timeout=1800, cwd=HERE, env={**os.environ, "FL_CPU_FALLBACK": "0"})
+    r = subprocess.run(
+        [sys.executable, "-m", "torch_fl.cli", "zoo", "--backends", "opencl"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=HERE,
+        env={**os.environ, "FL_CPU_FALLBACK": "0"},
+    )
     last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
     passed, _, total = last.partition(" rows pass")[0].partition("/")
     assert r.returncode == 0 and passed == total and int(total) >= 25, r.stdout[-3000:] + r.stderr[-2000:]

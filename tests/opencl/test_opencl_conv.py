@@ -131,14 +131,24 @@ def results(request) -> dict:
     r = run_py(_CASES, env=env, timeout=900)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert r.returncode == 0 and line, r.stdout[-3000:] + r.stderr[-3000:]
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
-CASE_NAMES = ["3x3 padding 1, bias, batch 3", "stride 2, padding 3, 7x7", "dilation 2, stride (2, 1)", "groups 2",
-              "depthwise", "no bias, batch 1", "1x1 over a 16x16 image (straight from X)",
-              "1x1 over a 2x2 image (ResNet's last stage)", "non-contiguous input (every other column)",
-              "channels-last input", "transposed, output_padding 1, groups 2", "1-D, stride 2, dilation 2",
-              "samples in chunks (64 MiB of columns)"]
+CASE_NAMES = [
+    "3x3 padding 1, bias, batch 3",
+    "stride 2, padding 3, 7x7",
+    "dilation 2, stride (2, 1)",
+    "groups 2",
+    "depthwise",
+    "no bias, batch 1",
+    "1x1 over a 16x16 image (straight from X)",
+    "1x1 over a 2x2 image (ResNet's last stage)",
+    "non-contiguous input (every other column)",
+    "channels-last input",
+    "transposed, output_padding 1, groups 2",
+    "1-D, stride 2, dilation 2",
+    "samples in chunks (64 MiB of columns)",
+]
 WHAT = ["output", "grad_input", "grad_weight", "grad_bias"]
 
 

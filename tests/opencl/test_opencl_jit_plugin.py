@@ -57,8 +57,10 @@ __kernel void checked(__global const long *meta, __global int *status, __global 
 def ocl():
     row = next((r for r in fl.list_backends() if r["name"] == "opencl"), None)
     if row is None or row["status"] != "loaded":
-        pytest.skip(f"no OpenCL device on this machine: {row['reason'] if row else 'the opencl plugin was not built'}"
-                    " (apt-get install pocl-opencl-icd ocl-icd-libopencl1)")
+        pytest.skip(
+            f"no OpenCL device on this machine: {row['reason'] if row else 'the opencl plugin was not built'}"
+            " (apt-get install pocl-opencl-icd ocl-icd-libopencl1)"
+        )
     lib = ffi.dlopen(row["path"])
     table = ffi.new("fl_plugin_t *")
     assert lib.fl_plugin_init(table) == FL_OK
@@ -141,12 +143,12 @@ def test_meta_holds_every_descriptor_and_argument_in_order(ocl):
     outputs = [(out, INT64, [90], [1], 2), (None, 0, [], [], 0)]  # the second output is undefined
     args = [(ARG_FLOAT, 2.5), (ARG_INT_LIST, [3, -1, 7])]
     assert ocl.launch(h, inputs, outputs, args) == FL_OK, ocl.error()
-    meta = ocl.read(out, 100, "q")[2:2 + 3 * META_TENSOR + 2 * META_ARG]
-    tensors = [meta[k * META_TENSOR:(k + 1) * META_TENSOR] for k in range(3)]
+    meta = ocl.read(out, 100, "q")[2 : 2 + 3 * META_TENSOR + 2 * META_ARG]
+    tensors = [meta[k * META_TENSOR : (k + 1) * META_TENSOR] for k in range(3)]
     assert tensors[0][:6] == [0, 8, FLOAT32, 2, 4, 3] and tensors[0][12:14] == [3, 1]
     assert tensors[1][:5] == [0, 2, INT64, 1, 90] and tensors[1][12] == 1
     assert tensors[2][3] == -1  # undefined: ndim -1, bound to a scratch buffer
-    a0, a1 = (meta[3 * META_TENSOR + k * META_ARG:3 * META_TENSOR + (k + 1) * META_ARG] for k in range(2))
+    a0, a1 = (meta[3 * META_TENSOR + k * META_ARG : 3 * META_TENSOR + (k + 1) * META_ARG] for k in range(2))
     assert a0[0] == ARG_FLOAT and struct.unpack("d", struct.pack("q", a0[3]))[0] == 2.5
     assert a1[:2] == [ARG_INT_LIST, 3] and a1[4:7] == [3, -1, 7]
 
@@ -162,8 +164,9 @@ def test_a_checked_kernel_returns_the_status_it_stores(ocl):
 
 
 def test_a_build_error_returns_the_compiler_log(ocl):
-    st, h = ocl.build(b"__kernel void broken(__global const long *meta, __global int *status) { no_such_name = 1; }",
-                      "broken")
+    st, h = ocl.build(
+        b"__kernel void broken(__global const long *meta, __global int *status) { no_such_name = 1; }", "broken"
+    )
     assert st == FL_ERR_INTERNAL and h == ffi.NULL
     assert "no_such_name" in ocl.error() and "error" in ocl.error(), ocl.error()
     st, h = ocl.build(SCALE_ADD, "not_there")
@@ -195,8 +198,13 @@ def test_threads_and_streams_share_one_handle(ocl):
 
     def work(k):
         for i in range(40):
-            st = ocl.launch(h, [(x, FLOAT32, [4, 4], [4, 1], 0)], [(outs[k], FLOAT32, [4, 4], [4, 1], 0)],
-                            [(ARG_INT, k * 100 + i)], stream=streams[k][0])
+            st = ocl.launch(
+                h,
+                [(x, FLOAT32, [4, 4], [4, 1], 0)],
+                [(outs[k], FLOAT32, [4, 4], [4, 1], 0)],
+                [(ARG_INT, k * 100 + i)],
+                stream=streams[k][0],
+            )
             if st:
                 failures.append(ocl.error())
 

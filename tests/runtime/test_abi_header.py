@@ -25,8 +25,12 @@ def _compile_and_run(tmp_path, body: str, includes=("fl_plugin.h",)) -> str:
     head = "".join(f'#include "{h}"\n' for h in includes)
     src.write_text("#include <stdio.h>\n" + head + "int main(void) {\n" + body + "\nreturn 0;\n}\n")
     exe = tmp_path / "probe"
-    subprocess.run([CC, "-std=gnu11", "-Wall", "-Werror", "-I", get_include(), str(src), "-o", str(exe), "-lm"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [CC, "-std=gnu11", "-Wall", "-Werror", "-I", get_include(), str(src), "-o", str(exe), "-lm"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
 
 
@@ -44,11 +48,17 @@ def test_the_runtime_reads_its_constants_from_the_header(tmp_path):
     pairs = [(f"FL_STR_{s}", code) for s, code in STRING_CODES.items()]
     pairs += [("FL_STR_UNKNOWN", abi.STRING_UNKNOWN)]
     pairs += [(f"FL_FEATURE_{name}", value) for name, value in abi.FEATURES.items()]
-    pairs += [("FL_KERNEL_FUSED", abi.KERNEL_FUSED), ("FL_KERNEL_ANY_OUT_LAYOUT", abi.KERNEL_ANY_OUT_LAYOUT),
-              ("FL_ABI_VERSION", abi.ABI_VERSION), ("FL_MAX_DIMS", abi.MAX_DIMS)]
+    pairs += [
+        ("FL_KERNEL_FUSED", abi.KERNEL_FUSED),
+        ("FL_KERNEL_ANY_OUT_LAYOUT", abi.KERNEL_ANY_OUT_LAYOUT),
+        ("FL_ABI_VERSION", abi.ABI_VERSION),
+        ("FL_MAX_DIMS", abi.MAX_DIMS),
+    ]
     pairs += [(name, code) for code, name in abi.STATUS_NAMES.items()]
-    pairs += [(f"FL_ARG_{k}", getattr(abi, f"ARG_{k}")) for k in
-              ("NONE", "TENSOR", "TENSOR_LIST", "INT", "FLOAT", "BOOL", "INT_LIST", "DTYPE", "OTHER")]
+    pairs += [
+        (f"FL_ARG_{k}", getattr(abi, f"ARG_{k}"))
+        for k in ("NONE", "TENSOR", "TENSOR_LIST", "INT", "FLOAT", "BOOL", "INT_LIST", "DTYPE", "OTHER")
+    ]
     pairs += [(f"FL_{str(d).replace('torch.', '').upper()}", code) for d, code in TO_CODE.items()]
     body = "\n".join(f'printf("%lld\\n", (long long){name});' for name, _ in pairs)
     seen = [int(v) for v in _compile_and_run(tmp_path, body).split()]
@@ -60,8 +70,8 @@ def test_every_string_code_of_the_header_reaches_python():
     its code, and no other string has one."""
     with open(header_path()) as f:
         text = f.read()
-    enum = text[text.index("typedef enum {\n    FL_STR_UNKNOWN"):]
-    enum = enum[:enum.index("} fl_string_code_t;")]
+    enum = text[text.index("typedef enum {\n    FL_STR_UNKNOWN") :]
+    enum = enum[: enum.index("} fl_string_code_t;")]
     declared = {m.group(1): int(m.group(2)) for m in re.finditer(r"FL_STR_(\w+) = (-?\d+)", enum)}
     assert declared.pop("UNKNOWN") == abi.STRING_UNKNOWN == -1
     assert STRING_CODES == declared
@@ -137,10 +147,17 @@ def test_template_builds_against_the_installed_headers_alone(tmp_path):
     fl_kernel_util.h are all it needs, and only the two FL_EXPORT symbols leave the library."""
     for name in ("fl_template.c", "Makefile"):
         shutil.copy(os.path.join(ROOT, "plugins_cffi", "template", name), tmp_path / name)
-    subprocess.run(["make", "-C", str(tmp_path), f"FL_INCLUDE={torch_fl.get_include()}",
-                    "CFLAGS=-O1 -Wall -Wextra -Werror"], check=True, capture_output=True)
+    subprocess.run(
+        ["make", "-C", str(tmp_path), f"FL_INCLUDE={torch_fl.get_include()}", "CFLAGS=-O1 -Wall -Wextra -Werror"],
+        check=True,
+        capture_output=True,
+    )
     nm = shutil.which("nm")
     if nm:
-        out = subprocess.run([nm, "-D", "--defined-only", str(tmp_path / "libfl_template.so")], check=True,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [nm, "-D", "--defined-only", str(tmp_path / "libfl_template.so")],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         assert sorted(line.split()[-1] for line in out.splitlines()) == ["fl_plugin_abi_version", "fl_plugin_init"]

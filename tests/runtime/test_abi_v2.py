@@ -28,8 +28,11 @@ ASYNC = {"FL_EMU_ASYNC": "1"}
 
 
 def _cc(src, out, include):
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-I", str(include), str(src), "-o", str(out), "-lm"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-O1", "-I", str(include), str(src), "-o", str(out), "-lm"],
+        check=True,
+        capture_output=True,
+    )
     return str(out)
 
 
@@ -42,8 +45,9 @@ def test_a_version_1_plugin_loads_and_passes_the_checker(tmp_path):
     p = Plugin(lib, "test")
     assert p.abi_version == 1 and p.table.struct_size == abi.struct_size(1) < abi.struct_size(2)
     assert not any(p.optional[name] for name in ("event_elapsed", "mem_set", "host_alloc", "copy_d2h_async"))
-    r = subprocess.run([os.sys.executable, "-m", "torch_fl.cli", "plugin", "check", lib], capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        [os.sys.executable, "-m", "torch_fl.cli", "plugin", "check", lib], capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
 
 
@@ -73,16 +77,19 @@ int fl_plugin_init(fl_plugin_t *p) {
 
 def _table_plugin(tmp_path, version, size, features=0, extra=""):
     src = tmp_path / f"abi_{version}_{size}_{features}_{abs(hash(extra))}.c"
-    src.write_text(f"#define VERSION {version}\n#define SIZE {size}\n#define FEATURES {features}\n"
-                   + _TABLE_PLUGIN.replace("EXTRA", extra))
+    src.write_text(
+        f"#define VERSION {version}\n#define SIZE {size}\n#define FEATURES {features}\n"
+        + _TABLE_PLUGIN.replace("EXTRA", extra)
+    )
     return _cc(src, tmp_path / f"lib{src.stem}.so", get_include())
 
 
 def test_a_device_jit_language_is_checked_against_the_calls_it_needs(tmp_path):
     v2 = abi.struct_size(2)
     assert Plugin(_table_plugin(tmp_path, 2, v2), "test").jit_target == 0
-    with pytest.raises(PluginLoadError, match="declares the device JIT language opencl_c but leaves jit_build and "
-                                              "jit_launch NULL"):
+    with pytest.raises(
+        PluginLoadError, match="declares the device JIT language opencl_c but leaves jit_build and jit_launch NULL"
+    ):
         Plugin(_table_plugin(tmp_path, 2, v2, extra="p->jit_language = FL_JIT_OPENCL_C;"), "test")
     with pytest.raises(PluginLoadError, match="jit_language is 9, which fl_plugin.h does not define"):
         Plugin(_table_plugin(tmp_path, 2, v2, extra="p->jit_language = 9;"), "test")
@@ -94,8 +101,10 @@ def test_a_device_jit_language_is_checked_against_the_calls_it_needs(tmp_path):
     """
     src = _TABLE_PLUGIN.replace("int fl_plugin_abi_version", builds + "int fl_plugin_abi_version")
     path = tmp_path / "jit_ok.c"
-    path.write_text(f"#define VERSION 2\n#define SIZE {v2}\n#define FEATURES 0\n"
-                    + src.replace("EXTRA", "p->jit_language = FL_JIT_OPENCL_C; p->jit_build = jb; p->jit_launch = jl;"))
+    path.write_text(
+        f"#define VERSION 2\n#define SIZE {v2}\n#define FEATURES 0\n"
+        + src.replace("EXTRA", "p->jit_language = FL_JIT_OPENCL_C; p->jit_build = jb; p->jit_launch = jl;")
+    )
     p = Plugin(_cc(path, tmp_path / "libjit_ok.so", get_include()), "test")
     assert p.jit_target == abi.JIT_OPENCL_C and p.jit_builds
 
@@ -195,14 +204,17 @@ def test_without_fl_emu_async_the_emulators_stay_synchronous():
 
 @pytest.mark.parametrize("backend", EMULATORS)
 def test_a_host_read_of_device_memory_crashes(backend):
-    r = run_py(f"""
+    r = run_py(
+        f"""
         import ctypes, torch, torch_fl as fl
         fl.initialize({backend!r})
         x = torch.ones(4, device="fl")
         print("VALUE", x.cpu().tolist(), flush=True)  # through the plugin's copy: fine
         ctypes.string_at(x.data_ptr(), 4)              # the host itself: not
         print("READ", flush=True)
-    """, env=ASYNC)
+    """,
+        env=ASYNC,
+    )
     assert "VALUE [1.0, 1.0, 1.0, 1.0]" in r.stdout, r.stdout + r.stderr
     assert r.returncode == -signal.SIGSEGV and "READ" not in r.stdout
 
@@ -211,7 +223,8 @@ def test_a_queued_kernel_that_fails_is_reported_by_the_next_wait():
     """A JIT kernel that refuses negative data: the first call of its signature waits (and passes), the
     second is queued and fails on the device; the NULL-stream copy after it reports the failure with
     the kernel's name, once, and the device goes on working."""
-    r = run_py(r"""
+    r = run_py(
+        r"""
         import torch, torch_fl as fl
         from torch_fl.runtime.abi import ffi
         fl.initialize("minimal")
@@ -242,7 +255,9 @@ def test_a_queued_kernel_that_fails_is_reported_by_the_next_wait():
         status = table.copy_d2h(dev.local, host, t[1].data, 4, ffi.NULL)
         print("WAIT", status, ffi.string(table.last_error()).decode())
         print("AGAIN", table.copy_d2h(dev.local, host, t[1].data, 4, ffi.NULL), torch.arange(3., device="fl").tolist())
-    """, env=ASYNC)
+    """,
+        env=ASYNC,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "FIRST 0 2.0" in r.stdout and "SECOND 0" in r.stdout, r.stdout
     assert "WAIT 4 minimal: an earlier asynchronous kernel failed: fl_test_positive (status 4)" in r.stdout, r.stdout
@@ -277,7 +292,8 @@ def test_zero_is_one_mem_set_for_dense_tensors():
 
 
 def test_non_blocking_copy_to_the_host_returns_before_it_lands():
-    r = run_py("""
+    r = run_py(
+        """
         import torch, torch_fl as fl
         from torch_fl.runtime import async_copy
         fl.initialize("rocm")
@@ -287,7 +303,9 @@ def test_non_blocking_copy_to_the_host_returns_before_it_lands():
         torch.fl.synchronize()
         print("EQUAL", torch.equal(h, x.cpu() * 2), len(async_copy.HOST_PENDING))
         print("BLOCKING", torch.equal((x + 1).to("cpu"), x.cpu() + 1), async_copy.STATS.get("async_d2h"))
-    """, env=ASYNC)
+    """,
+        env=ASYNC,
+    )
     assert r.returncode == 0, r.stderr
     assert "QUEUED 1 True" in r.stdout and "EQUAL True 0" in r.stdout and "BLOCKING True 1" in r.stdout, r.stdout
 
@@ -301,8 +319,10 @@ def test_auto_prefers_the_cpu_backend_to_a_device_made_of_host_cpu_cores(tmp_pat
         folder.mkdir()
         lib = _table_plugin(tmp_path, 2, abi.struct_size(2), features)
         shutil.copy(lib, folder / "libabitest.so")
-        r = run_py("from torch_fl.runtime import REGISTRY; print('AUTO', REGISTRY.auto().name)",
-                   env={"FL_PLUGIN_PATH": str(folder), "FL_CACHE_DIR": str(tmp_path / "cache")})
+        r = run_py(
+            "from torch_fl.runtime import REGISTRY; print('AUTO', REGISTRY.auto().name)",
+            env={"FL_PLUGIN_PATH": str(folder), "FL_CACHE_DIR": str(tmp_path / "cache")},
+        )
         assert r.returncode == 0, r.stderr
         chosen[features] = r.stdout.split("AUTO ")[1].strip()
     assert chosen == {abi.FEATURE_HOST_CPU: "cpu", 0: "abitest"}

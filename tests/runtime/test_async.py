@@ -14,8 +14,9 @@ def test_pinned_memory_and_dataloader():
     t = torch.randn(16)
     p = t.pin_memory()
     assert p.is_pinned() and not t.is_pinned() and torch.equal(p, t)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 3)), batch_size=4,
-                                         pin_memory=True)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(8, 3)), batch_size=4, pin_memory=True
+    )
     (batch,) = next(iter(loader))
     assert batch.is_pinned()
 

@@ -20,10 +20,21 @@ GiB = 1 << 30
 # -- the parsers -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("4096", 4096), ("512M", 512 << 20), ("2G", 2 * GiB), ("2 G", 2 * GiB), ("1T", 1 << 40), ("1.5G", 3 * GiB // 2),
-    ("2GiB", 2 * GiB), ("64kb", 64 << 10), (" 7 ", 7), (4096, 4096),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("4096", 4096),
+        ("512M", 512 << 20),
+        ("2G", 2 * GiB),
+        ("2 G", 2 * GiB),
+        ("1T", 1 << 40),
+        ("1.5G", 3 * GiB // 2),
+        ("2GiB", 2 * GiB),
+        ("64kb", 64 << 10),
+        (" 7 ", 7),
+        (4096, 4096),
+    ],
+)
 def test_sizes_accepted(text, expected):
     assert config.parse_size(text, "FL_X") == expected
 
@@ -39,8 +50,9 @@ def test_sizes_refused_name_the_setting(text):
 def test_size_error_says_what_is_accepted():
     with pytest.raises(fl.ConfigError) as e:
         config.parse_size("abc", "FL_MEMORY_POOL_LIMIT")
-    assert str(e.value).startswith("FL_MEMORY_POOL_LIMIT='abc' is not a size: a whole number of bytes, or a number "
-                                   "with a K, M, G or T suffix")
+    assert str(e.value).startswith(
+        "FL_MEMORY_POOL_LIMIT='abc' is not a size: a whole number of bytes, or a number with a K, M, G or T suffix"
+    )
 
 
 def test_booleans_and_counts():
@@ -56,13 +68,24 @@ def test_booleans_and_counts():
 # -- the environment -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,value", [
-    ("FL_MEMORY_POOL_LIMIT", "abc"), ("FL_MEMORY_POOL_LIMIT", "-1"), ("FL_MEMORY_POOL_LIMIT", "nan"),
-    ("FL_MEMORY_POOL_LIMIT", "1e400"), ("FL_MEMORY_POOL", "maybe"), ("FL_CPU_FALLBACK", "perhaps"),
-    ("FL_CPU_MEMORY_LIMIT", "abc"), ("FL_CPU_MEMORY_LIMIT", "0"), ("FL_ROCM_DEVICES", "abc"),
-    ("FL_ROCM_DEVICES", "0"), ("FL_ROCM_COMM_CHUNK_BYTES", "lots"), ("FL_COMPILE", "sometimes"),
-    ("FL_FAST_PATH", "maybe"),
-])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("FL_MEMORY_POOL_LIMIT", "abc"),
+        ("FL_MEMORY_POOL_LIMIT", "-1"),
+        ("FL_MEMORY_POOL_LIMIT", "nan"),
+        ("FL_MEMORY_POOL_LIMIT", "1e400"),
+        ("FL_MEMORY_POOL", "maybe"),
+        ("FL_CPU_FALLBACK", "perhaps"),
+        ("FL_CPU_MEMORY_LIMIT", "abc"),
+        ("FL_CPU_MEMORY_LIMIT", "0"),
+        ("FL_ROCM_DEVICES", "abc"),
+        ("FL_ROCM_DEVICES", "0"),
+        ("FL_ROCM_COMM_CHUNK_BYTES", "lots"),
+        ("FL_COMPILE", "sometimes"),
+        ("FL_FAST_PATH", "maybe"),
+    ],
+)
 def test_bad_variables_are_refused_by_name(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(fl.ConfigError, match=f"^{name}={value!r}"):
@@ -91,17 +114,21 @@ def test_import_fails_naming_the_variable():
 @pytest.mark.slow  # a subprocess
 def test_host_memory_limit_units_reach_the_plugin():
     """1T used to give 1 byte (C did not know T) and "2 G" 2 bytes (C stopped at the space)."""
-    r = run_py("""
+    r = run_py(
+        """
         import torch_fl as fl
         print("CAP", fl.capabilities("cpu").devices[0].total_memory)
-    """, env={"FL_CPU_MEMORY_LIMIT": "2 G"})
+    """,
+        env={"FL_CPU_MEMORY_LIMIT": "2 G"},
+    )
     assert f"CAP {2 * GiB}" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.slow  # a subprocess
 def test_emulator_device_count_out_of_range_is_named():
     """FL_ROCM_DEVICES=100000 used to become 8 silently: the emulator refuses it, naming the range."""
-    r = run_py("""
+    r = run_py(
+        """
         import torch_fl as fl
         row = [e for e in fl.list_backends() if e["path"].endswith("libfl_rocm.so")][0]
         print("ROW", row["status"], row["reason"])
@@ -110,10 +137,14 @@ def test_emulator_device_count_out_of_range_is_named():
         except fl.BackendNotFoundError as e:
             print("ERR", e)
         print("CPU", fl.initialize("cpu"))
-    """, env={"FL_ROCM_DEVICES": "100000"})
+    """,
+        env={"FL_ROCM_DEVICES": "100000"},
+    )
     assert "ROW rejected" in r.stdout, r.stdout + r.stderr
-    assert "FL_ROCM_DEVICES='100000' is not valid: the rocm emulator's device count must be a whole number " \
-           "from 1 to 8" in r.stdout
+    assert (
+        "FL_ROCM_DEVICES='100000' is not valid: the rocm emulator's device count must be a whole number "
+        "from 1 to 8" in r.stdout
+    )
     assert "ERR unknown fl backend 'rocm'" in r.stdout and "CPU cpu" in r.stdout
 
 
@@ -162,15 +193,18 @@ def _config_with(tmp_path, monkeypatch, text: bytes | str):
     return path
 
 
-@pytest.mark.parametrize("text,message", [
-    ('plugin_path = "/tmp"\n', r'plugin_path = "/tmp" must be a list of folder or file paths'),
-    ("plugin_path = [1, 2]\n", r"plugin_path = \[1, 2\] must be a list of folder or file paths"),
-    ('backend = ["cpu"]\n', r"backend = \['cpu'\] must be a backend name in quotes"),
-    ('cpu_fallback = "maybe"\n', r"cpu_fallback in config file .*='maybe' is not a boolean"),
-    ('fallback = true\n', r"unknown key\(s\) fallback; known keys: backend, cpu_fallback, plugin_path"),
-    (b'backend = "\xff"\n', r"is not UTF-8 text \(byte \d+\): save it as UTF-8"),
-    ('backend = \n', r"is not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('plugin_path = "/tmp"\n', r'plugin_path = "/tmp" must be a list of folder or file paths'),
+        ("plugin_path = [1, 2]\n", r"plugin_path = \[1, 2\] must be a list of folder or file paths"),
+        ('backend = ["cpu"]\n', r"backend = \['cpu'\] must be a backend name in quotes"),
+        ('cpu_fallback = "maybe"\n', r"cpu_fallback in config file .*='maybe' is not a boolean"),
+        ("fallback = true\n", r"unknown key\(s\) fallback; known keys: backend, cpu_fallback, plugin_path"),
+        (b'backend = "\xff"\n', r"is not UTF-8 text \(byte \d+\): save it as UTF-8"),
+        ("backend = \n", r"is not valid TOML"),
+    ],
+)
 def test_bad_config_files_name_the_file_and_key(tmp_path, monkeypatch, text, message):
     path = _config_with(tmp_path, monkeypatch, text)
     with pytest.raises(fl.ConfigError, match=message) as e:
@@ -196,8 +230,11 @@ def test_relative_plugin_path_is_relative_to_the_config_file(tmp_path, monkeypat
 def test_config_file_others_can_write_is_refused(tmp_path, monkeypatch):
     path = _config_with(tmp_path, monkeypatch, 'backend = "cpu"\n')
     path.chmod(0o666)
-    with pytest.raises(fl.ConfigError, match=r"is writable by every user \(mode 666\): torch_fl does not take "
-                                             r"settings"):
+    with pytest.raises(
+        fl.ConfigError,
+        match=r"is writable by every user \(mode 666\): torch_fl does not take "
+        r"settings",
+    ):
         config.load_config()
     path.chmod(0o644)
     assert config.load_config()["backend"] == "cpu"
@@ -256,7 +293,9 @@ def test_a_compiler_launcher_in_cxx_builds_the_core(tmp_path):
     """CXX="ccache g++" (a launcher word first, as make takes it) ran `ccache -O2 ...` and failed."""
     if shutil.which("g++") is None:
         pytest.skip("no g++ on this machine")
-    r = run_py("import torch, torch_fl as fl; fl.initialize('cpu'); "
-               "print((torch.ones(2, device='fl') + 1).sum().item())",
-               env={"CXX": "env g++", "FL_CACHE_DIR": str(tmp_path / "cache")}, timeout=600)
+    r = run_py(
+        "import torch, torch_fl as fl; fl.initialize('cpu'); print((torch.ones(2, device='fl') + 1).sum().item())",
+        env={"CXX": "env g++", "FL_CACHE_DIR": str(tmp_path / "cache")},
+        timeout=600,
+    )
     assert r.returncode == 0 and r.stdout.strip().endswith("4.0"), r.stderr[-2000:]

@@ -38,7 +38,10 @@ def test_the_header_declares_the_whole_api():
     assert len(declared) >= 40
     assert {"fl_core_abi", "fl_core_fast_commit", "fl_core_graph_replay", "fl_devcheck_install"} <= set(declared)
     assert {name for name, kind in declared.items() if kind == "variable"} == {
-        "fl_core_streams_made", "fl_core_watched_writes", "fl_core_tracing"}
+        "fl_core_streams_made",
+        "fl_core_watched_writes",
+        "fl_core_tracing",
+    }
 
 
 def test_cffi_reads_every_declaration_and_the_library_has_it():
@@ -75,8 +78,7 @@ def test_the_structs_the_api_takes_are_the_headers():
 def test_the_library_exports_exactly_the_declared_names():
     """Nothing the core exports under torch_fl's prefixes is missing from the header (an entry point a caller
     could only reach by re-declaring it by hand), and nothing declared is missing from the library."""
-    r = subprocess.run([NM, "-D", "--defined-only", core.library_path()], capture_output=True, text=True,
-                       check=True)
+    r = subprocess.run([NM, "-D", "--defined-only", core.library_path()], capture_output=True, text=True, check=True)
     exported = {line.split()[-1] for line in r.stdout.splitlines() if line.strip()}
     ours = {name for name in exported if name.startswith(("fl_core_", "fl_devcheck_", "fl_fallback_"))}
     assert ours == set(_declared())
@@ -85,14 +87,19 @@ def test_the_library_exports_exactly_the_declared_names():
 @pytest.mark.skipif(CC is None, reason="no C compiler")
 def test_the_header_is_plain_c(tmp_path):
     src = tmp_path / "uses_core.c"
-    src.write_text('#include "fl_core.h"\n'
-                   'int main(void) {\n'
-                   '  fl_core_fast_plan_t plan = {0};\n'
-                   '  fl_core_graph_t *g = 0;\n'
-                   '  return plan.call.n_inputs + (g != 0) + fl_core_fast_commit(&plan);\n'
-                   '}\n')
-    r = subprocess.run([CC, "-std=c11", "-Wall", "-Werror", "-pedantic", "-fsyntax-only", "-I", CSRC, "-I",
-                        get_include(), str(src)], capture_output=True, text=True)
+    src.write_text(
+        '#include "fl_core.h"\n'
+        "int main(void) {\n"
+        "  fl_core_fast_plan_t plan = {0};\n"
+        "  fl_core_graph_t *g = 0;\n"
+        "  return plan.call.n_inputs + (g != 0) + fl_core_fast_commit(&plan);\n"
+        "}\n"
+    )
+    r = subprocess.run(
+        [CC, "-std=c11", "-Wall", "-Werror", "-pedantic", "-fsyntax-only", "-I", CSRC, "-I", get_include(), str(src)],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
 
 

@@ -33,8 +33,10 @@ def test_device_module_and_accelerator():
     assert torch.float16 in torch.fl.get_amp_supported_dtype()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
-                                   torch.int32, torch.uint8, torch.bool])
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.uint8, torch.bool],
+)
 def test_roundtrip_dtypes(dtype):
     src = (torch.randn(3, 5) * 10).to(dtype)
     t = src.to("fl")
@@ -209,7 +211,8 @@ def test_memory_pool_reuses_blocks_and_empty_cache_returns_them():
 
 @pytest.mark.slow  # a subprocess
 def test_memory_pool_off_frees_at_once():
-    r = run_py("""
+    r = run_py(
+        """
         import gc, torch, torch_fl as fl
         fl.initialize("cpu")
         plugin = fl.runtime.REGISTRY.device(0).plugin
@@ -217,21 +220,26 @@ def test_memory_pool_off_frees_at_once():
         x = torch.empty(1000, device="fl")
         del x; gc.collect()
         print("SAME", plugin.memory_used(0) == before, torch.fl.memory_stats()["pool.cached_bytes"])
-    """, env={"FL_MEMORY_POOL": "0"})
+    """,
+        env={"FL_MEMORY_POOL": "0"},
+    )
     assert "SAME True 0" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.slow  # a subprocess
 def test_oom_returns_cached_blocks_before_giving_up():
     # a 1 MiB device: a cached 200 KiB block must be handed back for a 900 KiB request
-    r = run_py("""
+    r = run_py(
+        """
         import gc, torch, torch_fl as fl
         fl.initialize("cpu")
         x = torch.empty(50 * 1024, device="fl"); del x; gc.collect()
         print("CACHED", torch.fl.memory_stats()["pool.cached_bytes"])
         y = torch.empty(225 * 1024, device="fl")
         print("OK", y.numel(), torch.fl.memory_stats()["pool.cached_bytes"])
-    """, env={"FL_CPU_MEMORY_LIMIT": "1M"})
+    """,
+        env={"FL_CPU_MEMORY_LIMIT": "1M"},
+    )
     assert "CACHED 204800" in r.stdout, r.stdout + r.stderr
     assert "OK 230400 0" in r.stdout, r.stdout + r.stderr
 
@@ -282,7 +290,8 @@ def test_pool_size_classes_limit_and_oom_message():
 
 @pytest.mark.slow  # a subprocess
 def test_pool_limit_variable_and_oom_names_the_pool():
-    r = run_py("""
+    r = run_py(
+        """
         import gc, torch, torch_fl as fl
         fl.initialize("cpu")
         print("LIMIT", torch.fl.memory_stats()["pool.limit_bytes"])
@@ -291,7 +300,9 @@ def test_pool_limit_variable_and_oom_names_the_pool():
             torch.empty(300 * 1024, device="fl")
         except torch.OutOfMemoryError as e:
             print("OOM", e)
-    """, env={"FL_MEMORY_POOL_LIMIT": "512K", "FL_CPU_MEMORY_LIMIT": "1M"})
+    """,
+        env={"FL_MEMORY_POOL_LIMIT": "512K", "FL_CPU_MEMORY_LIMIT": "1M"},
+    )
     assert "LIMIT 524288" in r.stdout, r.stdout + r.stderr
     assert "the pool held 400.0 KiB of cached blocks and gave them back before retrying" in r.stdout, r.stdout
 

@@ -13,14 +13,34 @@ import torch
 import torch_fl as fl
 
 BACKENDS = ["cpu", "rocm", "ascend", "minimal"]
-DTYPES = [torch.bool, torch.uint8, torch.uint16, torch.uint32, torch.uint64, torch.int8, torch.int16, torch.int32,
-          torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn,
-          torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz, torch.complex32, torch.complex64,
-          torch.complex128]
+DTYPES = [
+    torch.bool,
+    torch.uint8,
+    torch.uint16,
+    torch.uint32,
+    torch.uint64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.float8_e4m3fn,
+    torch.float8_e5m2,
+    torch.float8_e4m3fnuz,
+    torch.float8_e5m2fnuz,
+    torch.complex32,
+    torch.complex64,
+    torch.complex128,
+]
 VALUES = torch.tensor([0, 1, 2, 3, 5, 7, 100, 127, 0, 1, 2, 3, 4, 5, 6, 1] * 16, dtype=torch.float64)
 
-pytestmark = [pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental"),
-              pytest.mark.filterwarnings("ignore:Casting complex values to real")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental"),
+    pytest.mark.filterwarnings("ignore:Casting complex values to real"),
+]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -83,14 +103,27 @@ def _call(fn, *xs):
 
 
 UNARY = {
-    "sum": lambda x: x.sum(), "amax": lambda x: x.amax(), "mean": lambda x: x.mean(), "cumsum": lambda x: x.cumsum(0),
-    "mul 2": lambda x: x * 2, "add 1.5": lambda x: x + 1.5, "abs": torch.abs, "eq": lambda x: x == x,
-    "cat": lambda x: torch.cat([x, x]), "flip": lambda x: x.flip(0), "clone": torch.clone,
+    "sum": lambda x: x.sum(),
+    "amax": lambda x: x.amax(),
+    "mean": lambda x: x.mean(),
+    "cumsum": lambda x: x.cumsum(0),
+    "mul 2": lambda x: x * 2,
+    "add 1.5": lambda x: x + 1.5,
+    "abs": torch.abs,
+    "eq": lambda x: x == x,
+    "cat": lambda x: torch.cat([x, x]),
+    "flip": lambda x: x.flip(0),
+    "clone": torch.clone,
     "index_select": lambda x: x.index_select(0, torch.tensor([3, 1], device=x.device)),
     "where": lambda x: torch.where(torch.arange(x.numel(), device=x.device) % 3 == 0, x, x[:1].expand_as(x)),
 }
-BINARY = {"add": torch.add, "mul": torch.mul, "maximum": torch.maximum, "lt": torch.lt,
-          "cat": lambda a, b: torch.cat([a, b])}
+BINARY = {
+    "add": torch.add,
+    "mul": torch.mul,
+    "maximum": torch.maximum,
+    "lt": torch.lt,
+    "cat": lambda a, b: torch.cat([a, b]),
+}
 
 
 def _compare(what, expected, got, wrong) -> None:
@@ -104,9 +137,13 @@ def _compare(what, expected, got, wrong) -> None:
         wrong.append(f"{what}: {got.dtype} {tuple(got.shape)}, expected {expected.dtype} {tuple(expected.shape)}")
     elif expected.dtype.is_floating_point or expected.dtype.is_complex:
         wide = torch.complex128 if expected.is_complex() else torch.float64
-        if not torch.allclose(bits(got).to(wide) if expected.dtype.itemsize > 1 else got.to(wide),
-                              bits(expected).to(wide) if expected.dtype.itemsize > 1 else expected.to(wide),
-                              rtol=1e-2, atol=1e-2, equal_nan=True):
+        if not torch.allclose(
+            bits(got).to(wide) if expected.dtype.itemsize > 1 else got.to(wide),
+            bits(expected).to(wide) if expected.dtype.itemsize > 1 else expected.to(wide),
+            rtol=1e-2,
+            atol=1e-2,
+            equal_nan=True,
+        ):
             wrong.append(f"{what}: values")
     elif not torch.equal(got, expected):
         wrong.append(f"{what}: values")

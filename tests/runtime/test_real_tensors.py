@@ -52,8 +52,13 @@ def test_module_conversion_keeps_parameter_objects_and_ties(backend):
     before = weight.detach().cpu().clone()
     opt.step()
     assert not torch.equal(before, weight.detach().cpu())  # the optimizer trained the moved parameter
-    for convert in (lambda mm: mm.double(), lambda mm: mm.half(), lambda mm: mm.float(), lambda mm: mm.cpu(),
-                    lambda mm: mm.to("fl")):
+    for convert in (
+        lambda mm: mm.double(),
+        lambda mm: mm.half(),
+        lambda mm: mm.float(),
+        lambda mm: mm.cpu(),
+        lambda mm: mm.to("fl"),
+    ):
         convert(m)
         assert m.emb.weight is weight and m.head.weight is weight
     c = copy.deepcopy(m)
@@ -66,8 +71,9 @@ def test_module_conversion_keeps_parameter_objects_and_ties(backend):
 def test_aot_eager_has_no_graph_breaks_and_matches_eager_in_training():
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to("fl")
-    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 2,
-                                enable_nested_tensor=False).to("fl")
+    enc = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 2, enable_nested_tensor=False
+    ).to("fl")
     for model, x in ((mlp, torch.randn(5, 8)), (enc, torch.randn(2, 5, 16))):
         x = x.to("fl").requires_grad_()
         explained = dynamo.explain(model)(x)
@@ -88,8 +94,14 @@ def test_aot_eager_has_no_graph_breaks_and_matches_eager_in_training():
 
 def test_hugging_face_bert_called_with_keywords_compiles_without_breaks():
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=48, max_position_embeddings=32)
+    cfg = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=32,
+    )
     torch.manual_seed(0)
     model = transformers.BertModel(cfg).eval().to("fl")
     ids = torch.randint(0, 64, (2, 7)).to("fl")
@@ -140,7 +152,8 @@ def test_untyped_storage_on_the_device_and_resize():
 @pytest.mark.slow  # a subprocess
 def test_dataloader_workers_and_multiprocessing_pass_fl_tensors(tmp_path):
     script = tmp_path / "workers.py"  # spawned children import the parent's main module from a file
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import torch, torch_fl as fl
         import torch.multiprocessing as mp
         from torch.utils.data import DataLoader, Dataset
@@ -160,7 +173,8 @@ def test_dataloader_workers_and_multiprocessing_pass_fl_tensors(tmp_path):
             p.start()
             print("SPAWNED", q.get(timeout=120))
             p.join()
-    """))
+    """)
+    )
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert "BATCHES [[[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]], [[2.0, 2.0, 2.0], [3.0, 3.0, 3.0]]]" in r.stdout, r.stderr
     assert "SPAWNED [0.0, 2.0, 4.0]" in r.stdout, r.stderr
@@ -227,21 +241,27 @@ def test_import_torch_alone_registers_fl_and_can_be_turned_off():
         print("DEVICE", torch.randn(2, device="fl").device, torch.accelerator.current_accelerator())
     """)
     assert "DEVICE fl:0 fl" in r.stdout, r.stderr
-    r = run_py("""
+    r = run_py(
+        """
         import torch
         print("NAME", torch._C._get_privateuse1_backend_name())
-    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    """,
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
     assert "NAME privateuseone" in r.stdout, r.stderr
 
 
 @pytest.mark.slow  # a subprocess
 def test_without_a_cxx_compiler_the_error_says_what_to_install(tmp_path):
-    r = run_py("""
+    r = run_py(
+        """
         try:
             import torch_fl
         except Exception as e:
             print(type(e).__name__, e)
-    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "CXX": "/nonexistent/g++", "FL_CACHE_DIR": str(tmp_path)})
+    """,
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "CXX": "/nonexistent/g++", "FL_CACHE_DIR": str(tmp_path)},
+    )
     assert "FlError" in r.stdout and "no C++ compiler was found ('/nonexistent/g++')" in r.stdout, r.stdout + r.stderr
     assert "apt install g++" in r.stdout
     r = run_py("import torch; print('IMPORTED')", env={"CXX": "/nonexistent/g++", "FL_CACHE_DIR": str(tmp_path)})

@@ -50,10 +50,12 @@ def _digest_ok(so: str) -> bool:
 def _planted_library(tmp_path, marker) -> str:
     """A shared library whose constructor creates `marker`: proof that it was loaded."""
     src = tmp_path / "planted.c"
-    src.write_text('#include <stdio.h>\n__attribute__((constructor)) static void owned(void) { '
-                   f'FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n'
-                   'int fl_plugin_abi_version(void) { return 1; }\n'
-                   'int fl_plugin_init(void *p) { (void)p; return 4; }\n')
+    src.write_text(
+        "#include <stdio.h>\n__attribute__((constructor)) static void owned(void) { "
+        f'FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n'
+        "int fl_plugin_abi_version(void) { return 1; }\n"
+        "int fl_plugin_init(void *p) { (void)p; return 4; }\n"
+    )
     lib = tmp_path / "libplanted.so"
     subprocess.run(["cc", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
     return str(lib)
@@ -241,12 +243,16 @@ def test_config_plugin_path_is_relative_to_the_config_file(tmp_path):
     (cfg / "plugins").mkdir(parents=True)
     shutil.copy(os.path.join(BUNDLED, "libfl_minimal.so"), cfg / "plugins" / "libmini2.so")
     (cfg / "torch_fl.toml").write_text('plugin_path = ["plugins"]\n')
-    r = run_py("""
+    r = run_py(
+        """
         import torch_fl as fl
         for e in fl.list_backends():
             if e["origin"] != "bundled":
                 print("ROW", e["status"], e["origin"], e["path"], "|", e["source"])
-    """, env={"FL_CONFIG": str(cfg / "torch_fl.toml")}, cwd=str(work))
+    """,
+        env={"FL_CONFIG": str(cfg / "torch_fl.toml")},
+        cwd=str(work),
+    )
     assert f"ROW loaded config file {cfg}/plugins/libmini2.so | {cfg}/torch_fl.toml" in r.stdout, r.stdout + r.stderr
     assert not marker.exists(), "a plugin in the working directory was loaded"
 
@@ -255,12 +261,18 @@ def test_config_plugin_path_is_relative_to_the_config_file(tmp_path):
 def test_relative_plugin_path_variable_is_refused(tmp_path):
     marker = tmp_path / "DECOY_LOADED"
     _decoy(tmp_path, marker)
-    r = run_py("""
+    r = run_py(
+        """
         import torch_fl as fl
         print([(e["status"], e["reason"]) for e in fl.list_backends() if e["origin"] == "FL_PLUGIN_PATH"])
-    """, env={"FL_PLUGIN_PATH": "."}, cwd=str(tmp_path))
-    assert "('rejected', 'a relative path: it would load plugins from whatever folder the program runs in; " \
-           "give an absolute path" in r.stdout, r.stdout + r.stderr
+    """,
+        env={"FL_PLUGIN_PATH": "."},
+        cwd=str(tmp_path),
+    )
+    assert (
+        "('rejected', 'a relative path: it would load plugins from whatever folder the program runs in; "
+        "give an absolute path" in r.stdout
+    ), r.stdout + r.stderr
     assert not marker.exists()
 
 
@@ -270,10 +282,13 @@ def test_plugin_folder_every_user_can_write_is_refused(tmp_path):
     folder = tmp_path / "open"
     _decoy(folder, marker)
     folder.chmod(0o777)
-    r = run_py("""
+    r = run_py(
+        """
         import torch_fl as fl
         print([e["reason"] for e in fl.list_backends() if e["origin"] == "FL_PLUGIN_PATH"])
-    """, env={"FL_PLUGIN_PATH": str(folder)})
+    """,
+        env={"FL_PLUGIN_PATH": str(folder)},
+    )
     assert "is writable by every user (mode 777): any user could plant a plugin there" in r.stdout, r.stdout + r.stderr
     assert not marker.exists()
 
@@ -283,8 +298,14 @@ def test_backends_command_says_where_each_plugin_came_from(tmp_path):
     shutil.copy(os.path.join(BUNDLED, "libfl_minimal.so"), tmp_path / "libmini3.so")
     cfg = tmp_path / "torch_fl.toml"
     cfg.write_text(f'plugin_path = ["{tmp_path}/libmini3.so"]\n')
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "backends"], capture_output=True, text=True,
-                       env={**os.environ, "FL_CONFIG": str(cfg)}, timeout=300, cwd=HERE)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch_fl.cli", "backends"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "FL_CONFIG": str(cfg)},
+        timeout=300,
+        cwd=HERE,
+    )
     assert r.returncode == 0, r.stderr
     assert "bundled" in r.stdout and f"config file     {tmp_path}/libmini3.so" in r.stdout, r.stdout
     assert f"from {cfg}" in r.stdout
@@ -308,8 +329,13 @@ def _console_script() -> str:
 def test_plugin_check_worker_ignores_the_working_directory(tmp_path):
     marker = tmp_path / "PLANTED_RAN"
     _planted_module(tmp_path, marker)
-    r = subprocess.run([_console_script(), "plugin", "check", "minimal", "--ops", "aten::exp"], capture_output=True,
-                       text=True, cwd=str(tmp_path), timeout=600)
+    r = subprocess.run(
+        [_console_script(), "plugin", "check", "minimal", "--ops", "aten::exp"],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        timeout=600,
+    )
     assert not marker.exists(), "the worker imported tempfile.py from the working directory"
     assert r.returncode == 0 and "kernel aten::exp" in r.stdout and "PASSED" in r.stdout, r.stdout + r.stderr
 
@@ -318,8 +344,13 @@ def test_plugin_check_worker_ignores_the_working_directory(tmp_path):
 def test_coverage_worker_ignores_the_working_directory(tmp_path):
     marker = tmp_path / "PLANTED_RAN"
     _planted_module(tmp_path, marker)
-    r = subprocess.run([_console_script(), "coverage", "--backend", "minimal", "--ops", "abs", "--samples", "1",
-                        "--json"], capture_output=True, text=True, cwd=str(tmp_path), timeout=600)
+    r = subprocess.run(
+        [_console_script(), "coverage", "--backend", "minimal", "--ops", "abs", "--samples", "1", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        timeout=600,
+    )
     assert not marker.exists(), "the worker imported tempfile.py from the working directory"
     assert r.returncode == 0 and json.loads(r.stdout)["results"], r.stdout[-2000:] + r.stderr[-2000:]
 
@@ -335,8 +366,9 @@ def test_worker_bootstrap_drops_only_the_working_directory(tmp_path, safe_path):
     script.write_text("import json, sys; print(json.dumps(sys.path))\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
     env.update(PYTHONPATH=str(tmp_path / "first"), **({"PYTHONSAFEPATH": safe_path} if safe_path else {}))
-    r = subprocess.run(python_command(str(script)), capture_output=True, text=True, env=env, cwd=str(tmp_path),
-                       timeout=60)
+    r = subprocess.run(
+        python_command(str(script)), capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=60
+    )
     assert r.returncode == 0, r.stderr
     path = json.loads(r.stdout)
     assert str(tmp_path / "first") in path and "" not in path and str(tmp_path) not in path[1:], path
@@ -353,11 +385,18 @@ def test_truncated_library_and_fifo_on_the_plugin_path(tmp_path):
     with open(os.path.join(BUNDLED, "libfl_minimal.so"), "rb") as f:
         (cut / "libcut.so").write_bytes(f.read(20000))
     os.mkfifo(fifo / "libpipe.so")
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "backends"], capture_output=True, text=True, cwd=HERE,
-                       env={**os.environ, "FL_PLUGIN_PATH": f"{cut}:{fifo}"}, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch_fl.cli", "backends"],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        env={**os.environ, "FL_PLUGIN_PATH": f"{cut}:{fifo}"},
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr  # was SIGBUS (135) for the first, a hang for the second
-    assert "libcut.so is not a loadable shared library: truncated: its section header table ends at byte" \
-        in r.stdout, r.stdout
+    assert "libcut.so is not a loadable shared library: truncated: its section header table ends at byte" in r.stdout, (
+        r.stdout
+    )
     assert "libpipe.so is not a loadable shared library: a FIFO, not a regular file" in r.stdout
 
 
@@ -366,13 +405,16 @@ def test_plugin_that_crashes_when_loaded_is_isolated(tmp_path):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     src = tmp_path / "crash.c"
-    src.write_text('#include "fl_plugin.h"\n'
-                   "__attribute__((constructor)) static void boom(void) { volatile int *p = 0; *p = 1; }\n"
-                   "int fl_plugin_abi_version(void) { return FL_ABI_VERSION; }\n"
-                   "int fl_plugin_init(fl_plugin_t *out) { (void)out; return FL_OK; }\n")
+    src.write_text(
+        '#include "fl_plugin.h"\n'
+        "__attribute__((constructor)) static void boom(void) { volatile int *p = 0; *p = 1; }\n"
+        "int fl_plugin_abi_version(void) { return FL_ABI_VERSION; }\n"
+        "int fl_plugin_init(fl_plugin_t *out) { (void)out; return FL_OK; }\n"
+    )
     lib = plugins / "libcrash.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-I", os.path.dirname(header_path()), str(src), "-o", str(lib)],
-                   check=True)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-I", os.path.dirname(header_path()), str(src), "-o", str(lib)], check=True
+    )
     code = """
         import torch_fl as fl
         print("ROW", [e["reason"] for e in fl.list_backends() if e["path"].endswith("libcrash.so")][0])
@@ -398,7 +440,8 @@ def test_plugin_that_crashes_when_loaded_is_isolated(tmp_path):
 def test_malloc_returning_null_is_a_plugin_error(test_plugins):
     """The allocator (in the C++ core) checks the contract: an error naming the backend and the fix,
     raised as PyTorch's RuntimeError (C++ cannot raise torch_fl's own classes), the process usable."""
-    r = run_py("""
+    r = run_py(
+        """
         import torch, torch_fl as fl
         fl.initialize("nulldev")
         try:
@@ -407,7 +450,9 @@ def test_malloc_returning_null_is_a_plugin_error(test_plugins):
             print("ERR", e)
         fl.set_backend("cpu")
         print("OK", torch.ones(3, device="fl").sum().item())
-    """, env={"FL_PLUGIN_PATH": str(test_plugins)})
+    """,
+        env={"FL_PLUGIN_PATH": str(test_plugins)},
+    )
     assert r.returncode == 0, r.stderr
     assert "(nulldev) broke the malloc contract: it returned FL_OK with a NULL pointer" in r.stdout, r.stdout
     assert "fix the plugin" in r.stdout and "OK 3.0" in r.stdout

@@ -58,16 +58,25 @@ def test_capability_tables_differ_as_the_device_classes_do():
     assert len(rocm.devices) == 2
 
 
-@pytest.mark.parametrize("op,dtype,paths", [
-    ("aten::native_layer_norm_backward", torch.float32, {"rocm": "native", "ascend": "decomposition",
-                                                         "minimal": "decomposition"}),
-    ("aten::convolution", torch.float32, {"rocm": "native", "ascend": "native", "minimal": "decomposition"}),
-    ("aten::mm", torch.float64, {"rocm": "native", "ascend": "fallback", "minimal": "fallback"}),
-    ("aten::gelu", torch.float32, {"rocm": "native", "ascend": "decomposition", "minimal": "decomposition"}),
-    ("fl::conv_bn_relu", torch.float32, {"rocm": "decomposition", "ascend": "native", "minimal": "decomposition"}),
-    ("aten::_scaled_dot_product_fused_attention_overrideable", torch.float32,
-     {"rocm": "native", "ascend": "decomposition", "minimal": "decomposition"}),
-])
+@pytest.mark.parametrize(
+    "op,dtype,paths",
+    [
+        (
+            "aten::native_layer_norm_backward",
+            torch.float32,
+            {"rocm": "native", "ascend": "decomposition", "minimal": "decomposition"},
+        ),
+        ("aten::convolution", torch.float32, {"rocm": "native", "ascend": "native", "minimal": "decomposition"}),
+        ("aten::mm", torch.float64, {"rocm": "native", "ascend": "fallback", "minimal": "fallback"}),
+        ("aten::gelu", torch.float32, {"rocm": "native", "ascend": "decomposition", "minimal": "decomposition"}),
+        ("fl::conv_bn_relu", torch.float32, {"rocm": "decomposition", "ascend": "native", "minimal": "decomposition"}),
+        (
+            "aten::_scaled_dot_product_fused_attention_overrideable",
+            torch.float32,
+            {"rocm": "native", "ascend": "decomposition", "minimal": "decomposition"},
+        ),
+    ],
+)
 def test_same_op_takes_the_path_its_capability_table_says(op, dtype, paths):
     for b, path in paths.items():
         plan = fl.explain(op, dtype, backend=b)
@@ -236,21 +245,25 @@ def test_live_switching_keeps_tensors_on_their_backends():
 
 @pytest.mark.slow  # a subprocess
 def test_fl_backend_variable_selects_an_emulator():
-    r = run_py("""
+    r = run_py(
+        """
         import torch, torch_fl as fl
         fl.initialize()
         print("BACKEND", fl.get_current_backend_name(), torch.accelerator.current_accelerator())
         m = torch.nn.Linear(4, 2).to("fl")
         m(torch.randn(3, 4, device="fl")).sum().backward()
         print("GRAD", m.weight.grad.device)
-    """, env={"FL_BACKEND": "ascend"})
+    """,
+        env={"FL_BACKEND": "ascend"},
+    )
     assert "BACKEND ascend fl" in r.stdout, r.stdout + r.stderr
     assert "GRAD fl:1" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.slow  # a subprocess
 def test_emulator_memory_limit():
-    r = run_py("""
+    r = run_py(
+        """
         import torch, torch_fl as fl
         fl.initialize("minimal")
         try:
@@ -258,7 +271,9 @@ def test_emulator_memory_limit():
         except torch.OutOfMemoryError as e:
             print("OOM", e)
         print("OK", torch.ones(4, device="fl").sum().item())
-    """, env={"FL_MINIMAL_MEMORY_LIMIT": "1M"})
+    """,
+        env={"FL_MINIMAL_MEMORY_LIMIT": "1M"},
+    )
     assert "OOM fl:" in r.stdout and "(minimal) out of memory" in r.stdout, r.stdout + r.stderr
     assert "minimal: device 0 cannot allocate" in r.stdout
     assert "OK 4.0" in r.stdout
@@ -268,7 +283,8 @@ def test_emulator_memory_limit():
 def test_a_real_plugin_takes_precedence_over_the_emulator(tmp_path):
     lib = tmp_path / "librealrocm.so"
     build_test_plugin(os.path.join(TESTS, "plugins", "real", "realrocm.c"), lib)
-    r = run_py("""
+    r = run_py(
+        """
         import torch, torch_fl as fl
         print(fl.list_backends().render())
         caps = fl.capabilities("rocm")
@@ -276,7 +292,9 @@ def test_a_real_plugin_takes_precedence_over_the_emulator(tmp_path):
         fl.initialize("rocm")
         x = torch.ones(3, device="fl")
         print("SUM", (x + x).cpu().tolist())
-    """, env={"FL_PLUGIN_PATH": str(tmp_path)})
+    """,
+        env={"FL_PLUGIN_PATH": str(tmp_path)},
+    )
     assert f"CAPS False {lib} tests (stand-in for AMD)" in r.stdout, r.stdout + r.stderr
     assert "shadowed" in r.stdout and "libfl_rocm.so" in r.stdout
     assert "SUM [2.0, 2.0, 2.0]" in r.stdout

@@ -47,7 +47,8 @@ def test_transformer_aligns_between_two_backends():
 
 @pytest.mark.slow  # a subprocess
 def test_perturbed_kernel_is_named(test_plugins):
-    r = run_py("""
+    r = run_py(
+        """
         import json, torch, torch_fl as fl
         from torch import nn
         torch.manual_seed(0)
@@ -59,7 +60,9 @@ def test_perturbed_kernel_is_named(test_plugins):
         op = report.first_divergent_op
         print("OP", op.phase, op.op, op.module, repr(op.note))
         print(report.render())
-    """, env={"FL_PLUGIN_PATH": str(test_plugins)})
+    """,
+        env={"FL_PLUGIN_PATH": str(test_plugins)},
+    )
     assert "FIRST 3 suspect" in r.stdout, r.stdout + r.stderr
     # the three layers before the GELU agree; the GELU is 1 % off; the layer after it inherits the error
     assert "VERDICTS ['ok', 'ok', 'ok', 'suspect', " in r.stdout and "'ok']" not in r.stdout, r.stdout
@@ -132,9 +135,16 @@ def _conv_bn(faulty: bool = False):
             return x * 1.01 if x.device.type == "fl" else x
 
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3),
-                         nn.BatchNorm2d(4), nn.Flatten(), OnePercentOffOnFl() if faulty else nn.Identity(),
-                         nn.Linear(4 * 6 * 6, 5))
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 4, 3),
+        nn.BatchNorm2d(4),
+        nn.Flatten(),
+        OnePercentOffOnFl() if faulty else nn.Identity(),
+        nn.Linear(4 * 6 * 6, 5),
+    )
 
 
 def test_conv_bn_aligns_ok_and_a_one_percent_error_is_still_caught():

@@ -16,8 +16,15 @@ pytestmark = pytest.mark.slow  # training runs and subprocesses
 
 def _case(loss_fn=nn.functional.cross_entropy) -> doctor.Case:
     g = torch.Generator().manual_seed(0)
-    return doctor.Case("MLP", lambda: nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.GELU(), nn.Linear(16, 3)),
-                       torch.randn(6, 8, generator=g), torch.tensor([0, 1, 2, 0, 1, 2]), loss_fn, steps=4, lr=0.05)
+    return doctor.Case(
+        "MLP",
+        lambda: nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.GELU(), nn.Linear(16, 3)),
+        torch.randn(6, 8, generator=g),
+        torch.tensor([0, 1, 2, 0, 1, 2]),
+        loss_fn,
+        steps=4,
+        lr=0.05,
+    )
 
 
 def test_model_check_trains_and_judges_against_float64():
@@ -29,8 +36,9 @@ def test_model_check_trains_and_judges_against_float64():
     assert check.float64_losses == ref.float64.losses and check.native_losses == ref.native.losses
     text = check.render()
     assert "errors against a float64 CPU run, relative to the tensor's scale (fl | native CPU float32)" in text
-    assert "training, 4 SGD steps on one batch, loss: fl " in text and text.rstrip().splitlines()[-1].strip() \
-        .startswith("OK")
+    assert "training, 4 SGD steps on one batch, loss: fl " in text and text.rstrip().splitlines()[
+        -1
+    ].strip().startswith("OK")
     assert f"rule: {doctor.RULE}" in text and "max(1e-4, 2x native CPU's)" in text
 
 
@@ -67,8 +75,12 @@ def test_grad_err_is_relative_to_the_gradients_scale():
 
 
 def test_doctor_command_says_what_it_measures():
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "doctor", "--backend", "cpu"], capture_output=True,
-                       text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch_fl.cli", "doctor", "--backend", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
     for label in ("ResNet-50 (2, 3, 64, 64)", "TransformerEncoder (4, 32, 128)"):

@@ -15,10 +15,30 @@ from torch_fl.tools.coverage import align_vectors, model_coverage
 
 pytestmark = pytest.mark.slow  # OpInfo ops forward and backward on every backend
 
-SUBSET = ["add", "mul", "div.no_rounding_mode", "exp", "tanh", "sum", "mean", "softmax", "matmul",
-          "nn.functional.gelu", "nn.functional.layer_norm", "nn.functional.conv2d", "nn.functional.relu",
-          "cumsum", "where", "cat", "transpose", "nn.functional.embedding", "empty_like", "bernoulli", "flip",
-          "narrow"]
+SUBSET = [
+    "add",
+    "mul",
+    "div.no_rounding_mode",
+    "exp",
+    "tanh",
+    "sum",
+    "mean",
+    "softmax",
+    "matmul",
+    "nn.functional.gelu",
+    "nn.functional.layer_norm",
+    "nn.functional.conv2d",
+    "nn.functional.relu",
+    "cumsum",
+    "where",
+    "cat",
+    "transpose",
+    "nn.functional.embedding",
+    "empty_like",
+    "bernoulli",
+    "flip",
+    "narrow",
+]
 
 
 @pytest.mark.parametrize("backend", ["cpu", "rocm", "ascend", "minimal"])
@@ -36,8 +56,7 @@ def test_subset_passes_forward_and_backward_on_every_backend(backend):
 
 
 def test_no_fallback_mode_names_what_is_missing():
-    report = fl.coverage("minimal", ["linalg.eig", "add", "nn.functional.gelu"], samples=1,
-                          cpu_fallback=False)
+    report = fl.coverage("minimal", ["linalg.eig", "add", "nn.functional.gelu"], samples=1, cpu_fallback=False)
     by = {r.op: r for r in report.results}
     assert by["add"].status == "pass" and by["nn.functional.gelu"].status == "pass"  # native / decomposition
     inv = by["linalg.eig"]  # no kernel, and no decomposition: decompositions/linalg.py has no general eigensolver
@@ -69,8 +88,24 @@ def test_model_coverage_lists_paths_per_backend():
 
 
 def test_cli_reports_json():
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "coverage", "--backend", "ascend", "--ops", "exp",
-                        "--samples", "1", "--json"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch_fl.cli",
+            "coverage",
+            "--backend",
+            "ascend",
+            "--ops",
+            "exp",
+            "--samples",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["summary"]["forward_pass"] == 1 and data["results"][0]["op"] == "exp"
@@ -142,5 +177,9 @@ def test_coverage_runs_opinfo_names_and_points_operator_names_to_the_path_table(
     with pytest.raises(ValueError, match="fl.path_table"):
         fl.coverage("minimal", "exp,aten::exp")
     table = fl.path_table("minimal", ops=["aten::mm"], dtypes=("float32",))
-    assert list(table.rows) == ["aten::mm"] and table.rows["aten::mm"]["float32"] in ("native", "decomposition",
-                                                                                        "jit", "fallback")
+    assert list(table.rows) == ["aten::mm"] and table.rows["aten::mm"]["float32"] in (
+        "native",
+        "decomposition",
+        "jit",
+        "fallback",
+    )

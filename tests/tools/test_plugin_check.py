@@ -27,18 +27,26 @@ def template_lib(tmp_path_factory):
     out = tmp_path_factory.mktemp("template")
     for name in ("fl_template.c", "Makefile"):
         shutil.copy(os.path.join(ROOT, "plugins_cffi", "template", name), out / name)
-    subprocess.run(["make", "-C", str(out), f"FL_INCLUDE={get_include()}"], check=True,
-                   capture_output=True)
+    subprocess.run(["make", "-C", str(out), f"FL_INCLUDE={get_include()}"], check=True, capture_output=True)
     return out / "libfl_template.so"
 
 
 def test_template_plugin_passes(template_lib):
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check", str(template_lib)],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch_fl.cli", "plugin", "check", str(template_lib)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASSED" in r.stdout
-    for check in ("load", "copy round trip h2d->d2d->d2h", "allocation beyond capacity", "kernel aten::mm",
-                  "kernel aten::add.Tensor"):
+    for check in (
+        "load",
+        "copy round trip h2d->d2d->d2h",
+        "allocation beyond capacity",
+        "kernel aten::mm",
+        "kernel aten::add.Tensor",
+    ):
         assert any(line.startswith(check) and " PASS " in line for line in r.stdout.splitlines()), check
     # each check is said on stderr as it is decided: minutes of checking are not silent
     progress = [line for line in r.stderr.splitlines() if line.startswith("[")]
@@ -67,14 +75,21 @@ def test_kernel_errors_and_declines_are_reported(test_plugins):
     assert "declined all" in rows["kernel aten::add.Tensor"].detail
 
 
-@pytest.mark.parametrize("lib,reason", [
-    ("libbad_abi.so", "ABI version"),
-    ("libmissing_symbol.so", "missing exported symbol"),
-    ("libnot_a_plugin.so", "not a loadable shared library"),
-])
+@pytest.mark.parametrize(
+    "lib,reason",
+    [
+        ("libbad_abi.so", "ABI version"),
+        ("libmissing_symbol.so", "missing exported symbol"),
+        ("libnot_a_plugin.so", "not a loadable shared library"),
+    ],
+)
 def test_unloadable_plugins_fail_at_load(test_plugins, lib, reason):
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check", str(test_plugins / lib), "--json"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch_fl.cli", "plugin", "check", str(test_plugins / lib), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     report = json.loads(r.stdout)
     assert report["passed"] is False
@@ -108,15 +123,23 @@ def test_missing_python_module_is_blamed_on_the_environment(tmp_path):
     and cut the message before the module's name. A package that raises what a missing one does stands in."""
     (tmp_path / "numpy").mkdir()
     (tmp_path / "numpy" / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)}
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check", "minimal", "--ops", "aten::mm"],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch_fl.cli", "plugin", "check", "minimal", "--ops", "aten::mm"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     out = " ".join(r.stdout.split())
     assert r.returncode == 1, r.stdout + r.stderr
     assert "crashed" not in out, out
-    assert ("recording samples FAIL the environment, not the plugin: Python module 'numpy' is not installed" in out
-            and "pip install numpy" in out), out
+    assert (
+        "recording samples FAIL the environment, not the plugin: Python module 'numpy' is not installed" in out
+        and "pip install numpy" in out
+    ), out
 
 
 def test_writes_past_the_output_fail_with_the_op_and_the_size(test_plugins):
@@ -141,9 +164,24 @@ def test_optional_rng_left_null_is_skipped_with_a_note(test_plugins):
 def test_hanging_kernel_is_stopped_by_the_timeout(test_plugins):
     """sloppydev's relu never returns: the check of it fails after --timeout seconds and the
     checks after it still run (the stdout read used to block before the timeout was looked at)."""
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check",
-                        str(test_plugins / "libsloppyplugin.so"), "--ops", "aten::[nr]e*", "--timeout", "20", "--json"],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch_fl.cli",
+            "plugin",
+            "check",
+            str(test_plugins / "libsloppyplugin.so"),
+            "--ops",
+            "aten::[nr]e*",
+            "--timeout",
+            "20",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     rows = {row["check"]: row for row in json.loads(r.stdout)["rows"]}
     assert rows["kernel aten::relu"]["status"] == "FAIL"
@@ -152,8 +190,12 @@ def test_hanging_kernel_is_stopped_by_the_timeout(test_plugins):
 
 
 def test_timeout_must_be_positive():
-    r = subprocess.run([sys.executable, "-m", "torch_fl.cli", "plugin", "check", "minimal", "--timeout", "0"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch_fl.cli", "plugin", "check", "minimal", "--timeout", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "argument --timeout: '0' is not a positive number of seconds" in r.stderr
 
 

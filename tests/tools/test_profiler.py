@@ -211,8 +211,21 @@ def test_comparison_table_names_the_backend_of_every_column():
     """Issue 13: two numbers under one "kernels" and one "ms" header, without the backends' names."""
     c = fl.compare_backends(lambda: F.layer_norm(torch.randn(4, 6, device="fl"), (6,)).cpu(), "rocm", "minimal")
     header = c.render().splitlines()[1].split()
-    assert header == ["op", "path", "rocm", "path", "minimal", "kernels", "rocm", "kernels", "minimal", "ms", "rocm",
-                      "ms", "minimal"]
+    assert header == [
+        "op",
+        "path",
+        "rocm",
+        "path",
+        "minimal",
+        "kernels",
+        "rocm",
+        "kernels",
+        "minimal",
+        "ms",
+        "rocm",
+        "ms",
+        "minimal",
+    ]
     row = next(line for line in c.render().splitlines() if line.startswith("aten::native_layer_norm"))
     path_a, path_b, kernels_a, kernels_b = row.split()[1:5]
     assert (path_a, path_b, kernels_a) == ("native", "decomposition", "1") and int(kernels_b) > 1

@@ -53,8 +53,21 @@ def test_model(name, backend):
 def test_zoo_covers_the_families():
     families = " ".join(s.family for s in zoo.MODELS.values())
     assert len(zoo.MODELS) >= 22
-    for kind in ("encoder", "decoder (tied", "decoder (untied", "GQA", "encoder-decoder", "CNN", "vision transformer",
-                 "windowed attention", "speech", "multimodal", "mixture of experts", "LSTM", "GRU"):
+    for kind in (
+        "encoder",
+        "decoder (tied",
+        "decoder (untied",
+        "GQA",
+        "encoder-decoder",
+        "CNN",
+        "vision transformer",
+        "windowed attention",
+        "speech",
+        "multimodal",
+        "mixture of experts",
+        "LSTM",
+        "GRU",
+    ):
         assert kind in families, kind
 
 

@@ -42,8 +42,10 @@ def autocast(enabled: bool = True, dtype: torch.dtype | None = None, cache_enabl
         return torch.autocast("fl", enabled=False)
     supported = FlDeviceModule.get_amp_supported_dtype()
     if chosen not in supported:
-        raise ValueError(f"backend {REGISTRY.ensure().name!r} does not compute in {chosen} under autocast; "
-                         f"it supports {', '.join(str(d) for d in supported)}")
+        raise ValueError(
+            f"backend {REGISTRY.ensure().name!r} does not compute in {chosen} under autocast; "
+            f"it supports {', '.join(str(d) for d in supported)}"
+        )
     return torch.autocast("fl", dtype=chosen, cache_enabled=cache_enabled)
 
 
@@ -73,10 +75,22 @@ def keep_float32(model: nn.Module, *types: type[nn.Module]) -> list[nn.Module]:
 class GradScaler(torch.amp.GradScaler):
     """torch.amp.GradScaler for the fl device (loss scaling for float16)."""
 
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000, enabled: bool = True) -> None:
-        super().__init__("fl", init_scale=init_scale, growth_factor=growth_factor, backoff_factor=backoff_factor,
-                         growth_interval=growth_interval, enabled=enabled)
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        enabled: bool = True,
+    ) -> None:
+        super().__init__(
+            "fl",
+            init_scale=init_scale,
+            growth_factor=growth_factor,
+            backoff_factor=backoff_factor,
+            growth_interval=growth_interval,
+            enabled=enabled,
+        )
 
 
 __all__ = ["FLOAT32", "LOWER", "PROMOTE", "GradScaler", "autocast", "autocast_dtype", "keep_float32", "register"]

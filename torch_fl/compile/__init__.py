@@ -36,12 +36,29 @@ from .dynamo import reset
 from .graph_report import AtenGraph, DynamoGraph, FusionReport, Measurement, Pattern, add_measurement
 from .passes import PASS_NAMES, enabled_passes
 
-__all__ = ["AtenGraph", "DynamoGraph", "FusionReport", "Measurement", "PASS_NAMES", "Pattern", "add_measurement",
-           "compile", "disabled", "fusion_report", "reset"]
+__all__ = [
+    "AtenGraph",
+    "DynamoGraph",
+    "FusionReport",
+    "Measurement",
+    "PASS_NAMES",
+    "Pattern",
+    "add_measurement",
+    "compile",
+    "disabled",
+    "fusion_report",
+    "reset",
+]
 
 
-def compile(model: Callable, *, passes: Mapping[str, bool] | Iterable[str] | None = None,  # noqa: A001
-            dynamic: bool | None = None, fullgraph: bool = False, replay: bool = False) -> Callable:
+def compile(
+    model: Callable,
+    *,
+    passes: Mapping[str, bool] | Iterable[str] | None = None,  # noqa: A001
+    dynamic: bool | None = None,
+    fullgraph: bool = False,
+    replay: bool = False,
+) -> Callable:
     """`torch.compile(model, backend="fl")` with a pass selection.
 
     passes: which fusion passes run (all by default): a list of names, or
@@ -52,8 +69,7 @@ def compile(model: Callable, *, passes: Mapping[str, bool] | Iterable[str] | Non
     each aten graph whose ops are all plugin kernel calls once and replays its
     kernel list without per-op Python (compile/replay.py)."""
     if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
-        raise TypeError("this model is already compiled; compile the original (compiled._orig_mod) to change "
-                        "passes")
+        raise TypeError("this model is already compiled; compile the original (compiled._orig_mod) to change passes")
     if not callable(model):
         raise TypeError(f"fl.compile takes an nn.Module or a function, not {type(model).__name__}")
     chosen = enabled_passes(passes)

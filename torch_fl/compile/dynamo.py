@@ -67,8 +67,9 @@ def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[st
 
 
 def _symbolic(v) -> bool:
-    return isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and any(
-        isinstance(d, torch.SymInt) for d in v.shape))
+    return isinstance(v, torch.SymInt) or (
+        isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)
+    )
 
 
 def reset() -> None:
@@ -92,12 +93,17 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], r
     kernels = set(REGISTRY.get(backend).capabilities.kernels)
     reason = getattr(gm, "compile_subgraph_reason", None)
     frame = reason.user_stack[-1] if reason is not None and reason.user_stack else None
-    record = DynamoGraph(str(gm.meta.get("dynamo_compile_id", "?")), frame.name if frame else "?",
-                         frame.filename if frame else "", backend, list(passes),
-                         reason.reason if reason is not None and reason.graph_break else None,
-                         dynamic=any(_symbolic(n.meta.get("example_value")) for n in gm.graph.nodes
-                                             if n.op == "placeholder"), modules=frame_modules(),
-                         replay=ReplayStatus() if replay else None)
+    record = DynamoGraph(
+        str(gm.meta.get("dynamo_compile_id", "?")),
+        frame.name if frame else "?",
+        frame.filename if frame else "",
+        backend,
+        list(passes),
+        reason.reason if reason is not None and reason.graph_break else None,
+        dynamic=any(_symbolic(n.meta.get("example_value")) for n in gm.graph.nodes if n.op == "placeholder"),
+        modules=frame_modules(),
+        replay=ReplayStatus() if replay else None,
+    )
     wrapper = record.filename.replace(os.sep, "/").endswith("_dynamo/external_utils.py")
     if (wrapper or record.frame in ("forward", "_call_impl")) and record.modules:
         module = record.modules[0]()  # torch.compile(module)'s wrapper frame or a bare forward: name the model
@@ -126,8 +132,9 @@ def fl_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Calla
     passes = enabled_passes(options.pop("passes", None))
     replay = bool(options.pop("replay", False))
     if options or kwargs:
-        raise TypeError(f"backend='fl' takes options={{'passes': ..., 'replay': ...}} only, not "
-                        f"{sorted({**options, **kwargs})}")
+        raise TypeError(
+            f"backend='fl' takes options={{'passes': ..., 'replay': ...}} only, not {sorted({**options, **kwargs})}"
+        )
     return compile_graph(gm, example_inputs, passes, replay)
 
 

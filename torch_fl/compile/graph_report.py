@@ -94,11 +94,16 @@ class Measurement(Report):
         return self.kernels_after / self.kernels_before if self.kernels_before else 1.0
 
     def render(self) -> str:
-        fb = (f", CPU fallbacks {self.fallbacks_before} -> {self.fallbacks_after}"
-              if self.fallbacks_before or self.fallbacks_after else "")
-        return (f"{self.workload} on '{self.backend}': kernels {self.kernels_before} -> {self.kernels_after} "
-                f"({(1 - self.kernel_ratio) * 100:.0f}% fewer), time {self.seconds_before * 1e3:.2f} ms -> "
-                f"{self.seconds_after * 1e3:.2f} ms{fb}")
+        fb = (
+            f", CPU fallbacks {self.fallbacks_before} -> {self.fallbacks_after}"
+            if self.fallbacks_before or self.fallbacks_after
+            else ""
+        )
+        return (
+            f"{self.workload} on '{self.backend}': kernels {self.kernels_before} -> {self.kernels_after} "
+            f"({(1 - self.kernel_ratio) * 100:.0f}% fewer), time {self.seconds_before * 1e3:.2f} ms -> "
+            f"{self.seconds_after * 1e3:.2f} ms{fb}"
+        )
 
 
 GRAPHS: list[DynamoGraph] = []  # every graph compiled with backend="fl" in this process
@@ -148,8 +153,10 @@ class FusionReport(Report):
             return cls(graphs, [m for r, m in _MEASURED if r() is target])
         code = getattr(inspect.unwrap(target), "__code__", None)
         filename = os.path.realpath(code.co_filename) if code is not None else None
-        return cls([g for g in GRAPHS if g.filename and os.path.realpath(g.filename) == filename],
-                   [m for r, m in _MEASURED if r() is target])
+        return cls(
+            [g for g in GRAPHS if g.filename and os.path.realpath(g.filename) == filename],
+            [m for r, m in _MEASURED if r() is target],
+        )
 
     @property
     def graph_count(self) -> int:
@@ -174,8 +181,9 @@ class FusionReport(Report):
 
     def patterns(self, applied: bool | None = True) -> list[Pattern]:
         """Every pattern of every graph (applied ones by default; None: all; False: the kept ones)."""
-        return [p for g in self.graphs for a in g.aten_graphs for p in a.patterns
-                if applied is None or p.applied == applied]
+        return [
+            p for g in self.graphs for a in g.aten_graphs for p in a.patterns if applied is None or p.applied == applied
+        ]
 
     def counts(self) -> dict[str, int]:
         """Applied patterns by kind."""
@@ -186,8 +194,12 @@ class FusionReport(Report):
 
     def rows(self) -> list[dict]:
         """One row per pattern: the data behind the table and the figures."""
-        return [{"compile_id": g.compile_id, "backend": g.backend, **asdict(p)}
-                for g in self.graphs for a in g.aten_graphs for p in a.patterns]
+        return [
+            {"compile_id": g.compile_id, "backend": g.backend, **asdict(p)}
+            for g in self.graphs
+            for a in g.aten_graphs
+            for p in a.patterns
+        ]
 
     def to_dict(self) -> dict:
         graphs = []
@@ -195,9 +207,14 @@ class FusionReport(Report):
             d = asdict(g)
             d.pop("modules")
             graphs.append(d)
-        return {"graph_count": self.graph_count, "graph_breaks": self.graph_breaks,
-                "recompilations": self.recompilations, "dynamic": self.dynamic, "graphs": graphs,
-                "measurements": [asdict(m) for m in self.measurements]}
+        return {
+            "graph_count": self.graph_count,
+            "graph_breaks": self.graph_breaks,
+            "recompilations": self.recompilations,
+            "dynamic": self.dynamic,
+            "graphs": graphs,
+            "measurements": [asdict(m) for m in self.measurements],
+        }
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -205,20 +222,26 @@ class FusionReport(Report):
     def table(self) -> str:
         if not self.graphs:
             return "backend='fl': no graph compiled yet (call the compiled model once)"
-        lines = [f"backend='fl': {self.graph_count} graph(s), {len(self.graph_breaks)} graph break(s), "
-                 f"{self.recompilations} recompilation(s)" + (", dynamic shapes" if self.dynamic else "")]
+        lines = [
+            f"backend='fl': {self.graph_count} graph(s), {len(self.graph_breaks)} graph break(s), "
+            f"{self.recompilations} recompilation(s)" + (", dynamic shapes" if self.dynamic else "")
+        ]
         for m in self.measurements:
             lines.append("  " + m.render())
         for g in self.graphs:
-            lines.append(f"graph {g.compile_id} ({g.frame}) on '{g.backend}'"
-                         + (", dynamic shapes" if g.dynamic else "")
-                         + (f", ended by a graph break: {g.graph_break.splitlines()[0]}" if g.graph_break else ""))
+            lines.append(
+                f"graph {g.compile_id} ({g.frame}) on '{g.backend}'"
+                + (", dynamic shapes" if g.dynamic else "")
+                + (f", ended by a graph break: {g.graph_break.splitlines()[0]}" if g.graph_break else "")
+            )
             for a in g.aten_graphs:
                 lines.append(f"  {a.kind}: {a.ops_before} -> {a.ops_after} ops")
                 for p in a.patterns:
                     mark = "fused" if p.applied else "kept "
-                    lines.append(f"    {mark} {p.pattern} at {p.where}: {' + '.join(p.replaced)} -> {p.replacement}"
-                                 + (f" ({p.note})" if p.note else ""))
+                    lines.append(
+                        f"    {mark} {p.pattern} at {p.where}: {' + '.join(p.replaced)} -> {p.replacement}"
+                        + (f" ({p.note})" if p.note else "")
+                    )
             if g.replay is not None:
                 lines.append(f"  replay: {g.replay}")
         return "\n".join(lines)

@@ -86,8 +86,7 @@ class ReplayStatus:
     def __str__(self) -> str:
         if self.replayed:
             kinds = f" ({' + '.join(f'{k} {p[2]}' for k, p in self.parts.items())})" if len(self.parts) > 1 else ""
-            return (f"replayed: {self.kernels} kernels{kinds}, {self.replays} replay(s), {self.recordings} "
-                    f"recording(s)")
+            return f"replayed: {self.kernels} kernels{kinds}, {self.replays} replay(s), {self.recordings} recording(s)"
         return f"not replayed: {self.reason}"
 
 
@@ -96,8 +95,15 @@ class _Entry:
 
     __slots__ = ("graph", "pick", "objs", "ptrs", "guard", "copied", "values", "out_specs")
 
-    def __init__(self, graph: KernelGraph | None, static: list, copied: list, values: list, out_specs: tuple,
-                 check_writes: bool = True):
+    def __init__(
+        self,
+        graph: KernelGraph | None,
+        static: list,
+        copied: list,
+        values: list,
+        out_specs: tuple,
+        check_writes: bool = True,
+    ):
         self.graph = graph
         # the static inputs (parameters, buffers): picked from the arguments in one call, checked by
         # identity and address with C-level loops (a model has hundreds of them)
@@ -135,8 +141,9 @@ class ReplayedGraph:
 
     _boxed_call = True
 
-    def __init__(self, fn: Callable, static_inputs: set[int], mutated: set[int], status: ReplayStatus,
-                 kind: str = "inference"):
+    def __init__(
+        self, fn: Callable, static_inputs: set[int], mutated: set[int], status: ReplayStatus, kind: str = "inference"
+    ):
         self.fn = fn
         self.kind = kind
         self._boxed_call = True  # on the instance too: wrappers that copy __dict__ (functools.wraps) keep it
@@ -188,8 +195,11 @@ class ReplayedGraph:
             if isinstance(a, torch.Tensor):
                 if a.device.type != "fl":
                     if not any(e.graph is not None for e in self.entries.values()):
-                        self.status.update(self.kind, False, f"input {i} is a {a.device.type} tensor (its values "
-                                                             f"would be baked into the kernels)")
+                        self.status.update(
+                            self.kind,
+                            False,
+                            f"input {i} is a {a.device.type} tensor (its values would be baked into the kernels)",
+                        )
                     return None
                 ptr = a.untyped_storage().data_ptr() if i in self.static_inputs else None
                 key.append((ptr, a.dtype, a.device, tuple(a.shape), a.stride(), a.storage_offset() if ptr else 0))
@@ -204,15 +214,25 @@ class ReplayedGraph:
         statics = entry.pick(args)
         if not all(map(operator.is_, statics, entry.objs)):
             for a, t in zip(statics, entry.objs, strict=True):  # another tensor object: the same memory and layout?
-                if not isinstance(a, torch.Tensor) or a.dtype != t.dtype or a.shape != t.shape or \
-                        a.stride() != t.stride() or a.device != t.device:
+                if (
+                    not isinstance(a, torch.Tensor)
+                    or a.dtype != t.dtype
+                    or a.shape != t.shape
+                    or a.stride() != t.stride()
+                    or a.device != t.device
+                ):
                     return False
         if list(map(_DATA_PTR, statics)) != entry.ptrs or (entry.guard is not None and entry.guard.written()):
             return False
         for i, buf in entry.copied:
             a = args[i]
-            if not isinstance(a, torch.Tensor) or a.shape != buf.shape or a.stride() != buf.stride() or \
-                    a.dtype != buf.dtype or a.device != buf.device:
+            if (
+                not isinstance(a, torch.Tensor)
+                or a.shape != buf.shape
+                or a.stride() != buf.stride()
+                or a.dtype != buf.dtype
+                or a.device != buf.device
+            ):
                 return False
         for i, value in entry.values:
             if args[i] != value or type(args[i]) is not type(value):
@@ -278,8 +298,9 @@ class ReplayedGraph:
             if spec[0] == "fresh":
                 lo = regions[spec[1]][0]
                 if (spec[5] - lo) % spec[4].itemsize:
-                    return self._refuse(key, args, "outputs view one storage at offsets their dtypes cannot "
-                                                   "express", outs)
+                    return self._refuse(
+                        key, args, "outputs view one storage at offsets their dtypes cannot express", outs
+                    )
                 offset = (spec[5] - lo) // spec[4].itemsize
                 specs[n] = ("fresh", order.index(spec[1]), spec[2], spec[3], spec[4], offset)
         out_copies = [(ptr + lo, hi - lo) for ptr, (lo, hi) in regions.items()]
@@ -289,8 +310,14 @@ class ReplayedGraph:
         graph = KernelGraph(rec, [(b.data_ptr(), _span(b) * b.element_size()) for _, b in copied], out_copies)
         # the write guard is for host-side caches derived from parameters (the conv+bn fold), which only
         # inference graphs have; in training the optimizer writes every parameter each step
-        entry = _Entry(graph, static, copied, values, (specs, region_sizes, rec.device.torch_device),
-                       check_writes=self.kind == "inference")
+        entry = _Entry(
+            graph,
+            static,
+            copied,
+            values,
+            (specs, region_sizes, rec.device.torch_device),
+            check_writes=self.kind == "inference",
+        )
         self.entries[key] = entry
         self.last = entry
         self.status.update(self.kind, True, None, graph.kernel_count)
@@ -300,8 +327,12 @@ class ReplayedGraph:
 
     def _refuse(self, key: tuple, args: list, reason: str, outs: Any = None) -> Any:
         self.entries[key] = _Entry(None, [], [], [], ([], [], None))
-        self.status.update(self.kind, any(e.graph is not None for e in self.entries.values()), reason,
-                           self.status.parts.get(self.kind, [0, 0, 0])[2])
+        self.status.update(
+            self.kind,
+            any(e.graph is not None for e in self.entries.values()),
+            reason,
+            self.status.parts.get(self.kind, [0, 0, 0])[2],
+        )
         return outs if outs is not None else self.fn(args)
 
     # -- replay ------------------------------------------------------------------------
@@ -352,6 +383,7 @@ def replayable(fn: Callable, status: ReplayStatus, kind: str = "inference") -> R
     meta = getattr(ctx, "fw_metadata", None)
     if meta is not None and kind != "backward":
         static = set(getattr(meta, "static_input_indices", ()) or ())
-        mutated = {i for i, info in enumerate(getattr(meta, "input_info", ()))
-                   if info.mutates_data or info.mutates_metadata}
+        mutated = {
+            i for i, info in enumerate(getattr(meta, "input_info", ())) if info.mutates_data or info.mutates_metadata
+        }
     return ReplayedGraph(fn, static, mutated, status, kind)

@@ -39,5 +39,13 @@ from __future__ import annotations
 from .errors import CudaAliasError, UnsupportedCudaFeatureError
 from .switch import ENV, alias_cuda, autoload_in_progress, from_environment, is_active, requested
 
-__all__ = ["ENV", "CudaAliasError", "UnsupportedCudaFeatureError", "alias_cuda", "autoload_in_progress",
-           "from_environment", "is_active", "requested"]
+__all__ = [
+    "ENV",
+    "CudaAliasError",
+    "UnsupportedCudaFeatureError",
+    "alias_cuda",
+    "autoload_in_progress",
+    "from_environment",
+    "is_active",
+    "requested",
+]

@@ -77,9 +77,11 @@ def _cuda_location_to_fl(obj: Any, location: str) -> Any:
     return obj.to(device=fl_for(torch.device(location).index))
 
 
-_GENERATOR = ("fl devices have no Generator objects (torch.Generator(device='fl') is unsupported too)",
-              "Draw with a CPU generator (torch.Generator().manual_seed(0)) and move the tensor with .to('cuda'), "
-              "or seed the device with torch.manual_seed()")
+_GENERATOR = (
+    "fl devices have no Generator objects (torch.Generator(device='fl') is unsupported too)",
+    "Draw with a CPU generator (torch.Generator().manual_seed(0)) and move the tensor with .to('cuda'), "
+    "or seed the device with torch.manual_seed()",
+)
 
 
 _GeneratorMeta: type = type(torch._C.Generator)  # pybind's metaclass, which has no name to import

@@ -47,8 +47,10 @@ def fl_for(index: int | None) -> torch.device:
     backend = backend_name()
     devices = fl_devices(backend)
     if not 0 <= index < len(devices):
-        raise FlError(f"cuda:{index} does not exist: torch_fl's cuda alias runs 'cuda' on fl backend '{backend}', "
-                      f"which has {len(devices)} device(s) (cuda:0 to cuda:{len(devices) - 1})")
+        raise FlError(
+            f"cuda:{index} does not exist: torch_fl's cuda alias runs 'cuda' on fl backend '{backend}', "
+            f"which has {len(devices)} device(s) (cuda:0 to cuda:{len(devices) - 1})"
+        )
     return devices[index]
 
 
@@ -69,8 +71,10 @@ def fl_device(device: Any = None) -> torch.device:
         return device if device.index is not None else current_device()
     is_cuda, index = cuda_index(device, ints=True)
     if not is_cuda:
-        raise ValueError(f"Expected a cuda device, but got: {device!r} (torch_fl's cuda alias: an index, 'cuda', "
-                         f"'cuda:N', torch.device('cuda', N) or an fl device)")
+        raise ValueError(
+            f"Expected a cuda device, but got: {device!r} (torch_fl's cuda alias: an index, 'cuda', "
+            f"'cuda:N', torch.device('cuda', N) or an fl device)"
+        )
     return fl_for(index)
 
 

@@ -25,8 +25,9 @@ from .unsupported import UNSUPPORTED, UNSUPPORTED_MODULES, raiser, raising_class
 
 def _cuda_modules() -> list[Any]:
     """torch.cuda and its loaded submodules: a replaced function is replaced wherever torch.cuda re-exports it."""
-    return [m for n, m in list(sys.modules.items()) if m is not None and (n == "torch.cuda" or
-                                                                        n.startswith("torch.cuda."))]
+    return [
+        m for n, m in list(sys.modules.items()) if m is not None and (n == "torch.cuda" or n.startswith("torch.cuda."))
+    ]
 
 
 def _replace_everywhere(name: str, value: Any) -> None:
@@ -50,9 +51,14 @@ def _wrap_leftover(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         except (AssertionError, RuntimeError, AttributeError) as e:
             if "cuda" not in str(e).lower() or isinstance(e, FlError):
                 raise
-            raise UnsupportedCudaFeatureError(unsupported_message(
-                f"torch.cuda.{name}", f"it reached PyTorch's CUDA runtime, which this process does not use "
-                f"({type(e).__name__}: {str(e).splitlines()[0]})", "Leave it out on an fl backend")) from e
+            raise UnsupportedCudaFeatureError(
+                unsupported_message(
+                    f"torch.cuda.{name}",
+                    f"it reached PyTorch's CUDA runtime, which this process does not use "
+                    f"({type(e).__name__}: {str(e).splitlines()[0]})",
+                    "Leave it out on an fl backend",
+                )
+            ) from e
 
     return call
 
@@ -83,8 +89,13 @@ def install() -> None:
             elif callable(value):
                 replace(module, name, raiser(f"{mod_name}.{name}", *reason))
     for name, value in list(vars(torch.cuda).items()):
-        if (not name.startswith("_") and inspect.isfunction(value) and name not in COVERED
-                and name not in UNSUPPORTED and value.__module__.startswith("torch.cuda")):
+        if (
+            not name.startswith("_")
+            and inspect.isfunction(value)
+            and name not in COVERED
+            and name not in UNSUPPORTED
+            and value.__module__.startswith("torch.cuda")
+        ):
             _replace_everywhere(name, _wrap_leftover(name, value))
     for name in LEGACY_DTYPES:
         if hasattr(torch.cuda, name):

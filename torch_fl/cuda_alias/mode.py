@@ -43,8 +43,12 @@ class CudaDeviceMode(TorchFunctionMode):
         elif func in _DIRECT:
             return _DIRECT[func](*args, **(kwargs or {}))
         default = _torch_device.CURRENT_DEVICE  # torch.set_default_device / `with torch.device(...)`
-        if (default is not None and default.type == "cuda" and func in _torch_device._device_constructors()
-                and (kwargs or {}).get("device") is None):
+        if (
+            default is not None
+            and default.type == "cuda"
+            and func in _torch_device._device_constructors()
+            and (kwargs or {}).get("device") is None
+        ):
             kwargs = {**(kwargs or {}), "device": fl_for(default.index)}
         return func(*args, **(kwargs or {}))
 
@@ -63,12 +67,22 @@ def _parse_to(args: tuple) -> tuple:
     return args if new is args[0] else (new, *args[1:])
 
 
-LEGACY_DTYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
-                  "BFloat16Tensor": torch.bfloat16, "LongTensor": torch.int64, "IntTensor": torch.int32,
-                  "ShortTensor": torch.int16, "CharTensor": torch.int8, "ByteTensor": torch.uint8,
-                  "BoolTensor": torch.bool}
-SPARSE = ("sparse CUDA tensors have no fl counterpart in the alias",
-           "Build the sparse tensor on the CPU, or keep it dense on 'cuda'")
+LEGACY_DTYPES = {
+    "FloatTensor": torch.float32,
+    "DoubleTensor": torch.float64,
+    "HalfTensor": torch.float16,
+    "BFloat16Tensor": torch.bfloat16,
+    "LongTensor": torch.int64,
+    "IntTensor": torch.int32,
+    "ShortTensor": torch.int16,
+    "CharTensor": torch.int8,
+    "ByteTensor": torch.uint8,
+    "BoolTensor": torch.bool,
+}
+SPARSE = (
+    "sparse CUDA tensors have no fl counterpart in the alias",
+    "Build the sparse tensor on the CPU, or keep it dense on 'cuda'",
+)
 
 
 def legacy_dtype(name: str) -> torch.dtype:
@@ -100,8 +114,15 @@ class _LegacyTensorType(type):
 
 
 def legacy_class(name: str) -> type:
-    return _LegacyTensorType(name, (), {"__module__": "torch.cuda", "dtype": LEGACY_DTYPES[name],
-                                        "__doc__": f"torch.cuda.{name} on the current fl device (cuda alias)."})
+    return _LegacyTensorType(
+        name,
+        (),
+        {
+            "__module__": "torch.cuda",
+            "dtype": LEGACY_DTYPES[name],
+            "__doc__": f"torch.cuda.{name} on the current fl device (cuda alias).",
+        },
+    )
 
 
 def legacy_default_tensor_type(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -25,8 +25,10 @@ def _map_pg_backend(backend: Any) -> Any:
         new = ",".join("fl:fl" if p in ("cuda:nccl", "fl:nccl") else p for p in parts)
     if not STATE["nccl_said"]:
         STATE["nccl_said"] = True
-        notice(f"torch_fl: process group backend '{backend}' runs as the fl process group on backend "
-               f"'{backend_name()}' (cuda alias)")
+        notice(
+            f"torch_fl: process group backend '{backend}' runs as the fl process group on backend "
+            f"'{backend_name()}' (cuda alias)"
+        )
     return new
 
 
@@ -114,15 +116,21 @@ def patch_extensions(cpp_extension: Any) -> None:
     def checked_load(name, sources, *args, **kwargs):
         srcs = [sources] if isinstance(sources, str) else list(sources)
         if kwargs.get("with_cuda") or any(_is_cuda_source(s) for s in srcs):
-            raise UnsupportedCudaFeatureError(unsupported_message(
-                what.format("torch.utils.cpp_extension.load with .cu sources or with_cuda=True"), *KERNELS))
+            raise UnsupportedCudaFeatureError(
+                unsupported_message(
+                    what.format("torch.utils.cpp_extension.load with .cu sources or with_cuda=True"), *KERNELS
+                )
+            )
         return load(name, sources, *args, **kwargs)
 
     @functools.wraps(load_inline)
     def checked_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
         if cuda_sources or kwargs.get("with_cuda"):
-            raise UnsupportedCudaFeatureError(unsupported_message(
-                what.format("torch.utils.cpp_extension.load_inline with cuda_sources or with_cuda=True"), *KERNELS))
+            raise UnsupportedCudaFeatureError(
+                unsupported_message(
+                    what.format("torch.utils.cpp_extension.load_inline with cuda_sources or with_cuda=True"), *KERNELS
+                )
+            )
         return load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
 
     replace(cpp_extension, "load", checked_load)

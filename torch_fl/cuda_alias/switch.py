@@ -45,9 +45,11 @@ def alias_cuda(force: bool = False) -> str:
             enter_mode()
             return backend_name()
         if not force and _real_cuda_available():
-            raise CudaAliasError("torch_fl's cuda alias stays off: this PyTorch sees a real CUDA device, so 'cuda' "
-                                 "already means it. Call alias_cuda(force=True) (or set FL_ALIAS_CUDA=force) to "
-                                 "send 'cuda' to the fl backend anyway")
+            raise CudaAliasError(
+                "torch_fl's cuda alias stays off: this PyTorch sees a real CUDA device, so 'cuda' "
+                "already means it. Call alias_cuda(force=True) (or set FL_ALIAS_CUDA=force) to "
+                "send 'cuda' to the fl backend anyway"
+            )
         backend = backend_name()  # FL_BACKEND, the config file, or auto
         try:
             install()
@@ -57,8 +59,10 @@ def alias_cuda(force: bool = False) -> str:
         STATE.update(active=True, forced=bool(force))
         enter_mode()
     devices = ", ".join(f"cuda:{i} -> {d}" for i, d in enumerate(fl_devices(backend)))
-    notice(f"torch_fl: cuda alias on: 'cuda' runs on fl backend '{backend}' ({devices}); tensors report their "
-           f"real device (fl:N)")
+    notice(
+        f"torch_fl: cuda alias on: 'cuda' runs on fl backend '{backend}' ({devices}); tensors report their "
+        f"real device (fl:N)"
+    )
     return backend
 
 
@@ -73,8 +77,10 @@ def requested() -> str | None:
     try:
         return "on" if config.parse_bool(text, ENV) else None
     except ConfigError:
-        raise ConfigError(f"{ENV}={text!r} is not valid: use 1 to alias 'cuda' to the active fl backend, "
-                          f"force to do so even over a real CUDA device, or 0 to leave it off") from None
+        raise ConfigError(
+            f"{ENV}={text!r} is not valid: use 1 to alias 'cuda' to the active fl backend, "
+            f"force to do so even over a real CUDA device, or 0 to leave it off"
+        ) from None
 
 
 def autoload_in_progress() -> bool:
@@ -94,6 +100,8 @@ def from_environment() -> str | None:
     try:
         return alias_cuda(force=want == "force")
     except CudaAliasError:
-        notice(f"torch_fl: {ENV}={os.environ[ENV].strip()} ignored: this PyTorch sees a real CUDA device, "
-               f"so 'cuda' stays CUDA ({ENV}=force aliases it anyway)")
+        notice(
+            f"torch_fl: {ENV}={os.environ[ENV].strip()} ignored: this PyTorch sees a real CUDA device, "
+            f"so 'cuda' stays CUDA ({ENV}=force aliases it anyway)"
+        )
         return None

@@ -54,9 +54,11 @@ class CudaDeviceProperties:
     backend: str
 
     def __getattr__(self, name: str) -> Any:
-        raise AttributeError(unsupported_message(f"torch.cuda.get_device_properties().{name}", *CAPABILITY)
-                             if name in ("major", "minor", "gcnArchName", "uuid", "L2_cache_size",
-                                         "is_integrated", "is_multi_gpu_board") else name)
+        raise AttributeError(
+            unsupported_message(f"torch.cuda.get_device_properties().{name}", *CAPABILITY)
+            if name in ("major", "minor", "gcnArchName", "uuid", "L2_cache_size", "is_integrated", "is_multi_gpu_board")
+            else name
+        )
 
 
 def _is_available() -> bool:
@@ -84,9 +86,13 @@ def _get_device_name(device: Any = None) -> str:
 def _get_device_properties(device: Any = None) -> CudaDeviceProperties:
     d = fl_device(device)
     props = FlDeviceModule.get_device_properties(d.index)
-    return CudaDeviceProperties(name=FlDeviceModule.get_device_name(d.index), total_memory=int(props.total_memory),
-                                multi_processor_count=int(props.compute_units), fl_device=d,
-                                backend=FlDeviceModule.get_device_name(d.index).split(":", 1)[0])
+    return CudaDeviceProperties(
+        name=FlDeviceModule.get_device_name(d.index),
+        total_memory=int(props.total_memory),
+        multi_processor_count=int(props.compute_units),
+        fl_device=d,
+        backend=FlDeviceModule.get_device_name(d.index).split(":", 1)[0],
+    )
 
 
 def _dtypes(device: Any = None) -> list[str]:
@@ -104,6 +110,7 @@ def _is_tf32_supported() -> bool:
 
 def _on(fn_name: str) -> Callable[..., Any]:
     """torch.cuda.<fn_name>(device=None) as torch.fl.<fn_name> on the fl device `device` names."""
+
     def call(device: Any = None) -> Any:
         return getattr(FlDeviceModule, fn_name)(fl_device(device).index)
 
@@ -173,7 +180,10 @@ class Event(metaclass=streams.FlInstance):
 
     # a factory, so not an instance of cls (mypy's rule for __new__): FlInstance's isinstance accepts it
     def __new__(  # type: ignore[misc]
-        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+        cls,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
         **kwargs: Any,
     ) -> torch.Event:
         return streams.Event(enable_timing, blocking, interprocess)
@@ -198,29 +208,60 @@ def _lazy_init() -> None:
     the error says so. Otherwise something reached C++ without a torch function (a CUDA-only corner):
     PyTorch's own error, which the wrapper of a leftover torch.cuda function turns into one naming it."""
     if MODE not in torch.overrides._get_current_function_mode_stack():
-        raise CudaAliasError("'cuda' reached PyTorch in a thread where torch_fl's cuda alias is not entered "
-                             "(its device mode is per thread, like every TorchFunctionMode): call "
-                             "torch_fl.alias_cuda() at the start of this thread")
+        raise CudaAliasError(
+            "'cuda' reached PyTorch in a thread where torch_fl's cuda alias is not entered "
+            "(its device mode is per thread, like every TorchFunctionMode): call "
+            "torch_fl.alias_cuda() at the start of this thread"
+        )
     raise AssertionError("Torch not compiled with CUDA enabled")
 
 
 COVERED: dict[str, Any] = {
-    "is_available": _is_available, "is_initialized": _is_available, "init": _noop, "_lazy_init": _lazy_init,
-    "ipc_collect": _noop, "device_count": _device_count, "current_device": _current_device,
-    "set_device": _set_device, "device": device, "device_of": device_of, "get_device_name": _get_device_name,
-    "get_device_properties": _get_device_properties, "is_bf16_supported": _is_bf16_supported,
-    "is_tf32_supported": _is_tf32_supported, "get_arch_list": list, "get_gencode_flags": str,
-    "mem_get_info": _on("mem_get_info"), "memory_allocated": _on("memory_allocated"),
-    "max_memory_allocated": _on("max_memory_allocated"), "memory_reserved": _on("memory_reserved"),
-    "max_memory_reserved": _on("max_memory_reserved"), "memory_cached": _on("memory_reserved"),
-    "max_memory_cached": _on("max_memory_reserved"), "reset_peak_memory_stats": _on("reset_peak_memory_stats"),
+    "is_available": _is_available,
+    "is_initialized": _is_available,
+    "init": _noop,
+    "_lazy_init": _lazy_init,
+    "ipc_collect": _noop,
+    "device_count": _device_count,
+    "current_device": _current_device,
+    "set_device": _set_device,
+    "device": device,
+    "device_of": device_of,
+    "get_device_name": _get_device_name,
+    "get_device_properties": _get_device_properties,
+    "is_bf16_supported": _is_bf16_supported,
+    "is_tf32_supported": _is_tf32_supported,
+    "get_arch_list": list,
+    "get_gencode_flags": str,
+    "mem_get_info": _on("mem_get_info"),
+    "memory_allocated": _on("memory_allocated"),
+    "max_memory_allocated": _on("max_memory_allocated"),
+    "memory_reserved": _on("memory_reserved"),
+    "max_memory_reserved": _on("max_memory_reserved"),
+    "memory_cached": _on("memory_reserved"),
+    "max_memory_cached": _on("max_memory_reserved"),
+    "reset_peak_memory_stats": _on("reset_peak_memory_stats"),
     "reset_max_memory_allocated": _on("reset_peak_memory_stats"),
-    "reset_max_memory_cached": _on("reset_peak_memory_stats"), "memory_stats": _on("memory_stats"),
-    "memory_summary": _memory_summary, "empty_cache": _empty_cache, "synchronize": _synchronize,
-    "manual_seed": _manual_seed, "manual_seed_all": _manual_seed_all, "seed": lambda: FlDeviceModule.seed(),
-    "seed_all": lambda: FlDeviceModule.seed_all(), "initial_seed": lambda: FlDeviceModule.initial_seed(),
-    "get_rng_state": _get_rng_state, "set_rng_state": _set_rng_state, "get_rng_state_all": _get_rng_state_all,
-    "set_rng_state_all": _set_rng_state_all, "Stream": Stream, "Event": Event, "stream": streams.stream,
-    "StreamContext": streams.StreamContext, "current_stream": _current_stream, "default_stream": _default_stream,
-    "set_stream": streams.set_stream, "is_current_stream_capturing": lambda: False,
+    "reset_max_memory_cached": _on("reset_peak_memory_stats"),
+    "memory_stats": _on("memory_stats"),
+    "memory_summary": _memory_summary,
+    "empty_cache": _empty_cache,
+    "synchronize": _synchronize,
+    "manual_seed": _manual_seed,
+    "manual_seed_all": _manual_seed_all,
+    "seed": lambda: FlDeviceModule.seed(),
+    "seed_all": lambda: FlDeviceModule.seed_all(),
+    "initial_seed": lambda: FlDeviceModule.initial_seed(),
+    "get_rng_state": _get_rng_state,
+    "set_rng_state": _set_rng_state,
+    "get_rng_state_all": _get_rng_state_all,
+    "set_rng_state_all": _set_rng_state_all,
+    "Stream": Stream,
+    "Event": Event,
+    "stream": streams.stream,
+    "StreamContext": streams.StreamContext,
+    "current_stream": _current_stream,
+    "default_stream": _default_stream,
+    "set_stream": streams.set_stream,
+    "is_current_stream_capturing": lambda: False,
 }

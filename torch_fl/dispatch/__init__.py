@@ -21,7 +21,26 @@ from .entry import DIRECT, dispatch, entry, install, overload_named, set_dispatc
 from .facts import OpFacts, facts, functional_twin, op_name, resolve_op
 from .plan import Plan, resolve
 
-__all__ = ["DECOMPOSITIONS", "DIRECT", "autocast_kernel", "tensor_map", "tensors_in",
-           "OpFacts", "Plan", "dispatch", "entry", "facts", "functional_twin", "install",
-           "op_name", "overload_named", "resolve", "resolve_op", "sdpa_backward", "sdpa_forward", "sdpa_fused_eligible",
-           "sdpa_scores", "set_dispatch"]
+__all__ = [
+    "DECOMPOSITIONS",
+    "DIRECT",
+    "autocast_kernel",
+    "tensor_map",
+    "tensors_in",
+    "OpFacts",
+    "Plan",
+    "dispatch",
+    "entry",
+    "facts",
+    "functional_twin",
+    "install",
+    "op_name",
+    "overload_named",
+    "resolve",
+    "resolve_op",
+    "sdpa_backward",
+    "sdpa_forward",
+    "sdpa_fused_eligible",
+    "sdpa_scores",
+    "set_dispatch",
+]

@@ -21,8 +21,10 @@ aten = torch.ops.aten
 def _no_dim(name: str, index_error: bool = False) -> Exception:
     if index_error:  # argmax/argmin word it without the advice
         return IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
-    return RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
-                        "Specify the reduction dim with the 'dim' argument.")
+    return RuntimeError(
+        f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+        "Specify the reduction dim with the 'dim' argument."
+    )
 
 
 def _zero_size(name: str, dim: int) -> IndexError:
@@ -34,7 +36,7 @@ def _dims_check(name: str, x: torch.Tensor, dims, wrap: bool) -> None:
     (named as the user gave it, or wrapped into range where ATen wraps it first)."""
     if dims is None or (isinstance(dims, (list, tuple)) and not dims):
         raise _no_dim(name)
-    for d in (dims if isinstance(dims, (list, tuple)) else (dims,)):
+    for d in dims if isinstance(dims, (list, tuple)) else (dims,):
         if x.dim() and x.shape[d] == 0:
             raise _zero_size(name, d % x.dim() if wrap else d)
 
@@ -43,6 +45,7 @@ def _whole(name: str) -> Callable:
     def check(vals: list) -> None:
         if vals[0].numel() == 0:
             raise _no_dim(name)
+
     return check
 
 
@@ -51,6 +54,7 @@ def _over_dims(name: str, wrap: bool) -> Callable:
         x = vals[0]
         if x.numel() == 0:
             _dims_check(name, x, vals[1] if len(vals) > 1 else None, wrap)
+
     return check
 
 
@@ -63,11 +67,12 @@ def _arg_extreme(name: str) -> Callable:
         if dim is None:
             raise _no_dim(name, index_error=True)
         _dims_check(name, x, dim, wrap=True)
+
     return check
 
 
 def _wrap64(v: int) -> int:
-    return (v + 2 ** 63) % 2 ** 64 - 2 ** 63
+    return (v + 2**63) % 2**64 - 2**63
 
 
 def _arange_size(vals: list) -> None:
@@ -101,15 +106,20 @@ def _indexing(vals: list) -> bool:
         if idx.dtype not in _INDEX_DTYPES:
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
         if idx.dtype == torch.uint8:
-            warnings.warn("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
-                          "instead.", UserWarning, stacklevel=4)
+            warnings.warn(
+                "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead.",
+                UserWarning,
+                stacklevel=4,
+            )
             warned = True
         if idx.dtype in (torch.uint8, torch.bool):
             masks = True
             for j in range(idx.dim()):
                 if dim + j < self.dim() and idx.shape[j] != self.shape[dim + j]:
-                    raise IndexError(f"The shape of the mask {list(idx.shape)} at index {j} does not match the "
-                                     f"shape of the indexed tensor {list(self.shape)} at index {dim + j}")
+                    raise IndexError(
+                        f"The shape of the mask {list(idx.shape)} at index {j} does not match the "
+                        f"shape of the indexed tensor {list(self.shape)} at index {dim + j}"
+                    )
             dim += idx.dim()
         else:
             shapes.append(list(idx.shape))
@@ -120,15 +130,18 @@ def _indexing(vals: list) -> bool:
         try:
             torch.broadcast_shapes(*shapes)
         except RuntimeError:
-            raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
-                             + ", ".join(str(s) for s in shapes)) from None
+            raise IndexError(
+                "shape mismatch: indexing tensors could not be broadcast together with shapes "
+                + ", ".join(str(s) for s in shapes)
+            ) from None
     return warned
 
 
 def _index_fill(vals: list) -> None:
     self, value = vals[0], vals[3]
-    if not self.is_complex() and (isinstance(value, complex) or
-                                  (isinstance(value, torch.Tensor) and value.is_complex())):
+    if not self.is_complex() and (
+        isinstance(value, complex) or (isinstance(value, torch.Tensor) and value.is_complex())
+    ):
         raise RuntimeError("index_fill_(): Converting complex Scalar to non-complex type is not supported")
 
 
@@ -136,27 +149,45 @@ def _complex_parts(vals: list) -> None:
     """torch.complex / torch.polar: both parts of one floating dtype, in CPU's words (ScalarType names)."""
     a, b = vals[0], vals[1]
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != b.dtype:
-        raise RuntimeError(f"Expected object of scalar type {_SCALAR_NAMES.get(a.dtype, a.dtype)} but got scalar "
-                           f"type {_SCALAR_NAMES.get(b.dtype, b.dtype)} for second argument")
+        raise RuntimeError(
+            f"Expected object of scalar type {_SCALAR_NAMES.get(a.dtype, a.dtype)} but got scalar "
+            f"type {_SCALAR_NAMES.get(b.dtype, b.dtype)} for second argument"
+        )
 
 
 def _addcdiv(vals: list) -> None:
     """addcdiv's meta function refuses integer division (its CPU kernel does too); the tiers would compute it."""
     t1, t2 = vals[1], vals[2]
-    if isinstance(t1, torch.Tensor) and isinstance(t2, torch.Tensor) and not t1.is_floating_point() \
-            and not t1.is_complex() and not t2.is_floating_point() and not t2.is_complex():
+    if (
+        isinstance(t1, torch.Tensor)
+        and isinstance(t2, torch.Tensor)
+        and not t1.is_floating_point()
+        and not t1.is_complex()
+        and not t2.is_floating_point()
+        and not t2.is_complex()
+    ):
         raise RuntimeError(
             "Integer division with addcdiv is no longer supported, and in a future release addcdiv will perform a "
             "true division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as "
             "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as "
             "(input + value * tensor1 / tensor2) for float inputs. The future addcdiv behavior is just the latter "
-            "implementation: (input + value * tensor1 / tensor2), for all dtypes.")
+            "implementation: (input + value * tensor1 / tensor2), for all dtypes."
+        )
 
 
 _DIGITS = {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}
-_TYPE_NAMES = {torch.float64: "double", torch.float32: "float", torch.float16: "c10::Half",
-               torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int", torch.int16: "short int",
-               torch.int8: "signed char", torch.uint8: "unsigned char", torch.bool: "bool"}
+_TYPE_NAMES = {
+    torch.float64: "double",
+    torch.float32: "float",
+    torch.float16: "c10::Half",
+    torch.bfloat16: "c10::BFloat16",
+    torch.int64: "long int",
+    torch.int32: "int",
+    torch.int16: "short int",
+    torch.int8: "signed char",
+    torch.uint8: "unsigned char",
+    torch.bool: "bool",
+}
 
 
 def _bounds(dtype: torch.dtype) -> tuple[float, float]:
@@ -166,7 +197,7 @@ def _bounds(dtype: torch.dtype) -> tuple[float, float]:
     if dtype == torch.bool:
         return 0, 1
     if dtype == torch.uint64:
-        return 0, 2 ** 63 - 1
+        return 0, 2**63 - 1
     iinfo = torch.iinfo(dtype)
     return iinfo.min, iinfo.max
 
@@ -185,10 +216,13 @@ def _from_to_in_range(frm: int, to_inc: int, dtype: torch.dtype) -> bool:
         for value, what in ((frm, "from"), (to_inc, "to - 1")):
             if not -(1 << digits) <= value <= (1 << digits):
                 warned = True
-                warnings.warn(f"{what} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations "
-                              f"{name} can support discrete uniform distribution only within this range. This warning "
-                              f"will become an error in version 1.7 release, please fix the code in advance",
-                              UserWarning, stacklevel=4)
+                warnings.warn(
+                    f"{what} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations "
+                    f"{name} can support discrete uniform distribution only within this range. This warning "
+                    f"will become an error in version 1.7 release, please fix the code in advance",
+                    UserWarning,
+                    stacklevel=4,
+                )
     return warned
 
 
@@ -202,13 +236,15 @@ def _random_from(vals: list) -> bool:
         if frm >= to:
             raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={frm} >= to={to}")
         return _from_to_in_range(frm, to - 1, self.dtype)
-    if frm != -(2 ** 63):
+    if frm != -(2**63):
         digits = _DIGITS.get(self.dtype)
-        to_inc = min(1 << digits, 2 ** 63 - 1) if digits is not None else int(_bounds(self.dtype)[1])
+        to_inc = min(1 << digits, 2**63 - 1) if digits is not None else int(_bounds(self.dtype)[1])
         warned = _from_to_in_range(frm, to_inc, self.dtype)
         if frm >= to_inc:
-            raise RuntimeError(f"random_ expects 'from' casted to dtype to be less than 'to_inc' casted to dtype, "
-                               f"but got from={frm} > to_inc={to_inc}")
+            raise RuntimeError(
+                f"random_ expects 'from' casted to dtype to be less than 'to_inc' casted to dtype, "
+                f"but got from={frm} > to_inc={to_inc}"
+            )
         return warned
     return False
 
@@ -233,8 +269,10 @@ def _uniform(vals: list) -> bool:
     if frm > to:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={frm} > to={to}")
     if to - frm > hi:
-        raise RuntimeError(f"uniform_ expects to-from <= std::numeric_limits<{str(self.dtype).replace('torch.', '')}"
-                           f">::max(), but found to={to} and from={frm} which result in to-from to exceed the limit")
+        raise RuntimeError(
+            f"uniform_ expects to-from <= std::numeric_limits<{str(self.dtype).replace('torch.', '')}"
+            f">::max(), but found to={to} and from={frm} which result in to-from to exceed the limit"
+        )
     return True
 
 
@@ -269,9 +307,11 @@ def _warn_once(message: str) -> None:
 
 
 def _non_contiguous_note(what: str) -> str:
-    return (f"torch.searchsorted(): {what} tensor is non-contiguous, this will lower the performance due to extra "
-            f"data copy when converting non-contiguous tensor to contiguous, please use contiguous {what} tensor if "
-            "possible. This message will only appear once per program.")
+    return (
+        f"torch.searchsorted(): {what} tensor is non-contiguous, this will lower the performance due to extra "
+        f"data copy when converting non-contiguous tensor to contiguous, please use contiguous {what} tensor if "
+        "possible. This message will only appear once per program."
+    )
 
 
 def _bucketization(boundaries_at: int, input_at: int | None) -> Callable:
@@ -296,6 +336,7 @@ def _bucketization(boundaries_at: int, input_at: int | None) -> Callable:
 def _std_at(i: int) -> Callable:
     """normal's std: a number must be >= 0; a tensor's elements too (one host read, as on CUDA). A number
     is a float argument, which the fast path does not key on: such calls stay off it (returns True)."""
+
     def check(vals: list) -> bool:
         std = vals[i]
         if isinstance(std, torch.Tensor):
@@ -307,23 +348,28 @@ def _std_at(i: int) -> Callable:
         if std is not None and std < 0:
             raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
         return True
+
     return check
 
 
 def _embedding(vals: list) -> None:
     indices = vals[1]
     if indices.dtype not in (torch.int64, torch.int32):
-        raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar types: "
-                           f"Long, Int; but got {indices.type()} instead (while checking arguments for embedding)")
+        raise RuntimeError(
+            f"Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+            f"Long, Int; but got {indices.type()} instead (while checking arguments for embedding)"
+        )
 
 
 def _multi_margin_loss(vals: list) -> None:
     x, target = vals[0], vals[1]
     nframe = 1 if x.dim() <= 1 else x.shape[0]
     if target.dim() > 1 or target.numel() != nframe:
-        raise RuntimeError(f"multi_margin_loss: target tensor should be 1-D with size equal to the number of input "
-                           f"samples (batch size). Expected target size [{nframe}], but got {list(target.shape)}. "
-                           f"Input has shape {list(x.shape)}.")
+        raise RuntimeError(
+            f"multi_margin_loss: target tensor should be 1-D with size equal to the number of input "
+            f"samples (batch size). Expected target size [{nframe}], but got {list(target.shape)}. "
+            f"Input has shape {list(x.shape)}."
+        )
 
 
 _SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16"}
@@ -333,35 +379,62 @@ def _nll_weight(vals: list) -> None:
     """nll_loss's CPU kernel refuses a class weight of another dtype than the input, even for empty tensors."""
     x, weight = vals[0], vals[2] if len(vals) > 2 else None
     if isinstance(weight, torch.Tensor) and weight.dtype != x.dtype:
-        raise RuntimeError(f"expected scalar type {_SCALAR_NAMES.get(x.dtype, x.dtype)} but found "
-                           f"{_SCALAR_NAMES.get(weight.dtype, weight.dtype)}")
+        raise RuntimeError(
+            f"expected scalar type {_SCALAR_NAMES.get(x.dtype, x.dtype)} but found "
+            f"{_SCALAR_NAMES.get(weight.dtype, weight.dtype)}"
+        )
 
 
 _CHECKS: dict = {
-    aten.complex.default: _complex_parts, aten.polar.default: _complex_parts,
-    aten.index_fill.int_Scalar: _index_fill, aten.index_fill_.int_Scalar: _index_fill,
-    aten.index_fill.int_Tensor: _index_fill, aten.index_fill_.int_Tensor: _index_fill,
-    aten.embedding.default: _embedding, aten.multi_margin_loss.default: _multi_margin_loss,
-    aten.nll_loss_forward.default: _nll_weight, aten.nll_loss2d_forward.default: _nll_weight,
-    getattr(aten.random_, "from"): _random_from, getattr(aten.random, "from"): _random_from,
-    aten.random_.to: _random_to, aten.random.to: _random_to,
-    aten.uniform_.default: _uniform, aten.uniform.default: _uniform,
-    aten.histc.default: _histc, aten.histc.out: _histc,
-    aten.searchsorted.Tensor: _bucketization(0, 1), aten.searchsorted.Scalar: _bucketization(0, None),
-    aten.bucketize.Tensor: _bucketization(1, 0), aten.bucketize.Scalar: _bucketization(1, None),
-    aten.normal_.default: _std_at(2), aten.normal.Tensor_float: _std_at(1), aten.normal.Tensor_float_out: _std_at(1),
-    aten.normal.float_Tensor: _std_at(1), aten.normal.float_Tensor_out: _std_at(1),
-    aten.normal.Tensor_Tensor: _std_at(1), aten.normal.Tensor_Tensor_out: _std_at(1),
-    aten.normal.float_float: _std_at(1), aten.normal.float_float_out: _std_at(1),
-    aten.addcdiv.default: _addcdiv, aten.addcdiv.out: _addcdiv, aten.addcdiv_.default: _addcdiv,
-    aten.index.Tensor: _indexing, aten._unsafe_index.Tensor: _indexing, aten.index_put.default: _indexing,
-    aten.index_put_.default: _indexing, aten._index_put_impl_.default: _indexing,
+    aten.complex.default: _complex_parts,
+    aten.polar.default: _complex_parts,
+    aten.index_fill.int_Scalar: _index_fill,
+    aten.index_fill_.int_Scalar: _index_fill,
+    aten.index_fill.int_Tensor: _index_fill,
+    aten.index_fill_.int_Tensor: _index_fill,
+    aten.embedding.default: _embedding,
+    aten.multi_margin_loss.default: _multi_margin_loss,
+    aten.nll_loss_forward.default: _nll_weight,
+    aten.nll_loss2d_forward.default: _nll_weight,
+    getattr(aten.random_, "from"): _random_from,
+    getattr(aten.random, "from"): _random_from,
+    aten.random_.to: _random_to,
+    aten.random.to: _random_to,
+    aten.uniform_.default: _uniform,
+    aten.uniform.default: _uniform,
+    aten.histc.default: _histc,
+    aten.histc.out: _histc,
+    aten.searchsorted.Tensor: _bucketization(0, 1),
+    aten.searchsorted.Scalar: _bucketization(0, None),
+    aten.bucketize.Tensor: _bucketization(1, 0),
+    aten.bucketize.Scalar: _bucketization(1, None),
+    aten.normal_.default: _std_at(2),
+    aten.normal.Tensor_float: _std_at(1),
+    aten.normal.Tensor_float_out: _std_at(1),
+    aten.normal.float_Tensor: _std_at(1),
+    aten.normal.float_Tensor_out: _std_at(1),
+    aten.normal.Tensor_Tensor: _std_at(1),
+    aten.normal.Tensor_Tensor_out: _std_at(1),
+    aten.normal.float_float: _std_at(1),
+    aten.normal.float_float_out: _std_at(1),
+    aten.addcdiv.default: _addcdiv,
+    aten.addcdiv.out: _addcdiv,
+    aten.addcdiv_.default: _addcdiv,
+    aten.index.Tensor: _indexing,
+    aten._unsafe_index.Tensor: _indexing,
+    aten.index_put.default: _indexing,
+    aten.index_put_.default: _indexing,
+    aten._index_put_impl_.default: _indexing,
     aten._unsafe_index_put.default: _indexing,
     aten.arange.start_step: _arange_size,
-    aten.max.default: _whole("max"), aten.min.default: _whole("min"),
-    aten.max.dim: _over_dims("max", wrap=True), aten.min.dim: _over_dims("min", wrap=True),
-    aten.amax.default: _over_dims("amax", wrap=False), aten.amin.default: _over_dims("amin", wrap=False),
-    aten.argmax.default: _arg_extreme("argmax"), aten.argmin.default: _arg_extreme("argmin"),
+    aten.max.default: _whole("max"),
+    aten.min.default: _whole("min"),
+    aten.max.dim: _over_dims("max", wrap=True),
+    aten.min.dim: _over_dims("min", wrap=True),
+    aten.amax.default: _over_dims("amax", wrap=False),
+    aten.amin.default: _over_dims("amin", wrap=False),
+    aten.argmax.default: _arg_extreme("argmax"),
+    aten.argmin.default: _arg_extreme("argmin"),
 }
 
 

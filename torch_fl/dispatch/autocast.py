@@ -38,6 +38,7 @@ def autocast_kernel(op, policy: str):
     policy ("lower": the autocast dtype, "fp32": half types to float32, "promote": the widest input
     dtype), then op itself with autocast excluded. amp.register() puts it on the aten ops CUDA
     autocasts; torch_fl's fused ops put it on themselves, with the policy of the ops they fuse."""
+
     def lower(t):
         if t.is_floating_point() and t.dtype != torch.float64 and t.device.type == "fl":
             return t.to(torch.get_autocast_dtype("fl"))

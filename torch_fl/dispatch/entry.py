@@ -45,9 +45,16 @@ from .plan import GENERIC, composite, compute, decomposition_context
 
 aten = torch.ops.aten
 
-HANDLER_PATH = {view_op: VIEW, inplace_meta: VIEW, copy_from: COPY, copy_from_and_resize: COPY,
-                local_scalar_dense: COPY, composite: DECOMPOSITION, sdp_choice: "meta",
-                foreach: "foreach"}
+HANDLER_PATH = {
+    view_op: VIEW,
+    inplace_meta: VIEW,
+    copy_from: COPY,
+    copy_from_and_resize: COPY,
+    local_scalar_dense: COPY,
+    composite: DECOMPOSITION,
+    sdp_choice: "meta",
+    foreach: "foreach",
+}
 _SELF_REPORTING = (compute, copy_from, copy_from_and_resize)
 
 
@@ -118,7 +125,7 @@ def _note_writes(f, args, kwargs) -> None:
     derived from weights see p.data.mul_() too)."""
     vals = f.normalize(args, kwargs)
     at = _COPIES_INTO.get(f.func)
-    for i in (f.mutable if at is None else (at,)):
+    for i in f.mutable if at is None else (at,):
         for t in iter_tensors([vals[i]]):
             if t.device.type == "fl":
                 WATCH.note_written(t)
@@ -135,16 +142,30 @@ def _observed(f, args, kwargs):
     finally:
         events.NESTING.depth -= 1
     first = next((t for t in iter_tensors(list(args) + list(kwargs.values())) if is_fl(t)), None)
-    backend = device_of(first).backend.name if first is not None else (
-        REGISTRY.current.name if REGISTRY.current is not None else "?")
-    events.emit(events.OpEvent(f.name, backend, HANDLER_PATH.get(f.handler, "other"), time.perf_counter() - t0,
-                               events.STATE.kernels - k0, events.STATE.bytes_copied - b0, depth, t0))
+    backend = (
+        device_of(first).backend.name
+        if first is not None
+        else (REGISTRY.current.name if REGISTRY.current is not None else "?")
+    )
+    events.emit(
+        events.OpEvent(
+            f.name,
+            backend,
+            HANDLER_PATH.get(f.handler, "other"),
+            time.perf_counter() - t0,
+            events.STATE.kernels - k0,
+            events.STATE.bytes_copied - b0,
+            depth,
+            t0,
+        )
+    )
     return result
 
 
 # -- the entry PyTorch calls -----------------------------------------------------
 # The C++ core's boxed fallback hands every op it does not serve to the PrivateUse3 key, where
 # install() registers `entry`; the profiler swaps the function behind it to add torch.profiler ranges.
+
 
 class EntryState:
     """Per process: the function PyTorch's PrivateUse3 fallback calls for every op (set_dispatch swaps it)."""
@@ -203,8 +224,11 @@ def install() -> None:
         ns, name = op._schema.name.split("::")
         if ns not in libs:
             libs[ns] = torch.library.Library(ns, "IMPL")
-        libs[ns].impl(name + ("" if op._overloadname == "default" else "." + op._overloadname),
-                      not_traced(fn), "AutogradPrivateUse1")
+        libs[ns].impl(
+            name + ("" if op._overloadname == "default" else "." + op._overloadname),
+            not_traced(fn),
+            "AutogradPrivateUse1",
+        )
     _LIBS.extend(libs.values())
 
 
@@ -218,15 +242,35 @@ def _own_decomposed_ops() -> set:
             continue
         if op in _NEVER_DIRECT:
             continue
-        if any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), k)
-               for k in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")):
+        if any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), k)
+            for k in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+        ):
             found.add(op)
     return found
 
 
 # private ops that move or wrap memory rather than compute, or belong to other layouts and libraries
-_PLUMBING = ("__", "_copy_from", "_to_copy", "_pin_memory", "_resize_output", "_unsafe_view", "_to_dense", "_nested",
-             "_sparse", "_cudnn", "_mkldnn", "_miopen", "_foreach", "_fbgemm", "_make_", "_new_", "_pack", "_pad")
+_PLUMBING = (
+    "__",
+    "_copy_from",
+    "_to_copy",
+    "_pin_memory",
+    "_resize_output",
+    "_unsafe_view",
+    "_to_dense",
+    "_nested",
+    "_sparse",
+    "_cudnn",
+    "_mkldnn",
+    "_miopen",
+    "_foreach",
+    "_fbgemm",
+    "_make_",
+    "_new_",
+    "_pack",
+    "_pad",
+)
 
 
 def _generic_out_ops() -> set:
@@ -247,8 +291,10 @@ def _generic_out_ops() -> set:
             continue
         if op in _NEVER_DIRECT:
             continue
-        if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeExplicitAutograd") and \
-                functional_twin(facts(op)) is not None:
+        if (
+            torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeExplicitAutograd")
+            and functional_twin(facts(op)) is not None
+        ):
             found.add(op)
     return found
 
@@ -258,9 +304,13 @@ def _implicit_overrides() -> dict:
     (CompositeImplicitAutograd): PyTorch's composition is generic, torch_fl's keeps the work on a device
     that lacks what the generic one needs (linalg.pinv's tolerances in the input's dtype, not float64).
     They run at the fl autograd key, composed of differentiable ops, so autograd records them."""
-    return {op: fn for op, fn in DECOMPOSITIONS.items()
-            if isinstance(op, torch._ops.OpOverload) and decomposition_table.get(op) is not fn
-            and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")}
+    return {
+        op: fn
+        for op, fn in DECOMPOSITIONS.items()
+        if isinstance(op, torch._ops.OpOverload)
+        and decomposition_table.get(op) is not fn
+        and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+    }
 
 
 def _prims_served() -> set:
@@ -318,11 +368,19 @@ DIRECT = (
 
 def _sparse_on_fl(op, *args, **kwargs):
     """PyTorch moves a sparse layout to fl (x.to_sparse_csr().to("fl")); no op can run on it."""
-    layout = next((t.layout for t in iter_tensors(list(args) + list(kwargs.values()))
-                   if t.device.type == "fl" and t.layout is not torch.strided), "sparse")
+    layout = next(
+        (
+            t.layout
+            for t in iter_tensors(list(args) + list(kwargs.values()))
+            if t.device.type == "fl" and t.layout is not torch.strided
+        ),
+        "sparse",
+    )
     where = next((t.device for t in iter_tensors(list(args) + list(kwargs.values())) if t.device.type == "fl"), "fl")
-    raise RuntimeError(f"{op.name()}: a {layout} tensor on {where} is not supported by torch_fl (fl tensors are "
-                       f"strided); keep {layout} tensors on the CPU and move dense ones with .to_dense() first")
+    raise RuntimeError(
+        f"{op.name()}: a {layout} tensor on {where} is not supported by torch_fl (fl tensors are "
+        f"strided); keep {layout} tensors on the CPU and move dense ones with .to_dense() first"
+    )
 
 
 def _direct(op):

@@ -16,9 +16,29 @@ aten = torch.ops.aten
 class OpFacts:
     """What the schema says about an op, computed once per OpOverload."""
 
-    __slots__ = ("func", "name", "arg_names", "kwarg_only", "defaults", "has_default", "mutable", "is_out",
-                 "is_view", "pointwise", "ret_alias", "n_returns", "handler", "_functional", "tensor_arg", "overlap",
-                 "precheck", "_inplace_overlap", "generator_at", "host_args", "layout_rule")
+    __slots__ = (
+        "func",
+        "name",
+        "arg_names",
+        "kwarg_only",
+        "defaults",
+        "has_default",
+        "mutable",
+        "is_out",
+        "is_view",
+        "pointwise",
+        "ret_alias",
+        "n_returns",
+        "handler",
+        "_functional",
+        "tensor_arg",
+        "overlap",
+        "precheck",
+        "_inplace_overlap",
+        "generator_at",
+        "host_args",
+        "layout_rule",
+    )
 
     def __init__(self, func):
         schema = func._schema
@@ -29,8 +49,9 @@ class OpFacts:
         self.tensor_arg = [isinstance(a.type, torch.TensorType) for a in args]
         # the position of a `Generator? generator` argument (random ops), swapped into the plugin (dispatch.rng)
         accepted = HOST_ARGS.get(schema.name)
-        self.host_args = tuple((i, bound) for i, a in enumerate(args) for name, bound in (accepted or ())
-                               if a.name == name) or None
+        self.host_args = (
+            tuple((i, bound) for i, a in enumerate(args) for name, bound in (accepted or ()) if a.name == name) or None
+        )
         self.generator_at = next((i for i, a in enumerate(args) if "Generator" in str(a.type)), None)
         self.kwarg_only = [a.kwarg_only for a in args]
         self.has_default = [a.has_default_value() for a in args]
@@ -140,10 +161,16 @@ class OpFacts:
 # advanced indexing (x[cpu_idx], x[cpu_mask] = v), index_fill's index, and a 0-dim value ("0-dim": only then).
 # The dispatcher moves them the same way before any tier (dispatch.plan.compute).
 _INDEXING = (("indices", None), ("values", "0-dim"))
-HOST_ARGS = {"aten::index": (("indices", None),), "aten::_unsafe_index": (("indices", None),),
-             "aten::index_put": _INDEXING, "aten::index_put_": _INDEXING, "aten::_index_put_impl_": _INDEXING,
-             "aten::_unsafe_index_put": _INDEXING, "aten::index_fill": (("index", None), ("value", "0-dim")),
-             "aten::index_fill_": (("index", None), ("value", "0-dim"))}
+HOST_ARGS = {
+    "aten::index": (("indices", None),),
+    "aten::_unsafe_index": (("indices", None),),
+    "aten::index_put": _INDEXING,
+    "aten::index_put_": _INDEXING,
+    "aten::_index_put_impl_": _INDEXING,
+    "aten::_unsafe_index_put": _INDEXING,
+    "aten::index_fill": (("index", None), ("value", "0-dim")),
+    "aten::index_fill_": (("index", None), ("value", "0-dim")),
+}
 
 FACTS: dict = {}  # OpOverload -> OpFacts
 
@@ -220,8 +247,9 @@ def resolve_op(op):
             raise ValueError(f"unknown operator {op!r}")
         overloads = [o for o in packet.overloads() if _in_dispatcher(packet, o)]
         if not overload and "default" not in overloads:  # aten::add's "default" is TorchScript's scalar add
-            raise ValueError(f"{ns}::{base} needs an overload name: "
-                             + ", ".join(f"{ns}::{base}.{o}" for o in overloads))
+            raise ValueError(
+                f"{ns}::{base} needs an overload name: " + ", ".join(f"{ns}::{base}.{o}" for o in overloads)
+            )
         overload = overload or "default"
         if overload not in overloads:
             raise ValueError(f"{ns}::{base} has no overload {overload!r}; overloads: {', '.join(overloads)}")

@@ -132,8 +132,12 @@ def commit(f, dev, count_as: str, vals: list, result, twin: tuple | None = None,
         return
     served = twin[0] if twin is not None else f
     for facts in (f, served):
-        if facts.generator_at is not None or facts.host_args is not None or facts.layout_rule is not None \
-                or torch.Tag.nondeterministic_seeded in facts.func.tags:
+        if (
+            facts.generator_at is not None
+            or facts.host_args is not None
+            or facts.layout_rule is not None
+            or torch.Tag.nondeterministic_seeded in facts.func.tags
+        ):
             return
     outs = (result,) if served.n_returns == 1 else tuple(result) if served.n_returns else ()
     if any(isinstance(o, (list, tuple)) for o in outs):
@@ -163,10 +167,20 @@ def commit(f, dev, count_as: str, vals: list, result, twin: tuple | None = None,
         call = host_kernel(f.func).name()
     new = core.ffi.new
     lists = {"inputs": ins, "writes": writes, "outs": writes_out, "returns": rets}
-    keep = {"name": new("char[]", name.encode()), "call": new("char[]", call.encode()) if call else core.ffi.NULL,
-            **{field: new("int32_t[]", list(a) or [0]) for field, a in lists.items()}}
-    plan = new("fl_fallback_plan_t *", {**keep, **{"n_" + field: len(a) for field, a in lists.items()},
-                                        "device": dev.index, "slot": core.count_slot(dev.backend, count_as, FALLBACK)})
+    keep = {
+        "name": new("char[]", name.encode()),
+        "call": new("char[]", call.encode()) if call else core.ffi.NULL,
+        **{field: new("int32_t[]", list(a) or [0]) for field, a in lists.items()},
+    }
+    plan = new(
+        "fl_fallback_plan_t *",
+        {
+            **keep,
+            **{"n_" + field: len(a) for field, a in lists.items()},
+            "device": dev.index,
+            "slot": core.count_slot(dev.backend, count_as, FALLBACK),
+        },
+    )
     core.lib().fl_fallback_commit(plan)  # copies what plan points at (keep lives until then)
 
 

@@ -32,18 +32,26 @@ def channels_last_of(t) -> torch.memory_format | None:
 def _conv(input_at: int, weight_at: int, results: tuple) -> Callable:
     def rule(vals):
         return channels_last_of(vals[input_at]) or channels_last_of(vals[weight_at]), results
+
     return rule
 
 
 def _like(arg_at: int, results: tuple = (0,)) -> Callable:
     def rule(vals):
         return channels_last_of(vals[arg_at]), results
+
     return rule
 
 
 RULES: dict = {aten.convolution.default: _conv(0, 1, (0,)), aten.convolution_backward.default: _conv(1, 2, (0, 1))}
-for _name in ("reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d",
-              "replication_pad3d"):
+for _name in (
+    "reflection_pad1d",
+    "reflection_pad2d",
+    "reflection_pad3d",
+    "replication_pad1d",
+    "replication_pad2d",
+    "replication_pad3d",
+):
     RULES[getattr(aten, _name).default] = _like(0)
     RULES[getattr(aten, _name + "_backward").default] = _like(1)
 # pooling CPU keeps channels-last (a device that decomposes it into views and sums would not): 2-D average and

@@ -120,8 +120,18 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) 
         if is_fl(t):
             events.count(device_of(t).backend, "aten::copy_", COPY)
     if listening:
-        events.emit(events.OpEvent("aten::copy_", backend, COPY, time.perf_counter() - t0, 0,
-                                   events.STATE.bytes_copied - b0, events.NESTING.depth, t0))
+        events.emit(
+            events.OpEvent(
+                "aten::copy_",
+                backend,
+                COPY,
+                time.perf_counter() - t0,
+                0,
+                events.STATE.bytes_copied - b0,
+                events.NESTING.depth,
+                t0,
+            )
+        )
     return dst
 
 
@@ -132,10 +142,19 @@ def device_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
     such copies on the device take the same copy in the C++ core (csrc/fl_cpu_fallback.cpp). Returns whether it
     copied: other copies (a broadcast, a cast, strided or overlapping memory) are the tiers' (copy_), as is
     every copy while a kernel graph records (a replay runs kernels only)."""
-    if (src.dtype != dst.dtype or src.shape != dst.shape or src.stride() != dst.stride() or not dst.numel()
-            or dst.is_conj() or dst.is_neg() or src.is_conj() or src.is_neg() or not is_dense(dst)
-            or events.STATE.recording is not None
-            or dst.untyped_storage().data_ptr() == src.untyped_storage().data_ptr()):
+    if (
+        src.dtype != dst.dtype
+        or src.shape != dst.shape
+        or src.stride() != dst.stride()
+        or not dst.numel()
+        or dst.is_conj()
+        or dst.is_neg()
+        or src.is_conj()
+        or src.is_neg()
+        or not is_dense(dst)
+        or events.STATE.recording is not None
+        or dst.untyped_storage().data_ptr() == src.untyped_storage().data_ptr()
+    ):
         return False
     dev = device_of(dst)
     t0 = time.perf_counter()
@@ -148,8 +167,11 @@ def device_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
     events.STATE.kernels += 1  # a launch on the device, as a mem_set fill is (kernel counts compare backends)
     events.count(dev.backend, "aten::copy_", COPY)
     if events.STATE.listeners:
-        events.emit(events.OpEvent("aten::copy_", dev.backend.name, COPY, time.perf_counter() - t0, 1, 0,
-                                   events.NESTING.depth, t0))
+        events.emit(
+            events.OpEvent(
+                "aten::copy_", dev.backend.name, COPY, time.perf_counter() - t0, 1, 0, events.NESTING.depth, t0
+            )
+        )
     if native.FAST.enabled:
         core.lib().fl_fallback_copy_commit(dev.index, core.count_slot(dev.backend, "aten::copy_", COPY))
     return True
@@ -170,20 +192,35 @@ def _async_d2h_ok(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """fl -> pinned host without waiting: same dtype, shape and contiguous bytes on both sides, from a
     device whose kernels are asynchronous (on the others the copy has landed when it returns anyway)."""
     dev = device_of(src)
-    return (src.dtype == dst.dtype and src.shape == dst.shape and dst.numel() > 0
-            and not (src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg())
-            and src.is_contiguous() and dst.is_contiguous() and not async_copy.is_pending(src)
-            and async_copy.supports_d2h(dev) and dst.is_pinned())
+    return (
+        src.dtype == dst.dtype
+        and src.shape == dst.shape
+        and dst.numel() > 0
+        and not (src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg())
+        and src.is_contiguous()
+        and dst.is_contiguous()
+        and not async_copy.is_pending(src)
+        and async_copy.supports_d2h(dev)
+        and dst.is_pinned()
+    )
 
 
 def _async_ok(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """An async copy needs pinned, contiguous host bytes of dst's dtype and
     layout, and a device with async copies; anything else copies now."""
     dev = device_of(dst)
-    return (src.device.type == "cpu" and src.dtype == dst.dtype and src.shape == dst.shape and dst.numel() > 0
-            and not (src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg())
-            and src.is_contiguous() and dst.is_contiguous() and not dev.host_accessible
-            and async_copy.supports(dev) and src.is_pinned())
+    return (
+        src.device.type == "cpu"
+        and src.dtype == dst.dtype
+        and src.shape == dst.shape
+        and dst.numel() > 0
+        and not (src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg())
+        and src.is_contiguous()
+        and dst.is_contiguous()
+        and not dev.host_accessible
+        and async_copy.supports(dev)
+        and src.is_pinned()
+    )
 
 
 def local_scalar_dense(f, args, kwargs):
@@ -207,7 +244,7 @@ def sdp_choice(f, args, kwargs):
 
 
 def foreach(f, args, kwargs):
-    base = f.func._schema.name.split("::")[1][len("_foreach_"):]
+    base = f.func._schema.name.split("::")[1][len("_foreach_") :]
     overload = f.func._overloadname
     packet = getattr(aten, base)
     lists = [i for i, a in enumerate(args) if isinstance(a, (list, tuple))]
@@ -246,4 +283,3 @@ for _name in ("as_strided_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swap
     if _packet is not None:
         for _ov in _packet.overloads():
             SPECIAL[getattr(_packet, _ov)] = inplace_meta
-

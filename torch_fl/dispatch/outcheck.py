@@ -26,9 +26,11 @@ def check(f, dev, vals: list, outs: list, layouts) -> None:
     arguments; outs: the out= tensors; layouts: the functional twin's result layouts, or None)."""
     for out in iter_tensors(outs):
         if not is_fl(out):
-            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
-                               f"{dev.torch_device} and {out.device}! (when checking the out= argument of "
-                               f"{f.name}). Make the out= tensor on {dev.torch_device}.")
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, "
+                f"{dev.torch_device} and {out.device}! (when checking the out= argument of "
+                f"{f.name}). Make the out= tensor on {dev.torch_device}."
+            )
     flat = list(iter_tensors(outs))
     expected = [lay[2] if isinstance(lay, tuple) and len(lay) == 3 else None for lay in (layouts or ())]
     if len(expected) == len(flat) and all(o.dtype == e for o, e in zip(flat, expected, strict=True)):

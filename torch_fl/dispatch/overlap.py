@@ -35,10 +35,14 @@ import torch
 
 from ..runtime import base_ptr, is_dense
 
-INTERNAL_MESSAGE = ("unsupported operation: more than one element of the written-to tensor refers to a single "
-                    "memory location. Please clone() the tensor before performing the operation.")
-PARTIAL_MESSAGE = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
-                   "single memory location. Please clone() the tensor before performing the operation.")
+INTERNAL_MESSAGE = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single "
+    "memory location. Please clone() the tensor before performing the operation."
+)
+PARTIAL_MESSAGE = (
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+    "single memory location. Please clone() the tensor before performing the operation."
+)
 
 NO, FULL, PARTIAL, TOO_HARD = "no", "full", "partial", "too hard"
 
@@ -54,51 +58,135 @@ class Rule:
         self.internal, self.partial, self.full, self.full_ok = internal, partial, full, full_ok
 
     def __repr__(self) -> str:
-        return (f"Rule(internal={self.internal}, partial={self.partial}, full={self.full}, "
-                f"full_ok={self.full_ok})")
+        return f"Rule(internal={self.internal}, partial={self.partial}, full={self.full}, full_ok={self.full_ok})"
 
 
 # Non-pointwise ops whose CPU kernels refuse partial overlap (TensorIterator-based or checked
 # explicitly), by overload name.
-_PARTIAL_CHECKED = frozenset({
-    "aten::addbmm.out", "aten::addmv.out", "aten::addr.out", "aten::addmm.out", "aten::baddbmm.out",
-    "aten::bernoulli.out", "aten::bernoulli_.Tensor", "aten::copy_", "aten::cumprod.out", "aten::cumsum.out",
-    "aten::logcumsumexp.out", "aten::floor_divide.out", "aten::floor_divide_.Tensor", "aten::gelu.out",
-    "aten::hardshrink.out", "aten::softplus.out", "aten::softshrink.out", "aten::index_reduce.out",
-    "aten::index_reduce_", "aten::normal.Tensor_Tensor_out", "aten::normal.Tensor_float_out",
-    "aten::normal.float_Tensor_out", "aten::renorm.out", "aten::sort.values", "aten::sort.values_stable",
-    "aten::topk.values", "aten::where.self_out", "aten::scatter.reduce_out", "aten::scatter.value_reduce_out",
-    "aten::scatter_reduce.two_out", "aten::scatter_reduce_.two", "aten::scatter_.reduce",
-    "aten::scatter_.value_reduce", "aten::masked_fill_.Tensor", "aten::masked_fill_.Scalar",
-})
+_PARTIAL_CHECKED = frozenset(
+    {
+        "aten::addbmm.out",
+        "aten::addmv.out",
+        "aten::addr.out",
+        "aten::addmm.out",
+        "aten::baddbmm.out",
+        "aten::bernoulli.out",
+        "aten::bernoulli_.Tensor",
+        "aten::copy_",
+        "aten::cumprod.out",
+        "aten::cumsum.out",
+        "aten::logcumsumexp.out",
+        "aten::floor_divide.out",
+        "aten::floor_divide_.Tensor",
+        "aten::gelu.out",
+        "aten::hardshrink.out",
+        "aten::softplus.out",
+        "aten::softshrink.out",
+        "aten::index_reduce.out",
+        "aten::index_reduce_",
+        "aten::normal.Tensor_Tensor_out",
+        "aten::normal.Tensor_float_out",
+        "aten::normal.float_Tensor_out",
+        "aten::renorm.out",
+        "aten::sort.values",
+        "aten::sort.values_stable",
+        "aten::topk.values",
+        "aten::where.self_out",
+        "aten::scatter.reduce_out",
+        "aten::scatter.value_reduce_out",
+        "aten::scatter_reduce.two_out",
+        "aten::scatter_reduce_.two",
+        "aten::scatter_.reduce",
+        "aten::scatter_.value_reduce",
+        "aten::masked_fill_.Tensor",
+        "aten::masked_fill_.Scalar",
+    }
+)
 # Pointwise-tagged ops whose CPU kernels compute into a temporary first (no check).
 _UNCHECKED = frozenset({"aten::mvlgamma.out"})
 # Ops that also refuse a written tensor that is exactly one of their inputs (ATen's
 # assert_no_overlap): gathering and scattering kernels read and write in index order.
-_FULL_CHECKED = frozenset({
-    "aten::index_select.out", "aten::gather.out", "aten::linalg_cross.out", "aten::take.out", "aten::cat.out",
-    "aten::masked_select.out", "aten::index_copy_", "aten::index_add_", "aten::scatter_.src", "aten::scatter_add_",
-    "aten::put_", "aten::index_put_", "aten::_index_put_impl_",
-})
+_FULL_CHECKED = frozenset(
+    {
+        "aten::index_select.out",
+        "aten::gather.out",
+        "aten::linalg_cross.out",
+        "aten::take.out",
+        "aten::cat.out",
+        "aten::masked_select.out",
+        "aten::index_copy_",
+        "aten::index_add_",
+        "aten::scatter_.src",
+        "aten::scatter_add_",
+        "aten::put_",
+        "aten::index_put_",
+        "aten::_index_put_impl_",
+    }
+)
 # out= forms of scatter-like ops: they start by copying `self` into out, so out may be `self`
 # itself, but no other input may overlap it.
-_FULL_CHECKED_BUT_SELF = frozenset({
-    "aten::index_copy.out", "aten::index_add.out", "aten::scatter.src_out", "aten::scatter_add.out", "aten::put.out",
-})
+_FULL_CHECKED_BUT_SELF = frozenset(
+    {
+        "aten::index_copy.out",
+        "aten::index_add.out",
+        "aten::scatter.src_out",
+        "aten::scatter_add.out",
+        "aten::put.out",
+    }
+)
 # Ops whose CPU kernels write into an expanded tensor without complaint (filling, masked
 # writes, matrix products, reductions), by overload name, then by op name for whole families.
-_NO_INTERNAL = frozenset({
-    "aten::fill_.Scalar", "aten::fill_.Tensor", "aten::zero_", "aten::masked_fill_.Scalar",
-    "aten::masked_fill_.Tensor", "aten::index_fill_.int_Scalar", "aten::index_fill_.int_Tensor",
-    "aten::index_put_", "aten::_index_put_impl_", "aten::conj_physical_", "aten::threshold_", "aten::tril_",
-    "aten::triu_", "aten::tril.out", "aten::triu.out", "aten::addmv_", "aten::baddbmm_", "aten::bmm.out",
-    "aten::mv.out", "aten::linear.out", "aten::resize_as_", "aten::set_",
-    "aten::embedding_renorm_",
-})
-_NO_INTERNAL_OPS = frozenset({
-    "sum", "nansum", "mean", "prod", "max", "min", "amax", "amin", "aminmax", "argmax", "argmin", "std", "var",
-    "std_mean", "var_mean", "norm", "linalg_vector_norm", "all", "any", "count_nonzero",
-})
+_NO_INTERNAL = frozenset(
+    {
+        "aten::fill_.Scalar",
+        "aten::fill_.Tensor",
+        "aten::zero_",
+        "aten::masked_fill_.Scalar",
+        "aten::masked_fill_.Tensor",
+        "aten::index_fill_.int_Scalar",
+        "aten::index_fill_.int_Tensor",
+        "aten::index_put_",
+        "aten::_index_put_impl_",
+        "aten::conj_physical_",
+        "aten::threshold_",
+        "aten::tril_",
+        "aten::triu_",
+        "aten::tril.out",
+        "aten::triu.out",
+        "aten::addmv_",
+        "aten::baddbmm_",
+        "aten::bmm.out",
+        "aten::mv.out",
+        "aten::linear.out",
+        "aten::resize_as_",
+        "aten::set_",
+        "aten::embedding_renorm_",
+    }
+)
+_NO_INTERNAL_OPS = frozenset(
+    {
+        "sum",
+        "nansum",
+        "mean",
+        "prod",
+        "max",
+        "min",
+        "amax",
+        "amin",
+        "aminmax",
+        "argmax",
+        "argmin",
+        "std",
+        "var",
+        "std_mean",
+        "var_mean",
+        "norm",
+        "linalg_vector_norm",
+        "all",
+        "any",
+        "count_nonzero",
+    }
+)
 
 
 def _op_name(func) -> str:

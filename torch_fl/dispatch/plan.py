@@ -73,7 +73,8 @@ def _device_of(name: str, vals):
             if t.layout is not torch.strided:
                 raise RuntimeError(
                     f"{name}: a {t.layout} tensor on {t.device} is not supported by torch_fl (fl tensors are "
-                    f"strided); keep {t.layout} tensors on the CPU and move dense ones with .to_dense() first")
+                    f"strided); keep {t.layout} tensors on the CPU and move dense ones with .to_dense() first"
+                )
             d = device_of(t)
             if dev is None:
                 dev = d
@@ -106,10 +107,8 @@ def _host_args_to_device(f: OpFacts, vals: list) -> None:
         if isinstance(v, torch.Tensor):
             if v.device.type == "cpu" and (bound is None or v.dim() == 0):
                 vals[i] = v.to(target)
-        elif isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) and x.device.type == "cpu"
-                                                   for x in v):
-            vals[i] = type(v)(x.to(target) if isinstance(x, torch.Tensor) and x.device.type == "cpu" else x
-                              for x in v)
+        elif isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) and x.device.type == "cpu" for x in v):
+            vals[i] = type(v)(x.to(target) if isinstance(x, torch.Tensor) and x.device.type == "cpu" else x for x in v)
 
 
 # -- plans ---------------------------------------------------------------------
@@ -183,8 +182,9 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
         plan.reasons.append(f"no native kernel for {f.name} in plugin '{backend.name}'")
     elif code < 0 or not (entry.dtypes >> code) & 1 or _unserved_complex(entry, dtypes):
         what = _unserved_complex(entry, dtypes) or (dtype_name(lookup) if lookup else "?")
-        plan.reasons.append(f"native kernel {f.name} does not serve {what} "
-                            f"(serves {', '.join(mask_to_names(entry.dtypes))})")
+        plan.reasons.append(
+            f"native kernel {f.name} does not serve {what} (serves {', '.join(mask_to_names(entry.dtypes))})"
+        )
     elif not (dev_mask >> code) & 1:
         plan.reasons.append(f"device does not compute in {dtype_name(lookup)}")
     else:
@@ -216,15 +216,27 @@ def resolve(f: OpFacts, backend, dtypes: tuple) -> Plan:
     if SETTINGS.cpu_fallback:
         plan.paths.append(FALLBACK)
         plan.reasons.append("CPU fallback (copy to host, run PyTorch's CPU kernel, copy back)")
-        if plan.paths[0] == DECOMPOSITION and JIT not in plan.paths and _host_can_serve(f, plan) and dtypes \
-                and not any(d in TO_CODE and (dev_mask >> TO_CODE[d]) & 1 for d in dtypes):
-            _fallback_first(plan, f"the device computes in none of "
-                                  f"{', '.join(sorted({dtype_name(d) for d in dtypes}))}, so every sub-op of the "
-                                  f"decomposition would reach the CPU fallback, one copy round trip each")
+        if (
+            plan.paths[0] == DECOMPOSITION
+            and JIT not in plan.paths
+            and _host_can_serve(f, plan)
+            and dtypes
+            and not any(d in TO_CODE and (dev_mask >> TO_CODE[d]) & 1 for d in dtypes)
+        ):
+            _fallback_first(
+                plan,
+                f"the device computes in none of "
+                f"{', '.join(sorted({dtype_name(d) for d in dtypes}))}, so every sub-op of the "
+                f"decomposition would reach the CPU fallback, one copy round trip each",
+            )
     else:
         plan.reasons.append("CPU fallback is switched off (FL_CPU_FALLBACK=0)")
-    plan.learn = plan.paths[:1] == [DECOMPOSITION] and bool(dtypes) and _generic_decomposition(f, plan) and \
-        not any(d.is_floating_point or d.is_complex for d in dtypes)
+    plan.learn = (
+        plan.paths[:1] == [DECOMPOSITION]
+        and bool(dtypes)
+        and _generic_decomposition(f, plan)
+        and not any(d.is_floating_point or d.is_complex for d in dtypes)
+    )
     return plan
 
 
@@ -254,8 +266,9 @@ def _host_can_serve(f: OpFacts, plan: Plan) -> bool:
 def _generic_decomposition(f: OpFacts, plan: Plan) -> bool:
     """The plan's decomposition computes what the op's CPU kernel computes, only spelled in other ops:
     PyTorch's own, or one of torch_fl's marked `host_equivalent`."""
-    return plan.decomposition is decomposition_table.get(f.func) or getattr(plan.decomposition, "host_equivalent",
-                                                                             False)
+    return plan.decomposition is decomposition_table.get(f.func) or getattr(
+        plan.decomposition, "host_equivalent", False
+    )
 
 
 def _fallback_first(plan: Plan, why: str) -> None:
@@ -280,12 +293,17 @@ def _learn(f: OpFacts, plan: Plan, before: tuple) -> None:
         if _native_calls() == natives and JIT not in plan.failed:
             plan.paths.remove(JIT)
             plan.paths.insert(0, JIT)
-            plan.reasons.append("the JIT kernel is tried before the decomposition: its first call reached no native "
-                                "kernel (its sub-ops took JIT kernels or the CPU fallback), and on exact dtypes the "
-                                "op's own JIT kernel gives the same result")
+            plan.reasons.append(
+                "the JIT kernel is tried before the decomposition: its first call reached no native "
+                "kernel (its sub-ops took JIT kernels or the CPU fallback), and on exact dtypes the "
+                "op's own JIT kernel gives the same result"
+            )
     elif FALLBACK in plan.paths and events.kernel_count() == kernels and _host_can_serve(f, plan):
-        _fallback_first(plan, "its first call reached no kernel of the device (every sub-op of the decomposition "
-                              "took the CPU fallback), and on exact dtypes the CPU kernel gives the same result")
+        _fallback_first(
+            plan,
+            "its first call reached no kernel of the device (every sub-op of the decomposition "
+            "took the CPU fallback), and on exact dtypes the CPU kernel gives the same result",
+        )
 
 
 def _jit_claim(name: str) -> str:
@@ -301,8 +319,10 @@ def _note_jit_failure(plan: Plan, f: OpFacts, backend) -> None:
         return
     plan.failed.add(JIT)
     text = f"the JIT kernel for {f.name} failed to compile: {why}"
-    plan.reasons[:] = [text if r == _jit_claim(f.name) or r.startswith(f"the JIT kernel for {f.name} failed")
-                       else r for r in plan.reasons]
+    plan.reasons[:] = [
+        text if r == _jit_claim(f.name) or r.startswith(f"the JIT kernel for {f.name} failed") else r
+        for r in plan.reasons
+    ]
 
 
 def _without_abi_dtype(dtypes) -> str | None:
@@ -312,8 +332,10 @@ def _without_abi_dtype(dtypes) -> str | None:
     for d in dtypes:
         if d not in TO_CODE:
             advice = "; convert with .cfloat() or .cdouble()" if d.is_complex else ""
-            return (f"{dtype_name(d)} has no fl dtype (the plugin ABI has no code for it, so no plugin kernel "
-                    f"may read it{advice})")
+            return (
+                f"{dtype_name(d)} has no fl dtype (the plugin ABI has no code for it, so no plugin kernel "
+                f"may read it{advice})"
+            )
     return None
 
 
@@ -486,10 +508,29 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
 
 # ops for which PyTorch raises IndexError on an index out of range: a kernel's (or a decomposition's
 # sub-op's) refusal of the call's values is raised as one (gather, scatter, index_add: RuntimeError, as CPU)
-INDEX_ERROR_OPS = frozenset(f"aten::{n}" for n in (
-    "index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put", "index_select",
-    "embedding", "take", "put", "put_", "index_copy", "index_copy_", "index_fill", "index_fill_", "index_reduce",
-    "index_reduce_", "select_scatter"))
+INDEX_ERROR_OPS = frozenset(
+    f"aten::{n}"
+    for n in (
+        "index",
+        "_unsafe_index",
+        "index_put",
+        "index_put_",
+        "_index_put_impl_",
+        "_unsafe_index_put",
+        "index_select",
+        "embedding",
+        "take",
+        "put",
+        "put_",
+        "index_copy",
+        "index_copy_",
+        "index_fill",
+        "index_fill_",
+        "index_reduce",
+        "index_reduce_",
+        "select_scatter",
+    )
+)
 
 
 def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
@@ -506,8 +547,9 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
     if ff.layout_rule is not None:
         _fresh_outs_channels_last(ff, fvals, outs)
     plan = _plan(ff, dev, fvals)
-    if plan.first == NATIVE and _writes_in_place(ff, fvals, outs, layout,
-                                                 plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT):
+    if plan.first == NATIVE and _writes_in_place(
+        ff, fvals, outs, layout, plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT
+    ):
         site: dict | None = {} if native.FAST.enabled and fast else None
         result = _run_plan(ff, dev, fvals, _native_only(plan), outs, site, may_decline=True)
         if result is not NOT_HANDLED:
@@ -536,9 +578,20 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
     result = _run_plan(ff, dev, fvals, plan)
     results = (result,) if ff.n_returns == 1 else tuple(result)
     # the CPU kernel served it and its results fit the outputs as they are: the C++ core can serve the next
-    replayable = fast and plan.first == FALLBACK and f.handler is compute and not TLS.device_only \
-        and all(is_fl(o) and isinstance(r, torch.Tensor) and r.dtype == o.dtype and r.shape == o.shape
-                and not overlap.has_internal_overlap(o) for o, r in zip(outs, results, strict=True))
+    replayable = (
+        fast
+        and plan.first == FALLBACK
+        and f.handler is compute
+        and not TLS.device_only
+        and all(
+            is_fl(o)
+            and isinstance(r, torch.Tensor)
+            and r.dtype == o.dtype
+            and r.shape == o.shape
+            and not overlap.has_internal_overlap(o)
+            for o, r in zip(outs, results, strict=True)
+        )
+    )
     rule = f.overlap_rule(vals)
     for out, r in zip(outs, results, strict=True):
         _write_out(f, out, r, rule)
@@ -562,9 +615,14 @@ def _fresh_outs_channels_last(ff: OpFacts, fvals, outs: list) -> None:
     fmt, results = want
     for i in results:
         out = outs[i] if i < len(outs) else None
-        if not is_fl(out) or out._base is not None or out.storage_offset() or not out.is_contiguous() or \
-                out.dim() != (4 if fmt is torch.channels_last else 5) or \
-                torch._C._storage_Use_Count(out.untyped_storage()._cdata) != 2:
+        if (
+            not is_fl(out)
+            or out._base is not None
+            or out.storage_offset()
+            or not out.is_contiguous()
+            or out.dim() != (4 if fmt is torch.channels_last else 5)
+            or torch._C._storage_Use_Count(out.untyped_storage()._cdata) != 2
+        ):
             continue
         out.as_strided_(out.shape, torch.empty(out.shape, device="meta", memory_format=fmt).stride())
 
@@ -605,8 +663,12 @@ def _writes_in_place(ff: OpFacts, fvals, outs, lays, any_layout: int = 0) -> boo
         for t in iter_tensors(fvals):
             if t.device.type != "fl" or not t.numel() or base_ptr(t) != base:
                 continue
-            same = (t.storage_offset() == out.storage_offset() and t.shape == out.shape
-                    and t.stride() == out.stride() and t.dtype == out.dtype)
+            same = (
+                t.storage_offset() == out.storage_offset()
+                and t.shape == out.shape
+                and t.stride() == out.stride()
+                and t.dtype == out.dtype
+            )
             if not (ff.pointwise and same):
                 return False
     return True
@@ -615,8 +677,9 @@ def _writes_in_place(ff: OpFacts, fvals, outs, lays, any_layout: int = 0) -> boo
 def _write_out(f: OpFacts, out: torch.Tensor, r, rule=None) -> None:
     if isinstance(out, (list, tuple)):  # a Tensor(a!)[] out (split_copy, unbind_copy): element by element
         if not isinstance(r, (list, tuple)) or len(r) != len(out):
-            raise RuntimeError(f"{f.name}: expected {len(r) if isinstance(r, (list, tuple)) else 1} out= tensors, "
-                               f"got {len(out)}")
+            raise RuntimeError(
+                f"{f.name}: expected {len(r) if isinstance(r, (list, tuple)) else 1} out= tensors, got {len(out)}"
+            )
         for o, x in zip(out, r, strict=True):
             _write_out(f, o, x, rule)
         return
@@ -631,7 +694,9 @@ def _write_out(f: OpFacts, out: torch.Tensor, r, rule=None) -> None:
                 f"does not match the required output shape {list(r.shape)}. This behavior is deprecated, and in "
                 f"a future PyTorch release outputs will not be resized unless they have zero elements. You can "
                 f"explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
-                UserWarning, stacklevel=3)
+                UserWarning,
+                stacklevel=3,
+            )
         out.resize_(r.shape)
         if r.dim() and not r.is_contiguous() and is_dense(r):
             out.as_strided_(r.shape, r.stride())
@@ -649,8 +714,11 @@ def _adopt(out: torch.Tensor, r: torch.Tensor) -> bool:
     keeps its memory (its data_ptr), as PyTorch promises."""
     if not (is_fl(r) and is_fl(out)) or r.device != out.device or r.dtype != out.dtype:
         return False
-    if out.numel() != 0 and (not core.lib().fl_core_fresh_out(core.pointer(base_ptr(out))) or out.shape != r.shape or
-                             (out.numel() > 1 and out.stride() != r.stride())):
+    if out.numel() != 0 and (
+        not core.lib().fl_core_fresh_out(core.pointer(base_ptr(out)))
+        or out.shape != r.shape
+        or (out.numel() > 1 and out.stride() != r.stride())
+    ):
         return False
     if out.storage_offset():
         return False
@@ -670,8 +738,10 @@ def _no_path_error(f: OpFacts, backend, plan: Plan, failures=()) -> NotImplement
     decomposition needed this one quotes it once and the advice comes once."""
     tried = "; ".join(list(plan.reasons) + list(failures))
     what = f"{f.name} ({', '.join(plan.dtypes) or 'no tensors'}) cannot run on fl backend '{backend.name}': {tried}"
-    e = NotImplementedError(f"{what}. Enable the CPU fallback (FL_CPU_FALLBACK=1 or "
-                            f"torch_fl.set_cpu_fallback(True)) or use a backend that implements it.")
+    e = NotImplementedError(
+        f"{what}. Enable the CPU fallback (FL_CPU_FALLBACK=1 or "
+        f"torch_fl.set_cpu_fallback(True)) or use a backend that implements it."
+    )
     e.fl_what, e.fl_op = what, (f.name, plan.dtypes)  # type: ignore[attr-defined]  # read back with getattr
     return e
 
@@ -689,8 +759,18 @@ def _decomposition_needs(f: OpFacts, plan: Plan, e: NotImplementedError) -> str:
 
 
 def _emit(name, backend, path, t0, k0, b0) -> None:
-    events.emit(events.OpEvent(name, backend, path, time.perf_counter() - t0, events.STATE.kernels - k0,
-                               events.STATE.bytes_copied - b0, events.NESTING.depth - 1, t0))
+    events.emit(
+        events.OpEvent(
+            name,
+            backend,
+            path,
+            time.perf_counter() - t0,
+            events.STATE.kernels - k0,
+            events.STATE.bytes_copied - b0,
+            events.NESTING.depth - 1,
+            t0,
+        )
+    )
 
 
 # -- factories: ops dispatched to the fl device without an fl tensor argument ---
@@ -702,8 +782,9 @@ def _factory(f: OpFacts, args, kwargs):
     there is one, else its decomposition on the device, else the host computes it and it is copied over;
     the path is reported like any op's."""
     device = kwargs.get("device")
-    dev = REGISTRY.device(torch.device(device).index if device is not None and torch.device(device).type == "fl"
-                          else None)
+    dev = REGISTRY.device(
+        torch.device(device).index if device is not None and torch.device(device).type == "fl" else None
+    )
     if not events.STATE.listeners:
         return _factory_run(f, dev, args, kwargs)[0]
     t0, k0, b0 = time.perf_counter(), events.STATE.kernels, events.STATE.bytes_copied
@@ -750,7 +831,8 @@ def _factory_run(f: OpFacts, dev, args, kwargs):
     if not SETTINGS.cpu_fallback or TLS.device_only:
         raise NotImplementedError(
             f"{f.name} has no kernel on fl backend '{dev.backend.name}' and the CPU fallback is switched off "
-            f"(FL_CPU_FALLBACK=0); enable it with FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)")
+            f"(FL_CPU_FALLBACK=0); enable it with FL_CPU_FALLBACK=1 or torch_fl.set_cpu_fallback(True)"
+        )
     if "device" in kwargs:
         kwargs = dict(kwargs, device="cpu")
     if f.generator_at is not None and rng.STATE.depth:
@@ -771,6 +853,7 @@ GENERIC_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse2)
 def generic_kernel(op):
     """PyTorch's CompositeExplicitAutograd kernel of op, reached through a backend key torch_fl leaves
     empty (PrivateUse2), where the generic kernel is what the dispatcher computes."""
+
     def run(*args, **kwargs):
         return op.redispatch(GENERIC_KEYS, *args, **kwargs)
 
@@ -784,4 +867,3 @@ def composite(f: OpFacts, args, kwargs):
     if out is NotImplemented:
         return compute(f, args, kwargs)
     return out
-

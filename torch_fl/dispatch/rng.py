@@ -32,13 +32,17 @@ def call_with_generator(f, vals: list, run):
     if not isinstance(g, torch.Generator):
         raise TypeError(f"{f.name}: generator must be a torch.Generator, not {type(g).__name__}")
     if g.device.type != "fl":
-        raise RuntimeError(f"Expected a 'fl' device type for generator but found '{g.device.type}' (in {f.name}); "
-                           f"make it with torch.Generator(device='fl')")
+        raise RuntimeError(
+            f"Expected a 'fl' device type for generator but found '{g.device.type}' (in {f.name}); "
+            f"make it with torch.Generator(device='fl')"
+        )
     dev = REGISTRY.device(g.device.index)
     for t in iter_tensors(vals):
         if t.device.type == "fl" and t.device != g.device:
-            raise RuntimeError(f"{f.name}: the generator is on {g.device} but the tensors are on {t.device}; "
-                               f"make the generator with torch.Generator(device='{t.device}')")
+            raise RuntimeError(
+                f"{f.name}: the generator is on {g.device} but the tensors are on {t.device}; "
+                f"make the generator with torch.Generator(device='{t.device}')"
+            )
     vals = list(vals)
     vals[f.generator_at] = None
     args, kwargs = f.split(vals)

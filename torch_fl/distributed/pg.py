@@ -84,8 +84,18 @@ _OPS: dict[str, tuple[str, str, tuple]] = {
     "barrier": ("barrier", "barrier", (None,)),
 }
 # the calls a plugin's comm_* entry points serve; the rest always relay
-_PLUGIN_OPS = {"allreduce", "allreduce_coalesced", "broadcast", "allgather", "all_gather_single", "reduce_scatter",
-               "reduce_scatter_single", "send", "recv", "barrier"}
+_PLUGIN_OPS = {
+    "allreduce",
+    "allreduce_coalesced",
+    "broadcast",
+    "allgather",
+    "all_gather_single",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "send",
+    "recv",
+    "barrier",
+}
 
 
 # -- registration ------------------------------------------------------------------
@@ -181,9 +191,16 @@ class ProcessGroupFl(dist.ProcessGroup):
         """Every rank publishes what it runs; a rank on another backend (or one
         that never arrives) fails every rank now, not at the first collective."""
         caps = self.backend.capabilities
-        mine = {"rank": self._rank, "backend": self.backend.name, "plugin": os.path.basename(caps.plugin_path),
-                "emulated": caps.emulated, "collectives": caps.collectives_path, "host": _host_id(),
-                "relay_forced": config.env_bool(RELAY_ENV, False), "pid": os.getpid()}
+        mine = {
+            "rank": self._rank,
+            "backend": self.backend.name,
+            "plugin": os.path.basename(caps.plugin_path),
+            "emulated": caps.emulated,
+            "collectives": caps.collectives_path,
+            "host": _host_id(),
+            "relay_forced": config.env_bool(RELAY_ENV, False),
+            "pid": os.getpid(),
+        }
         store.set(f"{_KEY}rank/{self._rank}", json.dumps(mine))
         keys = [f"{_KEY}rank/{r}" for r in range(self._world)]
         try:
@@ -193,7 +210,8 @@ class ProcessGroupFl(dist.ProcessGroup):
             raise CollectiveError(
                 f"fl process group: rank(s) {missing} did not join within {self._timeout_s:.0f} s. Every rank must "
                 "call init_process_group with backend 'fl' (or none, after importing torch_fl); a rank that "
-                f"chose another backend (gloo, nccl) or died never arrives ({e})") from e
+                f"chose another backend (gloo, nccl) or died never arrives ({e})"
+            ) from e
         infos = [json.loads(store.get(k)) for k in keys]
         names = sorted({i["backend"] for i in infos})
         if len(names) > 1:
@@ -208,7 +226,8 @@ class ProcessGroupFl(dist.ProcessGroup):
             raise BackendMismatchError(
                 f"fl process group: the ranks selected different fl backends ({per_rank}). Every rank must run the "
                 f"same backend: set FL_BACKEND (e.g. FL_BACKEND={infos[0]['backend']}) for every rank, or call "
-                "fl.initialize(<name>) with the same name before init_process_group")
+                "fl.initialize(<name>) with the same name before init_process_group"
+            )
         return infos
 
     def _choose_path(self) -> str:
@@ -230,8 +249,10 @@ class ProcessGroupFl(dist.ProcessGroup):
         timeout_ms = max(1, min(int(self._timeout_s * 1000), 2**31 - 1))
         st = p.table.comm_init(self.device.local, uid.encode(), self._rank, self._world, timeout_ms, out)
         if st:
-            raise CollectiveError(f"fl process group: the '{self.backend.name}' plugin's comm_init failed on rank "
-                                  f"{self._rank}: {p.last_error() or 'no message'}")
+            raise CollectiveError(
+                f"fl process group: the '{self.backend.name}' plugin's comm_init failed on rank "
+                f"{self._rank}: {p.last_error() or 'no message'}"
+            )
         return out[0]
 
     # -- identity ---------------------------------------------------------------
@@ -242,12 +263,12 @@ class ProcessGroupFl(dist.ProcessGroup):
         return BACKEND_NAME
 
     def __repr__(self) -> str:
-        return (f"<ProcessGroupFl rank {self._rank}/{self._world} backend {self.backend.name} "
-                f"collectives {self.path}>")
+        return f"<ProcessGroupFl rank {self._rank}/{self._world} backend {self.backend.name} collectives {self.path}>"
 
     # -- the dispatch of one call --------------------------------------------------
-    def _submit(self, method: str, args: tuple, *, reduce_op=None, root: int | None = None,
-                peer: int | None = None) -> FlWork:
+    def _submit(
+        self, method: str, args: tuple, *, reduce_op=None, root: int | None = None, peer: int | None = None
+    ) -> FlWork:
         if self._closed:
             raise CollectiveError(f"fl process group: {_OPS[method][0]} called after the group was destroyed")
         public, gloo_method, roles = _OPS[method]
@@ -257,39 +278,55 @@ class ProcessGroupFl(dist.ProcessGroup):
         others = [t for t in tensors if not is_fl(t)]
         if fl and others:
             devs = sorted({str(t.device) for t in tensors})
-            raise ValueError(f"{public}: the tensors of one collective must all be on one device; got {devs}. "
-                             "Move them with .to(...) first")
+            raise ValueError(
+                f"{public}: the tensors of one collective must all be on one device; got {devs}. "
+                "Move them with .to(...) first"
+            )
         for t in others:
             if t.device.type != "cpu":
-                raise ValueError(f"{public}: the fl process group takes fl and CPU tensors, not {t.device}; "
-                                 "use a process group of that device's backend")
+                raise ValueError(
+                    f"{public}: the fl process group takes fl and CPU tensors, not {t.device}; "
+                    "use a process group of that device's backend"
+                )
         devices = {device_of(t) for t in fl}
         if len(devices) > 1:
-            raise ValueError(f"{public}: the tensors of one collective must all be on one fl device; got "
-                             f"{sorted(str(d.torch_device) for d in devices)}")
+            raise ValueError(
+                f"{public}: the tensors of one collective must all be on one fl device; got "
+                f"{sorted(str(d.torch_device) for d in devices)}"
+            )
         for t in fl:
             if not t.is_contiguous():
-                raise ValueError(f"{public}: collectives need contiguous tensors (got shape {tuple(t.shape)}, strides "
-                                 f"{t.stride()}); pass tensor.contiguous()")
+                raise ValueError(
+                    f"{public}: collectives need contiguous tensors (got shape {tuple(t.shape)}, strides "
+                    f"{t.stride()}); pass tensor.contiguous()"
+                )
         op_name = code = None
         if reduce_op is not None:
             op_name = _reduce_name(reduce_op)
             code = dict(_REDUCE_CODES).get(op_name)
             if code is None and op_name not in _BITWISE:
-                raise ValueError(f"{public}: ReduceOp.{op_name} is not supported by the fl process group; use SUM, "
-                                 "AVG, PRODUCT, MIN, MAX (or BAND/BOR/BXOR on integer tensors)")
+                raise ValueError(
+                    f"{public}: ReduceOp.{op_name} is not supported by the fl process group; use SUM, "
+                    "AVG, PRODUCT, MIN, MAX (or BAND/BOR/BXOR on integer tensors)"
+                )
             if op_name == "AVG":
                 bad = [t.dtype for t in tensors if not (t.is_floating_point() or t.is_complex())]
                 if bad:
-                    raise ValueError(f"{public}: ReduceOp.AVG needs floating-point tensors, got {bad[0]}; all_reduce "
-                                     "with SUM and divide by the world size")
+                    raise ValueError(
+                        f"{public}: ReduceOp.AVG needs floating-point tensors, got {bad[0]}; all_reduce "
+                        "with SUM and divide by the world size"
+                    )
         if fl:
             async_copy.wait_for(fl)  # copies into these buffers land before the collective reads them
         device = next(iter(devices)) if devices else None
         if device is None:
             path = GLOO
-        elif (self._comm is not None and device.backend is self.backend and method in _PLUGIN_OPS
-              and (reduce_op is None or code is not None)):
+        elif (
+            self._comm is not None
+            and device.backend is self.backend
+            and method in _PLUGIN_OPS
+            and (reduce_op is None or code is not None)
+        ):
             path = PLUGIN
         else:
             path = RELAY
@@ -314,8 +351,11 @@ class ProcessGroupFl(dist.ProcessGroup):
             t0 = time.perf_counter()
             run()
             if events.STATE.listeners:
-                events.emit(events.OpEvent(label, backend_name, path, time.perf_counter() - t0, 0, staged, 0, t0,
-                                           comm_bytes=comm_bytes))
+                events.emit(
+                    events.OpEvent(
+                        label, backend_name, path, time.perf_counter() - t0, 0, staged, 0, t0, comm_bytes=comm_bytes
+                    )
+                )
 
         source = peer if method == "recv" and peer is not None else -1
         work = FlWork(f"{what} ({path})", execute, result, self._timeout_s, source_rank=source)
@@ -332,8 +372,17 @@ class ProcessGroupFl(dist.ProcessGroup):
         return roles
 
     # -- the three paths -----------------------------------------------------------
-    def _plugin_call(self, method: str, args: tuple, code: int | None, root: int | None, peer: int | None,
-                     device, gloo_method: str = "", roles: tuple = ()) -> Callable[[], None]:
+    def _plugin_call(
+        self,
+        method: str,
+        args: tuple,
+        code: int | None,
+        root: int | None,
+        peer: int | None,
+        device,
+        gloo_method: str = "",
+        roles: tuple = (),
+    ) -> Callable[[], None]:
         p, T, comm = self.backend.plugin, self.backend.plugin.table, self._comm
         local = device.local
         what = f"the '{self.backend.name}' plugin's comm"
@@ -357,6 +406,7 @@ class ProcessGroupFl(dist.ProcessGroup):
                         self._relay_call(gloo_method, ([t], *args[1:]), roles, device)[0]()
                         continue
                     check(st, "all_reduce")
+
             return run_all_reduce
         if method == "broadcast":
             descs = [d(t) for t in args[0]]
@@ -364,6 +414,7 @@ class ProcessGroupFl(dist.ProcessGroup):
             def run_broadcast() -> None:
                 for x in descs:
                     check(T.comm_broadcast(local, x, root, comm), "broadcast")
+
             return run_broadcast
         if method == "all_gather_single":
             o, i = d(args[0]), d(args[1])
@@ -385,6 +436,7 @@ class ProcessGroupFl(dist.ProcessGroup):
                     for r, o in enumerate(targets):
                         n = _nbytes(o)
                         p.copy_d2d(local, _ptr(o), _ptr(tmp) + r * n, n)
+
             return run_allgather
         if method == "reduce_scatter":
             outs, ins = args[0], args[1]
@@ -400,6 +452,7 @@ class ProcessGroupFl(dist.ProcessGroup):
                         n = _nbytes(s)
                         p.copy_d2d(local, _ptr(tmp) + r * n, _ptr(s), n)
                     check(T.comm_reduce_scatter(local, dt, do, code, comm), "reduce_scatter")
+
             return run_reduce_scatter
         if method in ("send", "recv"):
             fn, name = (T.comm_send, "send") if method == "send" else (T.comm_recv, "recv")
@@ -408,6 +461,7 @@ class ProcessGroupFl(dist.ProcessGroup):
             def run_send_recv() -> None:
                 for x in descs:
                     check(fn(local, x, peer, comm), name)
+
             return run_send_recv
         if method == "barrier":
             return lambda: check(T.comm_barrier(comm), "barrier")
@@ -415,12 +469,15 @@ class ProcessGroupFl(dist.ProcessGroup):
 
     def _check_list(self, tensors: list, single: torch.Tensor, public: str, what: str) -> None:
         if len(tensors) != self._world:
-            raise ValueError(f"{public}: the {what} list holds {len(tensors)} tensors; it needs one per rank "
-                             f"({self._world})")
+            raise ValueError(
+                f"{public}: the {what} list holds {len(tensors)} tensors; it needs one per rank ({self._world})"
+            )
         for t in tensors:
             if t.shape != single.shape or t.dtype != single.dtype:
-                raise ValueError(f"{public}: every {what} tensor must match the other argument "
-                                 f"({single.dtype} {tuple(single.shape)}); got {t.dtype} {tuple(t.shape)}")
+                raise ValueError(
+                    f"{public}: every {what} tensor must match the other argument "
+                    f"({single.dtype} {tuple(single.shape)}); got {t.dtype} {tuple(t.shape)}"
+                )
 
     def _relay_call(self, gloo_method: str, args: tuple, roles: tuple, device) -> tuple[Callable[[], None], int]:
         """Host counterparts of the fl tensors, then gloo. Device memory that is
@@ -439,12 +496,12 @@ class ProcessGroupFl(dist.ProcessGroup):
             return obj
 
         if device.host_accessible:
-            host_args = [build(a, r, lambda t, _: host_view(t)) if r else a
-                         for a, r in zip(args, roles, strict=True)]
+            host_args = [build(a, r, lambda t, _: host_view(t)) if r else a for a, r in zip(args, roles, strict=True)]
 
             def run_zero_copy() -> None:
                 p.synchronize(local)
                 getattr(gloo, gloo_method)(*host_args).wait()
+
             return run_zero_copy, 0
 
         staged = sum(_nbytes(t) * ((r in ("in", "inout")) + (r in ("out", "inout"))) for t, r in tensors)
@@ -458,7 +515,7 @@ class ProcessGroupFl(dist.ProcessGroup):
             def host_of(t: torch.Tensor, role: str) -> torch.Tensor:
                 n, off = _nbytes(t), offset[0]
                 offset[0] += _align(n)
-                h = arena[off:off + n].view(t.dtype).view(t.shape)
+                h = arena[off : off + n].view(t.dtype).view(t.shape)
                 if role in ("in", "inout") and n:
                     p.copy_d2h(local, h.data_ptr(), _ptr(t), n)
                 if role in ("out", "inout") and n:
@@ -471,6 +528,7 @@ class ProcessGroupFl(dist.ProcessGroup):
             for t, h, n in back:
                 p.copy_h2d(local, _ptr(t), h.data_ptr(), n)
             events.STATE.bytes_copied += staged
+
         return run, staged
 
     def _gloo_call(self, gloo_method: str, args: tuple) -> Callable[[], None]:
@@ -479,8 +537,9 @@ class ProcessGroupFl(dist.ProcessGroup):
 
     # -- torch.distributed's entry points ------------------------------------------
     def allreduce(self, tensors, opts=None):
-        return self._submit("allreduce", (tensors, opts or AllreduceOptions()),
-                            reduce_op=(opts or AllreduceOptions()).reduceOp)
+        return self._submit(
+            "allreduce", (tensors, opts or AllreduceOptions()), reduce_op=(opts or AllreduceOptions()).reduceOp
+        )
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or AllreduceCoalescedOptions()
@@ -499,8 +558,10 @@ class ProcessGroupFl(dist.ProcessGroup):
     def all_gather_single(self, output, input, opts=None):  # noqa: A002 - torch's own argument name
         opts = opts or AllgatherOptions()
         if output.numel() != input.numel() * self._world or output.dtype != input.dtype:
-            raise ValueError(f"all_gather_into_tensor: the output must hold world ({self._world}) x "
-                             f"{input.numel()} elements of {input.dtype}; got {output.numel()} of {output.dtype}")
+            raise ValueError(
+                f"all_gather_into_tensor: the output must hold world ({self._world}) x "
+                f"{input.numel()} elements of {input.dtype}; got {output.numel()} of {output.dtype}"
+            )
         return self._submit("all_gather_single", (output, input, opts))
 
     _allgather_base = all_gather_single
@@ -516,8 +577,10 @@ class ProcessGroupFl(dist.ProcessGroup):
     def reduce_scatter_single(self, output, input, opts=None):  # noqa: A002
         opts = opts or ReduceScatterOptions()
         if input.numel() != output.numel() * self._world or output.dtype != input.dtype:
-            raise ValueError(f"reduce_scatter_tensor: the input must hold world ({self._world}) x "
-                             f"{output.numel()} elements of {output.dtype}; got {input.numel()} of {input.dtype}")
+            raise ValueError(
+                f"reduce_scatter_tensor: the input must hold world ({self._world}) x "
+                f"{output.numel()} elements of {output.dtype}; got {input.numel()} of {input.dtype}"
+            )
         return self._submit("reduce_scatter_single", (output, input, opts), reduce_op=opts.reduceOp)
 
     _reduce_scatter_base = reduce_scatter_single
@@ -540,8 +603,10 @@ class ProcessGroupFl(dist.ProcessGroup):
         return self._submit("alltoall", (output_tensors, input_tensors, opts or AllToAllOptions()))
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
-        return self._submit("all_to_all_single", (output, input, list(output_split_sizes), list(input_split_sizes),
-                                                  opts or AllToAllOptions()))
+        return self._submit(
+            "all_to_all_single",
+            (output, input, list(output_split_sizes), list(input_split_sizes), opts or AllToAllOptions()),
+        )
 
     alltoall_base = all_to_all_single
 
@@ -554,13 +619,17 @@ class ProcessGroupFl(dist.ProcessGroup):
         return self._submit("recv", (tensors, src_rank, tag), peer=src_rank)
 
     def recv_anysource(self, tensors, tag: int = 0):
-        raise ValueError("recv: the fl process group needs the source rank (a plugin matches messages per pair of "
-                         "ranks); pass src= to dist.recv / dist.irecv")
+        raise ValueError(
+            "recv: the fl process group needs the source rank (a plugin matches messages per pair of "
+            "ranks); pass src= to dist.recv / dist.irecv"
+        )
 
     def _check_peer(self, peer: int, what: str) -> None:
         if not 0 <= peer < self._world or peer == self._rank:
-            raise ValueError(f"{what}: peer rank {peer} is not another rank of this group of {self._world} "
-                             f"(this is rank {self._rank})")
+            raise ValueError(
+                f"{what}: peer rank {peer} is not another rank of this group of {self._world} "
+                f"(this is rank {self._rank})"
+            )
 
     def barrier(self, opts=None):
         return self._submit("barrier", (opts or BarrierOptions(),))

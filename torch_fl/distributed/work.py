@@ -51,7 +51,8 @@ def wrap_error(exc: BaseException, what: str) -> CollectiveError:
     if any(w in low for w in _TIMEOUT_WORDS):
         err: CollectiveError = CollectiveTimeoutError(
             f"{what} timed out: {msg}. A peer rank stopped calling collectives (it died, hangs, or runs a different "
-            "sequence of collectives); raise the process group's timeout= if it is only slow")
+            "sequence of collectives); raise the process group's timeout= if it is only slow"
+        )
     elif "connection closed by peer" in low or "connection reset" in low or "broken pipe" in low:
         err = CollectiveError(f"{what} failed: a peer rank closed its connection, so it probably died: {msg}")
     else:
@@ -108,7 +109,8 @@ class FlWork(dist.Work):
         if not self._done.wait(limit):
             raise CollectiveTimeoutError(
                 f"{self.what} did not complete within {limit:.1f} s: a peer rank stopped calling collectives, or an "
-                "earlier collective of this process group is still blocked")
+                "earlier collective of this process group is still blocked"
+            )
         if self._error is not None:
             raise self._error
         return True

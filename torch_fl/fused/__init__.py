@@ -41,6 +41,19 @@ def register_decompositions(table: dict) -> None:
 
 register_decompositions(DECOMPOSITIONS)
 
-__all__ = ["ACTIVATIONS", "ADD_NORM_KERNELS", "ATTENTION_DROPOUT_KERNELS", "LINEAR_ACT_KERNELS",
-           "LINEAR_ADD_NORM_KERNELS", "add_layer_norm", "attention_dropout", "conv_bn_relu", "conv_bn_relu_op",
-           "keep_mask", "linear_act", "linear_add_layer_norm", "new_seed", "register_decompositions"]
+__all__ = [
+    "ACTIVATIONS",
+    "ADD_NORM_KERNELS",
+    "ATTENTION_DROPOUT_KERNELS",
+    "LINEAR_ACT_KERNELS",
+    "LINEAR_ADD_NORM_KERNELS",
+    "add_layer_norm",
+    "attention_dropout",
+    "conv_bn_relu",
+    "conv_bn_relu_op",
+    "keep_mask",
+    "linear_act",
+    "linear_add_layer_norm",
+    "new_seed",
+    "register_decompositions",
+]

@@ -35,8 +35,9 @@ _lib.define(
 )
 
 
-def _reference(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding, dilation,
-               groups):
+def _reference(
+    input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding, dilation, groups
+):
     conv = F.conv2d if input.dim() == 4 else F.conv1d
     y = conv(input, weight, bias, stride, padding, dilation, groups)
     y = F.batch_norm(y, running_mean, running_var, bn_weight, bn_bias, False, 0.0, eps)
@@ -45,14 +46,17 @@ def _reference(input, weight, bias, bn_weight, bn_bias, running_mean, running_va
 
 def _meta(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding, dilation, groups):
     conv = F.conv2d if input.dim() == 4 else F.conv1d
-    return torch.empty_like(conv(input, weight, bias, stride, padding, dilation, groups),
-                            memory_format=torch.contiguous_format)
+    return torch.empty_like(
+        conv(input, weight, bias, stride, padding, dilation, groups), memory_format=torch.contiguous_format
+    )
 
 
 def _no_grad_wanted(*args):
     if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-        raise RuntimeError("fl::conv_bn_relu is an inference kernel and has no backward; call it under "
-                           "torch.no_grad() / inference_mode(), or run the modules unfused for training")
+        raise RuntimeError(
+            "fl::conv_bn_relu is an inference kernel and has no backward; call it under "
+            "torch.no_grad() / inference_mode(), or run the modules unfused for training"
+        )
 
 
 def _autograd(*args):
@@ -100,8 +104,20 @@ def conv_bn_relu(conv: nn.Conv2d | nn.Conv1d, bn: nn.BatchNorm2d | nn.BatchNorm1
         raise ValueError("conv_bn_relu needs a batch norm with running statistics (track_running_stats=True)")
     if isinstance(conv.padding, str):
         raise ValueError(f"conv_bn_relu needs numeric padding, not padding={conv.padding!r}")
-    return conv_bn_relu_op(x, conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var,
-                           float(bn.eps), list(conv.stride), list(conv.padding), list(conv.dilation), conv.groups)
+    return conv_bn_relu_op(
+        x,
+        conv.weight,
+        conv.bias,
+        bn.weight,
+        bn.bias,
+        bn.running_mean,
+        bn.running_var,
+        float(bn.eps),
+        list(conv.stride),
+        list(conv.padding),
+        list(conv.dilation),
+        conv.groups,
+    )
 
 
 # Under torch.autocast("fl") the op casts as a convolution does: in the autocast dtype.

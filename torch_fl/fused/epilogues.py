@@ -30,24 +30,39 @@ _lib = torch.library.Library("fl", "FRAGMENT")  # the namespace is conv_bn.py's
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}  # the `act` argument
 
-_lib.define("linear_act(Tensor input, Tensor weight, Tensor? bias, int act, float p, int seed, bool save) "
-            "-> (Tensor, Tensor)")
-_lib.define("linear_act_backward(Tensor grad, Tensor input, Tensor weight, Tensor out, Tensor pre, int act, "
-            "float p, int seed, bool has_bias) -> (Tensor, Tensor, Tensor)")
-_lib.define("add_layer_norm(Tensor input, Tensor residual, Tensor? weight, Tensor? bias, float eps, float p, "
-            "int seed, bool save) -> (Tensor, Tensor, Tensor, Tensor)")
-_lib.define("add_layer_norm_backward(Tensor grad, Tensor sum, Tensor mean, Tensor rstd, Tensor? weight, "
-            "bool has_bias, float p, int seed) -> (Tensor, Tensor, Tensor, Tensor)")
-_lib.define("linear_add_layer_norm(Tensor input, Tensor weight, Tensor? bias, Tensor residual, Tensor? ln_weight, "
-            "Tensor? ln_bias, float eps, float p, int seed, bool save) -> (Tensor, Tensor, Tensor, Tensor)")
-_lib.define("linear_add_layer_norm_backward(Tensor grad, Tensor input, Tensor weight, Tensor sum, Tensor mean, "
-            "Tensor rstd, Tensor? ln_weight, bool has_bias, bool has_ln_bias, float p, int seed) "
-            "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
-_lib.define("attention_dropout(Tensor query, Tensor key, Tensor value, Tensor? attn_bias, float dropout_p, "
-            "bool is_causal, int seed, float? scale=None) -> (Tensor, Tensor)")
-_lib.define("attention_dropout_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor? attn_bias, "
-            "Tensor out, Tensor logsumexp, float dropout_p, bool is_causal, int seed, float? scale=None) "
-            "-> (Tensor, Tensor, Tensor)")
+_lib.define(
+    "linear_act(Tensor input, Tensor weight, Tensor? bias, int act, float p, int seed, bool save) -> (Tensor, Tensor)"
+)
+_lib.define(
+    "linear_act_backward(Tensor grad, Tensor input, Tensor weight, Tensor out, Tensor pre, int act, "
+    "float p, int seed, bool has_bias) -> (Tensor, Tensor, Tensor)"
+)
+_lib.define(
+    "add_layer_norm(Tensor input, Tensor residual, Tensor? weight, Tensor? bias, float eps, float p, "
+    "int seed, bool save) -> (Tensor, Tensor, Tensor, Tensor)"
+)
+_lib.define(
+    "add_layer_norm_backward(Tensor grad, Tensor sum, Tensor mean, Tensor rstd, Tensor? weight, "
+    "bool has_bias, float p, int seed) -> (Tensor, Tensor, Tensor, Tensor)"
+)
+_lib.define(
+    "linear_add_layer_norm(Tensor input, Tensor weight, Tensor? bias, Tensor residual, Tensor? ln_weight, "
+    "Tensor? ln_bias, float eps, float p, int seed, bool save) -> (Tensor, Tensor, Tensor, Tensor)"
+)
+_lib.define(
+    "linear_add_layer_norm_backward(Tensor grad, Tensor input, Tensor weight, Tensor sum, Tensor mean, "
+    "Tensor rstd, Tensor? ln_weight, bool has_bias, bool has_ln_bias, float p, int seed) "
+    "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
+)
+_lib.define(
+    "attention_dropout(Tensor query, Tensor key, Tensor value, Tensor? attn_bias, float dropout_p, "
+    "bool is_causal, int seed, float? scale=None) -> (Tensor, Tensor)"
+)
+_lib.define(
+    "attention_dropout_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor? attn_bias, "
+    "Tensor out, Tensor logsumexp, float dropout_p, bool is_causal, int seed, float? scale=None) "
+    "-> (Tensor, Tensor, Tensor)"
+)
 
 
 def _i64(c: int) -> int:
@@ -76,19 +91,20 @@ def keep_mask(seed: int, shape, p: float, device) -> torch.Tensor:
         n *= s
     idx = torch.arange(n, dtype=torch.int64, device=device)
     u = _shr(_splitmix64(_splitmix64(idx) ^ seed), 11)  # 53 random bits
-    return (u >= math.ceil(p * 2.0 ** 53)).view(tuple(shape))
+    return (u >= math.ceil(p * 2.0**53)).view(tuple(shape))
 
 
 def _dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
     if not p:
         return x
-    return torch.where(keep_mask(seed, x.shape, p, x.device), x * (1.0 / (1.0 - p)), torch.zeros((), dtype=x.dtype,
-                                                                                            device=x.device))
+    return torch.where(
+        keep_mask(seed, x.shape, p, x.device), x * (1.0 / (1.0 - p)), torch.zeros((), dtype=x.dtype, device=x.device)
+    )
 
 
 def new_seed() -> int:
     """A dropout seed from PyTorch's CPU generator (reproducible under torch.manual_seed)."""
-    return int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
+    return int(torch.randint(0, 2**62, (), dtype=torch.int64))
 
 
 def _act(x, act: int):
@@ -126,8 +142,11 @@ def _linear_act_bwd_ref(grad, input, weight, out, pre, act, p, seed, has_bias):
 
 
 def _linear_act_bwd_meta(grad, input, weight, out, pre, act, p, seed, has_bias):
-    return (input.new_empty(input.shape), weight.new_empty(weight.shape),
-            weight.new_empty((weight.shape[0],) if has_bias else (0,)))
+    return (
+        input.new_empty(input.shape),
+        weight.new_empty(weight.shape),
+        weight.new_empty((weight.shape[0],) if has_bias else (0,)),
+    )
 
 
 def _norm_stats(z, weight, bias, eps):
@@ -177,12 +196,27 @@ def _add_layer_norm_bwd_ref(grad, sum, mean, rstd, weight, has_bias, p, seed):  
 
 def _add_layer_norm_bwd_meta(grad, sum, mean, rstd, weight, has_bias, p, seed):  # noqa: A002
     n = sum.shape[-1]
-    return (grad.new_empty(sum.shape), grad.new_empty(sum.shape), grad.new_empty((n,) if weight is not None else (0,)),
-            grad.new_empty((n,) if has_bias else (0,)))
+    return (
+        grad.new_empty(sum.shape),
+        grad.new_empty(sum.shape),
+        grad.new_empty((n,) if weight is not None else (0,)),
+        grad.new_empty((n,) if has_bias else (0,)),
+    )
 
 
-def _linear_add_layer_norm_bwd_ref(grad, input, weight, sum, mean, rstd, ln_weight, has_bias, has_ln_bias, p,  # noqa: A002
-                                   seed):
+def _linear_add_layer_norm_bwd_ref(
+    grad,
+    input,
+    weight,
+    sum,
+    mean,
+    rstd,
+    ln_weight,
+    has_bias,
+    has_ln_bias,
+    p,  # noqa: A002
+    seed,
+):
     dz, glw, glb = _norm_grads(grad, sum, mean, rstd, ln_weight, has_ln_bias)
     dy = _dropout(dz, p, seed)
     n, k = weight.shape
@@ -192,12 +226,28 @@ def _linear_add_layer_norm_bwd_ref(grad, input, weight, sum, mean, rstd, ln_weig
     return dy.matmul(weight), gw, gb, dz, glw, glb
 
 
-def _linear_add_layer_norm_bwd_meta(grad, input, weight, sum, mean, rstd, ln_weight, has_bias, has_ln_bias, p,  # noqa: A002
-                                    seed):
+def _linear_add_layer_norm_bwd_meta(
+    grad,
+    input,
+    weight,
+    sum,
+    mean,
+    rstd,
+    ln_weight,
+    has_bias,
+    has_ln_bias,
+    p,  # noqa: A002
+    seed,
+):
     n = weight.shape[0]
-    return (input.new_empty(input.shape), weight.new_empty(weight.shape), weight.new_empty((n,) if has_bias else (0,)),
-            grad.new_empty(sum.shape), grad.new_empty((n,) if ln_weight is not None else (0,)),
-            grad.new_empty((n,) if has_ln_bias else (0,)))
+    return (
+        input.new_empty(input.shape),
+        weight.new_empty(weight.shape),
+        weight.new_empty((n,) if has_bias else (0,)),
+        grad.new_empty(sum.shape),
+        grad.new_empty((n,) if ln_weight is not None else (0,)),
+        grad.new_empty((n,) if has_ln_bias else (0,)),
+    )
 
 
 def _attention_dropout_ref(query, key, value, attn_bias, dropout_p, is_causal, seed, scale=None):
@@ -216,8 +266,9 @@ def _attention_dropout_meta(query, key, value, attn_bias, dropout_p, is_causal, 
     return out, query.new_empty((b, h, length), dtype=torch.float32)
 
 
-def _attention_dropout_bwd_ref(grad_out, query, key, value, attn_bias, out, logsumexp, dropout_p, is_causal, seed,
-                               scale=None):
+def _attention_dropout_bwd_ref(
+    grad_out, query, key, value, attn_bias, out, logsumexp, dropout_p, is_causal, seed, scale=None
+):
     dt = query.dtype
     work = torch.promote_types(dt, torch.float32)
     q, k, v, g, o = (t.to(work) for t in (query, key, value, grad_out, out))
@@ -227,12 +278,16 @@ def _attention_dropout_bwd_ref(grad_out, query, key, value, attn_bias, out, logs
     grad_v = torch.matmul((probs * z).transpose(-2, -1), g)
     grad_p = torch.matmul(g, v.transpose(-2, -1)) * z
     grad_s = probs * (grad_p - (g * o).sum(-1, keepdim=True))
-    return (torch.matmul(grad_s, k).mul(s).to(dt), torch.matmul(grad_s.transpose(-2, -1), q).mul(s).to(dt),
-            grad_v.to(dt))
+    return (
+        torch.matmul(grad_s, k).mul(s).to(dt),
+        torch.matmul(grad_s.transpose(-2, -1), q).mul(s).to(dt),
+        grad_v.to(dt),
+    )
 
 
-def _attention_dropout_bwd_meta(grad_out, query, key, value, attn_bias, out, logsumexp, dropout_p, is_causal, seed,
-                                scale=None):
+def _attention_dropout_bwd_meta(
+    grad_out, query, key, value, attn_bias, out, logsumexp, dropout_p, is_causal, seed, scale=None
+):
     return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape)
 
 
@@ -264,8 +319,9 @@ class _LinearActFn(torch.autograd.Function):
 class _AddNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, residual, weight, bias, eps, p, seed, save):
-        out, z, mean, rstd = _below(torch.ops.fl.add_layer_norm.default, input, residual, weight, bias, eps, p, seed,
-                                    save)
+        out, z, mean, rstd = _below(
+            torch.ops.fl.add_layer_norm.default, input, residual, weight, bias, eps, p, seed, save
+        )
         ctx.save_for_backward(z, mean, rstd, weight)
         ctx.cfg = (p, seed, bias is not None)
         ctx.set_materialize_grads(False)  # no zero-filled gradients for the saved outputs: no zero_ kernels
@@ -285,8 +341,19 @@ class _AddNormFn(torch.autograd.Function):
 class _LinearAddNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, weight, bias, residual, ln_weight, ln_bias, eps, p, seed, save):
-        out, z, mean, rstd = _below(torch.ops.fl.linear_add_layer_norm.default, input, weight, bias, residual,
-                                    ln_weight, ln_bias, eps, p, seed, save)
+        out, z, mean, rstd = _below(
+            torch.ops.fl.linear_add_layer_norm.default,
+            input,
+            weight,
+            bias,
+            residual,
+            ln_weight,
+            ln_bias,
+            eps,
+            p,
+            seed,
+            save,
+        )
         ctx.save_for_backward(input, weight, z, mean, rstd, ln_weight)
         ctx.cfg = (p, seed, bias is not None, ln_bias is not None)
         ctx.set_materialize_grads(False)  # no zero-filled gradients for the saved outputs: no zero_ kernels
@@ -300,16 +367,28 @@ class _LinearAddNormFn(torch.autograd.Function):
         input, weight, z, mean, rstd, ln_weight = ctx.saved_tensors
         p, seed, has_bias, has_ln_bias = ctx.cfg
         gi, gw, gb, gr, glw, glb = torch.ops.fl.linear_add_layer_norm_backward.default(
-            grad, input, weight, z, mean, rstd, ln_weight, has_bias, has_ln_bias, p, seed)
-        return (gi, gw, gb if has_bias else None, gr, glw if ln_weight is not None else None,
-                glb if has_ln_bias else None, None, None, None, None)
+            grad, input, weight, z, mean, rstd, ln_weight, has_bias, has_ln_bias, p, seed
+        )
+        return (
+            gi,
+            gw,
+            gb if has_bias else None,
+            gr,
+            glw if ln_weight is not None else None,
+            glb if has_ln_bias else None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 class _AttentionDropoutFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, attn_bias, dropout_p, is_causal, seed, scale=None):
-        out, lse = _below(torch.ops.fl.attention_dropout.default, query, key, value, attn_bias, dropout_p, is_causal,
-                          seed, scale)
+        out, lse = _below(
+            torch.ops.fl.attention_dropout.default, query, key, value, attn_bias, dropout_p, is_causal, seed, scale
+        )
         ctx.save_for_backward(query, key, value, attn_bias, out, lse)
         ctx.cfg = (dropout_p, is_causal, seed, scale)
         ctx.set_materialize_grads(False)  # no zero-filled gradients for the saved outputs: no zero_ kernels
@@ -322,11 +401,14 @@ class _AttentionDropoutFn(torch.autograd.Function):
             return (None,) * 8
         query, key, value, attn_bias, out, lse = ctx.saved_tensors
         if attn_bias is not None and attn_bias.requires_grad:
-            raise RuntimeError("fl::attention_dropout has no gradient for attn_bias; use "
-                               "F.scaled_dot_product_attention for a trainable bias")
+            raise RuntimeError(
+                "fl::attention_dropout has no gradient for attn_bias; use "
+                "F.scaled_dot_product_attention for a trainable bias"
+            )
         p, causal, seed, scale = ctx.cfg
-        gq, gk, gv = torch.ops.fl.attention_dropout_backward.default(grad, query, key, value, attn_bias,
-                                                                      out, lse, p, causal, seed, scale)
+        gq, gk, gv = torch.ops.fl.attention_dropout_backward.default(
+            grad, query, key, value, attn_bias, out, lse, p, causal, seed, scale
+        )
         return gq, gk, gv, None, None, None, None, None
 
 
@@ -372,8 +454,9 @@ def linear_act(input, weight, bias=None, activation: str = "none", p: float = 0.
         raise ValueError(f"linear_act: activation {activation!r} is not one of {sorted(ACTIVATIONS)}")
     act = ACTIVATIONS[activation]
     p, seed = _train_seed(p)
-    save = act == 2 and torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (input, weight, bias))
+    save = (
+        act == 2 and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias))
+    )
     return torch.ops.fl.linear_act.default(input, weight, bias, act, p, seed, save)[0]
 
 
@@ -388,29 +471,37 @@ def add_layer_norm(input, residual, weight=None, bias=None, eps: float = 1e-5, p
     return torch.ops.fl.add_layer_norm.default(input, residual, weight, bias, float(eps), p, seed, save)[0]
 
 
-def linear_add_layer_norm(input, weight, bias, residual, ln_weight=None, ln_bias=None, eps: float = 1e-5,
-                          p: float = 0.0) -> torch.Tensor:
+def linear_add_layer_norm(
+    input, weight, bias, residual, ln_weight=None, ln_bias=None, eps: float = 1e-5, p: float = 0.0
+) -> torch.Tensor:
     """F.layer_norm(residual + dropout_p(F.linear(input, weight, bias))) as one op (`fl::linear_add_layer_norm`)."""
     p, seed = _train_seed(p)
     save = _grad_wanted(input, weight, bias, residual, ln_weight, ln_bias)
-    return torch.ops.fl.linear_add_layer_norm.default(input, weight, bias, residual, ln_weight, ln_bias, float(eps), p,
-                                                      seed, save)[0]
+    return torch.ops.fl.linear_add_layer_norm.default(
+        input, weight, bias, residual, ln_weight, ln_bias, float(eps), p, seed, save
+    )[0]
 
 
-def attention_dropout(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
-                      scale: float | None = None) -> torch.Tensor:
+def attention_dropout(
+    query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None
+) -> torch.Tensor:
     """F.scaled_dot_product_attention with dropout inside the flash kernel (`fl::attention_dropout`); the
     mask comes from a seed, so nothing (L, S) is stored for the backward. attn_mask must not require grad."""
     if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
-        raise ValueError("attention_dropout: attn_mask requires grad, and fl::attention_dropout has no gradient for "
-                         "it; use F.scaled_dot_product_attention")
+        raise ValueError(
+            "attention_dropout: attn_mask requires grad, and fl::attention_dropout has no gradient for "
+            "it; use F.scaled_dot_product_attention"
+        )
     p, seed = _train_seed(dropout_p)
-    return torch.ops.fl.attention_dropout.default(query, key, value, attn_mask, p, bool(is_causal), seed,
-                                                  scale)[0]
+    return torch.ops.fl.attention_dropout.default(query, key, value, attn_mask, p, bool(is_causal), seed, scale)[0]
 
 
 # Under torch.autocast("fl") each op casts as the ops it fuses would: a GEMM (with its epilogue) or attention in
 # the autocast dtype, anything ending in a LayerNorm in float32, so a compiled model's dtypes match eager's.
-for _name, _policy in (("linear_act", "lower"), ("attention_dropout", "lower"), ("add_layer_norm", "fp32"),
-                       ("linear_add_layer_norm", "fp32")):
+for _name, _policy in (
+    ("linear_act", "lower"),
+    ("attention_dropout", "lower"),
+    ("add_layer_norm", "fp32"),
+    ("linear_add_layer_norm", "fp32"),
+):
     _lib.impl(_name, not_traced(autocast_kernel(getattr(torch.ops.fl, _name).default, _policy)), "AutocastPrivateUse1")

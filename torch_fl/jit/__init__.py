@@ -40,8 +40,11 @@ def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
     generators emit (OpenCL C)."""
     if not backend.plugin.jit_target:
         return None
-    if backend.devices and dtypes and not all((backend.devices[0].props.dtypes >> dtype_code(d)) & 1
-                                              for d in dtypes if d in DTYPES):
+    if (
+        backend.devices
+        and dtypes
+        and not all((backend.devices[0].props.dtypes >> dtype_code(d)) & 1 for d in dtypes if d in DTYPES)
+    ):
         return None
     if facts.func in reduce.OPS:
         return reduce.lookup(backend, facts, dtypes)
@@ -52,5 +55,21 @@ def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
     return pointwise_kernels.lookup(backend, facts, dtypes)
 
 
-__all__ = ["DTYPES", "REDUCTIONS", "STATS", "Entry", "Kernel", "Unsupported", "compile_failure", "compile_source",
-           "dtype_code", "fresh_layouts", "generate", "generate_for", "key", "lookup", "run", "wrap_numbers"]
+__all__ = [
+    "DTYPES",
+    "REDUCTIONS",
+    "STATS",
+    "Entry",
+    "Kernel",
+    "Unsupported",
+    "compile_failure",
+    "compile_source",
+    "dtype_code",
+    "fresh_layouts",
+    "generate",
+    "generate_for",
+    "key",
+    "lookup",
+    "run",
+    "wrap_numbers",
+]

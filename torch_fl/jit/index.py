@@ -40,11 +40,23 @@ from .render import (
 aten = torch.ops.aten
 
 # reduce name -> fold of the current value `a` and the incoming `v` (floating dtypes, in double)
-_SCATTER_FOLDS = {"sum": "a + v", "prod": "a * v", "mean": "a + v", "amax": "fl_max(a, v)", "amin": "fl_min(a, v)",
-                  "add": "a + v", "multiply": "a * v"}
+_SCATTER_FOLDS = {
+    "sum": "a + v",
+    "prod": "a * v",
+    "mean": "a + v",
+    "amax": "fl_max(a, v)",
+    "amin": "fl_min(a, v)",
+    "add": "a + v",
+    "multiply": "a * v",
+}
 # the same folds for integer and bool dtypes, exact in int64_t (wrapping as PyTorch does)
-_INT_FOLDS = {"a + v": "fl_iadd(a, v)", "a * v": "fl_imul(a, v)", "fl_max(a, v)": "fl_imax(a, v)",
-              "fl_min(a, v)": "fl_imin(a, v)", "v": "v"}
+_INT_FOLDS = {
+    "a + v": "fl_iadd(a, v)",
+    "a * v": "fl_imul(a, v)",
+    "fl_max(a, v)": "fl_imax(a, v)",
+    "fl_min(a, v)": "fl_imin(a, v)",
+    "v": "v",
+}
 
 
 def _spec(f, vals) -> tuple:
@@ -66,11 +78,28 @@ def _spec(f, vals) -> tuple:
     raise KeyError(f.name)
 
 
-_INDEX_TYPES = {torch.int64: "int64_t", torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
-                torch.uint8: "uint8_t"}
-SERVED = {aten.gather.default, aten.scatter_add.default, aten.scatter_add_.default, aten.scatter.src,
-          aten.scatter.value, aten.scatter_.src, aten.scatter_.value, aten.scatter.reduce, aten.scatter.value_reduce,
-          aten.scatter_.reduce, aten.scatter_.value_reduce, aten.scatter_reduce.two, aten.scatter_reduce_.two}
+_INDEX_TYPES = {
+    torch.int64: "int64_t",
+    torch.int32: "int32_t",
+    torch.int16: "int16_t",
+    torch.int8: "int8_t",
+    torch.uint8: "uint8_t",
+}
+SERVED = {
+    aten.gather.default,
+    aten.scatter_add.default,
+    aten.scatter_add_.default,
+    aten.scatter.src,
+    aten.scatter.value,
+    aten.scatter_.src,
+    aten.scatter_.value,
+    aten.scatter.reduce,
+    aten.scatter.value_reduce,
+    aten.scatter_.reduce,
+    aten.scatter_.value_reduce,
+    aten.scatter_reduce.two,
+    aten.scatter_reduce_.two,
+}
 
 
 _load, _store = c_load, c_store
@@ -80,14 +109,19 @@ _load, _store = c_load, c_store
 # (Tz: T's strides with dim's zeroed), then T's position along dim read from the index
 def _walk() -> str:
     load = f"(int64_t)(({address_space()}const IDX *)ix->data)[io]"
-    return walk("(*ix)", {"io": "(*ix)", "so": "(*S)", "to": "Tz"}, f"""int64_t k = {load};
+    return walk(
+        "(*ix)",
+        {"io": "(*ix)", "so": "(*S)", "to": "Tz"},
+        f"""int64_t k = {load};
         if (k < 0 || k >= T->sizes[dim]) return 2;
         to += k * T->strides[dim];
-        BODY""")
+        BODY""",
+    )
 
 
-def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtype=torch.int64, n_in: int = 3,
-             n_args: int = 4) -> tuple[str, str]:
+def generate(
+    name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtype=torch.int64, n_in: int = 3, n_args: int = 4
+) -> tuple[str, str]:
     kind, fold, include_self, value_arg = spec
     integer = exact(dtype)  # integers move and fold as int64_t, exactly
     vt = value_type(dtype)
@@ -111,7 +145,7 @@ def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtyp
         if value_arg is not None:
             setup = "const fl_tensor_t *T = &out[0], *S = &in[1];"  # no src: walk the index's own strides
         if include_self and kind == "scatter":
-            load = _load('(*T)', dtype, 'to')
+            load = _load("(*T)", dtype, "to")
             body = f"{{ {vt} a = {load}, v = {v}; (void)a; {store('(*T)', 'to', fold)} }}"
         else:  # positions the index reaches start over (from src alone, or counted for the mean)
             pre += """
@@ -120,14 +154,20 @@ def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtyp
     int64_t *count = calloc((size_t)(span > 0 ? span : 1), sizeof *count);
     if (!count) return 1;"""
             cond = "0" if include_self else "count[c] == 0"
-            body = (f"{{ {vt} a = {_load('(*T)', dtype, 'to')}, v = {v}; int64_t c = to - T->offset;\n"
-                    f"          a = ({cond}) ? v : ({fold}); count[c]++; {store('(*T)', 'to', 'a')} }}")
+            body = (
+                f"{{ {vt} a = {_load('(*T)', dtype, 'to')}, v = {v}; int64_t c = to - T->offset;\n"
+                f"          a = ({cond}) ? v : ({fold}); count[c]++; {store('(*T)', 'to', 'a')} }}"
+            )
             if kind == "scatter_mean":
                 own = 1 if include_self else 0
-                walk_out = "\n    " + walk("(*T)", {"to": "(*T)"}, f"""int64_t c = count[to - T->offset] + {own};
+                walk_out = "\n    " + walk(
+                    "(*T)",
+                    {"to": "(*T)"},
+                    f"""int64_t c = count[to - T->offset] + {own};
         if (count[to - T->offset] > 0) {{
             {_mean_store(dtype, integer)}
-        }}""")
+        }}""",
+                )
                 post += walk_out
             post += "\n    free(count);"
     loop = _walk().replace("BODY", body).replace("IDX", _INDEX_TYPES[index_dtype])
@@ -137,8 +177,13 @@ def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtyp
     symbol = "fl_jiti_" + hashlib.sha256(key.encode()).hexdigest()[:16]
     if opencl() and "calloc" in pre:  # a count per position comes from calloc, which OpenCL C does not have
         raise Unsupported(f"{kind} without self in OpenCL C")
-    src = prelude() + ("" if opencl() else "#include <stdlib.h>\n") + kernel(
-        symbol, f"JIT {kind} kernel for {name}", f"""const int nd = {ndim};
+    src = (
+        prelude()
+        + ("" if opencl() else "#include <stdlib.h>\n")
+        + kernel(
+            symbol,
+            f"JIT {kind} kernel for {name}",
+            f"""const int nd = {ndim};
     int dim = (int)args[1].i;
     if (dim < 0) dim += nd;
     const fl_tensor_t *ix = &in[1];
@@ -149,15 +194,23 @@ def generate(name: str, spec: tuple, ndim: int, dtype, inplace: bool, index_dtyp
     {pre}
     {loop}
     {post}
-    return 0;""", n_in=n_in, n_out=1, n_args=n_args, parallel=kind == "gather", checked=True)
+    return 0;""",
+            n_in=n_in,
+            n_out=1,
+            n_args=n_args,
+            parallel=kind == "gather",
+            checked=True,
+        )
+    )
     return src, symbol
 
 
 def _mean_store(dtype, integer: bool) -> str:
     """The mean of the folded sum `a` over `c` values: floor division for integers, as PyTorch."""
     if integer:
-        return (f"int err = 0; int64_t a = fl_idiv_floor({_load('(*T)', dtype, 'to')}, c, &err); (void)err; "
-                + _store("(*T)", dtype, "to", "a", integer=True))
+        return f"int err = 0; int64_t a = fl_idiv_floor({_load('(*T)', dtype, 'to')}, c, &err); (void)err; " + _store(
+            "(*T)", dtype, "to", "a", integer=True
+        )
     return f"double a = {_load('(*T)', dtype, 'to')} / (double)c; " + _store("(*T)", dtype, "to", "a")
 
 
@@ -170,8 +223,11 @@ class IndexKernel(Kernel):
             return NOT_HANDLED
         if x.dim() == 0 or index.dim() != x.dim() or x.dtype not in DTYPES:
             return NOT_HANDLED  # 0-dim and rank-mismatch forms: PyTorch's own checks run on the next tier
-        if len(vals) > 3 and isinstance(vals[3], torch.Tensor) and (
-                not is_fl(vals[3]) or vals[3].dtype != x.dtype or vals[3].dim() != x.dim()):
+        if (
+            len(vals) > 3
+            and isinstance(vals[3], torch.Tensor)
+            and (not is_fl(vals[3]) or vals[3].dtype != x.dtype or vals[3].dim() != x.dim())
+        ):
             return NOT_HANDLED
         try:
             spec = _spec(f, vals)
@@ -180,8 +236,9 @@ class IndexKernel(Kernel):
         inplace = bool(f.mutable)
         sig = (spec, x.dim(), x.dtype, inplace, index.dtype)
         n_in = sum(1 for v in vals if is_fl(v))
-        entry = self.kernel_for(f, dev, sig, lambda: generate(f.name, spec, x.dim(), x.dtype, inplace, index.dtype,
-                                                              n_in, len(vals)))
+        entry = self.kernel_for(
+            f, dev, sig, lambda: generate(f.name, spec, x.dim(), x.dtype, inplace, index.dtype, n_in, len(vals))
+        )
         if entry is None:
             return NOT_HANDLED
         try:
@@ -191,8 +248,11 @@ class IndexKernel(Kernel):
                 raise
             dim = vals[1] % x.dim()
             size = x.shape[dim]
-            raise KernelError(f"{f.name}: an index in `index` is out of bounds for dimension {dim} with size "
-                              f"{size} (valid indices are 0..{size - 1})", e.status) from None
+            raise KernelError(
+                f"{f.name}: an index in `index` is out of bounds for dimension {dim} with size "
+                f"{size} (valid indices are 0..{size - 1})",
+                e.status,
+            ) from None
 
 
 def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:

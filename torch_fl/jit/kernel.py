@@ -127,9 +127,12 @@ def compile_source(name: str, dev: Any, src: str, symbol: str, t0: float | None 
         STATS["failures"] += 1
         FAILURES[(dev.backend.name, name)] = " ".join((plugin.last_error() or "compile failed").split())
         if warn:
-            warnings.warn(f"torch_fl JIT: no kernel for {name} on {dev.backend.name}: "
-                          f"{plugin.last_error() or 'compile failed'}; using the next tier", RuntimeWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"torch_fl JIT: no kernel for {name} on {dev.backend.name}: "
+                f"{plugin.last_error() or 'compile failed'}; using the next tier",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return None
     STATS["compiled"] += 1
     if plugin.jit_builds:
@@ -145,4 +148,3 @@ def compile_failure(backend: str, op: str) -> str | None:
     backend (None if none failed): the dispatcher reports it instead of
     listing a kernel that does not exist."""
     return FAILURES.get((backend, op))
-

@@ -47,26 +47,64 @@ from .render import (
 aten = torch.ops.aten
 
 _UNARY = {
-    aten.exp.default: "exp({0})", aten.log.default: "log({0})", aten.log1p.default: "log1p({0})",
-    aten.expm1.default: "expm1({0})", aten.sqrt.default: "sqrt({0})", aten.rsqrt.default: "(1.0/sqrt({0}))",
-    aten.tanh.default: "tanh({0})", aten.sigmoid.default: "(1.0/(1.0+exp(-({0}))))", aten.erf.default: "erf({0})",
-    aten.abs.default: "fabs({0})", aten.neg.default: "(-({0}))", aten.sin.default: "sin({0})",
-    aten.cos.default: "cos({0})", aten.tan.default: "tan({0})", aten.reciprocal.default: "(1.0/({0}))",
-    aten.floor.default: "floor({0})", aten.ceil.default: "ceil({0})", aten.trunc.default: "trunc({0})",
-    aten.round.default: "nearbyint({0})", aten.relu.default: "fl_relu({0})", aten.exp2.default: "exp2({0})",
-    aten.log2.default: "log2({0})", aten.log10.default: "log10({0})", aten.sign.default: "fl_sign({0})",
-    aten.logical_not.default: "(({0}) == 0.0)", aten.asin.default: "asin({0})", aten.acos.default: "acos({0})",
-    aten.atan.default: "atan({0})", aten.sinh.default: "sinh({0})", aten.cosh.default: "cosh({0})",
-    aten.asinh.default: "asinh({0})", aten.acosh.default: "acosh({0})", aten.atanh.default: "atanh({0})",
-    aten.erfc.default: "erfc({0})", aten.isnan.default: "(({0}) != ({0}))", aten.signbit.default: "signbit({0})",
+    aten.exp.default: "exp({0})",
+    aten.log.default: "log({0})",
+    aten.log1p.default: "log1p({0})",
+    aten.expm1.default: "expm1({0})",
+    aten.sqrt.default: "sqrt({0})",
+    aten.rsqrt.default: "(1.0/sqrt({0}))",
+    aten.tanh.default: "tanh({0})",
+    aten.sigmoid.default: "(1.0/(1.0+exp(-({0}))))",
+    aten.erf.default: "erf({0})",
+    aten.abs.default: "fabs({0})",
+    aten.neg.default: "(-({0}))",
+    aten.sin.default: "sin({0})",
+    aten.cos.default: "cos({0})",
+    aten.tan.default: "tan({0})",
+    aten.reciprocal.default: "(1.0/({0}))",
+    aten.floor.default: "floor({0})",
+    aten.ceil.default: "ceil({0})",
+    aten.trunc.default: "trunc({0})",
+    aten.round.default: "nearbyint({0})",
+    aten.relu.default: "fl_relu({0})",
+    aten.exp2.default: "exp2({0})",
+    aten.log2.default: "log2({0})",
+    aten.log10.default: "log10({0})",
+    aten.sign.default: "fl_sign({0})",
+    aten.logical_not.default: "(({0}) == 0.0)",
+    aten.asin.default: "asin({0})",
+    aten.acos.default: "acos({0})",
+    aten.atan.default: "atan({0})",
+    aten.sinh.default: "sinh({0})",
+    aten.cosh.default: "cosh({0})",
+    aten.asinh.default: "asinh({0})",
+    aten.acosh.default: "acosh({0})",
+    aten.atanh.default: "atanh({0})",
+    aten.erfc.default: "erfc({0})",
+    aten.isnan.default: "(({0}) != ({0}))",
+    aten.signbit.default: "signbit({0})",
 }
 _BINARY = {
-    "add": "(({0}) + ({1}))", "sub": "(({0}) - ({1}))", "mul": "(({0}) * ({1}))", "div": "(({0}) / ({1}))",
-    "maximum": "fl_max({0}, {1})", "minimum": "fl_min({0}, {1})", "pow": "pow({0}, {1})",
-    "atan2": "atan2({0}, {1})", "eq": "(({0}) == ({1}))", "ne": "(({0}) != ({1}))", "gt": "(({0}) > ({1}))",
-    "ge": "(({0}) >= ({1}))", "lt": "(({0}) < ({1}))", "le": "(({0}) <= ({1}))", "fmod": "fmod({0}, {1})",
-    "logical_and": "((({0}) != 0.0) && (({1}) != 0.0))", "logical_or": "((({0}) != 0.0) || (({1}) != 0.0))",
-    "copysign": "copysign({0}, {1})", "hypot": "hypot({0}, {1})", "remainder": "fl_rem({0}, {1})",
+    "add": "(({0}) + ({1}))",
+    "sub": "(({0}) - ({1}))",
+    "mul": "(({0}) * ({1}))",
+    "div": "(({0}) / ({1}))",
+    "maximum": "fl_max({0}, {1})",
+    "minimum": "fl_min({0}, {1})",
+    "pow": "pow({0}, {1})",
+    "atan2": "atan2({0}, {1})",
+    "eq": "(({0}) == ({1}))",
+    "ne": "(({0}) != ({1}))",
+    "gt": "(({0}) > ({1}))",
+    "ge": "(({0}) >= ({1}))",
+    "lt": "(({0}) < ({1}))",
+    "le": "(({0}) <= ({1}))",
+    "fmod": "fmod({0}, {1})",
+    "logical_and": "((({0}) != 0.0) && (({1}) != 0.0))",
+    "logical_or": "((({0}) != 0.0) || (({1}) != 0.0))",
+    "copysign": "copysign({0}, {1})",
+    "hypot": "hypot({0}, {1})",
+    "remainder": "fl_rem({0}, {1})",
     "logical_xor": "((({0}) != 0.0) != (({1}) != 0.0))",
     # integer and bool operands only (PyTorch has no float bitwise ops); exact below 2**53
     "bitwise_and": "(double)((int64_t)({0}) & (int64_t)({1}))",
@@ -78,43 +116,84 @@ _BINARY = {
 # (shipped in torch_fl/runtime/include), shared with the host plugin's native kernels; a kernel that calls one
 # gets both headers in its source. Keys are packet names of aten and prims ops alike.
 _SPECIAL_UNARY = {
-    "lgamma": "lgamma({0})", "digamma": "fl_sp_digamma({0})", "special_psi": "fl_sp_digamma({0})",
-    "erfinv": "fl_sp_erfinv({0})", "erf_inv": "fl_sp_erfinv({0})", "i0": "fl_sp_i0({0})",
-    "bessel_i0": "fl_sp_i0({0})", "special_i0e": "fl_sp_i0e({0})", "bessel_i0e": "fl_sp_i0e({0})",
-    "special_i1": "fl_sp_i1({0})", "bessel_i1": "fl_sp_i1({0})", "special_i1e": "fl_sp_i1e({0})",
-    "bessel_i1e": "fl_sp_i1e({0})", "special_ndtri": "fl_sp_ndtri({0})", "ndtri": "fl_sp_ndtri({0})",
-    "special_log_ndtr": "fl_sp_log_ndtr({0})", "special_erfcx": "fl_sp_erfcx({0})", "erfcx": "fl_sp_erfcx({0})",
-    "special_airy_ai": "fl_sp_airy_ai({0})", "special_bessel_j0": "fl_sp_bessel_j0({0})",
-    "bessel_j0": "fl_sp_bessel_j0({0})", "special_bessel_j1": "fl_sp_bessel_j1({0})",
-    "bessel_j1": "fl_sp_bessel_j1({0})", "special_bessel_y0": "fl_sp_bessel_y0({0})",
-    "special_bessel_y1": "fl_sp_bessel_y1({0})", "special_modified_bessel_i0": "fl_sp_modified_bessel_i0({0})",
+    "lgamma": "lgamma({0})",
+    "digamma": "fl_sp_digamma({0})",
+    "special_psi": "fl_sp_digamma({0})",
+    "erfinv": "fl_sp_erfinv({0})",
+    "erf_inv": "fl_sp_erfinv({0})",
+    "i0": "fl_sp_i0({0})",
+    "bessel_i0": "fl_sp_i0({0})",
+    "special_i0e": "fl_sp_i0e({0})",
+    "bessel_i0e": "fl_sp_i0e({0})",
+    "special_i1": "fl_sp_i1({0})",
+    "bessel_i1": "fl_sp_i1({0})",
+    "special_i1e": "fl_sp_i1e({0})",
+    "bessel_i1e": "fl_sp_i1e({0})",
+    "special_ndtri": "fl_sp_ndtri({0})",
+    "ndtri": "fl_sp_ndtri({0})",
+    "special_log_ndtr": "fl_sp_log_ndtr({0})",
+    "special_erfcx": "fl_sp_erfcx({0})",
+    "erfcx": "fl_sp_erfcx({0})",
+    "special_airy_ai": "fl_sp_airy_ai({0})",
+    "special_bessel_j0": "fl_sp_bessel_j0({0})",
+    "bessel_j0": "fl_sp_bessel_j0({0})",
+    "special_bessel_j1": "fl_sp_bessel_j1({0})",
+    "bessel_j1": "fl_sp_bessel_j1({0})",
+    "special_bessel_y0": "fl_sp_bessel_y0({0})",
+    "special_bessel_y1": "fl_sp_bessel_y1({0})",
+    "special_modified_bessel_i0": "fl_sp_modified_bessel_i0({0})",
     "special_modified_bessel_i1": "fl_sp_modified_bessel_i1({0})",
     "special_modified_bessel_k0": "fl_sp_modified_bessel_k0({0})",
     "special_modified_bessel_k1": "fl_sp_modified_bessel_k1({0})",
     "special_scaled_modified_bessel_k0": "fl_sp_scaled_modified_bessel_k0({0})",
     "special_scaled_modified_bessel_k1": "fl_sp_scaled_modified_bessel_k1({0})",
     "special_spherical_bessel_j0": "fl_sp_spherical_bessel_j0({0})",
-    "spherical_bessel_j0": "fl_sp_spherical_bessel_j0({0})", "angle": "fl_sp_angle({0})",
+    "spherical_bessel_j0": "fl_sp_spherical_bessel_j0({0})",
+    "angle": "fl_sp_angle({0})",
 }
 # (x, n) polynomials: the header's float32 flavour rounds the recurrence like PyTorch's float kernel
 _SPECIAL_POLY = {
-    "special_chebyshev_polynomial_t": "fl_sp_cheb_t", "special_chebyshev_polynomial_u": "fl_sp_cheb_u",
-    "special_chebyshev_polynomial_v": "fl_sp_cheb_v", "special_chebyshev_polynomial_w": "fl_sp_cheb_w",
+    "special_chebyshev_polynomial_t": "fl_sp_cheb_t",
+    "special_chebyshev_polynomial_u": "fl_sp_cheb_u",
+    "special_chebyshev_polynomial_v": "fl_sp_cheb_v",
+    "special_chebyshev_polynomial_w": "fl_sp_cheb_w",
     "special_shifted_chebyshev_polynomial_t": "fl_sp_scheb_t",
     "special_shifted_chebyshev_polynomial_u": "fl_sp_scheb_u",
     "special_shifted_chebyshev_polynomial_v": "fl_sp_scheb_v",
     "special_shifted_chebyshev_polynomial_w": "fl_sp_scheb_w",
-    "special_hermite_polynomial_h": "fl_sp_herm_h", "special_hermite_polynomial_he": "fl_sp_herm_he",
-    "special_laguerre_polynomial_l": "fl_sp_lag_l", "special_legendre_polynomial_p": "fl_sp_leg_p",
+    "special_hermite_polynomial_h": "fl_sp_herm_h",
+    "special_hermite_polynomial_he": "fl_sp_herm_he",
+    "special_laguerre_polynomial_l": "fl_sp_lag_l",
+    "special_legendre_polynomial_p": "fl_sp_leg_p",
 }
 _SPECIAL_BINARY = {
-    "igamma": "fl_sp_igamma({0}, {1})", "igammac": "fl_sp_igammac({0}, {1})", "special_zeta": "fl_sp_zeta({0}, {1})",
-    "zeta": "fl_sp_zeta({0}, {1})", "fmax": "fmax({0}, {1})", "fmin": "fmin({0}, {1})",
+    "igamma": "fl_sp_igamma({0}, {1})",
+    "igammac": "fl_sp_igammac({0}, {1})",
+    "special_zeta": "fl_sp_zeta({0}, {1})",
+    "zeta": "fl_sp_zeta({0}, {1})",
+    "fmax": "fmax({0}, {1})",
+    "fmin": "fmin({0}, {1})",
 }
 # prims ops PyTorch's decompositions produce that carry no pointwise tag but are elementwise
-_PRIMS_POINTWISE = {getattr(torch.ops.prims, n).default for n in (
-    "lgamma", "erf_inv", "bessel_i0", "bessel_i0e", "bessel_i1", "bessel_i1e", "ndtri", "erfcx", "zeta",
-    "spherical_bessel_j0", "bessel_j0", "bessel_j1", "remainder") if hasattr(torch.ops.prims, n)}
+_PRIMS_POINTWISE = {
+    getattr(torch.ops.prims, n).default
+    for n in (
+        "lgamma",
+        "erf_inv",
+        "bessel_i0",
+        "bessel_i0e",
+        "bessel_i1",
+        "bessel_i1e",
+        "ndtri",
+        "erfcx",
+        "zeta",
+        "spherical_bessel_j0",
+        "bessel_j0",
+        "bessel_j1",
+        "remainder",
+    )
+    if hasattr(torch.ops.prims, n)
+}
 
 
 class _Value(NamedTuple):
@@ -202,22 +281,52 @@ def _promoted(operands: list) -> Any:
 
 # integer forms of the ops, over int64_t operands; `err` flags a zero divisor
 _INT_BINARY = {
-    "add": "fl_iadd({0}, {1})", "sub": "fl_isub({0}, {1})", "mul": "fl_imul({0}, {1})",
-    "maximum": "fl_imax({0}, {1})", "minimum": "fl_imin({0}, {1})", "pow": "fl_ipow({0}, {1})",
-    "fmod": "fl_ifmod({0}, {1}, &err)", "remainder": "fl_irem({0}, {1}, &err)",
-    "eq": "(({0}) == ({1}))", "ne": "(({0}) != ({1}))", "gt": "(({0}) > ({1}))", "ge": "(({0}) >= ({1}))",
-    "lt": "(({0}) < ({1}))", "le": "(({0}) <= ({1}))",
-    "bitwise_and": "(({0}) & ({1}))", "bitwise_or": "(({0}) | ({1}))", "bitwise_xor": "(({0}) ^ ({1}))",
-    "bitwise_left_shift": "fl_ishl({0}, {1})", "bitwise_right_shift": "fl_ishr({0}, {1})",
-    "__lshift__": "fl_ishl({0}, {1})", "__rshift__": "fl_ishr({0}, {1})",
-    "logical_and": "((({0}) != 0) && (({1}) != 0))", "logical_or": "((({0}) != 0) || (({1}) != 0))",
-    "logical_xor": "((({0}) != 0) != (({1}) != 0))", "gcd": "fl_igcd({0}, {1})", "lcm": "fl_ilcm({0}, {1})",
+    "add": "fl_iadd({0}, {1})",
+    "sub": "fl_isub({0}, {1})",
+    "mul": "fl_imul({0}, {1})",
+    "maximum": "fl_imax({0}, {1})",
+    "minimum": "fl_imin({0}, {1})",
+    "pow": "fl_ipow({0}, {1})",
+    "fmod": "fl_ifmod({0}, {1}, &err)",
+    "remainder": "fl_irem({0}, {1}, &err)",
+    "eq": "(({0}) == ({1}))",
+    "ne": "(({0}) != ({1}))",
+    "gt": "(({0}) > ({1}))",
+    "ge": "(({0}) >= ({1}))",
+    "lt": "(({0}) < ({1}))",
+    "le": "(({0}) <= ({1}))",
+    "bitwise_and": "(({0}) & ({1}))",
+    "bitwise_or": "(({0}) | ({1}))",
+    "bitwise_xor": "(({0}) ^ ({1}))",
+    "bitwise_left_shift": "fl_ishl({0}, {1})",
+    "bitwise_right_shift": "fl_ishr({0}, {1})",
+    "__lshift__": "fl_ishl({0}, {1})",
+    "__rshift__": "fl_ishr({0}, {1})",
+    "logical_and": "((({0}) != 0) && (({1}) != 0))",
+    "logical_or": "((({0}) != 0) || (({1}) != 0))",
+    "logical_xor": "((({0}) != 0) != (({1}) != 0))",
+    "gcd": "fl_igcd({0}, {1})",
+    "lcm": "fl_ilcm({0}, {1})",
 }
 _INT_UNARY = {
-    "abs": "fl_iabs({0})", "neg": "fl_ineg({0})", "sign": "fl_isign({0})", "sgn": "fl_isign({0})",
-    "relu": "(({0}) > 0 ? ({0}) : 0)", "floor": "({0})", "ceil": "({0})", "trunc": "({0})", "round": "({0})",
-    "logical_not": "(({0}) == 0)", "isnan": "0", "signbit": "(({0}) < 0)", "square": "fl_imul({0}, {0})",
-    "_to_copy": "({0})", "clone": "({0})", "alias": "({0})", "lift_fresh_copy": "({0})", "detach": "({0})",
+    "abs": "fl_iabs({0})",
+    "neg": "fl_ineg({0})",
+    "sign": "fl_isign({0})",
+    "sgn": "fl_isign({0})",
+    "relu": "(({0}) > 0 ? ({0}) : 0)",
+    "floor": "({0})",
+    "ceil": "({0})",
+    "trunc": "({0})",
+    "round": "({0})",
+    "logical_not": "(({0}) == 0)",
+    "isnan": "0",
+    "signbit": "(({0}) < 0)",
+    "square": "fl_imul({0}, {0})",
+    "_to_copy": "({0})",
+    "clone": "({0})",
+    "alias": "({0})",
+    "lift_fresh_copy": "({0})",
+    "detach": "({0})",
 }
 _CLAMPS = ("clamp", "clamp_min", "clamp_max")
 
@@ -372,15 +481,21 @@ def _float_expr(t, packet: str, n, operand, dtype, node_dtype) -> str:
         return f"(({a(0)}) == 0.0)" if dtype is torch.bool else f"(double)(~(int64_t)({a(0)}))"
     if packet == "round" and len(n.args) + len(kw) > 1:  # round(x, decimals=d), in the tensor's precision
         d = int(n.args[1] if len(n.args) > 1 else kw["decimals"])
-        return (f"(double)fl_sp_round_decimalsf((float)({a(0)}), {d})" if dtype != torch.float64
-                else f"fl_sp_round_decimals({a(0)}, {d})")
+        return (
+            f"(double)fl_sp_round_decimalsf((float)({a(0)}), {d})"
+            if dtype != torch.float64
+            else f"fl_sp_round_decimals({a(0)}, {d})"
+        )
     if packet == "rsub":
         return f"(({a(1)}) - ({a(0)}) * {k(kw.get('alpha', 1))})"
     if packet == "where":
         return f"((({operand(n.args[0]).expr}) != 0) ? ({a(1)}) : ({a(2)}))"
     if packet in _CLAMPS or packet == "hardtanh":
-        lo, hi = (_clamp_bounds(packet, n) if packet != "hardtanh" else
-                  (n.args[1] if len(n.args) > 1 else -1.0, n.args[2] if len(n.args) > 2 else 1.0))
+        lo, hi = (
+            _clamp_bounds(packet, n)
+            if packet != "hardtanh"
+            else (n.args[1] if len(n.args) > 1 else -1.0, n.args[2] if len(n.args) > 2 else 1.0)
+        )
         expr = a(0)
         if lo is not None:
             expr = f"fl_clamp_lo({expr}, {_in(operand(lo), math)})"
@@ -390,8 +505,11 @@ def _float_expr(t, packet: str, n, operand, dtype, node_dtype) -> str:
     if packet == "gelu":
         approx = n.args[1] if len(n.args) > 1 else kw.get("approximate", "none")
         x = a(0)
-        return (f"(0.5*({x})*(1.0+tanh(0.7978845608028654*(({x})+0.044715*({x})*({x})*({x})))))"
-                if approx == "tanh" else f"(0.5*({x})*(1.0+erf(({x})*0.7071067811865476)))")
+        return (
+            f"(0.5*({x})*(1.0+tanh(0.7978845608028654*(({x})+0.044715*({x})*({x})*({x})))))"
+            if approx == "tanh"
+            else f"(0.5*({x})*(1.0+erf(({x})*0.7071067811865476)))"
+        )
     if packet == "elu":
         alpha = n.args[1] if len(n.args) > 1 else kw.get("alpha", 1.0)
         scale = n.args[2] if len(n.args) > 2 else kw.get("scale", 1.0)
@@ -454,10 +572,11 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
 
     def fn(*ts):
         it = iter(ts)
-        return func(*[next(it) if isinstance(v, torch.Tensor) else v for v in vals[:len(f.arg_names)]])
+        return func(*[next(it) if isinstance(v, torch.Tensor) else v for v in vals[: len(f.arg_names)]])
 
     kwarg_names = [f.arg_names[i] for i in range(len(vals)) if f.kwarg_only[i]]
     if kwarg_names:  # keyword-only arguments go by name
+
         def fn(*ts):  # noqa: F811
             it = iter(ts)
             pos, kw = [], {}
@@ -475,18 +594,30 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
     loads = "\n        ".join(f"{value_type(dtype)} x{k} = {c_load(f'in[{k}]', dtype, f'o{k}')};" for k in range(n_in))
     body = "\n        ".join(lines)
     store = c_store("out[0]", out_dtype or dtype, "oo", result.expr, integer=result.integer)
-    loop = walk("out[0]", {"oo": "out[0]", **{f"o{k}": f"in[{k}]" for k in range(n_in)}},
-                f"{loads}\n        {body}\n        if (err) return 2; /* PyTorch raises ZeroDivisionError; the runtime "
-                f"says so */\n        {store}",
-                flat_body=f"{loads}\n            {body}\n            if (!err) {store}")
-    digest = hashlib.sha256(("|".join([f.name, str(dtype), str(out_dtype)] + lines + [result.expr])).encode()
-                            ).hexdigest()[:16]
+    loop = walk(
+        "out[0]",
+        {"oo": "out[0]", **{f"o{k}": f"in[{k}]" for k in range(n_in)}},
+        f"{loads}\n        {body}\n        if (err) return 2; /* PyTorch raises ZeroDivisionError; the runtime "
+        f"says so */\n        {store}",
+        flat_body=f"{loads}\n            {body}\n            if (!err) {store}",
+    )
+    digest = hashlib.sha256(
+        ("|".join([f.name, str(dtype), str(out_dtype)] + lines + [result.expr])).encode()
+    ).hexdigest()[:16]
     symbol = f"fl_jit_{digest}"
     what = f"JIT kernel for {f.name} ({str(dtype).replace('torch.', '')})"
-    src = prelude(special="fl_sp_" in body) + kernel(symbol, what, f"""if (n_in != {n_in} || n_out < 1) return 3;
+    src = prelude(special="fl_sp_" in body) + kernel(
+        symbol,
+        what,
+        f"""if (n_in != {n_in} || n_out < 1) return 3;
     int err = 0; /* set by an integer division by zero */
     {loop}
-    return err ? 2 : 0;""", n_in=n_in, n_out=1, n_args=len(vals), checked="&err" in body)
+    return err ? 2 : 0;""",
+        n_in=n_in,
+        n_out=1,
+        n_args=len(vals),
+        checked="&err" in body,
+    )
     return src, symbol
 
 
@@ -511,13 +642,19 @@ class PointwiseKernel(Kernel):
         vals = wrap_numbers(f, vals)
         if f.mutable:  # in-place: the output is the first argument itself
             first = vals[0]
-            layouts = ((list(first.shape), list(first.stride()), first.dtype),) if isinstance(first, torch.Tensor) \
-                else None
+            layouts = (
+                ((list(first.shape), list(first.stride()), first.dtype),) if isinstance(first, torch.Tensor) else None
+            )
         else:
             layouts = output_layouts(f, vals)
         # the kernel stores one element of self.dtype per output element: nothing else may come out
-        if not layouts or len(layouts) != 1 or not isinstance(layouts[0], tuple) or len(layouts[0]) != 3 \
-                or layouts[0][2] not in (self.dtype, torch.bool):
+        if (
+            not layouts
+            or len(layouts) != 1
+            or not isinstance(layouts[0], tuple)
+            or len(layouts[0]) != 3
+            or layouts[0][2] not in (self.dtype, torch.bool)
+        ):
             return NOT_HANDLED
         self.out_dtype = layouts[0][2]
         sig = self._signature(vals)
@@ -526,8 +663,7 @@ class PointwiseKernel(Kernel):
         sig = key(sig, dev)
         entry = self.kernels.get(sig)
         if entry is None and sig not in self.kernels:
-            entry = self.kernels[sig] = self.compile_with(f, dev, lambda: generate(f, vals, self.dtype,
-                                                                                   self.out_dtype))
+            entry = self.kernels[sig] = self.compile_with(f, dev, lambda: generate(f, vals, self.dtype, self.out_dtype))
         elif entry is not None:
             STATS["memory_hits"] += 1
         if entry is None:
@@ -544,4 +680,3 @@ def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:
     if backend.devices and not (backend.devices[0].props.dtypes >> dtype_code(dtypes[0])) & 1:
         return None
     return PointwiseKernel(backend, facts, dtypes[0])
-

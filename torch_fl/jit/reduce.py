@@ -32,8 +32,8 @@ prims = torch.ops.prims
 
 
 class Spec(NamedTuple):
-    kind: str              # sum prod mean amax amin var std argmax argmin max min var_mean std_mean
-    dims: tuple | None     # reduced dims (normalised, sorted); None = all
+    kind: str  # sum prod mean amax amin var std argmax argmin max min var_mean std_mean
+    dims: tuple | None  # reduced dims (normalised, sorted); None = all
     keepdim: bool
     correction: float = 0.0
 
@@ -90,15 +90,27 @@ _FOLD = {
     "mean": ("double acc = 0.0;", "acc += v;", ["acc / (double)nred"]),
     "prod": ("double acc = 1.0;", "acc *= v;", ["acc"]),
     # NaN wins and stays (PyTorch propagates NaN through max/min reductions)
-    "amax": ("double acc = -INFINITY; int nan = 0;",
-             "if (v != v) { acc = v; nan = 1; } else if (!nan && v > acc) acc = v;", ["acc"]),
-    "amin": ("double acc = INFINITY; int nan = 0;",
-             "if (v != v) { acc = v; nan = 1; } else if (!nan && v < acc) acc = v;", ["acc"]),
+    "amax": (
+        "double acc = -INFINITY; int nan = 0;",
+        "if (v != v) { acc = v; nan = 1; } else if (!nan && v > acc) acc = v;",
+        ["acc"],
+    ),
+    "amin": (
+        "double acc = INFINITY; int nan = 0;",
+        "if (v != v) { acc = v; nan = 1; } else if (!nan && v < acc) acc = v;",
+        ["acc"],
+    ),
     # first index of the extreme; the first NaN counts as the extreme
-    "argmax": ("double acc = -INFINITY; int64_t at = 0; int nan = 0;",
-               "if (!nan && (v != v || v > acc)) { acc = v; at = r; nan = (v != v); }", ["at"]),
-    "argmin": ("double acc = INFINITY; int64_t at = 0; int nan = 0;",
-               "if (!nan && (v != v || v < acc)) { acc = v; at = r; nan = (v != v); }", ["at"]),
+    "argmax": (
+        "double acc = -INFINITY; int64_t at = 0; int nan = 0;",
+        "if (!nan && (v != v || v > acc)) { acc = v; at = r; nan = (v != v); }",
+        ["at"],
+    ),
+    "argmin": (
+        "double acc = INFINITY; int64_t at = 0; int nan = 0;",
+        "if (!nan && (v != v || v < acc)) { acc = v; at = r; nan = (v != v); }",
+        ["at"],
+    ),
 }
 # integer and bool inputs: exact int64_t folds (sums and products wrap as PyTorch's do)
 _FOLD_INT = {
@@ -120,23 +132,34 @@ _VAR_FOLD = "acc += v;"
 _VAR_RESULTS = {"var": ["var"], "std": ["sqrt(var)"], "var_mean": ["var", "mean"], "std_mean": ["sqrt(var)", "mean"]}
 
 
-def generate(name: str, spec: Spec, ndim: int, in_dtype, out_dtypes: tuple, n_in: int = 1,
-             n_args: int = 1) -> tuple[str, str]:
+def generate(
+    name: str, spec: Spec, ndim: int, in_dtype, out_dtypes: tuple, n_in: int = 1, n_args: int = 1
+) -> tuple[str, str]:
     """C source and symbol of the kernel for one (op kind, rank, reduced dims, dtypes)."""
     red = [1 if spec.dims is None or d in spec.dims else 0 for d in range(ndim)]
     integer = exact(in_dtype)
     # the reduced dimensions of the current output element: `r` counts them (argmax's index)
-    walk_red = "{ rin.offset = ib; int64_t r = 0; (void)r;\n        " + walk(
-        "rin", {"io": "rin"}, f"{value_type(in_dtype)} v = {c_load('in[0]', in_dtype, 'io')};\n        FOLD\n"
-        "        r++;") + " }"
+    walk_red = (
+        "{ rin.offset = ib; int64_t r = 0; (void)r;\n        "
+        + walk(
+            "rin",
+            {"io": "rin"},
+            f"{value_type(in_dtype)} v = {c_load('in[0]', in_dtype, 'io')};\n        FOLD\n        r++;",
+        )
+        + " }"
+    )
     if integer and spec.kind not in _FOLD_INT:  # mean/var/std of integers: PyTorch refuses them
         raise Unsupported(f"{spec.kind} of {in_dtype}")
     if spec.kind in _VAR_RESULTS:
         divisor = f"fmax(0.0, (double)nred - {c_const(spec.correction)})"
-        body = (_VAR_INIT + "\n        " + walk_red.replace("FOLD", _VAR_FOLD)
-                + "\n        double mean = acc / (double)nred; acc = 0.0;\n        "
-                + walk_red.replace("FOLD", "acc += (v - mean) * (v - mean);")
-                + f"\n        double var = acc / {divisor};")
+        body = (
+            _VAR_INIT
+            + "\n        "
+            + walk_red.replace("FOLD", _VAR_FOLD)
+            + "\n        double mean = acc / (double)nred; acc = 0.0;\n        "
+            + walk_red.replace("FOLD", "acc += (v - mean) * (v - mean);")
+            + f"\n        double var = acc / {divisor};"
+        )
         results = _VAR_RESULTS[spec.kind]
     else:
         init, fold, results = (_FOLD_INT if integer else _FOLD)[spec.kind]
@@ -144,17 +167,19 @@ def generate(name: str, spec: Spec, ndim: int, in_dtype, out_dtypes: tuple, n_in
     if len(results) != len(out_dtypes):
         raise Unsupported("outputs")
     pairs = zip(out_dtypes, results, strict=True)
-    stores = "\n        ".join(c_store(f"out[{k}]", dt, f"ob{k}", e, integer=integer or e in _INDEX_RESULTS)
-                                for k, (dt, e) in enumerate(pairs))
-    key = "|".join([name, spec.kind, str(red), str(spec.keepdim), str(spec.correction), str(in_dtype),
-                    str(out_dtypes)])
+    stores = "\n        ".join(
+        c_store(f"out[{k}]", dt, f"ob{k}", e, integer=integer or e in _INDEX_RESULTS) for k, (dt, e) in enumerate(pairs)
+    )
+    key = "|".join([name, spec.kind, str(red), str(spec.keepdim), str(spec.correction), str(in_dtype), str(out_dtypes)])
     symbol = "fl_jitr_" + hashlib.sha256(key.encode()).hexdigest()[:16]
     n_out = len(out_dtypes)
-    outer = walk("kin", {"ib": "kin", **{f"ob{k}": f"kout[{k}]" for k in range(n_out)}},
-                 f"{body}\n        {stores}")
+    outer = walk("kin", {"ib": "kin", **{f"ob{k}": f"kout[{k}]" for k in range(n_out)}}, f"{body}\n        {stores}")
     what = f"JIT reduction kernel for {name} ({spec.kind} over dims {red}, keepdim={int(spec.keepdim)})"
     red_c = ", ".join(map(str, red + [0]))
-    src = prelude() + kernel(symbol, what, f"""const int red[{ndim + 1}] = {{{red_c}}};
+    src = prelude() + kernel(
+        symbol,
+        what,
+        f"""const int red[{ndim + 1}] = {{{red_c}}};
     if (n_in < 1 || n_out != {n_out} || in[0].ndim != {ndim}) return 3;
     /* views of the input and outputs over the kept dimensions (the outer walk, one output element
      * each) and of the input over the reduced ones (the inner walk, from the element's offset) */
@@ -176,7 +201,11 @@ def generate(name: str, spec: Spec, ndim: int, in_dtype, out_dtypes: tuple, n_in
         }}
     }}
     {outer}
-    return 0;""", n_in=n_in, n_out=n_out, n_args=n_args)
+    return 0;""",
+        n_in=n_in,
+        n_out=n_out,
+        n_args=n_args,
+    )
     return src, symbol
 
 

@@ -80,30 +80,45 @@ _STEPS = {
     "cumsum": "VT acc = 0; for (int64_t j = 0; j < n; j++) { acc = ADD(acc, r[j].v); PUT(0, j, acc); }",
     "cumprod": "VT acc = 1; for (int64_t j = 0; j < n; j++) { acc = MUL(acc, r[j].v); PUT(0, j, acc); }",
     # PyTorch: a NaN, or a value >= the running extreme, takes over (so ties report the last position)
-    "cummax": ("VT acc = 0; int64_t at = 0; for (int64_t j = 0; j < n; j++) {"
-               " VT x = r[j].v; if (j == 0 || x != x || (acc == acc && x >= acc)) { acc = x; at = j; }"
-               " PUT(0, j, acc); PUT(1, j, (VT)at); }"),
-    "cummin": ("VT acc = 0; int64_t at = 0; for (int64_t j = 0; j < n; j++) {"
-               " VT x = r[j].v; if (j == 0 || x != x || (acc == acc && x <= acc)) { acc = x; at = j; }"
-               " PUT(0, j, acc); PUT(1, j, (VT)at); }"),
-    "logcumsumexp": ("double acc = -INFINITY; for (int64_t j = 0; j < n; j++) { double x = r[j].v;"
-                     " double hi = acc > x ? acc : x, lo = acc > x ? x : acc;"
-                     " acc = (x != x || acc != acc) ? NAN : (lo == -INFINITY ? hi : hi + log1p(exp(lo - hi)));"
-                     " PUT(0, j, acc); }"),
-    "sort": ("fl_msort(r, tmp, n, (int)EXTRA);"
-             " for (int64_t j = 0; j < n; j++) { PUT(0, j, r[j].v); PUT(1, j, (VT)r[j].i); }"),
-    "topk": ("fl_msort(r, tmp, n, (int)EXTRA); int64_t k = out[0].ndim ? out[0].sizes[dim] : 1;"
-             " for (int64_t j = 0; j < k; j++) { PUT(0, j, r[j].v); PUT(1, j, (VT)r[j].i); }"),
-    "kthvalue": ("if (EXTRA < 1 || EXTRA > n) return 2; fl_msort(r, tmp, n, 0);"
-                 " PUT(0, 0, r[EXTRA - 1].v); PUT(1, 0, (VT)r[EXTRA - 1].i);"),
+    "cummax": (
+        "VT acc = 0; int64_t at = 0; for (int64_t j = 0; j < n; j++) {"
+        " VT x = r[j].v; if (j == 0 || x != x || (acc == acc && x >= acc)) { acc = x; at = j; }"
+        " PUT(0, j, acc); PUT(1, j, (VT)at); }"
+    ),
+    "cummin": (
+        "VT acc = 0; int64_t at = 0; for (int64_t j = 0; j < n; j++) {"
+        " VT x = r[j].v; if (j == 0 || x != x || (acc == acc && x <= acc)) { acc = x; at = j; }"
+        " PUT(0, j, acc); PUT(1, j, (VT)at); }"
+    ),
+    "logcumsumexp": (
+        "double acc = -INFINITY; for (int64_t j = 0; j < n; j++) { double x = r[j].v;"
+        " double hi = acc > x ? acc : x, lo = acc > x ? x : acc;"
+        " acc = (x != x || acc != acc) ? NAN : (lo == -INFINITY ? hi : hi + log1p(exp(lo - hi)));"
+        " PUT(0, j, acc); }"
+    ),
+    "sort": (
+        "fl_msort(r, tmp, n, (int)EXTRA); for (int64_t j = 0; j < n; j++) { PUT(0, j, r[j].v); PUT(1, j, (VT)r[j].i); }"
+    ),
+    "topk": (
+        "fl_msort(r, tmp, n, (int)EXTRA); int64_t k = out[0].ndim ? out[0].sizes[dim] : 1;"
+        " for (int64_t j = 0; j < k; j++) { PUT(0, j, r[j].v); PUT(1, j, (VT)r[j].i); }"
+    ),
+    "kthvalue": (
+        "if (EXTRA < 1 || EXTRA > n) return 2; fl_msort(r, tmp, n, 0);"
+        " PUT(0, 0, r[EXTRA - 1].v); PUT(1, 0, (VT)r[EXTRA - 1].i);"
+    ),
     # the lower median; a NaN in the row makes it NaN (at the first NaN's position), as PyTorch
-    "median": ("if (n == 0) return 2; fl_msort(r, tmp, n, 0); int64_t m = (n - 1) / 2;"
-               " if (r[n - 1].v != r[n - 1].v) {"
-               " int64_t f = n - 1; while (f > 0 && r[f - 1].v != r[f - 1].v) f--; m = f; }"
-               " PUT(0, 0, r[m].v); PUT(1, 0, (VT)r[m].i);"),
-    "nanmedian": ("if (n == 0) return 2; fl_msort(r, tmp, n, 0); int64_t c = n;"
-                  " while (c > 0 && r[c - 1].v != r[c - 1].v) c--;"
-                  " int64_t m = c ? (c - 1) / 2 : 0; PUT(0, 0, r[m].v); PUT(1, 0, (VT)r[m].i);"),
+    "median": (
+        "if (n == 0) return 2; fl_msort(r, tmp, n, 0); int64_t m = (n - 1) / 2;"
+        " if (r[n - 1].v != r[n - 1].v) {"
+        " int64_t f = n - 1; while (f > 0 && r[f - 1].v != r[f - 1].v) f--; m = f; }"
+        " PUT(0, 0, r[m].v); PUT(1, 0, (VT)r[m].i);"
+    ),
+    "nanmedian": (
+        "if (n == 0) return 2; fl_msort(r, tmp, n, 0); int64_t c = n;"
+        " while (c > 0 && r[c - 1].v != r[c - 1].v) c--;"
+        " int64_t m = c ? (c - 1) / 2 : 0; PUT(0, 0, r[m].v); PUT(1, 0, (VT)r[m].i);"
+    ),
 }
 # arithmetic of a row's values: plain for doubles, wrapping for int64_t
 _ARITH = {False: {"ADD": "fl_dadd", "MUL": "fl_dmul"}, True: {"ADD": "fl_iadd", "MUL": "fl_imul"}}
@@ -117,8 +132,10 @@ _REDUCING = {"kthvalue", "median", "nanmedian"}
 def _put(dtypes: tuple, integer: bool) -> str:
     """PUT(k, j, value): store into output k at position j along dim of the current row (values
     of the row's type: int64_t when `integer`, else double)."""
-    cases = [f"if ((k_) == {k}) {c_store(f'out[{k}]', dt, f'ob[{k}] + (j_) * os[{k}]', '(v_)', integer=integer)}"
-             for k, dt in enumerate(dtypes)]
+    cases = [
+        f"if ((k_) == {k}) {c_store(f'out[{k}]', dt, f'ob[{k}] + (j_) * os[{k}]', '(v_)', integer=integer)}"
+        for k, dt in enumerate(dtypes)
+    ]
     return "#define PUT(k_, j_, v_) do { " + " else ".join(cases) + " } while (0)"
 
 
@@ -134,17 +151,28 @@ def generate(name: str, kind: str, extra: int, ndim: int, in_dtype, out_dtypes: 
     load = c_load("in[0]", in_dtype, "io")
     n_out = len(out_dtypes)
     obs = ", ".join(f"ob{k}" for k in range(n_out))
-    loop = walk("rin", {"ib": "rin", **{f"ob{k}": f"rout[{k}]" for k in range(n_out)}},
-                f"int64_t ob[{n_out}] = {{{obs}}};\n"
-                f"        for (int64_t j = 0; j < n; j++) {{\n"
-                f"            int64_t io = ib + j * rs; r[j].v = {load}; r[j].i = j;\n        }}\n"
-                f"        {{ {step} }}")
+    loop = walk(
+        "rin",
+        {"ib": "rin", **{f"ob{k}": f"rout[{k}]" for k in range(n_out)}},
+        f"int64_t ob[{n_out}] = {{{obs}}};\n"
+        f"        for (int64_t j = 0; j < n; j++) {{\n"
+        f"            int64_t io = ib + j * rs; r[j].v = {load}; r[j].i = j;\n        }}\n"
+        f"        {{ {step} }}",
+    )
     key = "|".join(map(str, [name, kind, extra, ndim, in_dtype, out_dtypes]))
     symbol = "fl_jits_" + hashlib.sha256(key.encode()).hexdigest()[:16]
     if opencl():  # a row's scratch copy comes from malloc, which OpenCL C does not have
         raise Unsupported("row kernels in OpenCL C")
     what = f"JIT row kernel for {name} ({kind})"
-    src = prelude() + _PRELUDE.replace("VT", vt) + _DOUBLE_ARITH + _put(out_dtypes, integer) + kernel(symbol, what, f"""
+    src = (
+        prelude()
+        + _PRELUDE.replace("VT", vt)
+        + _DOUBLE_ARITH
+        + _put(out_dtypes, integer)
+        + kernel(
+            symbol,
+            what,
+            f"""
     /* a 0-dim tensor is one row of one element; `dim` comes from the runtime (-1: the whole tensor) */
     int nd = {ndim}, dim = @DIM@;
     if (n_out != {n_out}) return 3;
@@ -169,7 +197,12 @@ def generate(name: str, kind: str, extra: int, ndim: int, in_dtype, out_dtypes: 
     if (!r || !tmp) {{ free(r); free(tmp); return 1; }}
     {loop}
     free(r); free(tmp);
-    return 0;""", n_in=1, n_out=n_out, n_args=0)
+    return 0;""",
+            n_in=1,
+            n_out=n_out,
+            n_args=0,
+        )
+    )
     return src, symbol
 
 

@@ -18,5 +18,16 @@ from .watch_view import WatchView, loss_svg
 
 register_bar(ProgressBar)  # long runs (plugin check, doctor, zoo, coverage) show this bar inside a kernel
 
-__all__ = ["CapabilityExplorer", "alignment_layers", "alignment_losses", "comparison_kernels", "fallback_paths",
-           "fusion_figure", "fusion_patterns", "loss_svg", "ProgressBar", "time_by_path", "WatchView"]
+__all__ = [
+    "CapabilityExplorer",
+    "alignment_layers",
+    "alignment_losses",
+    "comparison_kernels",
+    "fallback_paths",
+    "fusion_figure",
+    "fusion_patterns",
+    "loss_svg",
+    "ProgressBar",
+    "time_by_path",
+    "WatchView",
+]

@@ -31,16 +31,24 @@ class CapabilityExplorer:
         self.backend = w.Dropdown(options=names, value=start, description="backend")
         self.compare_with = w.Dropdown(options=["(none)"] + names, value="(none)", description="compare")
         self.search = w.Text(value="", placeholder="op name contains...", description="search")
-        self.path = w.Dropdown(options=["any", "native", "decomposition", "jit", "fallback", "none"], value="any",
-                               description="path")
+        self.path = w.Dropdown(
+            options=["any", "native", "decomposition", "jit", "fallback", "none"], value="any", description="path"
+        )
         self.summary = w.HTML()
         self.devices = w.HTML()
         self.ops = w.HTML()
         self.fused = w.HTML()
         self.collectives = w.HTML()
         self.comparison = w.HTML()
-        self.tabs = w.Tab(children=[self.devices, w.VBox([w.HBox([self.search, self.path]), self.ops]), self.fused,
-                                    self.collectives, self.comparison])
+        self.tabs = w.Tab(
+            children=[
+                self.devices,
+                w.VBox([w.HBox([self.search, self.path]), self.ops]),
+                self.fused,
+                self.collectives,
+                self.comparison,
+            ]
+        )
         for i, title in enumerate(["devices", "op paths", "fused kernels", "collectives", "compare"]):
             self.tabs.set_title(i, title)
         self.widget = w.VBox([w.HBox([self.backend, self.compare_with]), self.summary, self.tabs])
@@ -61,24 +69,52 @@ class CapabilityExplorer:
 
         caps = fl.capabilities(self.backend.value)
         kind = "EMULATED" if caps.emulated else "real"
-        self.summary.value = (f"<b>{html.escape(caps.backend)}</b> ({kind}) {html.escape(caps.vendor)} "
-                              f"{html.escape(caps.version)}: {html.escape(caps.description)}<br>"
-                              f"{len(caps.kernels)} native kernels; autocast {caps.amp_dtype}; collectives "
-                              f"{caps.collectives_path}; plugin {html.escape(caps.plugin_path)} "
-                              f"(ABI v{caps.abi_version})")
+        self.summary.value = (
+            f"<b>{html.escape(caps.backend)}</b> ({kind}) {html.escape(caps.vendor)} "
+            f"{html.escape(caps.version)}: {html.escape(caps.description)}<br>"
+            f"{len(caps.kernels)} native kernels; autocast {caps.amp_dtype}; collectives "
+            f"{caps.collectives_path}; plugin {html.escape(caps.plugin_path)} "
+            f"(ABI v{caps.abi_version})"
+        )
         self.devices.value = _table(
-            ["device", "name", "memory", "dtypes", "host-accessible", "async copy", "async kernels", "fp16 stable",
-             "units"],
-            [[f"fl:{d.index}", html.escape(d.name), f"{d.total_memory / 2**30:.1f} GiB", ", ".join(d.dtypes),
-              "yes" if d.host_accessible else "no", "yes" if d.async_copy else "no",
-              "yes" if d.async_kernels else "no", "yes" if d.fp16_stable else "no", str(d.compute_units)]
-             for d in caps.devices])
-        self.fused.value = _table(["fused kernel", "dtypes"], [[html.escape(k), ", ".join(caps.kernels.get(k, []))]
-                                                             for k in caps.fused_kernels]) \
-            if caps.fused_kernels else "no fused kernels"
-        self.collectives.value = _table(["collective", "in the plugin"],
-                                        [[k, "yes" if v else "no (CPU relay)"]
-                                         for k, v in sorted(caps.collectives.items())])
+            [
+                "device",
+                "name",
+                "memory",
+                "dtypes",
+                "host-accessible",
+                "async copy",
+                "async kernels",
+                "fp16 stable",
+                "units",
+            ],
+            [
+                [
+                    f"fl:{d.index}",
+                    html.escape(d.name),
+                    f"{d.total_memory / 2**30:.1f} GiB",
+                    ", ".join(d.dtypes),
+                    "yes" if d.host_accessible else "no",
+                    "yes" if d.async_copy else "no",
+                    "yes" if d.async_kernels else "no",
+                    "yes" if d.fp16_stable else "no",
+                    str(d.compute_units),
+                ]
+                for d in caps.devices
+            ],
+        )
+        self.fused.value = (
+            _table(
+                ["fused kernel", "dtypes"],
+                [[html.escape(k), ", ".join(caps.kernels.get(k, []))] for k in caps.fused_kernels],
+            )
+            if caps.fused_kernels
+            else "no fused kernels"
+        )
+        self.collectives.value = _table(
+            ["collective", "in the plugin"],
+            [[k, "yes" if v else "no (CPU relay)"] for k, v in sorted(caps.collectives.items())],
+        )
         self._render_ops()
         self._render_compare()
 
@@ -88,15 +124,21 @@ class CapabilityExplorer:
         rows = cov.filter(self.search.value, path)
         shown = list(rows.items())[: self.limit]
         counts = cov.counts()
-        lacking = (f"; the device has no {html.escape(', '.join(cov.host_dtypes))}: those run on the CPU (F)"
-                   if cov.host_dtypes else "")
-        head = (f"{len(rows)} of {len(cov.rows)} ops; N native {counts.get('native', 0)}, D decomposition "
-                f"{counts.get('decomposition', 0)}, J jit {counts.get('jit', 0)}, F fallback "
-                f"{counts.get('fallback', 0)}, . not defined by PyTorch for the dtype {counts.get('undefined', 0)} "
-                f"(op x dtype){lacking}<br>")
-        self.ops.value = head + _table(["op"] + list(cov.dtypes),
-                                       [[html.escape(op)] + [MARKS.get(r[d], "?") for d in cov.dtypes]
-                                        for op, r in shown])
+        lacking = (
+            f"; the device has no {html.escape(', '.join(cov.host_dtypes))}: those run on the CPU (F)"
+            if cov.host_dtypes
+            else ""
+        )
+        head = (
+            f"{len(rows)} of {len(cov.rows)} ops; N native {counts.get('native', 0)}, D decomposition "
+            f"{counts.get('decomposition', 0)}, J jit {counts.get('jit', 0)}, F fallback "
+            f"{counts.get('fallback', 0)}, . not defined by PyTorch for the dtype {counts.get('undefined', 0)} "
+            f"(op x dtype){lacking}<br>"
+        )
+        self.ops.value = head + _table(
+            ["op"] + list(cov.dtypes),
+            [[html.escape(op)] + [MARKS.get(r[d], "?") for d in cov.dtypes] for op, r in shown],
+        )
 
     def _render_compare(self) -> None:
         other = self.compare_with.value
@@ -104,12 +146,19 @@ class CapabilityExplorer:
             self.comparison.value = "pick a backend to compare with"
             return
         a, b = self._cov(self.backend.value), self._cov(other)
-        diff = [[html.escape(op), MARKS.get(a.rows[op].get("float32", "none"), "?"),
-                 MARKS.get(b.rows.get(op, {}).get("float32", "none"), "?")]
-                for op in a.rows if a.rows[op].get("float32") != b.rows.get(op, {}).get("float32")]
-        self.comparison.value = (f"{len(diff)} ops take a different float32 path on {html.escape(a.backend)} and "
-                                 f"{html.escape(b.backend)}<br>"
-                                 + _table(["op", a.backend, b.backend], diff[: self.limit]))
+        diff = [
+            [
+                html.escape(op),
+                MARKS.get(a.rows[op].get("float32", "none"), "?"),
+                MARKS.get(b.rows.get(op, {}).get("float32", "none"), "?"),
+            ]
+            for op in a.rows
+            if a.rows[op].get("float32") != b.rows.get(op, {}).get("float32")
+        ]
+        self.comparison.value = (
+            f"{len(diff)} ops take a different float32 path on {html.escape(a.backend)} and "
+            f"{html.escape(b.backend)}<br>" + _table(["op", a.backend, b.backend], diff[: self.limit])
+        )
 
     def _ipython_display_(self) -> None:
         from IPython.display import display

@@ -6,9 +6,20 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-PATH_COLORS = {"native": "#2ca02c", "decomposition": "#1f77b4", "jit": "#9467bd", "fallback": "#d62728",
-               "view": "#7f7f7f", "copy": "#ff7f0e", "copy-async": "#ffbb78", "copy-wait": "#e377c2",
-               "foreach": "#17becf", "alloc": "#bcbd22", "meta": "#c7c7c7", "other": "#8c564b"}
+PATH_COLORS = {
+    "native": "#2ca02c",
+    "decomposition": "#1f77b4",
+    "jit": "#9467bd",
+    "fallback": "#d62728",
+    "view": "#7f7f7f",
+    "copy": "#ff7f0e",
+    "copy-async": "#ffbb78",
+    "copy-wait": "#e377c2",
+    "foreach": "#17becf",
+    "alloc": "#bcbd22",
+    "meta": "#c7c7c7",
+    "other": "#8c564b",
+}
 VERDICT_COLORS = {"ok": "#2ca02c", "check": "#ff7f0e", "suspect": "#d62728"}
 
 
@@ -38,16 +49,20 @@ def fallback_paths(profile, top: int = 30) -> go.Figure:
             parents.append(path)
             values.append(n)
             colors.append(PATH_COLORS.get(path, "#8c564b"))
-    fig = go.Figure(go.Sunburst(ids=ids, labels=labels, parents=parents, values=values, branchvalues="total",
-                                marker={"colors": colors}))
+    fig = go.Figure(
+        go.Sunburst(
+            ids=ids, labels=labels, parents=parents, values=values, branchvalues="total", marker={"colors": colors}
+        )
+    )
     return _layout(fig, "op calls by path")
 
 
 def time_by_path(profile) -> go.Figure:
     data = profile.time_by_path()
     paths = sorted(data)
-    fig = go.Figure(go.Bar(x=paths, y=[data[p] * 1e3 for p in paths],
-                           marker_color=[PATH_COLORS.get(p, "#8c564b") for p in paths]))
+    fig = go.Figure(
+        go.Bar(x=paths, y=[data[p] * 1e3 for p in paths], marker_color=[PATH_COLORS.get(p, "#8c564b") for p in paths])
+    )
     fig.update_yaxes(title="self time (ms)")
     return _layout(fig, "time by path")
 
@@ -57,8 +72,12 @@ def comparison_kernels(comparison, top: int = 20) -> go.Figure:
     rows = sorted(comparison.rows(), key=lambda r: (-max(r["kernels"]), r["op"]))[:top]
     a, b = comparison.names
     ops = [r["op"] for r in rows]
-    fig = go.Figure([go.Bar(name=a, x=ops, y=[r["kernels"][0] for r in rows], marker_color="#1f77b4"),
-                     go.Bar(name=b, x=ops, y=[r["kernels"][1] for r in rows], marker_color="#ff7f0e")])
+    fig = go.Figure(
+        [
+            go.Bar(name=a, x=ops, y=[r["kernels"][0] for r in rows], marker_color="#1f77b4"),
+            go.Bar(name=b, x=ops, y=[r["kernels"][1] for r in rows], marker_color="#ff7f0e"),
+        ]
+    )
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="kernel launches")
     return _layout(fig, f"kernels per op: {a} vs {b}")
@@ -67,9 +86,13 @@ def comparison_kernels(comparison, top: int = 20) -> go.Figure:
 def alignment_layers(report, mode: int = 0) -> go.Figure:
     """Max relative error of every module's output, in execution order, coloured by verdict."""
     m = report.modes[mode]
-    fig = go.Figure(go.Bar(x=[f"{d.module} ({d.kind})" for d in m.forward],
-                           y=[max(d.max_rel, 1e-12) for d in m.forward],
-                           marker_color=[VERDICT_COLORS[d.verdict] for d in m.forward]))
+    fig = go.Figure(
+        go.Bar(
+            x=[f"{d.module} ({d.kind})" for d in m.forward],
+            y=[max(d.max_rel, 1e-12) for d in m.forward],
+            marker_color=[VERDICT_COLORS[d.verdict] for d in m.forward],
+        )
+    )
     fine, suspect = report.tolerances
     fig.add_hline(y=fine, line_dash="dot", line_color="#ff7f0e")
     fig.add_hline(y=suspect, line_dash="dash", line_color="#d62728")
@@ -86,23 +109,46 @@ def alignment_losses(report) -> go.Figure:
     wherever a loss crossed 0, and its zeros broke the log line apart)."""
     t = report.training
     steps = list(range(1, t.steps + 1))
-    traces = [go.Scatter(x=steps, y=t.losses, name=report.backend, mode="lines+markers"),
-              go.Scatter(x=steps, y=t.reference_losses, name=report.reference, mode="lines+markers",
-                         line={"dash": "dash"})]
+    traces = [
+        go.Scatter(x=steps, y=t.losses, name=report.backend, mode="lines+markers"),
+        go.Scatter(x=steps, y=t.reference_losses, name=report.reference, mode="lines+markers", line={"dash": "dash"}),
+    ]
     if t.float64_losses:
         scale = max(max(abs(v) for v in t.float64_losses), 1e-30)
 
         def err(curve):
             return [max(abs(a - b) / scale, ERROR_FLOOR) for a, b in zip(curve, t.float64_losses, strict=True)]
 
-        traces += [go.Scatter(x=steps, y=err(t.losses), name=f"{report.backend} error vs float64", yaxis="y2",
-                              mode="lines", line={"color": "#d62728"}),
-                   go.Scatter(x=steps, y=err(t.reference_losses), name=f"{report.reference} error vs float64",
-                              yaxis="y2", mode="lines", line={"color": "#d62728", "dash": "dot"})]
+        traces += [
+            go.Scatter(
+                x=steps,
+                y=err(t.losses),
+                name=f"{report.backend} error vs float64",
+                yaxis="y2",
+                mode="lines",
+                line={"color": "#d62728"},
+            ),
+            go.Scatter(
+                x=steps,
+                y=err(t.reference_losses),
+                name=f"{report.reference} error vs float64",
+                yaxis="y2",
+                mode="lines",
+                line={"color": "#d62728", "dash": "dot"},
+            ),
+        ]
     fig = go.Figure(traces)
-    fig.update_layout(yaxis={"title": "loss"},
-                      yaxis2={"title": "error vs float64", "overlaying": "y", "side": "right", "type": "log",
-                              "exponentformat": "power", "rangemode": "tozero"})
+    fig.update_layout(
+        yaxis={"title": "loss"},
+        yaxis2={
+            "title": "error vs float64",
+            "overlaying": "y",
+            "side": "right",
+            "type": "log",
+            "exponentformat": "power",
+            "rangemode": "tozero",
+        },
+    )
     return _layout(fig, f"training: {report.backend} vs {report.reference}")
 
 
@@ -119,11 +165,16 @@ def fusion_figure(report, metric: str = "kernels") -> go.Figure:
     else:
         before = [round(m.seconds_before * 1e3, 3) for m in ms]
         after = [round(m.seconds_after * 1e3, 3) for m in ms]
-    fig = go.Figure([go.Bar(name="eager", x=x, y=before, marker_color=FUSION_COLORS["unfused"]),
-                     go.Bar(name="compiled", x=x, y=after, marker_color=FUSION_COLORS["fused"])])
+    fig = go.Figure(
+        [
+            go.Bar(name="eager", x=x, y=before, marker_color=FUSION_COLORS["unfused"]),
+            go.Bar(name="compiled", x=x, y=after, marker_color=FUSION_COLORS["fused"]),
+        ]
+    )
     fig.update_layout(barmode="group", yaxis_title="kernel launches" if metric == "kernels" else "ms per call")
-    return _layout(fig, "backend='fl': " + ("kernel launches" if metric == "kernels" else "time")
-                   + " eager vs compiled")
+    return _layout(
+        fig, "backend='fl': " + ("kernel launches" if metric == "kernels" else "time") + " eager vs compiled"
+    )
 
 
 def fusion_patterns(report) -> go.Figure:
@@ -136,8 +187,18 @@ def fusion_patterns(report) -> go.Figure:
             per = counts.setdefault(row["pattern"], dict.fromkeys(kinds, 0))
             per[row["graph"]] = per.get(row["graph"], 0) + 1
     labels = sorted(counts)
-    fig = go.Figure([go.Bar(name=k, y=labels, x=[counts[p].get(k, 0) for p in labels], orientation="h")
-                     for k in kinds if any(counts[p].get(k, 0) for p in labels)])
-    fig.update_layout(barmode="stack", xaxis_title="patterns fused", height=max(300, 28 * len(labels) + 120),
-                      title="fused patterns by graph" if labels else "no pattern fused", template="plotly_white")
+    fig = go.Figure(
+        [
+            go.Bar(name=k, y=labels, x=[counts[p].get(k, 0) for p in labels], orientation="h")
+            for k in kinds
+            if any(counts[p].get(k, 0) for p in labels)
+        ]
+    )
+    fig.update_layout(
+        barmode="stack",
+        xaxis_title="patterns fused",
+        height=max(300, 28 * len(labels) + 120),
+        title="fused patterns by graph" if labels else "no pattern fused",
+        template="plotly_white",
+    )
     return fig

@@ -28,9 +28,11 @@ def loss_svg(losses: Sequence[float | None], width: int = 360, height: int = 60)
     span = (hi - lo) or 1.0
     n = max(i for i, _ in points) or 1
     xy = " ".join(f"{i / n * (width - 4) + 2:.1f},{(hi - v) / span * (height - 4) + 2:.1f}" for i, v in points)
-    return (f'<svg width="{width}" height="{height}" style="border:1px solid #ddd">'
-            f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{xy}"/></svg>'
-            f'<div style="font-size:smaller">loss {lo:.4g} .. {hi:.4g}</div>')
+    return (
+        f'<svg width="{width}" height="{height}" style="border:1px solid #ddd">'
+        f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{xy}"/></svg>'
+        f'<div style="font-size:smaller">loss {lo:.4g} .. {hi:.4g}</div>'
+    )
 
 
 class WatchView:
@@ -55,16 +57,22 @@ class WatchView:
         loss = f"{last.loss:.5g}" if last.loss is not None else "-"
         fallbacks = sum(last.fallback_ops.values())
         copied, held = human_bytes(last.copied_bytes), human_bytes(last.allocated)
-        self.head.value = (f"<b>fl.watch on {html.escape(w.backend)}</b>: step {last.step}, loss {loss}, "
-                           f"{last.kernels} kernels, {fallbacks} CPU fallbacks, {copied} copied, "
-                           f"{held} on the device, {last.seconds * 1e3:.1f} ms")
+        self.head.value = (
+            f"<b>fl.watch on {html.escape(w.backend)}</b>: step {last.step}, loss {loss}, "
+            f"{last.kernels} kernels, {fallbacks} CPU fallbacks, {copied} copied, "
+            f"{held} on the device, {last.seconds * 1e3:.1f} ms"
+        )
         self.curve.value = loss_svg([s.loss for s in w.steps])
         rows = "".join(
             f"<tr><td>{s.step}</td><td>{s.loss if s.loss is None else f'{s.loss:.5g}'}</td>"
             f"<td>{s.seconds * 1e3:.1f}</td><td>{s.kernels}</td><td>{sum(s.fallback_ops.values())}</td>"
-            f"<td>{human_bytes(s.copied_bytes)}</td><td>{human_bytes(s.allocated)}</td></tr>" for s in w.steps[-ROWS:])
-        self.table.value = ("<table><tr><th>step</th><th>loss</th><th>ms</th><th>kernels</th><th>fallbacks</th>"
-                            f"<th>copied</th><th>allocated</th></tr>{rows}</table>")
+            f"<td>{human_bytes(s.copied_bytes)}</td><td>{human_bytes(s.allocated)}</td></tr>"
+            for s in w.steps[-ROWS:]
+        )
+        self.table.value = (
+            "<table><tr><th>step</th><th>loss</th><th>ms</th><th>kernels</th><th>fallbacks</th>"
+            f"<th>copied</th><th>allocated</th></tr>{rows}</table>"
+        )
         by_path = ", ".join(f"{html.escape(p)} {k}" for p, k in sorted(last.paths.items()))
         fell = ", ".join(f"{html.escape(op)} x{k}" for op, k in sorted(last.fallback_ops.items()))
         self.paths.value = f"op calls by path: {by_path}" + (f"<br>on the CPU fallback: {fell}" if fell else "")

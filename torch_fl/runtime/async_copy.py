@@ -39,8 +39,9 @@ class _Pending:
 def supports(device) -> bool:
     p = device.plugin
     return bool(device.props.features & abi.FEATURE_ASYNC_COPY) and all(
-        p.optional.get(n) for n in ("stream_create", "event_create", "event_record", "event_synchronize",
-                                    "event_destroy"))
+        p.optional.get(n)
+        for n in ("stream_create", "event_create", "event_record", "event_synchronize", "event_destroy")
+    )
 
 
 def supports_d2h(device) -> bool:
@@ -48,7 +49,8 @@ def supports_d2h(device) -> bool:
     copy_d2h_async): `x.to("cpu", non_blocking=True)` then returns before the bytes land, as on CUDA."""
     p = device.plugin
     return device.props.async_kernels and all(
-        p.optional.get(n) for n in ("copy_d2h_async", "event_create", "event_record", "event_query", "event_destroy"))
+        p.optional.get(n) for n in ("copy_d2h_async", "event_create", "event_record", "event_query", "event_destroy")
+    )
 
 
 # device-to-host copies in flight: (device, event, host tensor kept alive until the event completes)
@@ -65,8 +67,12 @@ def d2h(dst, src) -> None:
     nbytes = src.numel() * src.element_size()
     t0 = time.perf_counter()
     stream = dev.stream()
-    p.check(t.copy_d2h_async(dev.local, ffi.cast("void*", dst.data_ptr()), ffi.cast("void*", src.data_ptr()),
-                             nbytes, stream), "copy_d2h_async")
+    p.check(
+        t.copy_d2h_async(
+            dev.local, ffi.cast("void*", dst.data_ptr()), ffi.cast("void*", src.data_ptr()), nbytes, stream
+        ),
+        "copy_d2h_async",
+    )
     event = ffi.new("fl_event_t*")
     p.check(t.event_create(dev.local, event), "event_create")
     p.check(t.event_record(dev.local, event[0], stream), "event_record")
@@ -75,8 +81,18 @@ def d2h(dst, src) -> None:
     STATS["async_d2h"] = STATS.get("async_d2h", 0) + 1
     events.STATE.bytes_copied += nbytes
     if events.STATE.listeners:
-        events.emit(events.OpEvent("fl::copy_d2h_async", dev.backend.name, ASYNC_COPY, time.perf_counter() - t0,
-                                   0, nbytes, events.NESTING.depth, t0))
+        events.emit(
+            events.OpEvent(
+                "fl::copy_d2h_async",
+                dev.backend.name,
+                ASYNC_COPY,
+                time.perf_counter() - t0,
+                0,
+                nbytes,
+                events.NESTING.depth,
+                t0,
+            )
+        )
 
 
 def settle_host(block: bool = True) -> None:
@@ -122,11 +138,12 @@ def h2d(dst, src) -> None:
         _after_current_stream(dev, stream)
     elif dev.props.async_kernels:  # no device-side wait: the current stream's kernels must be done first
         cur = dev.stream()
-        p.check(t.stream_synchronize(dev.local, cur) if cur != ffi.NULL else t.synchronize(dev.local),
-                "synchronize")
+        p.check(t.stream_synchronize(dev.local, cur) if cur != ffi.NULL else t.synchronize(dev.local), "synchronize")
     event = ffi.new("fl_event_t*")
-    p.check(t.copy_h2d(dev.local, ffi.cast("void*", dst.data_ptr()), ffi.cast("void*", src.data_ptr()),
-                       nbytes, stream), "copy_h2d (async)")
+    p.check(
+        t.copy_h2d(dev.local, ffi.cast("void*", dst.data_ptr()), ffi.cast("void*", src.data_ptr()), nbytes, stream),
+        "copy_h2d (async)",
+    )
     p.check(t.event_create(dev.local, event), "event_create")
     p.check(t.event_record(dev.local, event[0], stream), "event_record")
     core.lib().fl_core_set_pending(dev.index, core.pointer(base), event[0])
@@ -135,8 +152,18 @@ def h2d(dst, src) -> None:
     STATS["async_bytes"] += nbytes
     events.STATE.bytes_copied += nbytes
     if events.STATE.listeners:
-        events.emit(events.OpEvent("fl::copy_h2d_async", dev.backend.name, ASYNC_COPY, time.perf_counter() - t0,
-                                   0, nbytes, events.NESTING.depth, t0))
+        events.emit(
+            events.OpEvent(
+                "fl::copy_h2d_async",
+                dev.backend.name,
+                ASYNC_COPY,
+                time.perf_counter() - t0,
+                0,
+                nbytes,
+                events.NESTING.depth,
+                t0,
+            )
+        )
 
 
 def _after_current_stream(dev, stream) -> None:
@@ -170,8 +197,9 @@ def _wait_key(key) -> None:
         STATS["waits"] += 1
         STATS["wait_s"] += blocked
         if events.STATE.listeners:
-            events.emit(events.OpEvent("fl::copy_wait", dev.backend.name, COPY_WAIT, blocked, 0, 0,
-                                       events.NESTING.depth, t0))
+            events.emit(
+                events.OpEvent("fl::copy_wait", dev.backend.name, COPY_WAIT, blocked, 0, 0, events.NESTING.depth, t0)
+            )
 
 
 def pending() -> list:

@@ -32,8 +32,7 @@ class DeviceClock:
         out = ffi.new("fl_event_t *")
         self.device.plugin.check(self._table.event_create(self.device.local, out), "event_create")
         ev = out[0]
-        self.device.plugin.check(self._table.event_record(self.device.local, ev, self.device.stream()),
-                                 "event_record")
+        self.device.plugin.check(self._table.event_record(self.device.local, ev, self.device.stream()), "event_record")
         self._hosts.append(time.perf_counter())
         self._events.append(ev)
         return self, len(self._events) - 1
@@ -45,8 +44,9 @@ class DeviceClock:
             ms = ffi.new("double *")
             stamps = []
             for ev in self._events:
-                self.device.plugin.check(self._table.event_elapsed(self.device.local, self._events[0], ev, ms),
-                                         "event_elapsed")
+                self.device.plugin.check(
+                    self._table.event_elapsed(self.device.local, self._events[0], ev, ms), "event_elapsed"
+                )
                 stamps.append(ms[0] / 1e3)
             for e in events:
                 if e.mark is None or e.mark[0] is not self:

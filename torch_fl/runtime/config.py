@@ -51,8 +51,14 @@ PLUGIN_VARIABLES = (
     (re.compile(r"^FL_OPENCL_CLBLAST$"), "bool", 0),  # the opencl plugin's GEMM through CLBlast (clblast.c)
 )
 # Variables Python reads itself: name -> kind.
-PYTHON_VARIABLES = {"FL_MEMORY_POOL": "bool", "FL_MEMORY_POOL_LIMIT": "size", "FL_CPU_FALLBACK": "bool",
-                    "FL_COMPILE": "bool", "FL_DIST_RELAY": "bool", "FL_FAST_PATH": "bool"}
+PYTHON_VARIABLES = {
+    "FL_MEMORY_POOL": "bool",
+    "FL_MEMORY_POOL_LIMIT": "size",
+    "FL_CPU_FALLBACK": "bool",
+    "FL_COMPILE": "bool",
+    "FL_DIST_RELAY": "bool",
+    "FL_FAST_PATH": "bool",
+}
 PATH_VARIABLES = ("FL_CACHE_DIR", "FL_JIT_CACHE")
 
 
@@ -146,8 +152,10 @@ def validate_environment() -> None:
     for name in PATH_VARIABLES:
         text = os.environ.get(name, "")
         if text and not os.path.isabs(os.path.expanduser(text)):
-            raise ConfigError(f"{name}={text!r} is a relative path: it would keep compiled code wherever the program "
-                              f"happens to start; give an absolute path (e.g. {name}={os.path.abspath(text)})")
+            raise ConfigError(
+                f"{name}={text!r} is a relative path: it would keep compiled code wherever the program "
+                f"happens to start; give an absolute path (e.g. {name}={os.path.abspath(text)})"
+            )
         if text.startswith("~"):
             os.environ[name] = os.path.expanduser(text)
 
@@ -161,8 +169,10 @@ def config_path() -> str | None:
         if not os.path.exists(explicit):
             raise ConfigError(f"FL_CONFIG points to {explicit}, which does not exist: fix the path or unset FL_CONFIG")
         return os.path.abspath(explicit)
-    for path in (os.path.join(os.getcwd(), "torch_fl.toml"),
-                 os.path.join(os.path.expanduser("~"), ".config", "torch_fl", "config.toml")):
+    for path in (
+        os.path.join(os.getcwd(), "torch_fl.toml"),
+        os.path.join(os.path.expanduser("~"), ".config", "torch_fl", "config.toml"),
+    ):
         if os.path.exists(path):
             return path
     return None
@@ -186,8 +196,9 @@ def load_config() -> dict[str, Any]:
     if "backend" in data:
         backend = data["backend"]
         if not isinstance(backend, str) or not backend.strip():
-            raise ConfigError(f'config file {path}: backend = {_toml(backend)} must be a backend name in quotes, '
-                              f'e.g. backend = "cpu"')
+            raise ConfigError(
+                f'config file {path}: backend = {_toml(backend)} must be a backend name in quotes, e.g. backend = "cpu"'
+            )
         out["backend"] = backend.strip()
     if "cpu_fallback" in data:
         out["cpu_fallback"] = parse_bool(data["cpu_fallback"], f"cpu_fallback in config file {path}")
@@ -205,24 +216,29 @@ def _read_toml(path: str) -> dict[str, Any]:
             if stat.S_ISDIR(mode):
                 raise IsADirectoryError
             if not stat.S_ISREG(mode):
-                raise ConfigError(f"config file {path} is not a regular file (a FIFO, socket or device): point "
-                                  f"FL_CONFIG at a TOML file (or remove {os.path.basename(path)})")
+                raise ConfigError(
+                    f"config file {path} is not a regular file (a FIFO, socket or device): point "
+                    f"FL_CONFIG at a TOML file (or remove {os.path.basename(path)})"
+                )
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
     except IsADirectoryError:
-        raise ConfigError(f"config file {path} is a directory, not a TOML file: point FL_CONFIG at the file "
-                          f"(or remove the directory)") from None
+        raise ConfigError(
+            f"config file {path} is a directory, not a TOML file: point FL_CONFIG at the file (or remove the directory)"
+        ) from None
     except OSError as e:
         raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
 
 
 def _plugin_path(value: Any, path: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
-        raise ConfigError(f"config file {path}: plugin_path = {_toml(value)} must be a list of folder or file "
-                          f'paths in quotes, e.g. plugin_path = ["/opt/vendor/lib"]')
+        raise ConfigError(
+            f"config file {path}: plugin_path = {_toml(value)} must be a list of folder or file "
+            f'paths in quotes, e.g. plugin_path = ["/opt/vendor/lib"]'
+        )
     base = os.path.dirname(path)
     return [os.path.normpath(os.path.join(base, os.path.expanduser(p))) for p in value]
 
@@ -244,9 +260,11 @@ def check_trusted_file(path: str, what: str) -> None:
         raise ConfigError(f"{what} {path} cannot be read: {e.strerror}") from None
     problem = untrusted_reason(st)
     if problem:
-        raise ConfigError(f"{what} {path} {problem}: torch_fl does not take settings (which name the plugins it "
-                          f"loads) from a file another user can change. Fix its owner or mode, or set FL_CONFIG "
-                          f"to a file of your own")
+        raise ConfigError(
+            f"{what} {path} {problem}: torch_fl does not take settings (which name the plugins it "
+            f"loads) from a file another user can change. Fix its owner or mode, or set FL_CONFIG "
+            f"to a file of your own"
+        )
 
 
 def untrusted_reason(st: os.stat_result) -> str | None:
@@ -258,5 +276,17 @@ def untrusted_reason(st: os.stat_result) -> str | None:
     return None
 
 
-__all__ = ["ConfigError", "FlError", "check_trusted_file", "config_path", "env_bool", "env_size", "load_config",
-           "parse_bool", "parse_count", "parse_size", "untrusted_reason", "validate_environment"]
+__all__ = [
+    "ConfigError",
+    "FlError",
+    "check_trusted_file",
+    "config_path",
+    "env_bool",
+    "env_size",
+    "load_config",
+    "parse_bool",
+    "parse_count",
+    "parse_size",
+    "untrusted_reason",
+    "validate_environment",
+]

@@ -40,22 +40,25 @@ from .abi import ffi as plugin_ffi
 
 _CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
 # one file per PyTorch seam, as PyTorch's OpenReg backend lays its runtime out (csrc/fl_core_internal.h)
-SOURCES = tuple(os.path.join(_CSRC, name) for name in (
-    "fl_device.cpp",     # the device table and the PrivateUse1 hooks
-    "fl_generator.cpp",  # torch.Generator("fl")
-    "fl_allocator.cpp",  # the caching allocator and its pool
-    "fl_guard.cpp",      # the device guard: streams and events
-    "fl_pinned.cpp",     # pinned host memory
-    "fl_meta_ops.cpp",   # empty, view, resize_, set_, ...
-    "fl_fallback.cpp",   # the boxed fallback and its fast path
-    "fl_cpu_fallback.cpp",  # the CPU fallback's fast path; same-device copies and zero_ as memory operations
-    "fl_rnn.cpp",        # the fused LSTM/GRU cells as C++ composites (fl_rnn::*)
-    "fl_watch.cpp",      # the write watch
-    "fl_trace.cpp",      # the kernel recorder (fl kernels in torch.profiler) ...
-    "fl_kineto.cpp",     # ... and Kineto's side of it
-    "fl_graph.cpp",      # kernel graph replay
-    "fl_devcheck.cpp",   # cross-device errors that name each fl device's backend
-))
+SOURCES = tuple(
+    os.path.join(_CSRC, name)
+    for name in (
+        "fl_device.cpp",  # the device table and the PrivateUse1 hooks
+        "fl_generator.cpp",  # torch.Generator("fl")
+        "fl_allocator.cpp",  # the caching allocator and its pool
+        "fl_guard.cpp",  # the device guard: streams and events
+        "fl_pinned.cpp",  # pinned host memory
+        "fl_meta_ops.cpp",  # empty, view, resize_, set_, ...
+        "fl_fallback.cpp",  # the boxed fallback and its fast path
+        "fl_cpu_fallback.cpp",  # the CPU fallback's fast path; same-device copies and zero_ as memory operations
+        "fl_rnn.cpp",  # the fused LSTM/GRU cells as C++ composites (fl_rnn::*)
+        "fl_watch.cpp",  # the write watch
+        "fl_trace.cpp",  # the kernel recorder (fl kernels in torch.profiler) ...
+        "fl_kineto.cpp",  # ... and Kineto's side of it
+        "fl_graph.cpp",  # kernel graph replay
+        "fl_devcheck.cpp",  # cross-device errors that name each fl device's backend
+    )
+)
 HEADER = os.path.join(_CSRC, "fl_core.h")  # the C API
 HEADERS = (HEADER, *(os.path.join(_CSRC, name) for name in ("fl_core_internal.h", "fl_trace.h", "fl_cpu_fallback.h")))
 
@@ -81,8 +84,11 @@ def _key() -> str:
     for path in (*SOURCES, *HEADERS, header_path()):
         with open(path, "rb") as f:
             h.update(f.read())
-    h.update(torch.__version__.encode() + os.path.dirname(torch.__file__).encode()
-             + str(torch._C._GLIBCXX_USE_CXX11_ABI).encode())
+    h.update(
+        torch.__version__.encode()
+        + os.path.dirname(torch.__file__).encode()
+        + str(torch._C._GLIBCXX_USE_CXX11_ABI).encode()
+    )
     return h.hexdigest()[:16]
 
 
@@ -101,16 +107,20 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     except FileNotFoundError:
-        raise FlError(f"torch_fl compiles a small C++ library against your torch at first use, and no C++ "
-                      f"compiler was found ({cmd[0]!r}). Install one (Debian/Ubuntu: apt install g++; "
-                      f"Fedora: dnf install gcc-c++; conda: conda install gxx_linux-64) or point CXX at "
-                      f"it, then import torch_fl again.") from None
+        raise FlError(
+            f"torch_fl compiles a small C++ library against your torch at first use, and no C++ "
+            f"compiler was found ({cmd[0]!r}). Install one (Debian/Ubuntu: apt install g++; "
+            f"Fedora: dnf install gcc-c++; conda: conda install gxx_linux-64) or point CXX at "
+            f"it, then import torch_fl again."
+        ) from None
 
 
 def _check(cmd: list[str], r: subprocess.CompletedProcess) -> None:
     if r.returncode != 0:
-        raise FlError(f"building torch_fl's C++ core failed:\n{' '.join(cmd)}\n"
-                      f"{r.stderr[-3000:] or '(the compiler printed nothing)'}")
+        raise FlError(
+            f"building torch_fl's C++ core failed:\n{' '.join(cmd)}\n"
+            f"{r.stderr[-3000:] or '(the compiler printed nothing)'}"
+        )
 
 
 def _build(path: str) -> None:
@@ -120,15 +130,28 @@ def _build(path: str) -> None:
     torch_dir = os.path.dirname(torch.__file__)
     include, lib = os.path.join(torch_dir, "include"), os.path.join(torch_dir, "lib")
     # a minute or more of silence otherwise, once per torch version (the doctor's cold start)
-    notice(f"torch_fl: compiling its C++ core against torch {torch.__version__} (first use; about a minute, "
-           f"cached in {os.path.dirname(path)})")
+    notice(
+        f"torch_fl: compiling its C++ core against torch {torch.__version__} (first use; about a minute, "
+        f"cached in {os.path.dirname(path)})"
+    )
     with tempfile.TemporaryDirectory(prefix=".build-", dir=os.path.dirname(path)) as tmp_dir:
         tmp = os.path.join(tmp_dir, os.path.basename(path))
-        flags = ["-O2", "-std=c++17", "-fPIC", "-fvisibility=hidden",
-                 f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-                 "-isystem", include, "-isystem", os.path.join(include, "torch", "csrc", "api", "include"),
-                 "-isystem", os.path.join(include, "kineto"), "-I", os.path.dirname(header_path())]
-        objects = [os.path.join(tmp_dir, os.path.basename(src)[:-len(".cpp")] + ".o") for src in SOURCES]
+        flags = [
+            "-O2",
+            "-std=c++17",
+            "-fPIC",
+            "-fvisibility=hidden",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+            "-isystem",
+            include,
+            "-isystem",
+            os.path.join(include, "torch", "csrc", "api", "include"),
+            "-isystem",
+            os.path.join(include, "kineto"),
+            "-I",
+            os.path.dirname(header_path()),
+        ]
+        objects = [os.path.join(tmp_dir, os.path.basename(src)[: -len(".cpp")] + ".o") for src in SOURCES]
         compiles = [[*_compiler(), *flags, "-c", src, "-o", obj] for src, obj in zip(SOURCES, objects, strict=True)]
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         workers = max(1, min(len(compiles), cores))
@@ -136,8 +159,19 @@ def _build(path: str) -> None:
             results = list(pool.map(_run, compiles))
         for cmd, r in zip(compiles, results, strict=True):
             _check(cmd, r)
-        link = [*_compiler(), "-shared", *objects, "-L", lib, "-lc10", "-ltorch_cpu", "-ltorch",
-                f"-Wl,-rpath,{lib}", "-o", tmp]
+        link = [
+            *_compiler(),
+            "-shared",
+            *objects,
+            "-L",
+            lib,
+            "-lc10",
+            "-ltorch_cpu",
+            "-ltorch",
+            f"-Wl,-rpath,{lib}",
+            "-o",
+            tmp,
+        ]
         _check(link, _run(link))
         private.record_digest(tmp)
         os.replace(tmp + private.DIGEST_SUFFIX, path + private.DIGEST_SUFFIX)
@@ -226,9 +260,17 @@ def memory_stats(index: int) -> dict[str, int]:
 def add_device(dev, pool_limit: int) -> None:
     """Tell the core that fl:dev.index is dev.plugin's local device dev.local."""
     label = ffi.new("char[]", f"fl:{dev.index} ({dev.backend.name})".encode())  # the core copies it
-    device = ffi.new("fl_core_device_t *", {"plugin": dev.plugin.table, "local": dev.local,
-                                            "features": dev.props.features, "total_memory": dev.props.total_memory,
-                                            "pool_limit": pool_limit, "label": label})
+    device = ffi.new(
+        "fl_core_device_t *",
+        {
+            "plugin": dev.plugin.table,
+            "local": dev.local,
+            "features": dev.props.features,
+            "total_memory": dev.props.total_memory,
+            "pool_limit": pool_limit,
+            "label": label,
+        },
+    )
     if load().fl_core_add_device(dev.index, device) != 0:
         raise FlError(f"fl:{dev.index}: the C++ core has room for 64 fl devices")
     load().fl_devcheck_label(dev.index, dev.backend.name.encode())
@@ -260,17 +302,30 @@ def probe_autograd(index: int) -> str | None:
         (t * 2).sum().backward()
     except RuntimeError as e:
         if "device_ready_queues_" in str(e):
-            return ("PyTorch's autograd engine was started (a backward() ran) before torch_fl was imported, so it "
-                    "has no queue for fl devices and backward() on fl tensors fails in this process. Import "
-                    "torch_fl before the first backward() (e.g. at the top of the script or notebook).")
+            return (
+                "PyTorch's autograd engine was started (a backward() ran) before torch_fl was imported, so it "
+                "has no queue for fl devices and backward() on fl tensors fails in this process. Import "
+                "torch_fl before the first backward() (e.g. at the top of the script or notebook)."
+            )
         return None
     return None
 
 
 # c10::ScalarType codes of the dtypes fl tensors hold (the fast path allocates fresh outputs by them)
-_SCALAR_TYPE = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
-                torch.float32: 6, torch.float64: 7, torch.complex64: 9, torch.complex128: 10, torch.bool: 11,
-                torch.bfloat16: 15}
+_SCALAR_TYPE = {
+    torch.uint8: 0,
+    torch.int8: 1,
+    torch.int16: 2,
+    torch.int32: 3,
+    torch.int64: 4,
+    torch.float16: 5,
+    torch.float32: 6,
+    torch.float64: 7,
+    torch.complex64: 9,
+    torch.complex128: 10,
+    torch.bool: 11,
+    torch.bfloat16: 15,
+}
 
 
 def scalar_type_code(dtype: torch.dtype) -> int:

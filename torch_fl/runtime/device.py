@@ -151,11 +151,19 @@ class FlDeviceModule:
     @staticmethod
     def memory_stats(device=None) -> dict[str, int]:
         m = REGISTRY.device(_index(device)).memory()
-        return {"allocated_bytes.all.current": m["allocated"], "allocated_bytes.all.peak": m["peak"],
-                "reserved_bytes.all.current": m["allocated"] + m["cached"], "pool.cached_bytes": m["cached"],
-                "pool.hits": m["hits"], "pool.misses": m["misses"], "pool.limit_bytes": m["limit"],
-                "allocation.all.current": m["allocations"], "num_device_alloc": m["device_allocs"],
-                "num_device_free": m["device_frees"], "num_ooms": m["ooms"]}
+        return {
+            "allocated_bytes.all.current": m["allocated"],
+            "allocated_bytes.all.peak": m["peak"],
+            "reserved_bytes.all.current": m["allocated"] + m["cached"],
+            "pool.cached_bytes": m["cached"],
+            "pool.hits": m["hits"],
+            "pool.misses": m["misses"],
+            "pool.limit_bytes": m["limit"],
+            "allocation.all.current": m["allocations"],
+            "num_device_alloc": m["device_allocs"],
+            "num_device_free": m["device_frees"],
+            "num_ooms": m["ooms"],
+        }
 
     # random numbers
     @staticmethod
@@ -243,15 +251,18 @@ def register() -> None:
         )
     lib = core.load()
     if not lib.fl_core_install():
-        raise PrivateUse1TakenError("another extension registered PyTorch's PrivateUse1 hooks in this process; "
-                                    "torch_fl needs them for the 'fl' device: import torch_fl in a process "
-                                    "without that extension")
+        raise PrivateUse1TakenError(
+            "another extension registered PyTorch's PrivateUse1 hooks in this process; "
+            "torch_fl needs them for the 'fl' device: import torch_fl in a process "
+            "without that extension"
+        )
     lib.fl_core_set_pool_enabled(int(memory.POOL_ENABLED))
     if name == "privateuseone":
         torch.utils.rename_privateuse1_backend("fl")
         torch._register_device_module("fl", FlDeviceModule())
-        torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
-                                                             for_packed_sequence=True, for_storage=True)
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+        )
     # Plugins are found now because the device guard must report every fl
     # device before the process's first backward.
     REGISTRY.discover()

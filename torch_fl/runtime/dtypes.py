@@ -8,8 +8,9 @@ from .abi import enum_values
 
 # fl_dtype_t names each dtype FL_<PyTorch's name, upper case>: FL_BFLOAT16 is torch.bfloat16
 _CODES = {name.lower(): code for name, code in enum_values("fl_dtype_t", "FL_").items() if name != "DTYPE_COUNT"}
-TO_CODE: dict[torch.dtype, int] = {getattr(torch, name): code
-                                   for name, code in sorted(_CODES.items(), key=lambda item: item[1])}
+TO_CODE: dict[torch.dtype, int] = {
+    getattr(torch, name): code for name, code in sorted(_CODES.items(), key=lambda item: item[1])
+}
 FROM_CODE: dict[int, torch.dtype] = {v: k for k, v in TO_CODE.items()}
 NAMES: dict[int, str] = {code: name for name, code in _CODES.items()}
 COMPLEX_CODES = frozenset(c for d, c in TO_CODE.items() if d.is_complex)

@@ -28,8 +28,7 @@ def regular_file_problem(path: str) -> str | None:
     except OSError as e:
         return e.strerror or str(e)
     if not stat.S_ISREG(st.st_mode):
-        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else ("a folder" if stat.S_ISDIR(st.st_mode) else
-                                                            "a special file")
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else ("a folder" if stat.S_ISDIR(st.st_mode) else "a special file")
         return f"{kind}, not a regular file"
     return None
 
@@ -73,11 +72,37 @@ def _layout_problem(f, size: int) -> str | None:
     end = "<" if data == 1 else ">"
     f.seek(16)
     if cls == _CLASS_64:
-        (e_type, e_machine, _v, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum, shentsize,
-         shnum, _shstrndx) = struct.unpack(end + "HHIQQQIHHHHHH", f.read(48))
+        (
+            e_type,
+            e_machine,
+            _v,
+            _entry,
+            phoff,
+            shoff,
+            _flags,
+            _ehsize,
+            phentsize,
+            phnum,
+            shentsize,
+            shnum,
+            _shstrndx,
+        ) = struct.unpack(end + "HHIQQQIHHHHHH", f.read(48))
     else:
-        (e_type, e_machine, _v, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum, shentsize,
-         shnum, _shstrndx) = struct.unpack(end + "HHIIIIIHHHHHH", f.read(36))
+        (
+            e_type,
+            e_machine,
+            _v,
+            _entry,
+            phoff,
+            shoff,
+            _flags,
+            _ehsize,
+            phentsize,
+            phnum,
+            shentsize,
+            shnum,
+            _shstrndx,
+        ) = struct.unpack(end + "HHIIIIIHHHHHH", f.read(36))
     if e_type != ET_DYN:
         return f"an ELF file of type {e_type}, not a shared library (type {ET_DYN})"
     host = host_machine()
@@ -87,8 +112,9 @@ def _layout_problem(f, size: int) -> str | None:
     for what, off, entsize, num in tables:
         if off and off + entsize * num > size:
             return f"truncated: its {what} ends at byte {off + entsize * num}, the file has {size} bytes"
-    return _segments_problem(f, size, end, cls, phoff, phentsize, phnum) or \
-        _sections_problem(f, size, end, cls, shoff, shentsize, shnum)
+    return _segments_problem(f, size, end, cls, phoff, phentsize, phnum) or _sections_problem(
+        f, size, end, cls, shoff, shentsize, shnum
+    )
 
 
 def _segments_problem(f, size, end, cls, phoff, phentsize, phnum) -> str | None:

@@ -132,8 +132,7 @@ def recording() -> Iterator[Recorder]:
         events.STATE.recording = None
         sync_fast_path()
         if rec._host is not None:
-            rec.refuse(f"device memory was {rec._host.removeprefix('reads ').removeprefix('writes ')} "
-                       f"outside any op")
+            rec.refuse(f"device memory was {rec._host.removeprefix('reads ').removeprefix('writes ')} outside any op")
         launched = events.STATE.kernels - k0
         if launched != len(rec.steps):
             rec.refuse(f"{launched - len(rec.steps)} kernel(s) were launched without run_native (not recordable)")
@@ -148,8 +147,9 @@ def _draws_random(f, vals) -> bool:
     if func is None or torch.Tag.nondeterministic_seeded not in getattr(func, "tags", ()):
         return False
     for arg, v in zip(func._schema.arguments, vals, strict=False):
-        if (arg.name in ("dropout_p", "p") and isinstance(v, (int, float)) and v == 0) or \
-                (arg.name == "train" and v is False):
+        if (arg.name in ("dropout_p", "p") and isinstance(v, (int, float)) and v == 0) or (
+            arg.name == "train" and v is False
+        ):
             return False
     return True
 
@@ -165,8 +165,9 @@ class KernelGraph:
     (address, nbytes) of the static outputs each replay copies out. The recorder's
     storages stay alive as long as this object."""
 
-    def __init__(self, rec: Recorder, inputs: Sequence[tuple[int, int]] = (),
-                 outputs: Sequence[tuple[int, int]] = ()) -> None:
+    def __init__(
+        self, rec: Recorder, inputs: Sequence[tuple[int, int]] = (), outputs: Sequence[tuple[int, int]] = ()
+    ) -> None:
         if rec.reason is not None:
             raise FlError(f"this recording cannot be replayed: {rec.reason}")
         if rec.device is None:
@@ -193,15 +194,17 @@ class KernelGraph:
     def kernel_count(self) -> int:
         return int(self._lib.fl_core_graph_size(self._g))
 
-    def replay(self, in_src: Sequence[int] | None, out_dst: Sequence[int] | None, run_kernels: bool = True,
-               step_ns=None) -> None:
+    def replay(
+        self, in_src: Sequence[int] | None, out_dst: Sequence[int] | None, run_kernels: bool = True, step_ns=None
+    ) -> None:
         """One replay: in_src are the addresses of the caller's input bytes (one per static input; None: no
         input copies), out_dst where the static outputs go (None: no output copies). step_ns (an int64_t[]
         of kernel_count entries, core.ffi.new("int64_t[]", n)) receives each kernel's own time in ns."""
         ins = _addresses(in_src) if in_src is not None else core.ffi.NULL
         outs = _addresses(out_dst) if out_dst is not None else core.ffi.NULL
-        status = self._lib.fl_core_graph_replay(self._g, ins, outs, int(run_kernels), self._failed,
-                                                core.ffi.NULL if step_ns is None else step_ns)
+        status = self._lib.fl_core_graph_replay(
+            self._g, ins, outs, int(run_kernels), self._failed, core.ffi.NULL if step_ns is None else step_ns
+        )
         if status != 0:
             self._raise(status, self._failed[0])
         if run_kernels:

@@ -29,8 +29,9 @@ def _from_bytes(data: bytes, dtype: torch.dtype, shape) -> torch.Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape)
 
 
-def _rebuild_tensor(data: bytes, dtype: torch.dtype, shape, device: str, requires_grad: bool,
-                    is_param: bool) -> torch.Tensor:
+def _rebuild_tensor(
+    data: bytes, dtype: torch.dtype, shape, device: str, requires_grad: bool, is_param: bool
+) -> torch.Tensor:
     t = _from_bytes(data, dtype, shape).to(device)
     if is_param:
         return torch.nn.Parameter(t, requires_grad=requires_grad)
@@ -55,14 +56,25 @@ def install() -> None:
 
     def reduce_tensor(t: torch.Tensor):
         if t.device.type == "fl":
-            return (_rebuild_tensor, (_to_bytes(t), t.dtype, tuple(t.shape), str(t.device), t.requires_grad,
-                                      isinstance(t, torch.nn.Parameter)))
+            return (
+                _rebuild_tensor,
+                (
+                    _to_bytes(t),
+                    t.dtype,
+                    tuple(t.shape),
+                    str(t.device),
+                    t.requires_grad,
+                    isinstance(t, torch.nn.Parameter),
+                ),
+            )
         return tensor_reducer(t)
 
     def reduce_storage(s):
         if s.device.type == "fl":
-            return (_rebuild_storage, (_to_bytes(torch.empty(0, dtype=torch.uint8, device=s.device).set_(s)),
-                                       str(s.device)))
+            return (
+                _rebuild_storage,
+                (_to_bytes(torch.empty(0, dtype=torch.uint8, device=s.device).set_(s)), str(s.device)),
+            )
         return storage_reducer(s)
 
     ForkingPickler.register(torch.Tensor, reduce_tensor)

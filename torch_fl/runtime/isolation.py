@@ -39,11 +39,18 @@ def crash_verdict(path: str) -> str | None:
 
 def _probe(path: str) -> str | None:
     try:
-        r = subprocess.run(spawn.python_command(PROBE_SCRIPT, path), capture_output=True, text=True,
-                           timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            spawn.python_command(PROBE_SCRIPT, path),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
-        return (f"loading it did not finish within {PROBE_TIMEOUT_S:.0f} s in a test process (its library "
-                f"constructor or fl_plugin_init hangs), so torch_fl does not load it")
+        return (
+            f"loading it did not finish within {PROBE_TIMEOUT_S:.0f} s in a test process (its library "
+            f"constructor or fl_plugin_init hangs), so torch_fl does not load it"
+        )
     if r.returncode == 0 and "@@PROBE " in r.stdout:
         return None  # loaded, or refused in an orderly way the loader will explain
     if r.returncode < 0:
@@ -51,8 +58,10 @@ def _probe(path: str) -> str | None:
     else:
         why = f"exited with status {r.returncode}"
     tail = r.stderr.strip().splitlines()[-1][:300] if r.stderr.strip() else ""
-    return (f"loading it crashed a test process (it {why}{': ' + tail if tail else ''}), so torch_fl does not load "
-            f"it into yours; run `torch-fl plugin check {path}` for details")
+    return (
+        f"loading it crashed a test process (it {why}{': ' + tail if tail else ''}), so torch_fl does not load "
+        f"it into yours; run `torch-fl plugin check {path}` for details"
+    )
 
 
 def _file_key(path: str) -> str:

@@ -35,7 +35,6 @@ aten = torch.ops.aten
 NOT_HANDLED = object()  # what a call returns when this path does not serve it
 
 
-
 def _desc_for(t: torch.Tensor, shape=None) -> dict:
     """Descriptor of t, broadcast to `shape` when given (pointwise ops)."""
     d = desc(t)
@@ -46,8 +45,14 @@ def _desc_for(t: torch.Tensor, shape=None) -> dict:
     for i in range(td):
         j = nd - td + i
         strides[j] = d["strides"][i] if d["sizes"][i] == shape[j] else 0
-    return {"data": d["data"], "offset": d["offset"], "dtype": d["dtype"], "ndim": nd, "sizes": sizes,
-            "strides": strides}
+    return {
+        "data": d["data"],
+        "offset": d["offset"],
+        "dtype": d["dtype"],
+        "ndim": nd,
+        "sizes": sizes,
+        "strides": strides,
+    }
 
 
 _LAYOUT_CACHE: dict = {}
@@ -143,9 +148,11 @@ def _embedding_bag_per_bag(vals, layouts) -> None:
 
 
 # where PyTorch's CPU kernel and its meta function disagree, the runtime allocates what CPU returns
-_LAYOUT_FIXES = {aten.native_batch_norm.default: _batch_norm_eval_saves,
-                 aten._native_batch_norm_legit.default: _batch_norm_eval_saves,
-                 aten._embedding_bag.default: _embedding_bag_per_bag}
+_LAYOUT_FIXES = {
+    aten.native_batch_norm.default: _batch_norm_eval_saves,
+    aten._native_batch_norm_legit.default: _batch_norm_eval_saves,
+    aten._embedding_bag.default: _embedding_bag_per_bag,
+}
 
 
 # a patch's kind bit (csrc/fl_fallback.cpp, Patch): the float read per call is rounded to float32 first
@@ -186,16 +193,32 @@ def kernel_call(kernel, local: int, inputs: list, outputs: list, cargs: list, sl
     the core has copied them. The core calls launch(handle, ...) for a kernel with a handle (a device JIT
     kernel), fn(...) otherwise; both are cast, since a kernel may come from another cffi instance."""
     cast, null = core.ffi.cast, core.ffi.NULL
-    arrays = (ffi.new("fl_tensor_t[]", inputs or 1), ffi.new("fl_tensor_t[]", outputs or 1),
-              ffi.new("fl_arg_t[]", cargs or 1))
+    arrays = (
+        ffi.new("fl_tensor_t[]", inputs or 1),
+        ffi.new("fl_tensor_t[]", outputs or 1),
+        ffi.new("fl_arg_t[]", cargs or 1),
+    )
     handle = getattr(kernel, "handle", None)
     if handle is not None:
         fn, launch, handle = null, cast("fl_core_launch_fn", kernel.launch), cast("void *", handle)
     else:
         fn, launch, handle = cast("fl_kernel_fn", kernel.fn), null, null
-    call = core.ffi.new("fl_core_kernel_call_t *", {
-        "fn": fn, "launch": launch, "handle": handle, "local": local, "n_inputs": len(inputs), "inputs": arrays[0],
-        "n_outputs": len(outputs), "outputs": arrays[1], "n_args": len(cargs), "args": arrays[2], "slot": slot})
+    call = core.ffi.new(
+        "fl_core_kernel_call_t *",
+        {
+            "fn": fn,
+            "launch": launch,
+            "handle": handle,
+            "local": local,
+            "n_inputs": len(inputs),
+            "inputs": arrays[0],
+            "n_outputs": len(outputs),
+            "outputs": arrays[1],
+            "n_args": len(cargs),
+            "args": arrays[2],
+            "slot": slot,
+        },
+    )
     return call, arrays
 
 
@@ -321,8 +344,17 @@ def run_native(f, kernel, dev, vals, given=None, site: dict | None = None):
     if events.STATE.recording is not None:
         events.STATE.recording.kernel(f, kernel, dev, vals, outs, inputs, out_descs, cargs)
     if site is not None:
-        site.update(kernel=kernel, dev=dev, inputs=inputs, in_src=in_src, outs=outs, out_descs=out_descs,
-                    out_src=out_src, cargs=cargs, patches=patches)
+        site.update(
+            kernel=kernel,
+            dev=dev,
+            inputs=inputs,
+            in_src=in_src,
+            outs=outs,
+            out_descs=out_descs,
+            out_src=out_src,
+            cargs=cargs,
+            patches=patches,
+        )
     if f.n_returns == 0:
         return None
     if f.n_returns == 1:
@@ -356,6 +388,7 @@ def native_factory(f, dev, args, kwargs):
 # calls of that signature run there without entering Python (csrc/fl_fallback.cpp, fallback()).
 # Python still decides every plan; the fast path steps aside while the profiler listens, while an
 # async copy is in flight, and for any call whose tensors partly share memory.
+
 
 class FastPathSwitch:
     """Per process: whether the C++ fast path may serve calls at all (FL_FAST_PATH=0 turns it off, for
@@ -394,11 +427,18 @@ def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None)
     slot = core.count_slot(dev.backend, count_as, NATIVE)
     call, arrays = kernel_call(site["kernel"], dev.local, site["inputs"], site["out_descs"], site["cargs"], slot)
     new = core.ffi.new
-    keep = {"name": new("char[]", name), "input_src": new("fl_core_input_src_t[]", in_src or 1),
-            "output_src": new("int32_t[]", out_src or [0]), "output_dtypes": new("int32_t[]", out_dtypes or [0]),
-            "patches": new("fl_core_patch_t[]", patches or 1), "returns": new("int32_t[]", returns or [0])}
-    plan = new("fl_core_fast_plan_t *", {**keep, "device": dev.index, "call": call[0], "n_patches": len(patches),
-                                         "n_returns": len(returns)})
+    keep = {
+        "name": new("char[]", name),
+        "input_src": new("fl_core_input_src_t[]", in_src or 1),
+        "output_src": new("int32_t[]", out_src or [0]),
+        "output_dtypes": new("int32_t[]", out_dtypes or [0]),
+        "patches": new("fl_core_patch_t[]", patches or 1),
+        "returns": new("int32_t[]", returns or [0]),
+    }
+    plan = new(
+        "fl_core_fast_plan_t *",
+        {**keep, "device": dev.index, "call": call[0], "n_patches": len(patches), "n_returns": len(returns)},
+    )
     lib.fl_core_fast_commit(plan)  # copies what plan points at (arrays and keep live until then)
 
 
@@ -421,10 +461,10 @@ def mem_set_zero(t) -> bool:
         async_copy.wait_for((t,))
     table = dev.plugin.table
     stream = dev.stream()
-    dev.plugin.check(table.mem_set(dev.local, ffi.cast("void *", t.data_ptr()), 0, t.numel() * t.element_size(),
-                                   stream), "mem_set")
+    dev.plugin.check(
+        table.mem_set(dev.local, ffi.cast("void *", t.data_ptr()), 0, t.numel() * t.element_size(), stream), "mem_set"
+    )
     if stream != ffi.NULL and not dev.props.async_kernels:  # a kernel called next runs at once: land first
         dev.plugin.stream_synchronize(dev.local, stream)
     events.STATE.kernels += 1
     return True
-

@@ -141,10 +141,12 @@ class Plugin:
                 msg = ffi.string(raw).decode(errors="replace") if raw != ffi.NULL else ""
             if status == abi.FL_ERR_UNSUPPORTED:  # a sound plugin whose device this machine lacks
                 name = ffi.string(self.table.name).decode(errors="replace") if self.table.name != ffi.NULL else None
-                raise PluginUnavailableError(msg or f"{path}: fl_plugin_init declined (FL_ERR_UNSUPPORTED) and "
-                                             "left no message", name)
-            raise PluginLoadError(f"{path}: fl_plugin_init returned {abi.STATUS_NAMES.get(status, status)}"
-                                  + (f": {msg}" if msg else ""))
+                raise PluginUnavailableError(
+                    msg or f"{path}: fl_plugin_init declined (FL_ERR_UNSUPPORTED) and left no message", name
+                )
+            raise PluginLoadError(
+                f"{path}: fl_plugin_init returned {abi.STATUS_NAMES.get(status, status)}" + (f": {msg}" if msg else "")
+            )
         t = self.table
         if t.abi_version != version:
             raise PluginLoadError(
@@ -162,8 +164,9 @@ class Plugin:
         self.abi_version = int(version)
         size = int(t.struct_size)
         if size < ffi.sizeof("fl_plugin_t"):  # what the plugin could not have meant to set reads as NULL
-            ffi.memmove(ffi.cast("char *", t) + size, bytes(ffi.sizeof("fl_plugin_t") - size),
-                        ffi.sizeof("fl_plugin_t") - size)
+            ffi.memmove(
+                ffi.cast("char *", t) + size, bytes(ffi.sizeof("fl_plugin_t") - size), ffi.sizeof("fl_plugin_t") - size
+            )
         missing = [name for name in abi.REQUIRED_ENTRIES if getattr(t, name) == ffi.NULL]
         if t.name == ffi.NULL:
             missing.insert(0, "name")
@@ -184,7 +187,8 @@ class Plugin:
                 raise PluginLoadError(
                     f"{path}: its devices declare FL_FEATURE_ASYNC_KERNELS (kernels may finish after their call "
                     f"returns) but entry point(s) {', '.join(lacking)} are NULL; torch_fl waits and times "
-                    f"asynchronous work only through them (fl_plugin.h, \"Asynchronous devices\")")
+                    f'asynchronous work only through them (fl_plugin.h, "Asynchronous devices")'
+                )
         self.duplicate_kernels: list[str] = []
         self.kernels = self._probe_kernels()
 
@@ -193,13 +197,17 @@ class Plugin:
         if code == 0:
             return 0
         if code not in abi.JIT_LANGUAGES:
-            raise PluginLoadError(f"{path}: jit_language is {code}, which fl_plugin.h does not define "
-                                  f"(fl_jit_language_t: {sorted(abi.JIT_LANGUAGES)}); set FL_JIT_NONE (0) or a "
-                                  f"defined language")
+            raise PluginLoadError(
+                f"{path}: jit_language is {code}, which fl_plugin.h does not define "
+                f"(fl_jit_language_t: {sorted(abi.JIT_LANGUAGES)}); set FL_JIT_NONE (0) or a "
+                f"defined language"
+            )
         lacking = [name for name in ("jit_build", "jit_launch") if not self.optional[name]]
         if lacking:
-            raise PluginLoadError(f"{path}: it declares the device JIT language "
-                                  f"{abi.JIT_LANGUAGES[code]} but leaves {' and '.join(lacking)} NULL")
+            raise PluginLoadError(
+                f"{path}: it declares the device JIT language "
+                f"{abi.JIT_LANGUAGES[code]} but leaves {' and '.join(lacking)} NULL"
+            )
         return code
 
     def _jit_route(self) -> tuple[int, bool]:
@@ -239,8 +247,16 @@ class Plugin:
         props = ffi.new("fl_device_props_t*")
         for i in range(n[0]):
             self.check(self.table.device_props(i, props), f"device_props({i})")
-            out.append(DeviceProps(i, ffi.string(props.name).decode(errors="replace"), int(props.total_memory),
-                                   int(props.dtypes), int(props.features), int(props.compute_units)))
+            out.append(
+                DeviceProps(
+                    i,
+                    ffi.string(props.name).decode(errors="replace"),
+                    int(props.total_memory),
+                    int(props.dtypes),
+                    int(props.features),
+                    int(props.compute_units),
+                )
+            )
         return out
 
     def _probe_kernels(self) -> dict[str, KernelEntry]:
@@ -284,7 +300,8 @@ class Plugin:
             f"fl backend '{self.name}' ({self.path}): malloc({nbytes} bytes) on device {device} returned FL_OK "
             f"with a NULL pointer, which breaks the plugin contract (fl_plugin.h: return FL_ERR_OOM with a "
             f"message when memory runs out). Report it to the plugin's vendor; `torch-fl plugin check "
-            f"{self.path}` checks the contract")
+            f"{self.path}` checks the contract"
+        )
 
     def free_ptr(self, device: int, ptr) -> None:
         status = self.table.free(device, ptr)
@@ -302,18 +319,21 @@ class Plugin:
     # copies on the thread's current stream and waits where the host needs the bytes.
     def copy_h2d(self, device: int, dst: int, src: int, nbytes: int, stream=ffi.NULL) -> None:
         events.host_access("writes device memory from the host")
-        self.check(self.table.copy_h2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, stream),
-                   "copy_h2d")
+        self.check(
+            self.table.copy_h2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, stream), "copy_h2d"
+        )
 
     def copy_d2h(self, device: int, dst: int, src: int, nbytes: int, stream=ffi.NULL) -> None:
         events.host_access("reads device memory on the host")
-        self.check(self.table.copy_d2h(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, stream),
-                   "copy_d2h")
+        self.check(
+            self.table.copy_d2h(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, stream), "copy_d2h"
+        )
 
     def copy_d2d(self, device: int, dst: int, src: int, nbytes: int, stream=ffi.NULL) -> None:
         events.host_access("copies device memory outside a kernel")
-        self.check(self.table.copy_d2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, stream),
-                   "copy_d2d")
+        self.check(
+            self.table.copy_d2d(device, ffi.cast("void*", dst), ffi.cast("void*", src), nbytes, stream), "copy_d2d"
+        )
 
     def stream_synchronize(self, device: int, stream) -> None:
         if self.optional["stream_synchronize"]:

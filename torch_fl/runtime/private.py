@@ -96,14 +96,16 @@ def _make_dirs(path: str) -> None:
         except FileExistsError:
             pass
         except OSError as e:
-            raise CacheDirError(f"cache folder {path} cannot be created ({d}: {e.strerror}): set FL_CACHE_DIR "
-                                f"to a folder you can write") from None
+            raise CacheDirError(
+                f"cache folder {path} cannot be created ({d}: {e.strerror}): set FL_CACHE_DIR to a folder you can write"
+            ) from None
 
 
 def _refuse(path: str, why: str) -> CacheDirError:
     return CacheDirError(
         f"cache folder {path} {why}: torch_fl compiles and loads code there, so it must be private to you "
-        f"(owned by uid {os.geteuid()}, mode 0700). Remove it, or set FL_CACHE_DIR to a folder of your own")
+        f"(owned by uid {os.geteuid()}, mode 0700). Remove it, or set FL_CACHE_DIR to a folder of your own"
+    )
 
 
 def file_problem(path: str) -> str | None:

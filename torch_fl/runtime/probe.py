@@ -42,8 +42,9 @@ def probe(path: str) -> str:
     table = ffi.new("fl_plugin_t*")
     if init(table) != abi.FL_OK:
         return "error fl_plugin_init failed"
-    if table.struct_size != ffi.sizeof("fl_plugin_t") or any(getattr(table, n) == ffi.NULL
-                                                                for n in abi.REQUIRED_ENTRIES):
+    if table.struct_size != ffi.sizeof("fl_plugin_t") or any(
+        getattr(table, n) == ffi.NULL for n in abi.REQUIRED_ENTRIES
+    ):
         return "error incomplete entry-point table"
     n = ffi.new("int*")
     if table.device_count(n) == abi.FL_OK:

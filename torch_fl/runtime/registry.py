@@ -47,8 +47,15 @@ class Candidate:
     plugin: Plugin | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "path": self.path, "origin": self.origin, "source": self.source,
-                "status": self.status, "reason": self.reason, "emulated": self.emulated}
+        return {
+            "name": self.name,
+            "path": self.path,
+            "origin": self.origin,
+            "source": self.source,
+            "status": self.status,
+            "reason": self.reason,
+            "emulated": self.emulated,
+        }
 
 
 class Device:
@@ -182,9 +189,13 @@ class Registry:
         found += self._entry_point_paths()
         for entry in [p for p in os.environ.get("FL_PLUGIN_PATH", "").split(os.pathsep) if p]:
             if not os.path.isabs(entry):
-                self._reject(entry, "FL_PLUGIN_PATH", f"FL_PLUGIN_PATH={entry}",
-                             "a relative path: it would load plugins from whatever folder the program runs in; "
-                             "give an absolute path (e.g. FL_PLUGIN_PATH=$PWD/" + entry + ")")
+                self._reject(
+                    entry,
+                    "FL_PLUGIN_PATH",
+                    f"FL_PLUGIN_PATH={entry}",
+                    "a relative path: it would load plugins from whatever folder the program runs in; "
+                    "give an absolute path (e.g. FL_PLUGIN_PATH=$PWD/" + entry + ")",
+                )
                 continue
             found += self._expand(entry, "FL_PLUGIN_PATH", f"FL_PLUGIN_PATH={entry}")
         cfg = config.load_config()
@@ -216,9 +227,14 @@ class Registry:
             return []
         unsafe = config.untrusted_reason(os.stat(entry))
         if unsafe and unsafe.startswith("is writable by every user"):
-            self._reject(entry, origin, source, f"{unsafe}: any user could plant a plugin there, and a plugin is "
-                                                f"code that runs in your process; keep plugins in a folder only you "
-                                                f"(or root) can write")
+            self._reject(
+                entry,
+                origin,
+                source,
+                f"{unsafe}: any user could plant a plugin there, and a plugin is "
+                f"code that runs in your process; keep plugins in a folder only you "
+                f"(or root) can write",
+            )
             return []
         if os.path.isdir(entry):
             return [(path, origin, source) for path in sorted(glob.glob(os.path.join(entry, "*.so")))]
@@ -274,8 +290,10 @@ class Registry:
                 if cand.name in by_name:
                     winner = by_name[cand.name]
                     cand.status = "shadowed"
-                    cand.reason = (f"another plugin named {cand.name!r} takes precedence: {winner.path} "
-                                   f"({'emulated' if winner.emulated else 'real'}, {winner.origin})")
+                    cand.reason = (
+                        f"another plugin named {cand.name!r} takes precedence: {winner.path} "
+                        f"({'emulated' if winner.emulated else 'real'}, {winner.origin})"
+                    )
                     continue
                 by_name[cand.name] = cand
                 cand.status = "loaded"
@@ -304,8 +322,9 @@ class Registry:
     def _unknown_message(self, name: str) -> str:
         avail = ", ".join(self.backends) or "none"
         msg = f"unknown fl backend {name!r}; available backends: {avail}"
-        rejected = [c for c in self.candidates if c.status in ("rejected", "unavailable")
-                    and (c.name == name or name in c.path)]
+        rejected = [
+            c for c in self.candidates if c.status in ("rejected", "unavailable") and (c.name == name or name in c.path)
+        ]
         for c in rejected:
             msg += f"\n  {c.path} was {c.status}: {c.reason}"
         return msg + "\n(see torch_fl.list_backends() for every plugin found and why any was rejected)"
@@ -355,8 +374,10 @@ class Registry:
             assert self.current_device is not None
             return self.current_device
         if not 0 <= index < len(self.devices):
-            raise FlError(f"fl:{index} does not exist: there are {len(self.devices)} fl devices "
-                          f"({', '.join(f'fl:{d.index}={d.backend.name}' for d in self.devices)})")
+            raise FlError(
+                f"fl:{index} does not exist: there are {len(self.devices)} fl devices "
+                f"({', '.join(f'fl:{d.index}={d.backend.name}' for d in self.devices)})"
+            )
         return self.devices[index]
 
 

@@ -25,8 +25,7 @@ class Settings:
             if env is not None and env != "":
                 self._cpu_fallback = config.parse_bool(env, "FL_CPU_FALLBACK")
             else:
-                self._cpu_fallback = config.parse_bool(config.load_config().get("cpu_fallback", True),
-                                                       "cpu_fallback")
+                self._cpu_fallback = config.parse_bool(config.load_config().get("cpu_fallback", True), "cpu_fallback")
         return self._cpu_fallback
 
     @cpu_fallback.setter
@@ -44,8 +43,10 @@ def disabled_paths(*paths: str):
     runs every op through decomposition or fallback, to check those paths."""
     unknown = set(paths) - {NATIVE, DECOMPOSITION, JIT}
     if unknown:
-        raise ValueError(f"can only disable native, decomposition or jit (the CPU fallback has its own switch), "
-                         f"not {', '.join(sorted(unknown))}")
+        raise ValueError(
+            f"can only disable native, decomposition or jit (the CPU fallback has its own switch), "
+            f"not {', '.join(sorted(unknown))}"
+        )
     before = SETTINGS.disabled
     SETTINGS.disabled = frozenset(paths) | before
     clear_plans()

@@ -60,11 +60,15 @@ class Event(metaclass=FlInstance):
 
     # a factory, so not an instance of cls (mypy's rule for __new__): FlInstance's isinstance accepts it
     def __new__(  # type: ignore[misc]
-        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+        cls,
+        enable_timing: bool = False,
+        blocking: bool = False,
+        interprocess: bool = False,
         device: Any = None,
     ) -> torch.Event:
-        return torch.Event(device=_device(device), enable_timing=enable_timing, blocking=blocking,
-                           interprocess=interprocess)
+        return torch.Event(
+            device=_device(device), enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
+        )
 
 
 def current_stream(device: Any = None) -> torch.Stream:

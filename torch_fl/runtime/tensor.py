@@ -41,8 +41,14 @@ def storage_nbytes(t: torch.Tensor) -> int:
 
 def desc(t: torch.Tensor) -> dict:
     """t as the ABI's fl_tensor_t (a dict cffi fills the struct from)."""
-    return {"data": ffi.cast("void*", base_ptr(t)), "offset": t.storage_offset(), "dtype": TO_CODE.get(t.dtype, -1),
-            "ndim": t.dim(), "sizes": list(t.shape), "strides": list(t.stride())}
+    return {
+        "data": ffi.cast("void*", base_ptr(t)),
+        "offset": t.storage_offset(),
+        "dtype": TO_CODE.get(t.dtype, -1),
+        "ndim": t.dim(),
+        "sizes": list(t.shape),
+        "strides": list(t.stride()),
+    }
 
 
 def host_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -149,4 +155,3 @@ def like_layout(dev, t: torch.Tensor, dtype=None) -> torch.Tensor:
     if is_dense(t):
         return new_tensor(dev, t.shape, dtype, list(t.stride()))
     return new_tensor(dev, t.shape, dtype)
-

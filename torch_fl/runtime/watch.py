@@ -80,8 +80,9 @@ class Sources:
         self._epoch = 0
 
     def key(self, tensors) -> tuple:
-        meta = tuple((t.data_ptr(), base_ptr(t), t.shape, t.stride(), t.dtype) if t is not None else None
-                     for t in tensors)
+        meta = tuple(
+            (t.data_ptr(), base_ptr(t), t.shape, t.stride(), t.dtype) if t is not None else None for t in tensors
+        )
         if meta != self._meta:
             self._meta, self._guard = meta, WriteGuard(tensors)
             self._epoch += 1

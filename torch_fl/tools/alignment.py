@@ -43,10 +43,12 @@ from .optrace import OpDiff, OpTrace, compare_traces
 
 OK, CHECK, SUSPECT = "ok", "check", "suspect"
 CHECK_LIMIT = 100 * LIMIT  # beyond LIMIT and within this many times native float32's error: "check"
-RULE = (f"error against float64 within {LIMIT:g}x native CPU's (float32, or autocast in the same dtype) on the same "
-        f"tensor is ok, "
-        f"within {CHECK_LIMIT:g}x check, beyond suspect; every relative figure is taken against at least "
-        f"{SCALE_FLOOR:g} of the largest tensor of its kind, ratios floored at {FLOOR:g}")
+RULE = (
+    f"error against float64 within {LIMIT:g}x native CPU's (float32, or autocast in the same dtype) on the same "
+    f"tensor is ok, "
+    f"within {CHECK_LIMIT:g}x check, beyond suspect; every relative figure is taken against at least "
+    f"{SCALE_FLOOR:g} of the largest tensor of its kind, ratios floored at {FLOOR:g}"
+)
 
 
 def verdict(rel: float, tolerances: tuple[float, float]) -> str:
@@ -160,39 +162,52 @@ class AlignmentReport(Report):
 
     def render(self, n: int = 12) -> str:
         fine, suspect = self.tolerances
-        lines = [f"alignment of {self.backend} against {self.reference} (seed {self.seed}): {self.verdict.upper()}",
-                 f"rule: {RULE} (where no ratio is shown: relative difference ok <= {fine:g}, suspect > {suspect:g})"]
+        lines = [
+            f"alignment of {self.backend} against {self.reference} (seed {self.seed}): {self.verdict.upper()}",
+            f"rule: {RULE} (where no ratio is shown: relative difference ok <= {fine:g}, suspect > {suspect:g})",
+        ]
         for m in self.modes:
-            lines.append(f"[{m.mode}] output rel err {m.output_rel:.2e}; first divergent module: "
-                         f"{m.first_divergent_module or 'none'}; first divergent parameter: "
-                         f"{m.first_divergent_param or 'none'}")
+            lines.append(
+                f"[{m.mode}] output rel err {m.output_rel:.2e}; first divergent module: "
+                f"{m.first_divergent_module or 'none'}; first divergent parameter: "
+                f"{m.first_divergent_param or 'none'}"
+            )
             if m.ops_matched:
                 first = m.first_divergent_op
-                lines.append(f"  first divergent op ({m.ops_matched} ops matched): "
-                             f"{first.describe() if first else 'none'}")
+                lines.append(
+                    f"  first divergent op ({m.ops_matched} ops matched): {first.describe() if first else 'none'}"
+                )
             w = max([len(x.module) for x in m.forward] + [6])
-            lines.append(f"  {'module':<{w}}  {'kind':<14} {'max abs':>9} {'max rel':>9} {'cosine':>9} "
-                         f"{'x native':>9}  verdict")
+            lines.append(
+                f"  {'module':<{w}}  {'kind':<14} {'max abs':>9} {'max rel':>9} {'cosine':>9} {'x native':>9}  verdict"
+            )
             for x in m.forward[:n]:
-                lines.append(f"  {x.module:<{w}}  {x.kind:<14} {x.max_abs:>9.2e} {x.max_rel:>9.2e} "
-                             f"{x.cosine:>9.6f} {_ratio(x.vs_native):>9}  {x.verdict}")
+                lines.append(
+                    f"  {x.module:<{w}}  {x.kind:<14} {x.max_abs:>9.2e} {x.max_rel:>9.2e} "
+                    f"{x.cosine:>9.6f} {_ratio(x.vs_native):>9}  {x.verdict}"
+                )
             if len(m.forward) > n:
                 lines.append(f"  ... {len(m.forward) - n} more modules")
             ranked = sorted(m.backward, key=lambda p: (-(p.vs_native or 0.0), -p.rel_norm))[: max(n // 2, 3)]
             if ranked:
                 w = max(len(p.param) for p in ranked)
-                lines.append(f"  {'gradient (worst first)':<{w}}  {'mean abs':>9} {'rel norm':>9} {'max rel':>9} "
-                             f"{'x native':>9}  verdict")
+                lines.append(
+                    f"  {'gradient (worst first)':<{w}}  {'mean abs':>9} {'rel norm':>9} {'max rel':>9} "
+                    f"{'x native':>9}  verdict"
+                )
                 for p in ranked:
-                    lines.append(f"  {p.param:<{w}}  {p.mean_abs:>9.2e} {p.rel_norm:>9.2e} {p.max_rel:>9.2e} "
-                                 f"{_ratio(p.vs_native):>9}  {p.verdict}")
+                    lines.append(
+                        f"  {p.param:<{w}}  {p.mean_abs:>9.2e} {p.rel_norm:>9.2e} {p.max_rel:>9.2e} "
+                        f"{_ratio(p.vs_native):>9}  {p.verdict}"
+                    )
         if self.training:
             t = self.training
-            lines.append(f"[training] {t.steps} steps: final loss {t.losses[-1]:.6g} vs {t.reference_losses[-1]:.6g} "
-                         f"(float64 {t.float64_losses[-1]:.6g}), max rel diff {max(t.rel_diff):.2e}, error vs "
-                         f"float64 {_ratio(t.vs_native)} native float32's: {t.verdict}")
+            lines.append(
+                f"[training] {t.steps} steps: final loss {t.losses[-1]:.6g} vs {t.reference_losses[-1]:.6g} "
+                f"(float64 {t.float64_losses[-1]:.6g}), max rel diff {max(t.rel_diff):.2e}, error vs "
+                f"float64 {_ratio(t.vs_native)} native float32's: {t.verdict}"
+            )
         return "\n".join(lines)
-
 
 
 def _ratio(r: float | None) -> str:
@@ -252,12 +267,24 @@ def _default_loss(output, target):
         gen = torch.Generator().manual_seed(1234)
         weights = torch.randn(out.shape, generator=gen).to(out.device, _wide(out).dtype)
         return (_wide(out) * weights).sum() / max(out.numel(), 1)
-    return nn.functional.mse_loss(_wide(out), target.to(_wide(out).dtype)) if target.is_floating_point() else \
-        nn.functional.cross_entropy(_wide(out), target)
+    return (
+        nn.functional.mse_loss(_wide(out), target.to(_wide(out).dtype))
+        if target.is_floating_point()
+        else nn.functional.cross_entropy(_wide(out), target)
+    )
 
 
-def _run(model, inputs, target, device, loss_fn, amp_dtype, seed, trace: OpTrace | None = None,
-         dtype: torch.dtype | None = None):
+def _run(
+    model,
+    inputs,
+    target,
+    device,
+    loss_fn,
+    amp_dtype,
+    seed,
+    trace: OpTrace | None = None,
+    dtype: torch.dtype | None = None,
+):
     torch.manual_seed(seed)
     outs: dict[str, torch.Tensor] = {}
     order: list[str] = []
@@ -304,16 +331,19 @@ def _rel(a: torch.Tensor, b: torch.Tensor, floor: float = 0.0) -> tuple[float, f
     return max_abs, max_abs / scale, cos
 
 
-def _judge(base: nn.Module, inputs, target, device, loss_fn, seed,
-           amp_dtype: torch.dtype | None = None) -> Float64Comparison | None:
+def _judge(
+    base: nn.Module, inputs, target, device, loss_fn, seed, amp_dtype: torch.dtype | None = None
+) -> Float64Comparison | None:
     """The run on the backend and natively on the CPU (both under autocast to amp_dtype, if given), each
     against float64 (numerics.py). None where native CPU autocast does not take amp_dtype."""
+
     def run(where, dtype):
         wide = dtype == torch.float64
         m = copy.deepcopy(base).to(device=where, dtype=torch.float64 if wide else torch.float32)
         m.zero_grad(set_to_none=True)
-        outs, _order, grads, _final, _loss = _run(m, inputs, target, where, loss_fn, None if wide else amp_dtype,
-                                                  seed, dtype=torch.float64 if wide else None)
+        outs, _order, grads, _final, _loss = _run(
+            m, inputs, target, where, loss_fn, None if wide else amp_dtype, seed, dtype=torch.float64 if wide else None
+        )
         return {"output": outs, "grad": grads}
 
     try:
@@ -324,8 +354,9 @@ def _judge(base: nn.Module, inputs, target, device, loss_fn, seed,
         return None  # this torch's CPU autocast lacks the dtype: the tolerances judge that mode
 
 
-def _compare(mode, dev_run, ref_run, model, tolerances, traces=None,
-             judge: Float64Comparison | None = None) -> ModeResult:
+def _compare(
+    mode, dev_run, ref_run, model, tolerances, traces=None, judge: Float64Comparison | None = None
+) -> ModeResult:
     d_outs, d_order, d_grads, d_final, _ = dev_run
     r_outs, _r_order, r_grads, r_final, _ = ref_run
     kinds = {n: type(m).__name__ for n, m in model.named_modules()}
@@ -341,8 +372,17 @@ def _compare(mode, dev_run, ref_run, model, tolerances, traces=None,
             continue
         a, r, c = _rel(d_outs[name], r_outs[name], out_floor)
         ratio = judge.per_tensor.get(f"output.{name}") if judge is not None else None
-        forward.append(ModuleDiff(name, kinds.get(name, "?"), a, r, c,
-                                  verdict(r, tolerances) if ratio is None else verdict_vs_native(ratio), ratio))
+        forward.append(
+            ModuleDiff(
+                name,
+                kinds.get(name, "?"),
+                a,
+                r,
+                c,
+                verdict(r, tolerances) if ratio is None else verdict_vs_native(ratio),
+                ratio,
+            )
+        )
     backward = []
     for name, g in d_grads.items():
         ref = r_grads.get(name)
@@ -352,9 +392,16 @@ def _compare(mode, dev_run, ref_run, model, tolerances, traces=None,
         rel_norm = (diff.norm() / max(ref.norm().item(), norm_floor, 1e-30)).item()
         max_rel = (diff.abs().max() / max(ref.abs().max().item(), max_floor, 1e-30)).item() if ref.numel() else 0.0
         ratio = judge.per_tensor.get(f"grad.{name}") if judge is not None else None
-        backward.append(ParamDiff(name, diff.abs().mean().item() if diff.numel() else 0.0, rel_norm, max_rel,
-                                  verdict(rel_norm, tolerances) if ratio is None else verdict_vs_native(ratio),
-                                  ratio))
+        backward.append(
+            ParamDiff(
+                name,
+                diff.abs().mean().item() if diff.numel() else 0.0,
+                rel_norm,
+                max_rel,
+                verdict(rel_norm, tolerances) if ratio is None else verdict_vs_native(ratio),
+                ratio,
+            )
+        )
     first_mod = next((m.module for m in forward if m.verdict != OK), None)
     param_order = [n for n, _ in model.named_parameters()]
     bad = {p.param for p in backward if p.verdict != OK}
@@ -365,10 +412,22 @@ def _compare(mode, dev_run, ref_run, model, tolerances, traces=None,
     return result
 
 
-def align(model: nn.Module, inputs, target: torch.Tensor | None = None, *, backend: str | None = None,
-          reference: str = "cpu", loss_fn: Callable | None = None, steps: int = 20, lr: float = 1e-2,
-          optimizer: Callable | None = None, tolerances: tuple[float, float] = (1e-3, 1e-2),
-          amp: bool = True, seed: int = 0, ops: bool = True) -> AlignmentReport:
+def align(
+    model: nn.Module,
+    inputs,
+    target: torch.Tensor | None = None,
+    *,
+    backend: str | None = None,
+    reference: str = "cpu",
+    loss_fn: Callable | None = None,
+    steps: int = 20,
+    lr: float = 1e-2,
+    optimizer: Callable | None = None,
+    tolerances: tuple[float, float] = (1e-3, 1e-2),
+    amp: bool = True,
+    seed: int = 0,
+    ops: bool = True,
+) -> AlignmentReport:
     """Compare `model` on `backend` (default: the current fl backend) with
     `reference`: "cpu" (native PyTorch on the CPU, float32) or an fl backend
     name. `inputs` is a tensor or a tuple of positional inputs (on the CPU);
@@ -413,6 +472,7 @@ def align(model: nn.Module, inputs, target: torch.Tensor | None = None, *, backe
         report.modes.append(_compare(mode, dev_run, ref_run, m_dev, tolerances, traces, judge))
         del traces
     if steps > 0:
+
         def curve(device, dtype=torch.float32):
             torch.manual_seed(seed)
             m = copy.deepcopy(base).to(device=device, dtype=dtype)

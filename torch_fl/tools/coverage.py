@@ -40,11 +40,31 @@ from ..runtime import REGISTRY, SETTINGS, config, events, mask_to_names
 from .checker.samples import base_name, candidate_opinfos
 
 UNSPECIFIED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted")
-RANDOM = ("bernoulli", "normal", "rand_like", "randn_like", "randint_like", "uniform", "multinomial", "cauchy",
-          "exponential", "geometric", "log_normal", "nn.functional.dropout", "nn.functional.dropout2d",
-          "nn.functional.dropout3d", "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
-          "nn.functional.rrelu", "randint", "rand", "randn", "poisson", "nn.functional.fractional_max_pool2d",
-          "nn.functional.fractional_max_pool3d")
+RANDOM = (
+    "bernoulli",
+    "normal",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "uniform",
+    "multinomial",
+    "cauchy",
+    "exponential",
+    "geometric",
+    "log_normal",
+    "nn.functional.dropout",
+    "nn.functional.dropout2d",
+    "nn.functional.dropout3d",
+    "nn.functional.alpha_dropout",
+    "nn.functional.feature_alpha_dropout",
+    "nn.functional.rrelu",
+    "randint",
+    "rand",
+    "randn",
+    "poisson",
+    "nn.functional.fractional_max_pool2d",
+    "nn.functional.fractional_max_pool3d",
+)
 
 
 @dataclass
@@ -72,13 +92,20 @@ class CoverageReport(Report):
         fwd = [r for r in ran if r.forward != "skip"]
         bwd = [r for r in ran if r.backward in ("pass", "fail")]
         on_device = [r for r in fwd if r.forward == "pass" and not r.paths.get("fallback")]
-        return {"backend": self.backend, "dtype": self.dtype, "cpu_fallback": self.cpu_fallback,
-                "ops": len(self.results), "ran": len(ran),
-                "forward_pass": sum(r.forward == "pass" for r in fwd), "forward_total": len(fwd),
-                "backward_pass": sum(r.backward == "pass" for r in bwd), "backward_total": len(bwd),
-                "forward_on_device": len(on_device),
-                "crashes": sum(r.status == "crash" for r in self.results),
-                "skipped": sum(r.status == "skip" for r in self.results)}
+        return {
+            "backend": self.backend,
+            "dtype": self.dtype,
+            "cpu_fallback": self.cpu_fallback,
+            "ops": len(self.results),
+            "ran": len(ran),
+            "forward_pass": sum(r.forward == "pass" for r in fwd),
+            "forward_total": len(fwd),
+            "backward_pass": sum(r.backward == "pass" for r in bwd),
+            "backward_total": len(bwd),
+            "forward_on_device": len(on_device),
+            "crashes": sum(r.status == "crash" for r in self.results),
+            "skipped": sum(r.status == "skip" for r in self.results),
+        }
 
     def failures(self) -> list[OpResult]:
         return [r for r in self.results if r.status in ("fail", "crash")]
@@ -91,23 +118,25 @@ class CoverageReport(Report):
 
     def render(self, failures: int = 25) -> str:
         s = self.summary()
+
         def pct(a, b):
             return f"{100.0 * a / b:.1f} %" if b else "-"
 
-        lines = [f"coverage of {s['backend']} ({s['dtype']}, CPU fallback {'on' if s['cpu_fallback'] else 'off'}): "
-                 f"{s['ops']} OpInfo ops, {s['skipped']} skipped",
-                 f"  forward  {s['forward_pass']}/{s['forward_total']} pass "
-                 f"({pct(s['forward_pass'], s['forward_total'])}); without any CPU fallback call: "
-                 f"{s['forward_on_device']} "
-                 f"({pct(s['forward_on_device'], s['forward_total'])})",
-                 f"  backward {s['backward_pass']}/{s['backward_total']} pass "
-                 f"({pct(s['backward_pass'], s['backward_total'])}); crashes {s['crashes']}"]
+        lines = [
+            f"coverage of {s['backend']} ({s['dtype']}, CPU fallback {'on' if s['cpu_fallback'] else 'off'}): "
+            f"{s['ops']} OpInfo ops, {s['skipped']} skipped",
+            f"  forward  {s['forward_pass']}/{s['forward_total']} pass "
+            f"({pct(s['forward_pass'], s['forward_total'])}); without any CPU fallback call: "
+            f"{s['forward_on_device']} "
+            f"({pct(s['forward_on_device'], s['forward_total'])})",
+            f"  backward {s['backward_pass']}/{s['backward_total']} pass "
+            f"({pct(s['backward_pass'], s['backward_total'])}); crashes {s['crashes']}",
+        ]
         for r in self.failures()[:failures]:
             lines.append(f"  FAIL {r.op}: {r.reason}")
         if len(self.failures()) > failures:
             lines.append(f"  ... {len(self.failures()) - failures} more failures")
         return "\n".join(lines)
-
 
 
 def _op_db():
@@ -167,7 +196,6 @@ def _with_storage(t: torch.Tensor, device) -> torch.Tensor:
     n = t.untyped_storage().nbytes() // t.element_size()
     whole = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), 0, (n,), (1,))
     return whole.detach().to(device).as_strided(t.shape, t.stride(), t.storage_offset()).detach()
-
 
 
 # Ops whose vectors are defined up to sign (each singular or eigen vector may be negated, and PyTorch
@@ -236,8 +264,14 @@ def _compare(a, b, shape_only: bool, sign_free: bool = False) -> str | None:
         if sign_free and x.is_floating_point():
             x, y = x.abs(), y.abs()
         try:
-            torch.testing.assert_close(x.resolve_conj().resolve_neg(), y.detach().resolve_conj().resolve_neg(),
-                                       rtol=1e-4, atol=1e-5, equal_nan=True, check_device=False)
+            torch.testing.assert_close(
+                x.resolve_conj().resolve_neg(),
+                y.detach().resolve_conj().resolve_neg(),
+                rtol=1e-4,
+                atol=1e-5,
+                equal_nan=True,
+                check_device=False,
+            )
         except AssertionError as e:
             lines = [ln.strip() for ln in str(e).splitlines() if "Greatest" in ln or "Mismatched" in ln]
             return "values differ: " + "; ".join(lines[:2])
@@ -366,14 +400,17 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
             except Exception:  # noqa: BLE001 - a sample CPU rejects is not a test
                 continue
             # dropout inside attention samples makes values random too
-            random_sample = shape_only or bool(sample.kwargs.get("dropout_p")) or (
-                sample.kwargs.get("training") is True and "attention" in info.name)
+            random_sample = (
+                shape_only
+                or bool(sample.kwargs.get("dropout_p"))
+                or (sample.kwargs.get("training") is True and "attention" in info.name)
+            )
             fl_args, fl_kwargs = _to_fl(args, device), _to_fl(sample.kwargs, device)
             if "device" in fl_kwargs and torch.device(fl_kwargs["device"]).type == "cpu":
                 fl_kwargs["device"] = device  # factory samples name the device: on this run, fl
             for i in _CPU_ARGS.get(info.name, ()):  # arguments PyTorch requires on the CPU stay there
                 if i < len(fl_args):
-                    fl_args = type(fl_args)([*fl_args[:i], args[i], *fl_args[i + 1:]])
+                    fl_args = type(fl_args)([*fl_args[:i], args[i], *fl_args[i + 1 :]])
             result.samples += 1
             try:
                 with warnings.catch_warnings():
@@ -386,15 +423,19 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
                 break
             sign_free = True if info.name in _SIGN_FREE else set(SIGN_FREE_VECTORS.get(info.name, ()))
             try:
-                problem = _compare(_sign_aligned(got, expected, info.name), expected, random_sample,
-                                   info.name in _SIGN_FREE)
+                problem = _compare(
+                    _sign_aligned(got, expected, info.name), expected, random_sample, info.name in _SIGN_FREE
+                )
             except Exception as e:  # noqa: BLE001 - reading the result back failed
                 problem = f"reading the result raised {type(e).__name__}: {str(e).splitlines()[0][:200]}"
             if problem and problem.startswith("values differ"):
                 try:
                     ref = info.op(*_as64(args), **_as64(sample.kwargs))
-                    if _arbitrate(list(tensors_in(_sign_aligned(got, ref, info.name))),
-                                  list(tensors_in(_sign_aligned(expected, ref, info.name))), list(tensors_in(ref))):
+                    if _arbitrate(
+                        list(tensors_in(_sign_aligned(got, ref, info.name))),
+                        list(tensors_in(_sign_aligned(expected, ref, info.name))),
+                        list(tensors_in(ref)),
+                    ):
                         problem = None
                 except Exception:  # noqa: BLE001 - no float64 reference: the fp32 verdict stands
                     pass
@@ -482,9 +523,16 @@ def _finished_ops(state_file: str | None) -> dict[str, OpResult]:
     return done
 
 
-def coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: torch.dtype = torch.float32,
-             samples: int = 4, cpu_fallback: bool | None = None, state_file: str | None = None,
-             progress: bool | Reporter = True, on_begin: Callable[[str], None] | None = None) -> CoverageReport:
+def coverage(
+    backend: str | None = None,
+    ops: str | list[str] = "*",
+    dtype: torch.dtype = torch.float32,
+    samples: int = 4,
+    cpu_fallback: bool | None = None,
+    state_file: str | None = None,
+    progress: bool | Reporter = True,
+    on_begin: Callable[[str], None] | None = None,
+) -> CoverageReport:
     """OpInfo coverage of a backend (`torch-fl coverage`). ops: globs over OpInfo names, comma-separated
     ("matrix_exp,linalg.eigh,as_strided*"), or a list of names. state_file: JSON
     lines of finished ops; a rerun skips them. progress: each op shown as it ends (torch_fl.progress: lines
@@ -492,9 +540,11 @@ def coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: torc
     CLI's parent process learns from it which op took a crashed worker down)."""
     aten_names = [o for o in (ops.split(",") if isinstance(ops, str) else ops) if "::" in o]
     if aten_names:
-        raise ValueError(f"coverage() runs OpInfo names or globs (mm, nn.functional.gelu, 'linalg.*'), not operator "
-                         f"names such as {aten_names[0]!r}; the path each operator takes per dtype, without running "
-                         f"it, is path_table(backend, ops=[...]) (fl.path_table)")
+        raise ValueError(
+            f"coverage() runs OpInfo names or globs (mm, nn.functional.gelu, 'linalg.*'), not operator "
+            f"names such as {aten_names[0]!r}; the path each operator takes per dtype, without running "
+            f"it, is path_table(backend, ops=[...]) (fl.path_table)"
+        )
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     with _settings_restored():
         if cpu_fallback is not None:
@@ -502,9 +552,15 @@ def coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: torc
         report = CoverageReport(b.name, str(dtype).replace("torch.", ""), SETTINGS.cpu_fallback)
         done = _finished_ops(state_file)
         globs = ops.split(",") if isinstance(ops, str) else []
-        infos = [i for i in _op_db() if (_name(i) in ops if isinstance(ops, list) else
-                                         any(fnmatch.fnmatch(i.name, g) or fnmatch.fnmatch(_name(i), g)
-                                             for g in globs))]
+        infos = [
+            i
+            for i in _op_db()
+            if (
+                _name(i) in ops
+                if isinstance(ops, list)
+                else any(fnmatch.fnmatch(i.name, g) or fnmatch.fnmatch(_name(i), g) for g in globs)
+            )
+        ]
         shown = start_progress(f"coverage on {b.name}", len(infos), progress)
         try:
             for k, info in enumerate(infos):
@@ -516,8 +572,11 @@ def coverage(backend: str | None = None, ops: str | list[str] = "*", dtype: torc
                     continue
                 r = run_one(info, b.name, dtype, samples)
                 report.results.append(r)
-                shown.update(k + 1, f"{name}: {r.status}" + (f" ({r.reason[:80]})" if r.reason else ""),
-                             failed=r.status in ("fail", "crash"))
+                shown.update(
+                    k + 1,
+                    f"{name}: {r.status}" + (f" ({r.reason[:80]})" if r.reason else ""),
+                    failed=r.status in ("fail", "crash"),
+                )
                 if state_file:
                     with open(state_file, "a") as f:
                         f.write(json.dumps(asdict(r)) + "\n")
@@ -543,8 +602,10 @@ def model_coverage(model: torch.nn.Module, inputs, backends: list[str] | None = 
             y = m(*x)
             first = next(iter(tensors_in(y)))
             first.float().sum().backward()
-        out[name] = {s.op: {"path": s.path, "calls": s.calls + s.nested_calls, "kernels": s.kernels,
-                            "ms": s.total_s * 1e3} for s in prof.ops()}
+        out[name] = {
+            s.op: {"path": s.path, "calls": s.calls + s.nested_calls, "kernels": s.kernels, "ms": s.total_s * 1e3}
+            for s in prof.ops()
+        }
     return out
 
 
@@ -552,8 +613,7 @@ def model_coverage(model: torch.nn.Module, inputs, backends: list[str] | None = 
 
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
-MARKS = {"native": "N", "decomposition": "D", "jit": "J", "fallback": "F", "none": "-", "view": "V",
-         "undefined": "."}
+MARKS = {"native": "N", "decomposition": "D", "jit": "J", "fallback": "F", "none": "-", "view": "V", "undefined": "."}
 UNDEFINED = "undefined"  # PyTorch itself has no CPU kernel for the op in this dtype: no path to judge
 
 
@@ -579,8 +639,11 @@ class PathTable(Report):
         """Rows whose op name contains `text` and (if given) that take `path` in some dtype the device
         computes in (in the others every op falls back)."""
         t = text.lower()
-        return {op: r for op, r in self.rows.items()
-                if t in op.lower() and (path is None or path in [v for d, v in r.items() if d not in self.host_dtypes])}
+        return {
+            op: r
+            for op, r in self.rows.items()
+            if t in op.lower() and (path is None or path in [v for d, v in r.items() if d not in self.host_dtypes])
+        }
 
     def to_dict(self) -> dict:
         return {"backend": self.backend, "dtypes": list(self.dtypes), "rows": self.rows, "counts": self.counts()}
@@ -591,16 +654,17 @@ class PathTable(Report):
     def render(self, text: str = "", path: str | None = None, limit: int = 40) -> str:
         rows = self.filter(text, path)
         w = max([len(op) for op in rows] + [10])
-        lines = [f"{self.backend}: {len(self.rows)} ops; N native, D decomposition, J jit, F CPU fallback, - none, "
-                 ". not defined by PyTorch for the dtype"
-                 + (f" (the device has no {', '.join(self.host_dtypes)}: F throughout)" if self.host_dtypes else ""),
-                 f"{'op':<{w}}  " + " ".join(f"{d:>8}" for d in self.dtypes)]
+        lines = [
+            f"{self.backend}: {len(self.rows)} ops; N native, D decomposition, J jit, F CPU fallback, - none, "
+            ". not defined by PyTorch for the dtype"
+            + (f" (the device has no {', '.join(self.host_dtypes)}: F throughout)" if self.host_dtypes else ""),
+            f"{'op':<{w}}  " + " ".join(f"{d:>8}" for d in self.dtypes),
+        ]
         for op, r in list(rows.items())[:limit]:
             lines.append(f"{op:<{w}}  " + " ".join(f"{MARKS.get(r.get(d, 'none'), '?'):>8}" for d in self.dtypes))
         if len(rows) > limit:
             lines.append(f"... {len(rows) - limit} more")
         return "\n".join(lines)
-
 
 
 def all_kernel_ops(backend=None) -> list[str]:
@@ -615,8 +679,7 @@ def all_kernel_ops(backend=None) -> list[str]:
     return sorted(ops)
 
 
-def path_table(backend: str | None = None, ops: list[str] | None = None,
-               dtypes: tuple[str, ...] = DTYPES) -> PathTable:
+def path_table(backend: str | None = None, ops: list[str] | None = None, dtypes: tuple[str, ...] = DTYPES) -> PathTable:
     """The dispatcher's plan for each op and dtype on a backend (default: current): which path each would
     take, without running anything (coverage() runs the ops)."""
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()

@@ -39,8 +39,10 @@ from ..runtime import REGISTRY, FlDeviceModule, using_backend
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FLOOR = 1e-4  # float32 agreement that always passes, whatever native CPU's own error
-RULE = ("OK when the output and gradient errors are within max(1e-4, 2x native CPU's) and the loss goes down; "
-        "the loss curve is shown beside native's and float64's, not judged step by step")
+RULE = (
+    "OK when the output and gradient errors are within max(1e-4, 2x native CPU's) and the loss goes down; "
+    "the loss curve is shown beside native's and float64's, not judged step by step"
+)
 
 
 @dataclass
@@ -106,17 +108,20 @@ class ModelCheck(Report):
             return " -> ".join(f"{v:.4f}" for v in losses) or "-"
 
         verdict = "OK" if self.ok else "MISMATCH: " + "; ".join(self.problems)
-        return "\n".join([
-            f"  {self.label} {self.shape}, train mode; errors against a float64 CPU run, relative to the tensor's "
-            f"scale (fl | native CPU float32):",
-            f"    forward+backward: output {self.output_err:.1e} | {self.native_output_err:.1e}, gradients "
-            f"{self.grad_err:.1e} | {self.native_grad_err:.1e}; gradients on the fl device: "
-            f"{'yes' if self.grads_on_device else 'NO'}",
-            f"    training, {self.steps} SGD steps on one batch, loss: fl {curve(self.losses)} | native "
-            f"{curve(self.native_losses)} | float64 {curve(self.float64_losses)}",
-            f"    rule: {RULE}",
-            *(f"    note: {n}" for n in self.notes),
-            f"    {verdict}; {self.seconds:.2f}s on fl vs {self.native_seconds:.2f}s native CPU"])
+        return "\n".join(
+            [
+                f"  {self.label} {self.shape}, train mode; errors against a float64 CPU run, relative to the tensor's "
+                f"scale (fl | native CPU float32):",
+                f"    forward+backward: output {self.output_err:.1e} | {self.native_output_err:.1e}, gradients "
+                f"{self.grad_err:.1e} | {self.native_grad_err:.1e}; gradients on the fl device: "
+                f"{'yes' if self.grads_on_device else 'NO'}",
+                f"    training, {self.steps} SGD steps on one batch, loss: fl {curve(self.losses)} | native "
+                f"{curve(self.native_losses)} | float64 {curve(self.float64_losses)}",
+                f"    rule: {RULE}",
+                *(f"    note: {n}" for n in self.notes),
+                f"    {verdict}; {self.seconds:.2f}s on fl vs {self.native_seconds:.2f}s native CPU",
+            ]
+        )
 
     @property
     def notes(self) -> list[str]:
@@ -135,8 +140,10 @@ class ModelCheck(Report):
         if rose and not native_rose:
             out.append(f"the fl loss rose at step {', '.join(map(str, rose))} where native CPU's did not")
         if out:
-            out[-1] += ("; a few steps of a train-mode model on one small batch can diverge between correct float32 "
-                        "runs, so this is shown, not judged: fl.align(model, inputs, steps=20) judges a loss curve")
+            out[-1] += (
+                "; a few steps of a train-mode model on one small batch can diverge between correct float32 "
+                "runs, so this is shown, not judged: fl.align(model, inputs, steps=20) judges a loss curve"
+            )
         return out
 
 
@@ -179,8 +186,9 @@ def reference(case: Case) -> Reference:
     """The float64 and float32 CPU runs of a case (the same weights for every backend)."""
     torch.manual_seed(0)
     model = case.make()
-    return Reference(case, model, run_case(case, model, "cpu", torch.float64),
-                     run_case(case, model, "cpu", torch.float32))
+    return Reference(
+        case, model, run_case(case, model, "cpu", torch.float64), run_case(case, model, "cpu", torch.float32)
+    )
 
 
 def grad_err(grads: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
@@ -196,10 +204,21 @@ def check_model(ref: Reference, device: torch.device | str) -> ModelCheck:
     """The case on an fl device, judged against the float64 run beside native CPU float32."""
     run = run_case(ref.case, ref.model, device, torch.float32)
     f64, native = ref.float64, ref.native
-    check = ModelCheck(ref.case.label, tuple(ref.case.inputs.shape), ref.case.steps,
-                       rel_err(run.output, f64.output), rel_err(native.output, f64.output),
-                       grad_err(run.grads, f64.grads), grad_err(native.grads, f64.grads), run.losses, native.losses,
-                       f64.losses, run.grads_on_device, run.seconds, native.seconds)
+    check = ModelCheck(
+        ref.case.label,
+        tuple(ref.case.inputs.shape),
+        ref.case.steps,
+        rel_err(run.output, f64.output),
+        rel_err(native.output, f64.output),
+        grad_err(run.grads, f64.grads),
+        grad_err(native.grads, f64.grads),
+        run.losses,
+        native.losses,
+        f64.losses,
+        run.grads_on_device,
+        run.seconds,
+        native.seconds,
+    )
     check.problems = _problems(check)
     return check
 
@@ -224,8 +243,12 @@ class DoctorReport(Report):
         return "\n".join(lines)
 
 
-def run_doctor(backends: list[str] | None = None, full: bool = False, progress: bool | Reporter = True,
-               cases: list[Case] | None = None) -> DoctorReport:
+def run_doctor(
+    backends: list[str] | None = None,
+    full: bool = False,
+    progress: bool | Reporter = True,
+    cases: list[Case] | None = None,
+) -> DoctorReport:
     """`torch-fl doctor`'s model checks as a Python call: the CPU references once, then each case (default:
     ResNet-50 and a Transformer encoder, at the Torch-FL article's sizes when `full`) on each backend (default: every
     available one). Minutes of work, so each step is shown as it ends (torch_fl.progress: lines in a
@@ -247,8 +270,11 @@ def run_doctor(backends: list[str] | None = None, full: bool = False, progress: 
                     check = check_model(ref, REGISTRY.device(None).torch_device)
                     report.checks.setdefault(name, []).append(check)
                     step += 1
-                    shown.update(step, f"{check.label} on {name}: {'OK' if check.ok else 'MISMATCH'} "
-                                       f"({check.seconds:.1f}s)", failed=not check.ok)
+                    shown.update(
+                        step,
+                        f"{check.label} on {name}: {'OK' if check.ok else 'MISMATCH'} ({check.seconds:.1f}s)",
+                        failed=not check.ok,
+                    )
     finally:
         shown.close()
     return report
@@ -258,8 +284,10 @@ def _problems(c: ModelCheck) -> list[str]:
     out = []
     if not c.grads_on_device:
         out.append("gradients are not on the fl device")
-    for what, err, native in (("output", c.output_err, c.native_output_err),
-                              ("gradient", c.grad_err, c.native_grad_err)):
+    for what, err, native in (
+        ("output", c.output_err, c.native_output_err),
+        ("gradient", c.grad_err, c.native_grad_err),
+    ):
         if not err <= max(FLOOR, 2 * native):  # NaN fails too
             out.append(f"{what} error {err:.1e} is above {max(FLOOR, 2 * native):.1e} (1e-4 or twice native's)")
     if len(c.losses) > 1 and not c.losses[-1] < c.losses[0]:  # NaN fails too
@@ -274,15 +302,40 @@ def default_cases(full: bool = False) -> list[Case]:
     g = torch.Generator().manual_seed(0)
     if full:
         images, seq = torch.randn(8, 3, 224, 224, generator=g), torch.randn(16, 128, 512, generator=g)
-        return [Case("ResNet-50", lambda: resnet50(), images, torch.arange(8) * 97 % 1000, nn.functional.cross_entropy),
-                Case("TransformerEncoder", lambda: transformer_encoder(512, 8, 6, dropout=0.0), seq,
-                     torch.randn(16, 128, 512, generator=g), nn.functional.mse_loss)]
+        return [
+            Case("ResNet-50", lambda: resnet50(), images, torch.arange(8) * 97 % 1000, nn.functional.cross_entropy),
+            Case(
+                "TransformerEncoder",
+                lambda: transformer_encoder(512, 8, 6, dropout=0.0),
+                seq,
+                torch.randn(16, 128, 512, generator=g),
+                nn.functional.mse_loss,
+            ),
+        ]
     images, seq = torch.randn(2, 3, 64, 64, generator=g), torch.randn(4, 32, 128, generator=g)
-    return [Case("ResNet-50", lambda: resnet50(num_classes=10), images, torch.tensor([3, 7]),
-                 nn.functional.cross_entropy),
-            Case("TransformerEncoder", lambda: transformer_encoder(128, 8, 2, dropout=0.0, dim_feedforward=256),
-                 seq, torch.randn(4, 32, 128, generator=g), nn.functional.mse_loss)]
+    return [
+        Case("ResNet-50", lambda: resnet50(num_classes=10), images, torch.tensor([3, 7]), nn.functional.cross_entropy),
+        Case(
+            "TransformerEncoder",
+            lambda: transformer_encoder(128, 8, 2, dropout=0.0, dim_feedforward=256),
+            seq,
+            torch.randn(4, 32, 128, generator=g),
+            nn.functional.mse_loss,
+        ),
+    ]
 
 
-__all__ = ["Case", "DoctorReport", "ModelCheck", "Reference", "Run", "check_model", "default_cases", "grad_err",
-           "reference", "rel_err", "run_case", "run_doctor"]
+__all__ = [
+    "Case",
+    "DoctorReport",
+    "ModelCheck",
+    "Reference",
+    "Run",
+    "check_model",
+    "default_cases",
+    "grad_err",
+    "reference",
+    "rel_err",
+    "run_case",
+    "run_doctor",
+]

@@ -154,8 +154,9 @@ class BranchRecorder(TorchDispatchMode):
         super().__init__()
         self.records: list[BranchRecord] = []
 
-    def __torch_dispatch__(self, func: torch._ops.OpOverload, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: torch._ops.OpOverload, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         branch = BRANCHES.get(func)
         if branch is None:
@@ -179,8 +180,9 @@ class BranchReplayer(TorchDispatchMode):
         self.unmatched = 0
         self.misaligned = False
 
-    def __torch_dispatch__(self, func: torch._ops.OpOverload, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: torch._ops.OpOverload, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         branch = BRANCHES.get(func)
         if branch is None:
@@ -263,8 +265,10 @@ def record(run: Callable, device: Any, dtype: torch.dtype = torch.float32) -> Re
 
 
 def _same_decisions(a: list[BranchRecord], b: list[BranchRecord]) -> bool:
-    return len(a) == len(b) and all(x.op == y.op and x.decision.shape == y.decision.shape
-                                    and torch.equal(x.decision, y.decision) for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(
+        x.op == y.op and x.decision.shape == y.decision.shape and torch.equal(x.decision, y.decision)
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 class Float64Reference:
@@ -292,13 +296,16 @@ class Float64Reference:
         got = rec.outputs
         # a tensor only one side has (a gradient that is None on the other) is an infinite error
         floors = _scale_floors(ref)
-        errors = {k: scaled_error(got[k], ref[k], floors[_kind(k)]) if k in ref and k in got else math.inf
-                  for k in {*got, *ref}}
+        errors = {
+            k: scaled_error(got[k], ref[k], floors[_kind(k)]) if k in ref and k in got else math.inf
+            for k in {*got, *ref}
+        }
         return RunErrors(errors, matched, unmatched, aligned)
 
 
-def run_against_float64(run: Callable, device: Any, dtype: torch.dtype = torch.float32,
-                        band: float = BAND) -> RunErrors:
+def run_against_float64(
+    run: Callable, device: Any, dtype: torch.dtype = torch.float32, band: float = BAND
+) -> RunErrors:
     """`run(device, dtype)` once on `device` in `dtype` (recording its branches) and once on the
     CPU in float64 (taking them), compared tensor by tensor."""
     return Float64Reference(run, band).against(record(run, device, dtype))
@@ -331,8 +338,10 @@ class Float64Comparison:
 
     def __post_init__(self) -> None:
         if not self.per_tensor:
-            self.per_tensor = {k: max(e, self.floor) / max(self.native.errors.get(k, 0.0), self.floor)
-                               for k, e in self.device.errors.items()}
+            self.per_tensor = {
+                k: max(e, self.floor) / max(self.native.errors.get(k, 0.0), self.floor)
+                for k, e in self.device.errors.items()
+            }
 
     @property
     def device_error(self) -> float:
@@ -353,14 +362,17 @@ class Float64Comparison:
         return self.ratio <= self.limit and self.device.unmatched_flips == 0 and self.device.aligned
 
     def summary(self) -> str:
-        return (f"error vs float64 {self.device_error:.1e} (native float32 {self.native_error:.1e}, ratio "
-                f"{self.ratio:.2g}); rounding-level branch flips matched: device {self.device.flips}, native "
-                f"{self.native.flips}" + (f"; {self.device.unmatched_flips} flips beyond rounding"
-                                          if self.device.unmatched_flips else ""))
+        return (
+            f"error vs float64 {self.device_error:.1e} (native float32 {self.native_error:.1e}, ratio "
+            f"{self.ratio:.2g}); rounding-level branch flips matched: device {self.device.flips}, native "
+            f"{self.native.flips}"
+            + (f"; {self.device.unmatched_flips} flips beyond rounding" if self.device.unmatched_flips else "")
+        )
 
 
-def compare_with_float64(run: Callable, device: Any, *, band: float = BAND, limit: float = LIMIT,
-                         floor: float = FLOOR) -> Float64Comparison:
+def compare_with_float64(
+    run: Callable, device: Any, *, band: float = BAND, limit: float = LIMIT, floor: float = FLOOR
+) -> Float64Comparison:
     """`run(device, dtype)` on `device` in float32 and natively on the CPU in float32, each
     against its own branch-matched float64 CPU reference (see the module docstring)."""
     reference = Float64Reference(run, band)

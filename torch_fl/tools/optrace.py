@@ -31,8 +31,16 @@ from .numerics import BAND
 
 aten = torch.ops.aten
 _TAG = "fl_optrace_module"
-_SKIP = {aten.detach.default, aten.view.default, aten._unsafe_view.default, aten.t.default,
-         aten.transpose.int, aten.expand.default, aten.permute.default, aten.alias.default}
+_SKIP = {
+    aten.detach.default,
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.t.default,
+    aten.transpose.int,
+    aten.expand.default,
+    aten.permute.default,
+    aten.alias.default,
+}
 
 
 @dataclass
@@ -230,8 +238,11 @@ def branch_note(dev: OpRecord, ref: OpRecord, band: float = BAND) -> str:
     if d.indices is not None:
         a, b = dev.inputs[d.indices], ref.inputs[d.indices]
         n = int((a != b).sum()) if isinstance(a, torch.Tensor) and a.shape == b.shape else 0
-        return (f"the two runs picked a different window maximum at {n} position(s): a near tie, decided by "
-                "rounding" if n else "")
+        return (
+            f"the two runs picked a different window maximum at {n} position(s): a near tie, decided by rounding"
+            if n
+            else ""
+        )
     assert d.input is not None, "a decider without indices names its deciding input (the tables above)"
     x_dev, x_ref = dev.inputs[d.input], ref.inputs[d.input]
     t = float(ref.inputs[d.threshold_arg]) if d.threshold_arg is not None else d.threshold
@@ -243,11 +254,16 @@ def branch_note(dev: OpRecord, ref: OpRecord, band: float = BAND) -> str:
         return ""
     distance = torch.maximum((x_ref.double() - t).abs(), (x_dev.double() - t).abs())  # both runs' values
     margin, scale = distance[flips].max().item(), max((x_ref.double() - t).abs().max().item(), 1e-30)
-    verdict = ("a rounding-level branch flip, not a kernel fault (float32 rounding picks the side, on any "
-               "backend; torch_fl.tools.numerics compares against float64 with the branch matched)"
-               if margin <= band * scale else "beyond rounding: a real difference")
-    return (f"{n} element(s) on different sides of the threshold {t:g}; the deciding input is at most "
-            f"{margin:.2e} from it in either run (its scale {scale:.2e}): {verdict}")
+    verdict = (
+        "a rounding-level branch flip, not a kernel fault (float32 rounding picks the side, on any "
+        "backend; torch_fl.tools.numerics compares against float64 with the branch matched)"
+        if margin <= band * scale
+        else "beyond rounding: a real difference"
+    )
+    return (
+        f"{n} element(s) on different sides of the threshold {t:g}; the deciding input is at most "
+        f"{margin:.2e} from it in either run (its scale {scale:.2e}): {verdict}"
+    )
 
 
 CANCELLATION = 1e-3  # an output is judged against its own scale, but never below this fraction of its inputs'
@@ -271,8 +287,11 @@ def compare_traces(dev: OpTrace, ref: OpTrace, tolerance: float) -> tuple[list[O
         worst = max((_rel(a, b, floor) for a, b in zip(rec.outputs, other.outputs, strict=True)), default=0.0)
         if worst > tolerance:
             fwd_dev, fwd_ref = _deciding_forward(rec, dev), _deciding_forward(other, ref)
-            note = (branch_note(fwd_dev, fwd_ref) if fwd_dev is not None and fwd_ref is not None
-                    else branch_note(rec, other))
+            note = (
+                branch_note(fwd_dev, fwd_ref)
+                if fwd_dev is not None and fwd_ref is not None
+                else branch_note(rec, other)
+            )
             diffs.append(OpDiff(rec.phase, rec.module, rec.op, rec.ordinal, worst, note))
     return diffs, matched
 
@@ -285,8 +304,14 @@ def _deciding_forward(rec: OpRecord, trace: OpTrace) -> OpRecord | None:
         return None
     result = rec.inputs[1]
     for fwd in trace.records:
-        if (fwd.phase == "forward" and fwd.module == rec.module and fwd.decider is not None
-                and fwd.decider.input is not None and fwd.outputs and fwd.outputs[0].shape == result.shape
-                and torch.equal(fwd.outputs[0], result)):
+        if (
+            fwd.phase == "forward"
+            and fwd.module == rec.module
+            and fwd.decider is not None
+            and fwd.decider.input is not None
+            and fwd.outputs
+            and fwd.outputs[0].shape == result.shape
+            and torch.equal(fwd.outputs[0], result)
+        ):
             return fwd
     return None

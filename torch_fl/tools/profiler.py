@@ -147,11 +147,15 @@ class Profile(Report):
     def collectives_table(self) -> str:
         rows = self.collectives()
         w = max([len(s.op) for s in rows] + [10])
-        lines = [f"{'collective':<{w}}  {'backend':<8} {'path':<11} {'calls':>6} {'total ms':>9} {'bytes':>10} "
-                 f"{'staged':>10}"]
+        lines = [
+            f"{'collective':<{w}}  {'backend':<8} {'path':<11} {'calls':>6} {'total ms':>9} {'bytes':>10} "
+            f"{'staged':>10}"
+        ]
         for s in rows:
-            lines.append(f"{s.op:<{w}}  {s.backend:<8} {s.path:<11} {s.calls:>6} {s.total_s * 1e3:>9.3f} "
-                         f"{_fmt_bytes(s.comm_bytes):>10} {_fmt_bytes(s.bytes_copied):>10}")
+            lines.append(
+                f"{s.op:<{w}}  {s.backend:<8} {s.path:<11} {s.calls:>6} {s.total_s * 1e3:>9.3f} "
+                f"{_fmt_bytes(s.comm_bytes):>10} {_fmt_bytes(s.bytes_copied):>10}"
+            )
         return "\n".join(lines)
 
     def compare(self, other: Profile, names: tuple[str, str] | None = None) -> Comparison:
@@ -159,10 +163,17 @@ class Profile(Report):
 
     # -- export -----------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"label": self.label, "wall_s": self.wall_s, "op_calls": self.op_calls, "kernels": self.kernels,
-                "bytes_copied": self.bytes_copied, "comm_bytes": self.comm_bytes, "time_by_path": self.time_by_path(),
-                "ops": [dict(asdict(s), mean_us=s.mean_us, path=s.path) for s in self.top(len(self.ops()))],
-                "memory": [asdict(m) for m in self.memory]}
+        return {
+            "label": self.label,
+            "wall_s": self.wall_s,
+            "op_calls": self.op_calls,
+            "kernels": self.kernels,
+            "bytes_copied": self.bytes_copied,
+            "comm_bytes": self.comm_bytes,
+            "time_by_path": self.time_by_path(),
+            "ops": [dict(asdict(s), mean_us=s.mean_us, path=s.path) for s in self.top(len(self.ops()))],
+            "memory": [asdict(m) for m in self.memory],
+        }
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -174,10 +185,18 @@ class Profile(Report):
         t0 = min(e.start for e in self.events)
         out = []
         for e in self.events:
-            out.append({"name": e.op, "cat": e.path, "ph": "X", "ts": (e.start - t0) * 1e6, "dur": e.seconds * 1e6,
-                        "pid": f"fl {e.backend}", "tid": 0,
-                        "args": {"path": e.path, "kernels": e.kernels, "bytes_copied": e.bytes_copied,
-                                 "depth": e.depth}})
+            out.append(
+                {
+                    "name": e.op,
+                    "cat": e.path,
+                    "ph": "X",
+                    "ts": (e.start - t0) * 1e6,
+                    "dur": e.seconds * 1e6,
+                    "pid": f"fl {e.backend}",
+                    "tid": 0,
+                    "args": {"path": e.path, "kernels": e.kernels, "bytes_copied": e.bytes_copied, "depth": e.depth},
+                }
+            )
         return {"traceEvents": out, "displayTimeUnit": "ms"}
 
     def export_chrome_trace(self, path: str) -> str:
@@ -190,31 +209,48 @@ class Profile(Report):
         rows = self.top(n, by)
         w = max([len(s.op) for s in rows] + [10])
         pw = max([len(s.path) for s in rows] + [14])
-        lines = [f"{'op':<{w}}  {'backend':<8} {'path':<{pw}} {'calls':>9} {'total ms':>9} {'mean us':>9} "
-                 f"{'self ms':>8} {'kernels':>7} {'copied':>10}"]
+        lines = [
+            f"{'op':<{w}}  {'backend':<8} {'path':<{pw}} {'calls':>9} {'total ms':>9} {'mean us':>9} "
+            f"{'self ms':>8} {'kernels':>7} {'copied':>10}"
+        ]
         for s in rows:
-            lines.append(f"{s.op:<{w}}  {s.backend:<8} {s.path:<{pw}} {s.calls_text:>9} {s.total_s * 1e3:>9.3f} "
-                         f"{s.mean_us:>9.1f} {s.self_s * 1e3:>8.3f} {s.kernels:>7} {_fmt_bytes(s.bytes_copied):>10}")
+            lines.append(
+                f"{s.op:<{w}}  {s.backend:<8} {s.path:<{pw}} {s.calls_text:>9} {s.total_s * 1e3:>9.3f} "
+                f"{s.mean_us:>9.1f} {s.self_s * 1e3:>8.3f} {s.kernels:>7} {_fmt_bytes(s.bytes_copied):>10}"
+            )
         return "\n".join(lines)
 
     def render(self, n: int = 20) -> str:
-        head = (f"fl profile{' ' + self.label if self.label else ''}: {self.op_calls} op calls, {self.kernels} kernel "
-                f"launches, {_fmt_bytes(self.bytes_copied)} copied host<->device, {self.wall_s * 1e3:.1f} ms wall")
+        head = (
+            f"fl profile{' ' + self.label if self.label else ''}: {self.op_calls} op calls, {self.kernels} kernel "
+            f"launches, {_fmt_bytes(self.bytes_copied)} copied host<->device, {self.wall_s * 1e3:.1f} ms wall"
+        )
         paths = ", ".join(f"{p} {t * 1e3:.1f} ms" for p, t in self.time_by_path().items())
         lines = [head, f"time by path: {paths or '-'}", self.table(n)]
         fb = self.fallbacks()
         if fb:
-            lines.append("CPU fallbacks: " + ", ".join(f"{s.op} ({sum(s.paths.values())} calls, "
-                                                       f"{s.self_s * 1e3:.2f} ms, {_fmt_bytes(s.bytes_copied)})"
-                                                       for s in fb[:10]))
+            lines.append(
+                "CPU fallbacks: "
+                + ", ".join(
+                    f"{s.op} ({sum(s.paths.values())} calls, {s.self_s * 1e3:.2f} ms, {_fmt_bytes(s.bytes_copied)})"
+                    for s in fb[:10]
+                )
+            )
         coll = self.collectives()
         if coll:
-            lines.append("collectives: " + ", ".join(f"{s.op} ({s.calls} calls, {s.path}, {_fmt_bytes(s.comm_bytes)}, "
-                                                     f"{s.total_s * 1e3:.2f} ms)" for s in coll[:10]))
+            lines.append(
+                "collectives: "
+                + ", ".join(
+                    f"{s.op} ({s.calls} calls, {s.path}, {_fmt_bytes(s.comm_bytes)}, {s.total_s * 1e3:.2f} ms)"
+                    for s in coll[:10]
+                )
+            )
         for m in self.memory:
-            lines.append(f"memory {m.device} ({m.backend}): {_fmt_bytes(m.allocated_start)} -> "
-                         f"{_fmt_bytes(m.allocated_end)}, peak {_fmt_bytes(m.peak)}, pool hits {m.pool_hits}, "
-                         f"misses {m.pool_misses}")
+            lines.append(
+                f"memory {m.device} ({m.backend}): {_fmt_bytes(m.allocated_start)} -> "
+                f"{_fmt_bytes(m.allocated_end)}, peak {_fmt_bytes(m.peak)}, pool hits {m.pool_hits}, "
+                f"misses {m.pool_misses}"
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -225,10 +261,14 @@ class Profile(Report):
         rows = "".join(
             f"<tr><td>{html.escape(s.op)}</td><td>{s.backend}</td><td>{s.path}</td><td>{s.calls}</td>"
             f"<td>{s.total_s * 1e3:.3f}</td><td>{s.mean_us:.1f}</td><td>{s.kernels}</td>"
-            f"<td>{_fmt_bytes(s.bytes_copied)}</td></tr>" for s in self.top(n))
+            f"<td>{_fmt_bytes(s.bytes_copied)}</td></tr>"
+            for s in self.top(n)
+        )
         head = html.escape(self.render(0).split("\n")[0])
-        return (f"<b>{head}</b><table><tr><th>op</th><th>backend</th><th>path</th><th>calls</th>"
-                f"<th>total ms</th><th>mean us</th><th>kernels</th><th>copied</th></tr>{rows}</table>")
+        return (
+            f"<b>{head}</b><table><tr><th>op</th><th>backend</th><th>path</th><th>calls</th>"
+            f"<th>total ms</th><th>mean us</th><th>kernels</th><th>copied</th></tr>{rows}</table>"
+        )
 
 
 class Comparison(Report):
@@ -244,16 +284,24 @@ class Comparison(Report):
         out = []
         for op in sorted(set(ops_a) | set(ops_b)):
             sa, sb = ops_a.get(op), ops_b.get(op)
-            out.append({"op": op,
-                        "calls": (sa.calls if sa else 0, sb.calls if sb else 0),
-                        "path": (sa.path if sa else "-", sb.path if sb else "-"),
-                        "kernels": (sa.kernels if sa else 0, sb.kernels if sb else 0),
-                        "ms": ((sa.total_s if sa else 0.0) * 1e3, (sb.total_s if sb else 0.0) * 1e3)})
+            out.append(
+                {
+                    "op": op,
+                    "calls": (sa.calls if sa else 0, sb.calls if sb else 0),
+                    "path": (sa.path if sa else "-", sb.path if sb else "-"),
+                    "kernels": (sa.kernels if sa else 0, sb.kernels if sb else 0),
+                    "ms": ((sa.total_s if sa else 0.0) * 1e3, (sb.total_s if sb else 0.0) * 1e3),
+                }
+            )
         return sorted(out, key=lambda r: -max(r["ms"]))
 
     def to_dict(self) -> dict:
-        out = {"names": list(self.names), "kernels": [self.a.kernels, self.b.kernels],
-               "wall_s": [self.a.wall_s, self.b.wall_s], "rows": self.rows()}
+        out = {
+            "names": list(self.names),
+            "kernels": [self.a.kernels, self.b.kernels],
+            "wall_s": [self.a.wall_s, self.b.wall_s],
+            "rows": self.rows(),
+        }
         if self.unfused is not None:
             out["kernels_unfused"] = [self.unfused.a.kernels, self.unfused.b.kernels]
             out["wall_s_unfused"] = [self.unfused.a.wall_s, self.unfused.b.wall_s]
@@ -267,15 +315,25 @@ class Comparison(Report):
         longest = max(len(a), len(b))
         pw = max(16, 5 + longest)
         kw, mw = 8 + longest, max(9, 3 + longest)
-        lines = [f"{a} vs {b}: kernels {self.a.kernels} vs {self.b.kernels}, wall {self.a.wall_s * 1e3:.1f} ms vs "
-                 f"{self.b.wall_s * 1e3:.1f} ms",
-                 *([f"{a} vs {b} without fusion {self.unfused.a.kernels} vs {self.unfused.b.kernels} kernels, "
-                    f"with fusion {self.a.kernels} vs {self.b.kernels}"] if self.unfused is not None else []),
-                 f"{'op':<{w}}  {'path ' + a:<{pw}} {'path ' + b:<{pw}} {'kernels ' + a:>{kw}} "
-                 f"{'kernels ' + b:>{kw}} {'ms ' + a:>{mw}} {'ms ' + b:>{mw}}"]
+        lines = [
+            f"{a} vs {b}: kernels {self.a.kernels} vs {self.b.kernels}, wall {self.a.wall_s * 1e3:.1f} ms vs "
+            f"{self.b.wall_s * 1e3:.1f} ms",
+            *(
+                [
+                    f"{a} vs {b} without fusion {self.unfused.a.kernels} vs {self.unfused.b.kernels} kernels, "
+                    f"with fusion {self.a.kernels} vs {self.b.kernels}"
+                ]
+                if self.unfused is not None
+                else []
+            ),
+            f"{'op':<{w}}  {'path ' + a:<{pw}} {'path ' + b:<{pw}} {'kernels ' + a:>{kw}} "
+            f"{'kernels ' + b:>{kw}} {'ms ' + a:>{mw}} {'ms ' + b:>{mw}}",
+        ]
         for r in rows:
-            lines.append(f"{r['op']:<{w}}  {r['path'][0]:<{pw}} {r['path'][1]:<{pw}} "
-                         f"{r['kernels'][0]:>{kw}} {r['kernels'][1]:>{kw}} {r['ms'][0]:>{mw}.3f} {r['ms'][1]:>{mw}.3f}")
+            lines.append(
+                f"{r['op']:<{w}}  {r['path'][0]:<{pw}} {r['path'][1]:<{pw}} "
+                f"{r['kernels'][0]:>{kw}} {r['kernels'][1]:>{kw}} {r['ms'][0]:>{mw}.3f} {r['ms'][1]:>{mw}.3f}"
+            )
         return "\n".join(lines)
 
     def html(self, n: int = 25) -> str:
@@ -286,9 +344,12 @@ class Comparison(Report):
         rows = "".join(
             f"<tr><td>{html.escape(r['op'])}</td><td>{r['path'][0]}</td><td>{r['path'][1]}</td>"
             f"<td>{r['kernels'][0]}</td><td>{r['kernels'][1]}</td><td>{r['ms'][0]:.3f}</td><td>{r['ms'][1]:.3f}</td></tr>"
-            for r in self.rows()[:n])
-        return (f"<b>{head}</b><table><tr><th>op</th><th>path {a}</th><th>path {b}</th><th>kernels {a}</th>"
-                f"<th>kernels {b}</th><th>ms {a}</th><th>ms {b}</th></tr>{rows}</table>")
+            for r in self.rows()[:n]
+        )
+        return (
+            f"<b>{head}</b><table><tr><th>op</th><th>path {a}</th><th>path {b}</th><th>kernels {a}</th>"
+            f"<th>kernels {b}</th><th>ms {a}</th><th>ms {b}</th></tr>{rows}</table>"
+        )
 
 
 # -- recording -------------------------------------------------------------------
@@ -347,16 +408,33 @@ class profile:  # noqa: N801 - used as `with fl.profile() as prof`, like torch.p
         for d in REGISTRY.devices:
             a0, h0, m0 = self._mem0.get(d.index, (0, 0, 0))
             if d.backend.name in used or d.allocated != a0:
-                memory.append(MemoryStats(str(d.torch_device), d.backend.name, a0, d.allocated, d.peak,
-                                          d.pool_hits - h0, d.pool_misses - m0))
+                memory.append(
+                    MemoryStats(
+                        str(d.torch_device),
+                        d.backend.name,
+                        a0,
+                        d.allocated,
+                        d.peak,
+                        d.pool_hits - h0,
+                        d.pool_misses - m0,
+                    )
+                )
             d.peak = max(d.peak, self._peak0.get(d.index, 0))
         assert self.result is not None
         self.result.wall_s = wall
         self.result.memory = memory
 
 
-def compare_backends(fn: Callable[[], object], a: str, b: str, *, warmup: int = 1, fusion: bool = False,
-                     namespace: dict | None = None, names: Iterable[str] = ()) -> Comparison:
+def compare_backends(
+    fn: Callable[[], object],
+    a: str,
+    b: str,
+    *,
+    warmup: int = 1,
+    fusion: bool = False,
+    namespace: dict | None = None,
+    names: Iterable[str] = (),
+) -> Comparison:
     """Runs fn on backend a, then on b (each after `warmup` unprofiled runs), and compares them op by op.
 
     The fl tensors, modules and optimizers fn uses from outside (its closure and the globals it names; for
@@ -398,7 +476,8 @@ def _check_ran_on(p: Profile, name: str) -> None:
             f"compare_backends: the run on '{name}' is not a run on {name}: {ran}. The workload reaches fl tensors "
             f"that live on another backend in a way the comparison cannot move (inside a list, a dict or an "
             f"object's attribute), or makes none. Name the model, optimizer and inputs directly in the function "
-            f"(lambda: model(x).sum().backward()), or make them inside it")
+            f"(lambda: model(x).sum().backward()), or make them inside it"
+        )
 
 
 @contextlib.contextmanager
@@ -450,8 +529,9 @@ def _tensors(out: Any) -> list[torch.Tensor]:
     return [t for v in getattr(out, "__dict__", {}).values() for t in _tensors(v)]  # ModelOutput-like
 
 
-def _compiled_cost(fn: Callable, args: tuple, kwargs: dict, params: list, backward: bool,
-          repeat: int) -> tuple[int, float, int]:
+def _compiled_cost(
+    fn: Callable, args: tuple, kwargs: dict, params: list, backward: bool, repeat: int
+) -> tuple[int, float, int]:
     grad = torch.enable_grad() if backward else torch.no_grad()
     with grad:
         _call(fn, args, kwargs, params, backward)  # warm-up: compilation, JIT kernels, folded weights, plans
@@ -468,8 +548,9 @@ def _compiled_cost(fn: Callable, args: tuple, kwargs: dict, params: list, backwa
     return p.kernels, best, fallbacks
 
 
-def measure_compiled(compiled: Callable, *args: Any, backward: bool | None = None, repeat: int = 3,
-                     **kwargs: Any) -> Measurement:
+def measure_compiled(
+    compiled: Callable, *args: Any, backward: bool | None = None, repeat: int = 3, **kwargs: Any
+) -> Measurement:
     """Kernel launches (fl.profile's count), CPU-fallback calls and best-of-`repeat`
     time of one call, eager vs compiled, on the current backend. backward=True
     (default: when the model is in training mode) also runs backward of the
@@ -483,8 +564,16 @@ def measure_compiled(compiled: Callable, *args: Any, backward: bool | None = Non
         before = _compiled_cost(compiled, args, kwargs, params, backward, repeat)
     after = _compiled_cost(compiled, args, kwargs, params, backward, repeat)
     name = REGISTRY.current.name if REGISTRY.current is not None else "native"
-    m = Measurement(name, "forward+backward" if backward else "forward", before[0], after[0], before[1], after[1],
-                    before[2], after[2])
+    m = Measurement(
+        name,
+        "forward+backward" if backward else "forward",
+        before[0],
+        after[0],
+        before[1],
+        after[1],
+        before[2],
+        after[2],
+    )
     add_measurement(model, m)
     return m
 
@@ -555,8 +644,19 @@ def _merge_backends(ops: list[OpStats]) -> list[OpStats]:
     for s in ops:
         m = merged.get(s.op)
         if m is None:
-            merged[s.op] = OpStats(s.op, s.backend, s.calls, s.nested_calls, s.total_s, s.self_s, s.kernels,
-                                   s.bytes_copied, dict(s.paths), s.comm_bytes, s.timed_calls)
+            merged[s.op] = OpStats(
+                s.op,
+                s.backend,
+                s.calls,
+                s.nested_calls,
+                s.total_s,
+                s.self_s,
+                s.kernels,
+                s.bytes_copied,
+                dict(s.paths),
+                s.comm_bytes,
+                s.timed_calls,
+            )
         else:
             m.calls += s.calls
             m.nested_calls += s.nested_calls

@@ -73,10 +73,17 @@ class Watch(Report):
         value = float(loss.detach().float().cpu()) if isinstance(loss, torch.Tensor) else None
         self._loss_tensor = None
         devices = b.devices
-        rec = StepRecord(len(self.steps) + 1, value, time.perf_counter() - self._t0,
-                         events.kernel_count() - self._kernels, events.bytes_moved() - self._bytes, paths,
-                         fallback_ops,
-                         sum(d.allocated for d in devices), max((d.peak for d in devices), default=0))
+        rec = StepRecord(
+            len(self.steps) + 1,
+            value,
+            time.perf_counter() - self._t0,
+            events.kernel_count() - self._kernels,
+            events.bytes_moved() - self._bytes,
+            paths,
+            fallback_ops,
+            sum(d.allocated for d in devices),
+            max((d.peak for d in devices), default=0),
+        )
         self.steps.append(rec)
         for listener in list(self.listeners):
             listener(rec)
@@ -107,21 +114,27 @@ class Watch(Report):
         return {"backend": self.backend, "steps": [vars(s) for s in self.steps]}
 
     def render(self, n: int = 10) -> str:
-        lines = [f"fl.watch on {self.backend}: {len(self.steps)} steps",
-                 f"{'step':>5} {'loss':>11} {'ms':>9} {'kernels':>8} {'fallbacks':>9} {'copied':>10} "
-                 f"{'allocated':>10} {'peak':>10}"]
+        lines = [
+            f"fl.watch on {self.backend}: {len(self.steps)} steps",
+            f"{'step':>5} {'loss':>11} {'ms':>9} {'kernels':>8} {'fallbacks':>9} {'copied':>10} "
+            f"{'allocated':>10} {'peak':>10}",
+        ]
         for s in self.steps[-n:] if n else []:
             loss = f"{s.loss:.5g}" if s.loss is not None else "-"
             sizes = " ".join(f"{human_bytes(v):>10}" for v in (s.copied_bytes, s.allocated, s.peak))
-            lines.append(f"{s.step:>5} {loss:>11} {s.seconds * 1e3:>9.1f} {s.kernels:>8} "
-                         f"{sum(s.fallback_ops.values()):>9} {sizes}")
+            lines.append(
+                f"{s.step:>5} {loss:>11} {s.seconds * 1e3:>9.1f} {s.kernels:>8} "
+                f"{sum(s.fallback_ops.values()):>9} {sizes}"
+            )
         if self.steps:
             last = self.steps[-1]
-            lines.append("last step's op calls by path: "
-                         + ", ".join(f"{p} {k}" for p, k in sorted(last.paths.items())))
+            lines.append(
+                "last step's op calls by path: " + ", ".join(f"{p} {k}" for p, k in sorted(last.paths.items()))
+            )
             if last.fallback_ops:
-                lines.append("on the CPU fallback: " + ", ".join(f"{op} x{k}" for op, k in
-                                                                   sorted(last.fallback_ops.items())))
+                lines.append(
+                    "on the CPU fallback: " + ", ".join(f"{op} x{k}" for op, k in sorted(last.fallback_ops.items()))
+                )
         return "\n".join(lines)
 
 
@@ -133,8 +146,9 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def watch(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
-          backend: str | None = None) -> Watch:
+def watch(
+    model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None, backend: str | None = None
+) -> Watch:
     """Watch a training loop step by step on `backend` (default: the backend the model's parameters live on,
     else the current one). With an optimizer, each `optimizer.step()` ends a step; else call `watch.step()`."""
     name = backend
@@ -144,6 +158,7 @@ def watch(model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer
             name = REGISTRY.device(p.device.index).backend.name
     w = Watch(name or REGISTRY.ensure().name)
     if optimizer is not None:
+
         def after_step(*_: Any) -> None:
             w.step()
 

@@ -98,8 +98,9 @@ class ResNet(nn.Module):
     def _layer(self, planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
         downsample = None
         if stride != 1 or self.inplanes != planes * 4:
-            downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * 4, 1, stride=stride, bias=False),
-                                       nn.BatchNorm2d(planes * 4))
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes * 4, 1, stride=stride, bias=False), nn.BatchNorm2d(planes * 4)
+            )
         layers = [Bottleneck(self.inplanes, planes, stride, downsample)]
         self.inplanes = planes * 4
         layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
@@ -115,10 +116,12 @@ def resnet50(num_classes: int = 1000) -> ResNet:
     return ResNet((3, 4, 6, 3), num_classes)
 
 
-def transformer_encoder(d_model: int = 512, nhead: int = 8, num_layers: int = 6, dropout: float = 0.1,
-                        dim_feedforward: int = 2048) -> nn.TransformerEncoder:
-    layer = nn.TransformerEncoderLayer(d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward,
-                                       dropout=dropout, batch_first=True)
+def transformer_encoder(
+    d_model: int = 512, nhead: int = 8, num_layers: int = 6, dropout: float = 0.1, dim_feedforward: int = 2048
+) -> nn.TransformerEncoder:
+    layer = nn.TransformerEncoderLayer(
+        d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward, dropout=dropout, batch_first=True
+    )
     return nn.TransformerEncoder(layer, num_layers=num_layers, enable_nested_tensor=False)
 
 
@@ -214,77 +217,334 @@ def _add(name: str, family: str, build: Callable, inputs: Callable = _text_input
 
 
 _LAYERS = dict(num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
-_add("bert", "encoder (tied)", _hf("BertForMaskedLM", "BertConfig", hidden_size=32, max_position_embeddings=64,
-                            **_LAYERS, **_TEXT))
-_add("roberta", "encoder (tied)", _hf("RobertaForMaskedLM", "RobertaConfig", hidden_size=32, max_position_embeddings=66,
-                               pad_token_id=1, **_LAYERS, **_TEXT))
-_add("distilbert", "encoder (tied)", _hf("DistilBertForMaskedLM", "DistilBertConfig", dim=32, n_layers=2, n_heads=4,
-                                  hidden_dim=64, max_position_embeddings=64, **_TEXT))
-_add("albert", "encoder (tied)", _hf("AlbertForMaskedLM", "AlbertConfig", embedding_size=16, hidden_size=32,
-                              max_position_embeddings=64, **_LAYERS, **_TEXT))
-_add("deberta-v2", "encoder (tied)", _hf("DebertaV2ForMaskedLM", "DebertaV2Config", hidden_size=32,
-                                  max_position_embeddings=64, relative_attention=True, position_buckets=8,
-                                  pos_att_type=["p2c", "c2p"], **_LAYERS, **_TEXT))
-_add("electra", "encoder (tied)", _hf("ElectraForMaskedLM", "ElectraConfig", embedding_size=16, hidden_size=32,
-                               max_position_embeddings=64, **_LAYERS, **_TEXT))
+_add(
+    "bert",
+    "encoder (tied)",
+    _hf("BertForMaskedLM", "BertConfig", hidden_size=32, max_position_embeddings=64, **_LAYERS, **_TEXT),
+)
+_add(
+    "roberta",
+    "encoder (tied)",
+    _hf(
+        "RobertaForMaskedLM",
+        "RobertaConfig",
+        hidden_size=32,
+        max_position_embeddings=66,
+        pad_token_id=1,
+        **_LAYERS,
+        **_TEXT,
+    ),
+)
+_add(
+    "distilbert",
+    "encoder (tied)",
+    _hf(
+        "DistilBertForMaskedLM",
+        "DistilBertConfig",
+        dim=32,
+        n_layers=2,
+        n_heads=4,
+        hidden_dim=64,
+        max_position_embeddings=64,
+        **_TEXT,
+    ),
+)
+_add(
+    "albert",
+    "encoder (tied)",
+    _hf(
+        "AlbertForMaskedLM",
+        "AlbertConfig",
+        embedding_size=16,
+        hidden_size=32,
+        max_position_embeddings=64,
+        **_LAYERS,
+        **_TEXT,
+    ),
+)
+_add(
+    "deberta-v2",
+    "encoder (tied)",
+    _hf(
+        "DebertaV2ForMaskedLM",
+        "DebertaV2Config",
+        hidden_size=32,
+        max_position_embeddings=64,
+        relative_attention=True,
+        position_buckets=8,
+        pos_att_type=["p2c", "c2p"],
+        **_LAYERS,
+        **_TEXT,
+    ),
+)
+_add(
+    "electra",
+    "encoder (tied)",
+    _hf(
+        "ElectraForMaskedLM",
+        "ElectraConfig",
+        embedding_size=16,
+        hidden_size=32,
+        max_position_embeddings=64,
+        **_LAYERS,
+        **_TEXT,
+    ),
+)
 _IDS = dict(bos_token_id=1, eos_token_id=2)  # inside the tiny vocabulary (the defaults are the real ones')
-_add("gpt2", "decoder (tied)", _hf("GPT2LMHeadModel", "GPT2Config", n_positions=64, n_embd=32, n_layer=2,
-                                   n_head=4, **_IDS, **_TEXT), causal_lm=True)
-_add("gpt-neo", "decoder (tied, local attention)", _hf(
-    "GPTNeoForCausalLM", "GPTNeoConfig", max_position_embeddings=64, hidden_size=32, num_layers=2, num_heads=4,
-    attention_types=[[["global", "local"], 1]], window_size=4, intermediate_size=64, **_IDS, **_TEXT), causal_lm=True)
-_add("opt", "decoder (tied, ReLU)", _hf("OPTForCausalLM", "OPTConfig", hidden_size=32, num_hidden_layers=2,
-                                        ffn_dim=64, num_attention_heads=4, max_position_embeddings=64,
-                                        word_embed_proj_dim=32, **_TEXT), causal_lm=True)
-_add("llama", "decoder (untied)", _hf("LlamaForCausalLM", "LlamaConfig", hidden_size=32, max_position_embeddings=64,
-                                      num_key_value_heads=4, **_LAYERS, **_TEXT), causal_lm=True)
-_add("mistral", "decoder (untied, GQA, sliding window)", _hf(
-    "MistralForCausalLM", "MistralConfig", hidden_size=32, max_position_embeddings=64, num_key_value_heads=2,
-    sliding_window=4, **_LAYERS, **_TEXT), causal_lm=True)
-_add("qwen2", "decoder (tied, GQA)", _hf("Qwen2ForCausalLM", "Qwen2Config", hidden_size=32,
-                                         max_position_embeddings=64, num_key_value_heads=2, tie_word_embeddings=True,
-                                         **_LAYERS, **_TEXT), causal_lm=True)
-_add("gpt-bigcode", "decoder (tied, multi-query)", _hf(
-    "GPTBigCodeForCausalLM", "GPTBigCodeConfig", n_positions=64, n_embd=32, n_layer=2, n_head=4, multi_query=True,
-    **_IDS, **_TEXT), causal_lm=True)
-_add("mixtral", "decoder (mixture of experts)", _hf(
-    "MixtralForCausalLM", "MixtralConfig", hidden_size=32, max_position_embeddings=64, num_key_value_heads=2,
-    num_local_experts=4, num_experts_per_tok=2, **_LAYERS, **_TEXT), causal_lm=True)
-_add("t5", "encoder-decoder (tied, ReLU)", _hf(
-    "T5ForConditionalGeneration", "T5Config", d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-    relative_attention_num_buckets=8, decoder_start_token_id=0, **_TEXT), _seq2seq_inputs)
-_add("bart", "encoder-decoder (tied)", _hf(
-    "BartForConditionalGeneration", "BartConfig", d_model=32, encoder_layers=2, decoder_layers=2,
-    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-    max_position_embeddings=64, **_TEXT), _seq2seq_inputs)
+_add(
+    "gpt2",
+    "decoder (tied)",
+    _hf("GPT2LMHeadModel", "GPT2Config", n_positions=64, n_embd=32, n_layer=2, n_head=4, **_IDS, **_TEXT),
+    causal_lm=True,
+)
+_add(
+    "gpt-neo",
+    "decoder (tied, local attention)",
+    _hf(
+        "GPTNeoForCausalLM",
+        "GPTNeoConfig",
+        max_position_embeddings=64,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        attention_types=[[["global", "local"], 1]],
+        window_size=4,
+        intermediate_size=64,
+        **_IDS,
+        **_TEXT,
+    ),
+    causal_lm=True,
+)
+_add(
+    "opt",
+    "decoder (tied, ReLU)",
+    _hf(
+        "OPTForCausalLM",
+        "OPTConfig",
+        hidden_size=32,
+        num_hidden_layers=2,
+        ffn_dim=64,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        word_embed_proj_dim=32,
+        **_TEXT,
+    ),
+    causal_lm=True,
+)
+_add(
+    "llama",
+    "decoder (untied)",
+    _hf(
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        hidden_size=32,
+        max_position_embeddings=64,
+        num_key_value_heads=4,
+        **_LAYERS,
+        **_TEXT,
+    ),
+    causal_lm=True,
+)
+_add(
+    "mistral",
+    "decoder (untied, GQA, sliding window)",
+    _hf(
+        "MistralForCausalLM",
+        "MistralConfig",
+        hidden_size=32,
+        max_position_embeddings=64,
+        num_key_value_heads=2,
+        sliding_window=4,
+        **_LAYERS,
+        **_TEXT,
+    ),
+    causal_lm=True,
+)
+_add(
+    "qwen2",
+    "decoder (tied, GQA)",
+    _hf(
+        "Qwen2ForCausalLM",
+        "Qwen2Config",
+        hidden_size=32,
+        max_position_embeddings=64,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        **_LAYERS,
+        **_TEXT,
+    ),
+    causal_lm=True,
+)
+_add(
+    "gpt-bigcode",
+    "decoder (tied, multi-query)",
+    _hf(
+        "GPTBigCodeForCausalLM",
+        "GPTBigCodeConfig",
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        multi_query=True,
+        **_IDS,
+        **_TEXT,
+    ),
+    causal_lm=True,
+)
+_add(
+    "mixtral",
+    "decoder (mixture of experts)",
+    _hf(
+        "MixtralForCausalLM",
+        "MixtralConfig",
+        hidden_size=32,
+        max_position_embeddings=64,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        **_LAYERS,
+        **_TEXT,
+    ),
+    causal_lm=True,
+)
+_add(
+    "t5",
+    "encoder-decoder (tied, ReLU)",
+    _hf(
+        "T5ForConditionalGeneration",
+        "T5Config",
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        decoder_start_token_id=0,
+        **_TEXT,
+    ),
+    _seq2seq_inputs,
+)
+_add(
+    "bart",
+    "encoder-decoder (tied)",
+    _hf(
+        "BartForConditionalGeneration",
+        "BartConfig",
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        **_TEXT,
+    ),
+    _seq2seq_inputs,
+)
 # 64x64 keeps 2x2 positions in the last stage: a batch norm over 2 values (1x1 at 32x32) is
 # analytically constant, and its backward is pure rounding noise on every implementation
-_add("resnet", "CNN (batch norm, max pool)", _hf(
-    "ResNetForImageClassification", "ResNetConfig", embedding_size=8, hidden_sizes=[8, 16, 32, 32],
-    depths=[1, 1, 1, 1], layer_type="bottleneck", num_labels=10), lambda: {"pixel_values": _floats(_B, 3, 64, 64)})
-_add("convnext", "CNN (depthwise, layer norm)", _hf(
-    "ConvNextForImageClassification", "ConvNextConfig", hidden_sizes=[8, 16, 32, 32], depths=[1, 1, 1, 1],
-    num_labels=10), lambda: {"pixel_values": _floats(_B, 3, 32, 32)})
-_add("vit", "vision transformer", _hf(
-    "ViTForImageClassification", "ViTConfig", image_size=16, patch_size=4, hidden_size=32, num_labels=10,
-    **_LAYERS), lambda: {"pixel_values": _floats(_B, 3, 16, 16)})
-_add("swin", "windowed attention", _hf(
-    "SwinForImageClassification", "SwinConfig", image_size=32, patch_size=2, embed_dim=16, depths=[1, 1],
-    num_heads=[2, 2], window_size=4, num_labels=10), lambda: {"pixel_values": _floats(_B, 3, 32, 32)})
-_add("wav2vec2", "speech (conv front end, CTC)", _hf(
-    "Wav2Vec2ForCTC", "Wav2Vec2Config", vocab_size=32, hidden_size=32, conv_dim=(16, 16), conv_stride=(5, 2),
-    conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, **_LAYERS),
-    lambda: {"input_values": _floats(_B, 800)})
-_add("whisper", "speech encoder-decoder (tied)", _hf(
-    "WhisperForConditionalGeneration", "WhisperConfig", num_mel_bins=8, d_model=32, encoder_layers=2,
-    decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-    max_source_positions=16, max_target_positions=32, decoder_start_token_id=1, pad_token_id=0, **_TEXT),
-    lambda: {"input_features": _floats(_B, 8, 32), "decoder_input_ids": _tokens(6)})
-_add("clip", "multimodal (text + vision)", _hf(
-    "CLIPModel", "CLIPConfig", projection_dim=16,
-    text_config=dict(vocab_size=96, hidden_size=32, max_position_embeddings=16, **_IDS, **_LAYERS),
-    vision_config=dict(image_size=16, patch_size=4, hidden_size=32, **_LAYERS)),
-    lambda: {"input_ids": _tokens(), "pixel_values": _floats(_B, 3, 16, 16)})
+_add(
+    "resnet",
+    "CNN (batch norm, max pool)",
+    _hf(
+        "ResNetForImageClassification",
+        "ResNetConfig",
+        embedding_size=8,
+        hidden_sizes=[8, 16, 32, 32],
+        depths=[1, 1, 1, 1],
+        layer_type="bottleneck",
+        num_labels=10,
+    ),
+    lambda: {"pixel_values": _floats(_B, 3, 64, 64)},
+)
+_add(
+    "convnext",
+    "CNN (depthwise, layer norm)",
+    _hf(
+        "ConvNextForImageClassification",
+        "ConvNextConfig",
+        hidden_sizes=[8, 16, 32, 32],
+        depths=[1, 1, 1, 1],
+        num_labels=10,
+    ),
+    lambda: {"pixel_values": _floats(_B, 3, 32, 32)},
+)
+_add(
+    "vit",
+    "vision transformer",
+    _hf(
+        "ViTForImageClassification", "ViTConfig", image_size=16, patch_size=4, hidden_size=32, num_labels=10, **_LAYERS
+    ),
+    lambda: {"pixel_values": _floats(_B, 3, 16, 16)},
+)
+_add(
+    "swin",
+    "windowed attention",
+    _hf(
+        "SwinForImageClassification",
+        "SwinConfig",
+        image_size=32,
+        patch_size=2,
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[2, 2],
+        window_size=4,
+        num_labels=10,
+    ),
+    lambda: {"pixel_values": _floats(_B, 3, 32, 32)},
+)
+_add(
+    "wav2vec2",
+    "speech (conv front end, CTC)",
+    _hf(
+        "Wav2Vec2ForCTC",
+        "Wav2Vec2Config",
+        vocab_size=32,
+        hidden_size=32,
+        conv_dim=(16, 16),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        **_LAYERS,
+    ),
+    lambda: {"input_values": _floats(_B, 800)},
+)
+_add(
+    "whisper",
+    "speech encoder-decoder (tied)",
+    _hf(
+        "WhisperForConditionalGeneration",
+        "WhisperConfig",
+        num_mel_bins=8,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_source_positions=16,
+        max_target_positions=32,
+        decoder_start_token_id=1,
+        pad_token_id=0,
+        **_TEXT,
+    ),
+    lambda: {"input_features": _floats(_B, 8, 32), "decoder_input_ids": _tokens(6)},
+)
+_add(
+    "clip",
+    "multimodal (text + vision)",
+    _hf(
+        "CLIPModel",
+        "CLIPConfig",
+        projection_dim=16,
+        text_config=dict(vocab_size=96, hidden_size=32, max_position_embeddings=16, **_IDS, **_LAYERS),
+        vision_config=dict(image_size=16, patch_size=4, hidden_size=32, **_LAYERS),
+    ),
+    lambda: {"input_ids": _tokens(), "pixel_values": _floats(_B, 3, 16, 16)},
+)
 
 
 def _seeded(cls: type) -> Callable[[], nn.Module]:
@@ -416,7 +676,8 @@ class _Baseline:
         names = self.case.names
         self.step64 = _adamw_step(self.case.fresh("cpu", torch.float64), names, self.grads64, torch.float64)
         self.native_step_error = _step_error(
-            _adamw_step(self.case.fresh("cpu", torch.float32), names, self.grads64, torch.float32), self.step64)
+            _adamw_step(self.case.fresh("cpu", torch.float32), names, self.grads64, torch.float32), self.step64
+        )
         self.generated = _generate(self.case, "cpu") if spec.causal_lm else None
 
 
@@ -434,13 +695,18 @@ def _generate(case: _Case, device) -> torch.Tensor:
     with torch.no_grad():
         model = case.fresh(device, torch.float32).eval()
         generate: Any = model.generate  # transformers' GenerationMixin method (nn.Module's typing says tensor)
-        out = generate(input_ids=ids.to(device), attention_mask=torch.ones_like(ids).to(device),
-                             max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+        out = generate(
+            input_ids=ids.to(device),
+            attention_mask=torch.ones_like(ids).to(device),
+            max_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            pad_token_id=0,
+        )
     return out.cpu()
 
 
 def _generate_verdict(case: _Case, want: torch.Tensor, got: torch.Tensor) -> str:
-    """"equal"; else where the tokens part, and whether the CPU's own logits there were a near tie
+    """ "equal"; else where the tokens part, and whether the CPU's own logits there were a near tie
     (a rounding-level argmax, not a fault)."""
     if torch.equal(got, want):
         return "equal"
@@ -484,8 +750,12 @@ def check(name: str, backend: str) -> ZooResult:
         if spec.causal_lm:
             assert base.generated is not None and generated is not None, "a causal LM generates on both sides"
             result.generate = _generate_verdict(case, base.generated, generated)
-        result.passed = (cmp.ok and result.step_ratio <= LIMIT and result.sharing_kept is not False
-                         and (result.generate in ("n/a", "equal") or result.generate.startswith("tie")))
+        result.passed = (
+            cmp.ok
+            and result.step_ratio <= LIMIT
+            and result.sharing_kept is not False
+            and (result.generate in ("n/a", "equal") or result.generate.startswith("tie"))
+        )
     except Exception as e:  # noqa: BLE001 - the zoo reports, it does not stop
         result.error = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
     result.seconds = time.perf_counter() - t0
@@ -505,17 +775,21 @@ class ZooReport(Report):
 
     def render(self) -> str:
         """One row per model and backend; columns explained in docs/models.md."""
-        head = (f"{'model':<15} {'backend':<8} {'pass':<5} {'error':>8} {'x native':>8} {'step':>5} {'sharing':<8} "
-                f"{'generate':<18} host ops (FL_CPU_FALLBACK=0)")
+        head = (
+            f"{'model':<15} {'backend':<8} {'pass':<5} {'error':>8} {'x native':>8} {'step':>5} {'sharing':<8} "
+            f"{'generate':<18} host ops (FL_CPU_FALLBACK=0)"
+        )
         lines = [head, "-" * len(head)]
         for r in self.results:
             if r.error:
                 lines.append(f"{r.model:<15} {r.backend:<8} {'FAIL':<5} {r.error}")
                 continue
             sharing = "-" if r.sharing_kept is None else ("kept" if r.sharing_kept else "SPLIT")
-            lines.append(f"{r.model:<15} {r.backend:<8} {'yes' if r.passed else 'NO':<5} {r.device_error:>8.1e} "
-                         f"{r.ratio:>8.2g} {r.step_ratio:>5.2g} {sharing:<8} {r.generate:<18} "
-                         f"{', '.join(o.replace('aten::', '') for o in r.host_ops) or '-'}")
+            lines.append(
+                f"{r.model:<15} {r.backend:<8} {'yes' if r.passed else 'NO':<5} {r.device_error:>8.1e} "
+                f"{r.ratio:>8.2g} {r.step_ratio:>5.2g} {sharing:<8} {r.generate:<18} "
+                f"{', '.join(o.replace('aten::', '') for o in r.host_ops) or '-'}"
+            )
         lines.append(self.summary())
         return "\n".join(lines)
 
@@ -529,9 +803,9 @@ class ZooReport(Report):
         return text
 
 
-
-def run_zoo(models: list[str] | None = None, backends: list[str] | None = None,
-            progress: bool | Reporter = True) -> ZooReport:
+def run_zoo(
+    models: list[str] | None = None, backends: list[str] | None = None, progress: bool | Reporter = True
+) -> ZooReport:
     """check() for every model (default: all of MODELS) on every backend (default: all found). progress:
     each row shown as it ends (torch_fl.progress: lines in a terminal, a bar in a notebook); False for none."""
     from ..runtime import REGISTRY
@@ -545,8 +819,11 @@ def run_zoo(models: list[str] | None = None, backends: list[str] | None = None,
             for b in backends:
                 r = check(name, b)
                 results.append(r)
-                shown.update(len(results), f"{r.model} on {r.backend}: {'pass' if r.passed else 'FAIL'} "
-                                           f"({r.seconds:.1f}s)", failed=not r.passed)
+                shown.update(
+                    len(results),
+                    f"{r.model} on {r.backend}: {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f}s)",
+                    failed=not r.passed,
+                )
     finally:
         shown.close()
     return ZooReport(results, backends)

@@ -10,8 +10,18 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 torch.manual_seed(0)
-config = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
-                    embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=2)
+config = GPT2Config(
+    vocab_size=128,
+    n_positions=32,
+    n_embd=32,
+    n_layer=2,
+    n_head=4,
+    resid_pdrop=0.0,
+    embd_pdrop=0.0,
+    attn_pdrop=0.0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
 model = GPT2LMHeadModel(config)
 if device.type == "cuda":
     model.cuda()
@@ -32,9 +42,19 @@ for _step in range(3):
 model.eval()
 prompt = ids[:2, :4].to(device)
 with torch.no_grad():
-    generated = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6,
-                               do_sample=False, pad_token_id=0)
+    generated = model.generate(
+        prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False, pad_token_id=0
+    )
 if torch.cuda.is_available():
     torch.cuda.synchronize()
-print(json.dumps({"device": str(model.device), "logits_device": str(out.logits.device), "losses": losses,
-                  "generated": generated.cpu().tolist(), "generated_device": str(generated.device)}))
+print(
+    json.dumps(
+        {
+            "device": str(model.device),
+            "logits_device": str(out.logits.device),
+            "losses": losses,
+            "generated": generated.cpu().tolist(),
+            "generated_device": str(generated.device),
+        }
+    )
+)

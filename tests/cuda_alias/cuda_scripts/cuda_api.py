@@ -50,11 +50,17 @@ facts["after_device_block"] = torch.cuda.current_device()
 torch.cuda.set_device(0)
 
 # the legacy tensor types of older CUDA code
-legacy = [torch.ones(2).type(torch.cuda.FloatTensor), torch.ones(2).type("torch.cuda.HalfTensor"),
-          torch.cuda.LongTensor([1, 2])]
+legacy = [
+    torch.ones(2).type(torch.cuda.FloatTensor),
+    torch.ones(2).type("torch.cuda.HalfTensor"),
+    torch.cuda.LongTensor([1, 2]),
+]
 facts["legacy"] = [[str(t.device), str(t.dtype)] for t in legacy] + [
-    legacy[2].cpu().tolist(), isinstance(legacy[0], torch.cuda.FloatTensor), torch.ones(1).type(),
-    torch.ones(2).type(torch.DoubleTensor).dtype == torch.float64]
+    legacy[2].cpu().tolist(),
+    isinstance(legacy[0], torch.cuda.FloatTensor),
+    torch.ones(1).type(),
+    torch.ones(2).type(torch.DoubleTensor).dtype == torch.float64,
+]
 torch.set_default_tensor_type("torch.cuda.DoubleTensor")
 facts["legacy_default"] = [str(torch.zeros(1).device), str(torch.zeros(1).dtype)]
 torch.set_default_tensor_type(torch.FloatTensor)
@@ -88,17 +94,28 @@ with torch.cuda.stream(s):
     end.record()
 end.synchronize()
 torch.cuda.current_stream().wait_stream(s)
-facts["streams"] = {"inside_is_s": inside == s, "restored": torch.cuda.current_stream() == before,
-                    "default_is_current": torch.cuda.default_stream() == before,
-                    "isinstance": [isinstance(s, torch.cuda.Stream), isinstance(before, torch.cuda.Stream),
-                                   isinstance(start, torch.cuda.Event)],
-                    "elapsed_ms_nonnegative": start.elapsed_time(end) >= 0, "query": end.query()}
+facts["streams"] = {
+    "inside_is_s": inside == s,
+    "restored": torch.cuda.current_stream() == before,
+    "default_is_current": torch.cuda.default_stream() == before,
+    "isinstance": [
+        isinstance(s, torch.cuda.Stream),
+        isinstance(before, torch.cuda.Stream),
+        isinstance(start, torch.cuda.Event),
+    ],
+    "elapsed_ms_nonnegative": start.elapsed_time(end) >= 0,
+    "query": end.query(),
+}
 
 # precision: autocast's dtype, TF32 accepted but float32 stays float32
 with torch.autocast("cuda"):
     m = torch.randn(8, 8, device="cuda") @ torch.randn(8, 8, device="cuda")
-    facts["autocast"] = [str(m.dtype), str(torch.get_autocast_dtype("cuda")), torch.is_autocast_enabled("cuda"),
-                         torch.is_autocast_enabled()]
+    facts["autocast"] = [
+        str(m.dtype),
+        str(torch.get_autocast_dtype("cuda")),
+        torch.is_autocast_enabled("cuda"),
+        torch.is_autocast_enabled(),
+    ]
 facts["autocast_after"] = torch.is_autocast_enabled("cuda")
 facts["bf16_supported"] = torch.cuda.is_bf16_supported()
 torch.backends.cuda.matmul.allow_tf32 = True
@@ -130,12 +147,14 @@ with torch.autocast("cuda"):
 
 # a checkpoint saved on CUDA
 path = sys.argv[1]
-facts["load"] = {"plain": str(torch.load(path)["w"].device),
-                 "map_location_cuda": str(torch.load(path, map_location="cuda")["w"].device),
-                 "map_location_device": str(torch.load(path, map_location=torch.device("cuda", last))["w"].device),
-                 "map_location_fn": str(torch.load(path, map_location=lambda st, loc: st.cuda())["w"].device),
-                 "map_location_cpu": str(torch.load(path, map_location="cpu")["w"].device),
-                 "values": torch.load(path)["w"].cpu().tolist()}
+facts["load"] = {
+    "plain": str(torch.load(path)["w"].device),
+    "map_location_cuda": str(torch.load(path, map_location="cuda")["w"].device),
+    "map_location_device": str(torch.load(path, map_location=torch.device("cuda", last))["w"].device),
+    "map_location_fn": str(torch.load(path, map_location=lambda st, loc: st.cuda())["w"].device),
+    "map_location_cpu": str(torch.load(path, map_location="cpu")["w"].device),
+    "values": torch.load(path)["w"].cpu().tolist(),
+}
 
 # DataLoader pin_memory=True
 loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(8.0)), batch_size=4, pin_memory=True)
@@ -170,7 +189,8 @@ facts["unsupported"] = {
     "torch.cuda.nccl.all_reduce": outcome(lambda: torch.cuda.nccl.all_reduce([torch.ones(1, device="cuda")])),
     "torch.cuda.nccl.version": outcome(lambda: torch.cuda.nccl.version()),
     "torch.cuda.jiterator._create_jit_fn": outcome(
-        lambda: torch.cuda.jiterator._create_jit_fn("template <typename T> T f(T x) { return x; }")),
+        lambda: torch.cuda.jiterator._create_jit_fn("template <typename T> T f(T x) { return x; }")
+    ),
     "torch.utils.cpp_extension.CUDAExtension": outcome(lambda: extension("CUDAExtension")),
     "torch.utils.cpp_extension.load_inline": outcome(lambda: extension("load_inline")),
     "torch.utils.cpp_extension.load": outcome(lambda: extension("load")),
@@ -185,7 +205,8 @@ facts["unsupported"] = {
     "torch.cuda.utilization": outcome(lambda: torch.cuda.utilization()),
     "torch.cuda.memory_stats_as_nested_dict": outcome(lambda: torch.cuda.memory_stats_as_nested_dict()),
     "init_process_group(device_id=)": outcome(
-        lambda: torch.distributed.init_process_group("nccl", device_id=torch.device("cuda", 0))),
+        lambda: torch.distributed.init_process_group("nccl", device_id=torch.device("cuda", 0))
+    ),
 }
 facts["missing_device"] = outcome(lambda: torch.zeros(1, device=f"cuda:{n}"))
 facts["missing_set_device"] = outcome(lambda: torch.cuda.set_device(n))

@@ -33,10 +33,19 @@ total = torch.full((2,), float(rank + 1), device="cuda")
 dist.all_reduce(total, group=pair)
 dist.barrier(device_ids=[local_rank])
 torch.cuda.synchronize()
-torch.save({"params": {k: v.cpu() for k, v in model.state_dict().items()}, "losses": losses,
-            "device": str(next(model.parameters()).device), "current_device": torch.cuda.current_device(),
-            "pg_backend": dist.get_backend(), "world": dist.get_world_size(), "nccl": dist.is_nccl_available(),
-            "group_backend": dist.get_backend(pair), "group_sum": total.cpu().tolist(),
-            "sum_device": str(total.device)},
-           os.path.join(sys.argv[1], f"rank{rank}.pt"))
+torch.save(
+    {
+        "params": {k: v.cpu() for k, v in model.state_dict().items()},
+        "losses": losses,
+        "device": str(next(model.parameters()).device),
+        "current_device": torch.cuda.current_device(),
+        "pg_backend": dist.get_backend(),
+        "world": dist.get_world_size(),
+        "nccl": dist.is_nccl_available(),
+        "group_backend": dist.get_backend(pair),
+        "group_sum": total.cpu().tolist(),
+        "sum_device": str(total.device),
+    },
+    os.path.join(sys.argv[1], f"rank{rank}.pt"),
+)
 dist.destroy_process_group()

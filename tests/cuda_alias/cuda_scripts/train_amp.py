@@ -57,6 +57,15 @@ if torch.cuda.is_available():
     torch.cuda.empty_cache()
 else:
     memory = {}
-print(json.dumps({"device": str(next(model.parameters()).device), "logits_dtype": str(logits.dtype),
-                  "losses": losses, "pinned": pinned, "scale": scaler.get_scale() if scaler.is_enabled() else None,
-                  "memory": memory}))
+print(
+    json.dumps(
+        {
+            "device": str(next(model.parameters()).device),
+            "logits_dtype": str(logits.dtype),
+            "losses": losses,
+            "pinned": pinned,
+            "scale": scaler.get_scale() if scaler.is_enabled() else None,
+            "memory": memory,
+        }
+    )
+)

@@ -27,8 +27,7 @@ KERNEL = "fl-test"
 
 # JupyterLab user settings: no news or update prompts over the notebook, every cell kept in the page
 SETTINGS = {
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                         "checkForUpdates": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
@@ -49,8 +48,10 @@ def missing() -> str | None:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        why.append("no Playwright for Python (pip install playwright; never `playwright install`: the test drives "
-                   "the system chromium)")
+        why.append(
+            "no Playwright for Python (pip install playwright; never `playwright install`: the test drives "
+            "the system chromium)"
+        )
     try:
         import jupyterlab  # noqa: F401
     except ImportError:
@@ -60,11 +61,25 @@ def missing() -> str | None:
 
 def write_notebook(path: str, cells: list[str]) -> None:
     """An nbformat 4.5 notebook of code cells, no outputs, on the `fl-test` kernel."""
-    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"cell-{i}", "metadata": {}, "outputs": [],
-                     "source": src} for i, src in enumerate(cells)],
-          "metadata": {"kernelspec": {"name": KERNEL, "display_name": "torch_fl (test)", "language": "python"},
-                       "language_info": {"name": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": f"cell-{i}",
+                "metadata": {},
+                "outputs": [],
+                "source": src,
+            }
+            for i, src in enumerate(cells)
+        ],
+        "metadata": {
+            "kernelspec": {"name": KERNEL, "display_name": "torch_fl (test)", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     with open(path, "w") as f:
         json.dump(nb, f, indent=1)
 
@@ -89,15 +104,23 @@ class JupyterLab:
         return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}?token={self.token}"
 
     def _env(self) -> dict[str, str]:
-        dirs = {k: os.path.join(self.home, k.lower()) for k in
-                ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR")}
+        dirs = {
+            k: os.path.join(self.home, k.lower())
+            for k in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR")
+        }
         for d in dirs.values():
             os.makedirs(d, exist_ok=True)
         spec = os.path.join(dirs["JUPYTER_DATA_DIR"], "kernels", KERNEL)
         os.makedirs(spec, exist_ok=True)
         with open(os.path.join(spec, "kernel.json"), "w") as f:
-            json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                       "display_name": "torch_fl (test)", "language": "python"}, f)
+            json.dump(
+                {
+                    "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    "display_name": "torch_fl (test)",
+                    "language": "python",
+                },
+                f,
+            )
         for name, values in SETTINGS.items():
             path = os.path.join(dirs["JUPYTER_CONFIG_DIR"], "lab", "user-settings", name)
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -110,14 +133,31 @@ class JupyterLab:
         return env
 
     def __enter__(self) -> JupyterLab:
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-               f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0", f"--ServerApp.root_dir={self.root}",
-               f"--IdentityProvider.token={self.token}", "--ServerApp.allow_root=True", "--LabApp.news_url=None",
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--LabApp.expose_app_in_browser=True"]  # window.jupyterapp: the notebook's kernel connection
+        cmd = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--ServerApp.root_dir={self.root}",
+            f"--IdentityProvider.token={self.token}",
+            "--ServerApp.allow_root=True",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.expose_app_in_browser=True",
+        ]  # window.jupyterapp: the notebook's kernel connection
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=self._env(), cwd=self.root, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self._env(),
+                cwd=self.root,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + self.start_timeout
         while True:
             if self.proc.poll() is not None:
@@ -128,13 +168,15 @@ class JupyterLab:
             except OSError:
                 if time.monotonic() > deadline:
                     self.__exit__()
-                    raise RuntimeError(f"jupyter lab did not answer within {self.start_timeout:.0f} s:\n"
-                                       f"{self.log_tail()}") from None
+                    raise RuntimeError(
+                        f"jupyter lab did not answer within {self.start_timeout:.0f} s:\n{self.log_tail()}"
+                    ) from None
                 time.sleep(0.25)
 
     def api(self, path: str, method: str = "GET"):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/{path}", method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/api/{path}", method=method, headers={"Authorization": f"token {self.token}"}
+        )
         with urllib.request.urlopen(req, timeout=10) as r:
             body = r.read()
         return json.loads(body) if body else None
@@ -229,6 +271,7 @@ class NotebookPage:
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}" + (f"; the page shows:\n{detail()}" if detail
-                                                                         else ""))
+                raise AssertionError(
+                    f"timed out waiting for {what}" + (f"; the page shows:\n{detail()}" if detail else "")
+                )
             self.page.wait_for_timeout(interval_s * 1000)

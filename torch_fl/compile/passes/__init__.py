@@ -54,8 +54,15 @@ from .base import Pass, PassContext
 
 __all__ = ["PASSES", "PASS_NAMES", "Pass", "PassContext", "enabled_passes", "run_aten", "run_captured"]
 
-PASSES: tuple[Pass, ...] = (conv_bn.PASS, attention.PASS, qkv.PASS, add_norm.PASS, linear_act.PASS,
-                            pointwise_fusion.PASS, layout.PASS)
+PASSES: tuple[Pass, ...] = (
+    conv_bn.PASS,
+    attention.PASS,
+    qkv.PASS,
+    add_norm.PASS,
+    linear_act.PASS,
+    pointwise_fusion.PASS,
+    layout.PASS,
+)
 PASS_NAMES = tuple(p.name for p in PASSES)
 
 

@@ -46,8 +46,14 @@ def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern],
         if not is_call(norm, F.layer_norm) or norm.kwargs or len(norm.args) != 5:
             continue
         add, shape, ln_w, ln_b, eps = norm.args
-        if not (is_call(add, operator.add, torch.add) and len(add.args) == 2 and not add.kwargs
-                and len(add.users) == 1 and len(shape) == 1 and all(isinstance(a, fx.Node) for a in add.args)):
+        if not (
+            is_call(add, operator.add, torch.add)
+            and len(add.args) == 2
+            and not add.kwargs
+            and len(add.users) == 1
+            and len(shape) == 1
+            and all(isinstance(a, fx.Node) for a in add.args)
+        ):
             continue
         # the branch: the operand with a linear producer (through a dropout), else a dropout
         chosen = None
@@ -71,16 +77,26 @@ def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern],
             b = lin.args[2] if len(lin.args) > 2 else None
             nodes = [lin] + dropped + [add, norm]
             if p:
-                op, args = torch.ops.fl.linear_add_layer_norm_dropout.default, (lin.args[0], lin.args[1], b, res, ln_w,
-                                                                                 ln_b, float(eps), p)
+                op, args = (
+                    torch.ops.fl.linear_add_layer_norm_dropout.default,
+                    (lin.args[0], lin.args[1], b, res, ln_w, ln_b, float(eps), p),
+                )
             else:
-                op, args = torch.ops.fl.linear_add_layer_norm.default, (lin.args[0], lin.args[1], b, res, ln_w, ln_b,
-                                                                         float(eps), 0.0, 0, True)
+                op, args = (
+                    torch.ops.fl.linear_add_layer_norm.default,
+                    (lin.args[0], lin.args[1], b, res, ln_w, ln_b, float(eps), 0.0, 0, True),
+                )
             replace_with(graph, norm, op, args, [norm, add] + dropped + [lin])
-            patterns.append(Pattern("linear+" + ("dropout+" if p else "") + "add+layer_norm", "captured", where(norm),
-                                    [op_name(n) for n in nodes],
-                                    f"{LINEAR_ADD_NORM_KERNELS[0]}{epilogue} (GEMM; bias, residual add and LayerNorm "
-                                    f"as its epilogue; backward: {LINEAR_ADD_NORM_KERNELS[1]})"))
+            patterns.append(
+                Pattern(
+                    "linear+" + ("dropout+" if p else "") + "add+layer_norm",
+                    "captured",
+                    where(norm),
+                    [op_name(n) for n in nodes],
+                    f"{LINEAR_ADD_NORM_KERNELS[0]}{epilogue} (GEMM; bias, residual add and LayerNorm "
+                    f"as its epilogue; backward: {LINEAR_ADD_NORM_KERNELS[1]})",
+                )
+            )
         elif has_add:
             nodes = dropped + [add, norm]
             if p:
@@ -88,13 +104,28 @@ def add_norm_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern],
             else:
                 op, args = torch.ops.fl.add_layer_norm.default, (value, res, ln_w, ln_b, float(eps), 0.0, 0, True)
             replace_with(graph, norm, op, args, [norm, add] + dropped)
-            patterns.append(Pattern(("dropout+" if p else "") + "add+layer_norm", "captured", where(norm),
-                                    [op_name(n) for n in nodes],
-                                    f"{ADD_NORM_KERNELS[0]}{epilogue} (residual add and LayerNorm in one kernel; "
-                                    f"backward: {ADD_NORM_KERNELS[1]})"))
+            patterns.append(
+                Pattern(
+                    ("dropout+" if p else "") + "add+layer_norm",
+                    "captured",
+                    where(norm),
+                    [op_name(n) for n in nodes],
+                    f"{ADD_NORM_KERNELS[0]}{epilogue} (residual add and LayerNorm in one kernel; "
+                    f"backward: {ADD_NORM_KERNELS[1]})",
+                )
+            )
         else:
-            patterns.append(Pattern("add+layer_norm", "captured", where(norm), ["add", "layer_norm"], "kept", False,
-                                    f"no {ADD_NORM_KERNELS[0]} kernel"))
+            patterns.append(
+                Pattern(
+                    "add+layer_norm",
+                    "captured",
+                    where(norm),
+                    ["add", "layer_norm"],
+                    "kept",
+                    False,
+                    f"no {ADD_NORM_KERNELS[0]} kernel",
+                )
+            )
 
 
 PASS = Pass("add_norm", captured=add_norm_captured)

@@ -31,28 +31,74 @@ aten = torch.ops.aten
 F = torch.nn.functional
 SDPA_FWD = aten._scaled_dot_product_fused_attention_overrideable.default
 SDPA_BWD = aten._scaled_dot_product_fused_attention_overrideable_backward.default
-SDPA_KERNELS = ("aten::_scaled_dot_product_fused_attention_overrideable",
-                "aten::_scaled_dot_product_fused_attention_overrideable_backward")
+SDPA_KERNELS = (
+    "aten::_scaled_dot_product_fused_attention_overrideable",
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+)
 
 
 # -- aten graphs: the fused pair, or the math composition when switched off -------------
 
 
-def math_sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
-                      *, scale=None, out_order=None):
+def math_sdpa_forward(
+    query,
+    key,
+    value,
+    attn_bias=None,
+    dropout_p=0.0,
+    is_causal=False,
+    return_debug_mask=False,
+    *,
+    scale=None,
+    out_order=None,
+):
     """The fused forward's results (same tuple) from matmul/softmax ops: what the graph runs with `attention` off
     (the dispatcher's own composition, its output laid out as the traced kernel's was)."""
     res = sdpa_forward(query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask, scale=scale)
     return (_laid_out(res[0], out_order), *res[1:])
 
 
-def math_sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
-                       max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None,
-                       grad_orders=None):
+def math_sdpa_backward(
+    grad_out,
+    query,
+    key,
+    value,
+    attn_bias,
+    grad_input_mask,
+    out,
+    logsumexp,
+    cum_seq_q,
+    cum_seq_k,
+    max_q,
+    max_k,
+    dropout_p,
+    is_causal,
+    philox_seed,
+    philox_offset,
+    *,
+    scale=None,
+    grad_orders=None,
+):
     """The fused backward's gradients from matmul ops (the graph's route with `attention` off)."""
-    *grads, grad_bias = sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
-                                      cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
-                                      philox_offset, scale=scale)
+    *grads, grad_bias = sdpa_backward(
+        grad_out,
+        query,
+        key,
+        value,
+        attn_bias,
+        grad_input_mask,
+        out,
+        logsumexp,
+        cum_seq_q,
+        cum_seq_k,
+        max_q,
+        max_k,
+        dropout_p,
+        is_causal,
+        philox_seed,
+        philox_offset,
+        scale=scale,
+    )
     return (*(_laid_out(g, st) for g, st in zip(grads, grad_orders or (None,) * 3, strict=True)), grad_bias)
 
 
@@ -81,8 +127,11 @@ def _trace_order(val) -> tuple[int, ...] | None:
 
 
 def _softmaxes(ctx: PassContext) -> list[fx.Node]:
-    return [n for n in ctx.gm.graph.nodes if n.op == "call_function" and n.target in (
-        aten._softmax.default, aten.softmax.int, aten._safe_softmax.default)]
+    return [
+        n
+        for n in ctx.gm.graph.nodes
+        if n.op == "call_function" and n.target in (aten._softmax.default, aten.softmax.int, aten._safe_softmax.default)
+    ]
 
 
 def attention(ctx: PassContext) -> None:
@@ -91,13 +140,22 @@ def attention(ctx: PassContext) -> None:
     for n in ctx.gm.graph.nodes:
         if n.op == "call_function" and n.target in (SDPA_FWD, SDPA_BWD):
             name = SDPA_KERNELS[0 if n.target is SDPA_FWD else 1]
-            ctx.record("scaled_dot_product_attention" + (" backward" if n.target is SDPA_BWD else ""), [n],
-                       f"{name} (fused kernel of '{ctx.backend}')", applied=has,
-                       note="" if has else f"'{ctx.backend}' does not declare {name}")
+            ctx.record(
+                "scaled_dot_product_attention" + (" backward" if n.target is SDPA_BWD else ""),
+                [n],
+                f"{name} (fused kernel of '{ctx.backend}')",
+                applied=has,
+                note="" if has else f"'{ctx.backend}' does not declare {name}",
+            )
     if not has:
         for sm in _softmaxes(ctx):
-            ctx.record("attention (math path)", [sm], "kept", applied=False,
-                       note=f"'{ctx.backend}' has no fused attention kernel ({SDPA_KERNELS[0]} and its backward)")
+            ctx.record(
+                "attention (math path)",
+                [sm],
+                "kept",
+                applied=False,
+                note=f"'{ctx.backend}' has no fused attention kernel ({SDPA_KERNELS[0]} and its backward)",
+            )
 
 
 def _attention_off(ctx: PassContext) -> None:
@@ -116,9 +174,15 @@ def _attention_off(ctx: PassContext) -> None:
 # -- Dynamo's graph: nn.MultiheadAttention, explicit attention ---------------------------
 
 
-def packed_self_attention(query: torch.Tensor, num_heads: int, in_proj_weight: torch.Tensor,
-                          in_proj_bias: torch.Tensor | None, out_proj_weight: torch.Tensor,
-                          out_proj_bias: torch.Tensor | None, gemm_epilogue: bool = False) -> tuple[torch.Tensor, None]:
+def packed_self_attention(
+    query: torch.Tensor,
+    num_heads: int,
+    in_proj_weight: torch.Tensor,
+    in_proj_bias: torch.Tensor | None,
+    out_proj_weight: torch.Tensor,
+    out_proj_bias: torch.Tensor | None,
+    gemm_epilogue: bool = False,
+) -> tuple[torch.Tensor, None]:
     """F.multi_head_attention_forward's self-attention without its copies: one QKV GEMM
     viewed as q, k, v (unbind: one stack in the backward, not three select_backward),
     the fused attention on those views, the output projection reading the result as a
@@ -138,14 +202,47 @@ def packed_self_attention(query: torch.Tensor, num_heads: int, in_proj_weight: t
     return F.linear(out, out_proj_weight, out_proj_bias).transpose(0, 1), None
 
 
-_MHA_ARGS = ("query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight", "in_proj_bias", "bias_k",
-             "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight", "out_proj_bias", "training",
-             "key_padding_mask", "need_weights", "attn_mask", "use_separate_proj_weight", "q_proj_weight",
-             "k_proj_weight", "v_proj_weight", "static_k", "static_v", "average_attn_weights", "is_causal")
-_MHA_DEFAULTS = {"training": True, "key_padding_mask": None, "need_weights": True, "attn_mask": None,
-                 "use_separate_proj_weight": False, "q_proj_weight": None, "k_proj_weight": None,
-                 "v_proj_weight": None, "static_k": None, "static_v": None, "average_attn_weights": True,
-                 "is_causal": False}
+_MHA_ARGS = (
+    "query",
+    "key",
+    "value",
+    "embed_dim_to_check",
+    "num_heads",
+    "in_proj_weight",
+    "in_proj_bias",
+    "bias_k",
+    "bias_v",
+    "add_zero_attn",
+    "dropout_p",
+    "out_proj_weight",
+    "out_proj_bias",
+    "training",
+    "key_padding_mask",
+    "need_weights",
+    "attn_mask",
+    "use_separate_proj_weight",
+    "q_proj_weight",
+    "k_proj_weight",
+    "v_proj_weight",
+    "static_k",
+    "static_v",
+    "average_attn_weights",
+    "is_causal",
+)
+_MHA_DEFAULTS = {
+    "training": True,
+    "key_padding_mask": None,
+    "need_weights": True,
+    "attn_mask": None,
+    "use_separate_proj_weight": False,
+    "q_proj_weight": None,
+    "k_proj_weight": None,
+    "v_proj_weight": None,
+    "static_k": None,
+    "static_v": None,
+    "average_attn_weights": True,
+    "is_causal": False,
+}
 
 
 def attention_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
@@ -170,26 +267,54 @@ def mha_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], pass
             why = "not self-attention"
         elif call["need_weights"] or any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
             why = "its attention weights are used"
-        elif any(call[k] is not None for k in ("bias_k", "bias_v", "key_padding_mask", "attn_mask")) or \
-                call["add_zero_attn"] or call["use_separate_proj_weight"] or call["is_causal"]:
+        elif (
+            any(call[k] is not None for k in ("bias_k", "bias_v", "key_padding_mask", "attn_mask"))
+            or call["add_zero_attn"]
+            or call["use_separate_proj_weight"]
+            or call["is_causal"]
+        ):
             why = "a mask, bias_k/bias_v, add_zero_attn or separate projections"
         elif call["dropout_p"] and call["training"]:
             why = "attention dropout in training"
         if why:
-            patterns.append(Pattern("multi-head attention", "captured", where(node), ["multi_head_attention_forward"],
-                                    "kept", False, why))
+            patterns.append(
+                Pattern(
+                    "multi-head attention",
+                    "captured",
+                    where(node),
+                    ["multi_head_attention_forward"],
+                    "kept",
+                    False,
+                    why,
+                )
+            )
             continue
         with gm.graph.inserting_before(node):
-            new = gm.graph.call_function(packed_self_attention, (
-                call["query"], call["num_heads"], call["in_proj_weight"], call["in_proj_bias"],
-                call["out_proj_weight"], call["out_proj_bias"],
-                "linear_act" in passes and all(k in kernels for k in LINEAR_ACT_KERNELS)))
+            new = gm.graph.call_function(
+                packed_self_attention,
+                (
+                    call["query"],
+                    call["num_heads"],
+                    call["in_proj_weight"],
+                    call["in_proj_bias"],
+                    call["out_proj_weight"],
+                    call["out_proj_bias"],
+                    "linear_act" in passes and all(k in kernels for k in LINEAR_ACT_KERNELS),
+                ),
+            )
         new.meta.update(node.meta)
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
         gemm = "fl::linear_act (GEMM + bias)" if new.args[-1] else "one QKV GEMM"
-        patterns.append(Pattern("multi-head attention", "captured", where(new), ["multi_head_attention_forward"],
-                                f"{gemm} viewed as q, k, v + the fused attention pair on the views"))
+        patterns.append(
+            Pattern(
+                "multi-head attention",
+                "captured",
+                where(new),
+                ["multi_head_attention_forward"],
+                f"{gemm} viewed as q, k, v + the fused attention pair on the views",
+            )
+        )
 
 
 def _single(node) -> bool:
@@ -236,16 +361,24 @@ def explicit_attention_captured(gm: fx.GraphModule, kernels: set, patterns: list
         if any(v is None or v.dim() != 4 for v in shapes) or (mask is not None and not isinstance(mask, fx.Node)):
             continue
         with graph.inserting_before(user):
-            new = graph.call_function(F.scaled_dot_product_attention, (q, kt.args[0], user.args[1]),
-                                      {"attn_mask": mask, "scale": scale})
+            new = graph.call_function(
+                F.scaled_dot_product_attention, (q, kt.args[0], user.args[1]), {"attn_mask": mask, "scale": scale}
+            )
         keep = ("example_value", "nn_module_stack", "stack_trace")
         new.meta.update({k: v for k, v in user.meta.items() if k in keep})
         user.replace_all_uses_with(new)
         nodes = [kt, qk] + chain[::-1] + ([probs] if probs is not sm else []) + [user]
         for n in reversed(nodes):
             graph.erase_node(n)
-        patterns.append(Pattern("matmul-softmax-matmul attention", "captured", where(new),
-                                [op_name(n) for n in nodes], "F.scaled_dot_product_attention (the fused pair)"))
+        patterns.append(
+            Pattern(
+                "matmul-softmax-matmul attention",
+                "captured",
+                where(new),
+                [op_name(n) for n in nodes],
+                "F.scaled_dot_product_attention (the fused pair)",
+            )
+        )
 
 
 PASS = Pass("attention", captured=attention_captured, aten=attention, off=_attention_off)

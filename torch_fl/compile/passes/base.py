@@ -34,10 +34,12 @@ class PassContext:
     def has(self, *names: str) -> bool:
         return all(n in self.kernels for n in names)
 
-    def record(self, pattern: str, nodes: list[fx.Node], replacement: str, applied: bool = True,
-               note: str = "") -> None:
-        self.patterns.append(Pattern(pattern, self.kind, where(nodes[0]), [op_name(n) for n in nodes],
-                                     replacement, applied, note))
+    def record(
+        self, pattern: str, nodes: list[fx.Node], replacement: str, applied: bool = True, note: str = ""
+    ) -> None:
+        self.patterns.append(
+            Pattern(pattern, self.kind, where(nodes[0]), [op_name(n) for n in nodes], replacement, applied, note)
+        )
 
 
 AtenFn = Callable[[PassContext], None]

@@ -72,8 +72,12 @@ def conv_bn(ctx: PassContext) -> None:
         if not (isinstance(conv, fx.Node) and conv.target is aten.convolution.default):
             continue
         x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
-        assert isinstance(x, fx.Node) and isinstance(stride, (list, tuple)) and isinstance(padding, (list, tuple)) \
-            and isinstance(dilation, (list, tuple)), "aten.convolution's schema: int[] stride, padding, dilation"
+        assert (
+            isinstance(x, fx.Node)
+            and isinstance(stride, (list, tuple))
+            and isinstance(padding, (list, tuple))
+            and isinstance(dilation, (list, tuple))
+        ), "aten.convolution's schema: int[] stride, padding, dilation"
         _, bn_w, bn_b, mean, var, _, eps = bn.args
         out = next((u for u in bn.users if u.target is operator.getitem and u.args[1] == 0), None)
         relu = only_user(out) if out is not None else None
@@ -81,8 +85,14 @@ def conv_bn(ctx: PassContext) -> None:
         nodes = [conv, bn] + ([relu] if relu is not None else [])
         name = "conv+bn" + ("+relu" if relu is not None else "")
         if ctx.kind != "inference":
-            ctx.record(name, nodes, "kept", applied=False, note=f"a gradient is needed ({ctx.kind} graph): "
-                       f"{CONV_BN_RELU_KERNEL} has no backward and the fold is not differentiated")
+            ctx.record(
+                name,
+                nodes,
+                "kept",
+                applied=False,
+                note=f"a gradient is needed ({ctx.kind} graph): "
+                f"{CONV_BN_RELU_KERNEL} has no backward and the fold is not differentiated",
+            )
             continue
         if out is None or len(conv.users) != 1 or len(bn.users) != 1:
             ctx.record(name, nodes, "kept", applied=False, note="an intermediate result is used elsewhere")
@@ -93,9 +103,10 @@ def conv_bn(ctx: PassContext) -> None:
             continue
         if relu is not None and has:
             with graph.inserting_before(relu):
-                new = graph.call_function(torch.ops.fl.conv_bn_relu.default,
-                                          (x, w, b, bn_w, bn_b, mean, var, float(eps), list(stride), list(padding),
-                                           list(dilation), groups))
+                new = graph.call_function(
+                    torch.ops.fl.conv_bn_relu.default,
+                    (x, w, b, bn_w, bn_b, mean, var, float(eps), list(stride), list(padding), list(dilation), groups),
+                )
             new.meta["val"] = relu.meta.get("val")  # the module path is the convolution's: what the kernel is
             new.meta.update({k: v for k, v in conv.meta.items() if k in ("nn_module_stack", "stack_trace")})
             relu.replace_all_uses_with(new)

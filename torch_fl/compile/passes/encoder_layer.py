@@ -20,8 +20,9 @@ F = torch.nn.functional
 def _expand_encoder_layer(graph: fx.Graph, node: fx.Node, embed: int) -> fx.Node:
     """The nodes of nn.TransformerEncoderLayer's formula (inference, no mask) for one
     aten::_transformer_encoder_layer_fwd call; returns the output node."""
-    (src, _, heads, in_w, in_b, out_w, out_b, use_gelu, norm_first, eps, n1_w, n1_b, n2_w, n2_b, w1, b1, w2,
-     b2) = node.args[:18]
+    (src, _, heads, in_w, in_b, out_w, out_b, use_gelu, norm_first, eps, n1_w, n1_b, n2_w, n2_b, w1, b1, w2, b2) = (
+        node.args[:18]
+    )
 
     def call(fn, *args):
         n = graph.call_function(fn, args)
@@ -59,12 +60,27 @@ def encoder_fast_path(gm: fx.GraphModule, patterns: list[Pattern]) -> None:
             continue
         val = node.meta.get("example_value")
         if any(a is not None for a in node.args[18:]) or not isinstance(node.args[2], int) or val is None:
-            patterns.append(Pattern("encoder-layer fast path", "captured", where(node),
-                                    ["_transformer_encoder_layer_fwd"], "kept", False,
-                                    "a mask or an unknown shape: the fast path stays"))
+            patterns.append(
+                Pattern(
+                    "encoder-layer fast path",
+                    "captured",
+                    where(node),
+                    ["_transformer_encoder_layer_fwd"],
+                    "kept",
+                    False,
+                    "a mask or an unknown shape: the fast path stays",
+                )
+            )
             continue
         out = _expand_encoder_layer(gm.graph, node, int(val.shape[-1]))
         node.replace_all_uses_with(out)
         gm.graph.erase_node(node)
-        patterns.append(Pattern("encoder-layer fast path", "captured", where(out), ["_transformer_encoder_layer_fwd"],
-                                "the layer's formula on the device (was one CPU-fallback op)"))
+        patterns.append(
+            Pattern(
+                "encoder-layer fast path",
+                "captured",
+                where(out),
+                ["_transformer_encoder_layer_fwd"],
+                "the layer's formula on the device (was one CPU-fallback op)",
+            )
+        )

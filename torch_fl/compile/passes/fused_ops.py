@@ -8,15 +8,20 @@ from __future__ import annotations
 
 from .base import PassContext
 
-FL_OPS = {"linear_act": "linear+act", "linear_act_backward": "linear+act backward",
-          "linear_act_dropout": "linear+act+dropout", "linear_act_dropout_backward": "linear+act+dropout backward",
-          "add_layer_norm": "add+layer_norm", "add_layer_norm_backward": "add+layer_norm backward",
-          "linear_add_layer_norm": "linear+add+layer_norm",
-          "linear_add_layer_norm_backward": "linear+add+layer_norm backward",
-          "add_layer_norm_dropout": "dropout+add+layer_norm",
-          "add_layer_norm_dropout_backward": "dropout+add+layer_norm backward",
-          "linear_add_layer_norm_dropout": "linear+dropout+add+layer_norm",
-          "linear_add_layer_norm_dropout_backward": "linear+dropout+add+layer_norm backward"}
+FL_OPS = {
+    "linear_act": "linear+act",
+    "linear_act_backward": "linear+act backward",
+    "linear_act_dropout": "linear+act+dropout",
+    "linear_act_dropout_backward": "linear+act+dropout backward",
+    "add_layer_norm": "add+layer_norm",
+    "add_layer_norm_backward": "add+layer_norm backward",
+    "linear_add_layer_norm": "linear+add+layer_norm",
+    "linear_add_layer_norm_backward": "linear+add+layer_norm backward",
+    "add_layer_norm_dropout": "dropout+add+layer_norm",
+    "add_layer_norm_dropout_backward": "dropout+add+layer_norm backward",
+    "linear_add_layer_norm_dropout": "linear+dropout+add+layer_norm",
+    "linear_add_layer_norm_dropout_backward": "linear+dropout+add+layer_norm backward",
+}
 
 
 def fused_ops(ctx: PassContext) -> None:

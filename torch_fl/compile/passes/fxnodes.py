@@ -47,8 +47,11 @@ def activation(node: Any) -> int | None:
     """fl::linear_act's `act` code for a ReLU (1) or exact GELU (2) node, else None."""
     if is_call(node, F.relu, torch.relu) and len(node.args) == 1 and not node.kwargs.get("inplace"):
         return 1
-    if is_call(node, F.gelu, torch._C._nn.gelu) and len(node.args) == 1 and \
-            node.kwargs.get("approximate", "none") == "none":
+    if (
+        is_call(node, F.gelu, torch._C._nn.gelu)
+        and len(node.args) == 1
+        and node.kwargs.get("approximate", "none") == "none"
+    ):
         return 2
     return None
 
@@ -63,8 +66,9 @@ def identity_dropout(node: Any) -> bool:
     return is_call(node, F.dropout) and (arg(node, 1, "p", 0.5) == 0.0 or arg(node, 2, "training", True) is False)
 
 
-def replace_with(graph: fx.Graph, last: fx.Node, op: Any, args: tuple, dead: list[fx.Node],
-                 meta_from: fx.Node | None = None) -> None:
+def replace_with(
+    graph: fx.Graph, last: fx.Node, op: Any, args: tuple, dead: list[fx.Node], meta_from: fx.Node | None = None
+) -> None:
     """`last`'s uses read result 0 of op(*args) instead; the nodes of `dead` left without users go."""
     with graph.inserting_before(last):
         call = graph.call_function(op, args)

@@ -62,8 +62,14 @@ def _counter_updates(graph: fx.Graph, copies: dict[fx.Node, list[fx.Node]]) -> i
         copy = writes[0]
         src = copy.args[1]
         buf_users = set(buf.users)  # read before `is buf` below, which narrows buf to an fx argument's type
-        if not (isinstance(src, fx.Node) and src.target is aten.add.Tensor and src.args[0] is buf
-                and isinstance(src.args[1], (int, float)) and len(src.users) == 1 and not src.kwargs):
+        if not (
+            isinstance(src, fx.Node)
+            and src.target is aten.add.Tensor
+            and src.args[0] is buf
+            and isinstance(src.args[1], (int, float))
+            and len(src.users) == 1
+            and not src.kwargs
+        ):
             continue
         if buf_users != {src, copy} or copy.users:
             continue
@@ -92,8 +98,7 @@ def _batch_norms(graph: fx.Graph, copies: dict[fx.Node, list[fx.Node]], kind: st
             continue
         stats = [stat_mean, stat_var]
         writes = [copies.get(rm, []), copies.get(rv, [])]
-        if any(len(c) != 1 or c[0].args[1] is not s or c[0].users
-                                                for c, s in zip(writes, stats, strict=True)):
+        if any(len(c) != 1 or c[0].args[1] is not s or c[0].users for c, s in zip(writes, stats, strict=True)):
             continue
         if set(rm.users) != {f, writes[0][0]} or set(rv.users) != {f, writes[1][0]}:
             continue
@@ -138,13 +143,28 @@ def buffer_updates(ctx: PassContext) -> None:
         return
     counters, norms, kept = restore_inplace_updates(ctx.gm, ctx.kind)
     if norms:
-        ctx.patterns.append(Pattern("batch norm running stats in place", ctx.kind, f"{norms} batch norm(s)",
-                                    ["_native_batch_norm_legit_functional", "copy_", "copy_"],
-                                    "aten::_native_batch_norm_legit (updates the buffers itself)"))
+        ctx.patterns.append(
+            Pattern(
+                "batch norm running stats in place",
+                ctx.kind,
+                f"{norms} batch norm(s)",
+                ["_native_batch_norm_legit_functional", "copy_", "copy_"],
+                "aten::_native_batch_norm_legit (updates the buffers itself)",
+            )
+        )
     if counters:
-        ctx.patterns.append(Pattern("buffer counter in place", ctx.kind, f"{counters} buffer(s)", ["add", "copy_"],
-                                    "aten::add_"))
+        ctx.patterns.append(
+            Pattern("buffer counter in place", ctx.kind, f"{counters} buffer(s)", ["add", "copy_"], "aten::add_")
+        )
     for name in kept:
-        ctx.patterns.append(Pattern("batch norm running stats in place", ctx.kind, name,
-                                    ["_native_batch_norm_legit_functional"], "kept", False,
-                                    "the updated statistics are an output of an inference graph"))
+        ctx.patterns.append(
+            Pattern(
+                "batch norm running stats in place",
+                ctx.kind,
+                name,
+                ["_native_batch_norm_legit_functional"],
+                "kept",
+                False,
+                "the updated statistics are an output of an inference graph",
+            )
+        )

@@ -40,13 +40,22 @@ from .fxnodes import is_call
 aten = torch.ops.aten
 CL = torch.channels_last
 # ops whose result depends on the strides of their input, not only its values
-STRIDED = {aten.view.default, aten._unsafe_view.default, aten.as_strided.default, aten._reshape_alias.default,
-           aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default, aten.as_strided_scatter.default}
+STRIDED = {
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.as_strided.default,
+    aten._reshape_alias.default,
+    aten.view.dtype,
+    aten.view_as_real.default,
+    aten.view_as_complex.default,
+    aten.as_strided_scatter.default,
+}
 
 
 def _out_shape(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation) -> tuple[int, ...]:
-    ext = [(x.shape[2 + i] + 2 * padding[i] - dilation[i] * (w.shape[2 + i] - 1) - 1) // stride[i] + 1
-           for i in range(2)]
+    ext = [
+        (x.shape[2 + i] + 2 * padding[i] - dilation[i] * (w.shape[2 + i] - 1) - 1) // stride[i] + 1 for i in range(2)
+    ]
     return (x.shape[0], w.shape[0], max(ext[0], 0), max(ext[1], 0))
 
 
@@ -89,9 +98,8 @@ class ChannelsLastConv(nn.Module):
     def run(out_op, args: tuple, spatial: int) -> torch.Tensor:
         """out_op(*args) into a fresh channels-last tensor (args[spatial] is the stride)."""
         x, w = args[0], args[1]
-        stride, padding, dilation = args[spatial:spatial + 3]
-        out = torch.empty(_out_shape(x, w, stride, padding, dilation), dtype=x.dtype, device=x.device,
-                          memory_format=CL)
+        stride, padding, dilation = args[spatial : spatial + 3]
+        out = torch.empty(_out_shape(x, w, stride, padding, dilation), dtype=x.dtype, device=x.device, memory_format=CL)
         return out_op(*args, out=out)
 
     def extra_repr(self) -> str:
@@ -135,15 +143,20 @@ def _submodule(gm: fx.GraphModule, node: fx.Node) -> nn.Module:
 
 def _static(val) -> bool:
     vals = val if isinstance(val, tuple | list) else (val,)
-    return all(not isinstance(v, torch.Tensor) or not any(isinstance(d, torch.SymInt) for d in (*v.shape,
-               *v.stride())) for v in vals)
+    return all(
+        not isinstance(v, torch.Tensor) or not any(isinstance(d, torch.SymInt) for d in (*v.shape, *v.stride()))
+        for v in vals
+    )
 
 
 def _keeps_values(gm: fx.GraphModule, node: fx.Node) -> bool:
     """A node that computes the same values whatever the layout of its tensor inputs."""
     if node.op == "call_function":
-        return isinstance(node.target, torch._ops.OpOverload) and node.target not in STRIDED \
+        return (
+            isinstance(node.target, torch._ops.OpOverload)
+            and node.target not in STRIDED
             or node.target is operator.getitem
+        )
     if node.op == "call_module":  # torch_fl's own: folded convolutions, JIT pointwise chains, layout modules
         return type(_submodule(gm, node)).__module__.startswith("torch_fl.")
     return False
@@ -151,8 +164,9 @@ def _keeps_values(gm: fx.GraphModule, node: fx.Node) -> bool:
 
 def layout(ctx: PassContext) -> None:
     gm, graph = ctx.gm, ctx.gm.graph
-    convs = [n for n in graph.nodes if _is_conv2d(n) or _is_folded(gm, n)
-             or is_call(n, aten.convolution_backward.default)]
+    convs = [
+        n for n in graph.nodes if _is_conv2d(n) or _is_folded(gm, n) or is_call(n, aten.convolution_backward.default)
+    ]
     if not convs:
         return
     caps = REGISTRY.get(ctx.backend).capabilities
@@ -160,11 +174,15 @@ def layout(ctx: PassContext) -> None:
         return  # the device has no layout preference: NCHW is what it wants, nothing to record
     why = None
     if ctx.kind != "inference":
-        why = (f"a {ctx.kind} graph: its backward would need channels-last convolution_backward kernels, "
-               f"which '{ctx.backend}' does not declare")
+        why = (
+            f"a {ctx.kind} graph: its backward would need channels-last convolution_backward kernels, "
+            f"which '{ctx.backend}' does not declare"
+        )
     elif "aten::convolution" not in caps.any_layout_kernels:
-        why = (f"'{ctx.backend}' prefers channels-last, but its convolution kernel does not write a channels-last "
-               f"output (no FL_KERNEL_ANY_OUT_LAYOUT): converting would add copies and keep no activation NHWC")
+        why = (
+            f"'{ctx.backend}' prefers channels-last, but its convolution kernel does not write a channels-last "
+            f"output (no FL_KERNEL_ANY_OUT_LAYOUT): converting would add copies and keep no activation NHWC"
+        )
     elif not all(_static(n.meta.get("val")) for n in graph.nodes if n.op != "output"):
         why = "dynamic shapes: the traced layouts are symbolic"
     if why is not None:
@@ -180,8 +198,9 @@ def layout(ctx: PassContext) -> None:
         if node.target is torch.ops.fl.conv_bn_relu.default and not fused_out:
             kept.append(node)
             continue
-        out_op, spatial = ((aten.convolution.out, 3) if node.target is aten.convolution.default
-                           else (torch.ops.fl.conv_bn_relu.out, 8))
+        out_op, spatial = (
+            (aten.convolution.out, 3) if node.target is aten.convolution.default else (torch.ops.fl.conv_bn_relu.out, 8)
+        )
         target = f"fl_channels_last_conv_{i}"
         gm.add_submodule(target, ChannelsLastConv(out_op, spatial))
         with graph.inserting_before(node):
@@ -190,14 +209,22 @@ def layout(ctx: PassContext) -> None:
         node.replace_all_uses_with(new)
         replaced.append((node, new))
     if kept:
-        ctx.record("channels-last convolutions", kept, "kept", applied=False,
-                   note=f"'{ctx.backend}''s fl::conv_bn_relu kernel writes NCHW only")
+        ctx.record(
+            "channels-last convolutions",
+            kept,
+            "kept",
+            applied=False,
+            note=f"'{ctx.backend}''s fl::conv_bn_relu kernel writes NCHW only",
+        )
     if not rewritten and not replaced:
         return
     boundaries = _restore_traced_layouts(gm, rewritten + [new for _, new in replaced])
-    ctx.record("channels-last convolutions", [n for n in convs if n not in kept],
-               "NHWC activations, cached channels-last weights",
-               note=f"{len(convs) - len(kept)} convolution(s); traced layout restored at {boundaries} place(s)")
+    ctx.record(
+        "channels-last convolutions",
+        [n for n in convs if n not in kept],
+        "NHWC activations, cached channels-last weights",
+        note=f"{len(convs) - len(kept)} convolution(s); traced layout restored at {boundaries} place(s)",
+    )
     for node, _ in replaced:  # erased after the record, which names them
         graph.erase_node(node)
 

@@ -53,16 +53,38 @@ def linear_act_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern
             nodes.append(last)
         name = "linear+" + ("relu" if act == 1 else "gelu")
         if not has:
-            patterns.append(Pattern(name, "captured", where(lin), [op_name(n) for n in nodes], "kept", False,
-                                    f"no {LINEAR_ACT_KERNELS[0]} kernel"))
+            patterns.append(
+                Pattern(
+                    name,
+                    "captured",
+                    where(lin),
+                    [op_name(n) for n in nodes],
+                    "kept",
+                    False,
+                    f"no {LINEAR_ACT_KERNELS[0]} kernel",
+                )
+            )
             continue
         x, w = lin.args[0], lin.args[1]
         b = lin.args[2] if len(lin.args) > 2 else None
-        replace_with(graph, last, torch.ops.fl.linear_act.default, (x, w, b, act, 0.0, 0, act == 2),
-                      list(reversed(nodes)), meta_from=lin)
-        patterns.append(Pattern(name, "captured", where(lin), [op_name(n) for n in nodes],
-                                f"{LINEAR_ACT_KERNELS[0]} (bias + activation as the GEMM's epilogue; backward: "
-                                f"{LINEAR_ACT_KERNELS[1]})"))
+        replace_with(
+            graph,
+            last,
+            torch.ops.fl.linear_act.default,
+            (x, w, b, act, 0.0, 0, act == 2),
+            list(reversed(nodes)),
+            meta_from=lin,
+        )
+        patterns.append(
+            Pattern(
+                name,
+                "captured",
+                where(lin),
+                [op_name(n) for n in nodes],
+                f"{LINEAR_ACT_KERNELS[0]} (bias + activation as the GEMM's epilogue; backward: "
+                f"{LINEAR_ACT_KERNELS[1]})",
+            )
+        )
 
 
 def linear_act_dropout_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:
@@ -87,14 +109,23 @@ def linear_act_dropout_captured(gm: fx.GraphModule, kernels: set, patterns: list
         name = f"linear+{_ACTS[act]}+dropout"
         replaced = [op_name(n) for n in nodes]
         if not has:
-            patterns.append(Pattern(name, "captured", where(lin), replaced, "kept", False,
-                                     f"no {LINEAR_ACT_KERNELS[0]} kernel"))
+            patterns.append(
+                Pattern(name, "captured", where(lin), replaced, "kept", False, f"no {LINEAR_ACT_KERNELS[0]} kernel")
+            )
             continue
         if not isinstance(p, float) or not 0.0 < p < 1.0 or training is not True or inplace:
-            patterns.append(Pattern(name, "captured", where(lin), replaced,
-                                     "linear+act fused, dropout kept", False,
-                                     "the dropout is in place, p is 1 or p / training is not a constant: the "
-                                     "kernel's dropout epilogue scales by 1/(1-p) and needs both at compile time"))
+            patterns.append(
+                Pattern(
+                    name,
+                    "captured",
+                    where(lin),
+                    replaced,
+                    "linear+act fused, dropout kept",
+                    False,
+                    "the dropout is in place, p is 1 or p / training is not a constant: the "
+                    "kernel's dropout epilogue scales by 1/(1-p) and needs both at compile time",
+                )
+            )
             continue  # linear_act's rewrite then fuses the linear + activation in front of it
         x, w = lin.args[0], lin.args[1]
         b = lin.args[2] if len(lin.args) > 2 else None
@@ -106,9 +137,16 @@ def linear_act_dropout_captured(gm: fx.GraphModule, kernels: set, patterns: list
         drop.replace_all_uses_with(first)
         for n in (drop, act_node, lin):
             graph.erase_node(n)
-        patterns.append(Pattern(name, "captured", where(lin), replaced,
-                                 f"{LINEAR_ACT_KERNELS[0]} with its dropout epilogue, a fresh seed per call "
-                                 f"(fl::linear_act_dropout; backward: {LINEAR_ACT_KERNELS[1]} regenerating the mask)"))
+        patterns.append(
+            Pattern(
+                name,
+                "captured",
+                where(lin),
+                replaced,
+                f"{LINEAR_ACT_KERNELS[0]} with its dropout epilogue, a fresh seed per call "
+                f"(fl::linear_act_dropout; backward: {LINEAR_ACT_KERNELS[1]} regenerating the mask)",
+            )
+        )
 
 
 def captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], passes: list[str]) -> None:

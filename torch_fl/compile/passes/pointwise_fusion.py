@@ -134,8 +134,18 @@ def _launch(chain: PointwiseChain, facts: _ChainFacts, key, vals, dev, dtype):
     if out is NOT_HANDLED:
         return None
     if listening:
-        events.emit(events.OpEvent(facts.name, dev.backend.name, JIT, time.perf_counter() - t0,
-                                   events.STATE.kernels - k0, 0, events.NESTING.depth, t0))
+        events.emit(
+            events.OpEvent(
+                facts.name,
+                dev.backend.name,
+                JIT,
+                time.perf_counter() - t0,
+                events.STATE.kernels - k0,
+                0,
+                events.NESTING.depth,
+                t0,
+            )
+        )
     return out
 
 
@@ -237,14 +247,22 @@ def _chains(graph: fx.Graph) -> list[list[fx.Node]]:
     found = []
     for root in reversed(list(graph.nodes)):
         val = root.meta.get("val")
-        if root in taken or not isinstance(val, torch.Tensor) or not val.is_floating_point() or \
-                not _elementwise(root, val.dtype):
+        if (
+            root in taken
+            or not isinstance(val, torch.Tensor)
+            or not val.is_floating_point()
+            or not _elementwise(root, val.dtype)
+        ):
             continue
         group, frontier = {root}, [root]
         while frontier:
             for a in frontier.pop().all_input_nodes:
-                if a not in taken and a not in group and _elementwise(a, val.dtype) and \
-                        all(u in group for u in a.users):
+                if (
+                    a not in taken
+                    and a not in group
+                    and _elementwise(a, val.dtype)
+                    and all(u in group for u in a.users)
+                ):
                     group.add(a)
                     frontier.append(a)
         if len(group) >= 2:
@@ -277,8 +295,10 @@ def _identity_copy(node: fx.Node, outputs: set) -> bool:
     strides = _static(val.stride())
     if strides is None or strides != _static(src_val.stride()):
         return False
-    return all(u.op == "call_function" and isinstance(u.target, torch._ops.OpOverload)
-               and not u.target._schema.is_mutable for u in node.users)
+    return all(
+        u.op == "call_function" and isinstance(u.target, torch._ops.OpOverload) and not u.target._schema.is_mutable
+        for u in node.users
+    )
 
 
 def _drop_copies(ctx: PassContext) -> None:
@@ -305,8 +325,13 @@ def pointwise(ctx: PassContext) -> None:
         return
     if not REGISTRY.get(ctx.backend).capabilities.jit:
         for group in chains:
-            ctx.record("elementwise chain", group, "kept", applied=False,
-                       note=f"'{ctx.backend}' cannot compile kernels (no jit_compile or device JIT): one kernel per op")
+            ctx.record(
+                "elementwise chain",
+                group,
+                "kept",
+                applied=False,
+                note=f"'{ctx.backend}' cannot compile kernels (no jit_compile or device JIT): one kernel per op",
+            )
         return
     graph = ctx.gm.graph
     for group in chains:

@@ -46,9 +46,14 @@ def qkv_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], pass
         if len(lins) < 2 or any(w is None or w.dim() != 2 for w in ws):
             continue
         first = lins[0]
-        same = [n for n, w in zip(lins, ws, strict=True)
-                if w.shape[1] == ws[0].shape[1] and w.dtype == ws[0].dtype and w.device == ws[0].device
-                and (len(n.args) == 3) == (len(first.args) == 3)]
+        same = [
+            n
+            for n, w in zip(lins, ws, strict=True)
+            if w.shape[1] == ws[0].shape[1]
+            and w.dtype == ws[0].dtype
+            and w.device == ws[0].device
+            and (len(n.args) == 3) == (len(first.args) == 3)
+        ]
         order = {n: i for i, n in enumerate(graph.nodes)}
         if len(same) < 2 or any(order[a] > order[same[0]] for n in same for a in n.args[1:]):
             continue  # fewer than two, or a weight computed after the first projection: the cat cannot go first
@@ -68,9 +73,15 @@ def qkv_captured(gm: fx.GraphModule, kernels: set, patterns: list[Pattern], pass
             n.replace_all_uses_with(part)
             graph.erase_node(n)
         pattern = "QKV projections" if len(same) == 3 else f"{len(same)} projections of one input"
-        patterns.append(Pattern(pattern, "captured", ", ".join(where(n) for n in same),
-                                 ["linear"] * len(same),
-                                 "one GEMM on the concatenated weights, split into the parts"))
+        patterns.append(
+            Pattern(
+                pattern,
+                "captured",
+                ", ".join(where(n) for n in same),
+                ["linear"] * len(same),
+                "one GEMM on the concatenated weights, split into the parts",
+            )
+        )
 
 
 class CachedCat(nn.Module):
@@ -107,13 +118,22 @@ def qkv(ctx: PassContext) -> None:
     returned = set(next(n for n in graph.nodes if n.op == "output").all_input_nodes)
     for n in list(graph.nodes):
         # a concatenation the graph returns is not cached: the caller could write into the cached tensor
-        if not is_call(n, aten.cat.default) or not all(a.op == "placeholder" for a in n.args[0]) \
-                or len(n.args[0]) < 2 or (ctx.kind == "inference" and n in returned):
+        if (
+            not is_call(n, aten.cat.default)
+            or not all(a.op == "placeholder" for a in n.args[0])
+            or len(n.args[0]) < 2
+            or (ctx.kind == "inference" and n in returned)
+        ):
             continue
         if ctx.kind != "inference":
-            ctx.record("QKV weight concatenation", [n], "kept", applied=False,
-                       note=f"a gradient is needed ({ctx.kind} graph): the weights are concatenated each call "
-                            f"(one kernel; its backward is a split, no kernel)")
+            ctx.record(
+                "QKV weight concatenation",
+                [n],
+                "kept",
+                applied=False,
+                note=f"a gradient is needed ({ctx.kind} graph): the weights are concatenated each call "
+                f"(one kernel; its backward is a split, no kernel)",
+            )
             continue
         target = f"fl_cached_cat_{sum(1 for _ in ctx.gm.named_children())}"
         ctx.gm.add_submodule(target, CachedCat(int(n.args[1]) if len(n.args) > 1 else 0))

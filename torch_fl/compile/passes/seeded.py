@@ -28,7 +28,7 @@ _SEEDED = (torch.Tag.nondeterministic_seeded,)
 
 
 def _draw() -> int:
-    return int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
+    return int(torch.randint(0, 2**62, (), dtype=torch.int64))
 
 
 def _seed_tensor(seed: int) -> torch.Tensor:
@@ -54,10 +54,15 @@ def _stats(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 # -- F.linear -> activation -> dropout --------------------------------------------------
 
-_lib.define("linear_act_dropout(Tensor input, Tensor weight, Tensor? bias, int act, float p, bool save) "
-            "-> (Tensor, Tensor, Tensor)", tags=_SEEDED)
-_lib.define("linear_act_dropout_backward(Tensor grad, Tensor input, Tensor weight, Tensor out, Tensor pre, int act, "
-            "float p, Tensor seed, bool has_bias) -> (Tensor, Tensor, Tensor)")
+_lib.define(
+    "linear_act_dropout(Tensor input, Tensor weight, Tensor? bias, int act, float p, bool save) "
+    "-> (Tensor, Tensor, Tensor)",
+    tags=_SEEDED,
+)
+_lib.define(
+    "linear_act_dropout_backward(Tensor grad, Tensor input, Tensor weight, Tensor out, Tensor pre, int act, "
+    "float p, Tensor seed, bool has_bias) -> (Tensor, Tensor, Tensor)"
+)
 
 
 def linear_act_dropout_impl(input, weight, bias, act: int, p: float, save: bool):
@@ -79,8 +84,11 @@ def _linear_act_dropout_fake(input, weight, bias, act, p, save):
 
 @torch.library.register_fake("fl::linear_act_dropout_backward", lib=_lib)
 def _linear_act_dropout_backward_fake(grad, input, weight, out, pre, act, p, seed, has_bias):
-    return (input.new_empty(input.shape), weight.new_empty(weight.shape),
-            weight.new_empty((weight.shape[0],) if has_bias else (0,)))
+    return (
+        input.new_empty(input.shape),
+        weight.new_empty(weight.shape),
+        weight.new_empty((weight.shape[0],) if has_bias else (0,)),
+    )
 
 
 class LinearActDropoutFn(torch.autograd.Function):
@@ -97,17 +105,23 @@ class LinearActDropoutFn(torch.autograd.Function):
             return (None,) * 6
         input, weight, out, pre, seed = ctx.saved_tensors
         act, p, has_bias = ctx.cfg
-        gi, gw, gb = torch.ops.fl.linear_act_dropout_backward.default(grad, input, weight, out, pre, act, p, seed,
-                                                                      has_bias)
+        gi, gw, gb = torch.ops.fl.linear_act_dropout_backward.default(
+            grad, input, weight, out, pre, act, p, seed, has_bias
+        )
         return gi, gw, gb if has_bias else None, None, None, None
 
 
 # -- LayerNorm(residual + dropout(x)) -----------------------------------------------------
 
-_lib.define("add_layer_norm_dropout(Tensor input, Tensor residual, Tensor? weight, Tensor? bias, float eps, float p) "
-            "-> (Tensor, Tensor, Tensor, Tensor, Tensor)", tags=_SEEDED)
-_lib.define("add_layer_norm_dropout_backward(Tensor grad, Tensor sum, Tensor mean, Tensor rstd, Tensor? weight, "
-            "bool has_bias, float p, Tensor seed) -> (Tensor, Tensor, Tensor, Tensor)")
+_lib.define(
+    "add_layer_norm_dropout(Tensor input, Tensor residual, Tensor? weight, Tensor? bias, float eps, float p) "
+    "-> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    tags=_SEEDED,
+)
+_lib.define(
+    "add_layer_norm_dropout_backward(Tensor grad, Tensor sum, Tensor mean, Tensor rstd, Tensor? weight, "
+    "bool has_bias, float p, Tensor seed) -> (Tensor, Tensor, Tensor, Tensor)"
+)
 
 
 def add_layer_norm_dropout_impl(input, residual, weight, bias, eps: float, p: float):
@@ -128,16 +142,21 @@ def _add_layer_norm_dropout_fake(input, residual, weight, bias, eps, p):
 @torch.library.register_fake("fl::add_layer_norm_dropout_backward", lib=_lib)
 def _add_layer_norm_dropout_backward_fake(grad, sum, mean, rstd, weight, has_bias, p, seed):  # noqa: A002
     n = sum.shape[-1]
-    return (grad.new_empty(sum.shape), grad.new_empty(sum.shape), grad.new_empty((n,) if weight is not None else (0,)),
-            grad.new_empty((n,) if has_bias else (0,)))
+    return (
+        grad.new_empty(sum.shape),
+        grad.new_empty(sum.shape),
+        grad.new_empty((n,) if weight is not None else (0,)),
+        grad.new_empty((n,) if has_bias else (0,)),
+    )
 
 
 class AddLayerNormDropoutFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, residual, weight, bias, eps, p):
         with torch._C._AutoDispatchBelowAutograd():
-            out, z, mean, rstd, seed = torch.ops.fl.add_layer_norm_dropout.default(input, residual, weight, bias, eps,
-                                                                                   p)
+            out, z, mean, rstd, seed = torch.ops.fl.add_layer_norm_dropout.default(
+                input, residual, weight, bias, eps, p
+            )
         _keep(ctx, (z, mean, rstd, weight, seed), (p, bias is not None), z, mean, rstd, seed)
         return out, z, mean, rstd, seed
 
@@ -147,32 +166,50 @@ class AddLayerNormDropoutFn(torch.autograd.Function):
             return (None,) * 6
         z, mean, rstd, weight, seed = ctx.saved_tensors
         p, has_bias = ctx.cfg
-        gx, gr, gw, gb = torch.ops.fl.add_layer_norm_dropout_backward.default(grad, z, mean, rstd, weight, has_bias,
-                                                                              p, seed)
+        gx, gr, gw, gb = torch.ops.fl.add_layer_norm_dropout_backward.default(
+            grad, z, mean, rstd, weight, has_bias, p, seed
+        )
         return gx, gr, gw if weight is not None else None, gb if has_bias else None, None, None
 
 
 # -- LayerNorm(residual + dropout(F.linear(x))) -------------------------------------------
 
-_lib.define("linear_add_layer_norm_dropout(Tensor input, Tensor weight, Tensor? bias, Tensor residual, "
-            "Tensor? ln_weight, Tensor? ln_bias, float eps, float p) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
-            tags=_SEEDED)
-_lib.define("linear_add_layer_norm_dropout_backward(Tensor grad, Tensor input, Tensor weight, Tensor sum, "
-            "Tensor mean, Tensor rstd, Tensor? ln_weight, bool has_bias, bool has_ln_bias, float p, Tensor seed) "
-            "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+_lib.define(
+    "linear_add_layer_norm_dropout(Tensor input, Tensor weight, Tensor? bias, Tensor residual, "
+    "Tensor? ln_weight, Tensor? ln_bias, float eps, float p) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    tags=_SEEDED,
+)
+_lib.define(
+    "linear_add_layer_norm_dropout_backward(Tensor grad, Tensor input, Tensor weight, Tensor sum, "
+    "Tensor mean, Tensor rstd, Tensor? ln_weight, bool has_bias, bool has_ln_bias, float p, Tensor seed) "
+    "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
+)
 
 
 def linear_add_layer_norm_dropout_impl(input, weight, bias, residual, ln_weight, ln_bias, eps: float, p: float):
     seed = _draw()
-    out, z, mean, rstd = torch.ops.fl.linear_add_layer_norm.default(input, weight, bias, residual, ln_weight, ln_bias,
-                                                                     eps, p, seed, True)
+    out, z, mean, rstd = torch.ops.fl.linear_add_layer_norm.default(
+        input, weight, bias, residual, ln_weight, ln_bias, eps, p, seed, True
+    )
     return out, z, mean, rstd, _seed_tensor(seed)
 
 
-def linear_add_layer_norm_dropout_backward_impl(grad, input, weight, sum, mean, rstd, ln_weight,  # noqa: A002
-                                                has_bias: bool, has_ln_bias: bool, p: float, seed):
-    return torch.ops.fl.linear_add_layer_norm_backward.default(grad, input, weight, sum, mean, rstd, ln_weight,
-                                                               has_bias, has_ln_bias, p, int(seed))
+def linear_add_layer_norm_dropout_backward_impl(
+    grad,
+    input,
+    weight,
+    sum,
+    mean,
+    rstd,
+    ln_weight,  # noqa: A002
+    has_bias: bool,
+    has_ln_bias: bool,
+    p: float,
+    seed,
+):
+    return torch.ops.fl.linear_add_layer_norm_backward.default(
+        grad, input, weight, sum, mean, rstd, ln_weight, has_bias, has_ln_bias, p, int(seed)
+    )
 
 
 @torch.library.register_fake("fl::linear_add_layer_norm_dropout", lib=_lib)
@@ -181,12 +218,28 @@ def _linear_add_layer_norm_dropout_fake(input, weight, bias, residual, ln_weight
 
 
 @torch.library.register_fake("fl::linear_add_layer_norm_dropout_backward", lib=_lib)
-def _linear_add_layer_norm_dropout_backward_fake(grad, input, weight, sum, mean, rstd, ln_weight,  # noqa: A002
-                                                 has_bias, has_ln_bias, p, seed):
+def _linear_add_layer_norm_dropout_backward_fake(
+    grad,
+    input,
+    weight,
+    sum,
+    mean,
+    rstd,
+    ln_weight,  # noqa: A002
+    has_bias,
+    has_ln_bias,
+    p,
+    seed,
+):
     n, h = weight.shape[0], sum.shape[-1]
-    return (input.new_empty(input.shape), weight.new_empty(weight.shape), weight.new_empty((n,) if has_bias else (0,)),
-            grad.new_empty(sum.shape), grad.new_empty((h,) if ln_weight is not None else (0,)),
-            grad.new_empty((h,) if has_ln_bias else (0,)))
+    return (
+        input.new_empty(input.shape),
+        weight.new_empty(weight.shape),
+        weight.new_empty((n,) if has_bias else (0,)),
+        grad.new_empty(sum.shape),
+        grad.new_empty((h,) if ln_weight is not None else (0,)),
+        grad.new_empty((h,) if has_ln_bias else (0,)),
+    )
 
 
 class LinearAddLayerNormDropoutFn(torch.autograd.Function):
@@ -194,9 +247,17 @@ class LinearAddLayerNormDropoutFn(torch.autograd.Function):
     def forward(ctx, input, weight, bias, residual, ln_weight, ln_bias, eps, p):
         with torch._C._AutoDispatchBelowAutograd():
             out, z, mean, rstd, seed = torch.ops.fl.linear_add_layer_norm_dropout.default(
-                input, weight, bias, residual, ln_weight, ln_bias, eps, p)
-        _keep(ctx, (input, weight, z, mean, rstd, ln_weight, seed), (p, bias is not None, ln_bias is not None), z,
-              mean, rstd, seed)
+                input, weight, bias, residual, ln_weight, ln_bias, eps, p
+            )
+        _keep(
+            ctx,
+            (input, weight, z, mean, rstd, ln_weight, seed),
+            (p, bias is not None, ln_bias is not None),
+            z,
+            mean,
+            rstd,
+            seed,
+        )
         return out, z, mean, rstd, seed
 
     @staticmethod
@@ -206,21 +267,43 @@ class LinearAddLayerNormDropoutFn(torch.autograd.Function):
         input, weight, z, mean, rstd, ln_weight, seed = ctx.saved_tensors
         p, has_bias, has_ln_bias = ctx.cfg
         gi, gw, gb, gr, glw, glb = torch.ops.fl.linear_add_layer_norm_dropout_backward.default(
-            grad, input, weight, z, mean, rstd, ln_weight, has_bias, has_ln_bias, p, seed)
-        return (gi, gw, gb if has_bias else None, gr, glw if ln_weight is not None else None,
-                glb if has_ln_bias else None, None, None)
+            grad, input, weight, z, mean, rstd, ln_weight, has_bias, has_ln_bias, p, seed
+        )
+        return (
+            gi,
+            gw,
+            gb if has_bias else None,
+            gr,
+            glw if ln_weight is not None else None,
+            glb if has_ln_bias else None,
+            None,
+            None,
+        )
 
 
 for _name, _fwd, _bwd, _fn in (
-        ("linear_act_dropout", linear_act_dropout_impl, linear_act_dropout_backward_impl, LinearActDropoutFn),
-        ("add_layer_norm_dropout", add_layer_norm_dropout_impl, add_layer_norm_dropout_backward_impl,
-         AddLayerNormDropoutFn),
-        ("linear_add_layer_norm_dropout", linear_add_layer_norm_dropout_impl,
-         linear_add_layer_norm_dropout_backward_impl, LinearAddLayerNormDropoutFn)):
+    ("linear_act_dropout", linear_act_dropout_impl, linear_act_dropout_backward_impl, LinearActDropoutFn),
+    (
+        "add_layer_norm_dropout",
+        add_layer_norm_dropout_impl,
+        add_layer_norm_dropout_backward_impl,
+        AddLayerNormDropoutFn,
+    ),
+    (
+        "linear_add_layer_norm_dropout",
+        linear_add_layer_norm_dropout_impl,
+        linear_add_layer_norm_dropout_backward_impl,
+        LinearAddLayerNormDropoutFn,
+    ),
+):
     _lib.impl(_name, _fwd, "CompositeExplicitAutograd")
     _lib.impl(_name + "_backward", _bwd, "CompositeExplicitAutograd")
     _lib.impl(_name, _fn.apply, "Autograd")
     # autocast casts as for the ops fused: the GEMM + activation in the autocast dtype, a LayerNorm in float32
-    _lib.impl(_name, not_traced(autocast_kernel(getattr(torch.ops.fl, _name).default,
-                                                "lower" if _name == "linear_act_dropout" else "fp32")),
-              "AutocastPrivateUse1")
+    _lib.impl(
+        _name,
+        not_traced(
+            autocast_kernel(getattr(torch.ops.fl, _name).default, "lower" if _name == "linear_act_dropout" else "fp32")
+        ),
+        "AutocastPrivateUse1",
+    )

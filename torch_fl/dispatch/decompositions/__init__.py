@@ -36,12 +36,20 @@ def _full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_me
     """full_like as empty_like + fill_: autograd seeds every backward with it
     (ones_like -> full_like), and fill_ is a primitive every plugin has, so
     this keeps the seed on the device instead of a host round trip."""
-    out = torch.empty_like(self, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory,
-                           memory_format=memory_format or torch.preserve_format)
+    out = torch.empty_like(
+        self,
+        dtype=dtype,
+        layout=layout,
+        device=device,
+        pin_memory=pin_memory,
+        memory_format=memory_format or torch.preserve_format,
+    )
     return out.fill_(fill_value)
 
 
 DECOMPOSITIONS[aten.full_like.default] = _full_like
+
+
 def _zero(self):
     """zero_ as the plugin's mem_set where it has one (one byte fill, no kernel), else as fill_:
     torch._decomp's zero_ goes through zeros_like, whose generic kernel calls zero_ again. A mem_set fill
@@ -50,8 +58,9 @@ def _zero(self):
     if mem_set_zero(self):
         if native.FAST.enabled:
             dev = device_of(self)
-            core.lib().fl_fallback_zero_commit(dev.index, core.scalar_type_code(self.dtype),
-                                               core.count_slot(dev.backend, "aten::zero_", DECOMPOSITION))
+            core.lib().fl_fallback_zero_commit(
+                dev.index, core.scalar_type_code(self.dtype), core.count_slot(dev.backend, "aten::zero_", DECOMPOSITION)
+            )
         return self
     return aten.fill_.Scalar(self, 0)
 
@@ -96,10 +105,14 @@ def _arange_out(*args, out):
     if res is None:
         raise NotImplementedError(f"aten::arange has no kernel on fl backend '{device_of(out).backend.name}'")
     if out.numel() and out.numel() != res.numel():
-        warnings.warn(f"The number of elements in the out tensor of shape {list(out.shape)} is {out.numel()} which "
-                      f"does not match the computed number of elements {res.numel()}. Note that this may occur as "
-                      f"a result of rounding error. The out tensor will be resized to a tensor of shape "
-                      f"({res.numel()},).", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"The number of elements in the out tensor of shape {list(out.shape)} is {out.numel()} which "
+            f"does not match the computed number of elements {res.numel()}. Note that this may occur as "
+            f"a result of rounding error. The out tensor will be resized to a tensor of shape "
+            f"({res.numel()},).",
+            UserWarning,
+            stacklevel=2,
+        )
     return _fill_range_out(out, res)
 
 
@@ -131,12 +144,18 @@ for _name in ("linspace", "logspace"):
 DECOMPOSITIONS[aten.slice_backward.default] = _slice_backward
 DECOMPOSITIONS[aten.equal.default] = _equal
 
-_PRIMS = {"clone": _prims_clone, "copy_to": _prims_copy_to, "div": _prims_div,
-          "mul": lambda a, b: torch.mul(a, b), "gt": lambda a, b: torch.gt(a, b),  # b may be a Python number
-          "add": lambda a, b: torch.add(a, b), "sub": lambda a, b: torch.sub(a, b),
-          "abs": lambda a: aten.abs.default(a), "signbit": lambda a: aten.signbit.default(a)}
+_PRIMS = {
+    "clone": _prims_clone,
+    "copy_to": _prims_copy_to,
+    "div": _prims_div,
+    "mul": lambda a, b: torch.mul(a, b),
+    "gt": lambda a, b: torch.gt(a, b),  # b may be a Python number
+    "add": lambda a, b: torch.add(a, b),
+    "sub": lambda a, b: torch.sub(a, b),
+    "abs": lambda a: aten.abs.default(a),
+    "signbit": lambda a: aten.signbit.default(a),
+}
 for _name, _fn in _PRIMS.items():
     _op = getattr(getattr(torch.ops.prims, _name, None), "default", None)
     if _op is not None:
         DECOMPOSITIONS[_op] = _fn
-

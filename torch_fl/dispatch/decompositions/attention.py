@@ -43,13 +43,19 @@ def sdpa_fused_eligible(q, k, v, dropout_p: float, enable_gqa: bool) -> bool:
     kernels = dev.backend.plugin.kernels
     fwd, bwd = kernels.get(_SDPA_FWD), kernels.get(_SDPA_BWD)
     code = TO_CODE.get(q.dtype, -1)
-    return (fwd is not None and bwd is not None and code >= 0 and bool((fwd.dtypes >> code) & 1)
-            and bool((bwd.dtypes >> code) & 1) and bool((dev.props.dtypes >> code) & 1))
+    return (
+        fwd is not None
+        and bwd is not None
+        and code >= 0
+        and bool((fwd.dtypes >> code) & 1)
+        and bool((bwd.dtypes >> code) & 1)
+        and bool((dev.props.dtypes >> code) & 1)
+    )
 
 
 def sdpa_scores(query, key, attn_bias, is_causal, scale):
     e = query.shape[-1]
-    s = scale if scale is not None else e ** -0.5
+    s = scale if scale is not None else e**-0.5
     scores = torch.matmul(query, key.transpose(-2, -1)) * s
     if is_causal:
         lq, lk = query.shape[-2], key.shape[-2]
@@ -63,8 +69,9 @@ def sdpa_scores(query, key, attn_bias, is_causal, scale):
     return scores, s
 
 
-def sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *,
-                 scale=None):
+def sdpa_forward(
+    query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None
+):
     if dropout_p:
         raise NotImplementedError("the composed fused-attention op has no dropout")
     work = torch.promote_types(query.dtype, torch.float32)  # half inputs accumulate in float32
@@ -77,8 +84,26 @@ def sdpa_forward(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=Fal
     return out, lse, None, None, query.shape[-2], key.shape[-2], zero, zero.clone(), None
 
 
-def sdpa_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
-                  max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+def sdpa_backward(
+    grad_out,
+    query,
+    key,
+    value,
+    attn_bias,
+    grad_input_mask,
+    out,
+    logsumexp,
+    cum_seq_q,
+    cum_seq_k,
+    max_q,
+    max_k,
+    dropout_p,
+    is_causal,
+    philox_seed,
+    philox_offset,
+    *,
+    scale=None,
+):
     dt = query.dtype
     work = torch.promote_types(dt, torch.float32)
     q, k, v, g, o = (t.to(work) for t in (query, key, value, grad_out, out))
@@ -105,8 +130,9 @@ def register(table: dict) -> None:
     table[SDPA_BACKWARD] = sdpa_backward
 
 
-def _scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                  enable_gqa=False):
+def _scaled_dot_product_attention(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+):
     """F.scaled_dot_product_attention for fl tensors, above autograd: the plugin's fused
     forward/backward pair when it serves the call, PyTorch's math composition otherwise."""
     if sdpa_fused_eligible(query, key, value, dropout_p, enable_gqa):
@@ -117,7 +143,8 @@ def _scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0
         # 1/0 to the scores instead of keeping/removing them
         attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(query.dtype)
     return torch.ops.aten._scaled_dot_product_attention_math.default(
-        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+    )[0]
 
 
 _aten_lib = torch.library.Library("aten", "IMPL")

@@ -24,13 +24,15 @@ prims = torch.ops.prims
 
 
 def _rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return torch.empty_like(self, dtype=dtype, device=device,
-                            memory_format=memory_format or torch.preserve_format).uniform_(0.0, 1.0)
+    return torch.empty_like(
+        self, dtype=dtype, device=device, memory_format=memory_format or torch.preserve_format
+    ).uniform_(0.0, 1.0)
 
 
 def _randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return torch.empty_like(self, dtype=dtype, device=device,
-                            memory_format=memory_format or torch.preserve_format).normal_(0.0, 1.0)
+    return torch.empty_like(
+        self, dtype=dtype, device=device, memory_format=memory_format or torch.preserve_format
+    ).normal_(0.0, 1.0)
 
 
 def _randint(self, low, high, dtype, device, memory_format):
@@ -42,7 +44,7 @@ def _randint(self, low, high, dtype, device, memory_format):
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     span = high - low
     fmt = memory_format or torch.preserve_format
-    wide = torch.float32 if max(abs(low), abs(high)) <= 2 ** 24 else torch.float64
+    wide = torch.float32 if max(abs(low), abs(high)) <= 2**24 else torch.float64
     u = torch.empty_like(self, dtype=wide, device=device, memory_format=fmt).uniform_(0.0, float(span))
     # [low, high - 1] as floats of the draw's dtype that lie inside it (rounding must not step out of range,
     # or past the integer dtype's limits when the result is cast)
@@ -59,8 +61,7 @@ def _randint_like(self, high, *, dtype=None, layout=None, device=None, pin_memor
     return _randint(self, 0, int(high), dtype, device, memory_format)
 
 
-def _randint_like_low(self, low, high, *, dtype=None, layout=None, device=None, pin_memory=None,
-                      memory_format=None):
+def _randint_like_low(self, low, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     return _randint(self, int(low), int(high), dtype, device, memory_format)
 
 
@@ -73,7 +74,7 @@ def _random_from(self, low, high=None, *, generator=None):
     if generator is not None:
         return NotImplemented
     if high is None:  # ATen: up to 2^digits (inclusive) for a float dtype, the dtype's largest value for an int
-        high = (2 ** _DIGITS[self.dtype] + 1 if self.is_floating_point() else torch.iinfo(self.dtype).max)
+        high = 2 ** _DIGITS[self.dtype] + 1 if self.is_floating_point() else torch.iinfo(self.dtype).max
     return self.copy_(_randint(self, int(low), int(high), self.dtype, None, None))
 
 
@@ -195,17 +196,19 @@ def _index_put(self, indices, values, accumulate=False):
     pos, bshape, lin = found
     lead = list(range(len(pos)))
     xs = self.movedim(pos, lead)
-    rest = list(xs.shape[len(pos):])
-    flat = xs.reshape([math.prod(xs.shape[:len(pos)])] + rest).clone()
+    rest = list(xs.shape[len(pos) :])
+    flat = xs.reshape([math.prod(xs.shape[: len(pos)])] + rest).clone()
     adjacent = pos == list(range(pos[0], pos[-1] + 1))
     shape = bshape + rest
     if adjacent and pos[0] > 0:  # values come in x[indices]'s layout: indexed dims in place
         nb = len(bshape)
-        shape = rest[:pos[0]] + bshape + rest[pos[0]:]
+        shape = rest[: pos[0]] + bshape + rest[pos[0] :]
     _values_fit(values, shape)
     if values.dtype != self.dtype:  # ATen's index_put_ never casts (x[:, [1]] = int_tensor on a double x)
-        raise RuntimeError(f"Index put requires the source and destination dtypes match, got {_name(self.dtype)} "
-                           f"for the destination and {_name(values.dtype)} for the source.")
+        raise RuntimeError(
+            f"Index put requires the source and destination dtypes match, got {_name(self.dtype)} "
+            f"for the destination and {_name(values.dtype)} for the source."
+        )
     if adjacent and pos[0] > 0:
         vals = values.to(self.dtype).expand(shape).movedim(list(range(pos[0], pos[0] + nb)), list(range(nb)))
     else:
@@ -220,23 +223,36 @@ def _index_put(self, indices, values, accumulate=False):
 
 def _name(dtype: torch.dtype) -> str:
     """PyTorch's ScalarType name (Float, Long, ...), as its messages print dtypes."""
-    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
-            torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}.get(
-                dtype, str(dtype).replace("torch.", ""))
+    return {
+        torch.float32: "Float",
+        torch.float64: "Double",
+        torch.float16: "Half",
+        torch.bfloat16: "BFloat16",
+        torch.int64: "Long",
+        torch.int32: "Int",
+        torch.int16: "Short",
+        torch.int8: "Char",
+        torch.uint8: "Byte",
+        torch.bool: "Bool",
+        torch.complex64: "ComplexFloat",
+        torch.complex128: "ComplexDouble",
+    }.get(dtype, str(dtype).replace("torch.", ""))
 
 
 def _values_fit(values, shape) -> None:
     """index_put's values must broadcast to the indexing result: ATen's message, before any other check."""
     try:
         torch.broadcast_shapes(tuple(values.shape), tuple(shape))
-        ok = len(values.shape) <= len(shape) and all(v in (1, s) for v, s in zip(values.shape[::-1], shape[::-1],
-                                                                                   strict=False))
+        ok = len(values.shape) <= len(shape) and all(
+            v in (1, s) for v, s in zip(values.shape[::-1], shape[::-1], strict=False)
+        )
     except RuntimeError:
         ok = False
     if not ok:
-        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
-                           f"indexing result of shape {list(shape)}")
+        raise RuntimeError(
+            f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
+            f"indexing result of shape {list(shape)}"
+        )
 
 
 def _index_tensor(x, indices):
@@ -251,7 +267,7 @@ def _index_tensor(x, indices):
     lead = list(range(len(pos)))
     xs = x.movedim(pos, lead)
     sizes = [x.shape[k] for k in pos]
-    rest = list(xs.shape[len(pos):])
+    rest = list(xs.shape[len(pos) :])
     flat = xs.reshape([math.prod(sizes)] + rest)
     out = _index_select(flat, 0, lin.reshape(-1))
     if out is NotImplemented:
@@ -273,6 +289,7 @@ def _index_expanded(index, dim: int, like) -> torch.Tensor:
 
 def _scalar_as_vector(fn, has_source: bool = True):
     """PyTorch treats a 0-dim self (and source) of the index_* ops as a 1-element vector."""
+
     def wrapped(self, dim, index, arg, **kw):
         if index.dim() > 1:
             raise IndexError(f"index_*(): Index is supposed to be a vector, got a {index.dim()}-D tensor")
@@ -283,12 +300,14 @@ def _scalar_as_vector(fn, has_source: bool = True):
         if has_source and isinstance(arg, torch.Tensor) and arg.dim() == 0 and self.dim() == 1:
             arg = arg.reshape(1)  # a 1-D self takes a 0-dim source for its one index, as on CPU
         return fn(self, dim % self.dim(), index.reshape(-1), arg, **kw)
+
     return wrapped
 
 
 def _scalar_as_vector_reduce(self, dim, index, source, reduce, *, include_self=True):
     return _scalar_as_vector(lambda s, d, i, src: _index_reduce(s, d, i, src, reduce, include_self=include_self))(
-        self, dim, index, source)
+        self, dim, index, source
+    )
 
 
 def _index_add(self, dim, index, source, *, alpha=1):
@@ -310,8 +329,9 @@ def _index_fill(self, dim, index, value):
 
 
 def _index_reduce(self, dim, index, source, reduce, *, include_self=True):
-    return aten.scatter_reduce.two(self, dim, _index_expanded(index, dim, source), source, reduce,
-                                   include_self=include_self)
+    return aten.scatter_reduce.two(
+        self, dim, _index_expanded(index, dim, source), source, reduce, include_self=include_self
+    )
 
 
 def _put(self, index, source, accumulate=False):
@@ -327,8 +347,10 @@ def _masked_scatter(self, mask, source):
     pos = _true_positions(mask_b.reshape(-1))
     n = pos.numel()
     if source.numel() < n:
-        raise RuntimeError(f"masked_scatter: expected source to have at least {n} elements (the number of true "
-                           f"mask elements), got {source.numel()}")
+        raise RuntimeError(
+            f"masked_scatter: expected source to have at least {n} elements (the number of true "
+            f"mask elements), got {source.numel()}"
+        )
     flat = self_b.reshape(-1).clone()
     out = aten.scatter.src(flat, 0, pos, source.reshape(-1)[:n])
     return out.reshape(self_b.shape)
@@ -491,8 +513,7 @@ def _multinomial(self, num_samples, replacement=False, *, generator=None):
         cdf = cdf / cdf[:, -1:]
         out = _searchsorted(cdf, u, right=True).clamp(max=probs.shape[1] - 1)
     else:
-        keys = torch.log(probs) - torch.log(-torch.log(torch.rand(probs.shape, dtype=probs.dtype,
-                                                                  device=self.device)))
+        keys = torch.log(probs) - torch.log(-torch.log(torch.rand(probs.shape, dtype=probs.dtype, device=self.device)))
         out = keys.topk(num_samples, dim=-1).indices
     return out if self.dim() == 2 else out.squeeze(0)
 
@@ -535,10 +556,12 @@ def _histogram_edges(self, bins, *, weight=None, density=False):
 def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
     """The product of the three inputs, each unsqueezed at its expand dims, summed over sumdim
     (what nn.functional.bilinear lowers to)."""
+
     def grow(t, dims):
         for d in sorted(dims):
             t = t.unsqueeze(d)
         return t
+
     prod = grow(i1, expand1) * grow(i2, expand2) * grow(i3, expand3)
     return prod.sum(list(sumdim)) if sumdim else prod
 
@@ -595,10 +618,12 @@ def _roll(a, shifts, dims=()):
 def _prims_bitwise(packet):
     """prims.bitwise_and & co as the aten overload for their operands: `t & 5` reaches the prim
     with a Python number, which the .Tensor overload would refuse."""
+
     def fn(a, b):
         if isinstance(b, torch.Tensor):
             return packet.Tensor(a, b) if isinstance(a, torch.Tensor) else packet.Scalar_Tensor(a, b)
         return packet.Scalar(a, b)
+
     return fn
 
 
@@ -612,6 +637,7 @@ def _compare_in_dtype(op, refs_decomposition):
     """A comparison of a tensor with a Python number, decomposed the way eager PyTorch computes it: the
     number is first converted to the tensor's dtype (x_bf16 == 0.1 compares with bfloat16(0.1)), where
     torch._refs compares in a wider computation dtype with the number as given."""
+
     def compare(self, other):
         if isinstance(other, float) and self.is_floating_point() and self.dtype != torch.float64:
             other = torch.tensor(other, dtype=self.dtype).item()

@@ -64,8 +64,11 @@ def _broadcast_batch(a, b):
 def _first_true(mask, k: int):
     """1-based position of the first true element along the last dim, 0 where none (int32)."""
     pos = torch.arange(1, k + 1, device=mask.device)
-    first = torch.where(mask, pos, k + 1).amin(-1) if k else torch.zeros(mask.shape[:-1], dtype=torch.int64,
-                                                                          device=mask.device)
+    first = (
+        torch.where(mask, pos, k + 1).amin(-1)
+        if k
+        else torch.zeros(mask.shape[:-1], dtype=torch.int64, device=mask.device)
+    )
     return torch.where(first == k + 1, 0, first).to(torch.int32)
 
 
@@ -94,10 +97,10 @@ def _lu_factor_ex(A, pivot=True, check_errors=False):
         pivots.append(p)
         if j + 1 < m:
             d = lu[..., j, j]
-            mult = lu[..., j + 1:, j] / torch.where(d == 0, 1, d).unsqueeze(-1)
-            lu[..., j + 1:, j] = mult
+            mult = lu[..., j + 1 :, j] / torch.where(d == 0, 1, d).unsqueeze(-1)
+            lu[..., j + 1 :, j] = mult
             if j + 1 < n:
-                lu[..., j + 1:, j + 1:] -= mult.unsqueeze(-1) * lu[..., j, j + 1:].unsqueeze(-2)
+                lu[..., j + 1 :, j + 1 :] -= mult.unsqueeze(-1) * lu[..., j, j + 1 :].unsqueeze(-2)
     if pivots:
         piv = (torch.stack(pivots, -1) + 1).to(torch.int32)
     else:
@@ -114,8 +117,8 @@ def _permutation(pivots, m: int):
     perm = rows.expand(pivots.shape[:-1] + (m,))
     piv = pivots.to(torch.int64) - 1
     for i in range(pivots.shape[-1]):
-        p = piv[..., i:i + 1]
-        at_i = perm[..., i:i + 1]
+        p = piv[..., i : i + 1]
+        at_i = perm[..., i : i + 1]
         at_p = perm.gather(-1, p)
         perm = torch.where(rows == i, at_p, torch.where(rows == p, at_i, perm))
     return perm
@@ -154,13 +157,13 @@ def _trsm(A, B, upper: bool, unit: bool = False):
     if n == 0 or B.shape[-1] == 0:
         return torch.zeros(B.shape, dtype=dtype, device=B.device)
     rows: list = [None] * n
-    for i in (range(n - 1, -1, -1) if upper else range(n)):
-        r = B[..., i:i + 1, :].to(dtype)
+    for i in range(n - 1, -1, -1) if upper else range(n):
+        r = B[..., i : i + 1, :].to(dtype)
         done = range(i + 1, n) if upper else range(0, i)
         if len(done):
-            r = r - A[..., i:i + 1, done.start:done.stop] @ torch.cat([rows[j] for j in done], dim=-2)
+            r = r - A[..., i : i + 1, done.start : done.stop] @ torch.cat([rows[j] for j in done], dim=-2)
         if not unit:
-            r = r / A[..., i:i + 1, i:i + 1]
+            r = r / A[..., i : i + 1, i : i + 1]
         rows[i] = r
     return torch.cat(rows, dim=-2)
 
@@ -283,10 +286,10 @@ def _cholesky_ex(A, upper=False, check_errors=False):
         ljj = d.sqrt()
         L[..., j, j] = ljj
         if j + 1 < n:
-            col = src[..., j + 1:, j]
+            col = src[..., j + 1 :, j]
             if j:
-                col = col - (L[..., j + 1:, :j] @ L[..., j, :j].unsqueeze(-1)).squeeze(-1)
-            L[..., j + 1:, j] = col / ljj.unsqueeze(-1)
+                col = col - (L[..., j + 1 :, :j] @ L[..., j, :j].unsqueeze(-1)).squeeze(-1)
+            L[..., j + 1 :, j] = col / ljj.unsqueeze(-1)
     if check_errors:
         aten._linalg_check_errors.default(info, "torch.linalg.cholesky_ex", is_matrix=A.dim() == 2)
     return (L.mT.contiguous() if upper else L), info
@@ -339,11 +342,11 @@ def _geqrf(A):
         beta = torch.where(trivial, alpha, beta)
         if j + 1 < n:
             v = torch.cat([torch.ones_like(alpha).unsqueeze(-1), vt], -1).unsqueeze(-1)
-            sub = a[..., j:, j + 1:]
+            sub = a[..., j:, j + 1 :]
             w = (v * sub).sum(-2, keepdim=True)
-            a[..., j:, j + 1:] = sub - tau[..., None, None] * v * w
+            a[..., j:, j + 1 :] = sub - tau[..., None, None] * v * w
         a[..., j, j] = beta
-        a[..., j + 1:, j] = vt
+        a[..., j + 1 :, j] = vt
         taus.append(tau)
     tau = torch.stack(taus, -1) if taus else a.new_zeros(A.shape[:-2] + (0,))
     return a, tau
@@ -361,9 +364,9 @@ def _apply_q(V, tau, C, *, left=True, transpose=False):
     vs = _reflectors(V, k)
     forward = left == transpose  # Q^T C and C Q apply H_1 first
     C = C.clone(memory_format=torch.contiguous_format)
-    for i in (range(k) if forward else range(k - 1, -1, -1)):
-        v = vs[..., i:, i:i + 1]
-        t = tau[..., i:i + 1].unsqueeze(-1)
+    for i in range(k) if forward else range(k - 1, -1, -1):
+        v = vs[..., i:, i : i + 1]
+        t = tau[..., i : i + 1].unsqueeze(-1)
         if left:
             sub = C[..., i:, :]
             C[..., i:, :] = sub - t * v * (v.mT @ sub)
@@ -463,13 +466,14 @@ def _jacobi_eigh(S, compute_v: bool):
     V = _eye(n, n, S).expand(S.shape).clone() if compute_v else None
     tol = torch.finfo(S.dtype).eps
     for _ in range(_sweeps(n)):
-        off = (A - torch.diag_embed(A.diagonal(dim1=-2, dim2=-1)))
+        off = A - torch.diag_embed(A.diagonal(dim1=-2, dim2=-1))
         if A.numel() == 0 or float((off * off).sum().item()) <= (tol * tol) * float((A * A).sum().item()) * 1e-2:
             break
         for p, q in _rounds(n):
             flat = A.reshape(A.shape[:-2] + (n * n,))
-            idx = torch.tensor([i * n + i for i in p] + [i * n + i for i in q]
-                               + [i * n + j for i, j in zip(p, q, strict=True)]).to(S.device)
+            idx = torch.tensor(
+                [i * n + i for i in p] + [i * n + i for i in q] + [i * n + j for i, j in zip(p, q, strict=True)]
+            ).to(S.device)
             app, aqq, apq = flat.index_select(-1, idx).split(len(p), -1)
             c, s = _jacobi_angle(app, aqq, apq)
             J = _rotation(c, s, p, q, n, S)
@@ -554,8 +558,8 @@ def _linalg_pinv(self, atol=None, rtol=None, hermitian=False):
     dtype = self.dtype
 
     def scalar(v):
-        return v.to(dtype) if isinstance(v, torch.Tensor) else torch.full((), float(v), dtype=dtype,
-                                                                          device=self.device)
+        return v.to(dtype) if isinstance(v, torch.Tensor) else torch.full((), float(v), dtype=dtype, device=self.device)
+
     zero = torch.zeros((), dtype=dtype, device=self.device)
     default = scalar(torch.finfo(dtype).eps * max(m, n))
     atol_t = zero if atol is None else scalar(atol)
@@ -580,9 +584,22 @@ def _linalg_pinv(self, atol=None, rtol=None, hermitian=False):
 
 # -- matrix exponential --------------------------------------------------------------------
 
-_PADE13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0,
-           129060195264000.0, 10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0,
-           40840800.0, 960960.0, 16380.0, 182.0, 1.0)
+_PADE13 = (
+    64764752532480000.0,
+    32382376266240000.0,
+    7771770303897600.0,
+    1187353796428800.0,
+    129060195264000.0,
+    10559470521600.0,
+    670442572800.0,
+    33522128640.0,
+    1323241920.0,
+    40840800.0,
+    960960.0,
+    16380.0,
+    182.0,
+    1.0,
+)
 _THETA13 = 5.371920351148152
 
 
@@ -657,4 +674,3 @@ def register(table: dict) -> None:
     table[aten.linalg_matrix_exp.default] = _matrix_exp
     table[aten.pow_.Scalar] = _pow_
     table[aten.pow_.Tensor] = _pow_
-

@@ -32,12 +32,13 @@ def _windows(x, kernel, stride, dilation):
     x = x.contiguous()
     out = [(x.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(nd)]
     if any(o <= 0 for o in out):
-        raise RuntimeError(f"convolution: the (padded) input {list(x.shape[2:])} is smaller than the kernel "
-                           f"{list(kernel)} with dilation {list(dilation)}")
+        raise RuntimeError(
+            f"convolution: the (padded) input {list(x.shape[2:])} is smaller than the kernel "
+            f"{list(kernel)} with dilation {list(dilation)}"
+        )
     st = x.stride()
     sizes = list(x.shape[:2]) + out + list(kernel)
-    strides = ([st[0], st[1]] + [st[2 + i] * stride[i] for i in range(nd)]
-               + [st[2 + i] * dilation[i] for i in range(nd)])
+    strides = [st[0], st[1]] + [st[2 + i] * stride[i] for i in range(nd)] + [st[2 + i] * dilation[i] for i in range(nd)]
     return x.as_strided(sizes, strides, x.storage_offset()), out
 
 
@@ -58,8 +59,8 @@ def _conv(x, weight, bias, stride, padding, dilation, groups):
     o = weight.shape[0]
     kernel = list(weight.shape[2:])
     cols, out = _cols(x, kernel, stride, padding, dilation, groups)
-    w = weight.reshape(groups, o // groups, -1).transpose(1, 2)          # (G, C/G*K, O/G)
-    y = torch.bmm(cols, w)                                                 # (G, N*P, O/G)
+    w = weight.reshape(groups, o // groups, -1).transpose(1, 2)  # (G, C/G*K, O/G)
+    y = torch.bmm(cols, w)  # (G, N*P, O/G)
     y = y.reshape(groups, n, math.prod(out), o // groups).permute(1, 0, 3, 2).reshape([n, o] + out)
     if bias is not None:
         y = y + bias.reshape([1, o] + [1] * len(out))
@@ -105,8 +106,9 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     return _conv(input, weight, bias, stride, padding, dilation, groups)
 
 
-def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
-                         output_padding, groups, output_mask):
+def convolution_backward(
+    grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+):
     """Gradients of a (non-transposed) convolution: the input's is a transposed convolution of
     the output gradient, the weight's a product of the output gradient with the im2col rows."""
     if transposed or input.dim() not in (3, 4, 5):
@@ -117,11 +119,17 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     g_in = g_w = g_b = None
     if output_mask[0]:
         # output_padding recovers the input positions the forward's floor division dropped
-        op = [input.shape[2 + i] + 2 * padding[i] - dilation[i] * (kernel[i] - 1) - 1
-              - (grad_output.shape[2 + i] - 1) * stride[i] for i in range(nd)]
+        op = [
+            input.shape[2 + i]
+            + 2 * padding[i]
+            - dilation[i] * (kernel[i] - 1)
+            - 1
+            - (grad_output.shape[2 + i] - 1) * stride[i]
+            for i in range(nd)
+        ]
         g_in = _conv_transpose(grad_output, weight, None, stride, padding, op, dilation, groups)
     if output_mask[1]:
-        cols, out = _cols(input, kernel, stride, padding, dilation, groups)     # (G, N*P, C/G*K)
+        cols, out = _cols(input, kernel, stride, padding, dilation, groups)  # (G, N*P, C/G*K)
         p = math.prod(out)
         go = grad_output.reshape(n, groups, o // groups, p).permute(1, 2, 0, 3).reshape(groups, o // groups, n * p)
         g_w = torch.bmm(go, cols).reshape(weight.shape)
@@ -146,8 +154,9 @@ def _pool_geometry(x, kernel_size, stride, padding, ceil_mode, nd):
     return k, s, p, out
 
 
-def avg_pool(nd: int, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-             divisor_override=None):
+def avg_pool(
+    nd: int, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+):
     """avg_pool1d/2d/3d: sum over the window view of the zero-padded input, divided by the window
     size PyTorch uses (the padded window clipped to input+padding, or only the input part when
     count_include_pad is False, or divisor_override)."""
@@ -233,6 +242,7 @@ def grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
 def _eval_saves_empty(decomposition):
     """PyTorch's batch norm decompositions return saved statistics of shape [C] in inference, where its CPU
     kernel (and so every caller's expectation) returns empty ones."""
+
     def run(x, weight, bias, running_mean, running_var, training, momentum, eps):
         out, mean, invstd = decomposition(x, weight, bias, running_mean, running_var, training, momentum, eps)
         if training:
@@ -252,6 +262,7 @@ def _no_training_saves_empty(decomposition):
 
 def _multilabel_margin_1d(decomposition):
     """PyTorch's decomposition gives a 1-D input's unreduced loss shape [1]; its CPU kernel gives []."""
+
     def run(x, target, reduction):
         loss, is_target = decomposition(x, target, reduction)
         if x.dim() <= 1 and loss.dim() == 1:
@@ -262,10 +273,12 @@ def _multilabel_margin_1d(decomposition):
 
 
 def register(table: dict) -> None:
-    for op, fix in ((aten.native_batch_norm.default, _eval_saves_empty),
-                    (aten._native_batch_norm_legit.default, _eval_saves_empty),
-                    (aten._native_batch_norm_legit_no_training.default, _no_training_saves_empty),
-                    (aten.multilabel_margin_loss_forward.default, _multilabel_margin_1d)):
+    for op, fix in (
+        (aten.native_batch_norm.default, _eval_saves_empty),
+        (aten._native_batch_norm_legit.default, _eval_saves_empty),
+        (aten._native_batch_norm_legit_no_training.default, _no_training_saves_empty),
+        (aten.multilabel_margin_loss_forward.default, _multilabel_margin_1d),
+    ):
         if table.get(op) is not None:
             table[op] = fix(table[op])
     table[aten._grouped_mm.default] = grouped_mm

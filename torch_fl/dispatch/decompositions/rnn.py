@@ -29,10 +29,12 @@ import torch
 aten = torch.ops.aten
 
 # aten cell -> the fl_rnn op computing it (loaded with the C++ core, so looked up at the first call)
-_CELLS = {aten._thnn_fused_lstm_cell.default: "lstm_cell",
-          aten._thnn_fused_lstm_cell_backward_impl.default: "lstm_cell_backward",
-          aten._thnn_fused_gru_cell.default: "gru_cell",
-          aten._thnn_fused_gru_cell_backward.default: "gru_cell_backward"}
+_CELLS = {
+    aten._thnn_fused_lstm_cell.default: "lstm_cell",
+    aten._thnn_fused_lstm_cell_backward_impl.default: "lstm_cell_backward",
+    aten._thnn_fused_gru_cell.default: "gru_cell",
+    aten._thnn_fused_gru_cell_backward.default: "gru_cell_backward",
+}
 
 
 def host_kernel(func):

@@ -58,8 +58,12 @@ class CheckReport(Report):
         return [r for r in self.rows if r.status == FAIL]
 
     def to_dict(self) -> dict:
-        return {"target": self.target, "passed": self.passed, "counts": self.counts(),
-                "rows": [asdict(r) for r in self.rows]}
+        return {
+            "target": self.target,
+            "passed": self.passed,
+            "counts": self.counts(),
+            "rows": [asdict(r) for r in self.rows],
+        }
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -76,19 +80,25 @@ class CheckReport(Report):
             lines.append(f"{r.check[:name_w]:<{name_w}}  {r.status:<6}  {first}")
             lines += [f"{'':<{name_w + 10}}{more}" for more in rest]
         c = self.counts()
-        lines.append(f"{'PASSED' if self.passed else 'FAILED'}: {c[PASS]} passed, {c[FAIL]} failed, "
-                     f"{c[WARN]} warnings, {c[SKIP]} skipped")
+        lines.append(
+            f"{'PASSED' if self.passed else 'FAILED'}: {c[PASS]} passed, {c[FAIL]} failed, "
+            f"{c[WARN]} warnings, {c[SKIP]} skipped"
+        )
         return "\n".join(lines)
 
     def html(self) -> str:
         """The verdict and one table row per check."""
         import html
 
-        rows = "".join(f"<tr><td>{html.escape(r.check)}</td><td>{r.status}</td><td>{html.escape(r.detail)}</td></tr>"
-                       for r in self.rows)
+        rows = "".join(
+            f"<tr><td>{html.escape(r.check)}</td><td>{r.status}</td><td>{html.escape(r.detail)}</td></tr>"
+            for r in self.rows
+        )
         verdict = "PASSED" if self.passed else "FAILED"
-        return (f"<b>plugin check {html.escape(self.target)}: {verdict}</b>"
-                f"<table><tr><th>check</th><th>status</th><th>detail</th></tr>{rows}</table>")
+        return (
+            f"<b>plugin check {html.escape(self.target)}: {verdict}</b>"
+            f"<table><tr><th>check</th><th>status</th><th>detail</th></tr>{rows}</table>"
+        )
 
 
 # Phases that are not the plugin's work (importing torch and the OpInfo database, recording
@@ -97,8 +107,9 @@ SETUP_S = 600.0
 _SETUP_PHASES = (None, "load", "recording samples")
 
 
-def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: float = 300.0,
-                 progress: bool | Reporter = True) -> CheckReport:
+def check_plugin(
+    target: str, *, ops: str = "*", samples: int = 4, timeout: float = 300.0, progress: bool | Reporter = True
+) -> CheckReport:
     """Check the plugin at a path (a lib*.so file) or a discovered backend by name.
 
     progress: each row is shown as it is decided, since the checks take minutes (torch_fl.progress: lines
@@ -127,15 +138,24 @@ def check_plugin(target: str, *, ops: str = "*", samples: int = 4, timeout: floa
     return report
 
 
-def _check_rows(report: CheckReport, target: str, env: dict, ops: str, samples: int, timeout: float,
-                shown: Reporter, done: set[str]) -> None:
+def _check_rows(
+    report: CheckReport, target: str, env: dict, ops: str, samples: int, timeout: float, shown: Reporter, done: set[str]
+) -> None:
     def decided(row: CheckRow) -> None:
         report.rows.append(row)
         shown.update(len(report.rows), f"{row.status:<4} {row.check}", failed=row.status == FAIL)
 
     for _attempt in range(64):  # each crash or hang costs one attempt
-        cmd = spawn.python_command("torch_fl.tools.checker.worker", target, "--ops", ops, "--samples", str(samples),
-                                   "--skip", ",".join(sorted(done)))
+        cmd = spawn.python_command(
+            "torch_fl.tools.checker.worker",
+            target,
+            "--ops",
+            ops,
+            "--samples",
+            str(samples),
+            "--skip",
+            ",".join(sorted(done)),
+        )
         run = _WorkerRun(cmd, env, timeout)
         for kind, payload in run.events():
             if kind == "ROW":
@@ -165,9 +185,11 @@ def _why_the_process_ended(rc: int | None, stderr: str) -> str:
     missing = _MISSING_MODULE.findall(stderr)
     if missing:
         module = missing[-1].split(".")[0]
-        return (f"the environment, not the plugin: Python module '{module}' is not installed, so the checker "
-                f"could not run this check (install the package that provides '{module}', e.g. "
-                f"pip install {module}, and check again)")
+        return (
+            f"the environment, not the plugin: Python module '{module}' is not installed, so the checker "
+            f"could not run this check (install the package that provides '{module}', e.g. "
+            f"pip install {module}, and check again)"
+        )
     why = f"killed by signal {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exit status {rc}"
     tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     return f"the plugin crashed the process ({why}) during this check" + (f": {tail}" if tail else "")
@@ -188,8 +210,9 @@ class _WorkerRun:
         self.finished = False
         self.timed_out = False
         self._stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL,
-                                     text=True, env=env)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL, text=True, env=env
+        )
         self._lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -231,8 +254,10 @@ class _WorkerRun:
     def failure(self) -> str:
         """Why the check that was running did not finish."""
         if self.timed_out:
-            return (f"did not finish within {self._limit():g} s (a kernel or entry point that never returns?); "
-                    f"the checking process was stopped. Raise --timeout if the check is only slow")
+            return (
+                f"did not finish within {self._limit():g} s (a kernel or entry point that never returns?); "
+                f"the checking process was stopped. Raise --timeout if the check is only slow"
+            )
         return _why_the_process_ended(self.proc.returncode, self.stderr_tail(1 << 20))
 
 

@@ -46,8 +46,11 @@ def devices(plugin: Any) -> Iterator[Row]:
         yield f"device {d.index} properties", FAIL if bad else PASS, "; ".join(bad) if bad else good
     t = plugin.table
     st = t.device_props(len(plugin.devices), ffi.new("fl_device_props_t*"))
-    yield ("invalid device index", PASS if st != abi.FL_OK and plugin.last_error() else FAIL,
-           f"device_props({len(plugin.devices)}) -> {_status(st)}: {plugin.last_error() or '(no message)'}")
+    yield (
+        "invalid device index",
+        PASS if st != abi.FL_OK and plugin.last_error() else FAIL,
+        f"device_props({len(plugin.devices)}) -> {_status(st)}: {plugin.last_error() or '(no message)'}",
+    )
 
 
 def memory(plugin: Any) -> Iterator[Row]:
@@ -75,20 +78,29 @@ def memory(plugin: Any) -> Iterator[Row]:
     yield "malloc distinct blocks", PASS if distinct else FAIL, f"{len(ptrs)} blocks"
     if used0 is not None:
         used1 = plugin.memory_used(0)
-        yield ("memory_used accounting", PASS if used1 - used0 >= sum(sizes) else FAIL,
-               f"grew by {used1 - used0} bytes for {sum(sizes)} allocated")
+        yield (
+            "memory_used accounting",
+            PASS if used1 - used0 >= sum(sizes) else FAIL,
+            f"grew by {used1 - used0} bytes for {sum(sizes)} allocated",
+        )
     for p in ptrs:
         st = t.free(0, p)
         if st != abi.FL_OK:
             yield "free", FAIL, f"{_status(st)}: {plugin.last_error()}"
     if used0 is not None:
-        yield ("memory returned", PASS if plugin.memory_used(0) == used0 else FAIL,
-               f"memory_used {plugin.memory_used(0)} after free, {used0} before")
+        yield (
+            "memory returned",
+            PASS if plugin.memory_used(0) == used0 else FAIL,
+            f"memory_used {plugin.memory_used(0)} after free, {used0} before",
+        )
     total = plugin.devices[0].total_memory
     st = t.malloc(0, total + (1 << 20), out)
     if st == abi.FL_ERR_OOM:
-        yield "allocation beyond capacity", PASS if plugin.last_error() else WARN, \
-            f"FL_ERR_OOM: {plugin.last_error() or '(no message: last_error is empty)'}"
+        yield (
+            "allocation beyond capacity",
+            PASS if plugin.last_error() else WARN,
+            f"FL_ERR_OOM: {plugin.last_error() or '(no message: last_error is empty)'}",
+        )
     else:
         if st == abi.FL_OK:
             t.free(0, out[0])
@@ -112,13 +124,21 @@ def copies(plugin: Any) -> Iterator[Row]:
         s2 = t.copy_d2d(0, b, a, n, ffi.NULL)
         s3 = t.copy_d2h(0, host_back, b, n, ffi.NULL)
         ok = s1 == s2 == s3 == abi.FL_OK and torch.equal(src, back)
-        yield ("copy round trip h2d->d2d->d2h", PASS if ok else FAIL,
-               f"{n} bytes at unaligned offsets" if ok else f"statuses {_status(s1)}, {_status(s2)}, {_status(s3)}; "
-               f"bytes equal: {torch.equal(src, back)}")
+        yield (
+            "copy round trip h2d->d2d->d2h",
+            PASS if ok else FAIL,
+            f"{n} bytes at unaligned offsets"
+            if ok
+            else f"statuses {_status(s1)}, {_status(s2)}, {_status(s3)}; bytes equal: {torch.equal(src, back)}",
+        )
         s4 = t.copy_h2d(0, ffi.NULL, host_src, n, ffi.NULL)
-        yield ("copy with a NULL pointer", PASS if s4 != abi.FL_OK else FAIL,
-               f"{_status(s4)}: {plugin.last_error() or '(no message)'}" if s4 != abi.FL_OK
-               else "copy_h2d to NULL returned FL_OK; it must fail with FL_ERR_INVALID and a message")
+        yield (
+            "copy with a NULL pointer",
+            PASS if s4 != abi.FL_OK else FAIL,
+            f"{_status(s4)}: {plugin.last_error() or '(no message)'}"
+            if s4 != abi.FL_OK
+            else "copy_h2d to NULL returned FL_OK; it must fail with FL_ERR_INVALID and a message",
+        )
         if plugin.optional.get("stream_create"):
             stream = ffi.new("fl_stream_t*")
             event = ffi.new("fl_event_t*")
@@ -133,8 +153,11 @@ def copies(plugin: Any) -> Iterator[Row]:
             st.append(t.event_destroy(0, event[0]) if t.event_destroy != ffi.NULL else 0)
             st.append(t.stream_destroy(0, stream[0]) if t.stream_destroy != ffi.NULL else 0)
             ok = all(s == abi.FL_OK for s in st)
-            yield "streams and events", PASS if ok else FAIL, \
-                "create/copy/record/synchronize/query/destroy" if ok else f"statuses {[_status(s) for s in st]}"
+            yield (
+                "streams and events",
+                PASS if ok else FAIL,
+                "create/copy/record/synchronize/query/destroy" if ok else f"statuses {[_status(s) for s in st]}",
+            )
             if plugin.optional.get("stream_wait_event") and ok:
                 yield _stream_wait_event(plugin, a, b, n, src)
         else:
@@ -150,13 +173,22 @@ def _stream_wait_event(plugin: Any, a: Any, b: Any, n: int, src: torch.Tensor) -
     zeros = torch.zeros(n, dtype=torch.uint8)
     back = torch.zeros(n, dtype=torch.uint8)
     s1, s2, event = ffi.new("fl_stream_t*"), ffi.new("fl_stream_t*"), ffi.new("fl_event_t*")
-    st = [t.copy_h2d(0, a, ffi.cast("void*", zeros.data_ptr()), n, ffi.NULL), t.stream_create(0, s1),
-          t.stream_create(0, s2), t.event_create(0, event)]
+    st = [
+        t.copy_h2d(0, a, ffi.cast("void*", zeros.data_ptr()), n, ffi.NULL),
+        t.stream_create(0, s1),
+        t.stream_create(0, s2),
+        t.event_create(0, event),
+    ]
     if all(x == abi.FL_OK for x in st):
-        st += [t.copy_h2d(0, a, ffi.cast("void*", src.data_ptr()), n, s1[0]), t.event_record(0, event[0], s1[0]),
-               t.stream_wait_event(0, s2[0], event[0]), t.copy_d2d(0, b, a, n, s2[0]),
-               t.copy_d2h(0, ffi.cast("void*", back.data_ptr()), b, n, s2[0]), t.stream_synchronize(0, s2[0]),
-               t.stream_synchronize(0, s1[0])]
+        st += [
+            t.copy_h2d(0, a, ffi.cast("void*", src.data_ptr()), n, s1[0]),
+            t.event_record(0, event[0], s1[0]),
+            t.stream_wait_event(0, s2[0], event[0]),
+            t.copy_d2d(0, b, a, n, s2[0]),
+            t.copy_d2h(0, ffi.cast("void*", back.data_ptr()), b, n, s2[0]),
+            t.stream_synchronize(0, s2[0]),
+            t.stream_synchronize(0, s1[0]),
+        ]
     t.event_destroy(0, event[0])
     t.stream_destroy(0, s1[0])
     t.stream_destroy(0, s2[0])
@@ -164,8 +196,12 @@ def _stream_wait_event(plugin: Any, a: Any, b: Any, n: int, src: torch.Tensor) -
         why = plugin.last_error() or "(no message)"
         return "stream_wait_event", FAIL, f"statuses {[_status(x) for x in st]}: {why}"
     if not torch.equal(back, src):
-        return ("stream_wait_event", FAIL, "a copy queued on stream 2 after waiting for an event of stream 1 did "
-                "not see the bytes stream 1 wrote before the event: the wait does not order the streams")
+        return (
+            "stream_wait_event",
+            FAIL,
+            "a copy queued on stream 2 after waiting for an event of stream 1 did "
+            "not see the bytes stream 1 wrote before the event: the wait does not order the streams",
+        )
     return "stream_wait_event", PASS, "work queued after the wait sees what the other stream did before the event"
 
 
@@ -175,8 +211,14 @@ def version2(plugin: Any) -> Iterator[Row]:
     t = plugin.table
     have = {n: plugin.optional.get(n) for n in ("mem_set", "copy_d2h_async", "event_elapsed")}
     if not any(have.values()):
-        yield "version 2 entry points", SKIP, (f"ABI version {getattr(plugin, 'abi_version', 1)}: mem_set, "
-                                               "copy_d2h_async and event_elapsed not provided (optional)")
+        yield (
+            "version 2 entry points",
+            SKIP,
+            (
+                f"ABI version {getattr(plugin, 'abi_version', 1)}: mem_set, "
+                "copy_d2h_async and event_elapsed not provided (optional)"
+            ),
+        )
         return
     n = 1000
     out = ffi.new("void**")
@@ -195,8 +237,13 @@ def version2(plugin: Any) -> Iterator[Row]:
             want = ones.clone()
             want[100:400] = 0xAB
             ok = st == abi.FL_OK and torch.equal(back, want)
-            yield ("mem_set", PASS if ok else FAIL, "filled bytes 100..400 of 1000, nothing else" if ok else
-                   f"status {_status(st)}; bytes as expected: {torch.equal(back, want)}")
+            yield (
+                "mem_set",
+                PASS if ok else FAIL,
+                "filled bytes 100..400 of 1000, nothing else"
+                if ok
+                else f"status {_status(st)}; bytes as expected: {torch.equal(back, want)}",
+            )
         if have["copy_d2h_async"]:
             back.zero_()
             st = [t.copy_d2h_async(0, host_back, out[0], n, ffi.NULL), t.synchronize(0) if t.synchronize else 0]
@@ -204,17 +251,30 @@ def version2(plugin: Any) -> Iterator[Row]:
             if have["mem_set"]:
                 expected[100:400] = 0xAB
             ok = all(s == abi.FL_OK for s in st) and torch.equal(back, expected)
-            yield ("copy_d2h_async", PASS if ok else FAIL, "landed after synchronize" if ok else
-                   f"statuses {[_status(s) for s in st]}; bytes equal: {torch.equal(back, expected)}")
+            yield (
+                "copy_d2h_async",
+                PASS if ok else FAIL,
+                "landed after synchronize"
+                if ok
+                else f"statuses {[_status(s) for s in st]}; bytes equal: {torch.equal(back, expected)}",
+            )
         if have["event_elapsed"]:
             e1, e2, ms = ffi.new("fl_event_t*"), ffi.new("fl_event_t*"), ffi.new("double*")
-            st = [t.event_create(0, e1), t.event_create(0, e2), t.event_record(0, e1[0], ffi.NULL),
-                  t.copy_h2d(0, out[0], ffi.cast("void*", ones.data_ptr()), n, ffi.NULL),
-                  t.event_record(0, e2[0], ffi.NULL), t.event_synchronize(0, e2[0]),
-                  t.event_elapsed(0, e1[0], e2[0], ms)]
+            st = [
+                t.event_create(0, e1),
+                t.event_create(0, e2),
+                t.event_record(0, e1[0], ffi.NULL),
+                t.copy_h2d(0, out[0], ffi.cast("void*", ones.data_ptr()), n, ffi.NULL),
+                t.event_record(0, e2[0], ffi.NULL),
+                t.event_synchronize(0, e2[0]),
+                t.event_elapsed(0, e1[0], e2[0], ms),
+            ]
             ok = all(s == abi.FL_OK for s in st) and ms[0] >= 0
-            yield ("event_elapsed", PASS if ok else FAIL, f"{ms[0]:.3f} ms between two events" if ok else
-                   f"statuses {[_status(s) for s in st]}, {ms[0]} ms")
+            yield (
+                "event_elapsed",
+                PASS if ok else FAIL,
+                f"{ms[0]:.3f} ms between two events" if ok else f"statuses {[_status(s) for s in st]}, {ms[0]} ms",
+            )
             t.event_destroy(0, e1[0])
             t.event_destroy(0, e2[0])
     finally:
@@ -226,8 +286,14 @@ def rng(plugin: Any) -> Iterator[Row]:
     t = plugin.table
     have = [n for n in ("rng_set_state", "rng_get_state") if plugin.optional.get(n)]
     if not have:
-        yield "rng state round trip", SKIP, ("not provided (optional: rng_set_state and rng_get_state are NULL, so "
-                                             "torch.manual_seed does not reach the device)")
+        yield (
+            "rng state round trip",
+            SKIP,
+            (
+                "not provided (optional: rng_set_state and rng_get_state are NULL, so "
+                "torch.manual_seed does not reach the device)"
+            ),
+        )
         return
     if len(have) == 1:
         missing = "rng_get_state" if have == ["rng_set_state"] else "rng_set_state"
@@ -250,21 +316,25 @@ def kernel_table(plugin: Any) -> Iterator[Row]:
             getattr(packet, overload or "default")
         except (AttributeError, RuntimeError):
             unknown.append(op)
-    yield ("kernel names", FAIL if unknown else PASS,
-           f"not PyTorch operator overloads: {', '.join(unknown[:8])}" if unknown
-           else f"{len(plugin.kernels)} kernels, each a PyTorch operator overload")
+    yield (
+        "kernel names",
+        FAIL if unknown else PASS,
+        f"not PyTorch operator overloads: {', '.join(unknown[:8])}"
+        if unknown
+        else f"{len(plugin.kernels)} kernels, each a PyTorch operator overload",
+    )
     if plugin.duplicate_kernels:
         yield "kernel table duplicates", FAIL, f"listed more than once: {', '.join(plugin.duplicate_kernels[:8])}"
     dev_mask = plugin.devices[0].dtypes if plugin.devices else 0
     extra = [op for op, k in plugin.kernels.items() if k.dtypes & ~dev_mask]
     if extra:
-        yield ("kernel dtypes vs device", WARN,
-               f"{len(extra)} kernels declare dtypes the device does not compute in (ignored): {', '.join(extra[:5])}")
+        yield (
+            "kernel dtypes vs device",
+            WARN,
+            f"{len(extra)} kernels declare dtypes the device does not compute in (ignored): {', '.join(extra[:5])}",
+        )
 
 
 def all_contract_checks(plugin: Any) -> Iterator[Row]:
     for check in (identity, devices, memory, copies, version2, rng, kernel_table):
         yield from check(plugin)
-
-
-

@@ -33,8 +33,9 @@ class GuardedMemory:
         # would read past that allocation (a plugin error) or report damage that is not there.
         self.blocks: dict[int, tuple[int, object]] = {}
 
-    def empty(self, dev: Any, shape: Sequence[int], stride: Sequence[int], offset: int,
-              dtype: torch.dtype) -> torch.Tensor:
+    def empty(
+        self, dev: Any, shape: Sequence[int], stride: Sequence[int], offset: int, dtype: torch.dtype
+    ) -> torch.Tensor:
         """An uninitialised fl tensor of this layout whose span sits between two canary zones."""
         item = torch.empty((), dtype=dtype).element_size()
         probe = torch.empty(0, dtype=dtype, device="meta").as_strided(shape, stride, offset)

@@ -29,8 +29,15 @@ LAYOUT_DEPENDENT = {"aten::as_strided_scatter"}
 # ops that return values and the indices they came from, where PyTorch leaves the order of equal values
 # unspecified (an unstable sort, topk, an order statistic): output 1 is checked as indices that pick output
 # 0's values out of the input along dim, not position by position (a right kernel may break ties otherwise)
-TIED_INDICES = {"aten::sort": "dim", "aten::sort.stable": "dim", "aten::topk": "dim", "aten::kthvalue": "dim",
-                "aten::median.dim": "dim", "aten::nanmedian.dim": "dim", "aten::mode": "dim"}
+TIED_INDICES = {
+    "aten::sort": "dim",
+    "aten::sort.stable": "dim",
+    "aten::topk": "dim",
+    "aten::kthvalue": "dim",
+    "aten::median.dim": "dim",
+    "aten::nanmedian.dim": "dim",
+    "aten::mode": "dim",
+}
 
 
 def _tie_free_indices(f, vals, results, expects) -> bool:
@@ -42,13 +49,15 @@ def _tie_free_indices(f, vals, results, expects) -> bool:
     return not ("stable" in names and vals[names.index("stable")] is True)
 
 
-def _check_indices(f, vals, values: torch.Tensor, indices: torch.Tensor, expected: torch.Tensor, what: str,
-                   out: Outcome) -> None:
+def _check_indices(
+    f, vals, values: torch.Tensor, indices: torch.Tensor, expected: torch.Tensor, what: str, out: Outcome
+) -> None:
     """The kernel's indices (output 1) must be in range and pick its values (output 0) out of the input
     along dim; its values were compared with PyTorch's already."""
     if indices.shape != expected.shape or indices.dtype != expected.dtype:
-        out.failures.append(f"{what}: got {tuple(indices.shape)} {indices.dtype}, expected "
-                            f"{tuple(expected.shape)} {expected.dtype}")
+        out.failures.append(
+            f"{what}: got {tuple(indices.shape)} {indices.dtype}, expected {tuple(expected.shape)} {expected.dtype}"
+        )
         return
     x = fl_to_cpu(vals[0]).clone()
     if x.dim() == 0 or indices.numel() == 0:
@@ -62,8 +71,9 @@ def _check_indices(f, vals, values: torch.Tensor, indices: torch.Tensor, expecte
     picked = torch.gather(x, dim, idx)
     same = (picked == got) | (picked.isnan() & got.isnan()) if got.is_floating_point() else picked == got
     if not bool(same.all()):
-        out.failures.append(f"{what}: {int((~same).sum())} of {same.numel()} indices do not point at the value "
-                            f"returned beside them")
+        out.failures.append(
+            f"{what}: {int((~same).sum())} of {same.numel()} indices do not point at the value returned beside them"
+        )
 
 
 def to_device(dev, t: torch.Tensor, guard=None) -> torch.Tensor:
@@ -94,7 +104,6 @@ def noncontiguous(t: torch.Tensor) -> torch.Tensor:
     return view
 
 
-
 @dataclass
 class Outcome:
     compared: int = 0
@@ -106,19 +115,28 @@ class Outcome:
 def _compare(actual: torch.Tensor, expected: torch.Tensor, what: str, out: Outcome, tol_floor: float = 0.0) -> None:
     if expected.numel() == 0 and actual.numel() > 0:
         return  # PyTorch's CPU kernel left this output empty (e.g. batch norm's save_mean in eval): unspecified
-    if actual.is_complex() and expected.is_complex() and actual.dtype == expected.dtype and \
-            actual.shape == expected.shape:  # compare (real, imaginary) pairs at the real dtype's tolerance
+    if (
+        actual.is_complex()
+        and expected.is_complex()
+        and actual.dtype == expected.dtype
+        and actual.shape == expected.shape
+    ):  # compare (real, imaginary) pairs at the real dtype's tolerance
         actual = torch.view_as_real(actual.resolve_conj().resolve_neg())
         expected = torch.view_as_real(expected.resolve_conj().resolve_neg())
     tol = max(TOL.get(expected.dtype, 1e-4), tol_floor)
-    if (actual.shape == expected.shape and actual.dtype != expected.dtype and actual.is_floating_point()
-            and expected.is_floating_point()):
+    if (
+        actual.shape == expected.shape
+        and actual.dtype != expected.dtype
+        and actual.is_floating_point()
+        and expected.is_floating_point()
+    ):
         # the runtime allocates outputs with the meta function's dtype, which for some auxiliary
         # outputs (layer norm's mean/rstd of half inputs) is float32 where CPU keeps the input's
         actual, expected = actual.double(), expected.to(actual.dtype).double()
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
-        out.failures.append(f"{what}: got {tuple(actual.shape)} {actual.dtype}, expected "
-                            f"{tuple(expected.shape)} {expected.dtype}")
+        out.failures.append(
+            f"{what}: got {tuple(actual.shape)} {actual.dtype}, expected {tuple(expected.shape)} {expected.dtype}"
+        )
         return
     if expected.numel() == 0:
         return
@@ -169,8 +187,11 @@ def run_calls(dev, kernel, calls, variants: bool = True, guard=None) -> Outcome:
         f = facts(func)
         random = torch.Tag.nondeterministic_seeded in func.tags
         tries = [("", args, kwargs)]
-        if variants and f.name not in LAYOUT_DEPENDENT and any(
-                isinstance(a, torch.Tensor) and a.dim() > 0 and a.numel() > 0 for a in _flat(args)):
+        if (
+            variants
+            and f.name not in LAYOUT_DEPENDENT
+            and any(isinstance(a, torch.Tensor) and a.dim() > 0 and a.numel() > 0 for a in _flat(args))
+        ):
             tries.append((" (non-contiguous inputs)", tensor_map(lambda t: noncontiguous(snapshot(t)), args), kwargs))
         for label, a, kw in tries:
             # PyTorch on CPU sees the recorded layouts (some of its kernels assume the contiguous
@@ -207,11 +228,19 @@ def run_calls(dev, kernel, calls, variants: bool = True, guard=None) -> Outcome:
                         if not isinstance(r, torch.Tensor):
                             out.failures.append(f"{shape}{label}: output {i} missing")
                         elif tied and i == 1 and isinstance(results[0], torch.Tensor):
-                            _check_indices(f, vals, fl_to_cpu(results[0]).clone(), fl_to_cpu(r).clone(), e,
-                                           f"{shape}{label} output {i}", out)
+                            _check_indices(
+                                f,
+                                vals,
+                                fl_to_cpu(results[0]).clone(),
+                                fl_to_cpu(r).clone(),
+                                e,
+                                f"{shape}{label} output {i}",
+                                out,
+                            )
                         else:
-                            _compare(fl_to_cpu(r).clone(), e, f"{shape}{label} output {i}", out,
-                                     TOL_FLOOR.get(f.name, 0.0))
+                            _compare(
+                                fl_to_cpu(r).clone(), e, f"{shape}{label} output {i}", out, TOL_FLOOR.get(f.name, 0.0)
+                            )
                 for idx in f.mutable:
                     if idx < len(vals) and is_fl(vals[idx]) and not random:
                         _compare(fl_to_cpu(vals[idx]).clone(), cpu_args[idx], f"{shape}{label} mutated arg {idx}", out)
@@ -252,8 +281,9 @@ def _guard_failures(guard, dev_args, dev_kw, results, what: str) -> list[str]:
         seen.add(key)
         damage = guard.damage(t)
         if damage:
-            failures.append(f"{what}: the kernel wrote {damage} of {name} (shape {tuple(t.shape)}, "
-                            f"{t.dtype}): out-of-bounds write")
+            failures.append(
+                f"{what}: the kernel wrote {damage} of {name} (shape {tuple(t.shape)}, {t.dtype}): out-of-bounds write"
+            )
     return failures
 
 
@@ -264,8 +294,10 @@ def _references() -> dict:
     from ...dispatch import sdpa_backward, sdpa_forward
 
     aten = torch.ops.aten
-    table: dict = {aten._scaled_dot_product_fused_attention_overrideable.default: sdpa_forward,
-                   aten._scaled_dot_product_fused_attention_overrideable_backward.default: sdpa_backward}
+    table: dict = {
+        aten._scaled_dot_product_fused_attention_overrideable.default: sdpa_forward,
+        aten._scaled_dot_product_fused_attention_overrideable_backward.default: sdpa_backward,
+    }
     fused.register_decompositions(table)
     return table
 

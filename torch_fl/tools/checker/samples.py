@@ -20,33 +20,103 @@ from collections import defaultdict
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-GENERIC = {"native", "backward", "forward", "data", "with", "legit", "no", "update", "stats", "training", "out",
-           "default", "self", "tensor", "scalar", "mode", "int", "dim", "intlist", "correction", "dims", "from",
-           "to", "p", "float", "decimals", "start", "end", "safe", "unsafe", "functional", "nn", "aten", "fl", "t",
-           "opt", "list", "input", "nll2d", "2d", "1d", "dense", "with_indices"}
+GENERIC = {
+    "native",
+    "backward",
+    "forward",
+    "data",
+    "with",
+    "legit",
+    "no",
+    "update",
+    "stats",
+    "training",
+    "out",
+    "default",
+    "self",
+    "tensor",
+    "scalar",
+    "mode",
+    "int",
+    "dim",
+    "intlist",
+    "correction",
+    "dims",
+    "from",
+    "to",
+    "p",
+    "float",
+    "decimals",
+    "start",
+    "end",
+    "safe",
+    "unsafe",
+    "functional",
+    "nn",
+    "aten",
+    "fl",
+    "t",
+    "opt",
+    "list",
+    "input",
+    "nll2d",
+    "2d",
+    "1d",
+    "dense",
+    "with_indices",
+}
 HINTS = {
     "convolution": ["nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv_transpose2d"],
-    "mm": ["mm", "matmul"], "bmm": ["bmm", "matmul"], "addmm": ["addmm", "nn.functional.linear"],
-    "mv": ["mv"], "dot": ["dot"], "threshold": ["nn.functional.relu", "nn.functional.threshold"],
-    "_softmax": ["softmax"], "_log_softmax": ["log_softmax"], "_safe_softmax": ["softmax"],
+    "mm": ["mm", "matmul"],
+    "bmm": ["bmm", "matmul"],
+    "addmm": ["addmm", "nn.functional.linear"],
+    "mv": ["mv"],
+    "dot": ["dot"],
+    "threshold": ["nn.functional.relu", "nn.functional.threshold"],
+    "_softmax": ["softmax"],
+    "_log_softmax": ["log_softmax"],
+    "_safe_softmax": ["softmax"],
     "nll_loss_forward": ["nn.functional.nll_loss", "nn.functional.cross_entropy"],
     "nll_loss2d_forward": ["nn.functional.nll_loss"],
-    "max_pool2d_with_indices": ["nn.functional.max_pool2d"], "avg_pool2d": ["nn.functional.avg_pool2d"],
+    "max_pool2d_with_indices": ["nn.functional.max_pool2d"],
+    "avg_pool2d": ["nn.functional.avg_pool2d"],
     "_adaptive_avg_pool2d": ["nn.functional.adaptive_avg_pool2d"],
-    "native_batch_norm": ["nn.functional.batch_norm"], "_native_batch_norm_legit": ["nn.functional.batch_norm"],
+    "native_batch_norm": ["nn.functional.batch_norm"],
+    "_native_batch_norm_legit": ["nn.functional.batch_norm"],
     "_native_batch_norm_legit_no_training": ["nn.functional.batch_norm"],
-    "_batch_norm_with_update": ["nn.functional.batch_norm"], "_batch_norm_no_update": ["nn.functional.batch_norm"],
+    "_batch_norm_with_update": ["nn.functional.batch_norm"],
+    "_batch_norm_no_update": ["nn.functional.batch_norm"],
     "batch_norm_backward": ["nn.functional.batch_norm"],
-    "native_layer_norm": ["nn.functional.layer_norm"], "native_group_norm": ["nn.functional.group_norm"],
-    "embedding": ["nn.functional.embedding"], "embedding_dense_backward": ["nn.functional.embedding"],
-    "native_dropout": ["nn.functional.dropout"], "gelu": ["nn.functional.gelu"], "silu": ["nn.functional.silu"],
-    "elu": ["nn.functional.elu"], "hardtanh": ["nn.functional.hardtanh"], "leaky_relu": ["nn.functional.leaky_relu"],
-    "relu": ["nn.functional.relu"], "sigmoid": ["sigmoid"], "tanh": ["tanh"], "copy": ["clone", "contiguous"],
-    "fill": ["fill", "zeros_like", "ones_like"], "zero": ["zero_"], "uniform": ["rand_like", "nn.functional.dropout"],
-    "normal": ["randn_like", "normal"], "bernoulli": ["bernoulli", "nn.functional.dropout"],
-    "linalg_vector_norm": ["linalg.vector_norm", "norm"], "var_mean": ["var_mean"], "std_mean": ["std_mean"],
-    "where": ["where"], "masked_fill": ["masked_fill"], "index_select": ["index_select"], "gather": ["gather"],
-    "scatter_add": ["scatter_add"], "cat": ["cat"], "stack": ["stack"], "rsub": ["rsub"],
+    "native_layer_norm": ["nn.functional.layer_norm"],
+    "native_group_norm": ["nn.functional.group_norm"],
+    "embedding": ["nn.functional.embedding"],
+    "embedding_dense_backward": ["nn.functional.embedding"],
+    "native_dropout": ["nn.functional.dropout"],
+    "gelu": ["nn.functional.gelu"],
+    "silu": ["nn.functional.silu"],
+    "elu": ["nn.functional.elu"],
+    "hardtanh": ["nn.functional.hardtanh"],
+    "leaky_relu": ["nn.functional.leaky_relu"],
+    "relu": ["nn.functional.relu"],
+    "sigmoid": ["sigmoid"],
+    "tanh": ["tanh"],
+    "copy": ["clone", "contiguous"],
+    "fill": ["fill", "zeros_like", "ones_like"],
+    "zero": ["zero_"],
+    "uniform": ["rand_like", "nn.functional.dropout"],
+    "normal": ["randn_like", "normal"],
+    "bernoulli": ["bernoulli", "nn.functional.dropout"],
+    "linalg_vector_norm": ["linalg.vector_norm", "norm"],
+    "var_mean": ["var_mean"],
+    "std_mean": ["std_mean"],
+    "where": ["where"],
+    "masked_fill": ["masked_fill"],
+    "index_select": ["index_select"],
+    "gather": ["gather"],
+    "scatter_add": ["scatter_add"],
+    "cat": ["cat"],
+    "stack": ["stack"],
+    "rsub": ["rsub"],
 }
 
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -153,10 +223,14 @@ def _run_opinfo(rec: Recorder, info, dtypes, samples_per_opinfo: int) -> None:
                     with rec:
                         out = info.op(sample.input, *sample.args, **sample.kwargs)
                         if grad:
-                            leaves = [t for t in _tensors([sample.input, *sample.args], sample.kwargs)
-                                      if t.requires_grad]
-                            outs = [o for o in (out if isinstance(out, (list, tuple)) else [out])
-                                    if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()]
+                            leaves = [
+                                t for t in _tensors([sample.input, *sample.args], sample.kwargs) if t.requires_grad
+                            ]
+                            outs = [
+                                o
+                                for o in (out if isinstance(out, (list, tuple)) else [out])
+                                if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()
+                            ]
                             if outs and leaves:
                                 total = sum((o.float() * torch.randn_like(o, dtype=torch.float)).sum() for o in outs)
                                 assert isinstance(total, torch.Tensor), "a sum of one or more tensors"
@@ -260,8 +334,11 @@ def _sdpa_samples(dtype):
 
     fwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
     calls = []
-    for (b, h, lq, lk, e, ev), causal in (((2, 3, 5, 7, 8, 4), False), ((1, 2, 6, 6, 16, 16), True),
-                                          ((0, 2, 4, 4, 8, 8), False)):
+    for (b, h, lq, lk, e, ev), causal in (
+        ((2, 3, 5, 7, 8, 4), False),
+        ((1, 2, 6, 6, 16, 16), True),
+        ((0, 2, 4, 4, 8, 8), False),
+    ):
         q = r(b, lq, h, e).transpose(1, 2)  # the (B, L, H, E) layout real models produce
         k, v = r(b, h, lk, e), r(b, h, lk, ev)
         calls.append((fwd, (q, k, v, None, 0.0, causal, False), {}))
@@ -281,8 +358,30 @@ def _sdpa_backward_samples(dtype):
         q, k, v, bias, p, causal, _ = args
         out, lse, _, _, mq, mk, seed, off, _ = sdpa_forward(q, k, v, bias, p, causal, **kwargs)
         g = torch.randn(out.shape, dtype=torch.float32).to(dtype)
-        calls.append((bwd, (g, q, k, v, bias, [True, True, True, bias is not None], out, lse, None, None, mq, mk,
-                            0.0, causal, seed, off), dict(kwargs)))
+        calls.append(
+            (
+                bwd,
+                (
+                    g,
+                    q,
+                    k,
+                    v,
+                    bias,
+                    [True, True, True, bias is not None],
+                    out,
+                    lse,
+                    None,
+                    None,
+                    mq,
+                    mk,
+                    0.0,
+                    causal,
+                    seed,
+                    off,
+                ),
+                dict(kwargs),
+            )
+        )
     return calls
 
 
@@ -292,8 +391,11 @@ def _conv_bn_relu_samples(dtype):
     gen = torch.Generator().manual_seed(0)
     op = torch.ops.fl.conv_bn_relu.default
     calls = []
-    for n, c, o, hw, k, stride, pad, groups, bias in ((2, 3, 8, 9, 3, 1, 1, 1, True), (1, 4, 4, 7, 3, 2, 0, 2, False),
-                                                      (0, 3, 5, 6, 1, 1, 0, 1, True)):
+    for n, c, o, hw, k, stride, pad, groups, bias in (
+        (2, 3, 8, 9, 3, 1, 1, 1, True),
+        (1, 4, 4, 7, 3, 2, 0, 2, False),
+        (0, 3, 5, 6, 1, 1, 0, 1, True),
+    ):
         x = torch.randn(n, c, hw, hw, generator=gen).to(dtype)
         w = torch.randn(o, c // groups, k, k, generator=gen).to(dtype)
         b = torch.randn(o, generator=gen).to(dtype) if bias else None
@@ -349,8 +451,10 @@ CUSTOM_SIMPLE = {
 }
 
 CUSTOM = {op: _simple(op, make) for op, make in CUSTOM_SIMPLE.items()}
-CUSTOM.update({
-    "aten::_scaled_dot_product_fused_attention_overrideable": _sdpa_samples,
-    "aten::_scaled_dot_product_fused_attention_overrideable_backward": _sdpa_backward_samples,
-    "fl::conv_bn_relu": _conv_bn_relu_samples,
-})
+CUSTOM.update(
+    {
+        "aten::_scaled_dot_product_fused_attention_overrideable": _sdpa_samples,
+        "aten::_scaled_dot_product_fused_attention_overrideable_backward": _sdpa_backward_samples,
+        "fl::conv_bn_relu": _conv_bn_relu_samples,
+    }
+)

@@ -74,9 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     plugin = backend.plugin
     if "load" not in skip:
         _row("load", contract.PASS, f"{plugin.path} [{plugin.origin}], ABI version and entry points")
-    groups = [("identity", contract.identity), ("devices", contract.devices), ("memory", contract.memory),
-              ("copies", contract.copies), ("version 2", contract.version2), ("rng", contract.rng),
-              ("kernel table", contract.kernel_table)]
+    groups = [
+        ("identity", contract.identity),
+        ("devices", contract.devices),
+        ("memory", contract.memory),
+        ("copies", contract.copies),
+        ("version 2", contract.version2),
+        ("rng", contract.rng),
+        ("kernel table", contract.kernel_table),
+    ]
     for name, fn in groups:
         if name in skip:
             continue
@@ -92,10 +98,13 @@ def main(argv: list[str] | None = None) -> int:
 
     selected = [op for op in plugin.kernels if fnmatch.fnmatch(op, args.ops)]
     if not selected:
-        _row("kernel selection", contract.FAIL,
-             f"--ops {args.ops!r} matches none of the plugin's {len(plugin.kernels)} kernels"
-             + (f" (for example {', '.join(sorted(plugin.kernels)[:3])})" if plugin.kernels else "")
-             + "; give a glob over aten names such as 'aten::add*'")
+        _row(
+            "kernel selection",
+            contract.FAIL,
+            f"--ops {args.ops!r} matches none of the plugin's {len(plugin.kernels)} kernels"
+            + (f" (for example {', '.join(sorted(plugin.kernels)[:3])})" if plugin.kernels else "")
+            + "; give a glob over aten names such as 'aten::add*'",
+        )
     targets = {}
     for op in selected:
         k = plugin.kernels[op]
@@ -136,10 +145,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             extra = f"; {'; '.join(notes)}" if notes else ""
             random = torch.Tag.nondeterministic_seeded in next(iter(by_dtype.values()))[0][0].tags
-            what = ("calls give PyTorch's shapes and dtypes, finite values (random op: values not compared)"
-                    if random else f"calls match PyTorch CPU (max rel err {max_err:.1e})")
-            _row(f"kernel {op}", contract.PASS,
-                 f"{compared} {what}, dtypes {','.join(str(d).replace('torch.', '') for d in dtypes)}{extra}")
+            what = (
+                "calls give PyTorch's shapes and dtypes, finite values (random op: values not compared)"
+                if random
+                else f"calls match PyTorch CPU (max rel err {max_err:.1e})"
+            )
+            _row(
+                f"kernel {op}",
+                contract.PASS,
+                f"{compared} {what}, dtypes {','.join(str(d).replace('torch.', '') for d in dtypes)}{extra}",
+            )
     _emit("DONE", "")
     return 0
 

@@ -20,6 +20,8 @@ def plugin_path() -> str:
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIBRARY)
     if not os.path.exists(path):
         # torch_fl turns this into a "rejected" entry in torch_fl.list_backends()
-        raise FileNotFoundError(f"{path} is missing: the package was installed without building its plugin; "
-                                f"reinstall it with `pip install --force-reinstall torch-fl-template`")
+        raise FileNotFoundError(
+            f"{path} is missing: the package was installed without building its plugin; "
+            f"reinstall it with `pip install --force-reinstall torch-fl-template`"
+        )
     return path
