@@ -10,14 +10,13 @@ import torch
 
 import torch_fl as fl
 from torch_fl.jit.pointwise_kernels import PointwiseKernel
-from torch_fl.runtime import REGISTRY, core, disabled_paths
+from torch_fl.runtime import REGISTRY, core, disabled_paths, native
 
 
 @pytest.fixture
 def minimal():
     fl.set_backend("minimal")
     yield REGISTRY.get("minimal")
-    core.lib().fl_core_fast_enable(1)
     fl.set_backend("cpu")
 
 
@@ -40,12 +39,17 @@ def hits() -> int:
 
 
 def python_path(fn):
-    """fn() with the C++ fast path off: what the Python dispatcher computes."""
-    core.lib().fl_core_fast_enable(0)
+    """fn() with the C++ fast path off (FL_FAST_PATH=0's switch): what the Python dispatcher computes."""
+    native.FAST.enabled = False
+    native.sync_fast_path()
+    before = hits()
     try:
-        return fn()
+        out = fn()
     finally:
-        core.lib().fl_core_fast_enable(1)
+        native.FAST.enabled = True
+        native.sync_fast_path()
+    assert hits() == before
+    return out
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
