@@ -54,7 +54,7 @@ from ..runtime import (
     output_layouts,
     run_native,
 )
-from . import layouts, outcheck, overlap, rng
+from . import jit_replay, layouts, outcheck, overlap, rng
 from .decompositions import DECOMPOSITIONS, host_kernel
 from .facts import OpFacts, facts
 from .fallback import commit as commit_fallback
@@ -128,6 +128,7 @@ class Plan:
     reasons: list = field(default_factory=list)
     failed: set = field(default_factory=set)  # paths found broken at run time (a JIT compile that failed)
     learn: bool = False  # see _learn: the first decomposition run says whether another path serves the op better
+    reduces: bool | None = None  # whether a watched decomposition ever reduced to the JIT kernel (jit_replay)
 
     @property
     def first(self) -> str | None:
@@ -278,7 +279,8 @@ def _fallback_first(plan: Plan, why: str) -> None:
 
 
 def _native_calls() -> int:
-    return events.STATE.native_calls + core.lib().fl_core_fast_hits()
+    core.drain_counts()  # the fast path's hits include JIT plans' (dispatch.jit_replay): not native calls
+    return events.STATE.native_calls + core.lib().fl_core_fast_hits() - core.FAST_SERVED.get(JIT, 0)
 
 
 def _learn(f: OpFacts, plan: Plan, before: tuple) -> None:
@@ -397,6 +399,12 @@ def compute(f: OpFacts, args, kwargs):
         if site:
             native.commit(f, f.name, site, range(len(vals)), list(range(f.n_returns)))
         return result
+    if native.FAST.enabled and not warned and _jit_replays(f, plan):
+        site = {}
+        result = _run_plan(f, dev, vals, plan, None, site)
+        if site and jit_replay.replayable(site, plan.first == DECOMPOSITION):
+            native.commit(f, f.name, site, range(len(vals)), list(range(f.n_returns)), path=JIT)
+        return result
     if plan.first == FALLBACK and not warned and f.handler is compute and not TLS.device_only:
         result = _run_plan(f, dev, vals, plan)  # the CPU kernel served it: the C++ core can serve the next
         commit_fallback(f, dev, f.name, vals, result)
@@ -423,6 +431,15 @@ def copy_within(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     return result
 
 
+def _jit_replays(f: OpFacts, plan: Plan) -> bool:
+    """A call whose serving JIT kernel the C++ fast path could replay (dispatch.jit_replay): the JIT is the
+    plan's first path, or its first is a decomposition that may reduce to the op's own JIT kernel (not
+    while that decomposition runs: the op's call inside it is not the call the signature stands for)."""
+    return jit_replay.replays(plan) and (
+        plan.first == JIT or (plan.first == DECOMPOSITION and plan.reduces is not False and f.func not in decomposing())
+    )
+
+
 def _plan(f: OpFacts, dev, vals) -> Plan:
     backend = dev.backend
     dtypes = tuple(t.dtype for t in iter_tensors(vals) if t.device.type == "fl")
@@ -436,7 +453,8 @@ def _plan(f: OpFacts, dev, vals) -> Plan:
 def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = None, may_decline=False):
     """Try the plan's paths in order; the first that serves the call gives the result. With outs (the
     tensors an out= call writes), a native kernel writes into them directly; with site, a native call
-    records its marshalling there."""
+    records its marshalling there, and so does a JIT kernel that serves the call first or is what the
+    decomposition tried first reduced to (dispatch.jit_replay)."""
     backend = dev.backend
     listening = bool(events.STATE.listeners)
     if listening:
@@ -445,7 +463,8 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
         events.NESTING.depth += 1
     failures: list = []
     try:
-        for path in plan.paths:
+        for k, path in enumerate(plan.paths):
+            first = k == 0  # no path declined the call yet
             if path == NATIVE:
                 result = run_native(f, plan.kernel, dev, vals, outs, site)
             elif path == DECOMPOSITION:
@@ -462,6 +481,10 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
                 learn = plan.learn
                 if learn:
                     before = (events.kernel_count(), _native_calls())
+                watch = first and site is not None and jit_replay.replays(plan) and jit_replay.numberless(f, vals)
+                watch = watch and plan.reduces is not False
+                if watch:  # does the decomposition reduce to the op's own JIT kernel? (dispatch.jit_replay)
+                    watched, jit_replay.CAPTURE.calls, work = jit_replay.CAPTURE.calls, [], jit_replay.watch()
                 try:
                     active.add(f.func)
                     if strict:
@@ -474,13 +497,27 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
                     active.discard(f.func)
                     if strict or TLS.device_only != device_only:
                         _set_device_only(device_only)
+                    if watch:
+                        calls, jit_replay.CAPTURE.calls = jit_replay.CAPTURE.calls, watched
+                        native.sync_fast_path()
+                if watch and result is not NotImplemented:
+                    reduced = jit_replay.reduced(f.func, vals, result, calls, work)
+                    plan.reduces = bool(plan.reduces or reduced)  # never did: not watched again (slower)
+                    site.update(reduced or {})
                 if result is NotImplemented:  # some torch._decomp entries decline cases they do not cover
                     failures.append("its decomposition does not cover this case")
                     continue
                 if learn:
                     _learn(f, plan, before)
             elif path == JIT:
-                result = plan.jit(f, dev, vals)
+                capture = jit_replay.CAPTURE.calls
+                if jit_replay.replays(plan) and ((first and site is not None) or capture is not None):
+                    jsite = site if first and site is not None else {}
+                    result = plan.jit(f, dev, vals, jsite)
+                    if jsite and jsite is not site and capture is not None:
+                        capture.append((f.func, vals, jsite, result))
+                else:
+                    result = plan.jit(f, dev, vals)
                 if result is NOT_HANDLED:
                     _note_jit_failure(plan, f, backend)
             else:
@@ -547,6 +584,8 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
     if ff.layout_rule is not None:
         _fresh_outs_channels_last(ff, fvals, outs)
     plan = _plan(ff, dev, fvals)
+    # a JIT kernel the fast path could replay, writing straight into the outputs (dispatch.jit_replay)
+    jit_site = {} if fast and native.FAST.enabled and _jit_replays(ff, plan) else None
     if plan.first == NATIVE and _writes_in_place(
         ff, fvals, outs, layout, plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT
     ):
@@ -575,7 +614,9 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
         if fast and f.handler is compute:
             commit_fallback(f, dev, ff.name, vals, result)
         return result
-    result = _run_plan(ff, dev, fvals, plan)
+    if jit_site is not None and not _writes_in_place(ff, fvals, outs, layout):
+        jit_site = None
+    result = _run_plan(ff, dev, fvals, plan, None, jit_site)
     results = (result,) if ff.n_returns == 1 else tuple(result)
     # the CPU kernel served it and its results fit the outputs as they are: the C++ core can serve the next
     replayable = (
@@ -597,6 +638,9 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
         _write_out(f, out, r, rule)
     if replayable:
         commit_fallback(f, dev, ff.name, vals, result, twin)
+    if jit_site and jit_replay.replayable(jit_site, plan.first == DECOMPOSITION):
+        site = jit_replay.into(jit_site, outs)
+        native.commit(f, ff.name, site, ins, list(range(len(outs))), outs_at, path=JIT)
     return _returned(f, outs)
 
 

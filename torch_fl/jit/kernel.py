@@ -33,10 +33,13 @@ class Entry:
     """A compiled kernel as the runtime calls it: a host function (fn), or for a device JIT the
     plugin's jit_launch with the handle jit_build gave (valid on one device)."""
 
-    __slots__ = ("fn", "handle", "launch")
+    __slots__ = ("fn", "handle", "launch", "replays")
 
     def __init__(self, fn, handle=None, launch=None):
         self.fn, self.handle, self.launch = fn, handle, launch
+        # whether the C++ fast path may replay a call of it (a generator says no for a kernel that can fail
+        # midway: an in-place call it fails would have written part of its output before Python reran it)
+        self.replays = False
 
 
 def key(sig: Any, dev: Any) -> Any:
@@ -96,11 +99,12 @@ class Kernel:
         return compile_source(f.name, dev, src, symbol, t0)
 
 
-def run(f: Any, entry: Any, dev: Any, vals: list) -> Any:
-    """Run a generated pointwise kernel through the native path. Its only failure status is
-    FL_ERR_INVALID for an integer division by zero, which PyTorch reports as ZeroDivisionError."""
+def run(f: Any, entry: Any, dev: Any, vals: list, site: dict | None = None) -> Any:
+    """Run a generated pointwise kernel through the native path (with site: its marshalling recorded
+    there, as run_native does). Its only failure status is FL_ERR_INVALID for an integer division by
+    zero, which PyTorch reports as ZeroDivisionError."""
     try:
-        return run_native(f, entry, dev, vals)
+        return run_native(f, entry, dev, vals, site=site)
     except KernelError as e:
         if e.status == abi.FL_ERR_INVALID:
             raise RuntimeError("ZeroDivisionError") from None

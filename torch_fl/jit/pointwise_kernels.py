@@ -638,7 +638,12 @@ class PointwiseKernel(Kernel):
                 return None
         return tuple(sig)
 
-    def __call__(self, f, dev, vals):
+    # the C++ fast path may replay a call (dispatch.jit_replay): a call's marshalling is the op's own arguments
+    replays = True
+
+    def __call__(self, f, dev, vals, site: dict | None = None):
+        """The op's result, or NOT_HANDLED. With site, the kernel call's marshalling is recorded there when
+        a replay would do what this call did: the kernel cannot fail midway (no integer division)."""
         vals = wrap_numbers(f, vals)
         if f.mutable:  # in-place: the output is the first argument itself
             first = vals[0]
@@ -663,12 +668,20 @@ class PointwiseKernel(Kernel):
         sig = key(sig, dev)
         entry = self.kernels.get(sig)
         if entry is None and sig not in self.kernels:
-            entry = self.kernels[sig] = self.compile_with(f, dev, lambda: generate(f, vals, self.dtype, self.out_dtype))
+            sources: list = []
+
+            def gen():
+                sources.append(generate(f, vals, self.dtype, self.out_dtype))
+                return sources[-1]
+
+            entry = self.kernels[sig] = self.compile_with(f, dev, gen)
+            if entry is not None:
+                entry.replays = "&err" not in sources[0][0]  # an integer division's zero divisor stops it midway
         elif entry is not None:
             STATS["memory_hits"] += 1
         if entry is None:
             return NOT_HANDLED
-        return run(f, entry, dev, vals)
+        return run(f, entry, dev, vals, site if entry.replays else None)
 
 
 def lookup(backend: Any, facts: Any, dtypes: tuple) -> Any:

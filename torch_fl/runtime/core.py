@@ -346,8 +346,12 @@ def count_slot(backend, name: str, path: str) -> int:
     return slot
 
 
+FAST_SERVED: dict[str, int] = {}  # path -> the calls the fast path served under it, ever (as drained)
+
+
 def drain_counts() -> None:
-    """Add the calls the fast path served since the last drain to each backend's counts."""
+    """Add the calls the fast path served since the last drain to each backend's counts (and to FAST_SERVED:
+    the dispatcher tells native calls from JIT ones the core served)."""
     if _lib is None or not _SLOT_KEYS:
         return
     n = len(_SLOT_KEYS)
@@ -358,3 +362,4 @@ def drain_counts() -> None:
             backend, name, path = _SLOT_KEYS[i]
             counts = backend.own_counts
             counts[(name, path)] = counts.get((name, path), 0) + out[i]
+            FAST_SERVED[path] = FAST_SERVED.get(path, 0) + out[i]

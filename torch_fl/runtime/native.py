@@ -384,8 +384,9 @@ def native_factory(f, dev, args, kwargs):
 
 
 # -- the C++ fast path ------------------------------------------------------------------
-# A native call on an op's own arguments is committed to the C++ core's per-signature cache; later
-# calls of that signature run there without entering Python (csrc/fl_fallback.cpp, fallback()).
+# A native call on an op's own arguments (or a JIT kernel's call: dispatch.jit_replay) is committed to the
+# C++ core's per-signature cache; later calls of that signature run there without entering Python
+# (csrc/fl_fallback.cpp, fallback()).
 # Python still decides every plan; the fast path steps aside while the profiler listens, while an
 # async copy is in flight, and for any call whose tensors partly share memory.
 
@@ -401,11 +402,11 @@ class FastPathSwitch:
 FAST = FastPathSwitch()
 
 
-def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None) -> None:
-    """Hand the C++ core the marshalling of the native call just made for f (site: what run_native
-    recorded). stack_of maps the kernel call's value indices to f's arguments; given_at those of the
-    outputs an out= call passed in; returns index the outputs. The fast path counts each call it
-    serves under (backend, count_as, "native")."""
+def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None, path: str = NATIVE) -> None:
+    """Hand the C++ core the marshalling of the kernel call just made for f (site: what run_native
+    recorded): a plugin kernel's, or a JIT kernel's (path "jit"). stack_of maps the kernel call's value
+    indices to f's arguments; given_at those of the outputs an out= call passed in; returns index the
+    outputs. The fast path counts each call it serves under (backend, count_as, path)."""
     name = f.func.name().encode()
     lib = core.lib()
     if not lib.fl_core_fast_can_commit(name):
@@ -424,7 +425,7 @@ def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None)
         out_dtypes.append(core.scalar_type_code(t.dtype) if isinstance(t, torch.Tensor) else 0)
     patches = [(a, stack_of[i], kind) for a, i, kind in site["patches"]]
     dev = site["dev"]
-    slot = core.count_slot(dev.backend, count_as, NATIVE)
+    slot = core.count_slot(dev.backend, count_as, path)
     call, arrays = kernel_call(site["kernel"], dev.local, site["inputs"], site["out_descs"], site["cargs"], slot)
     new = core.ffi.new
     keep = {
