@@ -500,7 +500,7 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
                     if watch:
                         calls, jit_replay.CAPTURE.calls = jit_replay.CAPTURE.calls, watched
                         native.sync_fast_path()
-                if watch and result is not NotImplemented:
+                if watch and site is not None and calls is not None and result is not NotImplemented:
                     reduced = jit_replay.reduced(f.func, vals, result, calls, work)
                     plan.reduces = bool(plan.reduces or reduced)  # never did: not watched again (slower)
                     site.update(reduced or {})
@@ -585,7 +585,7 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
         _fresh_outs_channels_last(ff, fvals, outs)
     plan = _plan(ff, dev, fvals)
     # a JIT kernel the fast path could replay, writing straight into the outputs (dispatch.jit_replay)
-    jit_site = {} if fast and native.FAST.enabled and _jit_replays(ff, plan) else None
+    jit_site: dict | None = {} if fast and native.FAST.enabled and _jit_replays(ff, plan) else None
     if plan.first == NATIVE and _writes_in_place(
         ff, fvals, outs, layout, plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT
     ):
