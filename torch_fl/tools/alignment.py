@@ -32,6 +32,7 @@ import copy
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -157,7 +158,7 @@ class AlignmentReport(Report):
         d["first_divergent_op"] = asdict(op) if op else None
         return d
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     def render(self, n: int = 12) -> str:
@@ -214,10 +215,15 @@ def _ratio(r: float | None) -> str:
     return "-" if r is None else f"{r:.3g}x"
 
 
+# one run of the model (_run): each module's first output and the order the modules ran in, each
+# parameter's gradient, the model's output (all on the CPU in float64), and the loss
+_RunResult = tuple[dict[str, torch.Tensor], list[str], dict[str, torch.Tensor], torch.Tensor, float]
+
+
 # -- running both sides ------------------------------------------------------------
 
 
-def _first_tensor(x):
+def _first_tensor(x: Any) -> torch.Tensor | None:
     if isinstance(x, torch.Tensor):
         return x
     if isinstance(x, (list, tuple)):
@@ -233,7 +239,7 @@ def _first_tensor(x):
     return None
 
 
-def _to(x, device, dtype: torch.dtype | None = None):
+def _to(x: Any, device: torch.device | str, dtype: torch.dtype | None = None) -> Any:
     """x on device; with dtype, its floating-point tensors in that dtype (the float64 reference)."""
     if isinstance(x, torch.Tensor):
         x = x.to(device)
@@ -258,8 +264,9 @@ def _no_dropout(model: nn.Module) -> None:
             m.dropout = 0.0
 
 
-def _default_loss(output, target):
-    out = _first_tensor(output)
+def _default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:
+    # None where the output holds no tensor: then the first use below raises (no loss to take)
+    out: torch.Tensor = _first_tensor(output)  # type: ignore[assignment]
     if target is None:
         # a fixed random projection of the output: unlike mean(out ** 2), whose gradient vanishes
         # behind a final normalisation layer (and leaves only rounding noise to compare), it gives
@@ -275,16 +282,16 @@ def _default_loss(output, target):
 
 
 def _run(
-    model,
-    inputs,
-    target,
-    device,
-    loss_fn,
-    amp_dtype,
-    seed,
+    model: nn.Module,
+    inputs: Any,
+    target: torch.Tensor | None,
+    device: torch.device | str,
+    loss_fn: Callable[[Any, torch.Tensor | None], torch.Tensor],
+    amp_dtype: torch.dtype | None,
+    seed: int,
     trace: OpTrace | None = None,
     dtype: torch.dtype | None = None,
-):
+) -> _RunResult:
     torch.manual_seed(seed)
     outs: dict[str, torch.Tensor] = {}
     order: list[str] = []
@@ -293,7 +300,7 @@ def _run(
         if name == "":
             continue
 
-        def hook(mod, inp, out, name=name):
+        def hook(mod: nn.Module, inp: tuple[Any, ...], out: Any, name: str = name) -> None:
             t = _first_tensor(out)
             if t is not None and t.is_floating_point() and name not in outs:
                 outs[name] = t.detach().to("cpu", torch.float64)
@@ -315,7 +322,8 @@ def _run(
         for h in hooks:
             h.remove()
     grads = {n: p.grad.detach().to("cpu", torch.float64) for n, p in model.named_parameters() if p.grad is not None}
-    final = _first_tensor(output).detach().to("cpu", torch.float64)
+    # None where the output holds no tensor (a loss_fn that read something else): then this raises
+    final = _first_tensor(output).detach().to("cpu", torch.float64)  # type: ignore[union-attr]
     return outs, order, grads, final, float(loss.detach().to("cpu"))
 
 
@@ -332,12 +340,18 @@ def _rel(a: torch.Tensor, b: torch.Tensor, floor: float = 0.0) -> tuple[float, f
 
 
 def _judge(
-    base: nn.Module, inputs, target, device, loss_fn, seed, amp_dtype: torch.dtype | None = None
+    base: nn.Module,
+    inputs: Any,
+    target: torch.Tensor | None,
+    device: torch.device,
+    loss_fn: Callable[[Any, torch.Tensor | None], torch.Tensor],
+    seed: int,
+    amp_dtype: torch.dtype | None = None,
 ) -> Float64Comparison | None:
     """The run on the backend and natively on the CPU (both under autocast to amp_dtype, if given), each
     against float64 (numerics.py). None where native CPU autocast does not take amp_dtype."""
 
-    def run(where, dtype):
+    def run(where: torch.device | str, dtype: torch.dtype) -> dict[str, dict[str, torch.Tensor]]:
         wide = dtype == torch.float64
         m = copy.deepcopy(base).to(device=where, dtype=torch.float64 if wide else torch.float32)
         m.zero_grad(set_to_none=True)
@@ -355,7 +369,13 @@ def _judge(
 
 
 def _compare(
-    mode, dev_run, ref_run, model, tolerances, traces=None, judge: Float64Comparison | None = None
+    mode: str,
+    dev_run: _RunResult,
+    ref_run: _RunResult,
+    model: nn.Module,
+    tolerances: tuple[float, float],
+    traces: tuple[OpTrace, OpTrace] | None = None,
+    judge: Float64Comparison | None = None,
 ) -> ModeResult:
     d_outs, d_order, d_grads, d_final, _ = dev_run
     r_outs, _r_order, r_grads, r_final, _ = ref_run
@@ -414,7 +434,7 @@ def _compare(
 
 def align(
     model: nn.Module,
-    inputs,
+    inputs: Any,
     target: torch.Tensor | None = None,
     *,
     backend: str | None = None,
@@ -451,7 +471,7 @@ def align(
     fine, suspect = tolerances
     report = AlignmentReport(dev_backend.name, ref_label, (fine, suspect), seed)
 
-    def fresh(device):
+    def fresh(device: torch.device) -> nn.Module:
         m = copy.deepcopy(base).to(device)
         m.zero_grad(set_to_none=True)
         return m
@@ -473,7 +493,7 @@ def align(
         del traces
     if steps > 0:
 
-        def curve(device, dtype=torch.float32):
+        def curve(device: torch.device | str, dtype: torch.dtype = torch.float32) -> list[float]:
             torch.manual_seed(seed)
             m = copy.deepcopy(base).to(device=device, dtype=dtype)
             m.zero_grad(set_to_none=True)

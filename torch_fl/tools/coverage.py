@@ -27,8 +27,9 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,8 +37,11 @@ from ..dispatch import facts, resolve, resolve_op, tensors_in
 from ..progress import Reporter
 from ..progress import start as start_progress
 from ..rendering import Report
-from ..runtime import REGISTRY, SETTINGS, config, events, mask_to_names
+from ..runtime import REGISTRY, SETTINGS, Backend, config, events, mask_to_names
 from .checker.samples import base_name, candidate_opinfos
+
+if TYPE_CHECKING:
+    from torch.testing._internal.opinfo.core import OpInfo
 
 UNSPECIFIED = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted")
 RANDOM = (
@@ -113,13 +117,13 @@ class CoverageReport(Report):
     def to_dict(self) -> dict:
         return {"summary": self.summary(), "results": [asdict(r) for r in self.results]}
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     def render(self, failures: int = 25) -> str:
         s = self.summary()
 
-        def pct(a, b):
+        def pct(a: int, b: int) -> str:
             return f"{100.0 * a / b:.1f} %" if b else "-"
 
         lines = [
@@ -139,7 +143,7 @@ class CoverageReport(Report):
         return "\n".join(lines)
 
 
-def _op_db():
+def _op_db() -> list[OpInfo]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torch.testing._internal.common_methods_invocations import op_db
@@ -161,7 +165,7 @@ def _first_line(e: BaseException) -> str:
     return msg[:300]
 
 
-def _name(info) -> str:
+def _name(info: OpInfo) -> str:
     return info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
 
 
@@ -170,7 +174,7 @@ def _name(info) -> str:
 _CPU_ARGS = {"tensor_split": (1,)}
 
 
-def _to_fl(v, device):
+def _to_fl(v: Any, device: torch.device) -> Any:
     if isinstance(v, torch.Tensor):
         t = _with_storage(v, device) if _partial_view(v) else v.detach().to(device)
         return t.requires_grad_(v.requires_grad) if t.is_floating_point() or t.is_complex() else t
@@ -190,7 +194,7 @@ def _partial_view(t: torch.Tensor) -> bool:
     return t.untyped_storage().nbytes() > t.numel() * t.element_size()
 
 
-def _with_storage(t: torch.Tensor, device) -> torch.Tensor:
+def _with_storage(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """t on `device` as the same view (sizes, strides, offset) of a copy of its whole storage, as a
     sample made on the device directly would be."""
     n = t.untyped_storage().nbytes() // t.element_size()
@@ -235,7 +239,7 @@ def align_vectors(x: torch.Tensor, like: torch.Tensor, dim: int, k: int | None) 
     return out if dim == -2 else out.mT
 
 
-def _sign_aligned(a, b, name: str):
+def _sign_aligned(a: Any, b: Any, name: str) -> Any:
     """`a`'s outputs with the vectors of `b`'s signs (and completion bases), for SIGN_FREE_VECTORS."""
     dims = SIGN_FREE_VECTORS.get(name)
     if not dims or not isinstance(a, (list, tuple)) or not isinstance(b, (list, tuple)):
@@ -249,7 +253,7 @@ def _sign_aligned(a, b, name: str):
     return type(a)(out) if not hasattr(a, "_fields") else type(a)(*out)
 
 
-def _compare(a, b, shape_only: bool, sign_free: bool = False) -> str | None:
+def _compare(a: Any, b: Any, shape_only: bool, sign_free: bool = False) -> str | None:
     ta, tb = list(tensors_in(a)), list(tensors_in(b))
     if len(ta) != len(tb):
         return f"{len(ta)} output tensors, CPU gives {len(tb)}"
@@ -280,7 +284,7 @@ def _compare(a, b, shape_only: bool, sign_free: bool = False) -> str | None:
     return None
 
 
-def _as64(v):
+def _as64(v: Any) -> Any:
     if isinstance(v, torch.Tensor):
         if v.dtype in (torch.float32, torch.float16, torch.bfloat16):
             return v.detach().double().requires_grad_(v.requires_grad)
@@ -292,7 +296,11 @@ def _as64(v):
     return v
 
 
-def _arbitrate(fl_vals, cpu_vals, ref_vals) -> bool:
+def _arbitrate(
+    fl_vals: Sequence[torch.Tensor | None],
+    cpu_vals: Sequence[torch.Tensor | None],
+    ref_vals: Sequence[torch.Tensor | None],
+) -> bool:
     """fp32 results of two correct implementations can differ past a fixed
     tolerance where the op is ill-conditioned (a layer norm over one element:
     1/sqrt(eps) amplifies rounding). Then float64 decides: the device passes
@@ -344,7 +352,9 @@ def _real_pairs(t: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(t.resolve_conj().resolve_neg()) if t.is_complex() else t
 
 
-def _loss_grads(out, leaves, sign_free: bool | set[int] = False):
+def _loss_grads(
+    out: Any, leaves: list[torch.Tensor], sign_free: bool | set[int] = False
+) -> list[torch.Tensor | None] | None:
     """Gradients of a fixed random projection of the outputs. `sign_free`: True, or the indices of the
     outputs whose magnitudes the loss sees instead (outputs defined up to sign)."""
     items = list(out) if isinstance(out, (list, tuple)) else [out]
@@ -363,7 +373,7 @@ def _loss_grads(out, leaves, sign_free: bool | set[int] = False):
     return [g for g in grads]
 
 
-def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int = 4) -> OpResult:
+def run_one(info: OpInfo, backend: str, dtype: torch.dtype = torch.float32, samples: int = 4) -> OpResult:
     name = _name(info)
     t0 = time.perf_counter()
     try:
@@ -377,7 +387,7 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
     paths: dict[str, int] = {}
     fallback_ops: set[str] = set()
 
-    def listen(e):
+    def listen(e: events.OpEvent) -> None:
         paths[e.path] = paths.get(e.path, 0) + 1
         if e.path == "fallback":
             fallback_ops.add(e.op)
@@ -475,6 +485,7 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
                         out64 = info.op(*args64, **kw64)
                         leaves64 = [t for t in tensors_in((args64, kw64)) if t.requires_grad]
                         g64 = _loss_grads(out64, leaves64, sign_free)
+                        assert g_fl is not None, "the values that differ are g_fl's gradients"
                         if g64 is not None and _arbitrate(g_fl, g_cpu, g64):
                             problem = None
                     except Exception:  # noqa: BLE001
@@ -498,7 +509,7 @@ def run_one(info, backend: str, dtype: torch.dtype = torch.float32, samples: int
 
 
 @contextlib.contextmanager
-def _settings_restored():
+def _settings_restored() -> Iterator[None]:
     """Everything a coverage run changes for the process -- the CPU fallback
     switch and the CPU random state it seeds per sample -- is put back however
     the run ends (an OpInfo import that fails included), so the caller's later
@@ -585,7 +596,7 @@ def coverage(
     return report
 
 
-def model_coverage(model: torch.nn.Module, inputs, backends: list[str] | None = None) -> dict[str, dict]:
+def model_coverage(model: torch.nn.Module, inputs: Any, backends: list[str] | None = None) -> dict[str, dict]:
     """Every aten op a model uses in forward and backward, per backend: the
     path each took, calls, kernel launches and time. The model is copied to
     each backend; `inputs` (a tensor or tuple) live on the CPU."""
@@ -648,7 +659,7 @@ class PathTable(Report):
     def to_dict(self) -> dict:
         return {"backend": self.backend, "dtypes": list(self.dtypes), "rows": self.rows, "counts": self.counts()}
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
 
     def render(self, text: str = "", path: str | None = None, limit: int = 40) -> str:
@@ -667,7 +678,7 @@ class PathTable(Report):
         return "\n".join(lines)
 
 
-def all_kernel_ops(backend=None) -> list[str]:
+def all_kernel_ops(backend: Backend | None = None) -> list[str]:
     """The ops a path table lists: every op the bundled host plugin or an emulator has a kernel for, and
     `backend`'s own. Not other real devices' plugins: whether this machine has an OpenCL driver (or a vendor's
     plugin) must not change the table of another backend."""

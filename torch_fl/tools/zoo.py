@@ -30,9 +30,9 @@ import copy
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -41,6 +41,9 @@ from ..progress import Reporter
 from ..progress import start as start_progress
 from ..rendering import Report
 from .numerics import FLOOR, LIMIT, Float64Comparison, Float64Reference, record, scaled_error
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 SEED = 0
 NEW_TOKENS = 8
@@ -78,7 +81,7 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, layers=(3, 4, 6, 3), num_classes: int = 1000, width: int = 64):
+    def __init__(self, layers: Sequence[int] = (3, 4, 6, 3), num_classes: int = 1000, width: int = 64):
         super().__init__()
         self.inplanes = width
         self.conv1 = nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False)
@@ -188,7 +191,7 @@ def _seq2seq_inputs() -> dict:
     return {"input_ids": _tokens(), "decoder_input_ids": _tokens(6)}
 
 
-def _hf(class_name: str, config_name: str, **config) -> Callable[[], nn.Module]:
+def _hf(class_name: str, config_name: str, **config: Any) -> Callable[[], nn.Module]:
     def build() -> nn.Module:
         import transformers
 
@@ -200,7 +203,7 @@ def _hf(class_name: str, config_name: str, **config) -> Callable[[], nn.Module]:
     return build
 
 
-def _no_randomness(cfg) -> None:
+def _no_randomness(cfg: PretrainedConfig) -> None:
     """Dropout (`*dropout*`, GPT-2's `*_pdrop`), layer drop, drop path and SpecAugment masking off:
     two devices' random streams never match, and the comparison is about arithmetic (sub-configs
     too)."""
@@ -211,7 +214,13 @@ def _no_randomness(cfg) -> None:
             _no_randomness(value)
 
 
-def _add(name: str, family: str, build: Callable, inputs: Callable = _text_inputs, causal_lm: bool = False):
+def _add(
+    name: str,
+    family: str,
+    build: Callable[[], nn.Module],
+    inputs: Callable[[], dict] = _text_inputs,
+    causal_lm: bool = False,
+) -> None:
     """A family that starts "(tied" declares shared parameters (tests/tools/test_zoo.py checks the claim)."""
     MODELS[name] = ZooModel(name, family, build, inputs, causal_lm, tied="(tied" in family)
 
@@ -584,7 +593,7 @@ class ZooResult:
     seconds: float = 0.0
 
 
-def _main_output(out) -> torch.Tensor:
+def _main_output(out: Any) -> torch.Tensor:
     if isinstance(out, torch.Tensor):
         return out
     for key in ("logits", "logits_per_image", "last_hidden_state"):
@@ -594,7 +603,7 @@ def _main_output(out) -> torch.Tensor:
     return next(v for v in (out.to_tuple() if hasattr(out, "to_tuple") else out) if isinstance(v, torch.Tensor))
 
 
-def _inputs_on(inputs: dict, device, dtype: torch.dtype) -> dict:
+def _inputs_on(inputs: dict, device: torch.device | str, dtype: torch.dtype) -> dict:
     return {k: v.to(device, dtype) if v.is_floating_point() else v.to(device) for k, v in inputs.items()}
 
 
@@ -623,7 +632,7 @@ class _Case:
         self.names = [n for n, p in self.base.named_parameters() if p.requires_grad]
         self.models: dict[str, nn.Module] = {}
 
-    def fresh(self, device, dtype: torch.dtype) -> nn.Module:
+    def fresh(self, device: torch.device | str, dtype: torch.dtype) -> nn.Module:
         m = copy.deepcopy(self.base).to(dtype)
         if dtype == torch.float64 and hasattr(m, "set_experts_implementation"):
             # mixture-of-experts layers default to torch._grouped_mm, which has no float64 kernel;
@@ -634,7 +643,7 @@ class _Case:
             m = m.to(device)  # the user's path: Module.to
         return m
 
-    def forward_backward(self, device, dtype: torch.dtype) -> dict:
+    def forward_backward(self, device: torch.device | str, dtype: torch.dtype) -> dict:
         m = self.fresh(device, dtype)
         out = _main_output(m(**_inputs_on(self.inputs, device, dtype)))
         weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(SEED + 3))
@@ -690,7 +699,7 @@ def _baseline(name: str) -> _Baseline:
     return _BASELINES[name]
 
 
-def _generate(case: _Case, device) -> torch.Tensor:
+def _generate(case: _Case, device: torch.device | str) -> torch.Tensor:
     ids = case.inputs["input_ids"][:, :4]
     with torch.no_grad():
         model = case.fresh(device, torch.float32).eval()
@@ -770,7 +779,7 @@ class ZooReport(Report):
     results: list[ZooResult]
     backends: list[str]
 
-    def to_json(self, **kw) -> str:
+    def to_json(self, **kw: Any) -> str:
         return json.dumps({"backends": self.backends, "results": [asdict(r) for r in self.results]}, **kw)
 
     def render(self) -> str:

@@ -8,13 +8,18 @@ non-contiguous copies of its tensors (same values, strided storage)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from ...dispatch import facts, tensor_map
-from ...runtime import NOT_HANDLED, base_ptr, fl_to_cpu, is_fl, output_layouts, run_native, span
-from .samples import snapshot
+from ...dispatch import OpFacts, facts, tensor_map
+from ...runtime import NOT_HANDLED, Device, base_ptr, fl_to_cpu, is_fl, output_layouts, run_native, span
+from .samples import Call, snapshot
+
+if TYPE_CHECKING:
+    from .guarded import GuardedMemory
 
 TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # ops whose own contract limits precision: fused attention's logsumexp is float32 for every input
@@ -40,7 +45,7 @@ TIED_INDICES = {
 }
 
 
-def _tie_free_indices(f, vals, results, expects) -> bool:
+def _tie_free_indices(f: OpFacts, vals: Sequence[Any], results: Sequence[Any], expects: Sequence[Any]) -> bool:
     """Whether this call's index output may break ties its own way (TIED_INDICES; sort.stable with
     stable=True promises PyTorch's order and is compared exactly)."""
     if f.name not in TIED_INDICES or len(results) < 2 or len(expects) < 2:
@@ -50,7 +55,13 @@ def _tie_free_indices(f, vals, results, expects) -> bool:
 
 
 def _check_indices(
-    f, vals, values: torch.Tensor, indices: torch.Tensor, expected: torch.Tensor, what: str, out: Outcome
+    f: OpFacts,
+    vals: Sequence[Any],
+    values: torch.Tensor,
+    indices: torch.Tensor,
+    expected: torch.Tensor,
+    what: str,
+    out: Outcome,
 ) -> None:
     """The kernel's indices (output 1) must be in range and pick its values (output 0) out of the input
     along dim; its values were compared with PyTorch's already."""
@@ -76,13 +87,14 @@ def _check_indices(
         )
 
 
-def to_device(dev, t: torch.Tensor, guard=None) -> torch.Tensor:
+def to_device(dev: Device, t: torch.Tensor, guard: GuardedMemory | None = None) -> torch.Tensor:
     """t on the device with its sizes, strides and storage offset (the storage span is copied); with
     guard (a guarded.GuardedMemory), in a block with canary zones around the span."""
     lo, hi = span(t)
     item = t.element_size()
+    # casts: a real tensor's storage offset is an int (a SymInt only while tracing, which the checker never does)
     if guard is not None:
-        out = guard.empty(dev, t.shape, t.stride(), t.storage_offset(), t.dtype)
+        out = guard.empty(dev, t.shape, t.stride(), cast(int, t.storage_offset()), t.dtype)
     else:
         buf = torch.empty(max(hi, lo, 1) * item, dtype=torch.uint8, device=dev.torch_device)
         out = torch.empty(0, dtype=t.dtype, device=dev.torch_device)
@@ -90,7 +102,7 @@ def to_device(dev, t: torch.Tensor, guard=None) -> torch.Tensor:
     if hi > lo and t.numel():
         host = torch.as_strided(t, (hi - lo,), (1,), lo).contiguous()
         start = out.data_ptr() - out.storage_offset() * item + (out.storage_offset() - t.storage_offset() + lo) * item
-        dev.copy_h2d(start, host.data_ptr(), (hi - lo) * item)
+        dev.copy_h2d(cast(int, start), host.data_ptr(), (hi - lo) * item)
     return out
 
 
@@ -165,7 +177,7 @@ def _compare(actual: torch.Tensor, expected: torch.Tensor, what: str, out: Outco
         out.failures.append(f"{what}: max error {err:.2e} of scale {scale:.3g} (tolerance {tol:g})")
 
 
-def _check_random(name: str, results, expected_shapes, out: Outcome) -> None:
+def _check_random(name: str, results: Sequence[Any], expected_shapes: Sequence[Any], out: Outcome) -> None:
     """Seeded random ops: PyTorch's values are not the plugin's; check what must hold."""
     for i, (r, e) in enumerate(zip(results, expected_shapes, strict=False)):
         if not isinstance(e, torch.Tensor):
@@ -178,7 +190,11 @@ def _check_random(name: str, results, expected_shapes, out: Outcome) -> None:
             out.failures.append(f"{name} output {i}: non-finite random values")
 
 
-def run_calls(dev, kernel, calls, variants: bool = True, guard=None) -> Outcome:
+# kernel: the plugin's kernel-table entry for the op (runtime.plugin.KernelEntry, which torch_fl.runtime does
+# not export), handed to run_native as it is
+def run_calls(
+    dev: Device, kernel: Any, calls: Iterable[Call], variants: bool = True, guard: GuardedMemory | None = None
+) -> Outcome:
     """Runs the kernel on each recorded call (and a non-contiguous variant) and compares with
     PyTorch CPU. With `guard` (a guarded.GuardedMemory), a write outside any tensor's span is
     a failure naming the tensor and how many bytes it went past."""
@@ -249,7 +265,7 @@ def run_calls(dev, kernel, calls, variants: bool = True, guard=None) -> Outcome:
     return out
 
 
-def _guarded_outputs(f, dev, vals, guard):
+def _guarded_outputs(f: OpFacts, dev: Device, vals: list[Any], guard: GuardedMemory | None) -> list[Any] | None:
     """The outputs the kernel writes, allocated guarded (None: let the native path allocate them)."""
     if guard is None:
         return None
@@ -268,7 +284,9 @@ def _guarded_outputs(f, dev, vals, guard):
     return outs
 
 
-def _guard_failures(guard, dev_args, dev_kw, results, what: str) -> list[str]:
+def _guard_failures(
+    guard: GuardedMemory, dev_args: Iterable[Any], dev_kw: dict[str, Any], results: Iterable[Any], what: str
+) -> list[str]:
     """One message per tensor the kernel wrote outside of (inputs, keyword tensors, outputs)."""
     named = [(f"input {i}", t) for i, t in enumerate(_flat(dev_args)) if is_fl(t)]
     named += [(f"argument {k}", t) for k, v in dev_kw.items() for t in _flat([v]) if is_fl(t)]
@@ -305,7 +323,7 @@ def _references() -> dict:
 _REFERENCES = _references()
 
 
-def _flat(v):
+def _flat(v: Iterable[Any]) -> Iterator[Any]:
     for x in v:
         if isinstance(x, (list, tuple)):
             yield from _flat(x)
@@ -313,6 +331,6 @@ def _flat(v):
             yield x
 
 
-def _shape_of(args) -> str:
+def _shape_of(args: Iterable[Any]) -> str:
     shapes = [tuple(a.shape) for a in _flat(args) if isinstance(a, torch.Tensor)]
     return "inputs " + ", ".join(str(s) for s in shapes[:3]) + ("..." if len(shapes) > 3 else "")

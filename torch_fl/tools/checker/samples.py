@@ -16,9 +16,14 @@ from __future__ import annotations
 import re
 import warnings
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+if TYPE_CHECKING:
+    from torch.testing._internal.opinfo.core import OpInfo
 
 GENERIC = {
     "native",
@@ -121,6 +126,9 @@ HINTS = {
 
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
+# one recorded call: the overload, its positional arguments and its keyword arguments
+Call = tuple[torch._ops.OpOverload, tuple[Any, ...], dict[str, Any]]
+
 
 def _words(name: str) -> set[str]:
     return {w for w in re.split(r"[._:]+", name.lower()) if w and w not in GENERIC}
@@ -131,7 +139,7 @@ def base_name(op: str) -> str:
     return op.split("::", 1)[-1].split(".", 1)[0]
 
 
-def candidate_opinfos(op: str, op_db, exact: bool = True) -> list:
+def candidate_opinfos(op: str, op_db: Iterable[OpInfo], exact: bool = True) -> list[OpInfo]:
     base = base_name(op)
     stem = base.rstrip("_")
     wanted = set(HINTS.get(stem, [])) | set(HINTS.get(base, []))
@@ -157,7 +165,7 @@ def snapshot(t: torch.Tensor) -> torch.Tensor:
     return copy.requires_grad_(False)
 
 
-def _snap(v):
+def _snap(v: Any) -> Any:
     if isinstance(v, torch.Tensor):
         return snapshot(v.detach())
     if isinstance(v, (list, tuple)):
@@ -168,13 +176,15 @@ def _snap(v):
 class Recorder(TorchDispatchMode):
     """Captures calls of the target overloads (at most `limit` per overload and dtype)."""
 
-    def __init__(self, targets: set[str], limit: int):
+    def __init__(self, targets: set[str], limit: int) -> None:
         super().__init__()
         self.targets = targets
         self.limit = limit
         self.calls: dict[str, dict[torch.dtype | None, list]] = defaultdict(lambda: defaultdict(list))
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: torch._ops.OpOverload, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         name = func.name()
         if "::" not in name:
@@ -189,7 +199,7 @@ class Recorder(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def _tensors(args, kwargs):
+def _tensors(args: Iterable[Any], kwargs: dict[str, Any]) -> Iterator[torch.Tensor]:
     for v in list(args) + list(kwargs.values()):
         if isinstance(v, torch.Tensor):
             yield v
@@ -197,14 +207,14 @@ def _tensors(args, kwargs):
             yield from (x for x in v if isinstance(x, torch.Tensor))
 
 
-def _op_db():
+def _op_db() -> list[OpInfo]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torch.testing._internal.common_methods_invocations import op_db
     return op_db
 
 
-def _run_opinfo(rec: Recorder, info, dtypes, samples_per_opinfo: int) -> None:
+def _run_opinfo(rec: Recorder, info: OpInfo, dtypes: Iterable[torch.dtype], samples_per_opinfo: int) -> None:
     for dtype in sorted(dtypes, key=str):
         try:
             if dtype not in info.supported_dtypes("cpu"):
@@ -239,7 +249,9 @@ def _run_opinfo(rec: Recorder, info, dtypes, samples_per_opinfo: int) -> None:
                 continue
 
 
-def record(targets: dict[str, list[torch.dtype]], limit: int = 4, samples_per_opinfo: int = 5):
+def record(
+    targets: dict[str, list[torch.dtype]], limit: int = 4, samples_per_opinfo: int = 5
+) -> dict[str, dict[torch.dtype | None, list[Call]]]:
     """For each target overload, captured CPU calls per dtype it declares.
 
     Two passes: OpInfos named like the overload (or hinted) first; OpInfos
@@ -277,7 +289,7 @@ def record(targets: dict[str, list[torch.dtype]], limit: int = 4, samples_per_op
 # -- calls for overloads no OpInfo reaches ---------------------------------------
 
 
-def _overload(op: str):
+def _overload(op: str) -> torch._ops.OpOverload | None:
     ns, rest = op.split("::", 1)
     name, _, overload = rest.partition(".")
     packet = getattr(getattr(torch.ops, ns), name, None)
@@ -326,14 +338,14 @@ def _derive(op: str, calls: dict) -> dict:
     return out
 
 
-def _sdpa_samples(dtype):
+def _sdpa_samples(dtype: torch.dtype) -> list[Call]:
     gen = torch.Generator().manual_seed(0)
 
-    def r(*shape):
+    def r(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, dtype=torch.float32).to(dtype)
 
     fwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
-    calls = []
+    calls: list[Call] = []
     for (b, h, lq, lk, e, ev), causal in (
         ((2, 3, 5, 7, 8, 4), False),
         ((1, 2, 6, 6, 16, 16), True),
@@ -347,7 +359,7 @@ def _sdpa_samples(dtype):
     return calls
 
 
-def _sdpa_backward_samples(dtype):
+def _sdpa_backward_samples(dtype: torch.dtype) -> list[Call]:
     fwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
     bwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward.default
     from ...dispatch import sdpa_forward
@@ -385,12 +397,12 @@ def _sdpa_backward_samples(dtype):
     return calls
 
 
-def _conv_bn_relu_samples(dtype):
+def _conv_bn_relu_samples(dtype: torch.dtype) -> list[Call]:
     from ... import fused  # noqa: F401  (defines fl::conv_bn_relu)
 
     gen = torch.Generator().manual_seed(0)
     op = torch.ops.fl.conv_bn_relu.default
-    calls = []
+    calls: list[Call] = []
     for n, c, o, hw, k, stride, pad, groups, bias in (
         (2, 3, 8, 9, 3, 1, 1, 1, True),
         (1, 4, 4, 7, 3, 2, 0, 2, False),
@@ -405,12 +417,15 @@ def _conv_bn_relu_samples(dtype):
     return calls
 
 
-def _simple(op: str, make):
-    func = _overload(op)
+def _simple(
+    op: str, make: Callable[[torch.Tensor, torch.dtype], tuple[Any, ...] | None]
+) -> Callable[[torch.dtype], list[Call]]:
+    # every op given here is a CUSTOM_SIMPLE name: an aten overload each supported PyTorch defines
+    func = cast(torch._ops.OpOverload, _overload(op))
 
-    def samples(dtype):
+    def samples(dtype: torch.dtype) -> list[Call]:
         gen = torch.Generator().manual_seed(1)
-        out = []
+        out: list[Call] = []
         for shape in ((5, 7), (3, 0, 2), ()):
             if dtype.is_floating_point:
                 x = torch.randn(shape, generator=gen).to(dtype)
@@ -426,7 +441,7 @@ def _simple(op: str, make):
     return samples
 
 
-def _fill_value(dtype):
+def _fill_value(dtype: torch.dtype) -> bool | int | float:
     return True if dtype == torch.bool else (2.5 if dtype.is_floating_point else 3)
 
 
