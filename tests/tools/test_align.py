@@ -165,3 +165,21 @@ def test_conv_bn_aligns_ok_and_a_one_percent_error_is_still_caught():
     assert [m.verdict for m in bad.modes[0].forward[:6]] == ["ok"] * 6
     assert bad.modes[0].first_divergent_param == "0.weight"  # its gradient passes back through the bad layer
     assert bad.training.verdict == "suspect" and bad.training.vs_native > 1000
+
+
+class _NoTensorOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+
+    def forward(self, x):
+        self.lin(x)
+        return {"note": "no tensor here"}
+
+
+def test_a_model_whose_output_holds_no_tensor_gets_a_clear_error():
+    fl.set_backend("rocm")
+    with pytest.raises(TypeError, match="returned dict with no tensor in it"):
+        fl.align(_NoTensorOut(), torch.randn(3, 4), steps=1)
+    a = fl.align(_mlp(), torch.randn(6, 8), torch.randn(6, 4), steps=1)  # the process stays usable
+    assert a.verdict == "ok"

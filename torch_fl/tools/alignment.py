@@ -239,6 +239,17 @@ def _first_tensor(x: Any) -> torch.Tensor | None:
     return None
 
 
+def _output_tensor(output: Any) -> torch.Tensor:
+    """The model output's first tensor, which the default loss and the final comparison use."""
+    t = _first_tensor(output)
+    if t is None:
+        raise TypeError(
+            f"fl.align: the model returned {type(output).__name__} with no tensor in it; alignment compares the "
+            "model's output, so return a tensor (or a tuple, list or dict holding one)"
+        )
+    return t
+
+
 def _to(x: Any, device: torch.device | str, dtype: torch.dtype | None = None) -> Any:
     """x on device; with dtype, its floating-point tensors in that dtype (the float64 reference)."""
     if isinstance(x, torch.Tensor):
@@ -265,8 +276,7 @@ def _no_dropout(model: nn.Module) -> None:
 
 
 def _default_loss(output: Any, target: torch.Tensor | None) -> torch.Tensor:
-    # None where the output holds no tensor: then the first use below raises (no loss to take)
-    out: torch.Tensor = _first_tensor(output)  # type: ignore[assignment]
+    out = _output_tensor(output)
     if target is None:
         # a fixed random projection of the output: unlike mean(out ** 2), whose gradient vanishes
         # behind a final normalisation layer (and leaves only rounding noise to compare), it gives
@@ -322,8 +332,7 @@ def _run(
         for h in hooks:
             h.remove()
     grads = {n: p.grad.detach().to("cpu", torch.float64) for n, p in model.named_parameters() if p.grad is not None}
-    # None where the output holds no tensor (a loss_fn that read something else): then this raises
-    final = _first_tensor(output).detach().to("cpu", torch.float64)  # type: ignore[union-attr]
+    final = _output_tensor(output).detach().to("cpu", torch.float64)
     return outs, order, grads, final, float(loss.detach().to("cpu"))
 
 
