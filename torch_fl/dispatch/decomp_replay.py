@@ -1,0 +1,216 @@
+"""Decomposition plans: a call the dispatcher serves by a decomposition, recorded once per signature as a
+kernel graph the C++ core replays for later calls of that signature (csrc/fl_decomp_plans.cpp).
+
+Why: on narrow chips (minimal, ascend) addmm, gelu, log_softmax, nll_loss and their backwards are
+decompositions, a few cheap kernels behind 200-300 us of Python each (torch._refs and the dispatcher): a small
+training step spends most of its time there. Replayed, such a call costs its kernels and a few copies.
+
+How: the first call of a signature runs its decomposition on private copies of its tensors while a kernel graph
+records (runtime.graph). Where the recording is replayable (only kernels, on one device: no host transfer, CPU
+fallback or random numbers), the graph, its static buffers (the copies, every intermediate, the results) and
+what the dispatcher counted are handed to the C++ core under the call's fast-path key. A later call with that
+key copies its tensors into the static inputs, replays the kernels and copies the results out, counting what
+Python counted. This call gets copies of the results: the static outputs belong to the plan.
+
+What the key does not fix is never committed: a float (the key holds no float value, and a decomposition may
+bake one into its work: leaky_relu's slope, addmm's beta), a number given as a 0-dim CPU tensor, a tensor list,
+an op that draws random numbers, or a call whose tensors are not dense; nor a call whose buffers exceed
+MAX_BYTES (a big model must not pin memory per signature)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ..runtime import NOT_HANDLED, KernelGraph, abi, core, events, is_dense, is_fl, new_tensor, recording
+from . import jit_replay
+
+MAX_BYTES = 1 << 20  # the most the static buffers of one plan may hold
+_SEEN: set = set()  # signatures served once: the second call records (see first_call)
+_SEEN_MAX = 16384
+
+
+def _plain(t: torch.Tensor, dev) -> bool:
+    """An fl tensor the plan can copy as numel * itemsize bytes from its data pointer, with no flags to carry."""
+    return (
+        is_fl(t)
+        and t.device == dev.torch_device
+        and is_dense(t)
+        and not t.is_conj()
+        and not t.is_neg()
+        and t.dim() <= abi.MAX_DIMS
+    )
+
+
+def _keyed(v, dev) -> bool:
+    """A value the C++ key fixes: a dense fl tensor, or a value the key holds (ints, bools, int lists, strings,
+    dtypes, None). Not a float, a complex, a 0-dim CPU tensor (all patched or ignored by the key) or a list of
+    tensors."""
+    if isinstance(v, torch.Tensor):
+        return _plain(v, dev)
+    if isinstance(v, (list, tuple)):
+        return all(type(x) in (int, bool) for x in v)
+    return v is None or type(v) in (int, bool, str, torch.dtype)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _copy_bytes(dev, dst: torch.Tensor, src: torch.Tensor) -> None:
+    """src's bytes into dst (same dense layout), with the plugin's device copy, outside any recording."""
+    n = _nbytes(src)
+    if n:
+        stream = dev.stream()
+        dev.plugin.copy_d2d(dev.local, dst.data_ptr(), src.data_ptr(), n, stream)
+        if stream != core.ffi.NULL and not dev.props.async_kernels:
+            dev.plugin.stream_synchronize(dev.local, stream)
+
+
+def first_call(
+    f, ff, dev, vals: list, ins: Sequence[int], outs_at: Sequence[int] | None, run: Callable[[list], Any]
+) -> Any:
+    """Serve a call of f (its functional op ff on vals[ins]; outs_at: where an out= call's outputs are) by
+    running run (ff's plan) on copies of its tensors while a kernel graph records, and commit the recording
+    as f's decomposition plan for the call's signature when it is replayable. Returns ff's result (tensors no
+    plan holds), or NOT_HANDLED when the call is not one a plan could serve: the caller serves it as usual."""
+    name = f.func.name()
+    if (
+        not _second(f, vals)
+        or events.STATE.recording is not None
+        or events.STATE.listeners
+        or jit_replay.CAPTURE.calls is not None
+        or torch.Tag.nondeterministic_seeded in ff.func.tags
+        or not all(_keyed(v, dev) for v in vals)
+        or sum(_nbytes(v) for v in vals if isinstance(v, torch.Tensor)) > MAX_BYTES
+        or not core.lib().fl_core_fast_can_commit(name.encode())
+    ):
+        return NOT_HANDLED
+    fvals = [vals[i] for i in ins]
+    clones: list[torch.Tensor] = []
+    cvals: list = []
+    for v in fvals:
+        if isinstance(v, torch.Tensor):
+            c = new_tensor(dev, v.shape, v.dtype, v.stride())
+            _copy_bytes(dev, c, v)
+            clones.append(c)
+            cvals.append(c)
+        else:
+            cvals.append(v)
+    with recording() as rec:
+        result = run(cvals)
+    results = (result,) if ff.n_returns == 1 else tuple(result)
+    keep = _buffers(rec, clones, results, dev)
+    outs = [vals[i] for i in outs_at] if outs_at is not None else None
+    if keep is None or (outs is not None and not _fits(outs, results)):
+        return result
+    nbytes = sum(s.nbytes() for s in keep)
+    if nbytes > MAX_BYTES:
+        return result
+    sources = [i for i, v in zip(ins, fvals, strict=True) if isinstance(v, torch.Tensor)]
+    graph = KernelGraph(
+        rec,
+        [(c.data_ptr(), _nbytes(c)) for c in clones],
+        [(r.data_ptr(), _nbytes(r)) for r in results],
+        counted=False,
+    )
+    fresh = [new_tensor(dev, r.shape, r.dtype, r.stride()) for r in results]
+    graph.replay(None, [t.data_ptr() for t in fresh], run_kernels=False)  # this call's results: copies
+    if outs_at is None:
+        output_src = [-1] * len(results)
+        returns = [-1 - k for k in range(len(results))]
+    else:
+        output_src = list(outs_at)
+        returns = list(outs_at) if f.n_returns else []
+    _commit(name, dev, graph, sources, output_src, results, returns, rec.counted, keep, nbytes)
+    return fresh[0] if ff.n_returns == 1 else tuple(fresh)
+
+
+def _second(f, vals: list) -> bool:
+    """Whether a call of this signature was served before: only the second call records. The first call of a
+    signature is when the plans of its sub-ops settle (a first run may teach a sub-op a better path:
+    dispatch.plan's _learn), and a plan replays the kernels and counts of the call it recorded."""
+    key = (f.func, *((tuple(v.shape), v.stride(), v.dtype) if isinstance(v, torch.Tensor) else v for v in vals))
+    try:
+        if key in _SEEN:
+            return True
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()
+        _SEEN.add(key)
+    except TypeError:  # an unhashable value (a list): a call no plan would take anyway
+        pass
+    return False
+
+
+def _buffers(rec, clones: list, results: tuple, dev) -> list | None:
+    """The storages a plan of this recording keeps (the recorder's, the copies, the results), or None when it
+    cannot be replayed: a reason, no kernel, another device, or results the core cannot copy out (not plain
+    fl tensors, sharing memory with an input copy or with each other)."""
+    if rec.reason is not None or not rec.steps or rec.device is not dev:
+        return None
+    taken = {c.untyped_storage().data_ptr() for c in clones}
+    for r in results:
+        if not isinstance(r, torch.Tensor) or not _plain(r, dev) or r.numel() == 0:
+            return None
+        base = r.untyped_storage().data_ptr()
+        if base in taken:
+            return None
+        taken.add(base)
+    seen: dict[int, Any] = {}
+    for s in [x for x in rec.keep if isinstance(x, torch.UntypedStorage)] + [
+        t.untyped_storage() for t in (*clones, *results)
+    ]:
+        seen.setdefault(s.data_ptr(), s)
+    return list(seen.values())
+
+
+def _fits(outs: list, results: tuple) -> bool:
+    """Each out= tensor takes its result as a plain copy of bytes: one plain fl tensor per result, of its
+    shape, dtype and strides (what the dispatcher would then copy or adopt)."""
+    if len(outs) != len(results):
+        return False
+    return all(
+        isinstance(o, torch.Tensor)
+        and o.dtype == r.dtype
+        and o.shape == r.shape
+        and (o.stride() == r.stride() or o.numel() <= 1)
+        and o.untyped_storage().data_ptr() not in {x.untyped_storage().data_ptr() for x in outs if x is not o}
+        for o, r in zip(outs, results, strict=True)
+    )
+
+
+def _commit(name: str, dev, graph: KernelGraph, sources, output_src, results, returns, counted, keep, nbytes) -> None:
+    """Hand the plan to the C++ core (fl_core.h, fl_core_decomp_plan_t): it owns the graph from here on."""
+    new = core.ffi.new
+    layouts = [
+        {"data": core.ffi.NULL, "offset": 0, "dtype": 0, "ndim": r.dim(), "sizes": list(r.shape), "strides": r.stride()}
+        for r in results
+    ]
+    slots = [core.count_slot(dev.backend, op, path) for op, path in counted]
+    arrays = {
+        "name": new("char[]", name.encode()),
+        "inputs": new("int32_t[]", list(sources) or [0]),
+        "output_src": new("int32_t[]", output_src),
+        "output_layouts": new("fl_tensor_t[]", layouts),
+        "output_dtypes": new("int32_t[]", [core.scalar_type_code(r.dtype) for r in results]),
+        "returns": new("int32_t[]", returns or [0]),
+        "slots": new("int64_t[]", slots or [0]),
+        "keep": new("void *[]", [core.ffi.cast("void *", s._cdata) for s in keep]),
+    }
+    plan = new(
+        "fl_core_decomp_plan_t *",
+        {
+            **arrays,
+            "device": dev.index,
+            "graph": graph.release(),
+            "n_inputs": len(sources),
+            "n_outputs": len(results),
+            "n_returns": len(returns),
+            "n_slots": len(slots),
+            "n_keep": len(keep),
+            "nbytes": nbytes,
+        },
+    )
+    core.lib().fl_core_decomp_commit(plan)  # copies what plan points at; takes the graph, kept or not
