@@ -19,12 +19,25 @@ MAX_BYTES (a big model must not pin memory per signature)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from ..runtime import NOT_HANDLED, KernelGraph, abi, core, events, is_dense, is_fl, new_tensor, recording
+from ..runtime import (
+    DECOMPOSITION,
+    NATIVE,
+    NOT_HANDLED,
+    KernelGraph,
+    abi,
+    core,
+    events,
+    is_dense,
+    is_fl,
+    new_tensor,
+    recording,
+)
 from . import jit_replay
 
 MAX_BYTES = 1 << 20  # the most the static buffers of one plan may hold
@@ -72,10 +85,11 @@ def _copy_bytes(dev, dst: torch.Tensor, src: torch.Tensor) -> None:
 def first_call(
     f, ff, dev, vals: list, ins: Sequence[int], outs_at: Sequence[int] | None, run: Callable[[list], Any]
 ) -> Any:
-    """Serve a call of f (its functional op ff on vals[ins]; outs_at: where an out= call's outputs are) by
-    running run (ff's plan) on copies of its tensors while a kernel graph records, and commit the recording
-    as f's decomposition plan for the call's signature when it is replayable. Returns ff's result (tensors no
-    plan holds), or NOT_HANDLED when the call is not one a plan could serve: the caller serves it as usual."""
+    """Serve a call of f (its functional op ff on vals[ins]; outs_at: where an out= call's outputs are) with
+    run (ff's plan) as the dispatcher would, then run it again on copies of its tensors while a kernel graph
+    records, and commit the recording as f's decomposition plan for the call's signature when it is
+    replayable and took the tiers the call took. Returns ff's result, or NOT_HANDLED when the call is not one
+    a plan could serve: the caller serves it as usual."""
     name = f.func.name()
     if (
         not _second(f, vals)
@@ -89,6 +103,28 @@ def first_call(
     ):
         return NOT_HANDLED
     fvals = [vals[i] for i in ins]
+    counts = dev.backend.own_counts
+    core.drain_counts()
+    before = dict(counts)
+    result = run(fvals)  # this call, as it would be served without plans
+    core.drain_counts()
+    served = Counter({k: n - before.get(k, 0) for k, n in counts.items() if n != before.get(k, 0)})
+    if ff.n_returns == 1:
+        results: tuple = (result,)
+    elif ff.n_returns > 1 and isinstance(result, (tuple, list)):
+        results = tuple(result)
+    else:  # no returns: nothing a plan could hand back
+        return result
+    if all(_plain(r, dev) for r in results):
+        _record(f, dev, vals, ins, outs_at, run, served, results)
+    return result
+
+
+def _record(f, dev, vals: list, ins, outs_at, run, served: Counter, results: tuple) -> None:
+    """The recording run on copies of the call's tensors, committed when it took the tiers the call took
+    (served: what the call counted) and gave results of the same layouts. Its own counts are taken back: the
+    user made one call."""
+    fvals = [vals[i] for i in ins]
     clones: list[torch.Tensor] = []
     cvals: list = []
     for v in fvals:
@@ -99,33 +135,56 @@ def first_call(
             cvals.append(c)
         else:
             cvals.append(v)
-    with recording() as rec:
-        result = run(cvals)
-    results = (result,) if ff.n_returns == 1 else tuple(result)
-    keep = _buffers(rec, clones, results, dev)
+    try:
+        with recording() as rec:
+            rec.strict = True
+            recorded = run(cvals)
+    except NotImplementedError:  # a path the call took is closed to a recording (no host transfer)
+        return
+    finally:
+        for op, path in rec.counted:
+            events.uncount(dev.backend, op, path)
+    recorded = (recorded,) if len(results) == 1 else tuple(recorded)
+    if not _same_tiers(served, Counter(rec.counted)) or [_layout(r) for r in recorded] != [_layout(r) for r in results]:
+        return
+    keep = _buffers(rec, clones, recorded, dev)
     outs = [vals[i] for i in outs_at] if outs_at is not None else None
-    if keep is None or (outs is not None and not _fits(outs, results)):
-        return result
+    if keep is None or (outs is not None and not _fits(outs, recorded)):
+        return
     nbytes = sum(s.nbytes() for s in keep)
     if nbytes > MAX_BYTES:
-        return result
+        return
     sources = [i for i, v in zip(ins, fvals, strict=True) if isinstance(v, torch.Tensor)]
     graph = KernelGraph(
         rec,
         [(c.data_ptr(), _nbytes(c)) for c in clones],
-        [(r.data_ptr(), _nbytes(r)) for r in results],
+        [(r.data_ptr(), _nbytes(r)) for r in recorded],
         counted=False,
     )
-    fresh = [new_tensor(dev, r.shape, r.dtype, r.stride()) for r in results]
-    graph.replay(None, [t.data_ptr() for t in fresh], run_kernels=False)  # this call's results: copies
     if outs_at is None:
-        output_src = [-1] * len(results)
-        returns = [-1 - k for k in range(len(results))]
+        output_src = [-1] * len(recorded)
+        returns = [-1 - k for k in range(len(recorded))]
     else:
         output_src = list(outs_at)
         returns = list(outs_at) if f.n_returns else []
-    _commit(name, dev, graph, sources, output_src, results, returns, rec.counted, keep, nbytes)
-    return fresh[0] if ff.n_returns == 1 else tuple(fresh)
+    counted = [key for key, n in served.items() for _ in range(n)]
+    _commit(f.func.name(), dev, graph, sources, output_src, recorded, returns, counted, keep, nbytes)
+
+
+def _layout(t) -> tuple:
+    return (tuple(t.shape), t.stride(), t.dtype) if isinstance(t, torch.Tensor) else (type(t),)
+
+
+def _same_tiers(served: Counter, recorded: Counter) -> bool:
+    """The recording took the tiers the call took: the same ops served by the same paths, except that a
+    recording fills zero_ with fill_ (a kernel) where the call used the plugin's mem_set (the same zero bytes)."""
+    extra = recorded - served
+    fills = extra.pop(_FILL, 0)
+    return not extra and not (served - recorded) and fills <= recorded[_ZERO]
+
+
+_FILL = ("aten::fill_.Scalar", NATIVE)
+_ZERO = ("aten::zero_", DECOMPOSITION)
 
 
 def _second(f, vals: list) -> bool:

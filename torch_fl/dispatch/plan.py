@@ -513,6 +513,8 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
                     result = f.call_decomposition(plan.decomposition, vals)
                 except NotImplementedError as e:  # a sub-op had no path: say so for this op
                     failures.append(_decomposition_needs(f, plan, e))
+                    if events.STATE.recording is not None:
+                        events.STATE.recording.declined(f.name)
                     continue
                 finally:
                     active.discard(f.func)
@@ -544,6 +546,8 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
             else:
                 if TLS.device_only:  # inside a decomposition that must stay on the device
                     failures.append("the CPU fallback is not used inside a device-only decomposition")
+                    if events.STATE.recording is not None:
+                        events.STATE.recording.declined(f.name)
                     continue
                 result = run_fallback(f, dev, vals)
             if result is NOT_HANDLED:

@@ -55,10 +55,18 @@ class Recorder:
         self.keep: list = []  # storages and kernel entries the recorded calls need alive
         self.reason: str | None = None
         self.counted: list[tuple[str, str]] = []  # (op, path) of each call the dispatcher counted, in order
+        # a path that declines a call refuses the recording: what an unrecorded call would do may differ (a
+        # recording takes no memory copy or fill, so a device-only decomposition can fail where it would not)
+        self.strict = False
         self.device: Device | None = None
         self._host: str | None = None  # a host transfer not yet tied to an op
         self._thread = threading.get_ident()
         self._seen: set[int] = set()
+
+    def declined(self, name: str) -> None:
+        """A path of op `name` declined its call (the dispatcher tried the next one)."""
+        if self.strict:
+            self.refuse(f"a path of {name} declined its call during the recording")
 
     def refuse(self, reason: str) -> None:
         """The recorded work cannot be replayed; the first reason is the one reported."""
