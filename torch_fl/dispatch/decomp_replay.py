@@ -57,10 +57,12 @@ def _plain(t: torch.Tensor, dev) -> bool:
     )
 
 
-def _keyed(v, dev) -> bool:
+def _keyed(v, dev, tensor_arg: bool) -> bool:
     """A value the C++ key fixes: a dense fl tensor, or a value the key holds (ints, bools, int lists, strings,
-    dtypes, None). Not a float, a complex, a 0-dim CPU tensor (all patched or ignored by the key) or a list of
-    tensors."""
+    dtypes, None). Not a float, a complex, a number standing for a tensor (a wrapped number: the key holds its
+    dtype only), a 0-dim CPU tensor or a list of tensors."""
+    if tensor_arg and not isinstance(v, torch.Tensor) and v is not None:
+        return False
     if isinstance(v, torch.Tensor):
         return _plain(v, dev)
     if isinstance(v, (list, tuple)):
@@ -97,7 +99,7 @@ def first_call(
         or events.STATE.listeners
         or jit_replay.CAPTURE.calls is not None
         or torch.Tag.nondeterministic_seeded in ff.func.tags
-        or not all(_keyed(v, dev) for v in vals)
+        or not all(_keyed(v, dev, t) for v, t in zip(vals, f.tensor_arg, strict=True))
         or sum(_nbytes(v) for v in vals if isinstance(v, torch.Tensor)) > MAX_BYTES
         or not core.lib().fl_core_fast_can_commit(name.encode())
     ):
