@@ -94,13 +94,13 @@ def first_call(
     a plan could serve: the caller serves it as usual."""
     name = f.func.name()
     if (
-        not _second(f, vals)
-        or events.STATE.recording is not None
+        events.STATE.recording is not None
         or events.STATE.listeners
         or jit_replay.CAPTURE.calls is not None
         or torch.Tag.nondeterministic_seeded in ff.func.tags
         or not all(_keyed(v, dev, t) for v, t in zip(vals, f.tensor_arg, strict=True))
         or sum(_nbytes(v) for v in vals if isinstance(v, torch.Tensor)) > MAX_BYTES
+        or not _second(f, vals)
         or not core.lib().fl_core_fast_can_commit(name.encode())
     ):
         return NOT_HANDLED
@@ -193,16 +193,22 @@ def _second(f, vals: list) -> bool:
     """Whether a call of this signature was served before: only the second call records. The first call of a
     signature is when the plans of its sub-ops settle (a first run may teach a sub-op a better path:
     dispatch.plan's _learn), and a plan replays the kernels and counts of the call it recorded."""
-    key = (f.func, *((tuple(v.shape), v.stride(), v.dtype) if isinstance(v, torch.Tensor) else v for v in vals))
+    key = (f.func, *(_sig(v) for v in vals))
     try:
         if key in _SEEN:
             return True
         if len(_SEEN) >= _SEEN_MAX:
             _SEEN.clear()
         _SEEN.add(key)
-    except TypeError:  # an unhashable value (a list): a call no plan would take anyway
+    except TypeError:  # an unhashable value: a call no plan would take anyway
         pass
     return False
+
+
+def _sig(v):
+    if isinstance(v, torch.Tensor):
+        return (tuple(v.shape), v.stride(), v.dtype)
+    return tuple(v) if isinstance(v, list) else v
 
 
 def _buffers(rec, clones: list, results: tuple, dev) -> list | None:
