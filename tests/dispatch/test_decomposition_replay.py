@@ -182,7 +182,7 @@ def test_switching_paths_or_the_fallback_forgets_the_plans_and_frees_them(minima
     clear_plans()
     assert plans() == 0 and core.lib().fl_core_decomp_bytes() == 0
     assert torch.fl.memory_allocated() == allocated  # the memory went back
-    for _ in range(2):
+    for _ in range(4):  # the dispatcher's plans were forgotten too: the signature is learnt again
         torch.nn.functional.gelu(x)
     assert plans() == 1
     with disabled_paths("native"):
@@ -191,7 +191,7 @@ def test_switching_paths_or_the_fallback_forgets_the_plans_and_frees_them(minima
             got = torch.nn.functional.gelu(x)
         assert same_bits(got, without_fast_path(torch.nn.functional.gelu, x))
     assert plans() == 0
-    for _ in range(2):
+    for _ in range(4):
         torch.nn.functional.gelu(x)
     assert plans() == 1
     fl.set_cpu_fallback(False)
@@ -238,7 +238,7 @@ def test_a_number_in_the_call_is_never_served_stale(minimal, name, first, second
     assert torch.allclose(second(fx).cpu(), second(x), atol=1e-5), name
 
 
-def test_big_calls_are_not_committed(minimal):
+def test_big_calls_are_not_committed(minimal, python_decompositions):
     x = torch.randn(512, 1024).to("fl")  # 2 MiB: over the bound on one plan's buffers
     assert x.numel() * 4 > decomp_replay.MAX_BYTES
     for _ in range(4):
@@ -249,3 +249,44 @@ def test_big_calls_are_not_committed(minimal):
     for _ in range(3):  # result, erf's and the products' intermediates) pass the bound: not committed either
         torch.nn.functional.gelu(mid)
     assert plans() == 0
+    for _ in range(2):  # and not recorded again: each call runs its decomposition once
+        ran = python_decompositions.count("aten::gelu")
+        torch.nn.functional.gelu(mid)
+        assert python_decompositions.count("aten::gelu") == ran + 1
+
+
+def test_a_plan_serves_only_the_stream_it_was_recorded_on(minimal):
+    x = torch.randn(4, 10).to("fl")
+    for _ in range(3):
+        torch.log_softmax(x, 1)
+    h = hits()
+    side = torch.Stream("fl")
+    with side:  # the plan's static buffers are used in the recording stream's order
+        got = torch.log_softmax(x, 1)
+    side.synchronize()
+    assert hits() == h
+    assert same_bits(got, without_fast_path(torch.log_softmax, x, 1))
+    for _ in range(2):  # the side stream's call recorded the signature again: back on the default stream, the
+        got = torch.log_softmax(x, 1)  # next call records once more, and the one after is served
+    assert hits() == h + 1
+    assert same_bits(got, without_fast_path(torch.log_softmax, x, 1))
+
+
+def test_calls_from_two_threads_are_right(minimal):
+    import threading
+
+    x = torch.randn(8, 32).to("fl")
+    want = without_fast_path(torch.nn.functional.gelu, x).cpu()
+    bad = []
+
+    def work():
+        for _ in range(50):
+            if not torch.equal(torch.nn.functional.gelu(x).cpu(), want):
+                bad.append(1)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad and plans() == 1

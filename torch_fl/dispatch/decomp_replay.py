@@ -41,8 +41,8 @@ from ..runtime import (
 from . import jit_replay
 
 MAX_BYTES = 1 << 20  # the most the static buffers of one plan may hold
-_SEEN: set = set()  # signatures served once: the second call records (see first_call)
-_SEEN_MAX = 16384
+_ONCE, _NEVER = 1, 2  # a signature served once (the next call records), or whose recording failed
+_SEEN_MAX = 4096  # signatures remembered per plan
 
 
 def _plain(t: torch.Tensor, dev) -> bool:
@@ -85,13 +85,21 @@ def _copy_bytes(dev, dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def first_call(
-    f, ff, dev, vals: list, ins: Sequence[int], outs_at: Sequence[int] | None, run: Callable[[list], Any]
+    f,
+    ff,
+    dev,
+    vals: list,
+    ins: Sequence[int],
+    outs_at: Sequence[int] | None,
+    run: Callable[[list], Any],
+    seen: dict,
 ) -> Any:
     """Serve a call of f (its functional op ff on vals[ins]; outs_at: where an out= call's outputs are) with
     run (ff's plan) as the dispatcher would, then run it again on copies of its tensors while a kernel graph
     records, and commit the recording as f's decomposition plan for the call's signature when it is
-    replayable and took the tiers the call took. Returns ff's result, or NOT_HANDLED when the call is not one
-    a plan could serve: the caller serves it as usual."""
+    replayable and took the tiers the call took. seen: the signatures ff's dispatcher plan has met (forgotten
+    with it, when a setting changes). Returns ff's result, or NOT_HANDLED when the call is not one a plan could
+    serve: the caller serves it as usual."""
     name = f.func.name()
     if (
         events.STATE.recording is not None
@@ -100,7 +108,7 @@ def first_call(
         or torch.Tag.nondeterministic_seeded in ff.func.tags
         or not all(_keyed(v, dev, t) for v, t in zip(vals, f.tensor_arg, strict=True))
         or sum(_nbytes(v) for v in vals if isinstance(v, torch.Tensor)) > MAX_BYTES
-        or not _second(f, vals)
+        or not _second(seen, f, vals)
         or not core.lib().fl_core_fast_can_commit(name.encode())
     ):
         return NOT_HANDLED
@@ -117,15 +125,15 @@ def first_call(
         results = tuple(result)
     else:  # no returns: nothing a plan could hand back
         return result
-    if all(_plain(r, dev) for r in results):
-        _record(f, dev, vals, ins, outs_at, run, served, results)
+    if not (all(_plain(r, dev) for r in results) and _record(f, dev, vals, ins, outs_at, run, served, results)):
+        _never(seen, f, vals)  # a signature whose recording failed is not recorded again (each try runs the call twice)
     return result
 
 
-def _record(f, dev, vals: list, ins, outs_at, run, served: Counter, results: tuple) -> None:
+def _record(f, dev, vals: list, ins, outs_at, run, served: Counter, results: tuple) -> bool:
     """The recording run on copies of the call's tensors, committed when it took the tiers the call took
     (served: what the call counted) and gave results of the same layouts. Its own counts are taken back: the
-    user made one call."""
+    user made one call. Returns whether the core kept the plan."""
     fvals = [vals[i] for i in ins]
     clones: list[torch.Tensor] = []
     cvals: list = []
@@ -142,20 +150,20 @@ def _record(f, dev, vals: list, ins, outs_at, run, served: Counter, results: tup
             rec.strict = True
             recorded = run(cvals)
     except NotImplementedError:  # a path the call took is closed to a recording (no host transfer)
-        return
+        return False
     finally:
         for op, path in rec.counted:
             events.uncount(dev.backend, op, path)
     recorded = (recorded,) if len(results) == 1 else tuple(recorded)
     if not _same_tiers(served, Counter(rec.counted)) or [_layout(r) for r in recorded] != [_layout(r) for r in results]:
-        return
+        return False
     keep = _buffers(rec, clones, recorded, dev)
     outs = [vals[i] for i in outs_at] if outs_at is not None else None
     if keep is None or (outs is not None and not _fits(outs, recorded)):
-        return
+        return False
     nbytes = sum(s.nbytes() for s in keep)
     if nbytes > MAX_BYTES:
-        return
+        return False
     sources = [i for i, v in zip(ins, fvals, strict=True) if isinstance(v, torch.Tensor)]
     graph = KernelGraph(
         rec,
@@ -170,7 +178,7 @@ def _record(f, dev, vals: list, ins, outs_at, run, served: Counter, results: tup
         output_src = list(outs_at)
         returns = list(outs_at) if f.n_returns else []
     counted = [key for key, n in served.items() for _ in range(n)]
-    _commit(f.func.name(), dev, graph, sources, output_src, recorded, returns, counted, keep, nbytes)
+    return _commit(f.func.name(), dev, graph, sources, output_src, recorded, returns, counted, keep, nbytes)
 
 
 def _layout(t) -> tuple:
@@ -189,20 +197,27 @@ _FILL = ("aten::fill_.Scalar", NATIVE)
 _ZERO = ("aten::zero_", DECOMPOSITION)
 
 
-def _second(f, vals: list) -> bool:
-    """Whether a call of this signature was served before: only the second call records. The first call of a
-    signature is when the plans of its sub-ops settle (a first run may teach a sub-op a better path:
-    dispatch.plan's _learn), and a plan replays the kernels and counts of the call it recorded."""
+def _second(seen: dict, f, vals: list) -> bool:
+    """Whether a call of this signature was served before and may be recorded: only the second call records.
+    The first call of a signature is when the plans of its sub-ops settle (a first run may teach a sub-op a
+    better path: dispatch.plan's _learn), and a plan replays the kernels and counts of the call it recorded."""
     key = (f.func, *(_sig(v) for v in vals))
     try:
-        if key in _SEEN:
-            return True
-        if len(_SEEN) >= _SEEN_MAX:
-            _SEEN.clear()
-        _SEEN.add(key)
+        state = seen.get(key)
+        if state is None:
+            if len(seen) >= _SEEN_MAX:
+                seen.clear()
+            seen[key] = _ONCE
     except TypeError:  # an unhashable value: a call no plan would take anyway
+        return False
+    return state == _ONCE
+
+
+def _never(seen: dict, f, vals: list) -> None:
+    try:
+        seen[(f.func, *(_sig(v) for v in vals))] = _NEVER
+    except TypeError:
         pass
-    return False
 
 
 def _sig(v):
@@ -248,7 +263,7 @@ def _fits(outs: list, results: tuple) -> bool:
     )
 
 
-def _commit(name: str, dev, graph: KernelGraph, sources, output_src, results, returns, counted, keep, nbytes) -> None:
+def _commit(name: str, dev, graph: KernelGraph, sources, output_src, results, returns, counted, keep, nbytes) -> bool:
     """Hand the plan to the C++ core (fl_core.h, fl_core_decomp_plan_t): it owns the graph from here on."""
     new = core.ffi.new
     layouts = [
@@ -280,4 +295,4 @@ def _commit(name: str, dev, graph: KernelGraph, sources, output_src, results, re
             "nbytes": nbytes,
         },
     )
-    core.lib().fl_core_decomp_commit(plan)  # copies what plan points at; takes the graph, kept or not
+    return bool(core.lib().fl_core_decomp_commit(plan))  # copies what plan points at; takes the graph, kept or not

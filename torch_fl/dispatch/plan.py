@@ -129,6 +129,7 @@ class Plan:
     failed: set = field(default_factory=set)  # paths found broken at run time (a JIT compile that failed)
     learn: bool = False  # see _learn: the first decomposition run says whether another path serves the op better
     reduces: bool | None = None  # whether a watched decomposition ever reduced to the JIT kernel (jit_replay)
+    seen: dict = field(default_factory=dict)  # signature -> whether it may be recorded again (decomp_replay)
 
     @property
     def first(self) -> str | None:
@@ -406,7 +407,7 @@ def compute(f: OpFacts, args, kwargs):
             native.commit(f, f.name, site, range(len(vals)), list(range(f.n_returns)), path=JIT)
         return result
     if not warned and not f.mutable and _decomp_replays(f, plan):
-        result = decomp_replay.first_call(f, f, dev, vals, range(len(vals)), None, _runner(f, dev, plan))
+        result = decomp_replay.first_call(f, f, dev, vals, range(len(vals)), None, _runner(f, dev, plan), plan.seen)
         if result is not NOT_HANDLED:
             return result
     if plan.first == FALLBACK and not warned and f.handler is compute and not TLS.device_only:
@@ -643,7 +644,7 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
         jit_site = None
     result = NOT_HANDLED
     if jit_site is None and fast and _decomp_replays(f, plan) and ff.func not in decomposing():
-        result = decomp_replay.first_call(f, ff, dev, vals, ins, outs_at, _runner(ff, dev, plan))
+        result = decomp_replay.first_call(f, ff, dev, vals, ins, outs_at, _runner(ff, dev, plan), plan.seen)
     if result is NOT_HANDLED:
         result = _run_plan(ff, dev, fvals, plan, None, jit_site)
     results = (result,) if ff.n_returns == 1 else tuple(result)

@@ -297,8 +297,9 @@ typedef struct {
     int64_t nbytes;                    /* the bytes of those buffers (fl_core_decomp_bytes) */
 } fl_core_decomp_plan_t;
 
-/* keeps the plan for the key of the call in flight: 1 if kept, 0 when another op is in flight, the call
- * cannot be keyed, or keeping it would pass the core's bound on the plans' memory */
+/* keeps the plan for the key of the call in flight, replacing one kept for that key: 1 if kept, 0 when another
+ * op is in flight, the call cannot be keyed or its buffers alone pass the bound on all plans' memory (256 MiB);
+ * a plan that would pass the bounds (that memory, 4096 plans) forgets the others first */
 FL_CORE_API int fl_core_decomp_commit(const fl_core_decomp_plan_t *plan);
 /* committed plans, and the bytes their buffers hold */
 FL_CORE_API int64_t fl_core_decomp_size(void);

@@ -51,7 +51,8 @@ struct DecompPlan {
   std::mutex busy;  // one replay at a time: the static buffers are the plan's
 };
 
-// Bounds on what the plans hold: past them, a new plan is not kept (Python serves its calls).
+// Bounds on what the plans hold: a plan that would pass them forgets the others first (as the native fast
+// path's cache does), so a working set that changes does not leave its new signatures in Python.
 constexpr size_t kPlansMax = 4096;
 constexpr int64_t kBytesMax = int64_t(256) << 20;
 
@@ -162,12 +163,22 @@ FL_API int fl_core_decomp_commit(const fl_core_decomp_plan_t* p) {
     auto* impl = static_cast<c10::StorageImpl*>(p->keep[i]);
     if (impl != nullptr) plan->keep.emplace_back(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
   }
+  if (plan->nbytes > kBytesMax) return 0;
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<DecompPlan>, KeyHash> gone;  // freed after the lock
+  std::shared_ptr<DecompPlan> replaced;
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_plans.size() >= kPlansMax || g_bytes + plan->nbytes > kBytesMax) return 0;
-  auto& slot = g_plans[*key];
-  if (slot) g_bytes -= slot->nbytes;
+  auto it = g_plans.find(*key);
+  if (it != g_plans.end()) {  // the signature recorded again (on another stream): the new plan replaces it
+    g_bytes -= it->second->nbytes;
+    replaced = std::move(it->second);
+    g_plans.erase(it);
+  }
+  if (g_plans.size() >= kPlansMax || g_bytes + plan->nbytes > kBytesMax) {
+    gone.swap(g_plans);
+    g_bytes = 0;
+  }
   g_bytes += plan->nbytes;
-  slot = std::move(plan);
+  g_plans.emplace(*key, std::move(plan));
   return 1;
 }
 
