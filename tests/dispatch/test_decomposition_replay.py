@@ -277,6 +277,10 @@ def test_calls_from_two_threads_are_right(minimal):
 
     x = torch.randn(8, 32).to("fl")
     want = without_fast_path(torch.nn.functional.gelu, x).cpu()
+    for _ in range(4):
+        torch.nn.functional.gelu(x)
+    assert plans() == 1
+    h = hits()
     bad = []
 
     def work():
@@ -289,4 +293,4 @@ def test_calls_from_two_threads_are_right(minimal):
         t.start()
     for t in threads:
         t.join()
-    assert not bad and plans() == 1
+    assert not bad and hits() > h  # a call that finds the plan busy in the other thread goes to Python

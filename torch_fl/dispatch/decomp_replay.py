@@ -5,12 +5,14 @@ Why: on narrow chips (minimal, ascend) addmm, gelu, log_softmax, nll_loss and th
 decompositions, a few cheap kernels behind 200-300 us of Python each (torch._refs and the dispatcher): a small
 training step spends most of its time there. Replayed, such a call costs its kernels and a few copies.
 
-How: the first call of a signature runs its decomposition on private copies of its tensors while a kernel graph
-records (runtime.graph). Where the recording is replayable (only kernels, on one device: no host transfer, CPU
-fallback or random numbers), the graph, its static buffers (the copies, every intermediate, the results) and
-what the dispatcher counted are handed to the C++ core under the call's fast-path key. A later call with that
-key copies its tensors into the static inputs, replays the kernels and copies the results out, counting what
-Python counted. This call gets copies of the results: the static outputs belong to the plan.
+How: the second call of a signature (the first is when its sub-ops' plans settle) is served as usual, then
+run again on private copies of its tensors while a kernel graph records (runtime.graph), its counts taken back.
+Where the recording is replayable (only kernels, on one device: no host transfer, CPU fallback or random
+numbers) and took the tiers the call took, the graph, its static buffers (the copies, every intermediate, the
+results) and what the call counted are handed to the C++ core under the call's fast-path key. A later call
+with that key copies its tensors into the static inputs, replays the kernels and copies the results out into
+fresh tensors or its out= tensors, counting what Python counted. A signature whose recording failed is not
+recorded again (until the dispatcher's plans are forgotten).
 
 What the key does not fix is never committed: a float (the key holds no float value, and a decomposition may
 bake one into its work: leaky_relu's slope, addmm's beta), a number given as a 0-dim CPU tensor, a tensor list,
@@ -149,7 +151,7 @@ def _record(f, dev, vals: list, ins, outs_at, run, served: Counter, results: tup
         with recording() as rec:
             rec.strict = True
             recorded = run(cvals)
-    except NotImplementedError:  # a path the call took is closed to a recording (no host transfer)
+    except (NotImplementedError, RuntimeError):  # the call was served: a failing second run means no plan
         return False
     finally:
         for op, path in rec.counted:
