@@ -147,15 +147,17 @@ def _record(f, dev, vals: list, ins, outs_at, run, served: Counter, results: tup
             cvals.append(c)
         else:
             cvals.append(v)
+    k0 = events.STATE.kernels
     try:
         with recording() as rec:
             rec.strict = True
             recorded = run(cvals)
     except (NotImplementedError, RuntimeError):  # the call was served: a failing second run means no plan
         return False
-    finally:
+    finally:  # the recording's counts and kernels are not the user's calls
         for op, path in rec.counted:
             events.uncount(dev.backend, op, path)
+        events.STATE.kernels = k0
     recorded = (recorded,) if len(results) == 1 else tuple(recorded)
     if not _same_tiers(served, Counter(rec.counted)) or [_layout(r) for r in recorded] != [_layout(r) for r in results]:
         return False

@@ -4,8 +4,9 @@
 // decides each op signature's plan once; when the plan was a native kernel called on the op's own arguments,
 // Python commits the call's marshalling here (fl_core_fast_commit) and later calls with the same signature run
 // from this cache: descriptors patched with the new data pointers and floats, fresh outputs allocated, the
-// plugin kernel called, no Python. Everything else goes to the Python dispatcher, which Python registers as the
-// fallback of the otherwise unused PrivateUse3 key (so no Python API is needed here).
+// plugin kernel called, no Python. A call served by a decomposition may be replayed from its recorded kernel
+// graph the same way (fl_decomp_plans.cpp). Everything else goes to the Python dispatcher, which Python registers
+// as the fallback of the otherwise unused PrivateUse3 key (so no Python API is needed here).
 #include <algorithm>
 #include <memory>
 
