@@ -205,8 +205,8 @@ def _second(seen: dict, f, vals: list) -> bool:
     """Whether a call of this signature was served before and may be recorded: only the second call records.
     The first call of a signature is when the plans of its sub-ops settle (a first run may teach a sub-op a
     better path: dispatch.plan's _learn), and a plan replays the kernels and counts of the call it recorded."""
-    key = (f.func, *(_sig(v) for v in vals))
     try:
+        key = _key(f, vals)
         state = seen.get(key)
         if state is None:
             if len(seen) >= _SEEN_MAX:
@@ -219,9 +219,13 @@ def _second(seen: dict, f, vals: list) -> bool:
 
 def _never(seen: dict, f, vals: list) -> None:
     try:
-        seen[(f.func, *(_sig(v) for v in vals))] = _NEVER
+        seen[_key(f, vals)] = _NEVER
     except TypeError:
         pass
+
+
+def _key(f, vals: list) -> tuple:
+    return (f.func, *(_sig(v) for v in vals))
 
 
 def _sig(v):
