@@ -204,7 +204,9 @@ def install() -> None:
     native.sync_fast_path()
     lib = core.lib()
     # native kernels, and the device copies and mem_set fills the CPU-fallback fast path makes
-    events.STATE.fast_kernels = lambda: lib.fl_core_fast_hits() + lib.fl_fallback_copies() + lib.fl_fallback_fills()
+    events.STATE.fast_kernels = lambda: (
+        lib.fl_core_fast_hits() + lib.fl_fallback_copies() + lib.fl_fallback_fills() + lib.fl_core_decomp_kernels()
+    )
     events.STATE.fast_bytes = lib.fl_fallback_bytes
     direct = set(DIRECT) | _own_decomposed_ops() | _generic_out_ops()
     GENERIC.update(_native_generic_ops() - direct)

@@ -36,12 +36,14 @@ def replays(plan) -> bool:
 
 def work() -> tuple:
     """What the device was asked to do so far, by every route: kernels Python called, bytes copied, and the
-    calls the C++ fast paths served (native and JIT plans, the CPU fallback's, its device copies)."""
+    calls the C++ fast paths served (native and JIT plans, decomposition plans, the CPU fallback's, its device
+    copies)."""
     lib = core.lib()
     return (
         events.STATE.kernels,
         events.STATE.bytes_copied,
         lib.fl_core_fast_hits(),
+        lib.fl_core_decomp_hits(),
         lib.fl_fallback_hits(),
         lib.fl_fallback_copies(),
     )

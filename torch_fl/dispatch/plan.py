@@ -54,7 +54,7 @@ from ..runtime import (
     output_layouts,
     run_native,
 )
-from . import jit_replay, layouts, outcheck, overlap, rng
+from . import decomp_replay, jit_replay, layouts, outcheck, overlap, rng
 from .decompositions import DECOMPOSITIONS, host_kernel
 from .facts import OpFacts, facts
 from .fallback import commit as commit_fallback
@@ -129,6 +129,7 @@ class Plan:
     failed: set = field(default_factory=set)  # paths found broken at run time (a JIT compile that failed)
     learn: bool = False  # see _learn: the first decomposition run says whether another path serves the op better
     reduces: bool | None = None  # whether a watched decomposition ever reduced to the JIT kernel (jit_replay)
+    seen: dict = field(default_factory=dict)  # signature -> whether it may be recorded again (decomp_replay)
 
     @property
     def first(self) -> str | None:
@@ -279,8 +280,8 @@ def _fallback_first(plan: Plan, why: str) -> None:
 
 
 def _native_calls() -> int:
-    core.drain_counts()  # the fast path's hits include JIT plans' (dispatch.jit_replay): not native calls
-    return events.STATE.native_calls + core.lib().fl_core_fast_hits() - core.FAST_SERVED.get(JIT, 0)
+    core.drain_counts()  # the C++ core's native calls: its fast path's and decomposition plans' (not JIT plans')
+    return events.STATE.native_calls + core.FAST_SERVED.get(NATIVE, 0)
 
 
 def _learn(f: OpFacts, plan: Plan, before: tuple) -> None:
@@ -405,6 +406,10 @@ def compute(f: OpFacts, args, kwargs):
         if site and jit_replay.replayable(site, plan.first == DECOMPOSITION):
             native.commit(f, f.name, site, range(len(vals)), list(range(f.n_returns)), path=JIT)
         return result
+    if not warned and not f.mutable and _decomp_replays(f, plan):
+        result = decomp_replay.first_call(f, f, dev, vals, range(len(vals)), None, _runner(f, dev, plan), plan.seen)
+        if result is not NOT_HANDLED:
+            return result
     if plan.first == FALLBACK and not warned and f.handler is compute and not TLS.device_only:
         result = _run_plan(f, dev, vals, plan)  # the CPU kernel served it: the C++ core can serve the next
         commit_fallback(f, dev, f.name, vals, result)
@@ -438,6 +443,23 @@ def _jit_replays(f: OpFacts, plan: Plan) -> bool:
     return jit_replay.replays(plan) and (
         plan.first == JIT or (plan.first == DECOMPOSITION and plan.reduces is not False and f.func not in decomposing())
     )
+
+
+def _decomp_replays(f: OpFacts, plan: Plan) -> bool:
+    """A call whose decomposition the C++ core could replay as a kernel graph (dispatch.decomp_replay): the
+    plan's first path is a decomposition that does not reduce to the op's own JIT kernel (jit_replay commits
+    that one), not while that decomposition runs, nor inside a device-only one."""
+    return (
+        plan.first == DECOMPOSITION
+        and native.FAST.enabled
+        and f.handler is compute
+        and not TLS.device_only
+        and f.func not in decomposing()
+    )
+
+
+def _runner(ff: OpFacts, dev, plan: Plan):
+    return lambda vals: _run_plan(ff, dev, vals, plan)
 
 
 def _plan(f: OpFacts, dev, vals) -> Plan:
@@ -492,6 +514,8 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
                     result = f.call_decomposition(plan.decomposition, vals)
                 except NotImplementedError as e:  # a sub-op had no path: say so for this op
                     failures.append(_decomposition_needs(f, plan, e))
+                    if events.STATE.recording is not None:
+                        events.STATE.recording.declined(f.name)
                     continue
                 finally:
                     active.discard(f.func)
@@ -523,6 +547,8 @@ def _run_plan(f: OpFacts, dev, vals, plan: Plan, outs=None, site: dict | None = 
             else:
                 if TLS.device_only:  # inside a decomposition that must stay on the device
                     failures.append("the CPU fallback is not used inside a device-only decomposition")
+                    if events.STATE.recording is not None:
+                        events.STATE.recording.declined(f.name)
                     continue
                 result = run_fallback(f, dev, vals)
             if result is NOT_HANDLED:
@@ -616,7 +642,11 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
         return result
     if jit_site is not None and not _writes_in_place(ff, fvals, outs, layout):
         jit_site = None
-    result = _run_plan(ff, dev, fvals, plan, None, jit_site)
+    result = NOT_HANDLED
+    if jit_site is None and fast and _decomp_replays(f, plan) and ff.func not in decomposing():
+        result = decomp_replay.first_call(f, ff, dev, vals, ins, outs_at, _runner(ff, dev, plan), plan.seen)
+    if result is NOT_HANDLED:
+        result = _run_plan(ff, dev, fvals, plan, None, jit_site)
     results = (result,) if ff.n_returns == 1 else tuple(result)
     # the CPU kernel served it and its results fit the outputs as they are: the C++ core can serve the next
     replayable = (

@@ -56,11 +56,18 @@ SOURCES = tuple(
         "fl_trace.cpp",  # the kernel recorder (fl kernels in torch.profiler) ...
         "fl_kineto.cpp",  # ... and Kineto's side of it
         "fl_graph.cpp",  # kernel graph replay
+        "fl_decomp_plans.cpp",  # decompositions replayed as kernel graphs per signature
         "fl_devcheck.cpp",  # cross-device errors that name each fl device's backend
     )
 )
 HEADER = os.path.join(_CSRC, "fl_core.h")  # the C API
-HEADERS = (HEADER, *(os.path.join(_CSRC, name) for name in ("fl_core_internal.h", "fl_trace.h", "fl_cpu_fallback.h")))
+HEADERS = (
+    HEADER,
+    *(
+        os.path.join(_CSRC, name)
+        for name in ("fl_core_internal.h", "fl_trace.h", "fl_cpu_fallback.h", "fl_decomp_plans.h")
+    ),
+)
 
 # The core's C API as cffi reads it from fl_core.h; fl_plugin.h's types (fl_tensor_t, fl_plugin_t, ...) are the
 # plugin ABI's own, so a descriptor array or a plugin table made for a plugin passes to the core as it is.

@@ -104,6 +104,18 @@ def count(backend: Any, name: str, path: str) -> None:
     counts[key] = counts.get(key, 0) + 1
 
 
+def uncount(backend: Any, name: str, path: str) -> None:
+    """Take back one count of `count` (a second run of a call, made to record it: dispatch.decomp_replay)."""
+    if path == NATIVE:
+        STATE.native_calls -= 1
+    counts = backend.own_counts
+    n = counts.get((name, path), 0) - 1
+    if n > 0:
+        counts[(name, path)] = n
+    else:
+        counts.pop((name, path), None)
+
+
 def emit(event: OpEvent) -> None:
     clock = STATE.device_clock
     if clock is not None:

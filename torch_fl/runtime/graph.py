@@ -54,10 +54,19 @@ class Recorder:
         self.steps: list[list] = []  # [name, kernel, dev, inputs, out_descs, cargs, path]
         self.keep: list = []  # storages and kernel entries the recorded calls need alive
         self.reason: str | None = None
+        self.counted: list[tuple[str, str]] = []  # (op, path) of each call the dispatcher counted, in order
+        # a path that declines a call refuses the recording: what an unrecorded call would do may differ (a
+        # recording takes no memory copy or fill, so a device-only decomposition can fail where it would not)
+        self.strict = False
         self.device: Device | None = None
         self._host: str | None = None  # a host transfer not yet tied to an op
         self._thread = threading.get_ident()
         self._seen: set[int] = set()
+
+    def declined(self, name: str) -> None:
+        """A path of op `name` declined its call (the dispatcher tried the next one)."""
+        if self.strict:
+            self.refuse(f"a path of {name} declined its call during the recording")
 
     def refuse(self, reason: str) -> None:
         """The recorded work cannot be replayed; the first reason is the one reported."""
@@ -86,6 +95,7 @@ class Recorder:
 
     def op(self, name: str, path: str) -> None:
         """The dispatcher served op `name` by `path` (events.count)."""
+        self.counted.append((name, path))
         if threading.get_ident() != self._thread:
             self.refuse(f"{name} ran on another thread during the recording")
         elif path == FALLBACK:
@@ -123,7 +133,7 @@ def recording() -> Iterator[Recorder]:
 
     lib = core.lib()
     rec = Recorder()
-    k0, f0 = events.STATE.kernels, lib.fl_core_fast_hits()
+    k0, f0, d0 = events.STATE.kernels, lib.fl_core_fast_hits(), lib.fl_core_decomp_hits()
     events.STATE.recording = rec
     sync_fast_path()
     try:
@@ -136,7 +146,7 @@ def recording() -> Iterator[Recorder]:
         launched = events.STATE.kernels - k0
         if launched != len(rec.steps):
             rec.refuse(f"{launched - len(rec.steps)} kernel(s) were launched without run_native (not recordable)")
-        if lib.fl_core_fast_hits() != f0:
+        if lib.fl_core_fast_hits() != f0 or lib.fl_core_decomp_hits() != d0:
             rec.refuse("the C++ fast path served calls during the recording")
 
 
@@ -163,10 +173,15 @@ class KernelGraph:
     """A recording as the C++ core's kernel list. inputs: (address, nbytes) of the
     static input buffers each replay copies the caller's inputs into; outputs:
     (address, nbytes) of the static outputs each replay copies out. The recorder's
-    storages stay alive as long as this object."""
+    storages stay alive as long as this object. counted=False: a replay counts no
+    call (its owner counts what the recording counted: dispatch.decomp_replay)."""
 
     def __init__(
-        self, rec: Recorder, inputs: Sequence[tuple[int, int]] = (), outputs: Sequence[tuple[int, int]] = ()
+        self,
+        rec: Recorder,
+        inputs: Sequence[tuple[int, int]] = (),
+        outputs: Sequence[tuple[int, int]] = (),
+        counted: bool = True,
     ) -> None:
         if rec.reason is not None:
             raise FlError(f"this recording cannot be replayed: {rec.reason}")
@@ -182,7 +197,8 @@ class KernelGraph:
         if not self._g:
             raise FlError(f"the C++ core does not know {self.device.torch_device}")
         for name, kernel, dev, ins, outs, cargs, path in rec.steps:
-            call, arrays = kernel_call(kernel, dev.local, ins, outs, cargs, core.count_slot(dev.backend, name, path))
+            slot = core.count_slot(dev.backend, name, path) if counted else -1
+            call, arrays = kernel_call(kernel, dev.local, ins, outs, cargs, slot)
             lib.fl_core_graph_add_kernel(self._g, call)  # copies the call (arrays lives until then)
         for ptr, n in inputs:
             lib.fl_core_graph_add_input(self._g, core.pointer(ptr), n)
@@ -209,6 +225,12 @@ class KernelGraph:
             self._raise(status, self._failed[0])
         if run_kernels:
             events.STATE.kernels += len(self.names)
+
+    def release(self):
+        """The core's graph handle, no longer this object's to free (fl_core_decomp_commit takes it over): the
+        buffers its kernels use must then be kept alive by whoever owns it."""
+        g, self._g = self._g, None
+        return g
 
     def _raise(self, status: int, failed: int) -> None:
         if failed >= 0:

@@ -132,7 +132,7 @@ FL_CORE_API int fl_core_route_to_fallback(const char *ns, const char *name);
 FL_CORE_API int fl_core_fresh_out(const void *base);
 /* the fast path on (1) or off (0: every call goes to Python; the plans are kept) */
 FL_CORE_API void fl_core_fast_enable(int on);
-/* forgets every committed plan */
+/* forgets every committed plan (decomposition plans too) */
 FL_CORE_API void fl_core_fast_clear(void);
 /* committed plans */
 FL_CORE_API int64_t fl_core_fast_size(void);
@@ -268,6 +268,45 @@ FL_CORE_API int64_t fl_core_graph_size(fl_core_graph_t *graph);
  * copy k, or -1 - n_inputs - k for output copy k. */
 FL_CORE_API int fl_core_graph_replay(fl_core_graph_t *graph, void *const *in_src, void *const *out_dst,
                                      int run_kernels, int64_t *failed, int64_t *step_ns);
+
+/* ---- decomposition plans (fl_decomp_plans.cpp) ---- */
+
+/* A call the Python dispatcher served by a decomposition, recorded as a kernel graph over private static buffers
+ * (dispatch/decomp_replay.py): later calls with the same fast-path key copy their tensors into the static
+ * inputs, replay the graph and copy the static outputs out, without Python. Indices are the arrived op's
+ * arguments. The plans are forgotten with the fast path's (fl_core_fast_clear). */
+typedef struct {
+    const char *name;                  /* the op in flight, "aten::addmm.out" (must be the call in flight on this thread) */
+    int32_t device;                    /* the fl index the graph runs on */
+    fl_core_graph_t *graph;            /* handed over: the core frees it with the plan (at once when not kept) */
+    int32_t n_inputs;
+    const int32_t *inputs;             /* per static input of graph: the dense tensor argument copied in */
+    int32_t n_outputs;
+    const int32_t *output_src;         /* per static output: the out= argument it is copied into, or -1: a fresh
+                                          tensor with this descriptor's sizes and strides ... */
+    const fl_tensor_t *output_layouts;
+    const int32_t *output_dtypes;      /* ... and this c10::ScalarType */
+    int32_t n_returns;
+    const int32_t *returns;            /* per return: an argument (>= 0), or static output k (-1 - k) */
+    int32_t n_slots;
+    const int64_t *slots;              /* Python's counter slots, each bumped once per call served (what the Python
+                                          path counted: the op and its sub-ops) */
+    int32_t n_keep;
+    void *const *keep;                 /* c10::StorageImpl * of the buffers the graph uses (UntypedStorage._cdata): the
+                                          plan holds a reference to each, released when it is forgotten */
+    int64_t nbytes;                    /* the bytes of those buffers (fl_core_decomp_bytes) */
+} fl_core_decomp_plan_t;
+
+/* keeps the plan for the key of the call in flight, replacing one kept for that key: 1 if kept, 0 when another
+ * op is in flight, the call cannot be keyed or its buffers alone pass the bound on all plans' memory (256 MiB);
+ * a plan that would pass the bounds (that memory, 4096 plans) forgets the others first */
+FL_CORE_API int fl_core_decomp_commit(const fl_core_decomp_plan_t *plan);
+/* committed plans, and the bytes their buffers hold */
+FL_CORE_API int64_t fl_core_decomp_size(void);
+FL_CORE_API int64_t fl_core_decomp_bytes(void);
+/* calls served from decomposition plans, and the kernels those replays launched, ever */
+FL_CORE_API int64_t fl_core_decomp_hits(void);
+FL_CORE_API int64_t fl_core_decomp_kernels(void);
 
 /* ---- cross-device errors (fl_devcheck.cpp) ---- */
 

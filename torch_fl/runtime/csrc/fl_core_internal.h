@@ -13,6 +13,7 @@
 //   fl_watch.cpp      the write watch (caches of values derived from weights)
 //   fl_trace.cpp      the kernel recorder torch.profiler reads (fl_trace.h; fl_kineto.cpp is Kineto's side)
 //   fl_graph.cpp      kernel graph replay (runtime/graph.py)
+//   fl_decomp_plans.cpp  decompositions replayed as kernel graphs per signature (fl_decomp_plans.h)
 //   fl_devcheck.cpp   cross-device errors that name each fl device's backend
 // Only light c10 headers here: each seam includes the ATen it needs, so the files compile apart, in parallel.
 #pragma once
@@ -192,6 +193,16 @@ struct KernelCall {
         in(copy_of(c.inputs, c.n_inputs)),
         out(copy_of(c.outputs, c.n_outputs)),
         args(copy_of(c.args, c.n_args)) {}
+};
+
+// The hash of a fast-path key (fl_fallback.cpp's KeyBuilder): the committed plans of every fast path are
+// looked up by it.
+struct KeyHash {
+  size_t operator()(const std::vector<int64_t>& v) const noexcept {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t x : v) h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h);
+  }
 };
 
 // Calls served without Python, per counter slot Python handed out (fl_core_fast_take_counts reads them).

@@ -69,16 +69,8 @@ struct Plan {
   int64_t slot = -1;                        // Python's counter slot (backend, op, "fallback")
 };
 
-struct KeyHash {
-  size_t operator()(const std::vector<int64_t>& v) const noexcept {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t x : v) h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    return static_cast<size_t>(h);
-  }
-};
-
 std::mutex g_mu;
-std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, KeyHash> g_plans;
+std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, fl_core::KeyHash> g_plans;
 std::atomic<int64_t> g_copy_slot[kMaxDevices];  // per fl device: the counter slot of its copies, -1: not enabled
 std::atomic<int64_t> g_zero_slot[kMaxDevices][kScalarTypes];  // per fl device and dtype: zero_'s slot, or -1
 std::atomic<int64_t> g_hits{0}, g_copies{0}, g_fills{0}, g_bytes{0};

@@ -4,8 +4,9 @@
 // decides each op signature's plan once; when the plan was a native kernel called on the op's own arguments,
 // Python commits the call's marshalling here (fl_core_fast_commit) and later calls with the same signature run
 // from this cache: descriptors patched with the new data pointers and floats, fresh outputs allocated, the
-// plugin kernel called, no Python. Everything else goes to the Python dispatcher, which Python registers as the
-// fallback of the otherwise unused PrivateUse3 key (so no Python API is needed here).
+// plugin kernel called, no Python. A call served by a decomposition may be replayed from its recorded kernel
+// graph the same way (fl_decomp_plans.cpp). Everything else goes to the Python dispatcher, which Python registers
+// as the fallback of the otherwise unused PrivateUse3 key (so no Python API is needed here).
 #include <algorithm>
 #include <memory>
 
@@ -19,6 +20,7 @@
 
 #include "fl_core_internal.h"
 #include "fl_cpu_fallback.h"
+#include "fl_decomp_plans.h"
 
 using namespace fl_core;
 
@@ -131,16 +133,6 @@ struct KeyBuilder {
   }
 };
 
-struct VecHash {
-  size_t operator()(const std::vector<int64_t>& v) const noexcept {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t x : v) {
-      h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    }
-    return static_cast<size_t>(h);
-  }
-};
-
 struct Patch {
   int32_t arg;    // index into the args array
   int32_t stack;  // the stack value it comes from
@@ -162,7 +154,7 @@ struct FastPlan : KernelCall {
 };
 
 std::mutex g_fast_mu;
-std::unordered_map<std::vector<int64_t>, std::shared_ptr<FastPlan>, VecHash> g_fast;
+std::unordered_map<std::vector<int64_t>, std::shared_ptr<FastPlan>, KeyHash> g_fast;
 std::atomic<bool> g_fast_enabled{true};
 std::atomic<int64_t> g_fast_hits{0};
 constexpr size_t kFastMax = 16384;
@@ -313,6 +305,8 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
         if (it != g_fast.end()) plan = it->second;
       }
       if (plan && run_fast(*plan, stack, n)) return;
+      // a decomposition's kernel graph (fl_decomp_plans.cpp)
+      if (!plan && fl_decomp::serve(kb.k, stack, n)) return;
     }
     // the CPU fallback's committed plans, device copies and fills (fl_cpu_fallback.cpp)
     if (fl_cpu_fallback::serve(op, stack, n, kb.ok ? &kb.k : nullptr)) return;
@@ -391,8 +385,11 @@ FL_API int fl_core_fresh_out(const void* base) {
 FL_API void fl_core_fast_enable(int on) { g_fast_enabled = on != 0; }
 
 FL_API void fl_core_fast_clear(void) {
-  std::lock_guard<std::mutex> lock(g_fast_mu);
-  g_fast.clear();
+  {
+    std::lock_guard<std::mutex> lock(g_fast_mu);
+    g_fast.clear();
+  }
+  fl_decomp::clear();
 }
 
 FL_API int64_t fl_core_fast_size(void) {

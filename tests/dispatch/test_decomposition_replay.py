@@ -1,0 +1,296 @@
+"""Decomposition plans (dispatch/decomp_replay.py, csrc/fl_decomp_plans.cpp): a call served by a decomposition
+is recorded at the second call of its signature as a kernel graph, and later calls of that signature are
+replayed by the C++ core without Python. The replays must give the bits the Python path gives, count what it
+counts, and never serve a call whose signature does not fix the work (a float, a layout the plan cannot copy,
+a buffer over the bound); switching paths or the fallback forgets the plans and frees their memory."""
+
+import pytest
+import torch
+
+import torch_fl as fl
+from torch_fl.dispatch import decomp_replay
+from torch_fl.dispatch.facts import OpFacts
+from torch_fl.runtime import REGISTRY, clear_plans, core, disabled_paths, native
+
+aten = torch.ops.aten
+
+
+@pytest.fixture
+def minimal():
+    fl.set_backend("minimal")  # float32 addmm, gelu, log_softmax, nll_loss are decompositions there
+    clear_plans()
+    yield REGISTRY.get("minimal")
+    clear_plans()
+    fl.set_backend("cpu")
+
+
+@pytest.fixture
+def python_decompositions(monkeypatch):
+    """How many decompositions Python ran (every op, nested ones too)."""
+    calls = []
+    real = OpFacts.call_decomposition
+
+    def counting(self, fn, vals):
+        calls.append(self.name)
+        return real(self, fn, vals)
+
+    monkeypatch.setattr(OpFacts, "call_decomposition", counting)
+    return calls
+
+
+def hits() -> int:
+    return core.lib().fl_core_decomp_hits()
+
+
+def plans() -> int:
+    return core.lib().fl_core_decomp_size()
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and torch.equal(
+            a.detach().cpu().contiguous().view(torch.uint8), b.detach().cpu().contiguous().view(torch.uint8)
+        )
+    )
+
+
+def without_fast_path(fn, *args):
+    """fn on the Python path only (FL_FAST_PATH=0): what a replay must reproduce bit for bit."""
+    native.FAST.enabled = False
+    native.sync_fast_path()
+    try:
+        return fn(*args)
+    finally:
+        native.FAST.enabled = True
+        native.sync_fast_path()
+
+
+CALLS = {  # name -> (fn, inputs as (shape, dtype) and the op counted under "decomposition")
+    "addmm": (lambda b, x, w: torch.addmm(b, x, w.t()), [(16,), (4, 8), (16, 8)], "aten::addmm"),
+    "gelu": (lambda x: torch.nn.functional.gelu(x), [(4, 32)], "aten::gelu"),
+    "gelu tanh": (lambda x: torch.nn.functional.gelu(x, approximate="tanh"), [(3, 5)], "aten::gelu"),
+    "gelu_backward": (lambda g, x: aten.gelu_backward(g, x), [(4, 32), (4, 32)], "aten::gelu_backward"),
+    "_log_softmax": (lambda x: torch.log_softmax(x, 1), [(4, 10)], "aten::_log_softmax"),
+}
+
+
+def inputs(shapes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g).to("fl") for s in shapes]
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_the_third_call_of_a_signature_is_served_in_cpp(minimal, python_decompositions, name):
+    fn, shapes, op = CALLS[name]
+    args = inputs(shapes)
+    h, ran = hits(), len(python_decompositions)
+    fn(*args)  # the first call serves (a JIT kernel's watch may take it: dispatch.jit_replay) ...
+    assert hits() == h and len(python_decompositions) > ran, name
+    for k in range(2):  # ... a later one records
+        fn(*inputs(shapes, seed=k))
+    assert plans() == 1, name
+    for k in range(3):
+        args = inputs(shapes, seed=10 + k)
+        h, ran = hits(), len(python_decompositions)
+        got = fn(*args)
+        assert hits() == h + 1 and len(python_decompositions) == ran, name
+        assert same_bits(got, without_fast_path(fn, *args)), name
+
+
+@pytest.mark.parametrize("shapes", [[(7,), (3, 5), (7, 5)], [(1,), (1, 1), (1, 1)], [(33,), (9, 17), (33, 17)]])
+def test_replays_are_bit_identical_for_several_shapes(minimal, shapes):
+    def fn(b, x, w):
+        return torch.nn.functional.gelu(torch.addmm(b, x, w.t()))
+
+    for k in range(5):
+        args = inputs(shapes, seed=k)
+        assert same_bits(fn(*args), without_fast_path(fn, *args))
+    h = hits()
+    args = inputs(shapes, seed=9)
+    assert same_bits(fn(*args), without_fast_path(fn, *args))
+    assert hits() == h + 2  # addmm and gelu
+
+
+def test_non_dense_inputs_are_never_replayed_but_right(minimal):
+    x = torch.randn(4, 64)
+    fx = x.to("fl")
+    h = hits()
+    for _ in range(4):
+        got = torch.nn.functional.gelu(fx[:, ::2])  # every other column: not dense
+        assert same_bits(got, without_fast_path(torch.nn.functional.gelu, fx[:, ::2]))
+    assert hits() == h
+    for _ in range(4):  # a transposed tensor is dense: its strides are in the key
+        got = torch.log_softmax(fx.t(), 1)
+        assert same_bits(got, without_fast_path(torch.log_softmax, fx.t(), 1))
+    assert hits() >= h + 1
+
+
+def test_out_and_in_place_calls_write_the_given_tensors(minimal):
+    b, x, w = inputs([(6,), (3, 4), (6, 4)])
+    out = torch.empty(3, 6, device="fl")
+    ptr = out.data_ptr()
+    for _ in range(3):
+        torch.addmm(b, x, w.t(), out=out)
+    h = hits()
+    b2, x2, w2 = inputs([(6,), (3, 4), (6, 4)], seed=5)
+    got = torch.addmm(b2, x2, w2.t(), out=out)
+    assert hits() == h + 1 and got is out and out.data_ptr() == ptr
+    assert same_bits(out, without_fast_path(torch.addmm, b2, x2, w2.t()))
+    acc = torch.zeros(3, 6, device="fl")
+    ref = torch.zeros(3, 6, device="fl")
+    for k in range(4):
+        xk, wk = inputs([(3, 4), (6, 4)], seed=k)
+        acc.addmm_(xk, wk.t())  # addmm.out into self: the replay reads self before it writes it
+        without_fast_path(ref.addmm_, xk, wk.t())
+        assert same_bits(acc, ref)
+    assert hits() >= h + 2
+
+
+def test_counts_are_what_the_python_path_counts(minimal):
+    def fn(b, x, w):
+        return torch.nn.functional.gelu(torch.addmm(b, x, w.t()))
+
+    def delta(run, args):
+        core.drain_counts()
+        before = dict(minimal.counts)
+        run(*args)
+        core.drain_counts()
+        return {k: v - before.get(k, 0) for k, v in minimal.counts.items() if v != before.get(k, 0)}
+
+    shapes = [(16,), (4, 8), (16, 8)]
+    for k in range(3):
+        fn(*inputs(shapes, seed=k))
+    h = hits()
+    replayed = delta(fn, inputs(shapes, seed=3))
+    assert hits() == h + 2
+    python = delta(lambda *a: without_fast_path(fn, *a), inputs(shapes, seed=4))
+    assert replayed[("aten::addmm", "decomposition")] == 1
+    assert replayed[("aten::gelu", "decomposition")] == 1
+    assert replayed == python
+
+
+def test_switching_paths_or_the_fallback_forgets_the_plans_and_frees_them(minimal):
+    x = torch.randn(64, 64).to("fl")
+    torch.fl.synchronize()
+    allocated = torch.fl.memory_allocated()
+    for _ in range(4):
+        torch.nn.functional.gelu(x)
+    assert plans() == 1 and core.lib().fl_core_decomp_bytes() > 0
+    assert torch.fl.memory_allocated() > allocated  # the plan's buffers: the input copy, the result, intermediates
+    clear_plans()
+    assert plans() == 0 and core.lib().fl_core_decomp_bytes() == 0
+    assert torch.fl.memory_allocated() == allocated  # the memory went back
+    for _ in range(4):  # the dispatcher's plans were forgotten too: the signature is learnt again
+        torch.nn.functional.gelu(x)
+    assert plans() == 1
+    with disabled_paths("native"):
+        assert plans() == 0
+        for _ in range(3):  # gelu's sub-ops are JIT kernels now: what a plan of this block records
+            got = torch.nn.functional.gelu(x)
+        assert same_bits(got, without_fast_path(torch.nn.functional.gelu, x))
+    assert plans() == 0
+    for _ in range(4):
+        torch.nn.functional.gelu(x)
+    assert plans() == 1
+    fl.set_cpu_fallback(False)
+    try:
+        assert plans() == 0
+    finally:
+        fl.set_cpu_fallback(True)
+
+
+def test_the_profiler_sees_every_call(minimal):
+    x = torch.randn(4, 10).to("fl")
+    for _ in range(3):
+        torch.log_softmax(x, 1)
+    h = hits()
+    with fl.profile() as prof:
+        for _ in range(4):
+            torch.log_softmax(x, 1)
+    assert hits() == h
+    assert [(o.calls, o.path) for o in prof.ops() if o.op == "aten::_log_softmax"] == [(4, "decomposition")]
+    torch.log_softmax(x, 1)
+    assert hits() == h + 1
+
+
+@pytest.mark.parametrize(
+    "name,first,second",
+    [
+        (
+            "leaky_relu",
+            lambda x: torch.nn.functional.leaky_relu(x, 0.3),
+            lambda x: torch.nn.functional.leaky_relu(x, 0.7),
+        ),
+        ("addmm beta", lambda x: torch.addmm(x, x, x, beta=0.5), lambda x: torch.addmm(x, x, x, beta=0.25)),
+        ("addmm int beta", lambda x: torch.addmm(x, x, x, beta=2), lambda x: torch.addmm(x, x, x, beta=3)),
+        ("softplus", lambda x: torch.nn.functional.softplus(x, 2.0), lambda x: torch.nn.functional.softplus(x, 3.0)),
+    ],
+)
+def test_a_number_in_the_call_is_never_served_stale(minimal, name, first, second):
+    x = torch.randn(5, 5)
+    fx = x.to("fl")
+    for _ in range(3):
+        assert same_bits(first(fx), without_fast_path(first, fx)), name
+    for _ in range(3):
+        assert same_bits(second(fx), without_fast_path(second, fx)), name
+    assert torch.allclose(second(fx).cpu(), second(x), atol=1e-5), name
+
+
+def test_big_calls_are_not_committed(minimal, python_decompositions):
+    x = torch.randn(512, 1024).to("fl")  # 2 MiB: over the bound on one plan's buffers
+    assert x.numel() * 4 > decomp_replay.MAX_BYTES
+    for _ in range(4):
+        got = torch.nn.functional.gelu(x)
+    assert plans() == 0
+    assert same_bits(got, without_fast_path(torch.nn.functional.gelu, x))
+    mid = torch.randn(128, 512).to("fl")  # 256 KiB in, but the recording's buffers (the input's copy, the
+    for _ in range(3):  # result, erf's and the products' intermediates) pass the bound: not committed either
+        torch.nn.functional.gelu(mid)
+    assert plans() == 0
+    for _ in range(2):  # and not recorded again: each call runs its decomposition once
+        ran = python_decompositions.count("aten::gelu")
+        torch.nn.functional.gelu(mid)
+        assert python_decompositions.count("aten::gelu") == ran + 1
+
+
+def test_a_plan_serves_only_the_stream_it_was_recorded_on(minimal):
+    x = torch.randn(4, 10).to("fl")
+    for _ in range(3):
+        torch.log_softmax(x, 1)
+    h = hits()
+    side = torch.Stream("fl")
+    with side:  # the plan's static buffers are used in the recording stream's order
+        got = torch.log_softmax(x, 1)
+    side.synchronize()
+    assert hits() == h
+    assert same_bits(got, without_fast_path(torch.log_softmax, x, 1))
+    for _ in range(2):  # the side stream's call recorded the signature again: back on the default stream, the
+        got = torch.log_softmax(x, 1)  # next call records once more, and the one after is served
+    assert hits() == h + 1
+    assert same_bits(got, without_fast_path(torch.log_softmax, x, 1))
+
+
+def test_calls_from_two_threads_are_right(minimal):
+    import threading
+
+    x = torch.randn(8, 32).to("fl")
+    want = without_fast_path(torch.nn.functional.gelu, x).cpu()
+    for _ in range(4):
+        torch.nn.functional.gelu(x)
+    assert plans() == 1
+    h = hits()
+    bad = []
+
+    def work():
+        for _ in range(50):
+            if not torch.equal(torch.nn.functional.gelu(x).cpu(), want):
+                bad.append(1)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad and hits() > h  # a call that finds the plan busy in the other thread goes to Python
