@@ -294,3 +294,35 @@ def test_calls_from_two_threads_are_right(minimal):
     for t in threads:
         t.join()
     assert not bad and hits() > h  # a call that finds the plan busy in the other thread goes to Python
+
+
+def test_a_plan_steps_aside_under_another_default_dtype_or_determinism(minimal):
+    """The default dtype and torch.use_deterministic_algorithms are process settings a decomposition may read
+    and the key does not hold: a plan recorded under one never serves under another."""
+    fn, shapes, _ = CALLS["gelu"]
+    for k in range(4):
+        fn(*inputs(shapes, seed=k))
+    assert plans() == 1
+    args = inputs(shapes, seed=20)
+    h = hits()
+    fn(*args)
+    assert hits() == h + 1  # served by the plan
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        h = hits()
+        got = fn(*args)
+        assert hits() == h and same_bits(got, without_fast_path(fn, *args))
+    finally:
+        torch.set_default_dtype(old)
+    torch.use_deterministic_algorithms(True)
+    try:
+        h = hits()
+        fn(*args)
+        assert hits() == h
+    finally:
+        torch.use_deterministic_algorithms(False)
+    h = hits()
+    for _ in range(3):  # the same settings again: served by a plan again (a call may record it anew first)
+        fn(*args)
+    assert hits() > h

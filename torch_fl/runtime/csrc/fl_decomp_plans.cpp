@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceGuard.h>
@@ -48,6 +49,9 @@ struct DecompPlan {
   std::vector<int32_t> returns;
   std::vector<int64_t> slots;
   std::vector<c10::Storage> keep;
+  // process-wide settings a decomposition may read and the key does not hold: a replay under others is Python's
+  c10::ScalarType default_dtype = c10::ScalarType::Float;
+  bool deterministic = false;
   std::mutex busy;  // one replay at a time: the static buffers are the plan's
 };
 
@@ -65,7 +69,11 @@ void* data_of(const at::Tensor& t) {
   return static_cast<char*>(const_cast<void*>(t.storage().data())) + t.storage_offset() * t.itemsize();
 }
 
+c10::ScalarType default_dtype() { return c10::typeMetaToScalarType(c10::get_default_dtype()); }
+
 bool run(DecompPlan& plan, torch::jit::Stack* stack, size_t n) {
+  if (default_dtype() != plan.default_dtype || at::globalContext().deterministicAlgorithms() != plan.deterministic)
+    return false;
   std::unique_lock<std::mutex> busy(plan.busy, std::try_to_lock);
   if (!busy.owns_lock() || current_stream_id(plan.device) != plan.stream) return false;
   const size_t base = stack->size() - n;
@@ -144,6 +152,8 @@ FL_API int fl_core_decomp_commit(const fl_core_decomp_plan_t* p) {
   if (key == nullptr || plan->graph == nullptr || find_device(p->device) == nullptr) return 0;
   plan->device = p->device;
   plan->stream = current_stream_id(p->device);
+  plan->default_dtype = default_dtype();
+  plan->deterministic = at::globalContext().deterministicAlgorithms();
   plan->kernels = fl_core_graph_size(p->graph);
   plan->nbytes = p->nbytes;
   plan->inputs = copy_of(p->inputs, p->n_inputs);
