@@ -33,6 +33,7 @@ from ..runtime import (
     NOT_HANDLED,
     KernelGraph,
     abi,
+    copy_on_device,
     core,
     events,
     is_dense,
@@ -80,10 +81,7 @@ def _copy_bytes(dev, dst: torch.Tensor, src: torch.Tensor) -> None:
     """src's bytes into dst (same dense layout), with the plugin's device copy, outside any recording."""
     n = _nbytes(src)
     if n:
-        stream = dev.stream()
-        dev.plugin.copy_d2d(dev.local, dst.data_ptr(), src.data_ptr(), n, stream)
-        if stream != core.ffi.NULL and not dev.props.async_kernels:
-            dev.plugin.stream_synchronize(dev.local, stream)
+        copy_on_device(dev, dst.data_ptr(), src.data_ptr(), n)
 
 
 def first_call(

@@ -16,11 +16,11 @@ from ..runtime import (
     COPY,
     VIEW,
     async_copy,
+    copy_on_device,
     core,
     cpu_into_fl,
     device_of,
     events,
-    ffi,
     fl_to_cpu,
     is_dense,
     is_fl,
@@ -160,10 +160,7 @@ def device_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
     t0 = time.perf_counter()
     if async_copy.PENDING:  # an async copy into one of them must land first, as before a kernel
         async_copy.order_for_kernels((dst, src))
-    stream = dev.stream()
-    dev.plugin.copy_d2d(dev.local, dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size(), stream)
-    if stream != ffi.NULL and not dev.props.async_kernels:  # a kernel called next runs at once: land first
-        dev.plugin.stream_synchronize(dev.local, stream)
+    copy_on_device(dev, dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size())
     events.STATE.kernels += 1  # a launch on the device, as a mem_set fill is (kernel counts compare backends)
     events.count(dev.backend, "aten::copy_", COPY)
     if events.STATE.listeners:

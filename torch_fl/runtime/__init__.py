@@ -43,7 +43,7 @@ from .tensor import (
     to_meta,
     with_bits,
 )
-from .transfers import copy_unique, cpu_into_fl, cpu_to_new_fl, fl_to_cpu
+from .transfers import copy_on_device, copy_unique, cpu_into_fl, cpu_to_new_fl, fl_to_cpu
 from .untraced import not_traced
 from .watch import WATCH, Sources, WriteGuard
 
@@ -90,6 +90,7 @@ __all__ = [
     "config",
     "copy_unique",
     "core",
+    "copy_on_device",
     "cpu_into_fl",
     "cpu_to_new_fl",
     "desc",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import async_copy, events
+from .abi import ffi
 from .tensor import base_ptr, device_of, host_view, like_layout, raw, span, with_bits
 
 
@@ -71,3 +72,13 @@ def cpu_to_new_fl(dev, src: torch.Tensor) -> torch.Tensor:
     out = like_layout(dev, src)
     cpu_into_fl(out, src)
     return out
+
+
+def copy_on_device(dev, dst_ptr: int, src_ptr: int, nbytes: int) -> None:
+    """nbytes from src_ptr to dst_ptr within dev, one plugin copy_d2d on the current stream. On a device whose
+    kernels complete within their call, the copy lands before this returns, so the kernel called next (which
+    runs at once) reads it; an asynchronous device orders it on the stream."""
+    stream = dev.stream()
+    dev.plugin.copy_d2d(dev.local, dst_ptr, src_ptr, nbytes, stream)
+    if stream != ffi.NULL and not dev.props.async_kernels:
+        dev.plugin.stream_synchronize(dev.local, stream)

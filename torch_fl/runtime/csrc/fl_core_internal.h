@@ -212,6 +212,21 @@ struct CallCounts {
   void reserve(int64_t slot) {
     if (slot < 0) return;
     std::lock_guard<std::mutex> lock(mu);
+    grow(slot);
+  }
+  // One call served under each slot given (-1: none); every path served without Python counts here.
+  void add(const int64_t* slots, size_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < n; ++i) {
+      if (slots[i] < 0) continue;
+      grow(slots[i]);
+      per_slot[slots[i]]++;
+    }
+  }
+  void add(int64_t slot) { add(&slot, 1); }
+
+ private:
+  void grow(int64_t slot) {
     if (static_cast<size_t>(slot) >= per_slot.size()) per_slot.resize(slot + 1, 0);
   }
 };

@@ -103,12 +103,7 @@ bool run(DecompPlan& plan, torch::jit::Stack* stack, size_t n) {
   }
   torch::jit::drop(*stack, n);
   for (auto& v : results) stack->push_back(std::move(v));
-  {
-    std::lock_guard<std::mutex> lock(g_call_counts.mu);
-    std::vector<int64_t>& counts = g_call_counts.per_slot;
-    for (int64_t slot : plan.slots)
-      if (slot >= 0 && static_cast<size_t>(slot) < counts.size()) counts[slot]++;
-  }
+  g_call_counts.add(plan.slots.data(), plan.slots.size());
   g_hits++;
   g_kernels += plan.kernels;
   return true;

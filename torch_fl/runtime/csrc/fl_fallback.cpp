@@ -264,10 +264,7 @@ bool run_fast(const FastPlan& plan, torch::jit::Stack* stack, size_t n_args_on_s
   }
   torch::jit::drop(*stack, n_args_on_stack);
   for (auto& v : results) stack->push_back(std::move(v));
-  if (plan.slot >= 0) {
-    std::lock_guard<std::mutex> lock(g_call_counts.mu);
-    if (static_cast<size_t>(plan.slot) < g_call_counts.per_slot.size()) g_call_counts.per_slot[plan.slot]++;
-  }
+  g_call_counts.add(plan.slot);
   g_fast_hits++;
   return true;
 }
@@ -339,12 +336,7 @@ namespace fl_cpu_fallback {
 
 const std::vector<int64_t>* pending_key(const char* name) { return pending_is(name) ? &t_pending.back().key : nullptr; }
 
-void count(int64_t slot) {
-  if (slot < 0) return;
-  std::lock_guard<std::mutex> lock(g_call_counts.mu);
-  if (static_cast<size_t>(slot) >= g_call_counts.per_slot.size()) g_call_counts.per_slot.resize(slot + 1, 0);
-  g_call_counts.per_slot[slot]++;
-}
+void count(int64_t slot) { g_call_counts.add(slot); }
 
 }  // namespace fl_cpu_fallback
 
