@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 
@@ -21,6 +22,7 @@ def _fast(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # a pytest in a subprocess
 def test_a_fast_tier_that_selects_nothing_fails():
     # every test in test_docs.py is slow (each doc's samples in a fresh interpreter): nothing is left
     r = _fast("tests/test_docs.py")

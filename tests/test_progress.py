@@ -100,6 +100,7 @@ def _kernel_run(code: str) -> tuple[list, str]:
         km.shutdown_kernel(now=True)
 
 
+@pytest.mark.slow  # a Jupyter kernel
 def test_a_notebook_gets_a_bar_that_moves_with_the_steps():
     states, stdout = _kernel_run(
         "import torch_fl.notebook\nimport torch_fl as fl\n"
@@ -115,6 +116,7 @@ def test_a_notebook_gets_a_bar_that_moves_with_the_steps():
     assert "ops 3" in stdout and "[1/3]" not in stdout  # the bar, not lines
 
 
+@pytest.mark.slow  # a Jupyter kernel
 def test_a_kernel_without_the_notebook_layer_gets_lines_on_stdout():
     _, stdout = _kernel_run("import torch_fl as fl\nr = fl.coverage('cpu', 'abs')")
     assert "[1/1] coverage on cpu: abs: pass" in stdout, stdout

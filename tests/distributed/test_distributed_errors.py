@@ -154,6 +154,7 @@ def test_rank_that_never_arrives():
 def test_mismatched_backend_in_the_store():
     store = dist.HashStore()
     store.set("torch_fl/rank/1", json.dumps({"rank": 1, "backend": "minimal", "host": "h", "relay_forced": False}))
+    store.set("torch_fl/read/1", "1")  # rank 1 read the others' entries too (else rank 0 waits its timeout for it)
     with pytest.raises(BackendMismatchError, match=r"rank 0: ascend, rank 1: minimal.*FL_BACKEND=ascend"):
         group("ascend", world=2, store=store)
 

@@ -75,6 +75,7 @@ def jit_kernel(tmp_path):
 # -- the JIT cache: no shell, private, verified ---------------------------------------------------
 
 
+@pytest.mark.slow  # subprocesses that build and load a JIT kernel
 def test_cache_path_never_reaches_a_shell(tmp_path):
     marker = tmp_path / "INJECTED"
     cache = f"{tmp_path}/x'; touch {marker}; echo '"
@@ -141,6 +142,7 @@ def test_cache_folder_of_another_user_is_refused(tmp_path):
         private.private_dir(str(folder))
 
 
+@pytest.mark.slow  # subprocesses that build and load a JIT kernel
 @AS_ROOT
 def test_library_planted_in_a_foreign_cache_is_never_loaded(tmp_path, jit_kernel):
     """The issue's takeover: another user pre-creates the cache 0777 and plants a library under the
@@ -162,6 +164,7 @@ def test_library_planted_in_a_foreign_cache_is_never_loaded(tmp_path, jit_kernel
     assert "CUMSUM [0.0, 1.0, 3.0, 6.0, 10.0, 15.0]" in r.stdout  # served by the next tier
 
 
+@pytest.mark.slow  # subprocesses that build and load a JIT kernel
 def test_own_cache_folder_left_open_is_made_private(jit_kernel):
     cache, _ = jit_kernel
     os.chmod(cache, 0o777)
@@ -169,6 +172,7 @@ def test_own_cache_folder_left_open_is_made_private(jit_kernel):
     assert os.stat(cache).st_mode & 0o777 == 0o700
 
 
+@pytest.mark.slow  # subprocesses that build and load a JIT kernel
 def test_replaced_kernel_is_rebuilt_not_loaded(tmp_path, jit_kernel):
     cache, kernel = jit_kernel
     marker = tmp_path / "PWNED"
@@ -180,6 +184,7 @@ def test_replaced_kernel_is_rebuilt_not_loaded(tmp_path, jit_kernel):
     assert _digest_ok(kernel)
 
 
+@pytest.mark.slow  # subprocesses that build and load a JIT kernel
 def test_truncated_kernel_is_rebuilt_once(jit_kernel):
     """A cut-down cache entry used to kill the process with SIGBUS, or be warned about on every run."""
     cache, kernel = jit_kernel
@@ -192,6 +197,7 @@ def test_truncated_kernel_is_rebuilt_once(jit_kernel):
     assert JIT_OK in again.stdout and "rebuilding" not in again.stderr
 
 
+@pytest.mark.slow  # subprocesses that build and load a JIT kernel
 def test_link_planted_at_the_kernel_name_is_not_written_through(tmp_path, jit_kernel):
     cache, kernel = jit_kernel
     victim = tmp_path / "victim.txt"

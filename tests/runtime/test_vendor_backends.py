@@ -97,6 +97,7 @@ def test_paths_taken_when_training_follow_the_tables():
         assert_close(xd.grad, ref.grad, what=f"layer norm grad on {name}")
 
 
+@pytest.mark.slow  # a model test
 def test_resnet50_fp32_forward_backward_step_like_cpu(backend):
     """As tests/test_models.py: fp32 forward to 1e-4; gradients judged against
     fp64 truth (fl may be no less accurate than native fp32); one SGD step."""
@@ -126,6 +127,7 @@ def test_resnet50_fp32_forward_backward_step_like_cpu(backend):
         assert_close(p_dev, p0 - 0.01 * g, 1e-6, what=f"{backend} {name} after a step", scale_floor=1.0)
 
 
+@pytest.mark.slow  # a model test
 def test_resnet50_float64_trains_exactly_on_rocm():
     fl.set_backend("rocm")
     torch.manual_seed(0)
