@@ -1,8 +1,11 @@
 """Decomposition plans (dispatch/decomp_replay.py, csrc/fl_decomp_plans.cpp): a call served by a decomposition
 is recorded at the second call of its signature as a kernel graph, and later calls of that signature are
 replayed by the C++ core without Python. The replays must give the bits the Python path gives, count what it
-counts, and never serve a call whose signature does not fix the work (a float, a layout the plan cannot copy,
-a buffer over the bound); switching paths or the fallback forgets the plans and frees their memory."""
+counts, and never serve a call whose signature does not fix the work (a layout the plan cannot copy, a buffer
+over the bound; each value of a float gets its own plan); switching paths or the fallback forgets the plans and
+frees their memory."""
+
+import importlib
 
 import pytest
 import torch
@@ -326,3 +329,67 @@ def test_a_plan_steps_aside_under_another_default_dtype_or_determinism(minimal):
     for _ in range(3):  # the same settings again: served by a plan again (a call may record it anew first)
         fn(*args)
     assert hits() > h
+
+
+def _python_calls(monkeypatch) -> list:
+    """The ops that reach the Python dispatcher (the C++ fast paths serve the rest)."""
+    entry = importlib.import_module("torch_fl.dispatch.entry")
+    seen: list = []
+    real = entry.ENTRY.dispatch
+
+    def counting(func, args, kwargs):
+        seen.append(str(func))
+        return real(func, args, kwargs)
+
+    monkeypatch.setattr(entry.ENTRY, "dispatch", counting)
+    return seen
+
+
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        ("leaky_relu", lambda x, a: torch.nn.functional.leaky_relu(x, a)),
+        ("mul.Scalar", lambda x, a: aten.mul.Scalar(x, a)),
+        ("layer_norm eps", lambda x, a: torch.nn.functional.layer_norm(x, (6,), eps=a)),
+        ("lerp weight as a CPU tensor", lambda x, a: torch.lerp(x, x.flip(0), torch.tensor(a))),
+    ],
+)
+def test_each_value_of_a_number_gets_its_own_plan(minimal, monkeypatch, name, fn):
+    """A float (or a number given as a 0-dim CPU tensor) is part of a plan's key: calls alternating two values
+    are each served in C++ from their own plan, with the Python path's bits."""
+    calls = _python_calls(monkeypatch)
+    x = torch.randn(4, 6)
+    fx = x.to("fl")
+    for _ in range(3):
+        fn(fx, 0.25)
+    first = plans()
+    for _ in range(3):
+        fn(fx, 0.5)
+    assert plans() == first + 1, name  # the same signature with another value: a plan of its own
+    for _ in range(2):
+        for a in (0.5, 0.25):
+            h = hits()
+            calls.clear()
+            got = fn(fx, a)
+            assert hits() > h and calls == [], (name, calls)
+            assert same_bits(got, without_fast_path(fn, fx, a)), name
+            assert torch.allclose(got.cpu(), fn(x, a), atol=1e-6), name
+
+
+def test_layer_norm_backward_with_its_output_mask_is_served_in_cpp(minimal, monkeypatch):
+    """native_layer_norm_backward's output_mask is a list of bools, which the key holds."""
+    calls = _python_calls(monkeypatch)
+    g = torch.Generator().manual_seed(0)
+    x, w, b, gout = (torch.randn(s, generator=g) for s in ((4, 6), (6,), (6,), (4, 6)))
+    fx, fw, fb = (t.to("fl").requires_grad_() for t in (x, w, b))
+    fgout = gout.to("fl")  # dense (a sum's gradient would be an expanded scalar, which no plan copies)
+    for _ in range(3):
+        torch.nn.functional.layer_norm(fx, (6,), fw, fb).backward(fgout)
+    calls.clear()
+    fx.grad = fw.grad = fb.grad = None
+    torch.nn.functional.layer_norm(fx, (6,), fw, fb).backward(fgout)
+    assert not [c for c in calls if "layer_norm" in c], calls
+    rx, rw, rb = (t.clone().requires_grad_() for t in (x, w, b))
+    torch.nn.functional.layer_norm(rx, (6,), rw, rb).backward(gout)
+    for got, want in ((fx.grad, rx.grad), (fw.grad, rw.grad), (fb.grad, rb.grad)):
+        assert torch.allclose(got.cpu(), want, atol=1e-5)

@@ -180,6 +180,35 @@ def test_ops_taken_at_the_fl_key_get_the_fast_path_too():
     assert [o.calls for o in prof.ops() if o.op == "aten::convolution"] == [1]
 
 
+@pytest.mark.parametrize("backend", ["cpu", "rocm", "minimal"])
+def test_casts_on_the_device_skip_python_from_the_third_call(backend, monkeypatch):
+    """A cast (.to(dtype), .half(), autocast's) reaches the device as _copy_from(src, dst) and is served as
+    copy_: the C++ core learns it under _copy_from's key, so a repeated cast never enters Python, with the
+    values PyTorch gives. A complex-to-real cast is never learnt: PyTorch warns on each such call."""
+    import importlib
+
+    entry = importlib.import_module("torch_fl.dispatch.entry")
+    calls: list = []
+    real = entry.ENTRY.dispatch
+    monkeypatch.setattr(entry.ENTRY, "dispatch", lambda func, a, k: calls.append(str(func)) or real(func, a, k))
+    fl.set_backend(backend)
+    for dtype in (torch.float16, torch.float64, torch.int32, torch.bfloat16):
+        for k in range(4):
+            x = torch.randn(3, 5) * 50
+            fx = x.to("fl")
+            calls.clear()
+            got = fx.to(dtype)
+            if k >= 2:
+                assert calls == [], (dtype, calls)
+            assert got.dtype == dtype and torch.equal(got.cpu(), x.to(dtype)), dtype
+    z = torch.randn(4, dtype=torch.complex64).to("fl")
+    out = torch.empty(4, device="fl")
+    for _ in range(3):
+        with pytest.warns(UserWarning, match="discards the imaginary part"):
+            out.copy_(z)
+        assert torch.equal(out.cpu(), z.cpu().real)
+
+
 @pytest.mark.parametrize("backend", ["cpu", "ascend"])  # host-accessible memory, and device memory kept apart
 def test_partial_overlap_is_refused_and_aliasing_survives_the_fallback(backend):
     fl.set_backend(backend)

@@ -164,3 +164,35 @@ def test_a_decomposition_that_does_more_than_the_jit_kernel_is_not_committed(min
         assert torch.equal(torch.copysign(a, b).cpu(), torch.copysign(a.cpu(), b.cpu()))
         ran.append(jit_calls[0] - before)
     assert ran[0] == ran[1] == ran[2] > 0  # signbit's JIT kernel through Python on every call
+
+
+def test_gather_is_replayed_and_a_bad_index_still_raises(minimal):
+    """gather's JIT kernel (jit/index.py) writes only its output, so its calls are replayed in C++: right values,
+    into an out= tensor too. A replayed call that meets an index out of range goes back to Python, which raises
+    PyTorch's error; the process stays usable. scatter_add_ (a fold into self) is never replayed."""
+    x = torch.randn(4, 10)
+    fx = x.to("fl")
+    out = torch.empty(4, 3, device="fl")
+    served = 0
+    for _ in range(4):
+        i = torch.randint(0, 10, (4, 3))
+        before = hits()
+        got = torch.gather(fx, 1, i.to("fl"))
+        into = torch.gather(fx, 1, i.to("fl"), out=out)
+        served += hits() - before
+        want = torch.gather(x, 1, i)
+        assert torch.equal(got.cpu(), want) and into is out and torch.equal(out.cpu(), want)
+    assert served >= 5  # the second call of each signature on
+    bad = torch.tensor([[1, 2, 10]] * 4)
+    with pytest.raises(RuntimeError, match="out of bounds for dimension 1 with size 10"):
+        torch.gather(fx, 1, bad.to("fl"))
+    i = torch.randint(0, 10, (4, 3))
+    assert torch.equal(torch.gather(fx, 1, i.to("fl")).cpu(), torch.gather(x, 1, i))
+    acc, src = torch.zeros(4, 10), torch.randn(4, 3)
+    facc = acc.to("fl")
+    before = hits()
+    for _ in range(3):
+        facc.scatter_add_(1, i.to("fl"), src.to("fl"))
+        acc.scatter_add_(1, i, src)
+    assert hits() == before
+    assert torch.allclose(facc.cpu(), acc, atol=1e-6)

@@ -14,10 +14,11 @@ with that key copies its tensors into the static inputs, replays the kernels and
 fresh tensors or its out= tensors, counting what Python counted. A signature whose recording failed is not
 recorded again (until the dispatcher's plans are forgotten).
 
-What the key does not fix is never committed: a float (the key holds no float value, and a decomposition may
-bake one into its work: leaky_relu's slope, addmm's beta), a number given as a 0-dim CPU tensor, a tensor list,
-an op that draws random numbers, or a call whose tensors are not dense; nor a call whose buffers exceed
-MAX_BYTES (a big model must not pin memory per signature)."""
+A plan's key fixes every value of the call but its tensors' contents, floats and numbers given as 0-dim CPU
+tensors included (a decomposition may bake them into its kernels: leaky_relu's slope, layer_norm's eps,
+mul's scalar). Never committed: a tensor list, a complex number, an op that draws random numbers, or a call
+whose tensors are not dense; nor a call whose buffers exceed MAX_BYTES (a big model must not pin memory per
+signature)."""
 
 from __future__ import annotations
 
@@ -61,16 +62,23 @@ def _plain(t: torch.Tensor, dev) -> bool:
 
 
 def _keyed(v, dev, tensor_arg: bool) -> bool:
-    """A value the C++ key fixes: a dense fl tensor, or a value the key holds (ints, bools, int lists, strings,
-    dtypes, None). Not a float, a complex, a number standing for a tensor (a wrapped number: the key holds its
-    dtype only), a 0-dim CPU tensor or a list of tensors."""
+    """A value the C++ key and its values fix (fl_fallback.cpp's KeyBuilder): a dense fl tensor, a number
+    given as a 0-dim CPU tensor (its value is in the key), or a value the key holds (ints, bools, floats, int
+    lists, strings, dtypes, None). Not a complex number, a Python number standing for a tensor argument or a
+    list of tensors."""
     if tensor_arg and not isinstance(v, torch.Tensor) and v is not None:
         return False
     if isinstance(v, torch.Tensor):
-        return _plain(v, dev)
+        return _number(v) or _plain(v, dev)
     if isinstance(v, (list, tuple)):
         return all(type(x) in (int, bool) for x in v)
-    return v is None or type(v) in (int, bool, str, torch.dtype)
+    return v is None or type(v) in (int, bool, float, str, torch.dtype)
+
+
+def _number(t: torch.Tensor) -> bool:
+    """A number given as a 0-dim CPU tensor (a Python scalar promoted by the op's caller): the key holds its
+    value, so the plan does not read it."""
+    return t.device.type == "cpu" and t.dim() == 0
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -138,7 +146,7 @@ def _record(f, dev, vals: list, ins, outs_at, run, served: Counter, results: tup
     clones: list[torch.Tensor] = []
     cvals: list = []
     for v in fvals:
-        if isinstance(v, torch.Tensor):
+        if isinstance(v, torch.Tensor) and not _number(v):
             c = new_tensor(dev, v.shape, v.dtype, v.stride())
             _copy_bytes(dev, c, v)
             clones.append(c)
@@ -166,7 +174,7 @@ def _record(f, dev, vals: list, ins, outs_at, run, served: Counter, results: tup
     nbytes = sum(s.nbytes() for s in keep)
     if nbytes > MAX_BYTES:
         return False
-    sources = [i for i, v in zip(ins, fvals, strict=True) if isinstance(v, torch.Tensor)]
+    sources = [i for i, v in zip(ins, fvals, strict=True) if isinstance(v, torch.Tensor) and not _number(v)]
     graph = KernelGraph(
         rec,
         [(c.data_ptr(), _nbytes(c)) for c in clones],
@@ -228,6 +236,8 @@ def _key(f, vals: list) -> tuple:
 
 def _sig(v):
     if isinstance(v, torch.Tensor):
+        if _number(v):
+            return (v.dtype, v.item())
         return (tuple(v.shape), v.stride(), v.dtype)
     return tuple(v) if isinstance(v, list) else v
 

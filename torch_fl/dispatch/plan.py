@@ -362,7 +362,11 @@ def _complex_note(backend, dtypes, dev_mask: int) -> str | None:
     return None
 
 
-def compute(f: OpFacts, args, kwargs):
+def compute(f: OpFacts, args, kwargs, arrived: tuple | None = None):
+    """Serve a call of f on the fl device by the first tier of its plan that can, teaching the C++ core's
+    fast paths the call where they could serve the next one. arrived: (facts of the op the call reached the
+    device as, its argument index of each of f's arguments, f's returns among its own), where that is another
+    op (aten::_copy_from, served as copy_): a native or JIT call is then committed under that op's key."""
     vals = f.normalize(args, kwargs)
     if f.generator_at is not None and vals[f.generator_at] is not None:
         return rng.call_with_generator(f, vals, compute)
@@ -370,12 +374,18 @@ def compute(f: OpFacts, args, kwargs):
         _host_args_to_device(f, vals)
     if async_copy.PENDING:  # an async copy may still be writing one of these tensors
         async_copy.order_for_kernels(iter_tensors(vals))
-    if f.overlap is not None and not TLS.active:
+    unchecked = False
+    if f.overlap is not None:
         # PyTorch's overlap checks on the user's call, before any tier; the sub-ops of a
-        # decomposition are its own business (an out= wrapper copies a view into out)
+        # decomposition are its own business (an out= wrapper copies a view into out), but a call the
+        # check would refuse must not teach the fast path its signature, which a user's call could then
+        # take past the check
         rule = f.overlap_rule(vals)
         if rule is not None:
-            overlap.check(rule, f.mutable, vals)
+            if not TLS.active:
+                overlap.check(rule, f.mutable, vals)
+            else:
+                unchecked = not _overlap_passes(f, vals)
     if not TLS.active and TLS.device_only:
         _set_device_only(0)  # no decomposition is running: nothing may keep the CPU fallback away
     # PyTorch's checks of the user's call, as the overlap rules; a check that warned (a deprecated uint8 mask,
@@ -384,6 +394,7 @@ def compute(f: OpFacts, args, kwargs):
     # never runs a check, must not learn it there either (a uniform_ inside random_'s decomposition would
     # otherwise let every later uniform_(from > to) through)
     warned = (f.precheck(vals) if not TLS.active else True) if f.precheck is not None else False
+    warned = warned or unchecked
     dev = _device_of(f.name, vals)
     if dev is None:  # no fl tensor among the arguments: a factory asked for the fl device
         return _factory(f, args, kwargs)
@@ -394,17 +405,18 @@ def compute(f: OpFacts, args, kwargs):
     want = layouts.wanted(f, vals) if f.layout_rule is not None else None
     if want is not None:  # CPU lays the results out channels-last: not a call the fast path could replay
         return layouts.apply(want, _run_plan(f, dev, vals, plan))
+    committed, stack_of, returns = arrived or (f, range(len(vals)), list(range(f.n_returns)))
     if plan.first == NATIVE and native.FAST.enabled and not warned:
         site: dict = {}
         result = _run_plan(f, dev, vals, plan, None, site)
         if site:
-            native.commit(f, f.name, site, range(len(vals)), list(range(f.n_returns)))
+            native.commit(committed, f.name, site, stack_of, returns)
         return result
-    if native.FAST.enabled and not warned and _jit_replays(f, plan):
+    if native.FAST.enabled and not warned and _jit_replays(f, plan, vals):
         site = {}
         result = _run_plan(f, dev, vals, plan, None, site)
         if site and jit_replay.replayable(site, plan.first == DECOMPOSITION):
-            native.commit(f, f.name, site, range(len(vals)), list(range(f.n_returns)), path=JIT)
+            native.commit(committed, f.name, site, stack_of, returns, path=JIT)
         return result
     if not warned and not f.mutable and _decomp_replays(f, plan):
         result = decomp_replay.first_call(f, f, dev, vals, range(len(vals)), None, _runner(f, dev, plan), plan.seen)
@@ -422,13 +434,18 @@ _COPY: list = []  # (copy_'s facts, _copy_from's facts)
 
 def copy_within(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     """dst.copy_(src) within one device that is no plain device memory copy (a cast, a broadcast, another
-    layout): copy_'s tiers. One the CPU kernel served is committed to the C++ core as the aten::_copy_from
-    call it arrived as (copy_(dst, src) on the host copies, dst written back)."""
+    layout): copy_'s tiers. The C++ core learns the call as the aten::_copy_from(src, dst) it arrived as: a
+    native or JIT kernel's call (a cast: .to(dtype), autocast, .float()) or one the CPU kernel served
+    (copy_(dst, src) on the host copies, dst written back). Not a complex-to-real cast, whose warning a
+    replay would not give."""
     if not _COPY:
         _COPY.append((facts(aten.copy_.default), facts(aten._copy_from.default)))
     f, arrived = _COPY[0]
-    result = compute(f, (dst, src), {})
-    if native.FAST.enabled and not TLS.device_only:
+    # never learnt: a cast PyTorch warns about, or a copy its overlap check refuses (compute skips the check
+    # inside a decomposition, and a user's call of that signature would then pass it unchecked)
+    learn = not (src.is_complex() and not dst.is_complex()) and _overlap_passes(f, [dst, src, False])
+    result = compute(f, (dst, src), {}, arrived=(arrived, (1, 0, 2), [0]) if learn else None)
+    if native.FAST.enabled and not TLS.device_only and learn:
         dev = device_of(dst)
         vals = [dst, src, False]
         if _plan(f, dev, vals).first == FALLBACK:
@@ -436,12 +453,32 @@ def copy_within(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     return result
 
 
-def _jit_replays(f: OpFacts, plan: Plan) -> bool:
+def _overlap_passes(f: OpFacts, vals: list) -> bool:
+    rule = f.overlap_rule(vals) if f.overlap is not None else None
+    if rule is None:
+        return True
+    try:
+        overlap.check(rule, f.mutable, vals)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _jit_replays(f: OpFacts, plan: Plan, vals: list) -> bool:
     """A call whose serving JIT kernel the C++ fast path could replay (dispatch.jit_replay): the JIT is the
     plan's first path, or its first is a decomposition that may reduce to the op's own JIT kernel (not
-    while that decomposition runs: the op's call inside it is not the call the signature stands for)."""
-    return jit_replay.replays(plan) and (
-        plan.first == JIT or (plan.first == DECOMPOSITION and plan.reduces is not False and f.func not in decomposing())
+    while that decomposition runs: the op's call inside it is not the call the signature stands for), on a
+    call without numbers (the only kind whose decomposition is watched; a call with one, mul.Scalar's, is
+    left to the decomposition plans)."""
+    if not jit_replay.replays(plan):
+        return False
+    if plan.first == JIT:
+        return True
+    return (
+        plan.first == DECOMPOSITION
+        and plan.reduces is not False
+        and f.func not in decomposing()
+        and jit_replay.numberless(f, vals)
     )
 
 
@@ -582,6 +619,7 @@ INDEX_ERROR_OPS = frozenset(
         "_unsafe_index_put",
         "index_select",
         "embedding",
+        "embedding_dense_backward",  # native CPU does not check (it corrupts memory); CUDA asserts
         "take",
         "put",
         "put_",
@@ -611,7 +649,7 @@ def _compute_out(f: OpFacts, twin: tuple, dev, vals, fast: bool = True):
         _fresh_outs_channels_last(ff, fvals, outs)
     plan = _plan(ff, dev, fvals)
     # a JIT kernel the fast path could replay, writing straight into the outputs (dispatch.jit_replay)
-    jit_site: dict | None = {} if fast and native.FAST.enabled and _jit_replays(ff, plan) else None
+    jit_site: dict | None = {} if fast and native.FAST.enabled and _jit_replays(ff, plan, fvals) else None
     if plan.first == NATIVE and _writes_in_place(
         ff, fvals, outs, layout, plan.kernel.flags & abi.KERNEL_ANY_OUT_LAYOUT
     ):

@@ -214,10 +214,21 @@ def _mean_store(dtype, integer: bool) -> str:
     return f"double a = {_load('(*T)', dtype, 'to')} / (double)c; " + _store("(*T)", dtype, "to", "a")
 
 
+_REPLAYABLE = {aten.gather.default}
+
+
 class IndexKernel(Kernel):
     """The JIT tier for one gather/scatter op in one dtype on one backend."""
 
-    def __call__(self, f, dev, vals):
+    @property
+    def replays(self) -> bool:
+        """Whether the C++ fast path may replay a call (dispatch.jit_replay): gather's. Its kernel writes only
+        its output, so a replayed call that meets a bad index and goes back to Python (which raises the
+        IndexError) is rerun from scratch. Not the scatters: a scatter_add_ stopped midway has folded part
+        of src into self, and the rerun would fold it again."""
+        return self.f.func in _REPLAYABLE
+
+    def __call__(self, f, dev, vals, site: dict | None = None):
         x, index = vals[0], vals[2]
         if not is_fl(x) or not is_fl(index) or index.dtype not in _INDEX_TYPES:
             return NOT_HANDLED
@@ -242,7 +253,7 @@ class IndexKernel(Kernel):
         if entry is None:
             return NOT_HANDLED
         try:
-            return run_native(f, entry, dev, vals)
+            return run_native(f, entry, dev, vals, None, site if self.replays else None)
         except KernelError as e:
             if "FL_ERR_INVALID" not in str(e):
                 raise

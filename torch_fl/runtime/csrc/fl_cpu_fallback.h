@@ -23,6 +23,8 @@ bool serve(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n, co
 // fl_fallback.cpp's side: the key of the innermost fallback call in flight on this thread when it is the op
 // `name` ("aten::add.out") and has one; else null.
 const std::vector<int64_t>* pending_key(const char* name);
+// and the values its key leaves out (float bits, numbers given as 0-dim CPU tensors), for the decomposition plans
+const std::vector<int64_t>* pending_values(const char* name);
 // One call served under Python's counter slot (backend, op, path), as the native fast path counts its own.
 void count(int64_t slot);
 

@@ -5,8 +5,9 @@
 // behind a few hundred microseconds of Python (torch._refs and the dispatcher). Python records such a call once
 // (dispatch/decomp_replay.py): the decomposition runs on private copies of the op's tensors while a kernel graph
 // records (runtime/graph.py), and the graph, its static buffers and what Python counted are committed here
-// under the call's fast-path key. A later call with the same key (same op, layouts, dtypes and every non-float
-// value; Python commits no call with a float in it) copies its tensors into the static inputs, replays the
+// under the call's fast-path key and the values that key leaves out (floats, numbers given as 0-dim CPU tensors:
+// a decomposition may bake them into its kernels). A later call with the same key and values (same op, layouts,
+// dtypes and every value) copies its tensors into the static inputs, replays the
 // graph (fl_graph.cpp) and copies the static outputs into fresh tensors or the call's out= tensors. The plan
 // owns its graph and holds a reference to every buffer the graph uses: forgetting it gives the memory back.
 #include <memory>
@@ -69,6 +70,16 @@ void* data_of(const at::Tensor& t) {
   return static_cast<char*>(const_cast<void*>(t.storage().data())) + t.storage_offset() * t.itemsize();
 }
 
+// A plan's key: the fast-path key, then the values it leaves out after a marker no key element takes.
+std::vector<int64_t> with_values(const std::vector<int64_t>& key, const std::vector<int64_t>& values) {
+  std::vector<int64_t> k;
+  k.reserve(key.size() + 1 + values.size());
+  k.insert(k.end(), key.begin(), key.end());
+  k.push_back(-14);
+  k.insert(k.end(), values.begin(), values.end());
+  return k;
+}
+
 c10::ScalarType default_dtype() { return c10::typeMetaToScalarType(c10::get_default_dtype()); }
 
 bool run(DecompPlan& plan, torch::jit::Stack* stack, size_t n) {
@@ -113,12 +124,12 @@ bool run(DecompPlan& plan, torch::jit::Stack* stack, size_t n) {
 
 namespace fl_decomp {
 
-bool serve(const std::vector<int64_t>& key, torch::jit::Stack* stack, size_t n) {
+bool serve(const std::vector<int64_t>& key, const std::vector<int64_t>& values, torch::jit::Stack* stack, size_t n) {
   std::shared_ptr<DecompPlan> plan;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_plans.empty()) return false;
-    auto it = g_plans.find(key);
+    auto it = values.empty() ? g_plans.find(key) : g_plans.find(with_values(key, values));
     if (it == g_plans.end()) return false;
     plan = it->second;
   }
@@ -143,8 +154,10 @@ FL_API int fl_core_decomp_commit(const fl_core_decomp_plan_t* p) {
   if (p == nullptr) return 0;
   auto plan = std::make_shared<DecompPlan>();
   plan->graph.reset(p->graph);  // the core's from now on, kept or not
-  const std::vector<int64_t>* key = fl_cpu_fallback::pending_key(p->name);
-  if (key == nullptr || plan->graph == nullptr || find_device(p->device) == nullptr) return 0;
+  const std::vector<int64_t>* pending = fl_cpu_fallback::pending_key(p->name);
+  const std::vector<int64_t>* values = fl_cpu_fallback::pending_values(p->name);
+  if (pending == nullptr || values == nullptr || plan->graph == nullptr || find_device(p->device) == nullptr) return 0;
+  const std::vector<int64_t> key = values->empty() ? *pending : with_values(*pending, *values);
   plan->device = p->device;
   plan->stream = current_stream_id(p->device);
   plan->default_dtype = default_dtype();
@@ -172,7 +185,7 @@ FL_API int fl_core_decomp_commit(const fl_core_decomp_plan_t* p) {
   std::unordered_map<std::vector<int64_t>, std::shared_ptr<DecompPlan>, KeyHash> gone;  // freed after the lock
   std::shared_ptr<DecompPlan> replaced;
   std::lock_guard<std::mutex> lock(g_mu);
-  auto it = g_plans.find(*key);
+  auto it = g_plans.find(key);
   if (it != g_plans.end()) {  // the signature recorded again (on another stream): the new plan replaces it
     g_bytes -= it->second->nbytes;
     replaced = std::move(it->second);
@@ -183,7 +196,7 @@ FL_API int fl_core_decomp_commit(const fl_core_decomp_plan_t* p) {
     g_bytes = 0;
   }
   g_bytes += plan->nbytes;
-  g_plans.emplace(*key, std::move(plan));
+  g_plans.emplace(key, std::move(plan));
   return 1;
 }
 

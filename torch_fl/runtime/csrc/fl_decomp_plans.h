@@ -11,9 +11,10 @@
 #pragma GCC visibility push(hidden)
 namespace fl_decomp {
 
-// Serves the call on the stack (n arguments), whose fast-path key is key, from a committed decomposition plan.
-// Returns false, the stack untouched, when no plan serves it (Python then does).
-bool serve(const std::vector<int64_t>& key, torch::jit::Stack* stack, size_t n);
+// Serves the call on the stack (n arguments), whose fast-path key is key and values the values that key leaves
+// out (fl_fallback.cpp's KeyBuilder), from a committed decomposition plan. Returns false, the stack untouched,
+// when no plan serves it (Python then does).
+bool serve(const std::vector<int64_t>& key, const std::vector<int64_t>& values, torch::jit::Stack* stack, size_t n);
 // Forgets every plan (fl_core_fast_clear): their graphs and buffers are freed.
 void clear();
 

@@ -8,6 +8,7 @@
 // graph the same way (fl_decomp_plans.cpp). Everything else goes to the Python dispatcher, which Python registers
 // as the fallback of the otherwise unused PrivateUse3 key (so no Python API is needed here).
 #include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include <ATen/EmptyTensor.h>
@@ -43,11 +44,51 @@ namespace {
 // (data pointers, storage offsets, floats): the op, each tensor's device, dtype,
 // sizes, strides, math bits and which earlier argument it aliases, and the
 // value of every other argument.
+//
+// The values the native fast path patches per call are kept aside in `values` (a float's bits, the value of a
+// number given as a 0-dim CPU tensor): a decomposition may bake them into its kernels (leaky_relu's slope,
+// layer_norm's eps), so its plans are keyed on them too (fl_decomp_plans.cpp).
 struct KeyBuilder {
   std::vector<int64_t> k;
+  std::vector<int64_t> values;
   std::vector<const void*> bases;  // storage base of every tensor seen, in order
   std::vector<int64_t> offsets;    // and its storage offset
   bool ok = true;
+
+  void bits(double d) {
+    int64_t b;
+    std::memcpy(&b, &d, sizeof b);
+    values.push_back(b);
+  }
+
+  // the value of a 0-dim CPU tensor (a Python number an op promoted to a tensor): integers exactly, floats by
+  // their bits, complex numbers as two floats. Read from its memory: this runs on every call that has one.
+  void number(const at::Tensor& t) {
+    const void* p = t.const_data_ptr();
+    switch (t.scalar_type()) {
+      case c10::ScalarType::Double: bits(*static_cast<const double*>(p)); break;
+      case c10::ScalarType::Float: bits(*static_cast<const float*>(p)); break;
+      case c10::ScalarType::Long: values.push_back(*static_cast<const int64_t*>(p)); break;
+      case c10::ScalarType::Int: values.push_back(*static_cast<const int32_t*>(p)); break;
+      case c10::ScalarType::Bool: values.push_back(*static_cast<const bool*>(p)); break;
+      case c10::ScalarType::ComplexDouble: {
+        const auto* z = static_cast<const c10::complex<double>*>(p);
+        bits(z->real());
+        bits(z->imag());
+        break;
+      }
+      default:
+        if (c10::isComplexType(t.scalar_type())) {
+          auto z = t.item<c10::complex<double>>();
+          bits(z.real());
+          bits(z.imag());
+        } else if (c10::isFloatingType(t.scalar_type())) {
+          bits(t.item<double>());
+        } else {
+          values.push_back(t.item<int64_t>());
+        }
+    }
+  }
 
   void tensor(const at::Tensor& t, int64_t tag) {
     if (!t.defined()) {
@@ -60,6 +101,7 @@ struct KeyBuilder {
       k.push_back(dev.index());
     } else if (dev.type() == c10::DeviceType::CPU && t.dim() == 0) {
       k.push_back(-1000 - static_cast<int64_t>(t.unsafeGetTensorImpl()->is_wrapped_number()));
+      number(t);
     } else {
       ok = false;  // a CPU tensor in an fl op: the Python dispatcher says what is wrong
       return;
@@ -94,6 +136,7 @@ struct KeyBuilder {
       k.push_back(-2);
     } else if (v.isDouble()) {
       k.push_back(-3);  // patched per call
+      bits(v.toDouble());
     } else if (v.isInt()) {
       k.push_back(-4);
       k.push_back(v.toInt());
@@ -105,6 +148,11 @@ struct KeyBuilder {
       k.push_back(-6);
       k.push_back(static_cast<int64_t>(l.size()));
       for (auto x : l) k.push_back(x);
+    } else if (v.isBoolList()) {  // native_layer_norm_backward's output_mask
+      auto l = v.toBoolList();
+      k.push_back(-15);
+      k.push_back(static_cast<int64_t>(l.size()));
+      for (bool x : l) k.push_back(x);
     } else if (v.isTensorList()) {
       auto l = v.toTensorList();
       k.push_back(-8);
@@ -114,6 +162,7 @@ struct KeyBuilder {
       auto sc = v.toScalar();
       if (sc.isFloatingPoint()) {
         k.push_back(-10);
+        bits(sc.toDouble());
       } else if (sc.isBoolean()) {
         k.push_back(-11);
         k.push_back(sc.toBool());
@@ -161,6 +210,7 @@ constexpr size_t kFastMax = 16384;
 
 struct InFlight {
   std::vector<int64_t> key;  // empty: this call cannot be keyed
+  std::vector<int64_t> values;  // KeyBuilder's values
   const c10::OperatorName* name;
   std::vector<const void*> fresh_outs;  // storages of out= tensors no Python object has seen (see below)
 };
@@ -303,12 +353,14 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
       }
       if (plan && run_fast(*plan, stack, n)) return;
       // a decomposition's kernel graph (fl_decomp_plans.cpp)
-      if (!plan && fl_decomp::serve(kb.k, stack, n)) return;
+      if (!plan && fl_decomp::serve(kb.k, kb.values, stack, n)) return;
     }
     // the CPU fallback's committed plans, device copies and fills (fl_cpu_fallback.cpp)
     if (fl_cpu_fallback::serve(op, stack, n, kb.ok ? &kb.k : nullptr)) return;
   }
-  t_pending.push_back({kb.ok && try_fast ? std::move(kb.k) : std::vector<int64_t>(), &op.operator_name(),
+  const bool keyed = kb.ok && try_fast;
+  t_pending.push_back({keyed ? std::move(kb.k) : std::vector<int64_t>(),
+                       keyed ? std::move(kb.values) : std::vector<int64_t>(), &op.operator_name(),
                        fresh_out_storages(op, stack, n)});
   ModeStash stash;
   try {
@@ -335,6 +387,10 @@ bool pending_is(const char* name) {
 namespace fl_cpu_fallback {
 
 const std::vector<int64_t>* pending_key(const char* name) { return pending_is(name) ? &t_pending.back().key : nullptr; }
+
+const std::vector<int64_t>* pending_values(const char* name) {
+  return pending_is(name) ? &t_pending.back().values : nullptr;
+}
 
 void count(int64_t slot) { g_call_counts.add(slot); }
 
