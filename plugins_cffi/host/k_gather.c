@@ -14,7 +14,8 @@ static int check_indices(const fl_tensor_t *idx, int64_t n, const char *what) {
         fl_iter_row(&it, r, b);
         for (int64_t i = 0; i < it.inner; i++) {
             int64_t v = fl_load_i64(idx, b[0] + i * it.inner_stride[0]);
-            if (v < -n || v >= n) FL_FAIL(FL_ERR_INVALID, "%s: index %lld is out of bounds for size %lld", what, (long long)v, (long long)n);
+            /* no negative index: PyTorch's gather, scatter and index_select refuse them (only advanced indexing wraps) */
+            if (v < 0 || v >= n) FL_FAIL(FL_ERR_INVALID, "%s: index %lld is out of bounds for size %lld", what, (long long)v, (long long)n);
         }
     }
     return 0;
@@ -144,7 +145,6 @@ static int k_index_select(FL_KERNEL_ARGS) {
 #pragma omp parallel for schedule(static) if (n * slice >= PAR_MIN && n > 1)
     for (int64_t j = 0; j < n; j++) {
         int64_t v = fl_load_i64(idx, idx->offset + j * istride);
-        if (v < 0) v += sz;
         fl_tensor_t s = xs, d = os;
         if (x->ndim) { s.offset += v * x->strides[dim]; d.offset += j * o->strides[dim]; }
         fl_iter_t it;
@@ -189,7 +189,6 @@ static int k_gather(FL_KERNEL_ARGS) {
         fl_iter_row(&it, r, b);
         for (int64_t i = 0; i < it.inner; i++) {
             int64_t v = fl_load_i64(idx, b[1] + i * it.inner_stride[1]);
-            if (v < 0) v += sz;
             const char *src = fl_elem(x, b[2] + i * it.inner_stride[2] + v * dstride);
             char *dst = fl_elem(o, b[0] + i * it.inner_stride[0]);
             if (same) memcpy(dst, src, isz);
@@ -230,7 +229,6 @@ static int k_scatter_add(FL_KERNEL_ARGS) {
         fl_iter_row(&it, r, b);
         for (int64_t i = 0; i < it.inner; i++) {
             int64_t v = fl_load_i64(idx, b[0] + i * it.inner_stride[0]);
-            if (v < 0) v += sz;
             char *pd = fl_elem(o, b[2] + i * it.inner_stride[2] + v * dstride);
             const char *ps = fl_elem(&sv, b[1] + i * it.inner_stride[1]);
             if (intmode) {

@@ -301,3 +301,36 @@ def test_histc_and_searchsorted_check_their_arguments_as_the_cpu(backend):
     assert any("input value tensor is non-contiguous" in str(m.message) for m in w)
     assert any("boundary tensor is non-contiguous" in str(m.message) for m in w)
     assert torch.equal(got.cpu(), torch.searchsorted(b, q))
+
+
+def test_advanced_indexing_checks_each_index_without_reading_it_first(backend):
+    """x[i0, i1] reads no index on the host (a compiled graph that indexes stays replayable): an index out of its
+    own dim must still be PyTorch's IndexError, even where the combined linear index would land in range."""
+    base = torch.arange(12.0).reshape(3, 4)
+    x = base.to("fl")
+    i0, i1 = torch.tensor([-1, 0, 2]), torch.tensor([-4, 3, 1])
+    assert torch.equal(x[i0.to("fl"), i1.to("fl")].cpu(), base[i0, i1])
+    assert torch.equal(x[i0.to("fl")].cpu(), base[i0])
+    cases = (([0], [4], 1, 4, 4), ([1], [-5], 1, 4, -5), ([-4], [0], 0, 3, -4), ([3], [0], 0, 3, 3))
+    for a, b, dim, size, bad in cases:
+        with pytest.raises(IndexError, match=f"index {bad} is out of bounds for dimension {dim} with size {size}"):
+            x[torch.tensor(a, device="fl"), torch.tensor(b, device="fl")]
+        with pytest.raises(IndexError, match=f"index {bad} is out of bounds for dimension {dim} with size {size}"):
+            base[torch.tensor(a), torch.tensor(b)]  # PyTorch's own words
+    with pytest.raises(IndexError, match="index 3 is out of bounds for dimension 0 with size 3"):
+        x[torch.tensor([0, 3], device="fl")]
+    assert torch.equal(x[torch.tensor([2], device="fl")].cpu(), base[2:3])  # still usable
+
+
+def test_gather_scatter_and_index_select_refuse_negative_indices(backend):
+    """The host plugin's gather, scatter_add and index_select kernels wrapped an index of -1 to the last row
+    (silently right-looking values); PyTorch refuses it."""
+    x = torch.arange(6.0).reshape(3, 2)
+    fx, neg = x.to("fl"), torch.tensor([-1], device="fl")
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.gather(fx, 0, neg.view(1, 1).expand(1, 2))
+    with pytest.raises(IndexError):
+        fx.index_select(0, neg)
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.zeros(3, 2, device="fl").scatter_add(0, neg.view(1, 1).expand(1, 2), fx[:1])
+    assert torch.equal(fx.index_select(0, torch.tensor([2], device="fl")).cpu(), x[2:3])

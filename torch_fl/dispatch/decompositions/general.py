@@ -108,6 +108,54 @@ def _index_select(x, dim, index):
     return aten.gather.default(x, dim, idx.view(view).expand(shape))
 
 
+def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """embedding as one gather of the rows (index_select's), for every index rank. PyTorch's own decomposition
+    takes weight[indices] for 2-D indices, whose advanced indexing reads the indices' range on the host
+    (a device sync and a dozen Python calls per lookup); the gather kernel checks each index itself. An
+    index out of range is PyTorch's IndexError."""
+    if weight.dim() != 2:
+        raise RuntimeError("'weight' must be 2-D")
+    if indices.dtype not in (torch.int64, torch.int32):
+        return NotImplemented
+    try:
+        rows = _index_select(weight, 0, indices.reshape(-1))
+    except RuntimeError as e:
+        _index_error_if_out_of_range(indices, weight.shape[0], e)
+        raise
+    return rows.view(*indices.shape, weight.shape[1])
+
+
+def _embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """embedding's weight gradient as one scatter_add of the gradient rows (the rows of padding_idx left out),
+    accumulated in float32 for half-precision gradients as PyTorch's decomposition does. PyTorch's own goes
+    through index_put, whose advanced indexing reads the indices' range on the host; the scatter kernel checks
+    each index itself. scale_grad_by_freq is left to PyTorch's."""
+    if scale_grad_by_freq or indices.dtype not in (torch.int64, torch.int32):
+        return NotImplemented
+    width = grad_output.shape[indices.dim() :]
+    idx = indices.reshape(-1).to(torch.int64)
+    grad = grad_output.reshape(idx.numel(), -1)
+    result_dtype = grad.dtype
+    if result_dtype in (torch.float16, torch.bfloat16):
+        grad = grad.to(torch.float32)
+    if padding_idx >= 0:
+        grad = grad.masked_fill((idx == padding_idx).unsqueeze(1), 0)
+    out = grad.new_zeros((num_weights, grad.shape[1]))
+    try:
+        out = aten.scatter_add.default(out, 0, idx.unsqueeze(1).expand(grad.shape), grad)
+    except RuntimeError as e:
+        _index_error_if_out_of_range(indices, num_weights, e)
+        raise
+    return out.to(result_dtype).view((num_weights, *width))
+
+
+def _index_error_if_out_of_range(indices, rows: int, e: RuntimeError) -> None:
+    """A kernel refused an index: raise PyTorch's IndexError when one is out of range (the check runs on the
+    error path only), else let the kernel's error stand."""
+    if indices.numel() and (int(indices.amin()) < 0 or int(indices.amax()) >= rows):
+        raise IndexError("index out of range in self") from e
+
+
 def _rev(a, dims):
     """prims.rev (what flip decomposes to): an index_select per dim with a descending arange."""
     out = a
@@ -161,10 +209,13 @@ def _expand_masks(indices):
     return out
 
 
-def _linear_index(x, indices):
+def _linear_index(x, indices, check: bool = True):
     """For integer advanced indexing: the indexed dims' positions, the broadcast index shape, and
     the linear index into those dims flattened (negatives wrapped, each index bounds-checked); None
-    for what is not served here (no index, or a bool mask, whose result size depends on the data)."""
+    for what is not served here (no index, or a bool mask, whose result size depends on the data).
+    check=False reads nothing on the host: an index out of range gives a linear index out of range of the
+    flattened dims (itself after the wrap for one indexed dim; their total size for several, whose linear
+    index could otherwise land in range), for the caller's gather kernel to refuse."""
     indices = _expand_masks(indices)
     if indices is None:
         return None
@@ -173,10 +224,16 @@ def _linear_index(x, indices):
         return None
     idx = torch.broadcast_tensors(*[indices[k] for k in pos])
     sizes = [x.shape[k] for k in pos]
-    lin = None
+    lin: torch.Tensor | None = None
+    refused: torch.Tensor | None = None  # where an index is out of its dim (several dims, unchecked)
     for k, (i, n) in enumerate(zip(idx, sizes, strict=True)):
         i = i.to(torch.int64)
-        if i.numel():
+        if i.numel() and not check:
+            i = torch.where(i < 0, i + n, i)
+            if len(pos) > 1:
+                out_of_range = (i < 0) | (i >= n)
+                refused = out_of_range if refused is None else refused | out_of_range
+        elif i.numel():
             lo, hi = int(i.amin().item()), int(i.amax().item())
             bad = hi if hi >= n else (lo if lo < -n else None)
             if bad is not None:
@@ -184,6 +241,8 @@ def _linear_index(x, indices):
                 raise IndexError(f"index {bad} is out of bounds for {where}")
             i = torch.where(i < 0, i + n, i)
         lin = i if lin is None else lin * n + i
+    if refused is not None and lin is not None:
+        lin = torch.where(refused, math.prod(sizes), lin)
     return pos, list(idx[0].shape), lin
 
 
@@ -259,8 +318,10 @@ def _index_tensor(x, indices):
     """Advanced indexing x[i0, i1, ...] with integer index tensors: the indexed dims are
     flattened into one, the indices combined into a linear index (negatives wrapped and every
     index checked against its own dim, as PyTorch does), and one index_select does the rest.
-    Boolean masks have a data-dependent result size: not served here."""
-    found = _linear_index(x, list(indices))
+    Boolean masks have a data-dependent result size: not served here. With one indexed dim the indices
+    are not read on the host: the gather kernel refuses one out of range, and only then are they read,
+    for PyTorch's IndexError (so a compiled graph that indexes stays replayable)."""
+    found = _linear_index(x, list(indices), check=False)
     if found is None:
         return NotImplemented
     pos, bshape, lin = found
@@ -269,7 +330,11 @@ def _index_tensor(x, indices):
     sizes = [x.shape[k] for k in pos]
     rest = list(xs.shape[len(pos) :])
     flat = xs.reshape([math.prod(sizes)] + rest)
-    out = _index_select(flat, 0, lin.reshape(-1))
+    try:
+        out = _index_select(flat, 0, lin.reshape(-1))
+    except RuntimeError:
+        _linear_index(x, list(indices))  # raises PyTorch's IndexError for an index out of range
+        raise
     if out is NotImplemented:
         return out
     out = out.reshape(bshape + rest)
@@ -690,6 +755,8 @@ def register(table: dict) -> None:
     table[aten.randint_like.default] = _randint_like
     table[aten.randint_like.low_dtype] = _randint_like_low
     table[aten.index_select.default] = _index_select
+    table[aten.embedding.default] = _embedding
+    table[aten.embedding_dense_backward.default] = _embedding_dense_backward
     table[aten.index.Tensor] = _index_tensor
     table[aten.index_put.default] = _index_put
     table[prims.rev.default] = _rev
