@@ -273,6 +273,16 @@ def test_explain_rejects_unknown_ops():
         fl.explain("add.Nope")
 
 
+def test_explain_given_tensors_says_what_it_takes():
+    """fl.explain(op, w, i), as if it ran the op, once failed inside with 'Boolean value of Tensor ... ambiguous'."""
+    w, i = torch.randn(10, 4).to("fl"), torch.tensor([[1, 2]]).to("fl")
+    with pytest.raises(TypeError, match="backend must be a backend name such as 'minimal', not Tensor"):
+        fl.explain(torch.ops.aten.embedding.default, w, i)
+    with pytest.raises(TypeError, match="dtype must be a torch.dtype or its name .* not Tensor"):
+        fl.explain("embedding", (torch.float32, i))
+    assert "embedding" in str(fl.explain("embedding", ("float32", torch.int64), "minimal"))
+
+
 def test_sparse_tensors_on_fl_get_a_clear_error():
     csr = torch.eye(3).to_sparse_csr().to("fl")  # PyTorch moves the layout; torch_fl does not hold it
     assert csr.layout == torch.sparse_csr and csr.device.type == "fl"

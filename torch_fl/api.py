@@ -193,7 +193,14 @@ def explain(op: Any, dtype: torch.dtype | str | tuple = torch.float32, backend: 
     overload), or a name such as "aten::add.Tensor" / "add.Tensor" / "mm".
     dtype: a torch.dtype, its name ("bfloat16", as a user types it in a magic
     or on the command line), or a tuple of them. A name that is no operator
-    or no dtype raises ValueError."""
+    or no dtype raises ValueError; a tensor or another object where a dtype or a backend name belongs raises
+    TypeError (explain describes an op's plan, not a call: fl.profile shows what a call did)."""
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(
+            f"fl.explain: backend must be a backend name such as 'minimal', not {type(backend).__name__}; "
+            "explain(op, dtype, backend) describes an op's plan per dtype, it takes no tensors (to see what a "
+            "call did, run it under fl.profile())"
+        )
     func = resolve_op(op)
     b = REGISTRY.get(backend) if backend else REGISTRY.ensure()
     f = facts(func)
@@ -211,6 +218,11 @@ def explain(op: Any, dtype: torch.dtype | str | tuple = torch.float32, backend: 
 def _dtype(d: torch.dtype | str) -> torch.dtype:
     if isinstance(d, torch.dtype):
         return d
+    if not isinstance(d, str):
+        raise TypeError(
+            f"fl.explain: dtype must be a torch.dtype or its name ('float32', 'bfloat16', ...), not "
+            f"{type(d).__name__}; explain takes no tensors (to see what a call did, run it under fl.profile())"
+        )
     found = getattr(torch, str(d).removeprefix("torch."), None)
     if not isinstance(found, torch.dtype):
         raise ValueError(f"{d!r} is not a torch dtype (float32, bfloat16, int64, ...)")
