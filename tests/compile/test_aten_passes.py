@@ -418,3 +418,27 @@ def test_fused_ops_under_autocast_cast_as_the_ops_they_fuse():
     assert got.dtype == want.dtype == torch.bfloat16 and got_norm.dtype == want_norm.dtype == torch.float32
     _close(got, want, rtol=2e-2)
     _close(got_norm, want_norm, rtol=2e-2)
+
+
+def test_fused_ops_take_their_autograd_function_only_where_a_gradient_is_wanted(monkeypatch):
+    """A compiled training graph calls the fused ops inside AOTAutograd's forward, with grad mode off: there the
+    op goes straight below the Autograd key. Where a gradient is wanted, the autograd.Function records it."""
+    from torch_fl.fused import epilogues
+
+    forwards = []
+    real = epilogues._LinearActFn.forward
+    monkeypatch.setattr(epilogues._LinearActFn, "forward", staticmethod(lambda *a: forwards.append(1) or real(*a)))
+    torch.manual_seed(0)
+    x, w, b = torch.randn(3, 8), torch.randn(5, 8), torch.randn(5)
+    fx, fw, fb = (t.to("fl").requires_grad_() for t in (x, w, b))
+    op = torch.ops.fl.linear_act.default
+    with torch.no_grad():
+        out, _ = op(fx, fw, fb, epilogues.ACTIVATIONS["gelu"], 0.0, 0, False)
+    assert forwards == [] and out.grad_fn is None
+    out, _ = op(fx, fw, fb, epilogues.ACTIVATIONS["gelu"], 0.0, 0, True)
+    assert forwards == [1] and out.grad_fn is not None
+    out.sum().backward()
+    x64, w64, b64 = (t.double().requires_grad_() for t in (x, w, b))
+    F.gelu(F.linear(x64, w64, b64)).sum().backward()
+    for got, want in ((fx.grad, x64.grad), (fw.grad, w64.grad), (fb.grad, b64.grad)):
+        assert torch.allclose(got.cpu().double(), want, atol=1e-5)
