@@ -60,3 +60,32 @@ def test_sdpa_kernel_switches_choose_fused_or_math(backends, fused):
     assert ("aten::_scaled_dot_product_fused_attention_overrideable" in ops) == fused, ops
     assert ("aten::bmm" in ops) == (not fused), ops
     torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, q, q), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "rocm"])  # plugins with a fused attention kernel
+def test_fused_attention_calls_take_the_fast_path(backend, monkeypatch):
+    """The fused attention op returns two ints beside its tensors (max_q, max_k: from the shapes); the C++ fast
+    path returns them too, so a repeated signature no longer enters Python, with every value and gradient
+    as on the first call and against float64."""
+    import importlib
+
+    entry = importlib.import_module("torch_fl.dispatch.entry")
+    calls: list = []
+    real = entry.ENTRY.dispatch
+    monkeypatch.setattr(entry.ENTRY, "dispatch", lambda func, a, k: calls.append(str(func)) or real(func, a, k))
+    fl.set_backend(backend)
+    for k in range(4):
+        torch.manual_seed(k)
+        q, key, v = (torch.randn(2, 2, 8, 16) for _ in range(3))
+        leaves = [t.to("fl").requires_grad_() for t in (q, key, v)]
+        calls.clear()
+        got = F.scaled_dot_product_attention(*leaves)
+        if k >= 2:
+            assert not [c for c in calls if "attention" in c], calls
+        got.sum().backward()
+        ref = [t.double().requires_grad_() for t in (q, key, v)]
+        want = F.scaled_dot_product_attention(*ref)
+        want.sum().backward()
+        torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
+        for a, b in zip(leaves, ref, strict=True):
+            torch.testing.assert_close(a.grad.cpu().double(), b.grad, rtol=1e-4, atol=1e-5)

@@ -412,7 +412,7 @@ def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None,
     if not lib.fl_core_fast_can_commit(name):
         return
     in_src = [(stack_of[i] if i >= 0 else -1, k) for i, k in site["in_src"]]
-    out_src, out_dtypes = [], []
+    out_src, out_dtypes, out_ints = [], [], []
     for (kind, j), t in zip(site["out_src"], site["outs"], strict=True):
         if kind == "given":
             out_src.append(given_at[j])
@@ -420,8 +420,11 @@ def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None,
             out_src.append(stack_of[j])
         elif kind == "fresh":
             out_src.append(-1)
+        elif kind == "int" and type(t) is int:  # its meta function's, from the shapes the key fixes
+            out_src.append(-2)
         else:
-            return  # an int an op returns beside its tensors: not a kernel output
+            return
+        out_ints.append(t if kind == "int" else 0)
         out_dtypes.append(core.scalar_type_code(t.dtype) if isinstance(t, torch.Tensor) else 0)
     patches = [(a, stack_of[i], kind) for a, i, kind in site["patches"]]
     dev = site["dev"]
@@ -435,6 +438,7 @@ def commit(f, count_as: str, site: dict, stack_of, returns: list, given_at=None,
         "output_dtypes": new("int32_t[]", out_dtypes or [0]),
         "patches": new("fl_core_patch_t[]", patches or 1),
         "returns": new("int32_t[]", returns or [0]),
+        "output_ints": new("int64_t[]", out_ints) if -2 in out_src else core.ffi.NULL,
     }
     plan = new(
         "fl_core_fast_plan_t *",

@@ -164,12 +164,16 @@ typedef struct {
     fl_core_kernel_call_t call;            /* the descriptors and arguments as this call built them */
     const fl_core_input_src_t *input_src;  /* call.n_inputs entries */
     const int32_t *output_src;             /* call.n_outputs: the op's argument each output is, or -1: a fresh
-                                              output with the descriptor's sizes and strides ... */
+                                              output with the descriptor's sizes and strides ..., or -2: an
+                                              int the op returns there, output_ints[k] */
     const int32_t *output_dtypes;          /* ... and this c10::ScalarType (call.n_outputs entries) */
     int32_t n_patches;
     const fl_core_patch_t *patches;
     int32_t n_returns;
     const int32_t *returns;                /* per return of the op: the output it is */
+    const int64_t *output_ints;            /* call.n_outputs, or NULL when no output_src is -2: the ints the op
+                                              returns (its meta function's, from the shapes the key fixes:
+                                              SDPA's max_q and max_k) */
 } fl_core_fast_plan_t;
 
 /* The Python dispatcher ran the op now in flight on this thread as one native kernel call on its own

@@ -196,7 +196,8 @@ struct FastPlan : KernelCall {
   std::string name;  // the op, for traces
   int device = 0;  // fl index
   std::vector<std::pair<int32_t, int32_t>> in_src;  // (stack index, list index or -1) per input
-  std::vector<int32_t> out_src;                     // stack index, or -1 for a fresh output
+  std::vector<int32_t> out_src;                     // stack index, -1 for a fresh output, -2 for an int
+  std::vector<int64_t> out_ints;                    // the int returned where out_src is -2
   std::vector<c10::ScalarType> out_dtype;
   std::vector<int32_t> returns;                     // per return: index into out
   std::vector<Patch> patches;
@@ -306,7 +307,10 @@ bool run_fast(const FastPlan& plan, torch::jit::Stack* stack, size_t n_args_on_s
   results.reserve(plan.returns.size());
   for (int32_t r : plan.returns) {
     int32_t si = plan.out_src[r];
-    results.emplace_back(si >= 0 ? arg(si) : c10::IValue(fresh[r]));
+    if (si == -2)
+      results.emplace_back(plan.out_ints[r]);
+    else
+      results.emplace_back(si >= 0 ? arg(si) : c10::IValue(fresh[r]));
   }
   if (g_watch_n.load(std::memory_order_relaxed) != 0) {
     for (int32_t si : plan.out_src)
@@ -460,6 +464,9 @@ FL_API int fl_core_fast_commit(const fl_core_fast_plan_t* p) {
   for (const fl_core_input_src_t& src : copy_of(p->input_src, p->call.n_inputs))
     plan->in_src.emplace_back(src.arg, src.list);
   plan->out_src = copy_of(p->output_src, p->call.n_outputs);
+  if (p->output_ints != nullptr) plan->out_ints = copy_of(p->output_ints, p->call.n_outputs);
+  for (int32_t si : plan->out_src)
+    if (si == -2 && plan->out_ints.empty()) return 0;
   for (int32_t dtype : copy_of(p->output_dtypes, p->call.n_outputs))
     plan->out_dtype.push_back(static_cast<c10::ScalarType>(dtype));
   for (const fl_core_patch_t& patch : copy_of(p->patches, p->n_patches))
