@@ -393,3 +393,19 @@ def test_layer_norm_backward_with_its_output_mask_is_served_in_cpp(minimal, monk
     torch.nn.functional.layer_norm(rx, (6,), rw, rb).backward(gout)
     for got, want in ((fx.grad, rx.grad), (fw.grad, rw.grad), (fb.grad, rb.grad)):
         assert torch.allclose(got.cpu(), want, atol=1e-5)
+
+
+def test_expanded_inputs_are_replayed_from_their_span(minimal):
+    """An expanded input (a stride-0 dim: BERT's token-type ids) is copied as the span of its elements: a plan
+    serves it, with the Python path's bits."""
+    base = torch.randn(1, 32)
+    fx = base.to("fl")
+    for _ in range(3):
+        torch.nn.functional.gelu(fx.expand(4, 32))
+    h = hits()
+    for k in range(3):
+        x = torch.randn(1, 32, generator=torch.Generator().manual_seed(k)).to("fl").expand(4, 32)
+        got = torch.nn.functional.gelu(x)
+        assert same_bits(got, without_fast_path(torch.nn.functional.gelu, x))
+        assert torch.allclose(got.cpu(), torch.nn.functional.gelu(x.cpu()), atol=1e-6)
+    assert hits() == h + 3

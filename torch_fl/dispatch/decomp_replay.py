@@ -16,8 +16,9 @@ recorded again (until the dispatcher's plans are forgotten).
 
 A plan's key fixes every value of the call but its tensors' contents, floats and numbers given as 0-dim CPU
 tensors included (a decomposition may bake them into its kernels: leaky_relu's slope, layer_norm's eps,
-mul's scalar). Never committed: a tensor list, a complex number, an op that draws random numbers, or a call
-whose tensors are not dense; nor a call whose buffers exceed MAX_BYTES (a big model must not pin memory per
+mul's scalar). Never committed: a tensor list, a complex number, an op that draws random numbers, an input
+with gaps between its elements (inputs are copied as the span of their bytes: dense or expanded ones) or a
+result that is not dense; nor a call whose buffers exceed MAX_BYTES (a big model must not pin memory per
 signature)."""
 
 from __future__ import annotations
@@ -61,15 +62,37 @@ def _plain(t: torch.Tensor, dev) -> bool:
     )
 
 
+def _input(t: torch.Tensor, dev) -> bool:
+    """An fl tensor a plan can take as an input: dense, or expanded (a stride-0 dim: BERT's token-type ids are
+    an expanded buffer), whose elements lie in the span of bytes the plan copies, with no gaps between them
+    (a slice of a bigger tensor would copy what it skips)."""
+    return (
+        is_fl(t)
+        and t.device == dev.torch_device
+        and (is_dense(t) or (all(st >= 0 for st in t.stride()) and _span(t) <= t.numel()))
+        and not t.is_conj()
+        and not t.is_neg()
+        and t.dim() <= abi.MAX_DIMS
+    )
+
+
+def _span(t: torch.Tensor) -> int:
+    """The elements from t's first to its last, in memory (its numel when dense; fewer when expanded)."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))
+
+
 def _keyed(v, dev, tensor_arg: bool) -> bool:
-    """A value the C++ key and its values fix (fl_fallback.cpp's KeyBuilder): a dense fl tensor, a number
+    """A value the C++ key and its values fix (fl_fallback.cpp's KeyBuilder): a dense or expanded fl tensor, a
+    number
     given as a 0-dim CPU tensor (its value is in the key), or a value the key holds (ints, bools, floats, int
     lists, strings, dtypes, None). Not a complex number, a Python number standing for a tensor argument or a
     list of tensors."""
     if tensor_arg and not isinstance(v, torch.Tensor) and v is not None:
         return False
     if isinstance(v, torch.Tensor):
-        return _number(v) or _plain(v, dev)
+        return _number(v) or _input(v, dev)
     if isinstance(v, (list, tuple)):
         return all(type(x) in (int, bool) for x in v)
     return v is None or type(v) in (int, bool, float, str, torch.dtype)
@@ -82,11 +105,12 @@ def _number(t: torch.Tensor) -> bool:
 
 
 def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+    """The bytes a plan copies for t: the span of its elements (numel * itemsize for a dense tensor)."""
+    return _span(t) * t.element_size()
 
 
 def _copy_bytes(dev, dst: torch.Tensor, src: torch.Tensor) -> None:
-    """src's bytes into dst (same dense layout), with the plugin's device copy, outside any recording."""
+    """src's bytes into dst (the same layout), with the plugin's device copy, outside any recording."""
     n = _nbytes(src)
     if n:
         copy_on_device(dev, dst.data_ptr(), src.data_ptr(), n)
