@@ -85,10 +85,9 @@ def _span(t: torch.Tensor) -> int:
 
 def _keyed(v, dev, tensor_arg: bool) -> bool:
     """A value the C++ key and its values fix (fl_fallback.cpp's KeyBuilder): a dense or expanded fl tensor, a
-    number
-    given as a 0-dim CPU tensor (its value is in the key), or a value the key holds (ints, bools, floats, int
-    lists, strings, dtypes, None). Not a complex number, a Python number standing for a tensor argument or a
-    list of tensors."""
+    number given as a 0-dim CPU tensor (its value is in the key), or a value the key holds (ints, bools, floats,
+    int lists, strings, dtypes, None). Not a complex number, a Python number standing for a tensor argument or
+    a list of tensors."""
     if tensor_arg and not isinstance(v, torch.Tensor) and v is not None:
         return False
     if isinstance(v, torch.Tensor):
@@ -242,7 +241,7 @@ def _second(seen: dict, f, vals: list) -> bool:
             if len(seen) >= _SEEN_MAX:
                 seen.clear()
             seen[key] = _ONCE
-    except TypeError:  # an unhashable value: a call no plan would take anyway
+    except (TypeError, RuntimeError):  # an unhashable value, a number item() cannot read: no plan takes it
         return False
     return state == _ONCE
 
@@ -250,7 +249,7 @@ def _second(seen: dict, f, vals: list) -> bool:
 def _never(seen: dict, f, vals: list) -> None:
     try:
         seen[_key(f, vals)] = _NEVER
-    except TypeError:
+    except (TypeError, RuntimeError):
         pass
 
 

@@ -78,14 +78,18 @@ struct KeyBuilder {
         break;
       }
       default:
-        if (c10::isComplexType(t.scalar_type())) {
-          auto z = t.item<c10::complex<double>>();
-          bits(z.real());
-          bits(z.imag());
-        } else if (c10::isFloatingType(t.scalar_type())) {
-          bits(t.item<double>());
-        } else {
-          values.push_back(t.item<int64_t>());
+        try {
+          if (c10::isComplexType(t.scalar_type())) {
+            auto z = t.item<c10::complex<double>>();
+            bits(z.real());
+            bits(z.imag());
+          } else if (c10::isFloatingType(t.scalar_type())) {
+            bits(t.item<double>());
+          } else {
+            values.push_back(t.item<int64_t>());
+          }
+        } catch (const std::exception&) {
+          ok = false;  // a number item() cannot read (a quantized dtype ...): the Python path says what it is
         }
     }
   }
