@@ -334,3 +334,30 @@ def test_gather_scatter_and_index_select_refuse_negative_indices(backend):
     with pytest.raises(RuntimeError, match="out of bounds"):
         torch.zeros(3, 2, device="fl").scatter_add(0, neg.view(1, 1).expand(1, 2), fx[:1])
     assert torch.equal(fx.index_select(0, torch.tensor([2], device="fl")).cpu(), x[2:3])
+
+
+def test_searchsorted_bucketize_and_histc_refuse_what_the_cpu_refuses(backend):
+    """Found by test_reductions' sample: searchsorted with boundaries whose leading dims differ from the values'
+    returned a result on the cpu backend (its kernel does not check); histc's range taken from data holding inf
+    ended in a scatter kernel's index error on minimal."""
+    b2 = torch.tensor([[1.0, 2, 3, 4], [2, 4, 6, 8], [3, 6, 9, 12]])
+    v2 = torch.tensor([[1.0, 2, 3], [2, 4, 6]])
+    cases = {
+        "first N-1 dimensions of boundaries tensor and input value tensor must match": lambda d: torch.searchsorted(
+            b2.to(d), v2.to(d)
+        ),
+        "input value can be a scalar only when boundaries tensor dimension is 1": lambda d: torch.searchsorted(
+            b2.to(d), 1.5
+        ),
+        r"boundaries tensor must be 1 dimension, but got dim\(2\)": lambda d: torch.bucketize(v2.to(d), b2.to(d)),
+        r"torch.histc: range of \[1, inf\] is not finite": lambda d: torch.histc(
+            torch.tensor([1.0, 2.0, float("inf")], device=d), bins=10
+        ),
+    }
+    for message, call in cases.items():
+        with pytest.raises(RuntimeError, match=message):
+            call("cpu")  # PyTorch's own words
+        with pytest.raises(RuntimeError, match=message):
+            call("fl")
+    ok = torch.searchsorted(torch.tensor([1.0, 2, 3], device="fl"), torch.tensor([2.5], device="fl"))
+    assert ok.cpu().tolist() == [2]

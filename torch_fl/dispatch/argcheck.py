@@ -321,10 +321,26 @@ def _bucketization(boundaries_at: int, input_at: int | None) -> Callable:
     def check(vals: list) -> bool:
         warned = False
         x = vals[input_at] if input_at is not None else None
+        b = vals[boundaries_at]
+        # ATen's shape checks (bucketize's and searchsorted_pre_check), which the host plugin's kernel and the
+        # decomposition would not make: a silently wrong result otherwise
+        if isinstance(b, torch.Tensor) and b.dim() != 1:
+            if boundaries_at == 1:
+                raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({b.dim()})")
+            if not isinstance(x, torch.Tensor):
+                raise RuntimeError(
+                    "torch.searchsorted(): input value can be a scalar only when boundaries tensor dimension is 1, "
+                    f"but we got boundaries tensor dim({b.dim()}) and input value's dim(0) numel(1)"
+                )
+            if b.dim() != x.dim() or b.shape[:-1] != x.shape[:-1]:
+                raise RuntimeError(
+                    "torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 dimensions of "
+                    f"boundaries tensor and input value tensor must match, but we got boundaries tensor "
+                    f"{list(b.shape)} and input value tensor {list(x.shape)}"
+                )
         if isinstance(x, torch.Tensor) and not x.is_contiguous():
             _warn_once(_non_contiguous_note("input value"))
             warned = True
-        b = vals[boundaries_at]
         if isinstance(b, torch.Tensor) and not b.is_contiguous():
             _warn_once(_non_contiguous_note("boundary"))
             warned = True

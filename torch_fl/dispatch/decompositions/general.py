@@ -537,12 +537,19 @@ def _histc(self, bins=100, min=0, max=0):  # noqa: A002 - the schema's names
         lo, hi = float(self.amin().item()), float(self.amax().item())
     if lo == hi:
         lo, hi = lo - 1, hi + 1
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # ATen's CPU kernel checks the range it took from the data
+        raise RuntimeError(f"torch.histc: range of [{_edge(lo)}, {_edge(hi)}] is not finite")
     x = self.reshape(-1)
     inside = (x >= lo) & (x <= hi)
     pos = torch.floor((x - lo) * (bins / (hi - lo))).clamp(0, bins - 1).to(torch.int64)
     pos = torch.where(inside, pos, 0)
     counts = torch.zeros(bins, dtype=self.dtype, device=self.device)
     return counts.scatter_add(0, pos, inside.to(self.dtype))
+
+
+def _edge(x: float) -> str:
+    """A histogram edge as ATen prints it: 1, 0.5, inf, nan."""
+    return str(int(x)) if x.is_integer() else str(x)
 
 
 def _nonzero_static(self, *, size, fill_value=-1):
