@@ -385,7 +385,7 @@ def compute(f: OpFacts, args, kwargs, arrived: tuple | None = None):
             if not TLS.active:
                 overlap.check(rule, f.mutable, vals)
             else:
-                unchecked = not _overlap_passes(f, vals)
+                unchecked = not _overlap_passes(f, vals, rule)
     if not TLS.active and TLS.device_only:
         _set_device_only(0)  # no decomposition is running: nothing may keep the CPU fallback away
     # PyTorch's checks of the user's call, as the overlap rules; a check that warned (a deprecated uint8 mask,
@@ -453,8 +453,10 @@ def copy_within(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     return result
 
 
-def _overlap_passes(f: OpFacts, vals: list) -> bool:
-    rule = f.overlap_rule(vals) if f.overlap is not None else None
+def _overlap_passes(f: OpFacts, vals: list, rule=None) -> bool:
+    """Whether PyTorch's overlap check passes the call (rule: f's overlap rule for vals, when the caller has it)."""
+    if rule is None and f.overlap is not None:
+        rule = f.overlap_rule(vals)
     if rule is None:
         return True
     try:
