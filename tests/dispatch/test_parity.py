@@ -2,6 +2,8 @@
 parity"), each pinned by a test that failed before its fix. Where PyTorch raises, fl raises the same exception type
 (code and tests catch IndexError, TypeError, ValueError, RuntimeError by type)."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -361,3 +363,86 @@ def test_searchsorted_bucketize_and_histc_refuse_what_the_cpu_refuses(backend):
             call("fl")
     ok = torch.searchsorted(torch.tensor([1.0, 2, 3], device="fl"), torch.tensor([2.5], device="fl"))
     assert ok.cpu().tolist() == [2]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "rocm", "ascend", "minimal"])
+def test_reductions_over_an_empty_dim_list_and_their_errors_and_warnings_as_on_the_cpu(backend):
+    """Found by the full test_reductions run: all(x, dim=[]) reduced every dim on fl (a silently wrong result:
+    PyTorch reduces none; the dispatcher took [] for the None default); var/std with a dim given twice said
+    torch._refs' "duplicate value"; median/nanmedian/mode/kthvalue over an empty dim raised KernelError or
+    the k range error instead of IndexError; var/std/var_mean/std_mean with no degrees of freedom left did
+    not warn. Each side is PyTorch's own CPU behaviour."""
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+    x = torch.randn(3, 4) > 0
+    for op in (torch.all, torch.any):
+        for keepdim in (False, True):
+            want = op(x, dim=[], keepdim=keepdim)
+            got = op(x.to("fl"), dim=[], keepdim=keepdim).cpu()
+            assert got.shape == want.shape == (3, 4) and torch.equal(got, want)
+        assert torch.equal(op(x.to("fl"), dim=None).cpu(), op(x))  # None reduces every dim
+    y = torch.randn(3, 3, 3, 3)
+    for op in (torch.std, torch.var, torch.var_mean, torch.std_mean):
+        for dims, named in (((0, 0), 0), ((0, -4), 0), ((1, 1), 1)):
+            for d in ("cpu", "fl"):
+                with pytest.raises(RuntimeError, match=rf"^dim {named} appears multiple times in the list of dims$"):
+                    op(y.to(d), dim=dims)
+    empty = torch.randn(2, 0, 4)
+    calls = {
+        "median": lambda t: torch.median(t, dim=-2),
+        "nanmedian": lambda t: torch.nanmedian(t, dim=1),
+        "mode": lambda t: torch.mode(t, dim=1),
+        "kthvalue": lambda t: torch.kthvalue(t, 1, dim=1),
+    }
+    for name, call in calls.items():
+        said = "median" if name == "nanmedian" else name  # ATen names nanmedian median() here
+        for d in ("cpu", "fl"):
+            with pytest.raises(IndexError, match=rf"^{said}\(\): Expected reduction dim 1 to have"):
+                call(empty.to(d))
+        other = empty.transpose(1, 2).contiguous()  # dim 1 of size 4: an empty result, no error
+        assert call(other.to("fl"))[0].shape == call(other)[0].shape == (2, 0)
+    t = torch.randn(10, 20)
+    for op in (torch.std, torch.var, torch.var_mean, torch.std_mean):
+        for correction, warns in ((20, True), (19, False), (25.5, True), (19.5, False)):
+            for d in ("cpu", "fl"):
+                for _ in range(2):  # every call warns, as on the CPU (never served silently by the fast path)
+                    with warnings.catch_warnings(record=True) as w:
+                        warnings.simplefilter("always")
+                        op(t.to(d), dim=-1, correction=correction)
+                    said = [str(m.message) for m in w if "degrees of freedom" in str(m.message)]
+                    assert len(said) == warns, (op.__name__, correction, d, said)
+                    if warns:
+                        assert said[0].startswith(f"{op.__name__}(): degrees of freedom is <= 0. Correction should")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "minimal"])
+def test_searchsorted_side_and_sorter_are_checked_as_on_the_cpu(backend):
+    """Found by the full test_reductions run: a side other than 'left'/'right' and a sorter of another size
+    ran on fl (the cpu backend's kernel ignored them); a float sorter said the kernel's words on cpu, nothing
+    on minimal."""
+    fl.set_backend(backend)
+    seq = torch.tensor([0.1, 0.9, 0.3, 0.5])
+    _, order = torch.sort(seq)
+    values = torch.tensor([0.2, 0.6])
+    cases = {
+        "side can only be 'left' or 'right' but got bad": lambda d: torch.searchsorted(
+            seq.to(d), values.to(d), side="bad"
+        ),
+        "side and right can't be set to opposites": lambda d: torch.searchsorted(
+            seq.to(d), values.to(d), side="left", right=True
+        ),
+        r"boundary and sorter must have the same size, but got boundary tensor \[4\]and got sorter tensor \[3\]": (
+            lambda d: torch.searchsorted(seq.to(d), values.to(d), sorter=order[:-1].to(d))
+        ),
+        "sorter must be a tensor of long dtype but got dtype Float": lambda d: torch.searchsorted(
+            seq.to(d), values.to(d), sorter=order.float().to(d)
+        ),
+    }
+    for message, call in cases.items():
+        for d in ("cpu", "fl"):
+            with pytest.raises(RuntimeError, match=message):
+                call(d)
+    want = torch.searchsorted(seq, values, sorter=order, side="right")
+    assert torch.equal(
+        torch.searchsorted(seq.to("fl"), values.to("fl"), sorter=order.to("fl"), side="right").cpu(), want
+    )

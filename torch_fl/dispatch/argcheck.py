@@ -75,6 +75,57 @@ def _wrap64(v: int) -> int:
     return (v + 2**63) % 2**64 - 2**63
 
 
+def _at_dim(name: str, at: int) -> Callable:
+    """An op over one dim (median, mode, kthvalue): on an empty input that dim must be non-empty (ATen's
+    zero_numel_check_dims, the dim wrapped first), else IndexError in ATen's words."""
+
+    def check(vals: list) -> None:
+        x = vals[0]
+        if x.numel() == 0:
+            _dims_check(name, x, vals[at] if len(vals) > at else -1, wrap=True)
+
+    return check
+
+
+def _std_var(name: str) -> Callable:
+    """var/std/var_mean/std_mean: a dim given twice is an error, and a correction that leaves no degrees of
+    freedom warns (ATen's std_var_out; the decompositions and kernels check neither). Returns True where it
+    warned or judged a float correction (the fast path keys no floats)."""
+
+    def check(vals: list) -> bool:
+        x, dims = vals[0], vals[1] if len(vals) > 1 else None
+        correction = vals[2] if len(vals) > 2 else None
+        nd = max(x.dim(), 1)
+        if isinstance(dims, int):
+            dims = [dims]
+        seen: set[int] = set()
+        for d in dims or ():
+            if not -nd <= d < nd:
+                return False  # out of range: the op's own error
+            w = d % nd
+            if w in seen:
+                raise RuntimeError(f"dim {w} appears multiple times in the list of dims")
+            seen.add(w)
+        kept = 1
+        if dims:  # None or []: every dim is reduced
+            for i, size in enumerate(x.shape):
+                if i not in seen:
+                    kept *= size
+        c = 1.0 if correction is None else float(correction)
+        factor = 0 if kept == 0 else x.numel() // kept
+        if factor - c <= 0:
+            warnings.warn(
+                f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
+                "factor (input numel divided by output numel).",
+                UserWarning,
+                stacklevel=4,
+            )
+            return True
+        return isinstance(correction, float)
+
+    return check
+
+
 def _arange_size(vals: list) -> None:
     """ATen's compute_arange_size for int64 results computes the length in int64 arithmetic,
     (end - start + step - sign) / step, and refuses a negative one (a range wider than int64 wraps
@@ -322,6 +373,9 @@ def _bucketization(boundaries_at: int, input_at: int | None) -> Callable:
         warned = False
         x = vals[input_at] if input_at is not None else None
         b = vals[boundaries_at]
+        if boundaries_at == 0 and len(vals) > 5 and (vals[4] is not None or vals[5] is not None):
+            _search_options(b, vals[3], vals[4], vals[5])
+            warned = True  # a string and a sorter's values: nothing the fast path keys on, so never committed
         # ATen's shape checks (bucketize's and searchsorted_pre_check), which the host plugin's kernel and the
         # decomposition would not make: a silently wrong result otherwise
         if isinstance(b, torch.Tensor) and b.dim() != 1:
@@ -347,6 +401,37 @@ def _bucketization(boundaries_at: int, input_at: int | None) -> Callable:
         return warned
 
     return check
+
+
+def _search_options(boundaries: torch.Tensor, right: bool, side: str | None, sorter: torch.Tensor | None) -> None:
+    """searchsorted's side and sorter checks (ATen's searchsorted_pre_check, its words, its order); the
+    sorter's values are checked where it is used (the kernel, the decomposition)."""
+    if side is not None and side not in ("left", "right"):
+        raise RuntimeError(f"torch.searchsorted(): side can only be 'left' or 'right' but got {side}")
+    if side == "left" and right:
+        raise RuntimeError(
+            "torch.searchsorted(): side and right can't be set to opposites, got side of left while right was True"
+        )
+    if sorter is None:
+        return
+    if sorter.device != boundaries.device:
+        raise RuntimeError(
+            "torch.searchsorted(): sorter and boundary tensors should have same device type, but got sorter tensor "
+            f"device type {sorter.device} and input value tensor device type {boundaries.device}"
+        )
+    if sorter.shape != boundaries.shape:
+        raise RuntimeError(
+            "torch.searchsorted(): boundary and sorter must have the same size, but got boundary tensor "
+            f"{list(boundaries.shape)}and got sorter tensor {list(sorter.shape)}"
+        )
+    if sorter.dtype != torch.int64:
+        name = _scalar_type_name(sorter.dtype)
+        raise RuntimeError(f"torch.searchsorted(): sorter must be a tensor of long dtype but got dtype {name}")
+
+
+def _scalar_type_name(dtype: torch.dtype) -> str:
+    """ATen's name of a dtype in messages (c10::ScalarType: Float, Long, Half, ComplexFloat, ...)."""
+    return torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor") or str(dtype)
 
 
 def _std_at(i: int) -> Callable:
@@ -449,6 +534,14 @@ _CHECKS: dict = {
     aten.min.dim: _over_dims("min", wrap=True),
     aten.amax.default: _over_dims("amax", wrap=False),
     aten.amin.default: _over_dims("amin", wrap=False),
+    aten.median.dim: _at_dim("median", 1),
+    aten.nanmedian.dim: _at_dim("median", 1),  # ATen names it median() too
+    aten.mode.default: _at_dim("mode", 1),
+    aten.kthvalue.default: _at_dim("kthvalue", 2),
+    aten.var.correction: _std_var("var"),
+    aten.std.correction: _std_var("std"),
+    aten.var_mean.correction: _std_var("var_mean"),
+    aten.std_mean.correction: _std_var("std_mean"),
     aten.argmax.default: _arg_extreme("argmax"),
     aten.argmin.default: _arg_extreme("argmin"),
 }

@@ -154,7 +154,9 @@ class OpFacts:
         if not self.has_default[i] or isinstance(v, torch.Tensor):
             return False
         d = self.defaults[i]
-        return type(v) is type(d) and v == d if not isinstance(v, (list, tuple)) else list(v) == list(d or [])
+        if isinstance(v, (list, tuple)):  # [] is not a None default: all(x, dim=[]) reduces nothing, dim=None all
+            return isinstance(d, (list, tuple)) and list(v) == list(d)
+        return type(v) is type(d) and v == d
 
 
 # Arguments PyTorch's CUDA kernels take from the host and move to the device themselves: index tensors of
