@@ -1,8 +1,9 @@
-"""Small models, where the host's cost per op sets the step time: one SGD training step per model
-and backend, eager fl, compiled fl, replayed fl, native CPU eager and native CPU under inductor,
-side by side in one run.
+"""Small models, where the host's cost per op sets the step time: one SGD training step (and one
+inference call) per model and backend, eager fl, compiled fl (which replays its graphs by default),
+compiled fl without replay, native CPU eager and native CPU under inductor, side by side in one run.
 
     python bench/bench_small.py                       # every model on cpu, rocm, ascend, minimal
+    python bench/bench_small.py --mode infer          # inference only (eval, no_grad); --mode train
     python bench/bench_small.py --quick               # fewer rounds, a smoke run
     python bench/bench_small.py --models mlp bert --backends rocm minimal
     python bench/bench_small.py --no-inductor         # skip native CPU under torch.compile
@@ -18,20 +19,24 @@ Models (training mode, dropout 0 so that replay applies; SGD lr 1e-3, gradients 
   lstm  nn.LSTM 2 layers, input 32, hidden 64, batch_first, linear 64->10 on the last step;
         batch 4, seq 16, cross-entropy
 
-Columns, each one training step (forward, loss, backward, optimizer step), in microseconds:
+Columns, each one training step (forward, loss, backward, optimizer step) or one inference call
+(eval mode, torch.no_grad(), the model's output), in microseconds:
   native    the model on CPU tensors in plain PyTorch (eager)
   inductor  the same under torch.compile (inductor), what a CPU user would pick instead; skipped,
             with the reason, when inductor does not work here
   eager     the model on the backend's fl device, no compilation
-  compiled  torch.compile(model, backend="fl")
-  replayed  torch.compile(model, backend="fl", options={"replay": True}): the forward and backward
-            graphs recorded once as kernel lists and replayed by the C core (docs/fusion.md)
+  compiled  torch.compile(model, backend="fl"): its graphs recorded once as kernel lists and replayed
+            by the C core where they can be (the default, docs/fusion.md "Graph replay")
+  no-replay torch.compile(model, backend="fl", options={"replay": False}): every op dispatched
+  dynamo    torch.compile(model, backend="eager") on fl: Dynamo's capture run by eager PyTorch, no
+            compiler at all; what any torch.compile backend costs per call at least (its guards,
+            its frame handling), the floor under the compiled column
 Every fl step ends with torch.fl.synchronize(). Timing: after a warm-up (compilation, recording),
 --rounds rounds; in each round every column runs --steps steps back to back, the columns in a
 rotated order (this machine's speed drifts for seconds at a time); a column's figure is the median
-over rounds of its time per step. Ratios: eager / native, compiled / eager, replayed / native,
-inductor / native. One thread by default (torch.set_num_threads(1); --threads to change), which
-is also the plugins' OpenMP team size (they share torch's OpenMP runtime).
+over rounds of its time per step. Ratios: eager / native, compiled / eager, compiled / native,
+no-replay / eager, dynamo / eager, inductor / native. One thread by default (torch.set_num_threads(1); --threads to
+change), which is also the plugins' OpenMP team size (they share torch's OpenMP runtime).
 
 A column that fails prints its error's first line below the table instead of stopping the run.
 
@@ -56,7 +61,7 @@ from torch import nn
 
 import torch_fl as fl
 
-COLUMNS = ("native", "inductor", "eager", "compiled", "replayed")
+COLUMNS = ("native", "inductor", "eager", "compiled", "noreplay", "dynamo")
 MODELS = ("mlp", "bert", "conv", "lstm")
 BACKENDS = ("cpu", "rocm", "ascend", "minimal")
 TITLES = {
@@ -147,8 +152,20 @@ def _call(model: nn.Module, batch: dict):
     return model(**batch)
 
 
-def stepper(model: nn.Module, params, batch: dict, loss_fn: Callable, sync: Callable[[], None]) -> Callable:
-    """One SGD training step of `model` (possibly compiled) whose parameters are `params`."""
+def stepper(
+    model: nn.Module, params, batch: dict, loss_fn: Callable, sync: Callable[[], None], infer: bool = False
+) -> Callable:
+    """One SGD training step of `model` (possibly compiled) whose parameters are `params`; infer: one
+    forward under torch.no_grad() instead (the model already in eval mode)."""
+    inputs = {k: v for k, v in batch.items() if k not in ("y", "labels")}
+    if infer:
+
+        def call() -> None:
+            with torch.no_grad():
+                _call(model, inputs)
+            sync()
+
+        return call
     opt = torch.optim.SGD(list(params), lr=1e-3)
     inputs = {k: v for k, v in batch.items() if k != "y"}
 
@@ -200,23 +217,29 @@ def _to(batch: dict, dev) -> dict:
     return {k: v.to(dev) for k, v in batch.items()}
 
 
-def native_columns(name: str, args: argparse.Namespace) -> dict[str, Callable]:
+def native_columns(name: str, args: argparse.Namespace, infer: bool) -> dict[str, Callable]:
     """Builders of the native CPU columns of one model (shared by its rows, so inductor compiles once)."""
     _, model, batch, loss_fn = make(name)
-    eager = copy.deepcopy(model).train()
-    builders: dict[str, Callable] = {"native": lambda: stepper(eager, eager.parameters(), batch, loss_fn, _nosync)}
+    eager = _mode(copy.deepcopy(model), infer)
+    builders: dict[str, Callable] = {
+        "native": lambda: stepper(eager, eager.parameters(), batch, loss_fn, _nosync, infer)
+    }
     if args.inductor_error is None:
-        ind_model = copy.deepcopy(model).train()
+        ind_model = _mode(copy.deepcopy(model), infer)
         compiled = torch.compile(ind_model)
-        builders["inductor"] = lambda: stepper(compiled, ind_model.parameters(), batch, loss_fn, _nosync)
+        builders["inductor"] = lambda: stepper(compiled, ind_model.parameters(), batch, loss_fn, _nosync, infer)
     return builders
+
+
+def _mode(m: nn.Module, infer: bool) -> nn.Module:
+    return m.eval() if infer else m.train()
 
 
 def _nosync() -> None:
     pass
 
 
-def fl_columns(name: str, backend: str) -> dict[str, Callable]:
+def fl_columns(name: str, backend: str, infer: bool) -> dict[str, Callable]:
     """Builders of the fl columns of one model on one backend (the backend already selected)."""
     _, model, batch, loss_fn = make(name)
     dev = fl.device(backend)
@@ -224,20 +247,25 @@ def fl_columns(name: str, backend: str) -> dict[str, Callable]:
     fl_batch = _to(batch, dev)
 
     def eager():
-        m = copy.deepcopy(model).train().to(dev)
-        return stepper(m, m.parameters(), fl_batch, loss_fn, sync)
+        m = _mode(copy.deepcopy(model), infer).to(dev)
+        return stepper(m, m.parameters(), fl_batch, loss_fn, sync, infer)
 
     def compiled():
-        m = copy.deepcopy(model).train().to(dev)
-        return stepper(torch.compile(m, backend="fl"), m.parameters(), fl_batch, loss_fn, sync)
+        m = _mode(copy.deepcopy(model), infer).to(dev)
+        c = torch.compile(m, backend="fl")
+        compiled.compiled = c
+        return stepper(c, m.parameters(), fl_batch, loss_fn, sync, infer)
 
-    def replayed():
-        m = copy.deepcopy(model).train().to(dev)
-        c = torch.compile(m, backend="fl", options={"replay": True})
-        replayed.compiled = c
-        return stepper(c, m.parameters(), fl_batch, loss_fn, sync)
+    def noreplay():
+        m = _mode(copy.deepcopy(model), infer).to(dev)
+        c = torch.compile(m, backend="fl", options={"replay": False})
+        return stepper(c, m.parameters(), fl_batch, loss_fn, sync, infer)
 
-    return {"eager": eager, "compiled": compiled, "replayed": replayed}
+    def dynamo():
+        m = _mode(copy.deepcopy(model), infer).to(dev)
+        return stepper(torch.compile(m, backend="eager"), m.parameters(), fl_batch, loss_fn, sync, infer)
+
+    return {"eager": eager, "compiled": compiled, "noreplay": noreplay, "dynamo": dynamo}
 
 
 def replay_status(builder) -> str:
@@ -251,10 +279,10 @@ def replay_status(builder) -> str:
     return "; ".join(str(s) for s in status) if status else "no replayable graph"
 
 
-def measure_row(name: str, backend: str, native: dict[str, Callable], args: argparse.Namespace) -> dict:
+def measure_row(name: str, backend: str, native: dict[str, Callable], args: argparse.Namespace, infer: bool) -> dict:
     fl.set_backend(backend)
     builders = dict(native)
-    fl_builders = fl_columns(name, backend)
+    fl_builders = fl_columns(name, backend, infer)
     builders.update(fl_builders)
     cols = [Column(c, builders[c], args.warmup) for c in COLUMNS if c in builders]
     for r in range(args.rounds):
@@ -266,7 +294,7 @@ def measure_row(name: str, backend: str, native: dict[str, Callable], args: argp
         "backend": backend,
         "us": {c.name: c.us for c in cols},
         "errors": {c.name: c.error for c in cols if c.error},
-        "replay": replay_status(fl_builders["replayed"]),
+        "replay": replay_status(fl_builders["compiled"]),
     }
     return out
 
@@ -280,10 +308,10 @@ def _cell(us: float | None) -> str:
 
 
 def print_table(rows: list[dict], titles: dict[str, str], inductor: bool) -> None:
-    head = ["model", "backend", "native us", "eager us", "compiled us", "replayed us"]
+    head = ["model", "backend", "native us", "eager us", "compiled us", "no-replay us", "dynamo us"]
     if inductor:
         head.append("inductor us")
-    head += ["eager/native", "compiled/eager", "replayed/native"]
+    head += ["eager/native", "compiled/eager", "compiled/native", "no-replay/eager", "dynamo/eager"]
     if inductor:
         head.append("inductor/native")
     print("| " + " | ".join(head) + " |")
@@ -297,14 +325,17 @@ def print_table(rows: list[dict], titles: dict[str, str], inductor: bool) -> Non
             _cell(us.get("native")),
             _cell(us.get("eager")),
             _cell(us.get("compiled")),
-            _cell(us.get("replayed")),
+            _cell(us.get("noreplay")),
+            _cell(us.get("dynamo")),
         ]
         if inductor:
             cells.append(_cell(us.get("inductor")))
         cells += [
             _ratio(us.get("eager"), us.get("native")),
             _ratio(us.get("compiled"), us.get("eager")),
-            _ratio(us.get("replayed"), us.get("native")),
+            _ratio(us.get("compiled"), us.get("native")),
+            _ratio(us.get("noreplay"), us.get("eager")),
+            _ratio(us.get("dynamo"), us.get("eager")),
         ]
         if inductor:
             cells.append(_ratio(us.get("inductor"), us.get("native")))
@@ -431,6 +462,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3, help="steps before timing (compilation, recording)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     ap.add_argument("--no-inductor", action="store_true", help="skip native CPU under torch.compile")
+    ap.add_argument("--mode", choices=("train", "infer", "both"), default="both", help="training steps, inference")
     ap.add_argument("--kernels", action="store_true", help="the host plugin's cost per kernel instead")
     ap.add_argument("--old", help="with --kernels: another build's libfl_cpu.so, measured beside this tree's")
     args = ap.parse_args()
@@ -450,28 +482,36 @@ def main() -> None:
     print(
         f"bench_small: torch {torch.__version__}, threads {torch.get_num_threads()}, "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); "
-        f"{args.rounds} rounds x {args.steps} steps per column, medians; SGD training step, us per step"
+        f"{args.rounds} rounds x {args.steps} steps per column, medians; us per step"
     )
     if args.inductor_error is not None:
         print(f"native inductor column skipped: {args.inductor_error}")
-    rows = []
     t0 = time.perf_counter()
-    for name in args.models:
-        try:
-            native = native_columns(name, args)
-        except Exception as e:  # e.g. transformers missing: the model's rows say why
-            print(f"  {name}: {_first_line(e)}")
-            continue
-        for backend in args.backends:
+    modes = ["train", "infer"] if args.mode == "both" else [args.mode]
+    tables = []
+    for mode in modes:
+        infer = mode == "infer"
+        rows = []
+        for name in args.models:
             try:
-                rows.append(measure_row(name, backend, native, args))
-            except Exception as e:
-                rows.append(
-                    {"model": name, "backend": backend, "us": {}, "errors": {"row": _first_line(e)}, "replay": ""}
-                )
-            print(f"  done {name} {backend} ({time.perf_counter() - t0:.0f} s)", flush=True)
+                native = native_columns(name, args, infer)
+            except Exception as e:  # e.g. transformers missing: the model's rows say why
+                print(f"  {name}: {_first_line(e)}")
+                continue
+            for backend in args.backends:
+                try:
+                    rows.append(measure_row(name, backend, native, args, infer))
+                except Exception as e:
+                    rows.append(
+                        {"model": name, "backend": backend, "us": {}, "errors": {"row": _first_line(e)}, "replay": ""}
+                    )
+                print(f"  done {mode} {name} {backend} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        tables.append((mode, rows))
     print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {time.perf_counter() - t0:.0f} s")
-    print_table(rows, titles, args.inductor_error is None)
+    for mode, rows in tables:
+        what = "SGD training step" if mode == "train" else "inference call (eval, no_grad)"
+        print(f"\n{what}, us per step\n")
+        print_table(rows, titles, args.inductor_error is None)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import sys
 
 import pytest
@@ -104,7 +105,7 @@ def test_replayed_outputs_equal_compiled_outputs_with_new_inputs_each_call(backe
     fl.set_backend(backend)
     torch.manual_seed(0)
     model = {"mlp": _mlp, "conv": _convnet, "bert": _bert}[kind]().eval().to("fl")
-    plain = torch.compile(copy.deepcopy(model), backend="fl")
+    plain = torch.compile(copy.deepcopy(model), backend="fl", options={"replay": False})
     replayed = torch.compile(model, backend="fl", options={"replay": True})
     kept = []
     with torch.no_grad():
@@ -146,7 +147,7 @@ def test_a_replay_launches_the_recorded_kernels_and_no_dispatcher_python():
     kernel count."""
     torch.manual_seed(0)
     model = _bert().eval().to("fl")
-    plain = torch.compile(copy.deepcopy(model), backend="fl")
+    plain = torch.compile(copy.deepcopy(model), backend="fl", options={"replay": False})
     replayed = torch.compile(model, backend="fl", options={"replay": True})
     _, kw = _inputs("bert")
     with torch.no_grad():
@@ -204,6 +205,38 @@ def test_the_replay_wrapper_never_replays_another_shape_or_stride():
     assert status.replayed and status.recordings == 2 and status.replays == 2 + 1 + 2, status
 
 
+def test_the_cpp_guards_check_parameter_addresses_and_python_checks_values():
+    """fl_graph::replay guards every tensor argument (layout, dtype, device; a parameter's address), and the
+    wrapper checks the non-tensor arguments: a parameter at another address, a scale that changed, a CPU
+    tensor where an fl one was recorded never replay the old recording."""
+    from functorch.compile import make_boxed_func
+
+    from torch_fl.compile.replay import ReplayedGraph
+
+    def graph(x, w, scale):
+        return [torch.relu(x @ w) * scale]
+
+    status = ReplayStatus()
+    fn = ReplayedGraph(make_boxed_func(graph), {1}, set(), status, "forward")  # w: a parameter, used in place
+    w = torch.randn(8, 5, device="fl")
+    x = torch.randn(2, 8, device="fl")
+    for _ in range(3):  # warm-up, recording, replay
+        torch.testing.assert_close(fn([x, w, 2.0])[0].cpu(), graph(x, w, 2.0)[0].cpu())
+    assert status.replays == 1, status
+    w.mul_(-1)  # in place: the same address, seen by the replay
+    torch.testing.assert_close(fn([x, w, 2.0])[0].cpu(), graph(x, w, 2.0)[0].cpu())
+    assert status.replays == 2
+    other = w.clone()  # the same layout at another address: not the recorded parameter
+    other.add_(1)
+    torch.testing.assert_close(fn([x, other, 2.0])[0].cpu(), graph(x, other, 2.0)[0].cpu())
+    torch.testing.assert_close(fn([x, w, 3.0])[0].cpu(), graph(x, w, 3.0)[0].cpu())
+    assert status.replays == 2, status
+    cpu_x = torch.randn(2, 8)
+    with pytest.raises(RuntimeError, match="fl:0 and cpu|cpu and fl"):  # run normally: the op's own error
+        fn([cpu_x, w, 2.0])
+    assert status.replays == 2, status
+
+
 def test_an_in_place_parameter_update_is_seen_by_the_next_call():
     """Parameters are used in place; the conv+bn fold cached on them is refreshed when their version moves
     (the next call runs normally, the one after records again)."""
@@ -252,7 +285,7 @@ def test_training_steps_replay_forward_and_backward_like_the_compiled_graph(back
     model = {"mlp": _mlp, "conv": _convnet, "bert": _bert}[kind]().train().to("fl")
     twin = copy.deepcopy(model)
     replayed = torch.compile(model, backend="fl", options={"replay": True})
-    plain = torch.compile(twin, backend="fl")
+    plain = torch.compile(twin, backend="fl", options={"replay": False})
     opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (model, twin)]
     for _ in range(6):
         args, kwargs = _inputs(kind, batch=4)
@@ -357,3 +390,65 @@ def test_replayed_outputs_that_share_memory_stay_aliased(backend):
         assert other.min().item() >= 0 and other.max().item() < 100  # a separate result stays separate
         assert y.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
     fl.set_backend("cpu")
+
+
+def test_replay_is_the_default_and_options_switch_it_off():
+    """torch.compile(backend="fl") and fl.compile replay by default (issue 27); replay=False keeps every call
+    on the dispatcher, and a replay value that is not a bool or None is refused by name."""
+    fl.set_backend("cpu")
+    torch.manual_seed(0)
+    model = _mlp().to("fl")
+    x = torch.randn(2, 8, device="fl")
+    want = model(x)
+    for compiled in (torch.compile(copy.deepcopy(model), backend="fl"), fl.compile(copy.deepcopy(model))):
+        with torch.no_grad():
+            outs = [compiled(x) for _ in range(3)]  # warm-up, recording, replay
+        status = _status(compiled)
+        assert status.replayed and status.replays == 1, status
+        for o in outs:
+            torch.testing.assert_close(o, want, rtol=0, atol=0)
+    off = torch.compile(copy.deepcopy(model), backend="fl", options={"replay": False})
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(off(x), want, rtol=0, atol=0)
+    report = fl_dynamo.fusion_report(off)
+    assert [g.replay for g in report.graphs] == [None] and "replay:" not in str(report)
+    bad = torch.compile(copy.deepcopy(model), backend="fl", options={"replay": "yes"})
+    with pytest.raises(Exception, match=r"replay must be True .*False .*None .*not 'yes'"):
+        bad(x)
+    with pytest.raises(TypeError, match=r"replay must be True"):
+        fl.compile(copy.deepcopy(model), replay=1)
+
+
+def test_default_replay_skips_graphs_whose_buffers_pass_the_bound(monkeypatch):
+    """By default a graph whose buffers would pin more than AUTO_MAX_BYTES is not recorded, and says why;
+    options={"replay": True} replays it anyway. Results are the same either way."""
+    from torch_fl.compile import replay as replay_mod
+
+    fl.set_backend("cpu")
+    torch.manual_seed(0)
+    model = _mlp().to("fl")
+    x = torch.randn(64, 8, device="fl")  # its copy alone: 2 KiB; the recording's buffers a few KiB more
+    want = model(x).detach()
+    monkeypatch.setattr(replay_mod, "AUTO_MAX_BYTES", 4096)
+    bounded = torch.compile(copy.deepcopy(model), backend="fl")
+    forced = torch.compile(copy.deepcopy(model), backend="fl", options={"replay": True})
+    with torch.no_grad():
+        for _ in range(4):
+            torch.testing.assert_close(bounded(x), want, rtol=0, atol=0)
+            torch.testing.assert_close(forced(x), want, rtol=0, atol=0)
+    status = _status(bounded)
+    assert not status.replayed and status.replays == 0, status
+    assert re.fullmatch(
+        r"its buffers would hold \d+\.\d MiB of device memory \(by default graphs up to 0 MiB are replayed; "
+        r"options=\{'replay': True\} replays any size\)",
+        status.reason,
+    ), status.reason
+    assert _status(forced).replayed and _status(forced).replays == 2
+    monkeypatch.setattr(replay_mod, "AUTO_MAX_BYTES", 1024)  # below the copied input: refused before recording
+    fl_dynamo.reset()  # else Dynamo reuses `bounded`'s compiled code (the same backend and guards)
+    early = torch.compile(copy.deepcopy(model), backend="fl")
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(early(x), want, rtol=0, atol=0)
+    assert _status(early).recordings == 0 and "its buffers would hold" in _status(early).reason

@@ -57,7 +57,7 @@ def compile(
     passes: Mapping[str, bool] | Iterable[str] | None = None,  # noqa: A001
     dynamic: bool | None = None,
     fullgraph: bool = False,
-    replay: bool = False,
+    replay: bool | None = None,
 ) -> Callable:
     """`torch.compile(model, backend="fl")` with a pass selection.
 
@@ -65,9 +65,11 @@ def compile(
     {name: bool} to switch some off; FL_FUSION_DISABLE=name,name switches passes
     off on top. dynamic and fullgraph are torch.compile's: dynamic=None lets
     Dynamo compile sizes symbolically once a size changes (one recompilation,
-    then none); fullgraph=True makes a graph break an error. replay=True records
-    each aten graph whose ops are all plugin kernel calls once and replays its
-    kernel list without per-op Python (compile/replay.py)."""
+    then none); fullgraph=True makes a graph break an error. replay: each aten
+    graph whose ops are all plugin kernel calls is recorded once and its kernel
+    list replayed without per-op Python (compile/replay.py); by default (None)
+    where its buffers stay under compile.replay.AUTO_MAX_BYTES, True at any size,
+    False never."""
     if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
         raise TypeError("this model is already compiled; compile the original (compiled._orig_mod) to change passes")
     if not callable(model):

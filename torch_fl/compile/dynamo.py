@@ -17,9 +17,12 @@ passes, one module each, and their order are in compile/passes/ (its
 `__init__.py` lists them). This module is the plumbing: the backend entry
 point, AOTAutograd's compilers, the record of each graph for the report.
 
-`options={"replay": True}` records each aten graph whose ops are all plugin
-kernel calls once as a kernel list and replays it without per-op Python
-(compile/replay.py); the report's `replay:` line says whether, or why not.
+Graph replay is on by default: each aten graph whose ops are all plugin kernel
+calls is recorded once as a kernel list and replayed without per-op Python
+(compile/replay.py); the report's `replay:` line says whether, or why not. By
+default a graph whose buffers would pin more than replay.AUTO_MAX_BYTES of
+device memory is not recorded (at that size the kernels, not the host, set the
+time); `options={"replay": True}` records any size, `False` none.
 
 `fusion_report(compiled)` returns what happened to a model compiled with
 backend="fl": per Dynamo graph, its aten graphs (forward/backward/inference)
@@ -42,14 +45,16 @@ import torch.fx as fx
 from ..runtime import REGISTRY
 from .graph_report import GRAPHS, AtenGraph, DynamoGraph, FusionReport, Pattern, forget, frame_modules
 from .passes import PassContext, enabled_passes, run_aten, run_captured
-from .replay import ReplayStatus, replayable
+from .replay import AUTO_MAX_BYTES, ReplayStatus, replayable
 
 
 def _count_ops(gm: fx.GraphModule) -> int:
     return sum(n.op in ("call_function", "call_module") for n in gm.graph.nodes)
 
 
-def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[str], replay: bool = False) -> Callable:
+def _aten_compiler(
+    kind: str, record: DynamoGraph, kernels: set, passes: list[str], replay: bool | None = None
+) -> Callable:
     def compile_aten(gm: fx.GraphModule, example_inputs: list) -> Callable:
         from functorch.compile import make_boxed_func
 
@@ -59,8 +64,8 @@ def _aten_compiler(kind: str, record: DynamoGraph, kernels: set, passes: list[st
         gm.graph.lint()
         gm.recompile()
         record.aten_graphs.append(AtenGraph(kind, before, _count_ops(gm), ctx.patterns))
-        if replay:
-            return replayable(make_boxed_func(gm.forward), record.replay, kind)
+        if replay is not False:
+            return replayable(make_boxed_func(gm.forward), record.replay, kind, bounded=replay is None)
         return make_boxed_func(gm.forward)
 
     return compile_aten
@@ -83,9 +88,10 @@ def fusion_report(compiled: Any) -> FusionReport:
     return FusionReport.of(compiled)
 
 
-def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], replay: bool = False) -> Callable:
+def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], replay: bool | None = None) -> Callable:
     """One Dynamo graph through AOTAutograd, its aten graphs through the passes (replay: each aten graph
-    recorded and replayed as a kernel list where it can be, compile.replay)."""
+    recorded and replayed as a kernel list where it can be, compile.replay; None: where its buffers stay
+    under replay.AUTO_MAX_BYTES, True: any size, False: never)."""
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
@@ -102,7 +108,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], r
         reason.reason if reason is not None and reason.graph_break else None,
         dynamic=any(_symbolic(n.meta.get("example_value")) for n in gm.graph.nodes if n.op == "placeholder"),
         modules=frame_modules(),
-        replay=ReplayStatus() if replay else None,
+        replay=ReplayStatus() if replay is not False else None,
     )
     wrapper = record.filename.replace(os.sep, "/").endswith("_dynamo/external_utils.py")
     if (wrapper or record.frame in ("forward", "_call_impl")) and record.modules:
@@ -127,10 +133,10 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], r
 
 def fl_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The Dynamo backend named "fl" (entry point group `torch_dynamo_backends`):
-    `torch.compile(model, backend="fl", options={"passes": {...}, "replay": True})`."""
+    `torch.compile(model, backend="fl", options={"passes": {...}, "replay": False})`."""
     options = dict(kwargs.pop("options", None) or {})
     passes = enabled_passes(options.pop("passes", None))
-    replay = bool(options.pop("replay", False))
+    replay = _replay_option(options.pop("replay", None))
     if options or kwargs:
         raise TypeError(
             f"backend='fl' takes options={{'passes': ..., 'replay': ...}} only, not {sorted({**options, **kwargs})}"
@@ -138,10 +144,21 @@ def fl_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Calla
     return compile_graph(gm, example_inputs, passes, replay)
 
 
-def backend(passes: Mapping[str, bool] | Iterable[str] | None = None, replay: bool = False) -> Callable:
+def _replay_option(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise TypeError(
+        f"backend='fl': replay must be True (replay graphs of any size), False (never) or None (the default: "
+        f"graphs whose buffers stay under {AUTO_MAX_BYTES >> 20} MiB), not {value!r}"
+    )
+
+
+def backend(passes: Mapping[str, bool] | Iterable[str] | None = None, replay: bool | None = None) -> Callable:
     """A backend callable with a fixed pass selection: torch.compile(m, backend=backend({"conv_bn": False}));
-    replay=True records and replays the aten graphs where it can (compile.replay)."""
+    replay: the aten graphs recorded and replayed where they can be (compile.replay; None: up to
+    replay.AUTO_MAX_BYTES of buffers, True: any size, False: never)."""
     chosen = enabled_passes(passes)
+    replay = _replay_option(replay)
 
     def fl_with_passes(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
         return compile_graph(gm, example_inputs, chosen, replay)

@@ -63,7 +63,7 @@ class DynamoGraph:
     dynamic: bool = False  # compiled with symbolic sizes: new lengths reuse it instead of recompiling
     aten_graphs: list[AtenGraph] = field(default_factory=list)
     modules: list = field(default_factory=list, repr=False)  # weak references to the nn.Modules of the frame
-    replay: Any = None  # compile.replay.ReplayStatus with options={"replay": True}: replayed, or why not
+    replay: Any = None  # compile.replay.ReplayStatus (None with options={"replay": False}): replayed, or why not
 
     @property
     def frame_id(self) -> str:

@@ -41,7 +41,6 @@ them from it: a replay would repeat the mask)."""
 
 from __future__ import annotations
 
-import operator
 import threading
 import time
 from collections.abc import Callable
@@ -53,8 +52,12 @@ import torch
 from ..runtime import KernelGraph, WriteGuard, async_copy, events, recording
 
 MAX_SIGNATURES = 8  # recordings kept per graph (each holds its buffers)
+# By default (options replay=None) a graph is not recorded when its buffers would exceed this: a recording
+# pins every storage its kernels touch (the static inputs copied, the intermediates, the outputs) for the
+# life of the graph, and at that size the kernels, not the host's per-op time that replay saves, set the
+# step time (64 MiB at host memory bandwidth is milliseconds; replay saves ~5-20 us per kernel).
+AUTO_MAX_BYTES = 64 << 20
 _RECORDING_LOCK = threading.Lock()
-_DATA_PTR = torch.Tensor.data_ptr
 
 
 @dataclass
@@ -70,9 +73,11 @@ class ReplayStatus:
     last_replay_ns: int = 0  # the latest replay call's
     # per aten graph of this Dynamo graph ("inference", or "forward" and "backward"): [replayed, reason, kernels]
     parts: dict = field(default_factory=dict)
-    # the latest recording's KernelGraph (its kernel names, kernel_count; bench_fusion times it): a plain
-    # attribute, not a field, so that the report stays plain data (asdict)
-    graph: KernelGraph | None = None
+
+    def __post_init__(self) -> None:
+        # the latest recording's KernelGraph (its kernel names, kernel_count; bench_fusion times it): a plain
+        # attribute, not a field, so that the report stays plain data (asdict)
+        self.graph: KernelGraph | None = None
 
     def update(self, kind: str, replayed: bool, reason: str | None, kernels: int = 0) -> None:
         """One aten graph's state; the status is replayed when all of them are (a training step is
@@ -93,7 +98,18 @@ class ReplayStatus:
 class _Entry:
     """One signature's recording: the kernel graph, its static buffers, how to make the outputs."""
 
-    __slots__ = ("graph", "pick", "objs", "ptrs", "guard", "copied", "values", "out_specs")
+    __slots__ = (
+        "graph",
+        "objs",
+        "guard",
+        "copied",
+        "values",
+        "out_specs",
+        "owned",
+        "tensor_idx",
+        "all_tensors",
+        "simple",
+    )
 
     def __init__(
         self,
@@ -105,17 +121,24 @@ class _Entry:
         check_writes: bool = True,
     ):
         self.graph = graph
-        # the static inputs (parameters, buffers): picked from the arguments in one call, checked by
-        # identity and address with C-level loops (a model has hundreds of them)
-        self.pick = _picker([i for i, _ in static])
+        # the static inputs (parameters, buffers), used in place: the C++ guards check their addresses
         self.objs = tuple(a for _, a in static)
-        self.ptrs = [a.data_ptr() for a in self.objs]
         # an inference graph's host-side caches (the conv+bn fold) derive from them: a write through any alias
         # (an optimizer step, p.data.mul_(), inference tensors too) makes the next call a warm-up
         self.guard = WriteGuard(self.objs) if check_writes and graph is not None else None
         self.copied = copied  # (index, static buffer)
         self.values = values  # (index, value) of the non-tensor arguments the recording saw
         self.out_specs = out_specs
+        # per output region: whether its one output is allocated as itself (no shared region)
+        owned = [False] * len(out_specs[1])
+        for spec in out_specs[0]:
+            if spec[0] == "own":
+                owned[spec[1]] = True
+        self.owned = owned
+        # fl_graph::replay takes the tensor arguments alone; its results are the fresh outputs alone
+        self.tensor_idx = sorted([i for i, _ in static] + [i for i, _ in copied])
+        self.all_tensors = not values
+        self.simple = all(spec[0] in ("own", "fresh") for spec in out_specs[0])
 
 
 def _span(t: torch.Tensor) -> int:
@@ -126,25 +149,22 @@ def _span(t: torch.Tensor) -> int:
     return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
 
 
-def _picker(indices: list[int]) -> Callable[[list], tuple]:
-    """args -> the tuple of args[i] for i in indices, in one C call (operator.itemgetter)."""
-    if len(indices) > 1:
-        return operator.itemgetter(*indices)
-    if indices:
-        i = indices[0]
-        return lambda args: (args[i],)
-    return lambda args: ()
-
-
 class ReplayedGraph:
     """A boxed compiled aten graph (make_boxed_func) that replays its recording where it can."""
 
     _boxed_call = True
 
     def __init__(
-        self, fn: Callable, static_inputs: set[int], mutated: set[int], status: ReplayStatus, kind: str = "inference"
+        self,
+        fn: Callable,
+        static_inputs: set[int],
+        mutated: set[int],
+        status: ReplayStatus,
+        kind: str = "inference",
+        max_bytes: int | None = None,
     ):
         self.fn = fn
+        self.max_bytes = max_bytes  # None: any size
         self.kind = kind
         self._boxed_call = True  # on the instance too: wrappers that copy __dict__ (functools.wraps) keep it
         self.static_inputs = static_inputs
@@ -164,18 +184,23 @@ class ReplayedGraph:
         if events.STATE.listeners or events.STATE.recording is not None or self.writes_inputs:
             return self.fn(args)
         entry = self.last
-        if entry is not None and entry.graph is not None and self._matches(entry, args):
-            return self._replay(entry, args, t0)
+        if entry is not None and entry.graph is not None and self._precheck(entry, args):
+            out = self._replay(entry, args, t0)
+            if out is not None:
+                return out
         key = self._signature(args)
         if key is None:
             return self.fn(args)
         entry = self.entries.get(key)
-        if entry is not None and (entry.graph is None or self._matches(entry, args)):
+        if entry is not None:
             if entry.graph is None:
                 return self.fn(args)
-            self.last = entry
-            return self._replay(entry, args, t0)
-        if entry is not None:  # same shapes, but a parameter was written: warm up, then record anew
+            if self._precheck(entry, args):
+                out = self._replay(entry, args, t0)
+                if out is not None:
+                    self.last = entry
+                    return out
+            # same shapes, but a parameter has another address or was written: warm up, then record anew
             del self.entries[key]
             self.warm.discard(key)
             self.last = None
@@ -210,30 +235,11 @@ class ReplayedGraph:
         return tuple(key)
 
     @staticmethod
-    def _matches(entry: _Entry, args: list) -> bool:
-        statics = entry.pick(args)
-        if not all(map(operator.is_, statics, entry.objs)):
-            for a, t in zip(statics, entry.objs, strict=True):  # another tensor object: the same memory and layout?
-                if (
-                    not isinstance(a, torch.Tensor)
-                    or a.dtype != t.dtype
-                    or a.shape != t.shape
-                    or a.stride() != t.stride()
-                    or a.device != t.device
-                ):
-                    return False
-        if list(map(_DATA_PTR, statics)) != entry.ptrs or (entry.guard is not None and entry.guard.written()):
+    def _precheck(entry: _Entry, args: list) -> bool:
+        """What the C++ guards (fl_graph::replay: every tensor's layout, the parameters' addresses) do not
+        check: the non-tensor arguments, and an inference graph's parameters written since the recording."""
+        if entry.guard is not None and entry.guard.written():
             return False
-        for i, buf in entry.copied:
-            a = args[i]
-            if (
-                not isinstance(a, torch.Tensor)
-                or a.shape != buf.shape
-                or a.stride() != buf.stride()
-                or a.dtype != buf.dtype
-                or a.device != buf.device
-            ):
-                return False
         for i, value in entry.values:
             if args[i] != value or type(args[i]) is not type(value):
                 return False
@@ -250,9 +256,26 @@ class ReplayedGraph:
         finally:
             _RECORDING_LOCK.release()
 
+    def _too_big(self, nbytes: int) -> str | None:
+        if self.max_bytes is None or nbytes <= self.max_bytes:
+            return None
+        return (
+            f"its buffers would hold {nbytes / (1 << 20):.1f} MiB of device memory (by default graphs up to "
+            f"{self.max_bytes / (1 << 20):.0f} MiB are replayed; options={{'replay': True}} replays any size)"
+        )
+
     def _record_locked(self, key: tuple, args: list) -> Any:
         copied, static, values = [], [], []
         call = list(args)
+        big = self._too_big(
+            sum(
+                _span(a) * a.element_size()
+                for i, a in enumerate(args)
+                if isinstance(a, torch.Tensor) and i not in self.static_inputs
+            )
+        )
+        if big is not None:  # its copied inputs alone: refused before a recording doubles them
+            return self._refuse(key, args, big)
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
                 values.append((i, a))
@@ -272,6 +295,12 @@ class ReplayedGraph:
         self.status.recordings += 1
         if rec.reason is not None:
             return self._refuse(key, args, rec.reason, outs)
+        params = {a.untyped_storage().data_ptr() for _, a in static}  # alive with the model anyway
+        big = self._too_big(
+            sum(s.nbytes() for s in rec.keep if isinstance(s, torch.UntypedStorage) and s.data_ptr() not in params)
+        )
+        if big is not None:
+            return self._refuse(key, args, big, outs)
         by_storage = {a.untyped_storage().data_ptr(): ("static", i, a) for i, a in static}
         by_storage.update({b.untyped_storage().data_ptr(): ("input", i, b) for i, b in copied})
         specs: list[tuple[Any, ...]] = []
@@ -294,6 +323,7 @@ class ReplayedGraph:
             span[0], span[1] = min(span[0], first), max(span[1], first + _span(o) * o.element_size())
             specs.append(("fresh", o.untyped_storage().data_ptr(), tuple(o.shape), o.stride(), o.dtype, first))
         order = list(regions)
+        users = {ptr: sum(1 for sp in specs if sp[0] == "fresh" and sp[1] == ptr) for ptr in regions}
         for n, spec in enumerate(specs):
             if spec[0] == "fresh":
                 lo = regions[spec[1]][0]
@@ -302,12 +332,23 @@ class ReplayedGraph:
                         key, args, "outputs view one storage at offsets their dtypes cannot express", outs
                     )
                 offset = (spec[5] - lo) // spec[4].itemsize
-                specs[n] = ("fresh", order.index(spec[1]), spec[2], spec[3], spec[4], offset)
+                # the only output in its storage: one empty_strided is its region (a replay's outputs are
+                # made per call, and three calls per output cost more than a small graph's kernels)
+                own = users[spec[1]] == 1
+                specs[n] = ("own" if own else "fresh", order.index(spec[1]), spec[2], spec[3], spec[4], offset)
         out_copies = [(ptr + lo, hi - lo) for ptr, (lo, hi) in regions.items()]
         region_sizes = [hi - lo for lo, hi in regions.values()]
         if rec.device is None:
             return self._refuse(key, args, "the graph launches no kernel", outs)
         graph = KernelGraph(rec, [(b.data_ptr(), _span(b) * b.element_size()) for _, b in copied], out_copies)
+        # the guards and results of the whole call in C++ (KernelGraph.call): every tensor argument in order
+        bufs = dict(copied)
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                graph.guard_tensor(bufs[i] if i in bufs else a, copied=i in bufs)
+        for spec in specs:
+            if spec[0] in ("own", "fresh"):
+                graph.out_tensor(spec[1], spec[0] == "own", spec[2], spec[3], spec[4], spec[5])
         # the write guard is for host-side caches derived from parameters (the conv+bn fold), which only
         # inference graphs have; in training the optimizer writes every parameter each step
         entry = _Entry(
@@ -337,14 +378,32 @@ class ReplayedGraph:
 
     # -- replay ------------------------------------------------------------------------
 
-    def _replay(self, entry: _Entry, args: list, t0: int) -> Any:
+    def _replay(self, entry: _Entry, args: list, t0: int) -> list | None:
+        """The replay, or None where the C++ guards missed (nothing ran)."""
         if async_copy.PENDING:
             async_copy.order_for_kernels([args[i] for i, _ in entry.copied])
-        srcs = [args[i].data_ptr() for i, _ in entry.copied]
         graph = entry.graph
         assert graph is not None, "only an entry with a recorded graph is replayed"
+        tensors = args if entry.all_tensors else [args[i] for i in entry.tensor_idx]
         with self.lock:
-            out = self._outputs(entry, args, lambda dsts: graph.replay(srcs, dsts))
+            fresh = graph.call(tensors)
+        if fresh is None:
+            return None
+        if entry.simple:
+            out = fresh
+        else:  # views of the caller's inputs and plain values among the results
+            made = iter(fresh)
+            out = []
+            for spec in entry.out_specs[0]:
+                kind = spec[0]
+                if kind in ("own", "fresh"):
+                    out.append(next(made))
+                elif kind == "value":
+                    out.append(spec[1])
+                else:
+                    a = args[spec[1]]
+                    out.append(a.as_strided(spec[2], spec[3], a.storage_offset() + spec[4]))
+        args.clear()  # the boxed convention: the callee drops its inputs
         self.status.replays += 1
         took = time.perf_counter_ns() - t0
         self.status.replay_ns += took
@@ -354,12 +413,21 @@ class ReplayedGraph:
     @staticmethod
     def _outputs(entry: _Entry, args: list, run: Callable) -> list:
         specs, sizes, device = entry.out_specs
-        regions = [torch.empty(n, dtype=torch.uint8, device=device) for n in sizes]
-        dsts = [r.data_ptr() for r in regions]
+        owned = entry.owned
+        regions: list = [None] * len(sizes)
+        dsts = [0] * len(sizes)
+        for n, size in enumerate(sizes):
+            if not owned[n]:
+                regions[n] = r = torch.empty(size, dtype=torch.uint8, device=device)
+                dsts[n] = r.data_ptr()
         outs = []
         for spec in specs:
             kind = spec[0]
-            if kind == "fresh":
+            if kind == "own":
+                t = torch.empty_strided(spec[2], spec[3], dtype=spec[4], device=device)
+                dsts[spec[1]] = t.data_ptr()
+                outs.append(t)
+            elif kind == "fresh":
                 storage = regions[spec[1]].untyped_storage()
                 outs.append(torch.empty(0, dtype=spec[4], device=device).set_(storage, spec[5], spec[2], spec[3]))
             elif kind == "value":
@@ -372,8 +440,9 @@ class ReplayedGraph:
         return outs
 
 
-def replayable(fn: Callable, status: ReplayStatus, kind: str = "inference") -> ReplayedGraph:
-    """Wrap a boxed aten graph (make_boxed_func) of `kind` ("inference", "forward", "backward") for replay.
+def replayable(fn: Callable, status: ReplayStatus, kind: str = "inference", bounded: bool = False) -> ReplayedGraph:
+    """Wrap a boxed aten graph (make_boxed_func) of `kind` ("inference", "forward", "backward") for replay
+    (bounded: not recorded where its buffers would exceed AUTO_MAX_BYTES).
     Called inside AOTAutograd's compiler, where its metadata says which inputs of an inference or forward
     graph are parameters/buffers (used in place, not copied) and which inputs the graph mutates; a backward
     graph's inputs (saved tensors, gradients) are all copied."""
@@ -386,4 +455,4 @@ def replayable(fn: Callable, status: ReplayStatus, kind: str = "inference") -> R
         mutated = {
             i for i, info in enumerate(getattr(meta, "input_info", ())) if info.mutates_data or info.mutates_metadata
         }
-    return ReplayedGraph(fn, static, mutated, status, kind)
+    return ReplayedGraph(fn, static, mutated, status, kind, AUTO_MAX_BYTES if bounded else None)

@@ -164,9 +164,34 @@ def _draws_random(f, vals) -> bool:
     return True
 
 
+def _layout(shape, stride, dtype: torch.dtype) -> tuple:
+    """An fl_core_layout_t for shape/stride/dtype, and the arrays it points at (keep them until the call)."""
+    ffi = core.ffi
+    sizes, strides = ffi.new("int64_t[]", list(shape)), ffi.new("int64_t[]", list(stride))
+    layout = ffi.new("fl_core_layout_t *", {"ndim": len(shape), "sizes": sizes, "strides": strides})
+    layout.dtype = core.scalar_type_code(dtype)
+    return layout, (sizes, strides)
+
+
+def _replay_op(graph: int, tensors: Sequence[torch.Tensor]) -> list:
+    """fl_graph::replay, looked up once the core is loaded (its library registers the op)."""
+    global _REPLAY_OP
+    core.lib()
+    _REPLAY_OP = torch.ops.fl_graph.replay.default
+    return _REPLAY_OP(graph, tensors)
+
+
+_REPLAY_OP = _replay_op
+
+
 def _addresses(addresses: Sequence[int]):
-    """A `void *[]` of addresses, as fl_core_graph_replay takes the caller's buffers."""
-    return core.ffi.new("void *[]", [core.pointer(a) for a in addresses])
+    """The caller's buffer addresses as fl_core_graph_replay takes them: a `uintptr_t[]` filled in one call
+    (a `void *` cast per address cost ~1.5 us each, the largest part of a small graph's replay), passed as
+    `void **` (the same width on every platform the core builds for). The array owns the memory: keep it
+    referenced until the call returns."""
+    if core.ffi.sizeof("uintptr_t") != core.ffi.sizeof("void *"):  # pragma: no cover - no such platform here
+        raise FlError("uintptr_t and void * differ in width on this platform: graph replay cannot pass addresses")
+    return core.ffi.new("uintptr_t[]", addresses)
 
 
 class KernelGraph:
@@ -205,6 +230,7 @@ class KernelGraph:
         for ptr, n in outputs:
             lib.fl_core_graph_add_output(self._g, core.pointer(ptr), n)
         self._failed = core.ffi.new("int64_t *")
+        self._missed = core.ffi.new("int *")
 
     @property
     def kernel_count(self) -> int:
@@ -216,15 +242,55 @@ class KernelGraph:
         """One replay: in_src are the addresses of the caller's input bytes (one per static input; None: no
         input copies), out_dst where the static outputs go (None: no output copies). step_ns (an int64_t[]
         of kernel_count entries, core.ffi.new("int64_t[]", n)) receives each kernel's own time in ns."""
-        ins = _addresses(in_src) if in_src is not None else core.ffi.NULL
-        outs = _addresses(out_dst) if out_dst is not None else core.ffi.NULL
+        ffi = core.ffi
+        ins = _addresses(in_src) if in_src is not None else None  # owners, alive until the call returns
+        outs = _addresses(out_dst) if out_dst is not None else None
         status = self._lib.fl_core_graph_replay(
-            self._g, ins, outs, int(run_kernels), self._failed, core.ffi.NULL if step_ns is None else step_ns
+            self._g,
+            ffi.NULL if ins is None else ffi.cast("void **", ins),
+            ffi.NULL if outs is None else ffi.cast("void **", outs),
+            int(run_kernels),
+            self._failed,
+            ffi.NULL if step_ns is None else step_ns,
         )
         if status != 0:
             self._raise(status, self._failed[0])
         if run_kernels:
             events.STATE.kernels += len(self.names)
+
+    # -- the whole call in C++ (fl_graph::replay) ----------------------------------------
+
+    def guard_tensor(self, t: torch.Tensor, copied: bool) -> None:
+        """The next tensor argument of call(): its layout must match t's; copied: its bytes go to the next
+        static input (in the order they were added), else it is used in place and must be at t's address."""
+        layout, keep = _layout(t.shape, t.stride(), t.dtype)
+        if self._lib.fl_core_graph_guard_tensor(
+            self._g, int(copied), core.ffi.NULL if copied else core.pointer(t.data_ptr()), layout
+        ):
+            raise FlError("fl_core_graph_guard_tensor refused an argument")
+        del keep
+
+    def out_tensor(self, region: int, own: bool, shape, stride, dtype: torch.dtype, offset: int) -> None:
+        """The next result of call(): a tensor of its own whose bytes are static output `region` (own), or a
+        view at `offset` elements into that region, which results share."""
+        layout, keep = _layout(shape, stride, dtype)
+        if self._lib.fl_core_graph_out_tensor(self._g, region, int(own), layout, offset):
+            raise FlError(f"fl_core_graph_out_tensor refused result region {region}")
+        del keep
+
+    def call(self, tensors: Sequence[torch.Tensor]) -> list | None:
+        """The replay as one op (fl_graph::replay): the guards on `tensors` (as guard_tensor declared them),
+        the fresh results (as out_tensor declared them), the kernels. None where a guard missed: nothing
+        ran. A failing kernel raises as replay() does."""
+        outs = _REPLAY_OP(int(core.ffi.cast("intptr_t", self._g)), tensors)
+        if not outs:
+            status = self._lib.fl_core_graph_last_call(self._g, self._missed, self._failed)
+            if self._missed[0]:
+                return None
+            if status != 0:
+                self._raise(status, self._failed[0])
+        events.STATE.kernels += len(self.names)
+        return outs
 
     def release(self):
         """The core's graph handle, no longer this object's to free (fl_core_decomp_commit takes it over): the

@@ -272,6 +272,23 @@ FL_CORE_API int64_t fl_core_graph_size(fl_core_graph_t *graph);
  * copy k, or -1 - n_inputs - k for output copy k. */
 FL_CORE_API int fl_core_graph_replay(fl_core_graph_t *graph, void *const *in_src, void *const *out_dst,
                                      int run_kernels, int64_t *failed, int64_t *step_ns);
+/* The fl_graph::replay op's view of the graph (compile/replay.py): one tensor argument of the call, in order
+ * (copied: its bytes go to the next static input; else a parameter used in place, at data), with the layout
+ * and c10::ScalarType the call must match; one fresh result, in order (own: a tensor of its own, whose bytes
+ * are static output `region`; else a view at `offset` elements into that region, which results share). */
+typedef struct {
+    int32_t ndim;
+    const int64_t *sizes;
+    const int64_t *strides;
+    int32_t dtype; /* c10::ScalarType */
+} fl_core_layout_t;
+FL_CORE_API int fl_core_graph_guard_tensor(fl_core_graph_t *graph, int copied, void *data,
+                                           const fl_core_layout_t *layout);
+FL_CORE_API int fl_core_graph_out_tensor(fl_core_graph_t *graph, int region, int own, const fl_core_layout_t *layout,
+                                         int64_t offset);
+/* The latest fl_graph::replay call: its status (FL_OK where it ran or missed), *missed 1 where a guard did not
+ * match (nothing ran), *failed the step that failed (as fl_core_graph_replay's). */
+FL_CORE_API int fl_core_graph_last_call(fl_core_graph_t *graph, int *missed, int64_t *failed);
 
 /* ---- decomposition plans (fl_decomp_plans.cpp) ---- */
 

@@ -6,8 +6,17 @@
 // one call: the inputs copied into the static input buffers, each kernel called
 // in order, the static outputs copied out. The first failing status stops the
 // replay and says which step failed; Python raises the plugin's error naming the op.
+//
+// The fl_graph::replay op is the whole call of a compiled graph's replay in C++ (compile/replay.py): the
+// guards on the caller's tensors (the layout of each, the address of each parameter used in place), the
+// fresh outputs' allocation and the replay, so that a replayed call costs one op call of Python, not a
+// loop over its inputs and outputs.
 #include <chrono>
 #include <string>
+
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
 
 #include "fl_core_internal.h"
 
@@ -20,13 +29,38 @@ struct GraphCopy {
   size_t nbytes;
 };
 
+// A tensor argument of the replayed call, as the recording saw it: its layout and, for a parameter used in
+// place (static), its address; a copied input's bytes go into the next static input buffer.
+struct GuardArg {
+  bool copied;
+  void* data;
+  std::vector<int64_t> sizes, strides;
+  c10::ScalarType dtype;
+};
+
+// A fresh output of the replayed call: a tensor of its own (own: the region is the tensor), or a view at
+// `offset` elements into region `region`, which several outputs share (y and y.view(-1)).
+struct GraphOut {
+  bool own;
+  int32_t region;
+  std::vector<int64_t> sizes, strides;
+  c10::ScalarType dtype;
+  int64_t offset;
+};
+
 }  // namespace
 
 struct fl_core_graph {
   int device = 0;
   std::vector<KernelCall> steps;
   std::vector<GraphCopy> inputs;   // static input buffers: where each replay copies the caller's input
-  std::vector<GraphCopy> outputs;  // static outputs: what each replay copies out
+  std::vector<GraphCopy> outputs;  // static outputs: what each replay copies out (the fresh outputs' regions)
+  std::vector<GuardArg> guard;     // fl_graph::replay's tensor arguments, in order
+  std::vector<GraphOut> outs;      // fl_graph::replay's results, in order
+  // the latest fl_graph::replay call: its guards missed (nothing ran), or its status and failed step
+  bool missed = false;
+  int status = FL_OK;
+  int64_t failed = 0;
 };
 
 FL_API fl_core_graph_t* fl_core_graph_new(int device) {
@@ -123,3 +157,103 @@ FL_API int fl_core_graph_replay(fl_core_graph_t* graph, void* const* in_src, voi
   }
   return FL_OK;
 }
+
+FL_API int fl_core_graph_guard_tensor(fl_core_graph_t* graph, int copied, void* data, const fl_core_layout_t* layout) {
+  if (graph == nullptr || layout == nullptr || layout->ndim < 0) return -1;
+  const int n = layout->ndim;
+  graph->guard.push_back({copied != 0, data, std::vector<int64_t>(layout->sizes, layout->sizes + n),
+                          std::vector<int64_t>(layout->strides, layout->strides + n),
+                          static_cast<c10::ScalarType>(layout->dtype)});
+  return 0;
+}
+
+FL_API int fl_core_graph_out_tensor(fl_core_graph_t* graph, int region, int own, const fl_core_layout_t* layout,
+                                    int64_t offset) {
+  if (graph == nullptr || layout == nullptr || layout->ndim < 0 || region < 0 ||
+      static_cast<size_t>(region) >= graph->outputs.size())
+    return -1;
+  const int n = layout->ndim;
+  graph->outs.push_back({own != 0, region, std::vector<int64_t>(layout->sizes, layout->sizes + n),
+                         std::vector<int64_t>(layout->strides, layout->strides + n),
+                         static_cast<c10::ScalarType>(layout->dtype), offset});
+  return 0;
+}
+
+FL_API int fl_core_graph_last_call(fl_core_graph_t* graph, int* missed, int64_t* failed) {
+  if (graph == nullptr) return FL_ERR_INVALID;
+  *missed = graph->missed ? 1 : 0;
+  *failed = graph->failed;
+  return graph->status;
+}
+
+namespace {
+
+void* data_of(const at::Tensor& t) {
+  return static_cast<char*>(const_cast<void*>(t.storage().data())) + t.storage_offset() * t.itemsize();
+}
+
+// fl_graph::replay(graph, tensors): the graph's results, or an empty list where a guard missed (nothing ran)
+// or the replay failed (fl_core_graph_last_call says which, and the failed step).
+std::vector<at::Tensor> replay_op(int64_t handle, at::TensorList args) {
+  auto* g = reinterpret_cast<fl_core_graph_t*>(handle);
+  std::vector<at::Tensor> result;
+  g->missed = true;
+  g->status = FL_OK;
+  g->failed = 0;
+  if (args.size() != g->guard.size()) return result;
+  std::vector<void*> in_src;
+  in_src.reserve(g->inputs.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const GuardArg& a = g->guard[i];
+    const at::Tensor& t = args[i];
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1 || t.device().index() != g->device ||
+        t.scalar_type() != a.dtype || t.sizes() != c10::IntArrayRef(a.sizes) ||
+        t.strides() != c10::IntArrayRef(a.strides))
+      return result;
+    void* data = data_of(t);
+    if (a.copied)
+      in_src.push_back(data);
+    else if (data != a.data)
+      return result;
+  }
+  if (in_src.size() != g->inputs.size()) return result;
+  g->missed = false;
+  const c10::DeviceGuard device_guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(g->device)));
+  std::vector<void*> out_dst(g->outputs.size(), nullptr);
+  std::vector<c10::Storage> regions(g->outputs.size());
+  result.reserve(g->outs.size());
+  for (const GraphOut& o : g->outs) {
+    if (o.own) {
+      at::Tensor t = at::detail::empty_strided_generic(o.sizes, o.strides, device_allocator(), kFlKeys, o.dtype);
+      out_dst[o.region] = data_of(t);
+      result.push_back(std::move(t));
+      continue;
+    }
+    c10::Storage& region = regions[o.region];
+    if (!region) {
+      const size_t nbytes = g->outputs[o.region].nbytes;
+      region = c10::Storage(c10::Storage::use_byte_size_t(), nbytes, device_allocator(), /*resizable=*/true);
+      out_dst[o.region] = region.mutable_data();
+    }
+    at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(region), kFlKeys,
+                                                            c10::scalarTypeToTypeMeta(o.dtype));
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(o.sizes, o.strides, o.offset);
+    result.push_back(std::move(t));
+  }
+  int64_t failed = 0;
+  const int status = fl_core_graph_replay(g, in_src.data(), out_dst.data(), 1, &failed, nullptr);
+  if (status != FL_OK) {
+    g->status = status;
+    g->failed = failed;
+    result.clear();
+  }
+  return result;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(fl_graph, m) { m.def("replay(int graph, Tensor[] args) -> Tensor[]"); }
+
+// At the autograd level: the op makes fresh tensors and calls no other op, so nothing is recorded for autograd,
+// whatever the grad mode (a compiled forward's parameters require grad).
+TORCH_LIBRARY_IMPL(fl_graph, CompositeImplicitAutograd, m) { m.impl("replay", replay_op); }
