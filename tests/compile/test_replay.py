@@ -452,3 +452,21 @@ def test_default_replay_skips_graphs_whose_buffers_pass_the_bound(monkeypatch):
         for _ in range(3):
             torch.testing.assert_close(early(x), want, rtol=0, atol=0)
     assert _status(early).recordings == 0 and "its buffers would hold" in _status(early).reason
+
+
+def test_the_replay_op_refuses_a_handle_that_is_not_a_live_graph():
+    """fl_graph::replay is a public torch op taking a graph handle as an int: any other int (a freed graph's
+    included) is refused by name, never followed as a pointer."""
+    from torch_fl.runtime import KernelGraph, recording
+
+    x = torch.randn(4, device="fl")
+    with recording() as rec:
+        torch.relu(x)
+    graph = KernelGraph(rec)
+    handle = int(core.ffi.cast("intptr_t", graph._g))
+    assert torch.ops.fl_graph.replay(handle, []) == []  # live: it replays its kernel (no results declared)
+    del graph
+    for bad in (handle, 12345, 0, -1):
+        with pytest.raises(RuntimeError, match=rf"fl_graph::replay: {bad} is not a live kernel graph"):
+            torch.ops.fl_graph.replay(bad, [x])
+    assert torch.relu(x).shape == (4,)  # the process goes on

@@ -12,7 +12,9 @@
 // fresh outputs' allocation and the replay, so that a replayed call costs one op call of Python, not a
 // loop over its inputs and outputs.
 #include <chrono>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
@@ -63,14 +65,47 @@ struct fl_core_graph {
   int64_t failed = 0;
 };
 
+namespace {
+
+// The live graphs: fl_graph::replay takes a handle as an int (what Python holds), and a public op must not
+// turn any int into a pointer it follows. Never destroyed: graphs owned by other statics (the decomposition
+// plans) are freed during static destruction, in no set order.
+struct LiveGraphs {
+  std::mutex mu;
+  std::unordered_set<const fl_core_graph_t*> set;
+};
+
+LiveGraphs& live() {
+  static auto* graphs = new LiveGraphs();
+  return *graphs;
+}
+
+bool is_live(const fl_core_graph_t* g) {
+  LiveGraphs& l = live();
+  std::lock_guard<std::mutex> lock(l.mu);
+  return l.set.count(g) != 0;
+}
+
+}  // namespace
+
 FL_API fl_core_graph_t* fl_core_graph_new(int device) {
   if (find_device(device) == nullptr) return nullptr;
   auto* g = new fl_core_graph_t();
   g->device = device;
+  LiveGraphs& l = live();
+  std::lock_guard<std::mutex> lock(l.mu);
+  l.set.insert(g);
   return g;
 }
 
-FL_API void fl_core_graph_free(fl_core_graph_t* graph) { delete graph; }
+FL_API void fl_core_graph_free(fl_core_graph_t* graph) {
+  {
+    LiveGraphs& l = live();
+    std::lock_guard<std::mutex> lock(l.mu);
+    l.set.erase(graph);
+  }
+  delete graph;
+}
 
 FL_API int fl_core_graph_add_kernel(fl_core_graph_t* graph, const fl_core_kernel_call_t* call) {
   if (graph == nullptr || call == nullptr) return -1;
@@ -196,6 +231,8 @@ void* data_of(const at::Tensor& t) {
 // or the replay failed (fl_core_graph_last_call says which, and the failed step).
 std::vector<at::Tensor> replay_op(int64_t handle, at::TensorList args) {
   auto* g = reinterpret_cast<fl_core_graph_t*>(handle);
+  TORCH_CHECK(is_live(g), "fl_graph::replay: ", handle,
+              " is not a live kernel graph (the op is torch_fl's graph replay, called by compiled graphs)");
   std::vector<at::Tensor> result;
   g->missed = true;
   g->status = FL_OK;
