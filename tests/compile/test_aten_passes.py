@@ -170,6 +170,64 @@ def test_pointwise_chain_is_one_jit_kernel_forward_and_backward():
     assert fused_step < unfused_step, (fused_step, unfused_step)
 
 
+class _DropoutChain(nn.Module):
+    """Dropout after an elementwise chain: its backward multiplies the gradient by a bool mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.drop = nn.Linear(16, 32), nn.Linear(32, 4), nn.Dropout(0.3)
+
+    def forward(self, x):
+        return self.b(self.drop(torch.tanh(self.a(x)) * 2 + 1))
+
+
+class _WhereChain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+
+    def forward(self, x):
+        h = self.a(x)
+        return torch.where(h > 0, torch.sigmoid(h) * 2 + 1, h * 0.5)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "minimal"])
+def test_pointwise_chains_take_bool_masks(backend):
+    """Issue 27: a chain whose op takes a bool mask (dropout's backward, where) is one kernel too: the mask
+    is loaded as 0/1, as PyTorch's promotion converts it. The dropout model against the same compiled graph
+    without the pass (the same masks: one seed), the where model against float64."""
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+    model = _DropoutChain().to("fl")
+    x = torch.randn(8, 16, device="fl")
+
+    def step(opts):
+        net = copy.deepcopy(model)
+        compiled = torch.compile(net, backend="fl", options=opts)
+        torch.manual_seed(1)
+        _train_step(compiled, x)  # the first call compiles
+        torch.manual_seed(2)
+        with fl.profile() as prof:
+            out = _train_step(compiled, x)
+        return out, [p.grad for p in net.parameters()], prof, compiled
+
+    out, grads, prof, compiled = step({})
+    want, want_grads, _, _ = step({"passes": {"pointwise": False}})
+    torch.testing.assert_close(out.cpu(), want.cpu(), rtol=0, atol=0)
+    for g, w in zip(grads, want_grads, strict=True):
+        _close(g, w, rtol=1e-5)
+    chains = [p for p in _patterns(fl_dynamo.fusion_report(compiled), "elementwise chain") if p.graph == "backward"]
+    assert any("native_dropout_backward" in p.replacement for p in chains), chains
+    fused = [o for o in prof.ops() if o.op.startswith("fl::fused_pointwise(native_dropout_backward")]
+    assert fused and all(o.path == "jit" for o in fused), prof.ops()
+
+    where = _WhereChain().to("fl")
+    compiled = torch.compile(where, backend="fl")
+    _check_against_float64(where, compiled, x)
+    chains = _patterns(fl_dynamo.fusion_report(compiled), "elementwise chain")
+    assert any("where" in p.replacement for p in chains if p.graph == "forward"), chains
+
+
 def test_pointwise_without_a_jit_keeps_the_ops_with_the_reason(monkeypatch):
     fl.set_backend("cpu")
     monkeypatch.setattr(fl.capabilities("cpu"), "jit", False)
@@ -287,7 +345,11 @@ def test_linear_gelu_dropout_is_one_kernel_with_a_fresh_mask_each_step():
     off = torch.compile(model, backend="fl", options={"passes": {"linear_act": False}})
     with fl.profile() as prof:
         _train_step(off, x)
-    assert not [o for o in prof.ops() if o.op.startswith("fl::")]
+    # no fused linear; the pointwise pass still makes dropout's backward and GELU's one kernel (a bool mask)
+    assert not [o for o in prof.ops() if o.op.startswith("fl::linear")]
+    assert [o.op for o in prof.ops() if o.op.startswith("fl::")] == [
+        "fl::fused_pointwise(native_dropout_backward,gelu_backward)"
+    ]
     assert not _patterns(fl_dynamo.fusion_report(off), "linear+", applied=None)
 
 

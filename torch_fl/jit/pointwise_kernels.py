@@ -539,18 +539,22 @@ def _float_expr(t, packet: str, n, operand, dtype, node_dtype) -> str:
     raise Unsupported(str(t))
 
 
-def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
-    """C source and symbol of a kernel for this call's signature (raises Unsupported)."""
+def generate(f, vals, dtype, out_dtype=None, masks: bool = False) -> tuple[str, str]:
+    """C source and symbol of a kernel for this call's signature (raises Unsupported). masks: bool tensors
+    may come beside the floating `dtype` (a fused chain's dropout mask): each is loaded as 0 or 1 in the
+    computation type, as PyTorch's type promotion converts it before the op."""
     from torch._decomp import core_aten_decompositions
     from torch.fx.experimental.proxy_tensor import make_fx
 
     example, inputs, slot, scalars = [], {}, 0, set()
     n_in = 0
+    in_dtypes = []
     for i, v in enumerate(vals):
         if is_fl(v):
-            if v.dtype != dtype:
+            if v.dtype != dtype and not (masks and v.dtype is torch.bool and dtype.is_floating_point):
                 raise Unsupported("mixed dtypes")
-            example.append(torch.ones(1, dtype=dtype))
+            in_dtypes.append(v.dtype)
+            example.append(torch.ones(1, dtype=v.dtype))
             inputs[f"arg{slot}_1"] = f"x{n_in}"
             n_in += 1
             slot += 1
@@ -591,7 +595,11 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
     # a CustomDecompTable is a Mapping at run time; torch's annotation of make_fx does not say so
     gm = make_fx(fn, decomposition_table=core_aten_decompositions())(*example)  # type: ignore[arg-type]
     lines, result = _emit(gm.graph, inputs, dtype, frozenset(scalars))
-    loads = "\n        ".join(f"{value_type(dtype)} x{k} = {c_load(f'in[{k}]', dtype, f'o{k}')};" for k in range(n_in))
+    vt = value_type(dtype)
+    loads = "\n        ".join(
+        f"{vt} x{k} = {'' if in_dtypes[k] == dtype else f'({vt})'}{c_load(f'in[{k}]', in_dtypes[k], f'o{k}')};"
+        for k in range(n_in)
+    )
     body = "\n        ".join(lines)
     store = c_store("out[0]", out_dtype or dtype, "oo", result.expr, integer=result.integer)
     loop = walk(
@@ -601,8 +609,9 @@ def generate(f, vals, dtype, out_dtype=None) -> tuple[str, str]:
         f"says so */\n        {store}",
         flat_body=f"{loads}\n            {body}\n            if (!err) {store}",
     )
+    mixed = [str(d) for d in in_dtypes] if any(d != dtype for d in in_dtypes) else []  # old digests unchanged
     digest = hashlib.sha256(
-        ("|".join([f.name, str(dtype), str(out_dtype)] + lines + [result.expr])).encode()
+        ("|".join([f.name, str(dtype), str(out_dtype)] + mixed + lines + [result.expr])).encode()
     ).hexdigest()[:16]
     symbol = f"fl_jit_{digest}"
     what = f"JIT kernel for {f.name} ({str(dtype).replace('torch.', '')})"

@@ -18,9 +18,11 @@ so each input's gradient is one more generated kernel (inputs whose gradient
 formulas are identical, as for both operands of an add, share one), followed
 by a sum over broadcast dimensions where an input was broadcast.
 
-Where no kernel can be made (tensors not on fl, mixed dtypes, a backend
-without `jit_compile`, a dtype the generator does not cover), the chain runs
-as the original ops, with PyTorch's autograd."""
+Inputs are of the chain's floating dtype, or bool masks (dropout's backward
+multiplies by one): a mask is loaded as 0 or 1, as PyTorch's type promotion
+converts it, and has no gradient. Where no kernel can be made (tensors not on
+fl, other mixed dtypes, a backend without `jit_compile`, a dtype the generator
+does not cover), the chain runs as the original ops, with PyTorch's autograd."""
 
 from __future__ import annotations
 
@@ -83,7 +85,7 @@ class PointwiseChain:
             return hit
         entry = src = None
         try:
-            src, symbol = jit.generate_for(dev, lambda: jit.generate(facts, vals, dtype))
+            src, symbol = jit.generate_for(dev, lambda: jit.generate(facts, vals, dtype, masks=True))
         except Exception:  # noqa: BLE001 - an op the generator does not cover: the chain runs unfused
             src = None
         if src is not None:  # a failed compile leaves the chain unfused, without a warning
@@ -108,11 +110,16 @@ class PointwiseChain:
 
 
 def kernel_ready(tensors) -> tuple | None:
-    """(device, dtype) when these tensors can run a generated kernel, else None."""
+    """(device, dtype) when these tensors can run a generated kernel, else None: one floating dtype, and
+    bool masks beside it."""
     if not tensors or not all(is_fl(t) for t in tensors):
         return None
-    dev, dtype = device_of(tensors[0]), tensors[0].dtype
-    if any(device_of(t) is not dev or t.dtype != dtype for t in tensors) or dtype not in jit.DTYPES:
+    dev = device_of(tensors[0])
+    dtypes = {t.dtype for t in tensors} - {torch.bool}
+    if len(dtypes) != 1:
+        return None
+    dtype = dtypes.pop()
+    if any(device_of(t) is not dev for t in tensors) or dtype not in jit.DTYPES or not dtype.is_floating_point:
         return None
     if not dev.plugin.jit_target or not (dev.props.dtypes >> jit.dtype_code(dtype)) & 1:
         return None
@@ -153,7 +160,7 @@ class _FusedFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, chain: PointwiseChain, dev, dtype, *xs):
         facts = _ChainFacts(chain.name, chain.fn, len(xs))
-        out = _launch(chain, facts, ("fwd", dev.backend.name, dtype), xs, dev, dtype)
+        out = _launch(chain, facts, ("fwd", dev.backend.name, dtype, _masks(xs)), xs, dev, dtype)
         if out is None:
             with torch.no_grad():
                 out = chain.fn(*xs)
@@ -176,7 +183,7 @@ class _FusedFn(torch.autograd.Function):
             if ready:
                 name = chain.name.replace("fused_pointwise", "fused_pointwise_backward")
                 facts = _ChainFacts(name, chain._grad_fn(i), len(xs) + 1)
-                key = ("bwd", i, ctx.dev.backend.name, ctx.dtype)
+                key = ("bwd", i, ctx.dev.backend.name, ctx.dtype, _masks(xs))
                 src = chain._kernel(key, facts, (g, *xs), ctx.dtype, ctx.dev)[1]
                 # identical formulas (both operands of an add) share one kernel and one result
                 gi = cache.get(src) if src is not None else None
@@ -190,6 +197,11 @@ class _FusedFn(torch.autograd.Function):
                 gi = gi.sum_to_size(x.shape)
             grads.append(gi)
         return tuple(grads)
+
+
+def _masks(xs) -> tuple:
+    """Which inputs are bool masks: part of a kernel's key (its loads differ)."""
+    return tuple(x.dtype is torch.bool for x in xs)
 
 
 def run(chain: PointwiseChain, *xs):
@@ -207,8 +219,8 @@ def run(chain: PointwiseChain, *xs):
 
 
 def _elementwise(node: fx.Node, dtype) -> bool:
-    """An elementwise aten op computing `dtype` from tensors of `dtype` (and numbers),
-    deterministic, not in place: what one generated C loop can compute."""
+    """An elementwise aten op computing `dtype` from tensors of `dtype` (and numbers, and bool masks that
+    promote to it), deterministic, not in place: what one generated C loop can compute."""
     t = node.target
     if node.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
         return False
@@ -219,9 +231,24 @@ def _elementwise(node: fx.Node, dtype) -> bool:
         return False
     for a in node.all_input_nodes:
         v = a.meta.get("val")
-        if not isinstance(v, torch.Tensor) or v.dtype != dtype:
+        if not isinstance(v, torch.Tensor) or (v.dtype != dtype and not (v.dtype is torch.bool and _mask_op(node))):
             return False
     return all(not isinstance(a, (list, tuple)) for a in (*node.args, *node.kwargs.values()))
+
+
+# ops whose bool operand is promoted to the result's dtype before the op, so loading it as 0/1 is exact
+_MASK_OPS = {
+    aten.native_dropout_backward.default,
+    aten.mul.Tensor,
+    aten.where.self,
+    aten.add.Tensor,
+    aten.sub.Tensor,
+    aten.div.Tensor,
+}
+
+
+def _mask_op(node: fx.Node) -> bool:
+    return node.target in _MASK_OPS
 
 
 class PointwiseKernel(nn.Module):
