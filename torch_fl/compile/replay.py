@@ -206,6 +206,8 @@ class ReplayedGraph:
             self.last = None
         if key not in self.warm:
             self.warm.add(key)
+            if self.kind not in self.status.parts:  # what the report says until the next call records
+                self.status.update(self.kind, False, "warmed up once (the next call records, later calls replay)")
             return self.fn(args)
         if len(self.entries) >= MAX_SIGNATURES:
             return self.fn(args)
