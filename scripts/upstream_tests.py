@@ -53,8 +53,7 @@ SKIPS: dict[str, str] = {
     "test_modules.py::TestModule::test_memory_format_nn_GroupNorm_*": (
         "PyTorch's derivative of native_group_norm (derivatives.yaml) makes the gradient and the input contiguous "
         "(NCHW) on every device but the CPU and XPU before native_group_norm_backward, so a channels-last input's "
-        "gradient is NCHW on an accelerator; ModuleInfo skips this test on CUDA, MPS and XPU for that reason. "
-        "Backends that decompose group norm (minimal) pass it"
+        "gradient is NCHW on an accelerator; ModuleInfo skips this test on CUDA, MPS and XPU for that reason"
     ),
     "test_indexing.py::TestIndexing::test_index_reduce_reduce_*_float16": (
         "the test's reference rounds to float16 after every step, in index order, as CPU's kernel does; a scatter "
