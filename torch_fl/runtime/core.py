@@ -318,7 +318,8 @@ def probe_autograd(index: int) -> str | None:
     return None
 
 
-# c10::ScalarType codes of the dtypes fl tensors hold (the fast path allocates fresh outputs by them)
+# c10::ScalarType codes (c10/core/ScalarType.h's order) of every dtype an fl tensor can hold: the fast path,
+# decomposition plans and graph replay allocate fresh outputs by them, and zero_ fills any dtype's bytes
 _SCALAR_TYPE = {
     torch.uint8: 0,
     torch.int8: 1,
@@ -328,15 +329,26 @@ _SCALAR_TYPE = {
     torch.float16: 5,
     torch.float32: 6,
     torch.float64: 7,
+    torch.complex32: 8,
     torch.complex64: 9,
     torch.complex128: 10,
     torch.bool: 11,
     torch.bfloat16: 15,
+    torch.float8_e5m2: 23,
+    torch.float8_e4m3fn: 24,
+    torch.float8_e5m2fnuz: 25,
+    torch.float8_e4m3fnuz: 26,
+    torch.uint16: 27,
+    torch.uint32: 28,
+    torch.uint64: 29,
 }
 
 
 def scalar_type_code(dtype: torch.dtype) -> int:
-    return _SCALAR_TYPE[dtype]
+    code = _SCALAR_TYPE.get(dtype)
+    if code is None:
+        raise FlError(f"torch_fl does not hold {dtype} tensors on the device (no c10::ScalarType code for it here)")
+    return code
 
 
 # -- call counters the fast path keeps for Python: (backend, op, path) -> slot -------------------
