@@ -474,3 +474,26 @@ def test_zeros_of_every_dtype_the_device_holds(backend):
                 for t in (z, f):
                     assert t.dtype == dtype
                     assert torch.equal(t.cpu().view(torch.uint8), torch.zeros(2, 3, dtype=dtype).view(torch.uint8))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "minimal"])
+def test_copysign_takes_a_cpu_scalar_tensor_and_heaviside_refuses_two_dtypes(backend):
+    """Found by a sampled test_binary_ufuncs run: copysign with a 0-dim CPU tensor beside an fl tensor (which
+    CUDA reads as a scalar) failed in torch._refs' device check, the decomposition a plugin without the kernel
+    takes; heaviside with operands of two dtypes ran where PyTorch refuses it."""
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+    b = torch.randn(6)
+    one, minus = torch.tensor(1.0), torch.tensor(-2.0)
+    got = torch.copysign(one, b.to("fl"))
+    assert got.device.type == "fl" and torch.equal(got.cpu(), torch.copysign(one, b))
+    assert torch.equal(torch.copysign(b.to("fl"), minus).cpu(), torch.copysign(b, minus))
+    inplace = b.to("fl")
+    inplace.copysign_(minus)
+    assert torch.equal(inplace.cpu(), torch.copysign(b, minus))
+    for values in (torch.tensor([1]), torch.tensor([1.0], dtype=torch.float64)):
+        for d in ("cpu", "fl"):
+            with pytest.raises(RuntimeError, match=r"^heaviside is not yet implemented for tensors with different"):
+                torch.heaviside(b.to(d), values.to(d))
+    half = torch.tensor([0.5])
+    assert torch.equal(torch.heaviside(b.to("fl"), half.to("fl")).cpu(), torch.heaviside(b, half))

@@ -126,6 +126,13 @@ def _std_var(name: str) -> Callable:
     return check
 
 
+def _heaviside(vals: list) -> None:
+    """ATen's heaviside kernel refuses operands of two dtypes (its meta function promotes them)."""
+    x, values = vals[0], vals[1]
+    if isinstance(values, torch.Tensor) and x.dtype != values.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+
+
 def _arange_size(vals: list) -> None:
     """ATen's compute_arange_size for int64 results computes the length in int64 arithmetic,
     (end - start + step - sign) / step, and refuses a negative one (a range wider than int64 wraps
@@ -534,6 +541,8 @@ _CHECKS: dict = {
     aten.min.dim: _over_dims("min", wrap=True),
     aten.amax.default: _over_dims("amax", wrap=False),
     aten.amin.default: _over_dims("amin", wrap=False),
+    aten.heaviside.default: _heaviside,
+    aten.heaviside_.default: _heaviside,
     aten.median.dim: _at_dim("median", 1),
     aten.nanmedian.dim: _at_dim("median", 1),  # ATen names it median() too
     aten.mode.default: _at_dim("mode", 1),

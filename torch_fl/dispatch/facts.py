@@ -172,6 +172,10 @@ HOST_ARGS = {
     "aten::_unsafe_index_put": _INDEXING,
     "aten::index_fill": (("index", None), ("value", "0-dim")),
     "aten::index_fill_": (("index", None), ("value", "0-dim")),
+    # a 0-dim CPU operand of a binary op, which CUDA's TensorIterator reads as a scalar; torch._refs' copysign
+    # (the decomposition where a plugin has no kernel) refuses two devices, the others take it as they are
+    "aten::copysign": (("self", "0-dim"), ("other", "0-dim")),
+    "aten::copysign_": (("other", "0-dim"),),
 }
 
 FACTS: dict = {}  # OpOverload -> OpFacts
