@@ -497,3 +497,25 @@ def test_copysign_takes_a_cpu_scalar_tensor_and_heaviside_refuses_two_dtypes(bac
                 torch.heaviside(b.to(d), values.to(d))
     half = torch.tensor([0.5])
     assert torch.equal(torch.heaviside(b.to("fl"), half.to("fl")).cpu(), torch.heaviside(b, half))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "minimal"])
+def test_abs_inplace_of_complex_and_nonzero_static_checks_as_on_the_cpu(backend):
+    """Found by the full test_unary_ufuncs run: abs_ of a complex tensor said an out= dtype error of torch_fl's
+    own; nonzero_static took a negative size and a float out= tensor."""
+    fl.set_backend(backend)
+    cases = {
+        r"^In-place abs is not supported for complex tensors\.$": lambda d: torch.tensor([1 + 1j], device=d).abs_(),
+        r"^nonzero_static: 'size' must be an non-negative integer$": lambda d: torch.nonzero_static(
+            torch.tensor([8], device=d), size=-2
+        ),
+        r"^nonzero_static: Expected out tensor to have scalar type Long but got scalar typeFloat$": (
+            lambda d: torch.nonzero_static(torch.tensor([8], device=d), size=1, out=torch.empty(1, 1, device=d))
+        ),
+    }
+    for message, call in cases.items():
+        for d in ("cpu", "fl"):
+            with pytest.raises(RuntimeError, match=message):
+                call(d)
+    x = torch.tensor([8, 0, 3])
+    assert torch.nonzero_static(x.to("fl"), size=4).cpu().tolist() == torch.nonzero_static(x, size=4).tolist()

@@ -133,6 +133,26 @@ def _heaviside(vals: list) -> None:
         raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
 
 
+def _abs_inplace(vals: list) -> None:
+    """abs_ of a complex tensor would write a real result into it: ATen refuses it by name."""
+    if vals[0].is_complex():
+        raise RuntimeError("In-place abs is not supported for complex tensors.")
+
+
+def _nonzero_static(vals: list) -> None:
+    """nonzero_static's size and out checks (ATen's CPU kernel makes them, in its words)."""
+    size = vals[1] if len(vals) > 1 else None
+    if isinstance(size, int) and size < 0:
+        raise RuntimeError("nonzero_static: 'size' must be an non-negative integer")
+    out = vals[3] if len(vals) > 3 else None
+    if isinstance(out, torch.Tensor) and out.dtype != torch.int64:
+        # sic: ATen's message has no space before the type's name
+        raise RuntimeError(
+            f"nonzero_static: Expected out tensor to have scalar type Long but got scalar type"
+            f"{_scalar_type_name(out.dtype)}"
+        )
+
+
 def _arange_size(vals: list) -> None:
     """ATen's compute_arange_size for int64 results computes the length in int64 arithmetic,
     (end - start + step - sign) / step, and refuses a negative one (a range wider than int64 wraps
@@ -541,6 +561,9 @@ _CHECKS: dict = {
     aten.min.dim: _over_dims("min", wrap=True),
     aten.amax.default: _over_dims("amax", wrap=False),
     aten.amin.default: _over_dims("amin", wrap=False),
+    aten.abs_.default: _abs_inplace,
+    aten.nonzero_static.default: _nonzero_static,
+    aten.nonzero_static.out: _nonzero_static,
     aten.heaviside.default: _heaviside,
     aten.heaviside_.default: _heaviside,
     aten.median.dim: _at_dim("median", 1),
