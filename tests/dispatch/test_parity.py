@@ -519,3 +519,26 @@ def test_abs_inplace_of_complex_and_nonzero_static_checks_as_on_the_cpu(backend)
                 call(d)
     x = torch.tensor([8, 0, 3])
     assert torch.nonzero_static(x.to("fl"), size=4).cpu().tolist() == torch.nonzero_static(x, size=4).tolist()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "minimal"])
+def test_nan_to_num_of_complex_tensors(backend):
+    """Found by the full test_unary_ufuncs run: nan_to_num of a complex tensor raised "isneginf does not support
+    complex inputs" (torch._refs' decomposition); ATen replaces in the real and imaginary parts apart."""
+    fl.set_backend(backend)
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([complex(nan, inf), complex(-inf, 2), complex(1, nan), 3 + 4j, complex(inf, -inf)])
+    for dtype in (torch.complex64, torch.complex128):
+        c = x.to(dtype)
+        f = c.to("fl")
+        assert torch.equal(torch.nan_to_num(f).cpu(), torch.nan_to_num(c))
+        kw = {"nan": 1.0, "posinf": 2.0, "neginf": -3.0}
+        assert torch.equal(torch.nan_to_num(f, **kw).cpu(), torch.nan_to_num(c, **kw))
+        out = torch.empty(0, dtype=dtype, device="fl")
+        torch.nan_to_num(f, out=out)
+        assert torch.equal(out.cpu(), torch.nan_to_num(c))
+        g = f.clone()
+        g.nan_to_num_(nan=5.0)
+        assert torch.equal(g.cpu(), torch.nan_to_num(c, nan=5.0))
+    r = torch.tensor([nan, inf, -inf, 1.0])
+    assert torch.equal(torch.nan_to_num(r.to("fl")).cpu(), torch.nan_to_num(r))

@@ -68,6 +68,44 @@ def _zero(self):
 DECOMPOSITIONS[aten.zero_.default] = _zero
 
 
+_NAN_TO_NUM = {
+    op: DECOMPOSITIONS[op] for op in (aten.nan_to_num.default, aten.nan_to_num.out, aten.nan_to_num_.default)
+}
+
+
+def _nan_to_num_complex(self, nan, posinf, neginf):
+    """ATen's nan_to_num of a complex tensor replaces in the real and imaginary parts apart; torch._refs'
+    refuses complex (its isneginf does)."""
+    real = torch.nan_to_num(torch.view_as_real(self), nan, posinf, neginf)
+    return torch.view_as_complex(real.contiguous())
+
+
+def _nan_to_num(self, nan=None, posinf=None, neginf=None):
+    if self.is_complex():
+        return _nan_to_num_complex(self, nan, posinf, neginf)
+    return _NAN_TO_NUM[aten.nan_to_num.default](self, nan, posinf, neginf)
+
+
+def _nan_to_num_out(self, nan=None, posinf=None, neginf=None, *, out):
+    if not self.is_complex():
+        return _NAN_TO_NUM[aten.nan_to_num.out](self, nan, posinf, neginf, out=out)
+    result = _nan_to_num_complex(self, nan, posinf, neginf)
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    return out.copy_(result)
+
+
+def _nan_to_num_(self, nan=None, posinf=None, neginf=None):
+    if self.is_complex():
+        return self.copy_(_nan_to_num_complex(self, nan, posinf, neginf))
+    return _NAN_TO_NUM[aten.nan_to_num_.default](self, nan, posinf, neginf)
+
+
+DECOMPOSITIONS[aten.nan_to_num.default] = _nan_to_num
+DECOMPOSITIONS[aten.nan_to_num.out] = _nan_to_num_out
+DECOMPOSITIONS[aten.nan_to_num_.default] = _nan_to_num_
+
+
 # PyTorch's decompositions bottom out in prims; the ones below are aten ops any
 # plugin has kernels for, so decomposed ops stay on the device.
 def _prims_clone(self, *, memory_format=None):
