@@ -25,7 +25,7 @@ inference compiled with the `layout` pass (NHWC activations) and without it
 (NCHW), both compiled once and called in turn --rounds times (median), against
 native CPU PyTorch in NCHW and in channels-last (best of 5).
 
-Graph replay (torch.compile(m, backend="fl", options={"replay": True})), for
+Graph replay (torch.compile(m, backend="fl"), replay on by default; compiled = options={"replay": False}), for
 small inference models where the host, not the kernels, sets the step time (an
 MLP, a small conv net, a 2-layer BERT): step time (median of --calls calls after
 warm-up, each followed by torch.fl.synchronize()) of eager fl, compiled fl,
@@ -232,7 +232,7 @@ def measure_replay(name: str, model: torch.nn.Module, args: tuple, kwargs: dict,
     on_fl = copy.deepcopy(model).to(dev)
     fl_args = tuple(a.to(dev) for a in args)
     fl_kwargs = {k: v.to(dev) for k, v in kwargs.items()}
-    compiled = torch.compile(copy.deepcopy(on_fl), backend="fl")
+    compiled = torch.compile(copy.deepcopy(on_fl), backend="fl", options={"replay": False})  # replay is the default
     replayed = torch.compile(on_fl, backend="fl", options={"replay": True})
     sync = torch.fl.synchronize
     with torch.no_grad():
@@ -293,7 +293,7 @@ def measure_replay_train(
     fl_args = tuple(a.to(dev) for a in args)
     fl_kwargs = {k: v.to(dev) for k, v in kwargs.items()}
     compiled_model, replayed_model = copy.deepcopy(on_fl), on_fl
-    compiled = torch.compile(compiled_model, backend="fl")
+    compiled = torch.compile(compiled_model, backend="fl", options={"replay": False})  # replay is the default
     replayed = torch.compile(replayed_model, backend="fl", options={"replay": True})
 
     def stepper(fn, params, a, kw):
