@@ -149,7 +149,7 @@ def _nonzero_static(vals: list) -> None:
         # sic: ATen's message has no space before the type's name
         raise RuntimeError(
             f"nonzero_static: Expected out tensor to have scalar type Long but got scalar type"
-            f"{_scalar_type_name(out.dtype)}"
+            f"{scalar_type_name(out.dtype)}"
         )
 
 
@@ -452,13 +452,37 @@ def _search_options(boundaries: torch.Tensor, right: bool, side: str | None, sor
             f"{list(boundaries.shape)}and got sorter tensor {list(sorter.shape)}"
         )
     if sorter.dtype != torch.int64:
-        name = _scalar_type_name(sorter.dtype)
+        name = scalar_type_name(sorter.dtype)
         raise RuntimeError(f"torch.searchsorted(): sorter must be a tensor of long dtype but got dtype {name}")
 
 
-def _scalar_type_name(dtype: torch.dtype) -> str:
-    """ATen's name of a dtype in messages (c10::ScalarType: Float, Long, Half, ComplexFloat, ...)."""
-    return torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor") or str(dtype)
+_SCALAR_TYPE_NAMES = {
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.int64: "Long",
+    torch.int32: "Int",
+    torch.int16: "Short",
+    torch.int8: "Char",
+    torch.uint8: "Byte",
+    torch.bool: "Bool",
+    torch.complex32: "ComplexHalf",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+    torch.uint16: "UInt16",
+    torch.uint32: "UInt32",
+    torch.uint64: "UInt64",
+    torch.float8_e5m2: "Float8_e5m2",
+    torch.float8_e4m3fn: "Float8_e4m3fn",
+    torch.float8_e5m2fnuz: "Float8_e5m2fnuz",
+    torch.float8_e4m3fnuz: "Float8_e4m3fnuz",
+}
+
+
+def scalar_type_name(dtype: torch.dtype) -> str:
+    """ATen's name of a dtype in its messages (c10::ScalarType: Float, Long, ComplexFloat, ...)."""
+    return _SCALAR_TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
 def _std_at(i: int) -> Callable:

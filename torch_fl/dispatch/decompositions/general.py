@@ -19,6 +19,8 @@ import math
 
 import torch
 
+from ..argcheck import scalar_type_name
+
 aten = torch.ops.aten
 prims = torch.ops.prims
 
@@ -265,8 +267,8 @@ def _index_put(self, indices, values, accumulate=False):
     _values_fit(values, shape)
     if values.dtype != self.dtype:  # ATen's index_put_ never casts (x[:, [1]] = int_tensor on a double x)
         raise RuntimeError(
-            f"Index put requires the source and destination dtypes match, got {_name(self.dtype)} "
-            f"for the destination and {_name(values.dtype)} for the source."
+            f"Index put requires the source and destination dtypes match, got {scalar_type_name(self.dtype)} "
+            f"for the destination and {scalar_type_name(values.dtype)} for the source."
         )
     if adjacent and pos[0] > 0:
         vals = values.to(self.dtype).expand(shape).movedim(list(range(pos[0], pos[0] + nb)), list(range(nb)))
@@ -278,24 +280,6 @@ def _index_put(self, indices, values, accumulate=False):
     op = aten.scatter_add.default if accumulate else aten.scatter.src
     out = op(flat, 0, index, vals).reshape(xs.shape)
     return out.movedim(lead, pos).contiguous()
-
-
-def _name(dtype: torch.dtype) -> str:
-    """PyTorch's ScalarType name (Float, Long, ...), as its messages print dtypes."""
-    return {
-        torch.float32: "Float",
-        torch.float64: "Double",
-        torch.float16: "Half",
-        torch.bfloat16: "BFloat16",
-        torch.int64: "Long",
-        torch.int32: "Int",
-        torch.int16: "Short",
-        torch.int8: "Char",
-        torch.uint8: "Byte",
-        torch.bool: "Bool",
-        torch.complex64: "ComplexFloat",
-        torch.complex128: "ComplexDouble",
-    }.get(dtype, str(dtype).replace("torch.", ""))
 
 
 def _values_fit(values, shape) -> None:
@@ -564,7 +548,7 @@ def _repeat_interleave(repeats, *, output_size=None):
     if repeats.dim() > 1:
         raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
     if repeats.dtype not in (torch.int64, torch.int32):
-        raise RuntimeError(f"repeats has to be Long or Int tensor, got {_name(repeats.dtype)}")
+        raise RuntimeError(f"repeats has to be Long or Int tensor, got {scalar_type_name(repeats.dtype)}")
     if output_size is None and repeats.numel() and int(repeats.min().item()) < 0:  # read with the size below
         raise RuntimeError("repeats can not be negative")
     ends = repeats.to(torch.int64).cumsum(0)
