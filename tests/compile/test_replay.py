@@ -470,3 +470,60 @@ def test_the_replay_op_refuses_a_handle_that_is_not_a_live_graph():
         with pytest.raises(RuntimeError, match=rf"fl_graph::replay: {bad} is not a live kernel graph"):
             torch.ops.fl_graph.replay(bad, [x])
     assert torch.relu(x).shape == (4,)  # the process goes on
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_replay_reads_unwritten_inputs_in_place_and_copies_written_ones(backend):
+    """A copied input that no kernel writes into is read where the caller's tensor is (its readers' descriptors
+    point there for the call: no copy), at whatever storage offset; one that a kernel writes into is copied, so
+    the caller's tensor never sees the write; replay() (the copy path bench_fusion times) reads the static
+    buffers again after a call pointed the readers elsewhere."""
+    from torch_fl.runtime import KernelGraph, recording
+
+    fl.set_backend(backend)
+    x, w = torch.randn(8, device="fl"), torch.randn(8, device="fl")  # the static inputs
+    for _ in range(2):  # plans and kernels made outside the recording
+        (x * 2 + w).add_(1)
+    with recording() as rec:
+        y = x * 2 + w
+        w.add_(1)  # a kernel writes into the static input w
+    graph = KernelGraph(rec, [(x.data_ptr(), 32), (w.data_ptr(), 32)], [(y.data_ptr(), 32)])
+    graph.guard_tensor(x, copied=True)
+    graph.guard_tensor(w, copied=True)
+    graph.out_tensor(0, True, (8,), (1,), torch.float32, 0)
+    assert graph.bind_inputs() == [True, False]
+    big = torch.randn(40, device="fl")
+    for k, a in enumerate([torch.randn(8, device="fl"), big[3:11], big[17:25], torch.randn(8, device="fl")]):
+        b = torch.randn(8, device="fl")
+        a_before, b_before = a.cpu(), b.cpu()
+        (out,) = graph.call([a, b])
+        torch.testing.assert_close(out.cpu(), a_before * 2 + b_before, rtol=0, atol=0, msg=f"call {k}")
+        assert torch.equal(a.cpu(), a_before) and torch.equal(b.cpu(), b_before), "a caller's tensor was written"
+        assert torch.equal(big[:3].cpu(), big.cpu()[:3])
+    c, d, dst = torch.randn(8, device="fl"), torch.randn(8, device="fl"), torch.empty(8, device="fl")
+    graph.replay([c.data_ptr(), d.data_ptr()], [dst.data_ptr()])  # the copy path, after in-place calls
+    torch.testing.assert_close(dst.cpu(), c.cpu() * 2 + d.cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(x.cpu(), c.cpu(), rtol=0, atol=0)  # copied into the static buffer again
+
+
+def test_training_replays_read_saved_tensors_in_place():
+    """A replayed backward reads the saved tensors and the gradient where they are (none of its kernels writes
+    into them), step after step with new values, equal to the model compiled without replay."""
+    fl.set_backend("rocm")
+    torch.manual_seed(0)
+    model = _mlp().train().to("fl")
+    twin = copy.deepcopy(model)
+    replayed = torch.compile(model, backend="fl")
+    plain = torch.compile(twin, backend="fl", options={"replay": False})
+    big = torch.randn(64, 8, device="fl")
+    for step in range(5):
+        x = big[step : step + 4]  # the input at another storage offset each step
+        for m in (replayed, plain):
+            m(x).square().mean().backward()
+        for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+            torch.testing.assert_close(a.grad.cpu(), b.grad.cpu(), rtol=1e-6, atol=1e-7)
+            a.grad = b.grad = None
+    status = _status(replayed)
+    assert status.replayed and status.replays == 2 * 3, status
+    backward = status.graph  # the latest recording: the backward graph
+    assert backward is not None and backward.n_inputs > 0 and all(backward.bound), backward.bound

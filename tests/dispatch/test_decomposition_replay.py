@@ -409,3 +409,22 @@ def test_expanded_inputs_are_replayed_from_their_span(minimal):
         assert same_bits(got, without_fast_path(torch.nn.functional.gelu, x))
         assert torch.allclose(got.cpu(), torch.nn.functional.gelu(x.cpu()), atol=1e-6)
     assert hits() == h + 3
+
+
+def test_replays_read_inputs_in_place_at_any_storage_offset(minimal):
+    """A plan's kernels read the call's tensors where they are (no copy into the static inputs): dense slices at
+    other storage offsets give the Python path's bits, and the tensors read are left as they were."""
+
+    def fn(b, x, w):
+        return torch.addmm(b, x, w.t())
+
+    bb, bx, bw = (torch.randn(n).to("fl") for n in (40, 64, 160))  # three storages: no aliasing in the key
+    for k in range(6):
+        b, x, w = bb[k : k + 16], bx[k : k + 32].view(4, 8), bw[3 * k : 3 * k + 128].view(16, 8)
+        before = [t.cpu() for t in (bb, bx, bw)]
+        h = hits()
+        got = fn(b, x, w)
+        if k >= 2:
+            assert hits() == h + 1, k  # served by the plan, whatever the offsets
+        assert same_bits(got, without_fast_path(fn, b, x, w)), k
+        assert all(torch.equal(t.cpu(), c) for t, c in zip((bb, bx, bw), before, strict=True)), k

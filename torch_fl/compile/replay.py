@@ -16,8 +16,9 @@ parameters' storages, non-tensor values):
              fallback, a host copy, .item(), a random op, ...) the graph is
              reported not replayable with the op named, and this signature
              keeps running normally, with the same results;
-  later      replay: the caller's inputs are copied into the static input
-             buffers, the kernels run, the outputs are copied out.
+  later      replay: the kernels run on the caller's inputs where they are
+             (an input some kernel writes into is copied into its static
+             buffer first), the outputs are copied out.
 Parameters and buffers (AOTAutograd's static inputs) are used in place: their
 storage is part of the recording, so an in-place update (an optimizer step,
 load_state_dict) is seen by the next replay; a parameter with a new storage, or,
@@ -25,7 +26,8 @@ in an inference graph, one written since the recording, through any alias
 (runtime.WriteGuard: the conv+bn fold caches on it; training graphs have no such
 cache, and the optimizer writes every parameter each step), makes the next call
 a warm-up and the one after a new recording. A
-backward graph's inputs (saved tensors, gradients) are all copied. A changed shape, dtype or
+backward graph's inputs (saved tensors, gradients) are not static: read in place
+as above, never written. A changed shape, dtype or
 stride is another signature (recorded anew, up to MAX_SIGNATURES, then run
 normally): never a replay of the wrong shapes.
 
@@ -343,6 +345,10 @@ class ReplayedGraph:
         if rec.device is None:
             return self._refuse(key, args, "the graph launches no kernel", outs)
         graph = KernelGraph(rec, [(b.data_ptr(), _span(b) * b.element_size()) for _, b in copied], out_copies)
+        # a copied input no kernel writes into is read in place by later replays (no copy); the recording's
+        # static copy stays for the inputs that are written, and for a caller's tensor at an offset its readers'
+        # dtypes cannot express
+        graph.bind_inputs()
         # the guards and results of the whole call in C++ (KernelGraph.call): every tensor argument in order
         bufs = dict(copied)
         for i, a in enumerate(args):

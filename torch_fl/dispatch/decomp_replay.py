@@ -3,15 +3,16 @@ kernel graph the C++ core replays for later calls of that signature (csrc/fl_dec
 
 Why: on narrow chips (minimal, ascend) addmm, gelu, log_softmax, nll_loss and their backwards are
 decompositions, a few cheap kernels behind 200-300 us of Python each (torch._refs and the dispatcher): a small
-training step spends most of its time there. Replayed, such a call costs its kernels and a few copies.
+training step spends most of its time there. Replayed, such a call costs its kernels and the copies of its results.
 
 How: the second call of a signature (the first is when its sub-ops' plans settle) is served as usual, then
 run again on private copies of its tensors while a kernel graph records (runtime.graph), its counts taken back.
 Where the recording is replayable (only kernels, on one device: no host transfer, CPU fallback or random
 numbers) and took the tiers the call took, the graph, its static buffers (the copies, every intermediate, the
 results) and what the call counted are handed to the C++ core under the call's fast-path key. A later call
-with that key copies its tensors into the static inputs, replays the kernels and copies the results out into
-fresh tensors or its out= tensors, counting what Python counted. A signature whose recording failed is not
+with that key replays the kernels, which read its tensors in place (an input some kernel writes into is
+copied into its static input first: the caller's tensor must not see the write), and copies the results out
+into fresh tensors or its out= tensors, counting what Python counted. A signature whose recording failed is not
 recorded again (until the dispatcher's plans are forgotten).
 
 A plan's key fixes every value of the call but its tensors' contents, floats and numbers given as 0-dim CPU
@@ -204,6 +205,7 @@ def _record(f, dev, vals: list, ins, outs_at, run, served: Counter, results: tup
         [(r.data_ptr(), _nbytes(r)) for r in recorded],
         counted=False,
     )
+    graph.bind_inputs()  # replays read the call's tensors in place where no kernel writes into them
     if outs_at is None:
         output_src = [-1] * len(recorded)
         returns = [-1 - k for k in range(len(recorded))]

@@ -229,12 +229,21 @@ class KernelGraph:
             lib.fl_core_graph_add_input(self._g, core.pointer(ptr), n)
         for ptr, n in outputs:
             lib.fl_core_graph_add_output(self._g, core.pointer(ptr), n)
+        self.bound = [False] * self.n_inputs  # bind_inputs(): the static inputs call() reads in place
         self._failed = core.ffi.new("int64_t *")
         self._missed = core.ffi.new("int *")
 
     @property
     def kernel_count(self) -> int:
         return int(self._lib.fl_core_graph_size(self._g))
+
+    def bind_inputs(self) -> list[bool]:
+        """Let call() read each static input in place where no kernel writes into it: the kernels that read
+        its buffer are pointed at the caller's tensor for the call, and its copy is skipped (replay() still
+        copies). Why only unwritten ones: a kernel writing into a bound input would write the caller's tensor.
+        Per input, whether it is bound."""
+        self.bound = [self._lib.fl_core_graph_bind_input(self._g, k) == 1 for k in range(self.n_inputs)]
+        return self.bound
 
     def replay(
         self, in_src: Sequence[int] | None, out_dst: Sequence[int] | None, run_kernels: bool = True, step_ns=None

@@ -261,6 +261,11 @@ FL_CORE_API void fl_core_graph_free(fl_core_graph_t *graph);
 FL_CORE_API int fl_core_graph_add_kernel(fl_core_graph_t *graph, const fl_core_kernel_call_t *call);
 /* a static input buffer (nbytes at dst) each replay copies the caller's input into */
 FL_CORE_API int fl_core_graph_add_input(fl_core_graph_t *graph, void *dst, uint64_t nbytes);
+/* Static input k may be read in place: fl_graph::replay points the kernel arguments that read its buffer at the
+ * caller's tensor for the call instead of copying that tensor in (fl_core_graph_replay still copies). 1: bound;
+ * 0: a kernel writes into the buffer, so it stays a copy (the caller's tensor must not see the write); -1: no
+ * such input. */
+FL_CORE_API int fl_core_graph_bind_input(fl_core_graph_t *graph, int64_t k);
 /* a static output (nbytes at src) each replay copies out */
 FL_CORE_API int fl_core_graph_add_output(fl_core_graph_t *graph, void *src, uint64_t nbytes);
 /* kernel steps (-1: no graph) */

@@ -195,6 +195,12 @@ struct KernelCall {
         args(copy_of(c.args, c.n_args)) {}
 };
 
+// fl_graph.cpp: one replay of a kernel graph whose bound static inputs (fl_core_graph_bind_input) read the
+// caller's tensors in place: base[k] is the storage data of the tensor for static input k, offset[k] its first
+// byte in that storage; the other inputs are copied in from there. out_dst and *failed as fl_core_graph_replay's.
+int graph_replay_in_place(fl_core_graph_t* graph, void* const* base, const int64_t* offset, void* const* out_dst,
+                          int64_t* failed);
+
 // The hash of a fast-path key (fl_fallback.cpp's KeyBuilder): the committed plans of every fast path are
 // looked up by it.
 struct KeyHash {

@@ -7,8 +7,9 @@
 // records (runtime/graph.py), and the graph, its static buffers and what Python counted are committed here
 // under the call's fast-path key and the values that key leaves out (floats, numbers given as 0-dim CPU tensors:
 // a decomposition may bake them into its kernels). A later call with the same key and values (same op, layouts,
-// dtypes and every value) copies its tensors into the static inputs, replays the
-// graph (fl_graph.cpp) and copies the static outputs into fresh tensors or the call's out= tensors. The plan
+// dtypes and every value) replays the graph (fl_graph.cpp), its kernels reading the call's tensors in place
+// where none writes into them (the others are copied into the static inputs first), and copies the static
+// outputs into fresh tensors or the call's out= tensors. The plan
 // owns its graph and holds a reference to every buffer the graph uses: forgetting it gives the memory back.
 #include <memory>
 #include <mutex>
@@ -90,7 +91,12 @@ bool run(DecompPlan& plan, torch::jit::Stack* stack, size_t n) {
   const size_t base = stack->size() - n;
   auto arg = [&](int32_t i) -> const c10::IValue& { return (*stack)[base + i]; };
   std::vector<void*> in(plan.inputs.size()), out(plan.outputs.size());
-  for (size_t j = 0; j < in.size(); ++j) in[j] = data_of(arg(plan.inputs[j]).toTensor());
+  std::vector<int64_t> offset(plan.inputs.size());
+  for (size_t j = 0; j < in.size(); ++j) {  // the storage and byte offset: a bound input is read where it is
+    const at::Tensor& t = arg(plan.inputs[j]).toTensor();
+    in[j] = const_cast<void*>(t.storage().data());
+    offset[j] = t.storage_offset() * static_cast<int64_t>(t.itemsize());
+  }
   std::vector<at::Tensor> fresh(plan.outputs.size());
   c10::Device where(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(plan.device));
   for (size_t k = 0; k < out.size(); ++k) {
@@ -104,7 +110,7 @@ bool run(DecompPlan& plan, torch::jit::Stack* stack, size_t n) {
     out[k] = data_of(fresh[k]);
   }
   int64_t failed = 0;
-  if (fl_core_graph_replay(plan.graph.get(), in.data(), out.data(), 1, &failed, nullptr) != FL_OK) return false;
+  if (graph_replay_in_place(plan.graph.get(), in.data(), offset.data(), out.data(), &failed) != FL_OK) return false;
   std::vector<c10::IValue> results;
   results.reserve(plan.returns.size());
   for (int32_t r : plan.returns) results.emplace_back(r >= 0 ? arg(r) : c10::IValue(fresh[-1 - r]));

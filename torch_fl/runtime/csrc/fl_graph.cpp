@@ -26,9 +26,20 @@ using namespace fl_core;
 
 namespace {
 
+// A kernel argument that reads a static input buffer: where fl_graph::replay points it at the caller's tensor
+// instead of copying that tensor into the buffer (fl_core_graph_bind_input).
+struct Reader {
+  size_t step, arg;    // steps[step].in[arg]
+  int64_t offset;      // its element offset into the static buffer, as recorded
+  int64_t itemsize;
+};
+
 struct GraphCopy {
   void* ptr;
   size_t nbytes;
+  bool bound = false;            // read in place (its readers patched per call), not copied
+  std::vector<Reader> readers;   // bound: every kernel argument that reads the buffer
+  void* patched = nullptr;       // where the readers point now (nullptr: at the static buffer)
 };
 
 // A tensor argument of the replayed call, as the recording saw it: its layout and, for a parameter used in
@@ -63,6 +74,7 @@ struct fl_core_graph {
   bool missed = false;
   int status = FL_OK;
   int64_t failed = 0;
+  std::mutex mu;  // a replay patches descriptors: one call at a time
 };
 
 namespace {
@@ -122,6 +134,59 @@ FL_API int fl_core_graph_add_input(fl_core_graph_t* graph, void* dst, uint64_t n
   return 0;
 }
 
+namespace {
+
+int64_t fl_dtype_itemsize(int32_t dtype) {
+  switch (dtype) {
+    case FL_FLOAT32: case FL_INT32: return 4;
+    case FL_FLOAT64: case FL_INT64: case FL_COMPLEX64: return 8;
+    case FL_COMPLEX128: return 16;
+    case FL_FLOAT16: case FL_BFLOAT16: case FL_INT16: return 2;
+    case FL_INT8: case FL_UINT8: case FL_BOOL: return 1;
+    default: return 0;
+  }
+}
+
+// Static input k's readers point at `base` (a storage's data: what descriptors hold) `byte_offset` bytes in,
+// or back at the static buffer (base nullptr). False where an offset is not a whole number of a reader's
+// elements (nothing changed then: the input is copied this call).
+bool point_readers(GraphCopy& c, std::vector<KernelCall>& steps, void* base, int64_t byte_offset) {
+  if (base == nullptr && c.patched == nullptr) return true;
+  if (base != nullptr)
+    for (const Reader& r : c.readers)
+      if (byte_offset % r.itemsize != 0) return false;
+  for (const Reader& r : c.readers) {
+    fl_tensor_t& t = steps[r.step].in[r.arg];
+    t.data = base != nullptr ? base : c.ptr;
+    t.offset = r.offset + (base != nullptr ? byte_offset / r.itemsize : 0);
+  }
+  c.patched = base;
+  return true;
+}
+
+}  // namespace
+
+FL_API int fl_core_graph_bind_input(fl_core_graph_t* graph, int64_t k) {
+  if (graph == nullptr || k < 0 || static_cast<size_t>(k) >= graph->inputs.size()) return -1;
+  GraphCopy& c = graph->inputs[k];
+  std::vector<Reader> readers;
+  for (size_t s = 0; s < graph->steps.size(); ++s) {
+    const KernelCall& step = graph->steps[s];
+    for (const fl_tensor_t& t : step.out)
+      if (t.data == c.ptr) return 0;  // a kernel writes into it: the caller's tensor must not see that
+    for (size_t a = 0; a < step.in.size(); ++a) {
+      const fl_tensor_t& t = step.in[a];
+      if (t.data != c.ptr) continue;
+      const int64_t size = fl_dtype_itemsize(t.dtype);
+      if (size == 0) return 0;
+      readers.push_back({s, a, t.offset, size});
+    }
+  }
+  c.readers = std::move(readers);
+  c.bound = true;
+  return 1;
+}
+
 FL_API int fl_core_graph_add_output(fl_core_graph_t* graph, void* src, uint64_t nbytes) {
   if (graph == nullptr) return -1;
   graph->outputs.push_back({src, static_cast<size_t>(nbytes)});
@@ -139,10 +204,11 @@ FL_API int64_t fl_core_graph_size(fl_core_graph_t* graph) {
 // subtracts to get the host time per kernel). Returns FL_OK, or the failing
 // status with *failed = the kernel step, or -1 - k for input copy k, or
 // -1 - n_inputs - k for output copy k.
-FL_API int fl_core_graph_replay(fl_core_graph_t* graph, void* const* in_src, void* const* out_dst, int run_kernels,
-                                int64_t* failed, int64_t* step_ns) {
-  if (graph == nullptr) return FL_ERR_INVALID;
-  fl_core_graph_t* g = graph;
+namespace {
+
+// The replay itself (the caller holds g->mu): a bound input's readers read wherever they point now.
+int run_graph(fl_core_graph_t* g, void* const* in_src, void* const* out_dst, int run_kernels, int64_t* failed,
+              int64_t* step_ns) {
   Device& d = *g_devices[g->device];
   fl_stream_t stream = current_stream(d, g->device);  // a replay runs on the caller's current stream
   const int64_t n_in = static_cast<int64_t>(g->inputs.size());
@@ -193,6 +259,33 @@ FL_API int fl_core_graph_replay(fl_core_graph_t* graph, void* const* in_src, voi
   return FL_OK;
 }
 
+}  // namespace
+
+int fl_core::graph_replay_in_place(fl_core_graph_t* graph, void* const* base, const int64_t* offset,
+                                   void* const* out_dst, int64_t* failed) {
+  std::lock_guard<std::mutex> lock(graph->mu);
+  std::vector<void*> in_src(graph->inputs.size());
+  for (size_t k = 0; k < in_src.size(); ++k) {
+    GraphCopy& c = graph->inputs[k];
+    if (c.bound && point_readers(c, graph->steps, base[k], offset[k])) {
+      in_src[k] = c.ptr;  // read where it is: nothing to copy
+    } else {
+      point_readers(c, graph->steps, nullptr, 0);
+      in_src[k] = static_cast<char*>(base[k]) + offset[k];
+    }
+  }
+  return run_graph(graph, in_src.data(), out_dst, 1, failed, nullptr);
+}
+
+FL_API int fl_core_graph_replay(fl_core_graph_t* graph, void* const* in_src, void* const* out_dst, int run_kernels,
+                                int64_t* failed, int64_t* step_ns) {
+  if (graph == nullptr) return FL_ERR_INVALID;
+  std::lock_guard<std::mutex> lock(graph->mu);
+  for (GraphCopy& c : graph->inputs)  // readers the op pointed at a caller's tensor read the static buffer again
+    point_readers(c, graph->steps, nullptr, 0);
+  return run_graph(graph, in_src, out_dst, run_kernels, failed, step_ns);
+}
+
 FL_API int fl_core_graph_guard_tensor(fl_core_graph_t* graph, int copied, void* data, const fl_core_layout_t* layout) {
   if (graph == nullptr || layout == nullptr || layout->ndim < 0) return -1;
   const int n = layout->ndim;
@@ -238,8 +331,10 @@ std::vector<at::Tensor> replay_op(int64_t handle, at::TensorList args) {
   g->status = FL_OK;
   g->failed = 0;
   if (args.size() != g->guard.size()) return result;
-  std::vector<void*> in_src;
-  in_src.reserve(g->inputs.size());
+  std::vector<void*> base;
+  std::vector<int64_t> offset;
+  base.reserve(g->inputs.size());
+  offset.reserve(g->inputs.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const GuardArg& a = g->guard[i];
     const at::Tensor& t = args[i];
@@ -247,13 +342,15 @@ std::vector<at::Tensor> replay_op(int64_t handle, at::TensorList args) {
         t.scalar_type() != a.dtype || t.sizes() != c10::IntArrayRef(a.sizes) ||
         t.strides() != c10::IntArrayRef(a.strides))
       return result;
-    void* data = data_of(t);
-    if (a.copied)
-      in_src.push_back(data);
-    else if (data != a.data)
-      return result;
+    if (!a.copied) {
+      if (data_of(t) != a.data) return result;
+      continue;
+    }
+    if (base.size() >= g->inputs.size()) return result;
+    base.push_back(const_cast<void*>(t.storage().data()));
+    offset.push_back(t.storage_offset() * static_cast<int64_t>(t.itemsize()));
   }
-  if (in_src.size() != g->inputs.size()) return result;
+  if (base.size() != g->inputs.size()) return result;
   g->missed = false;
   const c10::DeviceGuard device_guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(g->device)));
   std::vector<void*> out_dst(g->outputs.size(), nullptr);
@@ -278,7 +375,7 @@ std::vector<at::Tensor> replay_op(int64_t handle, at::TensorList args) {
     result.push_back(std::move(t));
   }
   int64_t failed = 0;
-  const int status = fl_core_graph_replay(g, in_src.data(), out_dst.data(), 1, &failed, nullptr);
+  const int status = graph_replay_in_place(g, base.data(), offset.data(), out_dst.data(), &failed);
   if (status != FL_OK) {
     g->status = status;
     g->failed = failed;
