@@ -7,6 +7,8 @@ compiled fl without replay, native CPU eager and native CPU under inductor, side
     python bench/bench_small.py --quick               # fewer rounds, a smoke run
     python bench/bench_small.py --models mlp bert --backends rocm minimal
     python bench/bench_small.py --no-inductor         # skip native CPU under torch.compile
+    python bench/bench_small.py --caller-thread       # backward on the calling thread (see below)
+    python bench/bench_small.py --handoff             # the smallest backward: device thread vs calling thread
     python bench/bench_small.py --kernels             # the host plugin's cost per kernel instead
     python bench/bench_small.py --kernels --old OLD/libfl_cpu.so   # ... beside another build's
 
@@ -39,6 +41,13 @@ no-replay / eager, dynamo / eager, inductor / native. One thread by default (tor
 change), which is also the plugins' OpenMP team size (they share torch's OpenMP runtime).
 
 A column that fails prints its error's first line below the table instead of stopping the run.
+
+--caller-thread: every backward runs on the thread that calls it (torch.autograd.set_multithreading_enabled
+(False), PyTorch's own switch), as CPU tensors' always do. By default PyTorch's autograd engine runs an
+accelerator's backward on a thread of its own per device (fl's too, as CUDA's), and the calling thread waits for
+it: a hand-off each way per backward, which costs tens of microseconds where waking a thread on another core is
+slow (this machine: ~40 us a round trip). The switch says what that costs each training row; --handoff times
+the smallest backward ((x * 2).sum().backward() of 4 elements) both ways on each backend, beside native.
 
 --kernels: small kernels of the host plugin (backend cpu: zero_, add, mul, copy_, a transposing copy
 and sum of float32 vectors, 16 to 1M elements) called directly through cffi (no dispatch: the
@@ -414,6 +423,40 @@ def _kernel_case(op: str, n: int, builds: dict) -> tuple[dict, tuple]:
     return variants, (a, b, o, s, m, mt, ci, co, ca)
 
 
+def handoff_section(args: argparse.Namespace) -> None:
+    """The smallest backward, (x * 2).sum().backward() of a 4-element leaf: on fl with autograd's device thread
+    (PyTorch's default), on fl with the backward on the calling thread, and native; what the hand-off costs."""
+    print(f"backward hand-off: (x * 2).sum().backward(), 4 elements; us per call, medians of {args.rounds} rounds")
+    print("| backend | device thread us | calling thread us | native us | device / calling |")
+    print("|---|---|---|---|---|")
+    xc = torch.ones(4, requires_grad=True)
+    for backend in args.backends:
+        fl.set_backend(backend)
+        x = torch.ones(4, device=fl.device(backend), requires_grad=True)
+
+        def calls(t: torch.Tensor, threads: bool, n: int = 200) -> float:
+            with torch.autograd.set_multithreading_enabled(threads):
+                start = time.perf_counter_ns()
+                for _ in range(n):
+                    (t * 2).sum().backward()
+                if t.device.type == "fl":
+                    torch.fl.synchronize()
+                return (time.perf_counter_ns() - start) / n / 1000
+
+        times: dict[str, list[float]] = {"device": [], "calling": [], "native": []}
+        calls(x, True, 20)
+        calls(x, False, 20)
+        for _ in range(args.rounds):
+            times["device"].append(calls(x, True))
+            times["calling"].append(calls(x, False))
+            times["native"].append(calls(xc, True))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(
+            f"| {backend} | {med['device']:.1f} | {med['calling']:.1f} | {med['native']:.1f} | "
+            f"{_ratio(med['device'], med['calling'])} |"
+        )
+
+
 def kernels_section(args: argparse.Namespace) -> None:
     import glob
 
@@ -463,6 +506,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     ap.add_argument("--no-inductor", action="store_true", help="skip native CPU under torch.compile")
     ap.add_argument("--mode", choices=("train", "infer", "both"), default="both", help="training steps, inference")
+    ap.add_argument(
+        "--caller-thread", action="store_true", help="backward on the calling thread, not autograd's device thread"
+    )
+    ap.add_argument("--handoff", action="store_true", help="the smallest backward, device thread vs calling thread")
     ap.add_argument("--kernels", action="store_true", help="the host plugin's cost per kernel instead")
     ap.add_argument("--old", help="with --kernels: another build's libfl_cpu.so, measured beside this tree's")
     args = ap.parse_args()
@@ -472,6 +519,11 @@ def main() -> None:
     if args.kernels:
         kernels_section(args)
         return
+    if args.handoff:
+        handoff_section(args)
+        return
+    if args.caller_thread:
+        torch.autograd.set_multithreading_enabled(False)  # for this (the only) thread, until the process ends
     # every column compiles the same forward code (one Dynamo cache entry per model instance): room for all
     for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):
@@ -482,7 +534,8 @@ def main() -> None:
     print(
         f"bench_small: torch {torch.__version__}, threads {torch.get_num_threads()}, "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); "
-        f"{args.rounds} rounds x {args.steps} steps per column, medians; us per step"
+        f"{args.rounds} rounds x {args.steps} steps per column, medians; us per step; backward on "
+        f"{'the calling thread' if args.caller_thread else 'autograd device threads (PyTorch default)'}"
     )
     if args.inductor_error is not None:
         print(f"native inductor column skipped: {args.inductor_error}")
