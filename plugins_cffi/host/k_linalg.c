@@ -636,7 +636,7 @@ static const fl_kernel_entry_t entries[] = {
     {"aten::addmv", F3264, 0, k_addmv},
     {"aten::dot", F3264, 0, k_dot},
     {"aten::convolution", FL_FLOATS, FL_KERNEL_ANY_OUT_LAYOUT, d_convolution}, /* NCHW or channels-last */
-    {"aten::convolution_backward", FL_FLOATS, 0, d_convolution_backward},
+    {"aten::convolution_backward", FL_FLOATS, FL_KERNEL_ANY_OUT_LAYOUT, d_convolution_backward}, /* grads of any layout */
     {"aten::native_batch_norm", F3264, 0, fl_lin_native_batch_norm},
     {"aten::native_batch_norm_backward", F3264, 0, fl_lin_native_batch_norm_backward},
     {"aten::_native_batch_norm_legit", F3264, 0, fl_lin_bn_legit},

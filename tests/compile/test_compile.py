@@ -487,10 +487,12 @@ def test_batch_norm_training_updates_buffers_in_place_and_matches_eager(small_re
     counter per layer (5 copies each); the rewrite puts the in-place ops back. The compiled step must
     equal eager on the same backend in outputs, gradients and every buffer, also when two forwards run
     before one backward. (Against eager fl, not float64: batch statistics of a batch of 2 at 1x1 pixels
-    make this network's gradients ill-conditioned, native float32 is 40 % off float64 there.)"""
+    make this network's gradients ill-conditioned, native float32 is 40 % off float64 there; so the layout
+    pass is off: on ascend its NHWC convolutions sum in another order, which that conditioning turns into
+    differences of 1e-3. tests/compile/test_layout.py judges batch norm training with it against float64.)"""
     twin = _on(backend, small_resnet).train()
     dev = _on(backend, small_resnet).train()
-    compiled = fl.compile(dev)
+    compiled = fl.compile(dev, passes={"layout": False})
     x1, x2 = torch.randn(2, 3, 16, 16).to("fl"), torch.randn(2, 3, 16, 16).to("fl")
     for _ in range(2):  # the second step runs the compiled graph on buffers it updated itself
         ref = twin(x1).square().sum() + twin(x2).sum()

@@ -7,6 +7,7 @@ compiled model must return what eager returns, in eager's strides."""
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -251,8 +252,10 @@ def test_layout_off_by_name_and_on_a_device_without_the_preference(monkeypatch):
     assert seen == []
 
 
-def test_training_graphs_keep_nchw_with_the_reason():
+def test_training_graphs_keep_nchw_without_a_channels_last_convolution_backward(monkeypatch):
     fl.set_backend("ascend")
+    caps = fl.runtime.REGISTRY.get("ascend").capabilities
+    monkeypatch.setattr(caps, "any_layout_kernels", [k for k in caps.any_layout_kernels if "backward" not in k])
     torch.manual_seed(0)
     model = Residual().to("fl")
     x = torch.randn(2, 3, 12, 12).to("fl")
@@ -261,7 +264,67 @@ def test_training_graphs_keep_nchw_with_the_reason():
     out.square().mean().backward()
     kept = [p for p in fl.fusion_report(compiled).patterns(False) if p.pattern == "channels-last convolutions"]
     assert {p.graph for p in kept} == {"forward", "backward"}
-    assert all("convolution_backward" in p.note for p in kept)
+    assert all("convolution_backward" in p.note and "FL_KERNEL_ANY_OUT_LAYOUT" in p.note for p in kept)
+
+
+def _seen_backward(monkeypatch) -> list[tuple[bool, bool, bool]]:
+    """Per channels-last convolution_backward: whether grad_output and input arrived channels-last and the
+    input gradient left so."""
+    seen: list[tuple[bool, bool, bool]] = []
+    real = layout.ChannelsLastConvBackward.forward
+
+    def spy(self, go, x, *rest):
+        out = real(self, go, x, *rest)
+        seen.append(tuple(t.is_contiguous(memory_format=CL) for t in (go, x, out[0])))
+        return out
+
+    monkeypatch.setattr(layout.ChannelsLastConvBackward, "forward", spy)
+    return seen
+
+
+@pytest.mark.parametrize("replay", [False, True])
+def test_training_steps_run_nhwc_forward_and_backward_on_ascend(monkeypatch, replay):
+    """A training step on a device that prefers channels-last: the forward's convolutions read and write NHWC,
+    the tensors saved for the backward stay NHWC, each convolution_backward reads NHWC and writes its input
+    gradient NHWC. Gradients and the SGD steps' parameters are judged against float64, step after step (the
+    weight changes every step: a replayed graph converts it again each call), in eager's strides."""
+    fl.set_backend("ascend")
+    torch.manual_seed(0)
+    model = Residual()
+    ref = copy.deepcopy(model).double()
+    native = copy.deepcopy(model)
+    model = model.to("fl")
+    compiled = fl.compile(model, replay=replay)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref, native)]
+    seen, seen_bw = _seen_inputs(monkeypatch), _seen_backward(monkeypatch)
+    for step in range(4):
+        x = torch.randn(2, 3, 12, 12)
+        for m, arg in ((compiled, x.to("fl")), (ref, x.double()), (native, x)):
+            out, y = m(arg)
+            (out.square().mean() + 0.01 * y.sum()).backward()
+        for (name, p), r, n in zip(model.named_parameters(), ref.parameters(), native.parameters(), strict=True):
+            assert p.grad.shape == r.grad.shape and p.grad.stride() == n.grad.stride(), name
+            err, native_err = _err(p.grad, r.grad), _err(n.grad, r.grad)
+            assert err <= 4 * native_err + 1e-6 * r.grad.abs().max().item(), (step, name, err, native_err)
+        for opt in opts:
+            opt.step()
+            opt.zero_grad()
+    for p, r in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.detach().cpu().double(), r.detach(), rtol=1e-4, atol=1e-5)
+    for (name, b), r in zip(model.named_buffers(), ref.buffers(), strict=True):  # batch norm's running stats
+        torch.testing.assert_close(b.cpu().to(r.dtype), r, rtol=1e-5, atol=1e-6, msg=name)
+    ran = 4 if not replay else 2  # replayed: the warm-up and the recording run the modules, replays do not
+    assert seen == [False, True, True] * ran  # forward: three convolutions a step, the first reads NCHW
+    assert seen_bw == [(True, True, True)] * 2 * ran  # c3's and c2's backward (c1's computes no input gradient)
+    patterns = [p for p in fl.fusion_report(compiled).patterns(True) if p.pattern == "channels-last convolutions"]
+    assert [p.graph for p in patterns] == ["forward", "backward"]
+    assert "saved tensor(s) left NHWC" in patterns[0].note
+    assert "2 input gradient(s) written NHWC" in patterns[1].note
+    left = int(re.search(r"(\d+) saved tensor\(s\) left NHWC", patterns[0].note).group(1))
+    assert left > 0 and f"{left} saved tensor(s) read NHWC" in patterns[1].note  # the backward knows them all
+    if replay:
+        [status] = [g.replay for g in fl.fusion_report(compiled).graphs if g.replay is not None]
+        assert status.replayed and status.replays == 2 * 2, status
 
 
 def test_cached_weights_follow_an_in_place_update():

@@ -53,13 +53,13 @@ def _count_ops(gm: fx.GraphModule) -> int:
 
 
 def _aten_compiler(
-    kind: str, record: DynamoGraph, kernels: set, passes: list[str], replay: bool | None = None
+    kind: str, record: DynamoGraph, kernels: set, passes: list[str], replay: bool | None, shared: dict
 ) -> Callable:
     def compile_aten(gm: fx.GraphModule, example_inputs: list) -> Callable:
         from functorch.compile import make_boxed_func
 
         before = _count_ops(gm)
-        ctx = PassContext(gm, kind, record.backend, kernels, [])
+        ctx = PassContext(gm, kind, record.backend, kernels, [], shared, _output_names(gm))
         run_aten(ctx, passes)
         gm.graph.lint()
         gm.recompile()
@@ -69,6 +69,12 @@ def _aten_compiler(
         return make_boxed_func(gm.forward)
 
     return compile_aten
+
+
+def _output_names(gm: fx.GraphModule) -> list:
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
+    return [a.name if isinstance(a, fx.Node) else None for a in outs]
 
 
 def _symbolic(v) -> bool:
@@ -122,10 +128,11 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], r
         gm.graph.lint()
         gm.recompile()
         record.aten_graphs.append(AtenGraph("captured", before, _count_ops(gm), captured))
+    shared: dict = {}  # one Dynamo graph's: its forward's passes leave word for its backward's
     return aot_autograd(
-        fw_compiler=_aten_compiler("forward", record, kernels, passes, replay),
-        bw_compiler=_aten_compiler("backward", record, kernels, passes, replay),
-        inference_compiler=_aten_compiler("inference", record, kernels, passes, replay),
+        fw_compiler=_aten_compiler("forward", record, kernels, passes, replay, shared),
+        bw_compiler=_aten_compiler("backward", record, kernels, passes, replay, shared),
+        inference_compiler=_aten_compiler("inference", record, kernels, passes, replay, shared),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
     )(gm, example_inputs)

@@ -10,7 +10,7 @@ registry (passes/__init__.py) runs them in its order."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch.fx as fx
 
@@ -30,6 +30,12 @@ class PassContext:
     backend: str
     kernels: set
     patterns: list[Pattern]
+    # what a pass of a training step's forward graph tells the same pass of its backward graph (compiled after
+    # it, from the same Dynamo graph): the layout pass names the saved tensors it left channels-last
+    shared: dict = field(default_factory=dict)
+    # the names of the graph's output nodes, by position, as AOTAutograd made them (before any pass renamed a
+    # node): a forward's saved tensors are its backward's placeholders of those names
+    output_names: list = field(default_factory=list)
 
     def has(self, *names: str) -> bool:
         return all(n in self.kernels for n in names)

@@ -21,8 +21,18 @@ not know, and at the graph's outputs (AOTAutograd regenerates aliased outputs
 with as_strided on the traced strides), a tensor gets its traced layout back
 (`traced_layout`): nothing when only size-1 dimensions differ, else one copy.
 
-Training graphs keep NCHW: the backward would need channels-last
-convolution_backward kernels, which no bundled plugin has."""
+Training graphs too, where the convolution_backward kernel also writes any
+layout (FL_KERNEL_ANY_OUT_LAYOUT): the forward's convolutions write NHWC as
+above (the weight converted in the graph each call: the optimizer changes it
+every step), and the tensors it saves for the backward stay NHWC (only the
+outputs the caller sees get their traced layout back). The backward graph
+(compiled after the forward, from the same Dynamo graph: PassContext.shared
+names the saved tensors left NHWC, which the backward's placeholders are
+named after) reads them as they are, and each convolution_backward that
+computes an input gradient writes it NHWC through its out= overload, so the
+gradients flow NHWC from the last convolution to the first; the same
+traced_layout guard stands before stride-dependent ops and at the outputs
+(the parameters' gradients get their traced layout)."""
 
 from __future__ import annotations
 
@@ -83,16 +93,19 @@ class WeightCache:
 class ChannelsLastConv(nn.Module):
     """A 2-D convolution op (aten.convolution or fl::conv_bn_relu) writing a
     channels-last output through its out= overload, with a cached channels-last
-    weight. `spatial` is the position of the op's stride argument (padding and
-    dilation follow it)."""
+    weight (cached=False: converted at each call, in the graph: a training
+    step's weight changes every step, and a replayed graph must repeat the
+    conversion, which a cache hit would leave out of its recording). `spatial`
+    is the position of the op's stride argument (padding and dilation follow it)."""
 
-    def __init__(self, out_op, spatial: int):
+    def __init__(self, out_op, spatial: int, cached: bool = True):
         super().__init__()
         self.out_op, self.spatial = out_op, spatial
-        self.weight = WeightCache()
+        self.weight = WeightCache() if cached else None
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, *rest):
-        return self.run(self.out_op, (x, self.weight.get(w), *rest), self.spatial)
+        w = self.weight.get(w) if self.weight is not None else w.contiguous(memory_format=CL)
+        return self.run(self.out_op, (x, w, *rest), self.spatial)
 
     @staticmethod
     def run(out_op, args: tuple, spatial: int) -> torch.Tensor:
@@ -104,6 +117,24 @@ class ChannelsLastConv(nn.Module):
 
     def extra_repr(self) -> str:
         return str(self.out_op)
+
+
+class ChannelsLastConvBackward(nn.Module):
+    """aten.convolution_backward of a 2-D convolution writing its input gradient
+    channels-last through the out= overload (the functional op's meta rule gives
+    NCHW whatever its inputs); the weight and bias gradients as the kernel
+    writes them. Returns what the functional op returns: None where
+    output_mask is False."""
+
+    def forward(self, go, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask):
+        gi = torch.empty(x.shape, dtype=go.dtype, device=go.device, memory_format=CL)
+        gw = torch.empty(w.shape, dtype=go.dtype, device=go.device)
+        gb = torch.empty(bias_sizes[0] if bias_sizes else 0, dtype=go.dtype, device=go.device)
+        out = aten.convolution_backward.out(
+            go, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask,
+            out0=gi, out1=gw, out2=gb,
+        )  # fmt: skip
+        return tuple(t if m else None for t, m in zip(out, mask, strict=True))
 
 
 def traced_layout(t, size, stride):
@@ -162,6 +193,35 @@ def _keeps_values(gm: fx.GraphModule, node: fx.Node) -> bool:
     return False
 
 
+def _is_conv2d_backward(node: fx.Node) -> bool:
+    """A 2-D convolution's backward that computes an input gradient (the first convolution's does not)."""
+    if not is_call(node, aten.convolution_backward.default):
+        return False
+    x = node.args[1].meta.get("val") if isinstance(node.args[1], fx.Node) else None
+    mask = node.args[10]
+    return (
+        isinstance(x, torch.Tensor)
+        and x.dim() == 4
+        and not node.args[7]
+        and isinstance(mask, (list, tuple))
+        and bool(mask[0])
+    )
+
+
+def _visible_outputs(n_outputs: int) -> int:
+    """How many of a forward graph's outputs the caller sees (effect tokens, mutated inputs, the model's
+    outputs, their intermediate bases, an rng offset: AOTAutograd's metadata); the rest are saved for the
+    backward. All of them where the metadata does not say."""
+    meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+    forward = getattr(meta, "num_forward", None)
+    if not isinstance(forward, int):
+        return n_outputs
+    return min(n_outputs, forward + len(getattr(meta, "tokens", None) or ()))
+
+
+SAVED_NHWC = "layout: saved tensors left channels-last"  # PassContext.shared key: their names
+
+
 def layout(ctx: PassContext) -> None:
     gm, graph = ctx.gm, ctx.gm.graph
     convs = [
@@ -173,22 +233,32 @@ def layout(ctx: PassContext) -> None:
     if not any(d.channels_last for d in caps.devices):
         return  # the device has no layout preference: NCHW is what it wants, nothing to record
     why = None
-    if ctx.kind != "inference":
-        why = (
-            f"a {ctx.kind} graph: its backward would need channels-last convolution_backward kernels, "
-            f"which '{ctx.backend}' does not declare"
-        )
-    elif "aten::convolution" not in caps.any_layout_kernels:
+    if "aten::convolution" not in caps.any_layout_kernels:
         why = (
             f"'{ctx.backend}' prefers channels-last, but its convolution kernel does not write a channels-last "
             f"output (no FL_KERNEL_ANY_OUT_LAYOUT): converting would add copies and keep no activation NHWC"
+        )
+    elif ctx.kind != "inference" and "aten::convolution_backward" not in caps.any_layout_kernels:
+        why = (
+            f"a {ctx.kind} graph: its backward would need a convolution_backward kernel that writes a "
+            f"channels-last gradient (FL_KERNEL_ANY_OUT_LAYOUT), which '{ctx.backend}' does not declare"
         )
     elif not all(_static(n.meta.get("val")) for n in graph.nodes if n.op != "output"):
         why = "dynamic shapes: the traced layouts are symbolic"
     if why is not None:
         ctx.record("channels-last convolutions", convs, "kept", applied=False, note=why)
         return
+    if ctx.kind == "backward":
+        _backward(ctx, convs)
+        return
+    # a forward's saved tensors, by position, with the names the backward's placeholders have (AOTAutograd's,
+    # from before any pass renamed a node)
+    saved = {}
+    if ctx.kind == "forward":
+        names = ctx.output_names
+        saved = {k: name for k, name in enumerate(names) if name is not None and k >= _visible_outputs(len(names))}
     fused_out = "fl::conv_bn_relu" in caps.any_layout_kernels
+    convs = [n for n in convs if not is_call(n, aten.convolution_backward.default)]  # (a backward's only)
     rewritten, kept, replaced = [], [], []
     for i, node in enumerate(convs):
         if _is_folded(gm, node):
@@ -202,7 +272,7 @@ def layout(ctx: PassContext) -> None:
             (aten.convolution.out, 3) if node.target is aten.convolution.default else (torch.ops.fl.conv_bn_relu.out, 8)
         )
         target = f"fl_channels_last_conv_{i}"
-        gm.add_submodule(target, ChannelsLastConv(out_op, spatial))
+        gm.add_submodule(target, ChannelsLastConv(out_op, spatial, cached=ctx.kind == "inference"))
         with graph.inserting_before(node):
             new = graph.call_module(target, tuple(node.args))
         new.meta.update(node.meta)
@@ -218,43 +288,108 @@ def layout(ctx: PassContext) -> None:
         )
     if not rewritten and not replaced:
         return
-    boundaries = _restore_traced_layouts(gm, rewritten + [new for _, new in replaced])
+    boundaries, left = _restore_traced_layouts(gm, rewritten + [new for _, new in replaced], set(saved))
+    if ctx.kind == "forward":
+        ctx.shared[SAVED_NHWC] = {saved[k] for k in left}
+    # the backward reads the saved tensors as they are: only those left possibly NHWC need its care
+    note = f"{len(convs) - len(kept)} convolution(s); traced layout restored at {boundaries} place(s)"
+    if left:
+        note += f"; {len(left)} saved tensor(s) left NHWC for the backward"
     ctx.record(
         "channels-last convolutions",
         [n for n in convs if n not in kept],
-        "NHWC activations, cached channels-last weights",
-        note=f"{len(convs) - len(kept)} convolution(s); traced layout restored at {boundaries} place(s)",
+        "NHWC activations, cached channels-last weights" if ctx.kind == "inference" else "NHWC activations",
+        note=note,
     )
     for node, _ in replaced:  # erased after the record, which names them
         graph.erase_node(node)
 
 
-def _restore_traced_layouts(gm: fx.GraphModule, producers: list[fx.Node]) -> int:
+def _backward(ctx: PassContext, convs: list[fx.Node]) -> None:
+    """A training step's backward: the saved tensors its forward left NHWC arrive NHWC, and each
+    convolution_backward that computes an input gradient writes it NHWC."""
+    gm, graph = ctx.gm, ctx.gm.graph
+    names = ctx.shared.get(SAVED_NHWC, set())
+    producers = [n for n in graph.nodes if n.op == "placeholder" and n.name in names]
+    replaced = []
+    for i, node in enumerate(convs):
+        if not _is_conv2d_backward(node):
+            continue
+        target = f"fl_channels_last_conv_backward_{i}"
+        gm.add_submodule(target, ChannelsLastConvBackward())
+        with graph.inserting_before(node):
+            new = graph.call_module(target, tuple(node.args))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        replaced.append((node, new))
+    if not producers and not replaced:
+        return
+    boundaries, _ = _restore_traced_layouts(gm, producers + [new for _, new in replaced], set())
+    ctx.record(
+        "channels-last convolutions",
+        [node for node, _ in replaced] or convs,
+        "NHWC input gradients",
+        note=(
+            f"{len(producers)} saved tensor(s) read NHWC, {len(replaced)} input gradient(s) written NHWC; "
+            f"traced layout restored at {boundaries} place(s)"
+        ),
+    )
+    for node, _ in replaced:
+        graph.erase_node(node)
+
+
+def _restore_traced_layouts(gm: fx.GraphModule, producers: list[fx.Node], keep: set[int]) -> tuple[int, list[int]]:
     """Puts traced_layout before every use of a possibly channels-last tensor by a node that
-    could tell the difference, and before the graph's outputs. Returns how many were put."""
+    could tell the difference, and before the graph's outputs but those at the positions in
+    `keep` (a forward's saved tensors, which its backward reads as they are). Returns how many
+    were put, and the kept output positions whose tensor may be channels-last."""
     graph = gm.graph
     maybe = set(producers)
     for node in graph.nodes:  # topological: a node downstream of a producer may carry the layout on
         if node not in maybe and any(a in maybe for a in node.all_input_nodes) and _keeps_values(gm, node):
             maybe.add(node)
+    first = next(n for n in graph.nodes if n.op != "placeholder")
     count = 0
     cache: dict[fx.Node, fx.Node] = {}
+
+    def fixed(src: fx.Node) -> fx.Node | None:
+        nonlocal count
+        val = src.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return None
+        node = cache.get(src)
+        if node is None:
+            # after its producer; a placeholder's after the last placeholder (placeholders come first)
+            with graph.inserting_after(src) if src.op != "placeholder" else graph.inserting_before(first):
+                node = graph.call_function(traced_layout, (src, tuple(val.shape), tuple(val.stride())))
+            node.meta.update(src.meta)
+            cache[src] = node
+            count += 1
+        return node
+
+    left: list[int] = []
     for node in list(graph.nodes):
-        if node in maybe and node.op != "output" and _keeps_values(gm, node):
+        if node.op == "output":
+            outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else None
+            if outs is not None:
+                new = list(outs)
+                for k, a in enumerate(outs):
+                    if isinstance(a, fx.Node) and a in maybe:
+                        if k in keep:
+                            val = a.meta.get("val")
+                            if isinstance(val, torch.Tensor) and val.dim() == 4:  # (batch norm's stats: 1-D)
+                                left.append(k)
+                        else:
+                            new[k] = fixed(a) or a
+                node.args = (type(outs)(new),)
+                continue
+        elif node in maybe and _keeps_values(gm, node):
             continue
         for src in [a for a in node.all_input_nodes if a in maybe]:
-            val = src.meta.get("val")
-            if not isinstance(val, torch.Tensor):
-                continue
-            fixed = cache.get(src)
-            if fixed is None:
-                with graph.inserting_after(src):
-                    fixed = graph.call_function(traced_layout, (src, tuple(val.shape), tuple(val.stride())))
-                fixed.meta.update(src.meta)
-                cache[src] = fixed
-                count += 1
-            node.replace_input_with(src, fixed)
-    return count
+            f = fixed(src)
+            if f is not None:
+                node.replace_input_with(src, f)
+    return count, left
 
 
 PASS = Pass("layout", aten=layout)
