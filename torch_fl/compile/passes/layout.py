@@ -289,12 +289,12 @@ def layout(ctx: PassContext) -> None:
     if not rewritten and not replaced:
         return
     boundaries, left = _restore_traced_layouts(gm, rewritten + [new for _, new in replaced], set(saved))
-    if ctx.kind == "forward":
+    if ctx.kind == "forward":  # every saved tensor a convolution's layout may reach: the backward guards them
         ctx.shared[SAVED_NHWC] = {saved[k] for k in left}
-    # the backward reads the saved tensors as they are: only those left possibly NHWC need its care
     note = f"{len(convs) - len(kept)} convolution(s); traced layout restored at {boundaries} place(s)"
-    if left:
-        note += f"; {len(left)} saved tensor(s) left NHWC for the backward"
+    left_4d = [k for k in left if _dims(_outs_of(graph)[k]) == 4]  # (batch norm's saved statistics are 1-D)
+    if left_4d:
+        note += f"; {len(left_4d)} saved tensor(s) left NHWC for the backward"
     ctx.record(
         "channels-last convolutions",
         [n for n in convs if n not in kept],
@@ -303,6 +303,16 @@ def layout(ctx: PassContext) -> None:
     )
     for node, _ in replaced:  # erased after the record, which names them
         graph.erase_node(node)
+
+
+def _outs_of(graph: fx.Graph) -> list:
+    output = next(n for n in graph.nodes if n.op == "output")
+    return list(output.args[0]) if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+
+
+def _dims(node) -> int:
+    val = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return val.dim() if isinstance(val, torch.Tensor) else -1
 
 
 def _backward(ctx: PassContext, convs: list[fx.Node]) -> None:
@@ -330,7 +340,8 @@ def _backward(ctx: PassContext, convs: list[fx.Node]) -> None:
         [node for node, _ in replaced] or convs,
         "NHWC input gradients",
         note=(
-            f"{len(producers)} saved tensor(s) read NHWC, {len(replaced)} input gradient(s) written NHWC; "
+            f"{sum(_dims(n) == 4 for n in producers)} saved tensor(s) read NHWC, {len(replaced)} input gradient(s) "
+            f"written NHWC; "
             f"traced layout restored at {boundaries} place(s)"
         ),
     )
@@ -376,9 +387,7 @@ def _restore_traced_layouts(gm: fx.GraphModule, producers: list[fx.Node], keep: 
                 for k, a in enumerate(outs):
                     if isinstance(a, fx.Node) and a in maybe:
                         if k in keep:
-                            val = a.meta.get("val")
-                            if isinstance(val, torch.Tensor) and val.dim() == 4:  # (batch norm's stats: 1-D)
-                                left.append(k)
+                            left.append(k)
                         else:
                             new[k] = fixed(a) or a
                 node.args = (type(outs)(new),)
