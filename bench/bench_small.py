@@ -9,6 +9,7 @@ compiled fl without replay, native CPU eager and native CPU under inductor, side
     python bench/bench_small.py --no-inductor         # skip native CPU under torch.compile
     python bench/bench_small.py --caller-thread       # backward on the calling thread (see below)
     python bench/bench_small.py --handoff             # the smallest backward: device thread vs calling thread
+    python bench/bench_small.py --models lstm --allow-rnn   # Dynamo captures nn.LSTM (see below)
     python bench/bench_small.py --kernels             # the host plugin's cost per kernel instead
     python bench/bench_small.py --kernels --old OLD/libfl_cpu.so   # ... beside another build's
 
@@ -48,6 +49,11 @@ accelerator's backward on a thread of its own per device (fl's too, as CUDA's), 
 it: a hand-off each way per backward, which costs tens of microseconds where waking a thread on another core is
 slow (this machine: ~40 us a round trip). The switch says what that costs each training row; --handoff times
 the smallest backward ((x * 2).sum().backward() of 4 elements) both ways on each backend, beside native.
+
+--allow-rnn: torch._dynamo.config.allow_rnn = True, Dynamo's own switch (experimental in PyTorch, off by
+default): without it Dynamo leaves nn.LSTM/GRU/RNN to eager PyTorch (a graph break), so the compiled LSTM
+row runs the LSTM eagerly; with it the LSTM is captured, decomposed per time step by AOTAutograd, and
+replayed.
 
 --kernels: small kernels of the host plugin (backend cpu: zero_, add, mul, copy_, a transposing copy
 and sum of float32 vectors, 16 to 1M elements) called directly through cffi (no dispatch: the
@@ -509,6 +515,7 @@ def main() -> None:
     ap.add_argument(
         "--caller-thread", action="store_true", help="backward on the calling thread, not autograd's device thread"
     )
+    ap.add_argument("--allow-rnn", action="store_true", help="torch._dynamo.config.allow_rnn: Dynamo captures nn.LSTM")
     ap.add_argument("--handoff", action="store_true", help="the smallest backward, device thread vs calling thread")
     ap.add_argument("--kernels", action="store_true", help="the host plugin's cost per kernel instead")
     ap.add_argument("--old", help="with --kernels: another build's libfl_cpu.so, measured beside this tree's")
@@ -524,6 +531,8 @@ def main() -> None:
         return
     if args.caller_thread:
         torch.autograd.set_multithreading_enabled(False)  # for this (the only) thread, until the process ends
+    if args.allow_rnn:
+        torch._dynamo.config.allow_rnn = True  # every compiled column, inductor's included
     # every column compiles the same forward code (one Dynamo cache entry per model instance): room for all
     for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):
@@ -536,6 +545,7 @@ def main() -> None:
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs); "
         f"{args.rounds} rounds x {args.steps} steps per column, medians; us per step; backward on "
         f"{'the calling thread' if args.caller_thread else 'autograd device threads (PyTorch default)'}"
+        f"{'; torch._dynamo.config.allow_rnn = True' if args.allow_rnn else ''}"
     )
     if args.inductor_error is not None:
         print(f"native inductor column skipped: {args.inductor_error}")

@@ -527,3 +527,33 @@ def test_training_replays_read_saved_tensors_in_place():
     assert status.replayed and status.replays == 2 * 3, status
     backward = status.graph  # the latest recording: the backward graph
     assert backward is not None and backward.n_inputs > 0 and all(backward.bound), backward.bound
+
+
+@pytest.mark.slow  # an LSTM's 16 steps, compiled forward and backward: ~10 s a backend
+@pytest.mark.parametrize("backend", ["rocm", "minimal"])
+def test_an_lstm_captured_with_allow_rnn_replays_and_matches_float64(backend):
+    """With Dynamo's allow_rnn (off by default: nn.LSTM is then left to eager PyTorch), an LSTM is captured,
+    decomposed per time step by AOTAutograd and replayed: outputs and gradients within native float32's
+    distance of float64, step after step with new inputs."""
+    with torch._dynamo.config.patch(allow_rnn=True):  # Dynamo reads it while it traces: at the first call
+        _lstm_steps(backend)
+
+
+def _lstm_steps(backend: str) -> None:
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+    model = nn.LSTM(8, 16, num_layers=2, batch_first=True)
+    ref, native = copy.deepcopy(model).double(), copy.deepcopy(model)
+    model = model.to("fl")
+    compiled = torch.compile(model, backend="fl")
+    for step in range(4):
+        x = torch.randn(3, 5, 8)
+        for m, arg in ((compiled, x.to("fl")), (ref, x.double()), (native, x)):
+            m(arg)[0].square().sum().backward()
+        for (name, p), r, n in zip(model.named_parameters(), ref.parameters(), native.parameters(), strict=True):
+            err = (p.grad.cpu().double() - r.grad).abs().max().item()
+            native_err = (n.grad.double() - r.grad).abs().max().item()
+            assert err <= 4 * native_err + 1e-6 * r.grad.abs().max().item(), (step, name, err, native_err)
+            p.grad = r.grad = n.grad = None
+    status = _status(compiled)
+    assert status.replayed and status.replays == 2 * 2 and status.kernels > 50, status
