@@ -82,6 +82,32 @@ def test_a_half_precision_channels_last_output_is_computed_through_float32():
     assert _err(out, ref) <= 2 * _err(native, ref) + 1e-2 * ref.abs().max().item()
 
 
+@pytest.mark.parametrize("backend", ["cpu", "ascend"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_convolution_backward_writes_a_channels_last_input_gradient_in_place(backend, dtype):
+    """The host kernel's FL_KERNEL_ANY_OUT_LAYOUT on aten::convolution_backward is true: its out= overload
+    writes the NHWC buffers it is given (half precision through float32), within native's distance of float64,
+    for every output_mask the layout pass passes."""
+    dev = fl.device(backend)
+    torch.manual_seed(0)
+    x, wt = torch.randn(2, 4, 7, 6).to(memory_format=CL), torch.randn(6, 4, 3, 3)
+    go = torch.randn(2, 6, 4, 3).to(memory_format=CL)
+    args = ([6], [2, 2], [1, 1], [1, 1], False, [0, 0], 1)
+    ref = aten.convolution_backward(go.double(), x.double(), wt.double(), *args, [True, True, True])
+    native = aten.convolution_backward(go.to(dtype), x.to(dtype), wt.to(dtype), *args, [True, True, True])
+    for mask in ([True, True, True], [True, True, False], [True, False, False]):
+        gi = torch.empty(2, 4, 7, 6, dtype=dtype, device=dev, memory_format=CL)
+        gw, gb = torch.empty(6, 4, 3, 3, dtype=dtype, device=dev), torch.empty(6, dtype=dtype, device=dev)
+        got = aten.convolution_backward.out(
+            go.to(dtype).to(dev), x.to(dtype).to(dev), wt.to(dtype).to(dev), *args, mask, out0=gi, out1=gw, out2=gb
+        )
+        assert got[0].data_ptr() == gi.data_ptr() and got[0].is_contiguous(memory_format=CL), mask
+        for k, on in enumerate(mask):
+            if on:
+                scale = ref[k].abs().max().item()
+                assert _err(got[k], ref[k]) <= 2 * _err(native[k], ref[k]) + 8 * torch.finfo(dtype).eps * scale, k
+
+
 def test_a_kernel_without_the_flag_gets_its_usual_layout_and_a_copy():
     """minimal's convolution is a decomposition: the result is copied into the NHWC buffer."""
     dev = fl.device("minimal")
@@ -116,6 +142,7 @@ def test_max_pooling_channels_last_in_and_out_equals_the_cpu_with_its_indices(ba
 def test_the_capability_table_names_the_kernels_that_write_any_layout():
     assert "aten::convolution" in fl.capabilities("cpu").any_layout_kernels
     assert "fl::conv_bn_relu" in fl.capabilities("ascend").any_layout_kernels
+    assert "aten::convolution_backward" in fl.capabilities("ascend").any_layout_kernels
     assert "any output layout: aten::convolution" in fl.capabilities("cpu").render()
     assert "prefers channels-last" in fl.capabilities("ascend").render()
     assert "prefers channels-last" not in fl.capabilities("cpu").render()
