@@ -382,6 +382,33 @@ def test_traced_layout_copies_only_when_the_memory_order_differs():
     assert layout.traced_layout(u, (2, 4, 3, 3), u.stride()) is u
 
 
+def test_hugging_face_resnet_training_on_ascend_runs_nhwc_and_matches_float64():
+    """A model we did not write (transformers' ResNet, bottleneck blocks, batch norm in training): two compiled
+    training steps on ascend with NHWC forward and backward graphs, every gradient within native float32's
+    distance of float64, in native's strides."""
+    fl.set_backend("ascend")
+    torch.manual_seed(0)
+    cfg = transformers.ResNetConfig(
+        num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="bottleneck"
+    )
+    model = transformers.ResNetModel(cfg).train()
+    ref, native = copy.deepcopy(model).double(), copy.deepcopy(model)
+    model = model.to("fl")
+    compiled = fl.compile(model)
+    for step in range(2):
+        x = torch.randn(4, 3, 32, 32)
+        for m, arg in ((compiled, x.to("fl")), (ref, x.double()), (native, x)):
+            m(pixel_values=arg).pooler_output.square().sum().backward()
+        for (name, p), r, n in zip(model.named_parameters(), ref.parameters(), native.parameters(), strict=True):
+            assert p.grad.stride() == n.grad.stride(), name
+            err, native_err = _err(p.grad, r.grad), _err(n.grad, r.grad)
+            assert err <= 4 * native_err + 1e-6 * r.grad.abs().max().item(), (step, name, err, native_err)
+            p.grad = r.grad = n.grad = None
+    applied = [p for p in fl.fusion_report(compiled).patterns(True) if p.pattern == "channels-last convolutions"]
+    assert [p.graph for p in applied] == ["forward", "backward"], applied
+    assert "input gradient(s) written NHWC" in applied[1].note
+
+
 def test_hugging_face_resnet_eval_on_ascend_matches_eager():
     fl.set_backend("ascend")
     torch.manual_seed(0)
