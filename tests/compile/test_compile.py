@@ -156,6 +156,31 @@ def test_graph_break_is_reported_with_dynamos_reason_and_the_rest_still_fuses():
         fl.compile(_on("rocm", m), fullgraph=True)(x.to("fl"))
 
 
+def test_a_model_dynamo_runs_eagerly_gets_a_report_that_says_why():
+    """An nn.LSTM without Dynamo's allow_rnn: Dynamo gives up on the whole forward frame and captures no graph.
+    The report says so with Dynamo's reason and hint, not "call the compiled model once"."""
+
+    class Recurrent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm, self.head = nn.LSTM(4, 8, batch_first=True), nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.head(self.lstm(x)[0][:, -1])
+
+    torch.manual_seed(0)
+    m = Recurrent()
+    compiled = fl.compile(_on("rocm", m))
+    assert "call the compiled model once" in fl.fusion_report(compiled).table()
+    x = torch.randn(2, 5, 4)
+    assert_close(compiled(x.to("fl")), m(x), 1e-5)
+    table = fl.fusion_report(compiled).table()
+    assert fl.fusion_report(compiled).graph_count == 0
+    assert "Dynamo ran it eagerly" in table and "RNN, GRU, or LSTM" in table and "allow_rnn" in table, table
+    fl_dynamo.reset()
+    assert "call the compiled model once" in fl.fusion_report(compiled).table()  # a reset forgets the reasons
+
+
 # -- measure, report, views ---------------------------------------------------------------------
 
 

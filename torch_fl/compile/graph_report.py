@@ -114,9 +114,34 @@ def add_measurement(model: Any, m: Measurement) -> None:
     _MEASURED.append((weakref.ref(model), m))
 
 
+_GAVE_UP_BEFORE: dict[str, int] = {}  # Dynamo's give-up counts at the last forget(): the report names later ones
+
+
 def forget() -> None:
     GRAPHS.clear()
     _MEASURED.clear()
+    _GAVE_UP_BEFORE.clear()
+    _GAVE_UP_BEFORE.update(_gave_up_counts())
+
+
+def _gave_up_counts() -> dict[str, int]:
+    from torch._dynamo.utils import counters
+
+    return dict(counters["unimplemented"])
+
+
+def gave_up() -> list[str]:
+    """Why Dynamo ran frames eagerly, capturing no graph (its "unimplemented" counter: an nn.LSTM without
+    allow_rnn, ...), since the last forget(), process-wide: what a report with no graph can say instead of
+    nothing. Each reason's first line, with its first hint."""
+    out = []
+    for key, n in _gave_up_counts().items():
+        if n <= _GAVE_UP_BEFORE.get(key, 0):
+            continue
+        lines = [ln.strip() for ln in str(key).splitlines() if ln.strip()]
+        hint = next((ln for ln in lines if ln.startswith("Hint:")), None)
+        out.append(lines[0] + (f" ({hint})" if hint else "") if lines else str(key))
+    return out
 
 
 def frame_modules() -> list:
@@ -221,7 +246,17 @@ class FusionReport(Report):
 
     def table(self) -> str:
         if not self.graphs:
-            return "backend='fl': no graph compiled yet (call the compiled model once)"
+            reasons = gave_up()
+            if not reasons:
+                return "backend='fl': no graph compiled yet (call the compiled model once)"
+            return "\n".join(
+                [
+                    "backend='fl': no graph compiled from this model: not called yet, or Dynamo ran it eagerly.",
+                    "Dynamo captured no graph from frame(s) of this process (any model's, since it started or "
+                    "torch_fl.compile.reset()), because:",
+                    *(f"  - {r}" for r in reasons),
+                ]
+            )
         lines = [
             f"backend='fl': {self.graph_count} graph(s), {len(self.graph_breaks)} graph break(s), "
             f"{self.recompilations} recompilation(s)" + (", dynamic shapes" if self.dynamic else "")
