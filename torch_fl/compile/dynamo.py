@@ -45,6 +45,7 @@ import torch.fx as fx
 from ..runtime import REGISTRY
 from .graph_report import GRAPHS, AtenGraph, DynamoGraph, FusionReport, Pattern, forget, frame_modules
 from .passes import PassContext, enabled_passes, run_aten, run_captured
+from .passes.fxnodes import outputs
 from .replay import AUTO_MAX_BYTES, ReplayStatus, replayable
 
 
@@ -59,7 +60,8 @@ def _aten_compiler(
         from functorch.compile import make_boxed_func
 
         before = _count_ops(gm)
-        ctx = PassContext(gm, kind, record.backend, kernels, [], shared, _output_names(gm))
+        names = [a.name if isinstance(a, fx.Node) else None for a in outputs(gm.graph)]  # before any pass renames
+        ctx = PassContext(gm, kind, record.backend, kernels, [], shared, names)
         run_aten(ctx, passes)
         gm.graph.lint()
         gm.recompile()
@@ -69,12 +71,6 @@ def _aten_compiler(
         return make_boxed_func(gm.forward)
 
     return compile_aten
-
-
-def _output_names(gm: fx.GraphModule) -> list:
-    output = next(n for n in gm.graph.nodes if n.op == "output")
-    outs = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
-    return [a.name if isinstance(a, fx.Node) else None for a in outs]
 
 
 def _symbolic(v) -> bool:

@@ -24,6 +24,12 @@ def arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
     return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
+def outputs(graph: fx.Graph) -> list:
+    """The graph's returned values, by position (an aten graph returns a tuple; a lone value is a list of one)."""
+    returned = graph.output_node().args[0]
+    return list(returned) if isinstance(returned, (tuple, list)) else [returned]
+
+
 def only_user(node: fx.Node) -> fx.Node | None:
     return next(iter(node.users)) if len(node.users) == 1 else None
 

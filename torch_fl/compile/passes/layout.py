@@ -45,7 +45,7 @@ from torch import nn
 
 from ...runtime import REGISTRY, Sources
 from .base import Pass, PassContext
-from .fxnodes import is_call
+from .fxnodes import is_call, outputs
 
 aten = torch.ops.aten
 CL = torch.channels_last
@@ -292,7 +292,8 @@ def layout(ctx: PassContext) -> None:
     if ctx.kind == "forward":  # every saved tensor a convolution's layout may reach: the backward guards them
         ctx.shared[SAVED_NHWC] = {saved[k] for k in left}
     note = f"{len(convs) - len(kept)} convolution(s); traced layout restored at {boundaries} place(s)"
-    left_4d = [k for k in left if _dims(_outs_of(graph)[k]) == 4]  # (batch norm's saved statistics are 1-D)
+    returned = outputs(graph)
+    left_4d = [k for k in left if _dims(returned[k]) == 4]  # (batch norm's saved statistics are 1-D)
     if left_4d:
         note += f"; {len(left_4d)} saved tensor(s) left NHWC for the backward"
     ctx.record(
@@ -303,11 +304,6 @@ def layout(ctx: PassContext) -> None:
     )
     for node, _ in replaced:  # erased after the record, which names them
         graph.erase_node(node)
-
-
-def _outs_of(graph: fx.Graph) -> list:
-    output = next(n for n in graph.nodes if n.op == "output")
-    return list(output.args[0]) if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
 
 
 def _dims(node) -> int:

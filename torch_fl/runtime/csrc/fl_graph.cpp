@@ -75,6 +75,7 @@ struct fl_core_graph {
   int status = FL_OK;
   int64_t failed = 0;
   std::mutex mu;  // a replay patches descriptors: one call at a time
+  std::vector<void*> in_src;  // graph_replay_in_place's per-call sources, kept (under mu) to spare an allocation
 };
 
 namespace {
@@ -264,7 +265,8 @@ int run_graph(fl_core_graph_t* g, void* const* in_src, void* const* out_dst, int
 int fl_core::graph_replay_in_place(fl_core_graph_t* graph, void* const* base, const int64_t* offset,
                                    void* const* out_dst, int64_t* failed) {
   std::lock_guard<std::mutex> lock(graph->mu);
-  std::vector<void*> in_src(graph->inputs.size());
+  std::vector<void*>& in_src = graph->in_src;
+  in_src.resize(graph->inputs.size());
   for (size_t k = 0; k < in_src.size(); ++k) {
     GraphCopy& c = graph->inputs[k];
     if (c.bound && point_readers(c, graph->steps, base[k], offset[k])) {
