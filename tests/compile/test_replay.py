@@ -492,6 +492,9 @@ def test_a_replay_reads_unwritten_inputs_in_place_and_copies_written_ones(backen
     graph.guard_tensor(w, copied=True)
     graph.out_tensor(0, True, (8,), (1,), torch.float32, 0)
     assert graph.bind_inputs() == [True, False]
+    for bad in (2, -1):  # no such static input: refused, nothing bound
+        assert graph._lib.fl_core_graph_bind_input(graph._g, bad) == -1
+    assert graph._lib.fl_core_graph_bind_input(core.ffi.NULL, 0) == -1
     big = torch.randn(40, device="fl")
     for k, a in enumerate([torch.randn(8, device="fl"), big[3:11], big[17:25], torch.randn(8, device="fl")]):
         b = torch.randn(8, device="fl")
