@@ -33,6 +33,7 @@ extern const fl_emu_profile_t fl_emu_profile;
 
 /* fused kernel groups (fused_*.c) */
 extern const fl_kernel_group_t fl_emu_group_conv_bn_relu;  /* fused_conv.c */
+extern const fl_kernel_group_t fl_emu_group_conv2d_nhwc;   /* fused_conv.c: fl::conv2d_nhwc and its backward */
 extern const fl_kernel_group_t fl_emu_group_attention;     /* fused_attention.c */
 extern const fl_kernel_group_t fl_emu_group_attention_dropout; /* fused_attention.c: fl::attention_dropout */
 extern const fl_kernel_group_t fl_emu_group_linear_act;    /* fused_linear.c: GEMM + bias + activation (+ dropout) */

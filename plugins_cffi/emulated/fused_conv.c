@@ -85,7 +85,45 @@ static int conv_bn_relu(FL_KERNEL_ARGS) {
     return FL_OK;
 }
 
+/* fl::conv2d_nhwc(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation,
+ *                 int groups) -> Tensor  (registered by torch_fl/fused/conv_nhwc.py)
+ * A 2-D convolution into the channels-last output the runtime allocates (the op's fake implementation gives
+ * it). The host convolution reads the weight through its strides, so an NCHW weight needs no converting copy
+ * first (the op's decomposition elsewhere makes one). The tensor arguments sit where aten::convolution's do. */
+static int conv2d_nhwc(FL_KERNEL_ARGS) {
+    if (n_args < 7 || n_out < 1 || !fl_is_channels_last(&out[0])) return FL_ERR_UNSUPPORTED;
+    fl_arg_t cargs[9];
+    memset(cargs, 0, sizeof cargs);
+    for (int k = 0; k < 6; k++) cargs[k] = args[k];  /* input, weight, bias?, stride, padding, dilation */
+    cargs[6].kind = FL_ARG_BOOL; cargs[6].i = 0;    /* transposed */
+    cargs[7].kind = FL_ARG_INT_LIST; cargs[7].len = 2; /* output_padding: unused when not transposed */
+    cargs[8] = args[6];                             /* groups */
+    return fl_lin_convolution(stream, device, in, n_in, out, n_out, cargs, 9);
+}
+
+/* fl::conv2d_nhwc_backward(Tensor grad, Tensor input, Tensor weight, int[]? bias_sizes, int[2] stride,
+ *                          int[2] padding, int[2] dilation, int groups, bool[3] output_mask)
+ *                          -> (Tensor, Tensor, Tensor)
+ * aten::convolution_backward's kernel, writing the input gradient into its channels-last output; an output
+ * the mask leaves out is an empty tensor the kernel does not touch. */
+static int conv2d_nhwc_backward(FL_KERNEL_ARGS) {
+    if (n_args < 9 || n_out < 3) return FL_ERR_UNSUPPORTED;
+    fl_arg_t cargs[11];
+    memset(cargs, 0, sizeof cargs);
+    for (int k = 0; k < 7; k++) cargs[k] = args[k];  /* grad, input, weight, bias_sizes?, stride, padding, dilation */
+    cargs[7].kind = FL_ARG_BOOL; cargs[7].i = 0;     /* transposed */
+    cargs[8].kind = FL_ARG_INT_LIST; cargs[8].len = 2; /* output_padding */
+    cargs[9] = args[7];                              /* groups */
+    cargs[10] = args[8];                             /* output_mask */
+    return fl_lin_convolution_backward(stream, device, in, n_in, out, n_out, cargs, 11);
+}
+
 static const fl_kernel_entry_t entries[] = {
     {"fl::conv_bn_relu", FL_F32 | FL_F64, FL_KERNEL_FUSED | FL_KERNEL_ANY_OUT_LAYOUT, conv_bn_relu},
 };
+static const fl_kernel_entry_t nhwc_entries[] = {
+    {"fl::conv2d_nhwc", FL_F32 | FL_F64, FL_KERNEL_FUSED, conv2d_nhwc},
+    {"fl::conv2d_nhwc_backward", FL_F32 | FL_F64, FL_KERNEL_FUSED, conv2d_nhwc_backward},
+};
+const fl_kernel_group_t fl_emu_group_conv2d_nhwc = {nhwc_entries, (int)(sizeof nhwc_entries / sizeof nhwc_entries[0])};
 const fl_kernel_group_t fl_emu_group_conv_bn_relu = {entries, (int)(sizeof entries / sizeof entries[0])};

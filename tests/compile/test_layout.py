@@ -7,6 +7,7 @@ compiled model must return what eager returns, in eager's strides."""
 from __future__ import annotations
 
 import copy
+import operator
 import re
 
 import pytest
@@ -14,10 +15,12 @@ import torch
 import torch.nn.functional as F
 import transformers
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 import torch_fl as fl
 from torch_fl.compile import dynamo as fl_dynamo
 from torch_fl.compile.passes import layout
+from torch_fl.fused import conv_nhwc
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 aten = torch.ops.aten
@@ -194,6 +197,139 @@ def test_conv_bn_relu_out_refuses_a_gradient():
         torch.testing.assert_close(got, torch.ops.fl.conv_bn_relu(*args))
 
 
+# -- fl::conv2d_nhwc, the op the pass puts in the graphs ---------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["cpu", "rocm", "ascend", "minimal"])
+@pytest.mark.parametrize("case", CASES[:5], ids=lambda c: "x".join(map(str, c[:6])))
+def test_conv2d_nhwc_and_its_gradients_match_float64_channels_last(backend, case):
+    """The op's values and its three gradients within native float32's distance of float64; its output and
+    the input's gradient channels-last whatever the input's layout: ascend's own kernels, elsewhere the
+    decompositions (minimal's convolution is itself a decomposition: the values are copied into the NHWC
+    buffers)."""
+    n, c, h, w, o, k, s, p, d, g, bias, x_cl = case
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+    x, wt = torch.randn(n, c, h, w, dtype=torch.float64), torch.randn(o, c // g, k, k, dtype=torch.float64)
+    b = torch.randn(o, dtype=torch.float64) if bias else None
+    leaves = [t for t in (x, wt, b) if t is not None]
+    go = torch.randn(F.conv2d(x, wt, b, s, p, d, g).shape, dtype=torch.float64)
+    for t in leaves:
+        t.requires_grad_(True)
+    ref = F.conv2d(x, wt, b, s, p, d, g)
+    ref_grads = torch.autograd.grad(ref, leaves, go)
+    native_in = [t.detach().float().requires_grad_() for t in leaves]
+    native = F.conv2d(native_in[0], native_in[1], native_in[2] if bias else None, s, p, d, g)
+    native_grads = torch.autograd.grad(native, native_in, go.float())
+    dev_in = [t.detach().float().to("fl") for t in leaves]
+    if x_cl:
+        dev_in[0] = dev_in[0].contiguous(memory_format=CL)
+    dev_in = [t.requires_grad_() for t in dev_in]
+    with fl.profile() as prof:
+        got = fl.fused.conv2d_nhwc(dev_in[0], dev_in[1], dev_in[2] if bias else None, s, p, d, g)
+        grads = torch.autograd.grad(got, dev_in, go.float().to("fl"))
+    assert got.is_contiguous(memory_format=CL) and grads[0].is_contiguous(memory_format=CL)
+    assert got.shape == ref.shape and [t.shape for t in grads] == [t.shape for t in leaves]
+    for a, want, nat in zip((got, *grads), (ref, *ref_grads), (native, *native_grads), strict=True):
+        scale = want.abs().max().item() if want.numel() else 1.0
+        assert _err(a, want) <= 4 * _err(nat, want) + 8 * torch.finfo(torch.float32).eps * scale
+    paths = {e.op: e.path for e in prof.ops()}
+    want = "native" if backend == "ascend" else "decomposition"  # ascend's emulator has the two kernels
+    assert paths["fl::conv2d_nhwc"] == paths["fl::conv2d_nhwc_backward"] == want
+
+
+def test_conv2d_nhwc_on_the_cpu_is_the_reference():
+    torch.manual_seed(0)
+    x, wt, b = torch.randn(2, 4, 7, 6), torch.randn(6, 2, 3, 3), torch.randn(6)
+    got = fl.fused.conv2d_nhwc(x, wt, b, stride=(2, 1), padding=1, groups=2)
+    assert got.is_contiguous(memory_format=CL)
+    assert torch.equal(got, F.conv2d(x, wt, b, (2, 1), 1, 1, 2))
+    gi, gw, gb = torch.ops.fl.conv2d_nhwc_backward(
+        torch.ones_like(got), x, wt, [6], [2, 1], [1, 1], [1, 1], 2, [True, False, True]
+    )
+    assert gi.is_contiguous(memory_format=CL) and gw.numel() == 0 and gb.shape == (6,)
+
+
+def test_conv2d_nhwc_fake_implementation_gives_channels_last_strides():
+    """Traced with fake tensors (what Dynamo and AOTAutograd do), the op says what it writes: channels-last
+    output and input gradient, the masked-out gradients empty."""
+    with FakeTensorMode():
+        x, wt = torch.empty(2, 4, 7, 6, device="fl"), torch.empty(6, 4, 3, 3, device="fl")
+        y = torch.ops.fl.conv2d_nhwc(x, wt, None, [2, 2], [1, 1], [1, 1], 1)
+        assert isinstance(y, FakeTensor) and y.device == x.device
+        assert y.shape == (2, 6, 4, 3) and y.is_contiguous(memory_format=CL) and not y.is_contiguous()
+        gi, gw, gb = torch.ops.fl.conv2d_nhwc_backward(y, x, wt, None, [2, 2], [1, 1], [1, 1], 1, [True, True, False])
+        assert gi.shape == x.shape and gi.is_contiguous(memory_format=CL)
+        assert gw.shape == wt.shape and gw.is_contiguous() and gb.shape == (0,)
+
+
+@pytest.mark.parametrize("backend", ["ascend", "minimal"])
+def test_a_compiled_model_calling_conv2d_nhwc_trains_like_float64(backend):
+    """A user's model calling the op, compiled (Dynamo and AOTAutograd trace it through its fake
+    implementation): the output channels-last as eager's, gradients within native's distance of float64."""
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            w, b = self.conv.weight, self.conv.bias
+            return torch.relu(fl.fused.conv2d_nhwc(x, w, b, padding=1))
+
+    model = Net()
+    ref, native = copy.deepcopy(model).double(), copy.deepcopy(model)
+    model = model.to("fl")
+    compiled = torch.compile(model, backend="fl")
+    x = torch.randn(2, 3, 8, 8)
+    for m, arg in ((compiled, x.to("fl")), (ref, x.double()), (native, x)):
+        out = m(arg)
+        assert out.is_contiguous(memory_format=CL)
+        out.square().sum().backward()
+    for (name, p), r, n in zip(model.named_parameters(), ref.parameters(), native.parameters(), strict=True):
+        assert _err(p.grad, r.grad) <= 4 * _err(n.grad, r.grad) + 1e-6 * r.grad.abs().max().item(), name
+
+
+def test_conv2d_nhwc_refuses_bad_input_with_the_fix():
+    dev = fl.device("ascend")
+    with pytest.raises(RuntimeError, match=r"4-D input .* use F.conv1d"):
+        fl.fused.conv2d_nhwc(torch.randn(2, 3, 5, device=dev), torch.randn(4, 3, 3, device=dev))
+    with pytest.raises(RuntimeError, match="the input has 3 channels, the weight expects 2 x 1 group"):
+        fl.fused.conv2d_nhwc(torch.randn(2, 3, 5, 5, device=dev), torch.randn(4, 2, 3, 3, device=dev))
+    with pytest.raises(ValueError, match="numeric padding, not 'same'"):
+        fl.fused.conv2d_nhwc(torch.randn(2, 3, 5, 5), torch.randn(4, 3, 3, 3), padding="same")
+    with pytest.raises(RuntimeError, match="asks for the bias gradient but bias_sizes is None"):
+        x, wt = torch.randn(2, 3, 5, 5, device=dev), torch.randn(4, 3, 3, 3, device=dev)
+        torch.ops.fl.conv2d_nhwc_backward(
+            torch.randn(2, 4, 3, 3, device=dev), x, wt, None, [1, 1], [0, 0], [1, 1], 1, [True, True, True]
+        )
+    x = torch.randn(2, 3, 5, 5, device=dev, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, device=dev, requires_grad=True)
+    with pytest.raises(RuntimeError, match="has no backward .* double backward"):
+        torch.autograd.grad(fl.fused.conv2d_nhwc(x, w).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="has no backward .* torch.no_grad"):
+        torch.ops.fl.conv2d_nhwc_backward(
+            torch.ones(2, 4, 3, 3, device=dev), x, torch.randn(4, 3, 3, 3, device=dev),
+            None, [1, 1], [0, 0], [1, 1], 1, [True, True, False],
+        )  # fmt: skip
+    y = fl.fused.conv2d_nhwc(x.detach(), torch.randn(4, 3, 3, 3, device=dev))  # still usable
+    assert y.is_contiguous(memory_format=CL)
+
+
+def test_conv2d_nhwc_under_autocast_runs_in_the_autocast_dtype():
+    dev = fl.device("ascend")
+    torch.manual_seed(0)
+    x, wt = torch.randn(2, 4, 6, 6), torch.randn(8, 4, 3, 3)
+    with torch.autocast("fl", dtype=torch.bfloat16):
+        got = fl.fused.conv2d_nhwc(x.to(dev), wt.to(dev), padding=1)
+    assert got.dtype == torch.bfloat16 and got.is_contiguous(memory_format=CL)
+    ref = F.conv2d(x.double(), wt.double(), padding=1)
+    native = F.conv2d(x.bfloat16(), wt.bfloat16(), padding=1)
+    assert _err(got, ref) <= 2 * _err(native, ref) + 1e-2 * ref.abs().max().item()
+
+
 # -- the pass ---------------------------------------------------------------------------------
 
 
@@ -226,18 +362,31 @@ def _run(model: nn.Module, x: torch.Tensor, passes=None):
         return compiled, compiled(x)
 
 
-def _seen_inputs(monkeypatch) -> list[bool]:
-    """Whether each channels-last convolution's input arrived channels-last."""
-    seen: list[bool] = []
-    run = layout.ChannelsLastConv.run
+def _real(t) -> bool:
+    return isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor)
 
-    def spy(out_op, args, spatial):
-        seen.append(args[0].is_contiguous(memory_format=CL))
-        y = run(out_op, args, spatial)
+
+def _seen_inputs(monkeypatch) -> list[bool]:
+    """Whether each channels-last convolution's input arrived channels-last: fl::conv2d_nhwc's calls (through
+    its Autograd kernel, which every call passes, grad mode on or off) and the fused conv_bn_relu's."""
+    seen: list[bool] = []
+    real_op, real_fused = conv_nhwc.conv2d_nhwc_op, layout.ChannelsLastConvBnRelu.forward
+
+    def spy(x, *rest):
+        y = real_op(x, *rest)
+        if _real(x):
+            seen.append(x.is_contiguous(memory_format=CL))
+            assert y.is_contiguous(memory_format=CL)
+        return y
+
+    def spy_fused(self, x, *rest):
+        seen.append(x.is_contiguous(memory_format=CL))
+        y = real_fused(self, x, *rest)
         assert y.is_contiguous(memory_format=CL)
         return y
 
-    monkeypatch.setattr(layout.ChannelsLastConv, "run", staticmethod(spy))
+    monkeypatch.setattr(conv_nhwc, "conv2d_nhwc_op", spy)
+    monkeypatch.setattr(layout.ChannelsLastConvBnRelu, "forward", spy_fused)
     return seen
 
 
@@ -295,17 +444,18 @@ def test_training_graphs_keep_nchw_without_a_channels_last_convolution_backward(
 
 
 def _seen_backward(monkeypatch) -> list[tuple[bool, bool, bool]]:
-    """Per channels-last convolution_backward: whether grad_output and input arrived channels-last and the
-    input gradient left so."""
+    """Per fl::conv2d_nhwc_backward call: whether grad_output and input arrived channels-last and the input
+    gradient left so."""
     seen: list[tuple[bool, bool, bool]] = []
-    real = layout.ChannelsLastConvBackward.forward
+    real = conv_nhwc.conv2d_nhwc_backward_op
 
-    def spy(self, go, x, *rest):
-        out = real(self, go, x, *rest)
-        seen.append(tuple(t.is_contiguous(memory_format=CL) for t in (go, x, out[0])))
+    def spy(go, x, *rest):
+        out = real(go, x, *rest)
+        if _real(go):
+            seen.append(tuple(t.is_contiguous(memory_format=CL) for t in (go, x, out[0])))
         return out
 
-    monkeypatch.setattr(layout.ChannelsLastConvBackward, "forward", spy)
+    monkeypatch.setattr(conv_nhwc, "conv2d_nhwc_backward_op", spy)
     return seen
 
 
@@ -352,6 +502,61 @@ def test_training_steps_run_nhwc_forward_and_backward_on_ascend(monkeypatch, rep
     if replay:
         [status] = [g.replay for g in fl.fusion_report(compiled).graphs if g.replay is not None]
         assert status.replayed and status.replays == 2 * 2, status
+
+
+def test_the_rewritten_graphs_metadata_is_what_runs(monkeypatch):
+    """The pass's fl::conv2d_nhwc nodes (and the input gradients of its fl::conv2d_nhwc_backward nodes) carry
+    the values the op's fake implementation gives, channels-last, which are the strides its calls return;
+    the value each replaced node was traced with (NCHW) stays under meta[TRACED]."""
+    fl.set_backend("ascend")
+    graphs: list = []
+    real_run = fl_dynamo.run_aten
+
+    def keep(ctx, passes):
+        real_run(ctx, passes)
+        graphs.append(ctx.gm)
+
+    monkeypatch.setattr(fl_dynamo, "run_aten", keep)
+    ran: list = []
+    real_fw, real_bw = conv_nhwc.conv2d_nhwc_op, conv_nhwc.conv2d_nhwc_backward_op
+
+    def fw(*args):
+        y = real_fw(*args)
+        if _real(y):
+            ran.append((tuple(y.shape), y.stride()))
+        return y
+
+    def bw(*args):
+        out = real_bw(*args)
+        if _real(out[0]):
+            ran.append((tuple(out[0].shape), out[0].stride()))
+        return out
+
+    monkeypatch.setattr(conv_nhwc, "conv2d_nhwc_op", fw)
+    monkeypatch.setattr(conv_nhwc, "conv2d_nhwc_backward_op", bw)
+    torch.manual_seed(0)
+    model = Residual().to("fl")
+    out, y = fl.compile(model)(torch.randn(2, 3, 12, 12).to("fl"))
+    (out.square().mean() + y.sum()).backward()
+    said = []
+
+    def is_grad_input(node):
+        src = node.args[0] if node.target is operator.getitem else None
+        return getattr(src, "target", None) is torch.ops.fl.conv2d_nhwc_backward.default and node.args[1] == 0
+
+    for gm in graphs:
+        for node in gm.graph.nodes:
+            if node.target is torch.ops.fl.conv2d_nhwc.default:
+                val = node.meta["val"]
+            elif is_grad_input(node):
+                val = node.meta["val"]
+            else:
+                continue
+            assert val.is_contiguous(memory_format=CL) and not val.is_contiguous(), node
+            assert node.meta[layout.TRACED].is_contiguous(), node  # what aten's rule traced
+            said.append((tuple(val.shape), val.stride()))
+    # three convolutions forward, c3's and c2's input gradients backward (c1's computes none)
+    assert len(said) == 5 and sorted(said) == sorted(ran)
 
 
 def test_cached_weights_follow_an_in_place_update():

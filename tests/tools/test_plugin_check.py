@@ -108,6 +108,14 @@ def test_check_by_backend_name_and_bad_targets():
     assert not unknown.passed and "unknown fl backend" in unknown.rows[-1].detail
 
 
+def test_the_channels_last_convolution_kernels_are_checked():
+    """ascend's fl::conv2d_nhwc and its backward against the CPU references, NHWC and NCHW inputs, every
+    output_mask the layout pass passes."""
+    rows = _rows(check_plugin("ascend", ops="fl::conv2d_nhwc*", progress=False))
+    for op in ("fl::conv2d_nhwc", "fl::conv2d_nhwc_backward"):
+        assert rows[f"kernel {op}"].status == "PASS" and "match PyTorch CPU" in rows[f"kernel {op}"].detail, op
+
+
 def test_a_folder_named_like_a_backend_does_not_hide_it(tmp_path, monkeypatch):
     # found when the tests moved into tests/opencl/: `torch-fl plugin check opencl` run from tests/ checked the
     # folder ./opencl ("not found by discovery") instead of the opencl backend

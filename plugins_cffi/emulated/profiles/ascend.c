@@ -1,7 +1,8 @@
 /* ascend: an NPU-class device, emulated. fp32/fp16/bf16 but no fp64; a
  * narrower native set (many backward and activation kernels missing, so
  * those ops take PyTorch's decompositions or the CPU fallback); a fused
- * Conv+BN+ReLU kernel; no fused attention; prefers channels-last convolutions (declared for the device
+ * Conv+BN+ReLU kernel; channels-last convolution kernels (fl::conv2d_nhwc
+ * and its backward); no fused attention; prefers channels-last convolutions (declared for the device
  * class, so torch.compile's layout pass runs its graphs NHWC; the emulator's own host kernels compute
  * NHWC at about NCHW speed: docs/fusion.md). */
 #include "../emu.h"
@@ -23,7 +24,7 @@ static const char *const without[] = {
     "aten::native_group_norm", NULL,
 };
 
-static const fl_kernel_group_t *const fused[] = {&fl_emu_group_conv_bn_relu, NULL};
+static const fl_kernel_group_t *const fused[] = {&fl_emu_group_conv_bn_relu, &fl_emu_group_conv2d_nhwc, NULL};
 
 const fl_emu_profile_t fl_emu_profile = {
     .name = "ascend",

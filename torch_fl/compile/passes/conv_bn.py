@@ -14,7 +14,6 @@ import torch.fx as fx
 from ...runtime import Sources
 from .base import Pass, PassContext
 from .fxnodes import only_user
-from .layout import ChannelsLastConv
 
 aten = torch.ops.aten
 CONV_BN_RELU_KERNEL = "fl::conv_bn_relu"
@@ -50,9 +49,9 @@ class FoldedConv(torch.nn.Module):
                 w = w.contiguous(memory_format=torch.channels_last)
             self._key, self._folded = key, (w, shift)
         w, b = self._folded
+        if self.channels_last:  # (2-D: the layout pass checks)
+            return torch.ops.fl.conv2d_nhwc.default(x, w, b, self.stride, self.padding, self.dilation, self.groups)
         args = (x, w, b, self.stride, self.padding, self.dilation, False, [0] * len(self.stride), self.groups)
-        if self.channels_last:
-            return ChannelsLastConv.run(aten.convolution.out, args, 3)
         return aten.convolution.default(*args)
 
 

@@ -8,12 +8,20 @@ PyTorch's convolution rule for a PrivateUse1 tensor picks contiguous_format
 whatever the input's layout (torch._C._select_conv_backend gives
 _ConvBackend.Overrideable). So the pass asks for the layout itself: each 2-D
 convolution (aten.convolution, fl::conv_bn_relu, a convolution with the batch
-norm folded in) writes into a channels-last buffer through its out= overload,
-and its weight is kept as a cached channels-last copy. The ops between
+norm folded in) writes a channels-last output (fl::conv2d_nhwc, or
+fl::conv_bn_relu's out= overload), and its weight is kept as a cached
+channels-last copy. The ops between
 convolutions (ReLU, add, pooling, batch norm, JIT pointwise kernels) keep the
 layout they are given, so the activations stay NHWC from the first
 convolution to the last; the first reads the graph's NCHW input and the kernel
 transposes it once.
+
+The convolutions become `fl::conv2d_nhwc` (torch_fl/fused/conv_nhwc.py), an op
+whose fake implementation gives the channels-last output it writes, so the
+rewritten graph's metadata is what runs (the value each replaced node was
+traced with stays under meta[TRACED], which is what traced_layout restores);
+fl::conv_bn_relu and the folded convolutions keep their ops, writing into a
+channels-last buffer.
 
 What the graph was traced with stays true where it matters: before an op whose
 meaning depends on strides (view, as_strided...), before anything the pass does
@@ -29,7 +37,8 @@ outputs the caller sees get their traced layout back). The backward graph
 (compiled after the forward, from the same Dynamo graph: PassContext.shared
 names the saved tensors left NHWC, which the backward's placeholders are
 named after) reads them as they are, and each convolution_backward that
-computes an input gradient writes it NHWC through its out= overload, so the
+computes an input gradient becomes fl::conv2d_nhwc_backward, which writes it
+NHWC, so the
 gradients flow NHWC from the last convolution to the first; the same
 traced_layout guard stands before stride-dependent ops and at the outputs
 (the parameters' gradients get their traced layout)."""
@@ -90,51 +99,30 @@ class WeightCache:
         return value
 
 
-class ChannelsLastConv(nn.Module):
-    """A 2-D convolution op (aten.convolution or fl::conv_bn_relu) writing a
-    channels-last output through its out= overload, with a cached channels-last
-    weight (cached=False: converted at each call, in the graph: a training
-    step's weight changes every step, and a replayed graph must repeat the
-    conversion, which a cache hit would leave out of its recording). `spatial`
-    is the position of the op's stride argument (padding and dilation follow it)."""
+class ChannelsLastWeight(nn.Module):
+    """An inference graph's convolution weight as a cached channels-last copy (WeightCache)."""
 
-    def __init__(self, out_op, spatial: int, cached: bool = True):
+    def __init__(self) -> None:
         super().__init__()
-        self.out_op, self.spatial = out_op, spatial
-        self.weight = WeightCache() if cached else None
+        self.weight = WeightCache()
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return self.weight.get(w)
+
+
+class ChannelsLastConvBnRelu(nn.Module):
+    """fl::conv_bn_relu writing a channels-last output through its out= overload, with a
+    cached channels-last weight (an inference op: the weight changes only between calls)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = WeightCache()
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, *rest):
-        w = self.weight.get(w) if self.weight is not None else w.contiguous(memory_format=CL)
-        return self.run(self.out_op, (x, w, *rest), self.spatial)
-
-    @staticmethod
-    def run(out_op, args: tuple, spatial: int) -> torch.Tensor:
-        """out_op(*args) into a fresh channels-last tensor (args[spatial] is the stride)."""
-        x, w = args[0], args[1]
-        stride, padding, dilation = args[spatial : spatial + 3]
+        args = (x, self.weight.get(w), *rest)
+        stride, padding, dilation = rest[6:9]
         out = torch.empty(_out_shape(x, w, stride, padding, dilation), dtype=x.dtype, device=x.device, memory_format=CL)
-        return out_op(*args, out=out)
-
-    def extra_repr(self) -> str:
-        return str(self.out_op)
-
-
-class ChannelsLastConvBackward(nn.Module):
-    """aten.convolution_backward of a 2-D convolution writing its input gradient
-    channels-last through the out= overload (the functional op's meta rule gives
-    NCHW whatever its inputs); the weight and bias gradients as the kernel
-    writes them. Returns what the functional op returns: None where
-    output_mask is False."""
-
-    def forward(self, go, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask):
-        gi = torch.empty(x.shape, dtype=go.dtype, device=go.device, memory_format=CL)
-        gw = torch.empty(w.shape, dtype=go.dtype, device=go.device)
-        gb = torch.empty(bias_sizes[0] if bias_sizes else 0, dtype=go.dtype, device=go.device)
-        out = aten.convolution_backward.out(
-            go, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask,
-            out0=gi, out1=gw, out2=gb,
-        )  # fmt: skip
-        return tuple(t if m else None for t, m in zip(out, mask, strict=True))
+        return torch.ops.fl.conv_bn_relu.out(*args, out=out)
 
 
 def traced_layout(t, size, stride):
@@ -268,14 +256,14 @@ def layout(ctx: PassContext) -> None:
         if node.target is torch.ops.fl.conv_bn_relu.default and not fused_out:
             kept.append(node)
             continue
-        out_op, spatial = (
-            (aten.convolution.out, 3) if node.target is aten.convolution.default else (torch.ops.fl.conv_bn_relu.out, 8)
-        )
-        target = f"fl_channels_last_conv_{i}"
-        gm.add_submodule(target, ChannelsLastConv(out_op, spatial, cached=ctx.kind == "inference"))
-        with graph.inserting_before(node):
-            new = graph.call_module(target, tuple(node.args))
-        new.meta.update(node.meta)
+        if node.target is aten.convolution.default:
+            new = _conv2d_nhwc(gm, node, i, cached=ctx.kind == "inference")
+        else:
+            target = f"fl_channels_last_conv_bn_relu_{i}"
+            gm.add_submodule(target, ChannelsLastConvBnRelu())
+            with graph.inserting_before(node):
+                new = graph.call_module(target, tuple(node.args))
+            _take_meta(new, node, None)
         node.replace_all_uses_with(new)
         replaced.append((node, new))
     if kept:
@@ -306,6 +294,66 @@ def layout(ctx: PassContext) -> None:
         graph.erase_node(node)
 
 
+TRACED = "fl_traced_val"  # node.meta key: the value a node replaced by the pass was traced with
+
+
+def _take_meta(new: fx.Node, old: fx.Node, val) -> None:
+    """new's metadata: old's, with the value the new op really gives (its fake implementation's) where known;
+    the traced value stays under TRACED, which traced_layout restores."""
+    new.meta.update(old.meta)
+    if val is not None:
+        new.meta[TRACED] = old.meta.get("val")
+        new.meta["val"] = val
+
+
+def _traced(node: fx.Node):
+    return node.meta.get(TRACED, node.meta.get("val"))
+
+
+def _fake(node: fx.Node):
+    """What node's op gives, run by its fake implementation on its arguments' traced values (None where
+    they have none)."""
+    args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
+    if any(isinstance(a, fx.Node) and a.meta.get("val") is None for a in node.args):
+        return None
+    mode = torch._guards.detect_fake_mode([a for a in args if isinstance(a, torch.Tensor)])
+    if mode is None:
+        return None
+    assert callable(node.target), "a call_function node's target is its op"
+    with mode:
+        return node.target(*args)
+
+
+def _conv2d_nhwc(gm: fx.GraphModule, node: fx.Node, i: int, cached: bool) -> fx.Node:
+    """aten.convolution (2-D, not transposed) as fl::conv2d_nhwc, whose fake implementation gives the
+    channels-last output it writes. In an inference graph the weight comes through a cached channels-last
+    copy (ChannelsLastWeight); in a training step's forward the op converts it each call (the optimizer
+    changes it every step, and a replay must repeat the conversion, which a cache hit would leave out)."""
+    graph = gm.graph
+    x, w, bias, stride, padding, dilation, _, _, groups = node.args
+    with graph.inserting_before(node):
+        if cached:
+            target = f"fl_channels_last_weight_{i}"
+            gm.add_submodule(target, ChannelsLastWeight())
+            w_cl = graph.call_module(target, (w,))
+            assert isinstance(w, fx.Node), "a convolution's weight is a tensor"
+            w_val = w.meta.get("val")
+            if isinstance(w_val, torch.Tensor):
+                w_cl.meta["val"] = _fake_channels_last(w_val)
+            w = w_cl
+        new = graph.call_function(torch.ops.fl.conv2d_nhwc.default, (x, w, bias, stride, padding, dilation, groups))
+    _take_meta(new, node, _fake(new))
+    return new
+
+
+def _fake_channels_last(val: torch.Tensor) -> torch.Tensor:
+    mode = torch._guards.detect_fake_mode([val])
+    if mode is None:
+        return val
+    with mode:
+        return val.contiguous(memory_format=CL)
+
+
 def _dims(node) -> int:
     val = node.meta.get("val") if isinstance(node, fx.Node) else None
     return val.dim() if isinstance(val, torch.Tensor) else -1
@@ -318,14 +366,20 @@ def _backward(ctx: PassContext, convs: list[fx.Node]) -> None:
     names = ctx.shared.get(SAVED_NHWC, set())
     producers = [n for n in graph.nodes if n.op == "placeholder" and n.name in names]
     replaced = []
-    for i, node in enumerate(convs):
+    for node in convs:
         if not _is_conv2d_backward(node):
             continue
-        target = f"fl_channels_last_conv_backward_{i}"
-        gm.add_submodule(target, ChannelsLastConvBackward())
+        go, x, w, bias_sizes, stride, padding, dilation, _, _, groups, mask = node.args
         with graph.inserting_before(node):
-            new = graph.call_module(target, tuple(node.args))
-        new.meta.update(node.meta)
+            new = graph.call_function(
+                torch.ops.fl.conv2d_nhwc_backward.default,
+                (go, x, w, bias_sizes, stride, padding, dilation, groups, mask),
+            )
+        val = _fake(new)
+        _take_meta(new, node, val)
+        for user in node.users:  # the gradients picked from the tuple: what they really are
+            if user.target is operator.getitem and val is not None:
+                user.meta[TRACED], user.meta["val"] = user.meta.get("val"), val[user.args[1]]
         node.replace_all_uses_with(new)
         replaced.append((node, new))
     if not producers and not replaced:
@@ -361,7 +415,7 @@ def _restore_traced_layouts(gm: fx.GraphModule, producers: list[fx.Node], keep: 
 
     def fixed(src: fx.Node) -> fx.Node | None:
         nonlocal count
-        val = src.meta.get("val")
+        val = _traced(src)
         if not isinstance(val, torch.Tensor):
             return None
         node = cache.get(src)
@@ -370,6 +424,8 @@ def _restore_traced_layouts(gm: fx.GraphModule, producers: list[fx.Node], keep: 
             with graph.inserting_after(src) if src.op != "placeholder" else graph.inserting_before(first):
                 node = graph.call_function(traced_layout, (src, tuple(val.shape), tuple(val.stride())))
             node.meta.update(src.meta)
+            node.meta.pop(TRACED, None)
+            node.meta["val"] = val
             cache[src] = node
             count += 1
         return node

@@ -417,6 +417,49 @@ def _conv_bn_relu_samples(dtype: torch.dtype) -> list[Call]:
     return calls
 
 
+# N, C, O, H=W, k, stride, padding, dilation, groups, bias, input channels-last
+_CONV2D_NHWC_CASES = (
+    (2, 3, 8, 9, 3, 1, 1, 1, 1, True, False),
+    (1, 4, 4, 7, 3, 2, 0, 2, 2, False, True),
+    (2, 6, 6, 5, 3, 1, 1, 1, 6, True, True),  # depthwise
+    (0, 3, 5, 6, 1, 1, 0, 1, 1, True, False),  # empty batch
+)
+
+
+def _conv2d_nhwc_inputs(dtype: torch.dtype, gen: torch.Generator) -> Iterator[tuple[Any, ...]]:
+    for n, c, o, hw, k, stride, pad, dil, groups, bias, x_cl in _CONV2D_NHWC_CASES:
+        x = torch.randn(n, c, hw, hw, generator=gen).to(dtype)
+        if x_cl:
+            x = x.contiguous(memory_format=torch.channels_last)
+        w = torch.randn(o, c // groups, k, k, generator=gen).to(dtype)
+        b = torch.randn(o, generator=gen).to(dtype) if bias else None
+        yield x, w, b, [stride] * 2, [pad] * 2, [dil] * 2, groups
+
+
+def _conv2d_nhwc_samples(dtype: torch.dtype) -> list[Call]:
+    from ... import fused  # noqa: F401  (defines fl::conv2d_nhwc)
+
+    gen = torch.Generator().manual_seed(0)
+    op = torch.ops.fl.conv2d_nhwc.default
+    return [(op, args, {}) for args in _conv2d_nhwc_inputs(dtype, gen)]
+
+
+def _conv2d_nhwc_backward_samples(dtype: torch.dtype) -> list[Call]:
+    from ... import fused  # noqa: F401  (defines fl::conv2d_nhwc_backward)
+
+    gen = torch.Generator().manual_seed(0)
+    op = torch.ops.fl.conv2d_nhwc_backward.default
+    calls: list[Call] = []
+    masks = ([True, True, True], [True, True, False], [False, True, True])
+    for (x, w, b, stride, pad, dil, groups), mask in zip(_conv2d_nhwc_inputs(dtype, gen), masks * 2, strict=False):
+        shape = torch.ops.fl.conv2d_nhwc.default(x.float(), w.float(), None, stride, pad, dil, groups).shape
+        grad = torch.randn(shape, generator=gen).to(dtype).contiguous(memory_format=torch.channels_last)
+        bias_sizes = None if b is None else [b.shape[0]]
+        mask = [*mask[:2], mask[2] and b is not None]
+        calls.append((op, (grad, x, w, bias_sizes, stride, pad, dil, groups, mask), {}))
+    return calls
+
+
 def _simple(
     op: str, make: Callable[[torch.Tensor, torch.dtype], tuple[Any, ...] | None]
 ) -> Callable[[torch.dtype], list[Call]]:
@@ -471,5 +514,7 @@ CUSTOM.update(
         "aten::_scaled_dot_product_fused_attention_overrideable": _sdpa_samples,
         "aten::_scaled_dot_product_fused_attention_overrideable_backward": _sdpa_backward_samples,
         "fl::conv_bn_relu": _conv_bn_relu_samples,
+        "fl::conv2d_nhwc": _conv2d_nhwc_samples,
+        "fl::conv2d_nhwc_backward": _conv2d_nhwc_backward_samples,
     }
 )
