@@ -56,7 +56,8 @@ row runs the LSTM eagerly; with it the LSTM is captured, decomposed per time ste
 replayed.
 
 --kernels: small kernels of the host plugin (backend cpu: zero_, add, mul, copy_, a transposing copy
-and sum of float32 vectors, 16 to 1M elements) called directly through cffi (no dispatch: the
+and sum of float32 vectors, 16 to 1M elements; add and relu of channels-last (1, 16, 1, n/16) tensors:
+add_cl, relu_cl; --kernel-ops chooses) called directly through cffi (no dispatch: the
 kernel's own cost), beside the same native PyTorch op, with one OpenMP thread and with two; with
 --old, the same kernels of another build of libfl_cpu.so loaded beside this tree's (an A/B in one
 process). Per call in microseconds, medians of --rounds rounds, the variants in a rotated order."""
@@ -396,6 +397,10 @@ def _kernel_case(op: str, n: int, builds: dict) -> tuple[dict, tuple]:
     from torch_fl.runtime import ffi
 
     a, b, o, s = torch.randn(n), torch.randn(n), torch.empty(n), torch.empty(())
+    # channels-last (1, 16, 1, n / 16): memory dense, but its logical row-major order has an inner stride of 16
+    c = max(1, min(16, n))
+    ac, bc = (torch.randn(1, c, 1, n // c).contiguous(memory_format=torch.channels_last) for _ in range(2))
+    oc = torch.empty_like(ac)
     r = max(8, int(n**0.5))
     m, mt = torch.randn(r, n // r), torch.empty(n // r, r)
     t0, t1, i1, no = ("tensor", 0), ("tensor", 1), ("int", 1), ("bool", False)
@@ -406,6 +411,8 @@ def _kernel_case(op: str, n: int, builds: dict) -> tuple[dict, tuple]:
         "copy_": ("aten::copy_", [o, b], [o], [t0, t1, no], lambda: o.copy_(b)),
         "copy_T": ("aten::copy_", [mt, m.t()], [mt], [t0, t1, no], lambda: mt.copy_(m.t())),
         "sum": ("aten::sum", [a], [s], [t0, ("none",)], lambda: torch.sum(a, 0, out=s)),
+        "add_cl": ("aten::add.Tensor", [ac, bc], [oc], [t0, t1, i1], lambda: torch.add(ac, bc, out=oc)),
+        "relu_cl": ("aten::relu", [ac], [oc], [t0], lambda: torch.clamp_min(ac, 0, out=oc)),
     }[op]
     ci, co, ca = ffi.new("fl_tensor_t[]", len(ins)), ffi.new("fl_tensor_t[]", len(outs)), ffi.new("fl_arg_t[]", 4)
     for arr, ts in ((ci, ins), (co, outs)):
@@ -426,7 +433,7 @@ def _kernel_case(op: str, n: int, builds: dict) -> tuple[dict, tuple]:
         if fn(ffi.NULL, 0, ci, ni, co, nn_, ca, na) != 0:
             raise RuntimeError(f"{label} {name} failed")
         variants[label] = lambda fn=fn, ni=ni, nn_=nn_, na=na: fn(ffi.NULL, 0, ci, ni, co, nn_, ca, na)
-    return variants, (a, b, o, s, m, mt, ci, co, ca)
+    return variants, (a, b, o, s, m, mt, ac, bc, oc, ci, co, ca)
 
 
 def handoff_section(args: argparse.Namespace) -> None:
@@ -463,6 +470,9 @@ def handoff_section(args: argparse.Namespace) -> None:
         )
 
 
+KERNEL_OPS = ("zero_", "add", "mul", "copy_", "copy_T", "sum", "add_cl", "relu_cl")
+
+
 def kernels_section(args: argparse.Namespace) -> None:
     import glob
 
@@ -480,7 +490,7 @@ def kernels_section(args: argparse.Namespace) -> None:
     labels = ["native", *builds]
     print("| op | n | " + " | ".join(f"t{t} {k}" for t in teams for k in labels) + " |")
     print("|" + "---|" * (2 + len(teams) * len(labels)))
-    for op in ("zero_", "add", "mul", "copy_", "copy_T", "sum"):
+    for op in args.kernel_ops:
         for n in sizes:
             variants, _keep = _kernel_case(op, n, builds)
             reps = max(5, min(200, 200 * 4096 // n))
@@ -519,6 +529,13 @@ def main() -> None:
     ap.add_argument("--handoff", action="store_true", help="the smallest backward, device thread vs calling thread")
     ap.add_argument("--kernels", action="store_true", help="the host plugin's cost per kernel instead")
     ap.add_argument("--old", help="with --kernels: another build's libfl_cpu.so, measured beside this tree's")
+    ap.add_argument(
+        "--kernel-ops",
+        nargs="+",
+        choices=KERNEL_OPS,
+        default=list(KERNEL_OPS),
+        help="with --kernels: which (add_cl, relu_cl: channels-last operands)",
+    )
     args = ap.parse_args()
     args.rounds = args.rounds or (5 if args.quick else 15)
     args.steps = args.steps or (2 if args.quick else 5)

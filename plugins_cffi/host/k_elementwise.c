@@ -335,8 +335,40 @@ static void ew_units(void *job, int64_t u0, int64_t u1) {
     }
 }
 
+/* The operands with their dims in the output's memory order, outermost first (a stable sort by the output's
+ * strides): a channels-last or transposed output is then walked along its memory, so the iterator's inner
+ * loop has unit stride as for a row-major one (fl_iter_init coalesces only in the order it is given: an NHWC
+ * tensor read in NCHW order has an inner stride of C). Elementwise, every element is independent, so the
+ * order is free; every operand is broadcast to the output's shape already (fl_bcast). */
+static void ew_memory_order(const fl_tensor_t *out, const opnds_t *ops, fl_tensor_t *pout, opnds_t *pops) {
+    int nd = out->ndim, perm[FL_MAX_DIMS];
+    for (int d = 0; d < nd; d++) perm[d] = d;
+    for (int a = 1; a < nd; a++) {
+        int v = perm[a], b = a - 1;
+        while (b >= 0 && out->strides[perm[b]] < out->strides[v]) { perm[b + 1] = perm[b]; b--; }
+        perm[b + 1] = v;
+    }
+    *pout = *out;
+    *pops = *ops;
+    for (int d = 0; d < nd; d++) {
+        pout->sizes[d] = out->sizes[perm[d]];
+        pout->strides[d] = out->strides[perm[d]];
+        for (int k = 0; k < ops->n; k++) {
+            pops->t[k].sizes[d] = ops->t[k].sizes[perm[d]];
+            pops->t[k].strides[d] = ops->t[k].strides[perm[d]];
+        }
+    }
+}
+
 int fl_ew_run(const fl_tensor_t *out, const opnds_t *ops, int ct, ewfn fn, const kp_t *p) {
     if (!fn) return UNSUP;
+    fl_tensor_t pout;
+    opnds_t pops;
+    if (out->ndim > 1 && !fl_is_contiguous(out)) {
+        ew_memory_order(out, ops, &pout, &pops);
+        out = &pout;
+        ops = &pops;
+    }
     const fl_tensor_t *ts[FL_ITER_MAX];
     int nin = ops->n;
     ts[0] = out;

@@ -347,6 +347,39 @@ def test_inplace_binary(op, kw, layout):
     check(aten.pow_.Scalar, torch.rand(5, 5) + 0.5, 3)
 
 
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.float64, torch.int64], ids=str)
+def test_outputs_in_memory_order_other_than_row_major(dt):
+    """The engine walks an output in its memory order (channels-last, a permuted 3-D tensor), the operands
+    broadcast, of other layouts, of other dtypes, in place: torch's values in torch's strides. Until
+    2026-12-05 it walked logical row-major order, an inner stride of C for an NHWC tensor (x6-x17 slower)."""
+    cl = torch.channels_last
+    x = make((2, 16, 5, 3), dt).contiguous(memory_format=cl)
+    y = make((2, 16, 5, 3), dt, lo=0.5).contiguous(memory_format=cl)
+    nchw = make((2, 16, 5, 3), dt, lo=0.5)
+    per_channel = make((16, 1, 1), dt, lo=0.5)
+    perm = make((4, 6, 5), dt).permute(2, 0, 1)
+    cases = [
+        (aten.add.Tensor, (x, y)),
+        (aten.mul.Tensor, (x, per_channel)),
+        (aten.sub.Tensor, (x, nchw)),
+        (aten.add.Tensor, (perm, 2)),
+        (aten.mul.Tensor, (perm, make((4, 1), dt))),
+        (aten.add_.Tensor, (x.clone(memory_format=cl), nchw)),
+        (aten.mul.Tensor, (x, make((2, 16, 5, 3), torch.float32).contiguous(memory_format=cl))),  # promotes
+    ]
+    if dt.is_floating_point:
+        cases += [
+            (aten.relu.default, (x,)),
+            (aten.sigmoid.default, (perm,)),
+            (aten.threshold_backward.default, (y, x, 0.0)),
+        ]
+    for op, args in cases:
+        want = op(*_torch_args(op, args))
+        assert want.stride() != torch.empty(want.shape).stride() or want.dim() < 2, "a case torch lays out row-major"
+        got = check(op, *args)[0]
+        assert got.stride() == want.stride(), (op, got.stride(), want.stride())
+
+
 @pytest.mark.parametrize("op", [aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_xor.Tensor])
 @pytest.mark.parametrize("dt", [torch.int64, torch.int32, torch.uint8, torch.bool])
 def test_bitwise(op, dt):
