@@ -41,6 +41,16 @@ static int mask_bit(const fl_arg_t *a, int k) {
  * batch norm
  * ====================================================================== */
 
+/* x and t both channels-last (4-D) and x not also contiguous (size-1 dims can make it both): the NHWC kernels
+ * read them where they are; t has x's shape (an output, or the gradient of one). */
+static int nhwc_pair(const fl_tensor_t *x, const fl_tensor_t *t) {
+    if (x->ndim != 4 || t->ndim != 4 || fl_is_contiguous(x) || !fl_is_channels_last(x) || !fl_is_channels_last(t))
+        return 0;
+    for (int d = 0; d < 4; d++)
+        if (t->sizes[d] != x->sizes[d]) return 0;
+    return 1;
+}
+
 /* Forward core shared by every entry point. x: (N, C, *). */
 static int bn_forward(const fl_tensor_t *x, const fl_tensor_t *w, const fl_tensor_t *b, const fl_tensor_t *rm,
                       const fl_tensor_t *rv, int training, double momentum, double eps, const fl_tensor_t *y,
@@ -55,6 +65,18 @@ static int bn_forward(const fl_tensor_t *x, const fl_tensor_t *w, const fl_tenso
     if (!vec_ok(smean, C, dt) || !vec_ok(sinv, C, dt)) return FL_ERR_UNSUPPORTED;
     if (!training && (!rm || !rv)) FL_FAIL(FL_ERR_INVALID, "batch_norm: running_mean and running_var are required in eval mode");
     if (training && N * S == 0) FL_FAIL(FL_ERR_INVALID, "batch_norm: input tensor must have at least one element");
+    if (nhwc_pair(x, y)) {
+        double *acc = malloc((size_t)(C > 0 ? C : 1) * 6 * sizeof(double));
+        if (!acc) FL_FAIL(FL_ERR_OOM, "batch_norm: cannot allocate scratch");
+        if (dt == FL_FLOAT32)
+            bn_fwd_nhwc_f32(fl_elem(x, x->offset), fl_elem(y, y->offset), N * S, C, vec_of(w), vec_of(b), vec_of(rm),
+                            vec_of(rv), training, momentum, eps, vec_of(smean), vec_of(sinv), acc);
+        else
+            bn_fwd_nhwc_f64(fl_elem(x, x->offset), fl_elem(y, y->offset), N * S, C, vec_of(w), vec_of(b), vec_of(rm),
+                            vec_of(rv), training, momentum, eps, vec_of(smean), vec_of(sinv), acc);
+        free(acc);
+        return FL_OK;
+    }
     void *xo, *yo;
     const void *xp = fl_lin_pack(x, &xo);
     void *yp = fl_lin_out_buf(y, &yo);
@@ -84,6 +106,19 @@ static int bn_backward(const fl_tensor_t *go, const fl_tensor_t *x, const fl_ten
     if ((gi && gi->dtype != dt) || (gw && (gw->dtype != dt || !vec_ok(gw, C, dt))) ||
         (gb && (gb->dtype != dt || !vec_ok(gb, C, dt))))
         return FL_ERR_UNSUPPORTED;
+    if (nhwc_pair(x, go) && (!gi || nhwc_pair(x, gi))) {
+        double *acc = malloc((size_t)(C > 0 ? C : 1) * 7 * sizeof(double));
+        if (!acc) FL_FAIL(FL_ERR_OOM, "batch_norm_backward: cannot allocate scratch");
+        void *gip = gi ? fl_elem(gi, gi->offset) : NULL;
+        if (dt == FL_FLOAT32)
+            bn_bwd_nhwc_f32(fl_elem(go, go->offset), fl_elem(x, x->offset), gip, N * S, C, vec_of(w), vec_of(mean),
+                            vec_of(var), train, eps, vec_of(gw), vec_of(gb), acc);
+        else
+            bn_bwd_nhwc_f64(fl_elem(go, go->offset), fl_elem(x, x->offset), gip, N * S, C, vec_of(w), vec_of(mean),
+                            vec_of(var), train, eps, vec_of(gw), vec_of(gb), acc);
+        free(acc);
+        return FL_OK;
+    }
     void *xo, *goo, *gio = NULL;
     const void *xp = fl_lin_pack(x, &xo), *gop = fl_lin_pack(go, &goo);
     void *gip = gi ? fl_lin_out_buf(gi, &gio) : NULL;
@@ -407,6 +442,89 @@ static void F(bn_bwd)(const T *go, const T *x, T *gi, int64_t N, int64_t C, int6
         F(bn_bwd_channel)(go, x, gi, N, C, S, c, mean, invstd, wc, train, need_dots, &sg, &sgx);
         if (gw.p) V(gw, c) = (T)(sgx * invstd);
         if (gb.p) V(gb, c) = (T)sg;
+    }
+}
+
+/* Channels-last batch norm: x (and y, go, gi) dense as M = N*H*W rows of C channels, read where they are
+ * (the NCHW kernels above need a transposing pack of each input and an unpack of each output). Per-channel
+ * sums accumulate in double across the rows, vectorised over the channels; the per-element formulas are the
+ * NCHW kernels'. acc: 6*C doubles of scratch (7*C for the backward). */
+static void F(bn_fwd_nhwc)(const T *x, T *y, int64_t M, int64_t C, vec_t w, vec_t b, vec_t rm, vec_t rv,
+                           int training, double momentum, double eps, vec_t smean, vec_t sinv, double *acc) {
+    double *mean = acc, *var = acc + C;
+    T *center = (T *)(acc + 2 * C), *alpha = (T *)(acc + 3 * C), *beta = (T *)(acc + 4 * C);
+    for (int64_t c = 0; c < C; c++) mean[c] = var[c] = 0.0;
+    if (training) {
+        for (int64_t r = 0; r < M; r++) {
+            const T *row = x + r * C;
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) mean[c] += row[c];
+        }
+        for (int64_t c = 0; c < C; c++) mean[c] /= (double)M;
+        for (int64_t r = 0; r < M; r++) {
+            const T *row = x + r * C;
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) { double d = row[c] - mean[c]; var[c] += d * d; }
+        }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        double mu, invstd;
+        if (training) {
+            mu = mean[c];
+            invstd = 1.0 / sqrt(var[c] / (double)M + eps);
+            if (rm.p) V(rm, c) = (T)((1.0 - momentum) * V(rm, c) + momentum * mu);
+            if (rv.p) V(rv, c) = (T)((1.0 - momentum) * V(rv, c) + momentum * (var[c] / (double)(M - 1)));
+        } else {
+            mu = V(rm, c);
+            invstd = 1.0 / sqrt((double)V(rv, c) + eps);
+        }
+        if (smean.p) V(smean, c) = (T)mu;
+        if (sinv.p) V(sinv, c) = (T)invstd;
+        double wc = w.p ? (double)V(w, c) : 1.0, bc = b.p ? (double)V(b, c) : 0.0;
+        center[c] = (T)mu; alpha[c] = (T)(invstd * wc); beta[c] = (T)bc;
+    }
+#pragma omp parallel for schedule(static) if (M * C > 16384)
+    for (int64_t r = 0; r < M; r++) {
+        const T *xr = x + r * C;
+        T *yr = y + r * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - center[c]) * alpha[c] + beta[c];
+    }
+}
+
+static void F(bn_bwd_nhwc)(const T *go, const T *x, T *gi, int64_t M, int64_t C, vec_t w, vec_t mean_v,
+                           vec_t var_v, int train, double eps, vec_t gw, vec_t gb, double *acc) {
+    double *sg = acc, *sgx = acc + C;
+    T *k = (T *)(acc + 2 * C), *gm = (T *)(acc + 3 * C), *m = (T *)(acc + 4 * C), *sc = (T *)(acc + 5 * C);
+    double *mu = acc + 6 * C;
+    for (int64_t c = 0; c < C; c++) { sg[c] = sgx[c] = 0.0; mu[c] = V(mean_v, c); }
+    if (train || gw.p || gb.p)
+        for (int64_t r = 0; r < M; r++) {
+            const T *g = go + r * C, *xr = x + r * C;
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) { sg[c] += g[c]; sgx[c] += g[c] * (xr[c] - mu[c]); }
+        }
+    double cnt = (double)M;
+    for (int64_t c = 0; c < C; c++) {
+        double mean = mu[c], invstd = train ? (double)V(var_v, c) : 1.0 / sqrt((double)V(var_v, c) + eps);
+        double wc = w.p ? (double)V(w, c) : 1.0;
+        if (gw.p) V(gw, c) = (T)(sgx[c] * invstd);
+        if (gb.p) V(gb, c) = (T)sg[c];
+        T kc = (T)(sgx[c] * invstd * invstd / cnt);
+        k[c] = kc; gm[c] = (T)(sg[c] / cnt); m[c] = (T)mean; sc[c] = (T)(invstd * wc);
+    }
+    if (!gi) return;
+#pragma omp parallel for schedule(static) if (M * C > 16384)
+    for (int64_t r = 0; r < M; r++) {
+        const T *g = go + r * C, *xr = x + r * C;
+        T *d = gi + r * C;
+        if (train) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) d[c] = (g[c] - gm[c] - (xr[c] - m[c]) * k[c]) * sc[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) d[c] = g[c] * sc[c];
+        }
     }
 }
 

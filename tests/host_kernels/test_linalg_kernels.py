@@ -384,6 +384,46 @@ def test_batch_norm_layouts_and_big():
     check(A.native_batch_norm.default, x, None, None, None, None, True, 0.1, 1e-5, scale=4.0)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_channels_last_in_place(training, affine, dtype):
+    """Channels-last inputs and gradients are read where they are (rows of C channels, no packing copy): every
+    output, the running statistics and every gradient against torch's CPU kernels, in torch's strides; a
+    gradient of another layout than the input, and a (N, 1, H, W) input that is both layouts, take the
+    NCHW route."""
+    cl = torch.channels_last
+    for shape in ((4, 8, 5, 3), (2, 16, 7, 7), (3, 1, 4, 4), (2, 5, 1, 1)):
+        x = (rnd(*shape, dtype=dtype) * 2 + 1).contiguous(memory_format=cl)
+        w, b, rm, rv = _bn_params(shape[1], dtype, affine)
+        skip = () if training else (1, 2)
+        outs = check(
+            A.native_batch_norm.default, x, w, b, rm, rv, training, 0.1, 1e-5, mutated=(3, 4), skip_outputs=skip
+        )
+        assert (
+            outs[0].stride()
+            == A.native_batch_norm.default(x, w, b, rm.clone(), rv.clone(), training, 0.1, 1e-5)[0].stride()
+        )
+        out, sm, si = A.native_batch_norm.default(x, w, b, rm.clone(), rv.clone(), training, 0.1, 1e-5)
+        if not training:
+            sm, si = None, None
+        for go in (rnd(*shape, dtype=dtype).contiguous(memory_format=cl), rnd(*shape, dtype=dtype)):
+            for mask in ([True, affine, affine], [False, affine, affine], [True, False, False]):
+                check(A.native_batch_norm_backward.default, go, x, w, rm, rv, sm, si, training, 1e-5, mask)
+    # a large mean: the statistics (double accumulators across rows) keep their precision. Judged against
+    # float64, not torch's CPU kernel: its channels-last statistics lose more here (float32 up to 8e-4 off
+    # float64 where the kernel is 1e-4, as its NCHW statistics are)
+    x = (rnd(8, 4, 32, 32, dtype=dtype) + 1000.0).contiguous(memory_format=cl)
+    st, got = run_kernel(A.native_batch_norm.default, x, None, None, None, None, True, 0.1, 1e-5)
+    assert st == 0
+    truth = A.native_batch_norm.default(x.double(), None, None, None, None, True, 0.1, 1e-5)
+    native_nchw = A.native_batch_norm.default(x.contiguous(), None, None, None, None, True, 0.1, 1e-5)
+    for g, t, n in zip(got, truth, native_nchw, strict=True):
+        err, native_err = (g.double() - t).abs().max().item(), (n.double() - t).abs().max().item()
+        assert err <= 2 * native_err + 4 * torch.finfo(dtype).eps * t.abs().max().item(), (err, native_err)
+    assert got[0].stride() == x.stride()
+
+
 # ---------------------------------------------------------------------------
 # layer norm / group norm
 # ---------------------------------------------------------------------------
