@@ -257,6 +257,33 @@ def test_conv2d(case, bias, dtype):
     )
 
 
+# the NHWC route takes groups of at least 8 channels (the others: the NCHW route, also checked here)
+CONV_CASES_NHWC = CONV_CASES + [
+    (2, 16, 9, 9, 16, 3, 3, [1, 1], [1, 1], [1, 1], 2),  # groups of 8
+    (2, 8, 11, 9, 6, 3, 2, [2, 1], [1, 0], [2, 1], 1),  # stride, padding, dilation mixed
+    (3, 8, 7, 7, 12, 1, 1, [2, 2], [0, 0], [1, 1], 1),  # strided 1x1
+    (1, 16, 5, 5, 8, 3, 3, [1, 1], [0, 0], [1, 1], 1),  # some pixels in no patch's centre
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CONV_CASES_NHWC)
+def test_conv2d_backward_channels_last(case, dtype):
+    """The NHWC backward (input gradient scattered back into NHWC, weight gradient from NHWC patches, into the
+    weight gradient's own strides) against torch's CPU kernels, for every geometry and output mask; an NCHW
+    grad_output and a channels-last weight read as they are."""
+    N, C, H, W, O, kh, kw, s, p, d, g = case
+    cl = torch.channels_last
+    x, w = rnd(N, C, H, W, dtype=dtype).contiguous(memory_format=cl), rnd(O, C // g, kh, kw, dtype=dtype)
+    y = A.convolution.default(x, w, None, s, p, d, False, [0, 0], g)
+    for go in (rnd(*y.shape, dtype=dtype).contiguous(memory_format=cl), rnd(*y.shape, dtype=dtype)):
+        for mask in ([True, True, True], [True, False, False], [False, True, True], [True, True, False]):
+            for wt in (w, w.contiguous(memory_format=cl)):
+                got = check(A.convolution_backward.default, go, x, wt, [O], s, p, d, False, [0, 0], g, mask)
+                if mask[0] and N:
+                    assert got[0].is_contiguous(memory_format=cl)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_conv_masks_and_layouts(dtype):
     x, w = rnd(2, 4, 6, 6, dtype=dtype), rnd(5, 4, 3, 3, dtype=dtype)
