@@ -624,7 +624,7 @@ static int F(conv_nhwc)(const geom_t *g, const fl_tensor_t *x, const fl_tensor_t
 static int F(conv_bwd_nhwc)(const geom_t *g, const T *dy, const T *x, const T *w, T *dx, T *dw, T *db) {
     const int64_t R = g->N * g->OH * g->OW, Cg = g->C / g->G, Og = g->O / g->G, K = g->KH * g->KW * Cg;
     const int64_t HWC = g->H * g->W * g->C, P = g->OH * g->OW;
-    if (dx && g->N * HWC) memset(dx, 0, (size_t)(g->N * HWC) * sizeof(T));
+    if (dx && g->N * HWC != 0) memset(dx, 0, (size_t)(g->N * HWC) * sizeof(T));
     if (dw) memset(dw, 0, (size_t)(g->O * K) * sizeof(T));
     if (db) {
         for (int64_t o = 0; o < g->O; o++) db[o] = 0;

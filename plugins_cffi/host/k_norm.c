@@ -69,11 +69,13 @@ static int bn_forward(const fl_tensor_t *x, const fl_tensor_t *w, const fl_tenso
         double *acc = malloc((size_t)(C > 0 ? C : 1) * 6 * sizeof(double));
         if (!acc) FL_FAIL(FL_ERR_OOM, "batch_norm: cannot allocate scratch");
         if (dt == FL_FLOAT32)
-            bn_fwd_nhwc_f32(fl_elem(x, x->offset), fl_elem(y, y->offset), N * S, C, vec_of(w), vec_of(b), vec_of(rm),
-                            vec_of(rv), training, momentum, eps, vec_of(smean), vec_of(sinv), acc);
+            bn_fwd_nhwc_f32((void *)fl_elem(x, x->offset), (void *)fl_elem(y, y->offset), N * S, C, vec_of(w),
+                            vec_of(b), vec_of(rm), vec_of(rv), training, momentum, eps, vec_of(smean), vec_of(sinv),
+                            acc);
         else
-            bn_fwd_nhwc_f64(fl_elem(x, x->offset), fl_elem(y, y->offset), N * S, C, vec_of(w), vec_of(b), vec_of(rm),
-                            vec_of(rv), training, momentum, eps, vec_of(smean), vec_of(sinv), acc);
+            bn_fwd_nhwc_f64((void *)fl_elem(x, x->offset), (void *)fl_elem(y, y->offset), N * S, C, vec_of(w),
+                            vec_of(b), vec_of(rm), vec_of(rv), training, momentum, eps, vec_of(smean), vec_of(sinv),
+                            acc);
         free(acc);
         return FL_OK;
     }
@@ -111,11 +113,11 @@ static int bn_backward(const fl_tensor_t *go, const fl_tensor_t *x, const fl_ten
         if (!acc) FL_FAIL(FL_ERR_OOM, "batch_norm_backward: cannot allocate scratch");
         void *gip = gi ? fl_elem(gi, gi->offset) : NULL;
         if (dt == FL_FLOAT32)
-            bn_bwd_nhwc_f32(fl_elem(go, go->offset), fl_elem(x, x->offset), gip, N * S, C, vec_of(w), vec_of(mean),
-                            vec_of(var), train, eps, vec_of(gw), vec_of(gb), acc);
+            bn_bwd_nhwc_f32((void *)fl_elem(go, go->offset), (void *)fl_elem(x, x->offset), gip, N * S, C,
+                            vec_of(w), vec_of(mean), vec_of(var), train, eps, vec_of(gw), vec_of(gb), acc);
         else
-            bn_bwd_nhwc_f64(fl_elem(go, go->offset), fl_elem(x, x->offset), gip, N * S, C, vec_of(w), vec_of(mean),
-                            vec_of(var), train, eps, vec_of(gw), vec_of(gb), acc);
+            bn_bwd_nhwc_f64((void *)fl_elem(go, go->offset), (void *)fl_elem(x, x->offset), gip, N * S, C,
+                            vec_of(w), vec_of(mean), vec_of(var), train, eps, vec_of(gw), vec_of(gb), acc);
         free(acc);
         return FL_OK;
     }
@@ -368,29 +370,40 @@ LIN_CLONES static void F(affine)(const T *x, T *y, int64_t n, T center, T alpha,
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] - center) * alpha + beta;
 }
+/* Channel c's normalisation, both layouts' forward: in training from its batch mean and sum of squared
+ * deviations over cnt values (the running statistics updated), else from the running statistics; the saved
+ * statistics stored; y = (x - center) * alpha + beta returned through the last three. */
+static void F(bn_channel)(int64_t c, int training, double mean, double sqdev, int64_t cnt, vec_t w, vec_t b,
+                          vec_t rm, vec_t rv, double momentum, double eps, vec_t smean, vec_t sinv, T *center,
+                          T *alpha, T *beta) {
+    double invstd;
+    if (training) {
+        invstd = 1.0 / sqrt(sqdev / (double)cnt + eps);
+        if (rm.p) V(rm, c) = (T)((1.0 - momentum) * V(rm, c) + momentum * mean);
+        if (rv.p) V(rv, c) = (T)((1.0 - momentum) * V(rv, c) + momentum * (sqdev / (double)(cnt - 1)));
+    } else {
+        mean = V(rm, c);
+        invstd = 1.0 / sqrt((double)V(rv, c) + eps);
+    }
+    if (smean.p) V(smean, c) = (T)mean;
+    if (sinv.p) V(sinv, c) = (T)invstd;
+    double wc = w.p ? (double)V(w, c) : 1.0, bc = b.p ? (double)V(b, c) : 0.0;
+    *center = (T)mean; *alpha = (T)(invstd * wc); *beta = (T)bc;
+}
+
 static void F(bn_fwd)(const T *x, T *y, int64_t N, int64_t C, int64_t S, vec_t w, vec_t b, vec_t rm, vec_t rv,
                       int training, double momentum, double eps, vec_t smean, vec_t sinv) {
 #pragma omp parallel for schedule(dynamic, 1) if (N * C * S > 16384)
     for (int64_t c = 0; c < C; c++) {
-        double mean, invstd;
+        double mean = 0.0, v = 0.0;
         if (training) {
-            int64_t cnt = N * S;
             double s = 0.0;
             for (int64_t n = 0; n < N; n++) s += F(sum)(x + (n * C + c) * S, S);
-            mean = s / (double)cnt;
-            double v = 0.0;
+            mean = s / (double)(N * S);
             for (int64_t n = 0; n < N; n++) v += F(sqdev)(x + (n * C + c) * S, S, mean);
-            invstd = 1.0 / sqrt(v / (double)cnt + eps);
-            if (rm.p) V(rm, c) = (T)((1.0 - momentum) * V(rm, c) + momentum * mean);
-            if (rv.p) V(rv, c) = (T)((1.0 - momentum) * V(rv, c) + momentum * (v / (double)(cnt - 1)));
-        } else {
-            mean = V(rm, c);
-            invstd = 1.0 / sqrt((double)V(rv, c) + eps);
         }
-        if (smean.p) V(smean, c) = (T)mean;
-        if (sinv.p) V(sinv, c) = (T)invstd;
-        double wc = w.p ? (double)V(w, c) : 1.0, bc = b.p ? (double)V(b, c) : 0.0;
-        T alpha = (T)(invstd * wc), beta = (T)bc, center = (T)mean;
+        T center, alpha, beta;
+        F(bn_channel)(c, training, mean, v, N * S, w, b, rm, rv, momentum, eps, smean, sinv, &center, &alpha, &beta);
         for (int64_t n = 0; n < N; n++) F(affine)(x + (n * C + c) * S, y + (n * C + c) * S, S, center, alpha, beta);
     }
 }
@@ -467,22 +480,9 @@ static void F(bn_fwd_nhwc)(const T *x, T *y, int64_t M, int64_t C, vec_t w, vec_
             for (int64_t c = 0; c < C; c++) { double d = row[c] - mean[c]; var[c] += d * d; }
         }
     }
-    for (int64_t c = 0; c < C; c++) {
-        double mu, invstd;
-        if (training) {
-            mu = mean[c];
-            invstd = 1.0 / sqrt(var[c] / (double)M + eps);
-            if (rm.p) V(rm, c) = (T)((1.0 - momentum) * V(rm, c) + momentum * mu);
-            if (rv.p) V(rv, c) = (T)((1.0 - momentum) * V(rv, c) + momentum * (var[c] / (double)(M - 1)));
-        } else {
-            mu = V(rm, c);
-            invstd = 1.0 / sqrt((double)V(rv, c) + eps);
-        }
-        if (smean.p) V(smean, c) = (T)mu;
-        if (sinv.p) V(sinv, c) = (T)invstd;
-        double wc = w.p ? (double)V(w, c) : 1.0, bc = b.p ? (double)V(b, c) : 0.0;
-        center[c] = (T)mu; alpha[c] = (T)(invstd * wc); beta[c] = (T)bc;
-    }
+    for (int64_t c = 0; c < C; c++)
+        F(bn_channel)(c, training, mean[c], var[c], M, w, b, rm, rv, momentum, eps, smean, sinv, &center[c], &alpha[c],
+                      &beta[c]);
 #pragma omp parallel for schedule(static) if (M * C > 16384)
     for (int64_t r = 0; r < M; r++) {
         const T *xr = x + r * C;

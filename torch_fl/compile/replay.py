@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from ..runtime import KernelGraph, WriteGuard, async_copy, events, recording
+from ..runtime import KernelGraph, WriteGuard, async_copy, cached_storages, events, recording
 
 MAX_SIGNATURES = 8  # recordings kept per graph (each holds its buffers)
 # By default (options replay=None) a graph is not recorded when its buffers would exceed this: a recording
@@ -299,7 +299,9 @@ class ReplayedGraph:
         self.status.recordings += 1
         if rec.reason is not None:
             return self._refuse(key, args, rec.reason, outs)
-        params = {a.untyped_storage().data_ptr() for _, a in static}  # alive with the model anyway
+        # alive with the model anyway: its parameters, and what the compiled graph's caches derived from them
+        # (folded, channels-last and concatenated weights: runtime.cached_value)
+        params = {a.untyped_storage().data_ptr() for _, a in static} | cached_storages()
         big = self._too_big(
             sum(s.nbytes() for s in rec.keep if isinstance(s, torch.UntypedStorage) and s.data_ptr() not in params)
         )

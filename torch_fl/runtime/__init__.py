@@ -45,7 +45,7 @@ from .tensor import (
 )
 from .transfers import copy_on_device, copy_unique, cpu_into_fl, cpu_to_new_fl, fl_to_cpu
 from .untraced import not_traced
-from .watch import WATCH, Sources, WriteGuard
+from .watch import WATCH, Sources, WriteGuard, cached_storages, cached_value
 
 
 def register() -> None:
@@ -132,4 +132,6 @@ __all__ = [
     "to_meta",
     "using_backend",
     "with_bits",
+    "cached_storages",
+    "cached_value",
 ]

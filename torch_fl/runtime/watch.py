@@ -9,6 +9,8 @@ watches its sources' storages and is valid while their write generations stand s
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from . import core
@@ -90,3 +92,27 @@ class Sources:
             self._guard = WriteGuard(tensors)
             self._epoch += 1
         return (meta, self._epoch)
+
+
+# Values a cache derived from parameters and keeps (a folded or channels-last weight, a concatenation of
+# weights): alive with their cache whatever runs. A replay that reads one pins nothing the model does not hold
+# already, so compile.replay leaves their storages out of the device memory it counts against its bound.
+CACHED: dict[int, weakref.ref] = {}  # id(value) -> a weak reference (a WeakSet would compare tensors with ==)
+
+
+def cached_value(t: torch.Tensor) -> torch.Tensor:
+    """Registers t as a cache's value (CACHED) while t lives; returns t."""
+    key = id(t)
+
+    def gone(ref: weakref.ref, key: int = key) -> None:
+        if CACHED.get(key) is ref:
+            del CACHED[key]
+
+    CACHED[key] = weakref.ref(t, gone)
+    return t
+
+
+def cached_storages() -> set[int]:
+    """The data pointers of the storages of the cached values alive now."""
+    alive = (ref() for ref in list(CACHED.values()))
+    return {t.untyped_storage().data_ptr() for t in alive if t is not None}

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ...runtime import Sources
+from ...runtime import Sources, cached_value
 from .base import Pass, PassContext
 from .fxnodes import only_user
 
@@ -47,7 +47,7 @@ class FoldedConv(torch.nn.Module):
             w = weight * scale.reshape((-1,) + (1,) * (weight.dim() - 1))
             if self.channels_last:
                 w = w.contiguous(memory_format=torch.channels_last)
-            self._key, self._folded = key, (w, shift)
+            self._key, self._folded = key, (cached_value(w), cached_value(shift))
         w, b = self._folded
         if self.channels_last:  # (2-D: the layout pass checks)
             return torch.ops.fl.conv2d_nhwc.default(x, w, b, self.stride, self.padding, self.dilation, self.groups)

@@ -52,7 +52,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from ...runtime import REGISTRY, Sources
+from ...runtime import REGISTRY, Sources, cached_value
 from .base import Pass, PassContext
 from .fxnodes import is_call, outputs
 
@@ -94,7 +94,7 @@ class WeightCache:
         value = self._value
         if key != self._key or value is None:
             v = make() if make is not None else w
-            value = v.contiguous(memory_format=CL)
+            value = cached_value(v.contiguous(memory_format=CL))
             self._key, self._value = key, value
         return value
 

@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from ...runtime import Sources
+from ...runtime import Sources, cached_value
 from ..graph_report import Pattern
 from .base import Pass, PassContext
 from .fxnodes import KEEP_META, is_call, is_linear, where
@@ -105,7 +105,7 @@ class CachedCat(nn.Module):
         alive = len(self._refs) == len(tensors) and all(r() is t for r, t in zip(self._refs, tensors, strict=True))
         value = self._value
         if not alive or key != self._key or value is None:
-            value = self._value = torch.cat(tensors, self.dim)
+            value = self._value = cached_value(torch.cat(tensors, self.dim))
             self._refs, self._key = [weakref.ref(t) for t in tensors], key
         return value
 
