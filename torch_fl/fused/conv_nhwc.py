@@ -46,7 +46,6 @@ _lib.define(
 
 aten = torch.ops.aten
 CL = torch.channels_last
-KERNELS = ("fl::conv2d_nhwc", "fl::conv2d_nhwc_backward")  # the names a plugin's kernels would declare
 
 
 def _check(input: torch.Tensor, weight: torch.Tensor, groups: int, op: str = "fl::conv2d_nhwc") -> None:
@@ -65,7 +64,7 @@ def _check(input: torch.Tensor, weight: torch.Tensor, groups: int, op: str = "fl
     )
 
 
-def out_shape(
+def _out_shape(
     input: torch.Tensor, weight: torch.Tensor, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]
 ) -> tuple:
     """The output's (N, O, H', W') of a 2-D convolution (not transposed)."""
@@ -83,14 +82,14 @@ def _reference(input, weight, bias, stride, padding, dilation, groups):
 
 def _fake(input, weight, bias, stride, padding, dilation, groups):
     _check(input, weight, groups)
-    shape = out_shape(input, weight, stride, padding, dilation)
+    shape = _out_shape(input, weight, stride, padding, dilation)
     return torch.empty(shape, dtype=input.dtype, device=input.device, memory_format=CL)
 
 
 def _decomposition(input, weight, bias, stride, padding, dilation, groups):
     _check(input, weight, groups)
     out = torch.empty(
-        out_shape(input, weight, stride, padding, dilation), dtype=input.dtype, device=input.device, memory_format=CL
+        _out_shape(input, weight, stride, padding, dilation), dtype=input.dtype, device=input.device, memory_format=CL
     )
     w = weight.contiguous(memory_format=CL)  # itself when it already is (a cached channels-last weight)
     return aten.convolution.out(input, w, bias, stride, padding, dilation, False, [0, 0], groups, out=out)
