@@ -298,6 +298,12 @@ def test_conv2d_nhwc_refuses_bad_input_with_the_fix():
         fl.fused.conv2d_nhwc(torch.randn(2, 3, 5, device=dev), torch.randn(4, 3, 3, device=dev))
     with pytest.raises(RuntimeError, match="the input has 3 channels, the weight expects 2 x 1 group"):
         fl.fused.conv2d_nhwc(torch.randn(2, 3, 5, 5, device=dev), torch.randn(4, 2, 3, 3, device=dev))
+    for backend in ("ascend", "minimal", "cpu"):  # ascend's own kernel was handed an empty output here
+        with pytest.raises(RuntimeError, match=r"padded input \[2, 2\] is smaller than the kernel \[3, 3\]"):
+            d = fl.device(backend)
+            fl.fused.conv2d_nhwc(torch.randn(1, 3, 2, 2, device=d), torch.randn(4, 3, 3, 3, device=d))
+    with pytest.raises(RuntimeError, match=r"Kernel size can't be greater"):  # CPU tensors: F.conv2d's refusal
+        fl.fused.conv2d_nhwc(torch.randn(1, 3, 2, 2), torch.randn(4, 3, 3, 3))
     with pytest.raises(ValueError, match="numeric padding, not 'same'"):
         fl.fused.conv2d_nhwc(torch.randn(2, 3, 5, 5), torch.randn(4, 3, 3, 3), padding="same")
     with pytest.raises(RuntimeError, match="asks for the bias gradient but bias_sizes is None"):

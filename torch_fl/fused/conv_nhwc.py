@@ -67,11 +67,20 @@ def _check(input: torch.Tensor, weight: torch.Tensor, groups: int, op: str = "fl
 def _out_shape(
     input: torch.Tensor, weight: torch.Tensor, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]
 ) -> tuple:
-    """The output's (N, O, H', W') of a 2-D convolution (not transposed)."""
-    ext = [
-        (input.shape[2 + i] + 2 * padding[i] - dilation[i] * (weight.shape[2 + i] - 1) - 1) // stride[i] + 1
-        for i in range(2)
-    ]
+    """The output's (N, O, H', W') of a 2-D convolution (not transposed); a kernel larger than the padded input
+    is refused, as F.conv2d refuses it (the fake implementation runs before any kernel: a plugin's kernel
+    would otherwise be handed an empty output)."""
+    ext, padded_hw = [], [input.shape[2 + i] + 2 * padding[i] for i in range(2)]
+    for i in range(2):
+        padded, reach = padded_hw[i], dilation[i] * (weight.shape[2 + i] - 1) + 1
+        torch._check(
+            padded >= reach,
+            lambda: (
+                f"fl::conv2d_nhwc: the padded input {padded_hw} is smaller than the kernel "
+                f"{list(weight.shape[2:])} with dilation {list(dilation)}; pad the input or use a smaller kernel"
+            ),
+        )
+        ext.append((padded - reach) // stride[i] + 1)
     return (input.shape[0], weight.shape[0], *ext)
 
 
