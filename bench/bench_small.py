@@ -29,7 +29,10 @@ Columns, each one training step (forward, loss, backward, optimizer step) or one
             with the reason, when inductor does not work here
   eager     the model on the backend's fl device, no compilation
   compiled  torch.compile(model, backend="fl"): its graphs recorded once as kernel lists and replayed
-            by the C core where they can be (the default, docs/fusion.md "Graph replay")
+            by the C core where they can be (the default, docs/fusion.md "Graph replay"), simple
+            training graphs run by torch_fl's lean runtime (the default, compile/lean.py)
+  aot-runtime  the same with options={"lean": False}: AOTAutograd's own runtime around the graphs
+            (training only: inference graphs always run on it)
   no-replay torch.compile(model, backend="fl", options={"replay": False}): every op dispatched
   dynamo    torch.compile(model, backend="eager") on fl: Dynamo's capture run by eager PyTorch, no
             compiler at all; what any torch.compile backend costs per call at least (its guards,
@@ -38,8 +41,9 @@ Every fl step ends with torch.fl.synchronize(). Timing: after a warm-up (compila
 --rounds rounds; in each round every column runs --steps steps back to back, the columns in a
 rotated order (this machine's speed drifts for seconds at a time); a column's figure is the median
 over rounds of its time per step. Ratios: eager / native, compiled / eager, compiled / native,
-no-replay / eager, dynamo / eager, inductor / native. One thread by default (torch.set_num_threads(1); --threads to
-change), which is also the plugins' OpenMP team size (they share torch's OpenMP runtime).
+aot-runtime / eager, no-replay / eager, dynamo / eager, inductor / native. One thread by default
+(torch.set_num_threads(1); --threads to change), which is also the plugins' OpenMP team size (they share
+torch's OpenMP runtime).
 
 A column that fails prints its error's first line below the table instead of stopping the run.
 
@@ -77,7 +81,7 @@ from torch import nn
 
 import torch_fl as fl
 
-COLUMNS = ("native", "inductor", "eager", "compiled", "noreplay", "dynamo")
+COLUMNS = ("native", "inductor", "eager", "compiled", "aot", "noreplay", "dynamo")
 MODELS = ("mlp", "bert", "conv", "lstm")
 BACKENDS = ("cpu", "rocm", "ascend", "minimal")
 TITLES = {
@@ -272,6 +276,11 @@ def fl_columns(name: str, backend: str, infer: bool) -> dict[str, Callable]:
         compiled.compiled = c
         return stepper(c, m.parameters(), fl_batch, loss_fn, sync, infer)
 
+    def aot():
+        m = _mode(copy.deepcopy(model), infer).to(dev)
+        c = torch.compile(m, backend="fl", options={"lean": False})
+        return stepper(c, m.parameters(), fl_batch, loss_fn, sync, infer)
+
     def noreplay():
         m = _mode(copy.deepcopy(model), infer).to(dev)
         c = torch.compile(m, backend="fl", options={"replay": False})
@@ -281,7 +290,10 @@ def fl_columns(name: str, backend: str, infer: bool) -> dict[str, Callable]:
         m = _mode(copy.deepcopy(model), infer).to(dev)
         return stepper(torch.compile(m, backend="eager"), m.parameters(), fl_batch, loss_fn, sync, infer)
 
-    return {"eager": eager, "compiled": compiled, "noreplay": noreplay, "dynamo": dynamo}
+    columns = {"eager": eager, "compiled": compiled, "noreplay": noreplay, "dynamo": dynamo}
+    if not infer:  # inference graphs always run on AOTAutograd's runtime: that column would repeat "compiled"
+        columns["aot"] = aot
+    return columns
 
 
 def replay_status(builder) -> str:
@@ -293,6 +305,17 @@ def replay_status(builder) -> str:
     except Exception as e:
         return f"report failed: {_first_line(e)}"
     return "; ".join(str(s) for s in status) if status else "no replayable graph"
+
+
+def runtime_status(builder) -> str:
+    c = getattr(builder, "compiled", None)
+    if c is None:
+        return ""
+    try:
+        lines = sorted({g.runtime.describe() for g in fl.fusion_report(c).graphs if g.runtime is not None})
+    except Exception as e:
+        return f"report failed: {_first_line(e)}"
+    return "; ".join(lines)
 
 
 def measure_row(name: str, backend: str, native: dict[str, Callable], args: argparse.Namespace, infer: bool) -> dict:
@@ -311,6 +334,7 @@ def measure_row(name: str, backend: str, native: dict[str, Callable], args: argp
         "us": {c.name: c.us for c in cols},
         "errors": {c.name: c.error for c in cols if c.error},
         "replay": replay_status(fl_builders["compiled"]),
+        "runtime": runtime_status(fl_builders["compiled"]),
     }
     return out
 
@@ -324,10 +348,15 @@ def _cell(us: float | None) -> str:
 
 
 def print_table(rows: list[dict], titles: dict[str, str], inductor: bool) -> None:
-    head = ["model", "backend", "native us", "eager us", "compiled us", "no-replay us", "dynamo us"]
+    aot = any("aot" in r["us"] for r in rows)
+    head = ["model", "backend", "native us", "eager us", "compiled us"]
+    head += ["aot-runtime us"] if aot else []
+    head += ["no-replay us", "dynamo us"]
     if inductor:
         head.append("inductor us")
-    head += ["eager/native", "compiled/eager", "compiled/native", "no-replay/eager", "dynamo/eager"]
+    head += ["eager/native", "compiled/eager", "compiled/native"]
+    head += ["aot-runtime/eager"] if aot else []
+    head += ["no-replay/eager", "dynamo/eager"]
     if inductor:
         head.append("inductor/native")
     print("| " + " | ".join(head) + " |")
@@ -341,6 +370,7 @@ def print_table(rows: list[dict], titles: dict[str, str], inductor: bool) -> Non
             _cell(us.get("native")),
             _cell(us.get("eager")),
             _cell(us.get("compiled")),
+            *([_cell(us.get("aot"))] if aot else []),
             _cell(us.get("noreplay")),
             _cell(us.get("dynamo")),
         ]
@@ -350,6 +380,7 @@ def print_table(rows: list[dict], titles: dict[str, str], inductor: bool) -> Non
             _ratio(us.get("eager"), us.get("native")),
             _ratio(us.get("compiled"), us.get("eager")),
             _ratio(us.get("compiled"), us.get("native")),
+            *([_ratio(us.get("aot"), us.get("eager"))] if aot else []),
             _ratio(us.get("noreplay"), us.get("eager")),
             _ratio(us.get("dynamo"), us.get("eager")),
         ]
@@ -363,6 +394,8 @@ def print_table(rows: list[dict], titles: dict[str, str], inductor: bool) -> Non
     for r in rows:
         if r["replay"]:
             print(f"  {r['model']} {r['backend']} replay: {r['replay']}")
+        if r.get("runtime"):
+            print(f"  {r['model']} {r['backend']} runtime: {r['runtime']}")
 
 
 def check_inductor() -> str | None:

@@ -100,7 +100,7 @@ def test_bad_arguments_say_what_to_do(monkeypatch):
         fl.compile(3)
     with pytest.raises(TypeError, match="already compiled; compile the original"):
         fl.compile(fl.compile(m))
-    with pytest.raises(TypeError, match=r"options=\{'passes': \.\.\., 'replay': \.\.\.\} only, not \['mode'\]"):
+    with pytest.raises(TypeError, match=r"'replay': \.\.\., 'lean': \.\.\.\} only, not \['mode'\]"):
         fl_dynamo.fl_backend(None, [], options={"mode": "max"})
     monkeypatch.setenv("FL_FUSION_DISABLE", "conv_bn,fold")
     with pytest.raises(ValueError, match=r"FL_FUSION_DISABLE names an unknown pass 'fold'; the passes are"):

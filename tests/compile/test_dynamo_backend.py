@@ -401,6 +401,6 @@ def test_pass_selection_and_fl_fusion_disable(monkeypatch):
         fl_passes.enabled_passes(None)
     monkeypatch.delenv("FL_FUSION_DISABLE")
     with pytest.raises(
-        torch._dynamo.exc.BackendCompilerFailed, match=r"takes options=\{'passes': \.\.\., 'replay': \.\.\.\} only"
+        torch._dynamo.exc.BackendCompilerFailed, match=r"takes options=\{'passes': \.\.\., 'replay': \.\.\., 'lean'"
     ):
         torch.compile(nn.Linear(2, 2).to("fl"), backend="fl", options={"mode": 1})(torch.randn(1, 2).to("fl"))

@@ -58,6 +58,7 @@ def compile(
     dynamic: bool | None = None,
     fullgraph: bool = False,
     replay: bool | None = None,
+    lean: bool = True,
 ) -> Callable:
     """`torch.compile(model, backend="fl")` with a pass selection.
 
@@ -69,7 +70,10 @@ def compile(
     graph whose ops are all plugin kernel calls is recorded once and its kernel
     list replayed without per-op Python (compile/replay.py); by default (None)
     where its buffers stay under compile.replay.AUTO_MAX_BYTES, True at any size,
-    False never."""
+    False never. lean: a training graph whose AOTAutograd metadata is simple (no
+    input mutation, no aliased output, no subclass, static sizes) runs through
+    compile/lean.py's autograd.Function instead of AOTAutograd's runtime; False
+    keeps AOTAutograd's for every graph."""
     if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
         raise TypeError("this model is already compiled; compile the original (compiled._orig_mod) to change passes")
     if not callable(model):
@@ -77,7 +81,8 @@ def compile(
     chosen = enabled_passes(passes)
     if not config.env_bool("FL_COMPILE", True):
         return model
-    return torch.compile(model, backend=dynamo.backend(chosen, replay=replay), dynamic=dynamic, fullgraph=fullgraph)
+    chosen_backend = dynamo.backend(chosen, replay=replay, lean=lean)
+    return torch.compile(model, backend=chosen_backend, dynamic=dynamic, fullgraph=fullgraph)
 
 
 def fusion_report(compiled: Any) -> FusionReport:

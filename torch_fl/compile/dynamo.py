@@ -44,6 +44,7 @@ import torch.fx as fx
 
 from ..runtime import REGISTRY
 from .graph_report import GRAPHS, AtenGraph, DynamoGraph, FusionReport, Pattern, forget, frame_modules
+from .lean import LeanPlan, LeanRuntime
 from .passes import PassContext, enabled_passes, run_aten, run_captured
 from .passes.fxnodes import outputs
 from .replay import AUTO_MAX_BYTES, ReplayStatus, replayable
@@ -54,9 +55,28 @@ def _count_ops(gm: fx.GraphModule) -> int:
 
 
 def _aten_compiler(
-    kind: str, record: DynamoGraph, kernels: set, passes: list[str], replay: bool | None, shared: dict
+    kind: str,
+    record: DynamoGraph,
+    kernels: set,
+    passes: list[str],
+    replay: bool | None,
+    shared: dict,
+    plan: LeanPlan | None,
 ) -> Callable:
     def compile_aten(gm: fx.GraphModule, example_inputs: list) -> Callable:
+        fn = _compile_aten(gm, example_inputs)
+        if plan is not None:
+            if kind == "forward":
+                meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+                plan.set_forward(fn, gm, meta, len(example_inputs))
+            elif kind == "backward":
+                plan.set_backward(fn, gm)
+            else:
+                meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+                plan.set_inference(fn, gm, meta, len(example_inputs))
+        return fn
+
+    def _compile_aten(gm: fx.GraphModule, example_inputs: list) -> Callable:
         from functorch.compile import make_boxed_func
 
         before = _count_ops(gm)
@@ -90,13 +110,13 @@ def fusion_report(compiled: Any) -> FusionReport:
     return FusionReport.of(compiled)
 
 
-def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], replay: bool | None = None) -> Callable:
+def compile_graph(
+    gm: fx.GraphModule, example_inputs: list, passes: list[str], replay: bool | None = None, lean: bool = True
+) -> Callable:
     """One Dynamo graph through AOTAutograd, its aten graphs through the passes (replay: each aten graph
     recorded and replayed as a kernel list where it can be, compile.replay; None: where its buffers stay
-    under replay.AUTO_MAX_BYTES, True: any size, False: never)."""
-    from functorch.compile import min_cut_rematerialization_partition
-    from torch._dynamo.backends.common import aot_autograd
-
+    under replay.AUTO_MAX_BYTES, True: any size, False: never; lean: a training graph with simple metadata
+    run by compile.lean's runtime instead of AOTAutograd's)."""
     backend = REGISTRY.ensure().name
     kernels = set(REGISTRY.get(backend).capabilities.kernels)
     reason = getattr(gm, "compile_subgraph_reason", None)
@@ -112,11 +132,40 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], r
         modules=frame_modules(),
         replay=ReplayStatus() if replay is not False else None,
     )
+    plan = LeanPlan() if lean else None
+    if plan is not None:
+        plan.check_graph(gm, example_inputs)
+        record.runtime = plan
     wrapper = record.filename.replace(os.sep, "/").endswith("_dynamo/external_utils.py")
     if (wrapper or record.frame in ("forward", "_call_impl")) and record.modules:
         module = record.modules[0]()  # torch.compile(module)'s wrapper frame or a bare forward: name the model
         record.frame = f"{type(module).__name__}.forward" if module is not None else record.frame
     GRAPHS.append(record)
+    try:
+        compiled = _through_aot(gm, example_inputs, record, kernels, passes, replay, plan)
+    except BaseException:
+        # no graph came of it: Dynamo restarts its analysis (symbolic sizes it must specialize, a scalar it
+        # tensorifies) and hands the frame over again, or the error reaches the user; either way the report
+        # must not list a graph that never ran
+        GRAPHS[:] = [g for g in GRAPHS if g is not record]
+        raise
+    if plan is None or plan.reason is not None:
+        return compiled
+    return LeanRuntime(compiled, plan)
+
+
+def _through_aot(
+    gm: fx.GraphModule,
+    example_inputs: list,
+    record: DynamoGraph,
+    kernels: set,
+    passes: list[str],
+    replay: bool | None,
+    plan: LeanPlan | None,
+) -> Callable:
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+
     captured: list[Pattern] = []
     before = _count_ops(gm)
     run_captured(gm, kernels, captured, passes)
@@ -126,9 +175,9 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], r
         record.aten_graphs.append(AtenGraph("captured", before, _count_ops(gm), captured))
     shared: dict = {}  # one Dynamo graph's: its forward's passes leave word for its backward's
     return aot_autograd(
-        fw_compiler=_aten_compiler("forward", record, kernels, passes, replay, shared),
-        bw_compiler=_aten_compiler("backward", record, kernels, passes, replay, shared),
-        inference_compiler=_aten_compiler("inference", record, kernels, passes, replay, shared),
+        fw_compiler=_aten_compiler("forward", record, kernels, passes, replay, shared, plan),
+        bw_compiler=_aten_compiler("backward", record, kernels, passes, replay, shared, plan),
+        inference_compiler=_aten_compiler("inference", record, kernels, passes, replay, shared, plan),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
@@ -136,15 +185,26 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list, passes: list[str], r
 
 def fl_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The Dynamo backend named "fl" (entry point group `torch_dynamo_backends`):
-    `torch.compile(model, backend="fl", options={"passes": {...}, "replay": False})`."""
+    `torch.compile(model, backend="fl", options={"passes": {...}, "replay": False, "lean": False})`."""
     options = dict(kwargs.pop("options", None) or {})
     passes = enabled_passes(options.pop("passes", None))
     replay = _replay_option(options.pop("replay", None))
+    lean = _lean_option(options.pop("lean", True))
     if options or kwargs:
         raise TypeError(
-            f"backend='fl' takes options={{'passes': ..., 'replay': ...}} only, not {sorted({**options, **kwargs})}"
+            "backend='fl' takes options={'passes': ..., 'replay': ..., 'lean': ...} only, not "
+            f"{sorted({**options, **kwargs})}"
         )
-    return compile_graph(gm, example_inputs, passes, replay)
+    return compile_graph(gm, example_inputs, passes, replay, lean)
+
+
+def _lean_option(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise TypeError(
+        f"backend='fl': lean must be True (the default: simple training graphs run by torch_fl's lean runtime) "
+        f"or False (AOTAutograd's runtime for every graph), not {value!r}"
+    )
 
 
 def _replay_option(value: Any) -> bool | None:
@@ -156,14 +216,18 @@ def _replay_option(value: Any) -> bool | None:
     )
 
 
-def backend(passes: Mapping[str, bool] | Iterable[str] | None = None, replay: bool | None = None) -> Callable:
+def backend(
+    passes: Mapping[str, bool] | Iterable[str] | None = None, replay: bool | None = None, lean: bool = True
+) -> Callable:
     """A backend callable with a fixed pass selection: torch.compile(m, backend=backend({"conv_bn": False}));
     replay: the aten graphs recorded and replayed where they can be (compile.replay; None: up to
-    replay.AUTO_MAX_BYTES of buffers, True: any size, False: never)."""
+    replay.AUTO_MAX_BYTES of buffers, True: any size, False: never); lean: simple training graphs run by
+    compile.lean's runtime (False: AOTAutograd's runtime for all)."""
     chosen = enabled_passes(passes)
     replay = _replay_option(replay)
+    lean = _lean_option(lean)
 
     def fl_with_passes(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
-        return compile_graph(gm, example_inputs, chosen, replay)
+        return compile_graph(gm, example_inputs, chosen, replay, lean)
 
     return fl_with_passes

@@ -19,7 +19,7 @@ import os
 import sys
 import types
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -64,6 +64,7 @@ class DynamoGraph:
     aten_graphs: list[AtenGraph] = field(default_factory=list)
     modules: list = field(default_factory=list, repr=False)  # weak references to the nn.Modules of the frame
     replay: Any = None  # compile.replay.ReplayStatus (None with options={"replay": False}): replayed, or why not
+    runtime: Any = None  # compile.lean.LeanPlan (None with options={"lean": False}): which runtime calls the graphs
 
     @property
     def frame_id(self) -> str:
@@ -229,8 +230,9 @@ class FusionReport(Report):
     def to_dict(self) -> dict:
         graphs = []
         for g in self.graphs:
-            d = asdict(g)
+            d = asdict(replace(g, modules=[], runtime=None))  # a LeanPlan holds compiled callables: its line instead
             d.pop("modules")
+            d["runtime"] = g.runtime.describe() if g.runtime is not None else None
             graphs.append(d)
         return {
             "graph_count": self.graph_count,
@@ -279,6 +281,8 @@ class FusionReport(Report):
                     )
             if g.replay is not None:
                 lines.append(f"  replay: {g.replay}")
+            if g.runtime is not None:
+                lines.append(f"  runtime: {g.runtime.describe()}")
         return "\n".join(lines)
 
     def render(self) -> str:
