@@ -311,37 +311,6 @@ def test_an_input_written_inside_the_graph_stays_lean_and_its_version_moves():
     _same(_grads(m1), _grads(m2))
 
 
-@pytest.mark.parametrize("backend", ["cpu", "ascend"])
-def test_inference_graphs_are_called_directly_with_the_same_results(backend):
-    """Under no_grad, and with grad on but nothing requiring it (frozen parameters): the inference graph's
-    outputs equal AOTAutograd's runtime's, never require grad, and an input the graph writes has its
-    version counter moved as there."""
-    fl.set_backend(backend)
-    torch.manual_seed(0)
-    (m1, lean), (m2, aot) = _pair(_convnet().eval().to("fl"))
-    for _ in range(3):
-        x = torch.randn(2, 3, 8, 8, device="fl")
-        with torch.no_grad():
-            a, b = lean(x), aot(x)
-        torch.testing.assert_close(a.cpu(), b.cpu(), rtol=0, atol=0)
-    assert _plan(lean).describe() == "lean (torch_fl calls the compiled inference graph directly)"
-    fl_dynamo.reset()
-    (m1, lean), (m2, aot) = _pair(_CountsCalls().requires_grad_(False).to("fl"))
-    counters = [torch.zeros(1, device="fl"), torch.zeros(1, device="fl")]
-    x = torch.randn(2, 4, device="fl")
-    for _ in range(3):
-        outs, moved = [], []
-        for c, counter in zip((lean, aot), counters, strict=True):
-            before = counter._version
-            outs.append(c(x, counter))
-            moved.append(counter._version - before)
-        assert not outs[0].requires_grad and torch.is_grad_enabled()
-        torch.testing.assert_close(outs[0].cpu(), outs[1].cpu(), rtol=0, atol=0)
-        assert moved[0] == moved[1] and moved[0] > 0, moved
-    assert [c.item() for c in counters] == [3.0, 3.0]
-    assert _plan(lean).inference and _plan(lean).ready
-
-
 def test_graphs_aotautograds_runtime_must_run_stay_on_it_with_the_reason():
     x = torch.randn(2, 4, device="fl")
     mut = torch.compile(_ScalesItsInput().to("fl"), backend="fl")
@@ -359,6 +328,12 @@ def test_graphs_aotautograds_runtime_must_run_stay_on_it_with_the_reason():
         y, flat = view(x)
         (y.sum() + flat.square().sum()).backward()
     assert "aliases" in _plan(view).describe(), _plan(view).describe()
+    fl_dynamo.reset()
+
+    infer = torch.compile(_mlp().to("fl"), backend="fl")
+    with torch.no_grad():
+        infer(torch.randn(2, 8, device="fl"))
+    assert "an inference graph" in _plan(infer).describe()
     fl_dynamo.reset()
 
     auto = torch.compile(_mlp().to("fl"), backend="fl")

@@ -72,8 +72,7 @@ def _aten_compiler(
             elif kind == "backward":
                 plan.set_backward(fn, gm)
             else:
-                meta = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
-                plan.set_inference(fn, gm, meta, len(example_inputs))
+                plan.refuse("an inference graph (its wrapper costs about 1 us a call)")
         return fn
 
     def _compile_aten(gm: fx.GraphModule, example_inputs: list) -> Callable:

@@ -6,7 +6,7 @@ back to the caller's tensors, outputs that alias inputs rebuilt as views,
 tensor subclasses, functionalized RNG, effect tokens, symbolic sizes saved for
 the backward, autocast switched off around the graph, ...). A graph that needs
 none of it pays for the checks anyway: about 20 us a forward and 50 us a
-backward (7 us an inference call) on this project's 2-core machine, more than the replayed kernels of a
+backward on this project's 2-core machine, more than the replayed kernels of a
 small model's step (bench/bench_small.py, docs/benchmarks.md).
 
 For a graph whose metadata says it needs none of that, `LeanRuntime` runs the
@@ -28,10 +28,9 @@ Anything else (an input mutation AOTAutograd writes back after the graph, an
 aliased output, a subclass, autocast at compile time, saved-tensor hooks, a
 parameter held by the graph module, a metadata field this torch version names
 differently, compiled autograd at call time) keeps the graph on AOTAutograd's
-runtime; the report's `runtime:` line names the reason. An inference graph with
-such metadata is called directly too, under no_grad as AOTAutograd's inference
-wrapper calls it, its written inputs' version counters bumped (that wrapper
-costs ~7 us a call, about what the bench MLP's replayed kernels take). The forward calls before
+runtime; the report's `runtime:` line names the reason. Inference graphs stay on
+it: its inference wrapper costs about 1 us a call here (measured beside a direct
+call: the bench MLP's 52.4 vs 53.4 us), not worth a second path. The forward calls before
 the first backward run on AOTAutograd's runtime, since AOTAutograd compiles the
 backward graph (of static sizes) lazily, at its first use."""
 
@@ -69,17 +68,14 @@ class LeanPlan:
         self.tangents: tuple[tuple[int, Any], ...] = ()  # (output index, traced memory format) per backward tangent
         self.detach: tuple[int, ...] = ()  # inputs whose gradient is None: detached (AOTAutograd does too)
         self.nondeterministic = False  # traced with deterministic algorithms off
-        self.inference = False  # an inference graph: called directly under no_grad, no autograd.Function
         self.input_info: Sequence[Any] = ()
 
     @property
     def ready(self) -> bool:
-        return self.reason is None and (self.bw is not None or self.inference)
+        return self.reason is None and self.bw is not None
 
     def describe(self) -> str:
         """The report's `runtime:` line."""
-        if self.reason is None and self.inference:
-            return "lean (torch_fl calls the compiled inference graph directly)"
         if self.reason is None:
             if self.bw is None:
                 return f"{AOT} until the first backward compiles the backward graph, then lean"
@@ -109,46 +105,35 @@ class LeanPlan:
 
     def set_forward(self, fw: Callable, gm: fx.GraphModule, meta: Any, n_inputs: int) -> None:
         """The forward compiler's turn: AOTAutograd's metadata (TracingContext.fw_metadata) for this graph."""
-        if not self._take(fw, gm, meta, n_inputs, training=True):
+        if self.reason is not None:
             return
-        self.vc = meta.tensors_saved_for_backwards_with_vc_check_slice
-        self.novc = meta.tensors_saved_for_backwards_no_vc_check_slice
-        self.symints = meta.symints_saved_for_backwards_slice
-        self.dynamic_saved = dict(getattr(meta, "dynamic_saved_tensors_idxs", None) or {})
-        self.non_diff = tuple(i for i, o in enumerate(meta.output_info) if not o.requires_grad)
-        self.unsafe_views = tuple(
-            i for i, o in enumerate(meta.output_info) if o.output_type.name == "unsafe_view_alias"
-        )
+        reason = _forward_reason(meta, n_inputs)
+        if reason is None and len([n for n in gm.graph.nodes if n.op == "placeholder"]) != n_inputs:
+            reason = "the compiled graph's inputs are not the Dynamo graph's inputs"
+        if reason is not None:
+            self.refuse(reason)
+            return
         grads = [i for i, o in enumerate(meta.output_info) if getattr(o, "requires_grad_for_backward", o.requires_grad)]
         formats = [getattr(m, "memory_format", None) for m in meta.subclass_tangent_meta]
         if len(formats) != len(grads) or len(meta.traced_tangents) != len(grads) or None in formats:
             self.refuse("the backward's tangents are not the outputs' gradients")
             return
+        self.fw = fw
+        self.n_outputs = meta.num_outputs
+        self.vc = meta.tensors_saved_for_backwards_with_vc_check_slice
+        self.novc = meta.tensors_saved_for_backwards_no_vc_check_slice
+        self.symints = meta.symints_saved_for_backwards_slice
+        self.bump = tuple(meta.mutated_graph_handled_indices_seen_by_autograd)
+        self.dynamic_saved = dict(getattr(meta, "dynamic_saved_tensors_idxs", None) or {})
+        if meta.dynamic_outputs:
+            self.dynamic_outputs = tuple((i, o.dynamic_dims) for i, o in enumerate(meta.output_info) if o.dynamic_dims)
+        self.non_diff = tuple(i for i, o in enumerate(meta.output_info) if not o.requires_grad)
+        self.unsafe_views = tuple(
+            i for i, o in enumerate(meta.output_info) if o.output_type.name == "unsafe_view_alias"
+        )
         self.tangents = tuple(zip(grads, formats, strict=True))
         self.nondeterministic = meta.deterministic is False
         self.input_info = meta.input_info
-
-    def set_inference(self, fn: Callable, gm: fx.GraphModule, meta: Any, n_inputs: int) -> None:
-        """The inference compiler's turn: AOTAutograd's inference wrapper runs the graph under no_grad and
-        handles what the metadata names; for a simple graph that is all the lean path does too."""
-        self.inference = self._take(fn, gm, meta, n_inputs, training=False)
-
-    def _take(self, fn: Callable, gm: fx.GraphModule, meta: Any, n_inputs: int, training: bool) -> bool:
-        """What a forward and an inference graph share: the checks, the graph, the outputs' bookkeeping."""
-        if self.reason is not None:
-            return False
-        reason = _forward_reason(meta, n_inputs, training)
-        if reason is None and len([n for n in gm.graph.nodes if n.op == "placeholder"]) != n_inputs:
-            reason = "the compiled graph's inputs are not the Dynamo graph's inputs"
-        if reason is not None:
-            self.refuse(reason)
-            return False
-        self.fw = fn
-        self.n_outputs = meta.num_outputs
-        self.bump = tuple(meta.mutated_graph_handled_indices_seen_by_autograd)
-        if meta.dynamic_outputs:
-            self.dynamic_outputs = tuple((i, o.dynamic_dims) for i, o in enumerate(meta.output_info) if o.dynamic_dims)
-        return True
 
     def set_backward(self, bw: Callable, gm: fx.GraphModule) -> None:
         """The backward compiler's turn (at the first backward): the lean path is ready."""
@@ -166,8 +151,8 @@ class LeanPlan:
         self.bw = bw
 
 
-def _forward_reason(meta: Any, n_inputs: int, training: bool = True) -> str | None:
-    """Why AOTAutograd's runtime must run this training (or inference) graph, or None: the lean runtime can."""
+def _forward_reason(meta: Any, n_inputs: int) -> str | None:
+    """Why AOTAutograd's runtime must run this training graph, or None: the lean runtime can."""
     if meta is None:
         return "no AOTAutograd metadata"
     try:
@@ -201,8 +186,6 @@ def _forward_reason(meta: Any, n_inputs: int, training: bool = True) -> str | No
             return "the graph switches grad mode"
         if not all(isinstance(m, PlainTensorMeta) for m in meta.subclass_inp_meta):
             return "tensor subclasses among the inputs"
-        if not training:
-            return None
         if meta.indices_of_inputs_that_requires_grad_with_mutations_in_bw:
             return "the backward mutates inputs"
         if getattr(meta, "num_opaque_objects_saved_for_bw", 0):
@@ -323,30 +306,15 @@ class LeanRuntime:
     def __call__(self, *args: Any) -> Any:
         plan = self.plan
         if plan.ready and not _compiled_autograd():
-            if plan.inference:
-                out = _infer(plan, args)
-            else:
-                if plan.detach:
-                    args = tuple(a.detach() if i in plan.detach else a for i, a in enumerate(args))
-                out = list(_lean_function().apply(plan, *args))
+            if plan.detach:
+                args = tuple(a.detach() if i in plan.detach else a for i, a in enumerate(args))
+            out = list(_lean_function().apply(plan, *args))
             for i in plan.bump:  # after the Function, as AOTAutograd's runtime wrapper does
                 torch.autograd.graph.increment_version(args[i])
             for i, dims in plan.dynamic_outputs:
                 _mark_dynamic(out[i], dims)
             return out
         return self.aot(*args)
-
-
-def _infer(plan: LeanPlan, args: tuple) -> list:
-    fw = plan.fw
-    assert fw is not None, "a lean inference plan runs only with its graph compiled"
-    if not torch.is_grad_enabled():
-        return list(fw(list(args)))
-    torch._C._set_grad_enabled(False)  # an inference graph compiled with grad on: no input requires grad
-    try:
-        return list(fw(list(args)))
-    finally:
-        torch._C._set_grad_enabled(True)
 
 
 def _mark_dynamic(t: torch.Tensor, dims: set) -> None:
