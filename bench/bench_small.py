@@ -61,7 +61,8 @@ replayed.
 
 --kernels: small kernels of the host plugin (backend cpu: zero_, add, mul, copy_, a transposing copy
 and sum of float32 vectors, 16 to 1M elements; add and relu of channels-last (1, 16, 1, n/16) tensors:
-add_cl, relu_cl; --kernel-ops chooses) called directly through cffi (no dispatch: the
+add_cl, relu_cl; the 3x3 windows of a 4-channel image laid out as rows, as the convolution decomposition's
+im2col does: copy_win; --kernel-ops chooses) called directly through cffi (no dispatch: the
 kernel's own cost), beside the same native PyTorch op, with one OpenMP thread and with two; with
 --old, the same kernels of another build of libfl_cpu.so loaded beside this tree's (an A/B in one
 process). Per call in microseconds, medians of --rounds rounds, the variants in a rotated order."""
@@ -436,6 +437,11 @@ def _kernel_case(op: str, n: int, builds: dict) -> tuple[dict, tuple]:
     oc = torch.empty_like(ac)
     r = max(8, int(n**0.5))
     m, mt = torch.randn(r, n // r), torch.empty(n // r, r)
+    # im2col: the 3x3 windows of a (1, 4, h, h) image as rows (1, oh, ow, 4, 3, 3), rows of 3 elements
+    h = max(4, int((n / 4) ** 0.5))
+    img = torch.randn(1, 4, h, h)
+    win = img.as_strided((1, 4, h - 2, h - 2, 3, 3), (4 * h * h, h * h, h, 1, h, 1)).permute(0, 2, 3, 1, 4, 5)
+    wo = torch.empty(win.shape)
     t0, t1, i1, no = ("tensor", 0), ("tensor", 1), ("int", 1), ("bool", False)
     name, ins, outs, args, native = {
         "zero_": ("aten::zero_", [a], [a], [t0], lambda: a.zero_()),
@@ -446,6 +452,7 @@ def _kernel_case(op: str, n: int, builds: dict) -> tuple[dict, tuple]:
         "sum": ("aten::sum", [a], [s], [t0, ("none",)], lambda: torch.sum(a, 0, out=s)),
         "add_cl": ("aten::add.Tensor", [ac, bc], [oc], [t0, t1, i1], lambda: torch.add(ac, bc, out=oc)),
         "relu_cl": ("aten::relu", [ac], [oc], [t0], lambda: torch.clamp_min(ac, 0, out=oc)),
+        "copy_win": ("aten::copy_", [wo, win], [wo], [t0, t1, no], lambda: wo.copy_(win)),
     }[op]
     ci, co, ca = ffi.new("fl_tensor_t[]", len(ins)), ffi.new("fl_tensor_t[]", len(outs)), ffi.new("fl_arg_t[]", 4)
     for arr, ts in ((ci, ins), (co, outs)):
@@ -466,7 +473,7 @@ def _kernel_case(op: str, n: int, builds: dict) -> tuple[dict, tuple]:
         if fn(ffi.NULL, 0, ci, ni, co, nn_, ca, na) != 0:
             raise RuntimeError(f"{label} {name} failed")
         variants[label] = lambda fn=fn, ni=ni, nn_=nn_, na=na: fn(ffi.NULL, 0, ci, ni, co, nn_, ca, na)
-    return variants, (a, b, o, s, m, mt, ac, bc, oc, ci, co, ca)
+    return variants, (a, b, o, s, m, mt, ac, bc, oc, img, win, wo, ci, co, ca)
 
 
 def handoff_section(args: argparse.Namespace) -> None:
@@ -503,7 +510,7 @@ def handoff_section(args: argparse.Namespace) -> None:
         )
 
 
-KERNEL_OPS = ("zero_", "add", "mul", "copy_", "copy_T", "sum", "add_cl", "relu_cl")
+KERNEL_OPS = ("zero_", "add", "mul", "copy_", "copy_T", "sum", "add_cl", "relu_cl", "copy_win")
 
 
 def kernels_section(args: argparse.Namespace) -> None:
@@ -567,7 +574,8 @@ def main() -> None:
         nargs="+",
         choices=KERNEL_OPS,
         default=list(KERNEL_OPS),
-        help="with --kernels: which (add_cl, relu_cl: channels-last operands)",
+        help="with --kernels: which (add_cl, relu_cl: channels-last operands; copy_win: an im2col, 3x3 windows of "
+        "a 4-channel image as rows, ~9x the size's elements)",
     )
     args = ap.parse_args()
     args.rounds = args.rounds or (5 if args.quick else 15)

@@ -169,6 +169,30 @@ def test_copy_layouts(layout, shape):
         check(aten.copy_, torch.empty(shape), make(shape[-1:], torch.float32))
 
 
+@pytest.mark.parametrize("dt", [torch.uint8, torch.int16, torch.float32, torch.float64, torch.complex64, torch.bool])
+@pytest.mark.parametrize("batch", [2, 40])  # 40: rows split across the pool's threads, mid-odometer starts
+def test_copy_of_short_rows_im2col_windows(dt, batch):
+    """The same-dtype copy with rows of <= 16 elements (copy_short_rows: an odometer over the rows): the
+    convolution decomposition's im2col, windows (N, oh, ow, C, kh, kw) of a padded input into rows, with
+    stride 2 and an offset; every element width, bool through the converting path; exact."""
+    x = make((batch, 3, 20, 20), dt, lo=-100, hi=100)  # windows over its last 19 x 19 (offset 21: row 1, column 1)
+    for stride, k in ((1, 3), (2, 3), (1, 5)):
+        oh = (19 - k) // stride + 1
+        st = x.stride()
+        win = x.as_strided(
+            (batch, 3, oh, oh, k, k), (st[0], st[1], st[2] * stride, stride, st[2], 1), x.storage_offset() + 21
+        ).permute(0, 2, 3, 1, 4, 5)
+        dst = torch.empty(win.shape, dtype=dt)
+        st_, got = fl_call(aten.copy_, dst, win)
+        assert st_ == 0
+        assert torch.equal(got, win.contiguous()), (dt, stride, k)
+    # a destination of short rows too: the transposed window copy back
+    dst = torch.empty(batch, 5, 3, dtype=dt).transpose(1, 2)
+    src = make((batch, 3, 5), dt, lo=-100, hi=100)
+    st_, got = fl_call(aten.copy_, dst, src)
+    assert st_ == 0 and torch.equal(got, src)
+
+
 def test_copy_big_contiguous_and_scalar():
     src = torch.randn(1 << 20)
     check(aten.copy_, torch.empty(1 << 20), src)
