@@ -223,6 +223,13 @@ def test_create_graph_gives_the_gradients_and_a_double_backward_raises():
     torch.testing.assert_close(g.detach().cpu(), ref.cpu(), rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="double backward through a compiled graph"):
         g.sum().backward()
+    # a constant gradient (sum()'s) and detached saved tensors: still connected, still raising
+    (g1,) = torch.autograd.grad(lean(x).sum(), [m1[0].weight], create_graph=True)
+    (ref1,) = torch.autograd.grad(aot(x).sum(), [m2[0].weight])
+    torch.testing.assert_close(g1.detach().cpu(), ref1.cpu(), rtol=0, atol=0)
+    assert g1.requires_grad
+    with pytest.raises(RuntimeError, match="double backward through a compiled graph"):
+        g1.sum().backward()
     for p in m1.parameters():
         p.grad = None
     lean(x).sum().backward()  # the process stays usable

@@ -100,8 +100,9 @@ class LeanPlan:
                 break
         if torch._C._is_any_autocast_enabled():
             self.refuse("autocast is on (AOTAutograd's runtime switches it off around the graph)")
-        if torch._C._autograd._top_saved_tensors_default_hooks(True) is not None:
-            self.refuse("saved-tensor hooks are active")
+        hooks = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+        if hooks is None or hooks(True) is not None:
+            self.refuse("saved-tensor hooks are active (or this torch cannot say whether)")
 
     def set_forward(self, fw: Callable, gm: fx.GraphModule, meta: Any, n_inputs: int) -> None:
         """The forward compiler's turn: AOTAutograd's metadata (TracingContext.fw_metadata) for this graph."""
@@ -221,7 +222,7 @@ class _NoDoubleBackward(torch.autograd.Function):
     them again raises (AOTAutograd's CompiledFunctionBackward does the same)."""
 
     @staticmethod
-    def forward(ctx: Any, bw: Callable, *args: Any) -> Any:
+    def forward(ctx: Any, bw: Callable, anchor: torch.Tensor | None, *args: Any) -> Any:
         return tuple(bw(list(args)))
 
     @staticmethod
@@ -244,7 +245,7 @@ def _forward(ctx: Any, plan: LeanPlan, *args: Any) -> Any:
     ctx.no_vc = no_vc
     ctx.symints = outs[plan.symints]
     ctx.plan = plan
-    user = outs[: plan.n_outputs]
+    user = list(outs[: plan.n_outputs])
     for i in plan.unsafe_views:
         if user[i]._is_view():  # a replay's outputs never are; the graph run normally may return one
             user[i] = torch.ops.aten._unsafe_view(user[i], user[i].shape)
@@ -267,7 +268,11 @@ def _backward(ctx: Any, *grads: Any) -> Any:
     bw = plan.bw
     assert bw is not None, "a lean plan runs only with its backward compiled"
     if torch.is_grad_enabled():  # create_graph=True
-        return (None, *_NoDoubleBackward.apply(bw, *args))
+        # nothing here may require grad (saved tensors are detached, the gradient may be a constant): an
+        # anchor that does keeps the results connected, so that differentiating them raises (AOTAutograd's way)
+        wired = any(isinstance(t, torch.Tensor) and t.requires_grad for t in args)
+        anchor = None if wired else torch.empty(0, requires_grad=True)
+        return (None, *_NoDoubleBackward.apply(bw, anchor, *args))
     return (None, *bw(args))
 
 
@@ -327,4 +332,4 @@ def _mark_dynamic(t: torch.Tensor, dims: set) -> None:
 def _compiled_autograd() -> bool:
     """torch._dynamo.compiled_autograd on: it traces AOTAutograd's backward itself (leave it that)."""
     ca = torch._dynamo.compiled_autograd
-    return bool(ca.compiled_autograd_enabled or ca.in_compiled_autograd_region)
+    return bool(getattr(ca, "compiled_autograd_enabled", False) or getattr(ca, "in_compiled_autograd_region", False))
