@@ -9,7 +9,7 @@
 # that the sdist or wheel would leave out, can make a test pass.
 #
 #   scripts/test.sh                     every test, the notebooks included, then the zoo, dispatch,
-#                                       replay, stream and profiler tests again with FL_EMU_ASYNC=1
+#                                       replay, lean-runtime, stream and profiler tests again with FL_EMU_ASYNC=1
 #   scripts/test.sh tests               the test suite alone
 #   scripts/test.sh notebooks           the notebooks alone (nbval re-runs the built .ipynb files)
 #   scripts/test.sh tests/runtime/test_device.py -x    arguments go to pytest
@@ -80,10 +80,10 @@ if [ "$#" -eq 0 ]; then
   # The emulated chips once more, as real chips behave (plugins_cffi/emulated/async.c): kernels finish
   # after their call returns and device memory is unreadable from the host, so a missing wait or a
   # host read of device memory anywhere in torch_fl fails here. (The cpu backend is the host itself.)
-  step "the zoo, dispatch, replay, stream and profiler tests on asynchronous emulated chips (FL_EMU_ASYNC=1)"
+  step "the zoo, dispatch, replay, lean-runtime, stream and profiler tests on asynchronous emulated chips (FL_EMU_ASYNC=1)"
   set +e
   FL_EMU_ASYNC=1 pytest -p no:cacheprovider -o addopts="-ra" -k "not cpu" tests/tools/test_zoo.py tests/dispatch/test_dispatch.py \
-    tests/compile/test_replay.py tests/runtime/test_streams.py tests/runtime/test_async.py tests/tools/test_profiler.py
+    tests/compile/test_replay.py tests/compile/test_lean.py tests/runtime/test_streams.py tests/runtime/test_async.py tests/tools/test_profiler.py
   rc_async=$?
   set -e
   if [ "$rc_async" -ne 0 ]; then
