@@ -45,6 +45,11 @@ aot-runtime / eager, no-replay / eager, dynamo / eager, inductor / native. One t
 (torch.set_num_threads(1); --threads to change), which is also the plugins' OpenMP team size (they share
 torch's OpenMP runtime).
 
+Dynamo's caches are reset before each model (torch._dynamo.reset()): Dynamo keys compiled code on the
+forward's code object, which every nn.Sequential shares, and once a code object has run with other input sizes
+it compiles it with symbolic sizes, so without the reset the conv net (after the MLP) was measured compiled
+with dynamic shapes, which a user compiling it alone does not get.
+
 A column that fails prints its error's first line below the table instead of stopping the run.
 
 --caller-thread: every backward runs on the thread that calls it (torch.autograd.set_multithreading_enabled
@@ -614,6 +619,10 @@ def main() -> None:
         infer = mode == "infer"
         rows = []
         for name in args.models:
+            # each model from an empty Dynamo cache: Dynamo keys compiled code on the forward's code object,
+            # which every nn.Sequential shares, and compiles a code object it has seen with other input sizes
+            # with symbolic sizes (its automatic dynamic shapes), so the conv net after the MLP would be dynamic
+            torch._dynamo.reset()
             try:
                 native = native_columns(name, args, infer)
             except Exception as e:  # e.g. transformers missing: the model's rows say why
