@@ -181,6 +181,21 @@ def test_a_gradient_of_another_layout_is_coerced_to_the_traced_strides():
     _same(_grads(m1), _grads(m2))
 
 
+def test_an_output_that_views_an_intermediate_can_be_changed_in_place():
+    """A 3-D linear's output is a view of its 2-D matmul (AOTAutograd's unsafe_view_alias): handed out as a
+    plain tensor (aten._unsafe_view), as AOTAutograd does, so an in-place change of it is allowed; as a view
+    made inside an autograd.Function it would raise. Without replay, so that the graph returns the view."""
+    (m1, lean), (m2, aot) = _pair(nn.Linear(8, 4).to("fl"), replay=False)
+    x = torch.randn(2, 3, 8, device="fl")
+    for _ in range(3):
+        for c in (lean, aot):
+            out = c(x)
+            out.mul_(2)
+            out.sum().backward()
+    assert _plan(lean).ready and _plan(lean).unsafe_views == (0,)
+    _same(_grads(m1), _grads(m2))
+
+
 def test_a_saved_tensor_changed_in_place_raises_as_with_aotautograd():
     """The forward's saved activations keep the version-counter check: an in-place change between forward
     and backward raises the same error on both runtimes (none where AOTAutograd saves without it)."""
