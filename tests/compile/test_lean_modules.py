@@ -5,8 +5,9 @@ backend "fl" twice, once on the lean runtime and once on AOTAutograd's (options=
 Three steps each (the first on AOTAutograd's runtime in both, since AOTAutograd compiles the backward at its
 first use; the others lean where it applies), seeded alike (dropout draws the same masks): the outputs, the
 parameters' and the inputs' gradients must be equal to the bit, since both run the same compiled graphs.
-Measured 2026-12-05: 112 modules equal, 107 of them with lean graphs (the recurrent modules, GaussianNLLLoss and
-CTCLoss give Dynamo no graph), ~35 s on the cpu backend."""
+On cpu (the host plugin), ascend (an emulated chip's native kernels) and minimal (decompositions and JIT
+kernels). Measured 2026-12-05: 112 modules equal on each, 107 of them with lean graphs (the recurrent modules,
+GaussianNLLLoss and CTCLoss give Dynamo no graph), ~35-40 s a backend."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import torch_fl as fl
 
 common_modules = pytest.importorskip("torch.testing._internal.common_modules")
 
-pytestmark = [pytest.mark.usefixtures("fresh_dynamo"), pytest.mark.slow]  # 114 modules, ~35 s in all
+pytestmark = [pytest.mark.usefixtures("fresh_dynamo"), pytest.mark.slow]  # 114 modules, ~35 s a backend
 
 # modules whose ModuleInfo sample cannot be compiled on any runtime here (the error comes before either one)
 NOT_COMPILABLE = {
@@ -80,11 +81,12 @@ def _steps(module: torch.nn.Module, args, kwargs, lean: bool) -> tuple[list, lis
     return steps, runtimes
 
 
+@pytest.mark.parametrize("backend", ["cpu", "ascend", "minimal"])
 @pytest.mark.parametrize("info", _float32_infos(), ids=lambda mi: mi.name)
-def test_every_moduleinfo_module_trains_as_on_aotautograds_runtime(info):
+def test_every_moduleinfo_module_trains_as_on_aotautograds_runtime(info, backend):
     if info.name in NOT_COMPILABLE:
         pytest.skip("its ModuleInfo sample fails in the meta function, on either runtime")
-    fl.set_backend("cpu")
+    fl.set_backend(backend)
     samples = list(info.module_inputs_func(info, device="cpu", dtype=torch.float32, requires_grad=True, training=True))
     if not samples:
         pytest.skip("no float32 training sample")
