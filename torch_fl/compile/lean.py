@@ -249,11 +249,10 @@ def _forward(ctx: Any, plan: LeanPlan, *args: Any) -> Any:
     for i in plan.unsafe_views:
         if user[i]._is_view():  # a replay's outputs never are; the graph run normally may return one
             user[i] = torch.ops.aten._unsafe_view(user[i], user[i].shape)
-    user = tuple(user)
     if plan.non_diff:
         ctx.mark_non_differentiable(*(user[i] for i in plan.non_diff))
         ctx._materialize_non_diff_grads = False
-    return user
+    return tuple(user)
 
 
 def _backward(ctx: Any, *grads: Any) -> Any:
