@@ -71,9 +71,9 @@ def compile(
     list replayed without per-op Python (compile/replay.py); by default (None)
     where its buffers stay under compile.replay.AUTO_MAX_BYTES, True at any size,
     False never. lean: a training graph whose AOTAutograd metadata is simple (no
-    input mutation, no aliased output, no subclass, static sizes) runs through
-    compile/lean.py's autograd.Function instead of AOTAutograd's runtime; False
-    keeps AOTAutograd's for every graph."""
+    input mutation written back after the graph, no aliased output, no tensor
+    subclass) runs through compile/lean.py's autograd.Function instead of
+    AOTAutograd's runtime; False keeps AOTAutograd's for every graph."""
     if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
         raise TypeError("this model is already compiled; compile the original (compiled._orig_mod) to change passes")
     if not callable(model):

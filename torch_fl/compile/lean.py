@@ -70,6 +70,9 @@ class LeanPlan:
         self.nondeterministic = False  # traced with deterministic algorithms off
         self.input_info: Sequence[Any] = ()
 
+    def __repr__(self) -> str:  # a report's repr shows the line, not the compiled callables
+        return f"LeanPlan({self.describe()!r})"
+
     @property
     def ready(self) -> bool:
         return self.reason is None and self.bw is not None
