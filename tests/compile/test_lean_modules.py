@@ -23,9 +23,9 @@ common_modules = pytest.importorskip("torch.testing._internal.common_modules")
 
 pytestmark = [pytest.mark.usefixtures("fresh_dynamo"), pytest.mark.slow]  # 114 modules, ~35 s a backend
 
-# modules whose ModuleInfo sample cannot be compiled on any runtime here (the error comes before either one)
+# modules whose ModuleInfo float32 sample fails in eager PyTorch on the CPU already
 NOT_COMPILABLE = {
-    # the sample passes _random_samples in float64 for a float32 input: the meta function refuses it
+    # the sample passes _random_samples in float64 for a float32 input: fractional_max_pool refuses it
     "nn.FractionalMaxPool2d",
     "nn.FractionalMaxPool3d",
 }
@@ -85,7 +85,7 @@ def _steps(module: torch.nn.Module, args, kwargs, lean: bool) -> tuple[list, lis
 @pytest.mark.parametrize("info", _float32_infos(), ids=lambda mi: mi.name)
 def test_every_moduleinfo_module_trains_as_on_aotautograds_runtime(info, backend):
     if info.name in NOT_COMPILABLE:
-        pytest.skip("its ModuleInfo sample fails in the meta function, on either runtime")
+        pytest.skip("its ModuleInfo float32 sample fails in eager PyTorch on the CPU (float64 _random_samples)")
     fl.set_backend(backend)
     samples = list(info.module_inputs_func(info, device="cpu", dtype=torch.float32, requires_grad=True, training=True))
     if not samples:
