@@ -19,14 +19,36 @@ static void tensor_range(const fl_tensor_t *t, int64_t *lo, int64_t *hi) {
 }
 
 /* Transposing copy: dst rows are contiguous, src is contiguous along dst's
- * next-outer dim. Moves 32x32 tiles so both sides stream through cache. */
+ * next-outer dim. Moves 32x32 tiles so both sides stream through cache. From
+ * BLOCKS_MIN elements on, each tile goes as 8x8 blocks through a local array
+ * (contiguous reads of 8, contiguous writes of 8): 2-3x faster once the data
+ * is out of cache (1M floats 1827 -> 636 us, one thread), slower while it is
+ * in, hence the threshold (bench_small.py --kernels --kernel-ops copy_T). */
 #define TILE 32
+#define BLOCKS_MIN ((int64_t)1 << 17)
 #define TILE_LOOP(T)                                                                          \
     {                                                                                         \
         T *d_ = (T *)j->dst->data;                                                            \
         const T *s_ = (const T *)j->src->data;                                                \
         for (int64_t a = a0; a < a1; a++)                                                     \
             for (int64_t b = b0; b < b1; b++) d_[db + a * das + b] = s_[sb + a + b * sbs];    \
+    }                                                                                         \
+    break;
+#define BLOCK_LOOP(T)                                                                         \
+    {                                                                                         \
+        T *d_ = (T *)j->dst->data + db;                                                       \
+        const T *s_ = (const T *)j->src->data + sb;                                           \
+        int64_t a8 = a0 + (a1 - a0) / 8 * 8, b8 = b0 + (b1 - b0) / 8 * 8;                     \
+        for (int64_t a = a0; a < a8; a += 8)                                                  \
+            for (int64_t b = b0; b < b8; b += 8) {                                            \
+                T t_[8][8];                                                                   \
+                for (int y = 0; y < 8; y++)                                                   \
+                    for (int x = 0; x < 8; x++) t_[x][y] = s_[a + x + (b + y) * sbs];         \
+                for (int x = 0; x < 8; x++)                                                   \
+                    for (int y = 0; y < 8; y++) d_[(a + x) * das + b + y] = t_[x][y];         \
+            }                                                                                 \
+        for (int64_t a = a0; a < a1; a++) /* the edges: rows past a8, columns past b8 */       \
+            for (int64_t b = a < a8 ? b8 : b0; b < b1; b++) d_[a * das + b] = s_[a + b * sbs]; \
     }                                                                                         \
     break;
 typedef struct {
@@ -54,6 +76,24 @@ static void tiled_units(void *job, int64_t u0, int64_t u1) {
     }
 }
 
+static void block_units(void *job, int64_t u0, int64_t u1) { /* tiled_units' tiles as 8x8 blocks */
+    const tiled_job_t *j = job;
+    int64_t A = j->A, B = j->B, das = j->das, sbs = j->sbs, ta = j->ta, tb = j->tb;
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t pl = u / (ta * tb), rem = u % (ta * tb);
+        int64_t a0 = (rem / tb) * TILE, b0 = (rem % tb) * TILE;
+        int64_t a1 = a0 + TILE < A ? a0 + TILE : A, b1 = b0 + TILE < B ? b0 + TILE : B;
+        int64_t base[FL_ITER_MAX];
+        fl_iter_row(j->it, pl * A, base);
+        int64_t db = base[0], sb = base[1];
+        switch (j->isz) {
+        case 2: BLOCK_LOOP(uint16_t)
+        case 4: BLOCK_LOOP(uint32_t)
+        default: BLOCK_LOOP(uint64_t)
+        }
+    }
+}
+
 static int copy_tiled(const fl_tensor_t *dst, const fl_tensor_t *src, const fl_iter_t *it, int64_t numel) {
     size_t isz = fl_itemsize(dst->dtype);
     if (it->ndim < 1 || it->inner_stride[0] != 1 || it->strides[1][it->ndim - 1] != 1 || it->inner < 8 ||
@@ -64,7 +104,8 @@ static int copy_tiled(const fl_tensor_t *dst, const fl_tensor_t *src, const fl_i
     int64_t planes = it->outer / A;
     int64_t ta = (A + TILE - 1) / TILE, tb = (B + TILE - 1) / TILE, units = planes * ta * tb;
     tiled_job_t job = {dst, src, it, A, B, das, sbs, ta, tb, isz};
-    fl_par_for(units, fl_par_grain(units, numel, PAR_MIN, PAR_CHUNK), tiled_units, &job);
+    fl_par_for(units, fl_par_grain(units, numel, PAR_MIN, PAR_CHUNK), numel >= BLOCKS_MIN ? block_units : tiled_units,
+               &job);
     return 0;
 }
 

@@ -193,6 +193,18 @@ def test_copy_of_short_rows_im2col_windows(dt, batch):
     assert st_ == 0 and torch.equal(got, src)
 
 
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.int64, torch.complex64])
+@pytest.mark.parametrize("shape", [(9, 17), (70, 41), (3, 300, 150), (2, 256, 256)])
+def test_transposing_copy_in_8x8_blocks_and_edges(dt, shape):
+    """The tiled transposing copy (copy_tiled): element by element below BLOCKS_MIN (2^17) elements, from there
+    8x8 blocks inside 32x32 tiles and the rows and columns past the last whole block (300 x 150), for every
+    element width it takes; a batch dim in front; exact."""
+    src = make(shape, dt, lo=-100, hi=100).transpose(-1, -2)
+    dst = torch.empty(src.shape, dtype=dt)
+    st_, got = fl_call(aten.copy_, dst, src)
+    assert st_ == 0 and torch.equal(got, src.contiguous())
+
+
 def test_copy_big_contiguous_and_scalar():
     src = torch.randn(1 << 20)
     check(aten.copy_, torch.empty(1 << 20), src)
