@@ -497,3 +497,37 @@ def test_symbolic_sizes_are_lean_with_the_sizes_the_backward_needs():
     assert report.graph_count == 1 and report.graphs[0].dynamic, report.table()
     assert _plan(lean).ready and _plan(lean).symints != slice(0), _plan(lean).describe()
     _same([b.cpu() for b in model.buffers()], [b.cpu() for b in twin.buffers()])
+
+
+def test_metadata_another_torch_names_differently_is_refused_not_raised(monkeypatch):
+    """A metadata field missing (another torch version): the graph stays on AOTAutograd's runtime with the
+    reason; the compile does not fail. Checked inside the compile, while AOTAutograd's metadata is whole."""
+    plans = []
+    real = LeanPlan.set_forward
+
+    class Older:
+        def __init__(self, meta):
+            self._meta = meta
+
+        def __getattr__(self, name):
+            if name == "dynamic_outputs":  # read after the checks, by _read_forward
+                raise AttributeError(name)
+            return getattr(self._meta, name)
+
+    def spy(self, fw, gm, meta, n):
+        for older in (Older(meta), object()):
+            plan = LeanPlan()
+            plan.reason = None
+            real(plan, fw, gm, older, n)
+            plans.append(plan)
+        return real(self, fw, gm, meta, n)
+
+    monkeypatch.setattr(LeanPlan, "set_forward", spy)
+    c = torch.compile(_mlp().to("fl"), backend="fl")
+    c(torch.randn(2, 8, device="fl")).sum().backward()
+    assert len(plans) == 2
+    for plan in plans:
+        assert not plan.ready and plan.fw is None
+        assert "metadata differs" in plan.describe(), plan.describe()
+    assert "dynamic_outputs" in plans[0].describe()
+    assert _plan(c).ready  # the real metadata: lean

@@ -117,6 +117,13 @@ class LeanPlan:
         if reason is not None:
             self.refuse(reason)
             return
+        try:
+            self._read_forward(fw, meta)
+        except (AttributeError, TypeError) as e:  # another torch version's metadata: refuse, never fail the compile
+            self.fw = None
+            self.refuse(f"this torch's AOTAutograd metadata differs ({type(e).__name__}: {e})")
+
+    def _read_forward(self, fw: Callable, meta: Any) -> None:
         grads = [i for i, o in enumerate(meta.output_info) if getattr(o, "requires_grad_for_backward", o.requires_grad)]
         formats = [getattr(m, "memory_format", None) for m in meta.subclass_tangent_meta]
         if len(formats) != len(grads) or len(meta.traced_tangents) != len(grads) or None in formats:
