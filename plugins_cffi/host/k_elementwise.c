@@ -58,16 +58,26 @@ typedef struct {
     size_t isz;
 } tiled_job_t;
 
+/* tile u of a tiled copy: its rows [a0, a1) and columns [b0, b1), and its plane's first elements in dst, src */
+static inline void tile_of(const tiled_job_t *j, int64_t u, int64_t *a0, int64_t *a1, int64_t *b0, int64_t *b1,
+                           int64_t *db, int64_t *sb) {
+    int64_t pl = u / (j->ta * j->tb), rem = u % (j->ta * j->tb);
+    *a0 = (rem / j->tb) * TILE;
+    *b0 = (rem % j->tb) * TILE;
+    *a1 = *a0 + TILE < j->A ? *a0 + TILE : j->A;
+    *b1 = *b0 + TILE < j->B ? *b0 + TILE : j->B;
+    int64_t base[FL_ITER_MAX];
+    fl_iter_row(j->it, pl * j->A, base);
+    *db = base[0];
+    *sb = base[1];
+}
+
 static void tiled_units(void *job, int64_t u0, int64_t u1) {
     const tiled_job_t *j = job;
-    int64_t A = j->A, B = j->B, das = j->das, sbs = j->sbs, ta = j->ta, tb = j->tb;
+    int64_t das = j->das, sbs = j->sbs;
     for (int64_t u = u0; u < u1; u++) {
-        int64_t pl = u / (ta * tb), rem = u % (ta * tb);
-        int64_t a0 = (rem / tb) * TILE, b0 = (rem % tb) * TILE;
-        int64_t a1 = a0 + TILE < A ? a0 + TILE : A, b1 = b0 + TILE < B ? b0 + TILE : B;
-        int64_t base[FL_ITER_MAX];
-        fl_iter_row(j->it, pl * A, base);
-        int64_t db = base[0], sb = base[1];
+        int64_t a0, a1, b0, b1, db, sb;
+        tile_of(j, u, &a0, &a1, &b0, &b1, &db, &sb);
         switch (j->isz) {
         case 2: TILE_LOOP(uint16_t)
         case 4: TILE_LOOP(uint32_t)
@@ -78,14 +88,10 @@ static void tiled_units(void *job, int64_t u0, int64_t u1) {
 
 static void block_units(void *job, int64_t u0, int64_t u1) { /* tiled_units' tiles as 8x8 blocks */
     const tiled_job_t *j = job;
-    int64_t A = j->A, B = j->B, das = j->das, sbs = j->sbs, ta = j->ta, tb = j->tb;
+    int64_t das = j->das, sbs = j->sbs;
     for (int64_t u = u0; u < u1; u++) {
-        int64_t pl = u / (ta * tb), rem = u % (ta * tb);
-        int64_t a0 = (rem / tb) * TILE, b0 = (rem % tb) * TILE;
-        int64_t a1 = a0 + TILE < A ? a0 + TILE : A, b1 = b0 + TILE < B ? b0 + TILE : B;
-        int64_t base[FL_ITER_MAX];
-        fl_iter_row(j->it, pl * A, base);
-        int64_t db = base[0], sb = base[1];
+        int64_t a0, a1, b0, b1, db, sb;
+        tile_of(j, u, &a0, &a1, &b0, &b1, &db, &sb);
         switch (j->isz) {
         case 2: BLOCK_LOOP(uint16_t)
         case 4: BLOCK_LOOP(uint32_t)
