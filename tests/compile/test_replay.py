@@ -544,6 +544,100 @@ def test_a_replay_reads_unwritten_inputs_in_place_and_copies_written_ones(backen
     torch.testing.assert_close(x.cpu(), c.cpu(), rtol=0, atol=0)  # copied into the static buffer again
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_replay_writes_a_fresh_result_in_place_only_where_its_first_kernel_writes_it_whole(backend):
+    """A static output whose first kernel writes all of it, densely, without reading it, is written by the
+    kernels straight into the call's fresh result (its static buffer keeps the recording's values: no kernel
+    writes there, and no copy is made); an output written in pieces, one whose first kernel reads it, one no
+    kernel writes (a value made before the graph) and outputs sharing bytes stay copies out of their static
+    buffers. Every result is right, call after call, and stays valid after the next call; replay() (the copy
+    path) writes the static outputs again after direct calls."""
+    from torch_fl.runtime import KernelGraph, recording
+
+    fl.set_backend(backend)
+    x = torch.randn(8, device="fl")
+    before = torch.randn(8, device="fl")  # made before the recording: no kernel of the graph writes it
+    garbage = torch.empty(8, device="fl")
+    for _ in range(2):  # plans and kernels made outside the recording
+        y = x * 2 + 1
+        z = torch.empty(16, device="fl")
+        z[:8].copy_(x)
+        z[8:].copy_(y)
+        garbage.add_(1)
+    with recording() as rec:
+        y = x * 2 + 1  # written whole by its last kernel, read by none before
+        z = torch.empty(16, device="fl")
+        z[:8].copy_(x)  # written in two halves
+        z[8:].copy_(y)
+        r = garbage.add_(1)  # its first kernel reads it
+    outputs = [(y.data_ptr(), 32), (z.data_ptr(), 64), (r.data_ptr(), 32), (before.data_ptr(), 32)]
+    graph = KernelGraph(rec, [(x.data_ptr(), 32)], outputs)
+    graph.guard_tensor(x, copied=True)
+    for k, (shape, stride) in enumerate([((8,), (1,)), ((16,), (1,)), ((8,), (1,)), ((8,), (1,))]):
+        graph.out_tensor(k, True, shape, stride, torch.float32, 0)
+    assert graph.bind_outputs() == [True, False, False, False]
+    for bad in (4, -1):  # no such static output: refused
+        assert graph._lib.fl_core_graph_bind_output(graph._g, bad) == -1
+    assert graph._lib.fl_core_graph_bind_output(core.ffi.NULL, 0) == -1
+    y_static = y.cpu()
+    garbage_after = garbage.cpu()
+    results = []
+    for k in range(3):
+        a = torch.randn(8, device="fl")
+        outs = graph.call([a])
+        assert outs is not None
+        results.append(([o.cpu() for o in outs], outs))
+        garbage_after += 1
+        expect_y = a.cpu() * 2 + 1
+        torch.testing.assert_close(outs[0].cpu(), expect_y, rtol=0, atol=0, msg=f"call {k}")
+        torch.testing.assert_close(outs[1].cpu(), torch.cat([a.cpu(), expect_y]), rtol=0, atol=0)
+        torch.testing.assert_close(outs[2].cpu(), garbage_after, rtol=0, atol=0)
+        torch.testing.assert_close(outs[3].cpu(), before.cpu(), rtol=0, atol=0)
+        assert torch.equal(y.cpu(), y_static), "a direct output's static buffer was written"
+        torch.testing.assert_close(z.cpu(), outs[1].cpu(), rtol=0, atol=0)  # a copied one: written, copied out
+    for cpus, outs in results:  # earlier results stay valid: each call wrote its own
+        for o, c in zip(outs, cpus, strict=True):
+            assert torch.equal(o.cpu(), c)
+    c, dst = torch.randn(8, device="fl"), [torch.empty(n // 4, device="fl") for _, n in outputs]
+    graph.replay([c.data_ptr()], [d.data_ptr() for d in dst])  # the copy path, after direct calls
+    torch.testing.assert_close(dst[0].cpu(), c.cpu() * 2 + 1, rtol=0, atol=0)
+    torch.testing.assert_close(y.cpu(), c.cpu() * 2 + 1, rtol=0, atol=0)  # written into the static output again
+
+    shared = KernelGraph(rec, [(x.data_ptr(), 32)], [(y.data_ptr(), 32), (y.data_ptr() + 16, 16)])
+    assert shared.bind_outputs() == [False, False]  # two outputs over the same bytes: both copies
+
+
+def test_the_replay_op_makes_views_of_its_arguments_and_nones_among_its_results():
+    """Results that view an input (a forward's transposed weights saved for the backward) and Nones (a gradient
+    a backward does not compute) are made by the C++ op too: a view of the caller's tensor at its own storage
+    offset, sharing its memory (a write through it shows in the input, as in eager), in the declared order."""
+    from torch_fl.runtime import KernelGraph, recording
+
+    fl.set_backend("cpu")
+    x = torch.randn(8, device="fl")
+    for _ in range(2):
+        x * 2
+    with recording() as rec:
+        y = x * 2
+    graph = KernelGraph(rec, [(x.data_ptr(), 32)], [(y.data_ptr(), 32)])
+    graph.guard_tensor(x, copied=True)
+    graph.out_view(0, (2, 3), (1, 2), torch.float32, 1)  # x.as_strided((2, 3), (1, 2), 1)
+    graph.out_tensor(0, True, (8,), (1,), torch.float32, 0)
+    graph.out_none()
+    with pytest.raises(fl.FlError, match="refused a view of argument 1"):
+        graph.out_view(1, (8,), (1,), torch.float32, 0)  # the call has one tensor argument
+    big = torch.randn(20, device="fl")
+    a = big[5:13]
+    view, out, none = graph.call([a])
+    assert none is None
+    torch.testing.assert_close(out.cpu(), a.cpu() * 2, rtol=0, atol=0)
+    assert view.untyped_storage().data_ptr() == big.untyped_storage().data_ptr()
+    assert view.storage_offset() == 6 and view.shape == (2, 3) and view.stride() == (1, 2)
+    torch.testing.assert_close(view.cpu(), a.cpu().as_strided((2, 3), (1, 2), 1), rtol=0, atol=0)
+    view.zero_()  # a view, not a copy: the write shows in the caller's tensor
+    assert float(a[1:7].abs().sum()) == 0.0
+
+
 def test_training_replays_read_saved_tensors_in_place():
     """A replayed backward reads the saved tensors and the gradient where they are (none of its kernels writes
     into them), step after step with new values, equal to the model compiled without replay."""
@@ -565,6 +659,8 @@ def test_training_replays_read_saved_tensors_in_place():
     assert status.replayed and status.replays == 2 * 3, status
     backward = status.graph  # the latest recording: the backward graph
     assert backward is not None and backward.n_inputs > 0 and all(backward.bound), backward.bound
+    # every gradient is written by the kernels straight into its fresh tensor (no copy out)
+    assert backward.n_outputs > 0 and all(backward.direct), backward.direct
 
 
 @pytest.mark.slow  # an LSTM's 16 steps, compiled forward and backward: ~10 s a backend

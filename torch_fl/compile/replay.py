@@ -18,7 +18,9 @@ parameters' storages, non-tensor values):
              keeps running normally, with the same results;
   later      replay: the kernels run on the caller's inputs where they are
              (an input some kernel writes into is copied into its static
-             buffer first), the outputs are copied out.
+             buffer first), the outputs are written by the kernels into fresh
+             tensors (or copied out of their static buffers, runtime.graph's
+             bind_outputs says which).
 Parameters and buffers (AOTAutograd's static inputs) are used in place: their
 storage is part of the recording, so an in-place update (an optimizer step,
 load_state_dict) is seen by the next replay; a parameter with a new storage, or,
@@ -31,7 +33,7 @@ as above, never written. A changed shape, dtype or
 stride is another signature (recorded anew, up to MAX_SIGNATURES, then run
 normally): never a replay of the wrong shapes.
 
-Outputs: fresh tensors on every call (a copy out of the static outputs), so a
+Outputs: fresh tensors on every call (the kernels write into them, or a copy out of the static outputs), so a
 result stays valid after the next call, unlike torch.cuda.graphs' static
 outputs; outputs that share memory (y and y.view(-1)) are views of one fresh
 copy, as in eager; an output that is a view of an input is the same view of the
@@ -137,10 +139,18 @@ class _Entry:
             if spec[0] == "own":
                 owned[spec[1]] = True
         self.owned = owned
-        # fl_graph::replay takes the tensor arguments alone; its results are the fresh outputs alone
+        # fl_graph::replay takes the tensor arguments alone; its results are all of the outputs where simple
+        # (below), else the fresh ones alone
         self.tensor_idx = sorted([i for i, _ in static] + [i for i, _ in copied])
         self.all_tensors = not values
-        self.simple = all(spec[0] in ("own", "fresh") for spec in out_specs[0])
+        # the C++ op makes every result (fresh tensors, views of inputs, Nones) unless another value is among them
+        self.simple = _all_made_in_cpp(out_specs[0])
+
+
+def _all_made_in_cpp(specs: list) -> bool:
+    """Whether the replay op makes every result of a recording: all but plain values other than None (a
+    number among a graph's outputs: Python puts it into the list)."""
+    return all(spec[0] != "value" or spec[1] is None for spec in specs)
 
 
 def _span(t: torch.Tensor) -> int:
@@ -351,14 +361,26 @@ class ReplayedGraph:
         # static copy stays for the inputs that are written, and for a caller's tensor at an offset its readers'
         # dtypes cannot express
         graph.bind_inputs()
+        # and a fresh output the kernels write all of is written straight into the call's result (no copy out)
+        graph.bind_outputs()
         # the guards and results of the whole call in C++ (KernelGraph.call): every tensor argument in order
         bufs = dict(copied)
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
                 graph.guard_tensor(bufs[i] if i in bufs else a, copied=i in bufs)
+        # views of the caller's tensors and Nones too, unless another value sits among the results (then Python
+        # assembles the list around the fresh tensors: _Entry.simple)
+        views = _all_made_in_cpp(specs)
+        position = {i: n for n, i in enumerate(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))}
         for spec in specs:
             if spec[0] in ("own", "fresh"):
                 graph.out_tensor(spec[1], spec[0] == "own", spec[2], spec[3], spec[4], spec[5])
+            elif not views:
+                continue
+            elif spec[0] == "value":
+                graph.out_none()
+            else:
+                graph.out_view(position[spec[1]], spec[2], spec[3], args[spec[1]].dtype, spec[4])
         # the write guard is for host-side caches derived from parameters (the conv+bn fold), which only
         # inference graphs have; in training the optimizer writes every parameter each step
         entry = _Entry(

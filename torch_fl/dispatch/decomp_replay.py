@@ -212,6 +212,9 @@ def _record(f, dev, vals: list, ins, outs_at, run, served: Counter, results: tup
     else:
         output_src = list(outs_at)
         returns = list(outs_at) if f.n_returns else []
+    # the fresh results are written by the kernels where they are (the call's own tensors, which the kernels
+    # read too, e.g. an in-place op's self, stay copies)
+    graph.bind_outputs([k for k, src in enumerate(output_src) if src < 0])
     counted = [key for key, n in served.items() for _ in range(n)]
     return _commit(f.func.name(), dev, graph, sources, output_src, recorded, returns, counted, keep, nbytes)
 

@@ -230,6 +230,7 @@ class KernelGraph:
         for ptr, n in outputs:
             lib.fl_core_graph_add_output(self._g, core.pointer(ptr), n)
         self.bound = [False] * self.n_inputs  # bind_inputs(): the static inputs call() reads in place
+        self.direct = [False] * self.n_outputs  # bind_outputs(): the static outputs call() writes in place
         self._failed = core.ffi.new("int64_t *")
         self._missed = core.ffi.new("int *")
 
@@ -244,6 +245,18 @@ class KernelGraph:
         Per input, whether it is bound."""
         self.bound = [self._lib.fl_core_graph_bind_input(self._g, k) == 1 for k in range(self.n_inputs)]
         return self.bound
+
+    def bind_outputs(self, which: Sequence[int] | None = None) -> list[bool]:
+        """Let call() (and the decomposition plans) have the kernels write each static output in `which` (None:
+        all) straight into the call's fresh result, skipping its copy out (replay() still copies). Why only
+        fresh results: a kernel writing into a caller's tensor while others read it would change what they
+        read. The core refuses an output whose first kernel does not write all of it without reading it (then a
+        result's prior bytes could matter), and one whose bytes another output shares. Per output, whether it
+        is written directly."""
+        ks = range(self.n_outputs) if which is None else which
+        chosen = {k for k in ks if self._lib.fl_core_graph_bind_output(self._g, k) == 1}
+        self.direct = [k in chosen for k in range(self.n_outputs)]
+        return self.direct
 
     def replay(
         self, in_src: Sequence[int] | None, out_dst: Sequence[int] | None, run_kernels: bool = True, step_ns=None
@@ -286,6 +299,19 @@ class KernelGraph:
         if self._lib.fl_core_graph_out_tensor(self._g, region, int(own), layout, offset):
             raise FlError(f"fl_core_graph_out_tensor refused result region {region}")
         del keep
+
+    def out_view(self, arg: int, shape, stride, dtype: torch.dtype, offset: int) -> None:
+        """The next result of call(): a view of its tensor argument `arg` with this layout, `offset` elements past
+        that tensor's storage offset (made in C++, as the fresh results are: no Python per output)."""
+        layout, keep = _layout(shape, stride, dtype)
+        if self._lib.fl_core_graph_out_view(self._g, arg, layout, offset):
+            raise FlError(f"fl_core_graph_out_view refused a view of argument {arg}")
+        del keep
+
+    def out_none(self) -> None:
+        """The next result of call() is None (a backward graph's gradient that is not computed)."""
+        if self._lib.fl_core_graph_out_none(self._g):
+            raise FlError("fl_core_graph_out_none refused")
 
     def call(self, tensors: Sequence[torch.Tensor]) -> list | None:
         """The replay as one op (fl_graph::replay): the guards on `tensors` (as guard_tensor declared them),

@@ -268,6 +268,12 @@ FL_CORE_API int fl_core_graph_add_input(fl_core_graph_t *graph, void *dst, uint6
 FL_CORE_API int fl_core_graph_bind_input(fl_core_graph_t *graph, int64_t k);
 /* a static output (nbytes at src) each replay copies out */
 FL_CORE_API int fl_core_graph_add_output(fl_core_graph_t *graph, void *src, uint64_t nbytes);
+/* Static output k may be written where the caller wants it: fl_graph::replay (and the decomposition plans) point
+ * the kernel arguments inside its bytes at the call's fresh result instead of copying the result out
+ * (fl_core_graph_replay still copies). 1: bound; 0: it stays a copy (the first kernel to touch it does not write
+ * all of it densely, or reads it; an argument lies partly inside it; another output shares its bytes; no kernel
+ * writes it); -1: no such output. */
+FL_CORE_API int fl_core_graph_bind_output(fl_core_graph_t *graph, int64_t k);
 /* kernel steps (-1: no graph) */
 FL_CORE_API int64_t fl_core_graph_size(fl_core_graph_t *graph);
 /* One replay on the calling thread's current stream. in_src[k]: the caller's bytes for static input k
@@ -291,6 +297,11 @@ FL_CORE_API int fl_core_graph_guard_tensor(fl_core_graph_t *graph, int copied, v
                                            const fl_core_layout_t *layout);
 FL_CORE_API int fl_core_graph_out_tensor(fl_core_graph_t *graph, int region, int own, const fl_core_layout_t *layout,
                                          int64_t offset);
+/* the next result is a view of the call's tensor argument `arg` (declared by fl_core_graph_guard_tensor), with
+ * this layout, `offset` elements past that tensor's storage offset: an output of the graph that views an input */
+FL_CORE_API int fl_core_graph_out_view(fl_core_graph_t *graph, int arg, const fl_core_layout_t *layout, int64_t offset);
+/* the next result is None (a backward graph's gradient for an input that needs none) */
+FL_CORE_API int fl_core_graph_out_none(fl_core_graph_t *graph);
 /* The latest fl_graph::replay call: its status (FL_OK where it ran or missed), *missed 1 where a guard did not
  * match (nothing ran), *failed the step that failed (as fl_core_graph_replay's). */
 FL_CORE_API int fl_core_graph_last_call(fl_core_graph_t *graph, int *missed, int64_t *failed);

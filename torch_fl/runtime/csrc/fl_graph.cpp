@@ -11,6 +11,7 @@
 // guards on the caller's tensors (the layout of each, the address of each parameter used in place), the
 // fresh outputs' allocation and the replay, so that a replayed call costs one op call of Python, not a
 // loop over its inputs and outputs.
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -34,12 +35,26 @@ struct Reader {
   int64_t itemsize;
 };
 
+// A kernel argument inside a static output's bytes: where fl_graph::replay points it at the call's fresh result
+// instead of copying the result out of the static buffer (fl_core_graph_bind_output).
+struct Access {
+  size_t step, arg;  // steps[step].out[arg] (out) or .in[arg]
+  bool out;
+  int64_t rel;       // its first byte's distance from the output's first byte
+  int64_t itemsize;
+  void* data0;       // as recorded
+  int64_t offset0;
+};
+
 struct GraphCopy {
   void* ptr;
   size_t nbytes;
   bool bound = false;            // read in place (its readers patched per call), not copied
   std::vector<Reader> readers;   // bound: every kernel argument that reads the buffer
   void* patched = nullptr;       // where the readers point now (nullptr: at the static buffer)
+  bool direct = false;           // an output the kernels write into the call's result (its users patched per call)
+  std::vector<Access> users;     // direct: every kernel argument inside the output's bytes
+  void* redirected = nullptr;    // where the users point now (nullptr: at the static output)
 };
 
 // A tensor argument of the replayed call, as the recording saw it: its layout and, for a parameter used in
@@ -51,11 +66,14 @@ struct GuardArg {
   c10::ScalarType dtype;
 };
 
-// A fresh output of the replayed call: a tensor of its own (own: the region is the tensor), or a view at
-// `offset` elements into region `region`, which several outputs share (y and y.view(-1)).
+// A result of the replayed call: a fresh tensor of its own (own: the region is the tensor), or a view at
+// `offset` elements into region `region`, which several outputs share (y and y.view(-1)); or (arg >= 0) a view
+// of the call's tensor argument `arg`, `offset` elements past that tensor's own storage offset; or (arg == -2)
+// None (an undefined tensor: a gradient the graph does not compute).
 struct GraphOut {
   bool own;
   int32_t region;
+  int32_t arg = -1;
   std::vector<int64_t> sizes, strides;
   c10::ScalarType dtype;
   int64_t offset;
@@ -194,6 +212,89 @@ FL_API int fl_core_graph_add_output(fl_core_graph_t* graph, void* src, uint64_t 
   return 0;
 }
 
+namespace {
+
+// The bytes a kernel argument spans, [*lo, *hi), and whether it covers them without holes or overlaps (dense).
+// 0: no elements; -1: a layout whose bytes this cannot tell (an unknown dtype, a negative stride); 1: ok.
+int byte_range(const fl_tensor_t& t, char** lo, char** hi, int64_t* itemsize, bool* dense) {
+  const int64_t size = fl_dtype_itemsize(t.dtype);
+  if (size == 0 || t.ndim < 0 || t.ndim > FL_MAX_DIMS) return -1;
+  int64_t numel = 1, span = 1;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that move
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.sizes[d] == 0) return 0;
+    if (t.strides[d] < 0) return -1;
+    numel *= t.sizes[d];
+    span += (t.sizes[d] - 1) * t.strides[d];
+    if (t.sizes[d] > 1) dims.emplace_back(t.strides[d], t.sizes[d]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  *dense = true;
+  for (const auto& [stride, n] : dims) {
+    if (stride != expected) *dense = false;
+    expected *= n;
+  }
+  *dense = *dense && numel == span;
+  *lo = static_cast<char*>(t.data) + t.offset * size;
+  *hi = *lo + span * size;
+  *itemsize = size;
+  return 1;
+}
+
+// Output k's users point at `dst` (the call's fresh result, its first byte) or back at the static output (nullptr).
+void redirect(GraphCopy& c, std::vector<KernelCall>& steps, void* dst) {
+  if (dst == c.redirected) return;
+  for (const Access& a : c.users) {
+    fl_tensor_t& t = a.out ? steps[a.step].out[a.arg] : steps[a.step].in[a.arg];
+    t.data = dst != nullptr ? dst : a.data0;
+    t.offset = dst != nullptr ? a.rel / a.itemsize : a.offset0;
+  }
+  c.redirected = dst;
+}
+
+}  // namespace
+
+FL_API int fl_core_graph_bind_output(fl_core_graph_t* graph, int64_t k) {
+  if (graph == nullptr || k < 0 || static_cast<size_t>(k) >= graph->outputs.size()) return -1;
+  GraphCopy& c = graph->outputs[k];
+  if (c.nbytes == 0) return 0;
+  char* const lo = static_cast<char*>(c.ptr);
+  char* const hi = lo + c.nbytes;
+  for (size_t j = 0; j < graph->outputs.size(); ++j) {  // outputs sharing bytes: one result per byte, or copies
+    const char* o = static_cast<const char*>(graph->outputs[j].ptr);
+    if (j != static_cast<size_t>(k) && o < hi && o + graph->outputs[j].nbytes > lo) return 0;
+  }
+  std::vector<Access> users;
+  for (size_t s = 0; s < graph->steps.size(); ++s) {
+    const KernelCall& step = graph->steps[s];
+    bool read = false, covered = false;
+    for (int side = 0; side < 2; ++side) {
+      const std::vector<fl_tensor_t>& args = side ? step.out : step.in;
+      for (size_t a = 0; a < args.size(); ++a) {
+        char *b = nullptr, *e = nullptr;
+        int64_t size = 0;
+        bool dense = false;
+        const int r = byte_range(args[a], &b, &e, &size, &dense);
+        if (r == 0) continue;
+        if (r < 0) return 0;  // an argument whose bytes cannot be told may touch the output: it stays a copy
+        if (b >= hi || e <= lo) continue;
+        if (b < lo || e > hi || (b - lo) % size != 0) return 0;  // partly inside, or at an inexpressible offset
+        users.push_back({s, a, side == 1, b - lo, size, args[a].data, args[a].offset});
+        if (side == 0) read = true;
+        else if (b == lo && e == hi && dense) covered = true;
+      }
+    }
+    // the first kernel to touch the output must write all of it and read none of it: then no replay depends on
+    // what the result's fresh memory held before (the recording's static output was fresh memory too)
+    if (users.size() > 0 && users.front().step == s && (read || !covered)) return 0;
+  }
+  if (users.empty()) return 0;  // no kernel writes it (a value made before the graph): copied out
+  c.users = std::move(users);
+  c.direct = true;
+  return 1;
+}
+
 FL_API int64_t fl_core_graph_size(fl_core_graph_t* graph) {
   return graph == nullptr ? -1 : static_cast<int64_t>(graph->steps.size());
 }
@@ -249,7 +350,7 @@ int run_graph(fl_core_graph_t* g, void* const* in_src, void* const* out_dst, int
   if (out_dst != nullptr) {
     for (size_t k = 0; k < g->outputs.size(); ++k) {
       const GraphCopy& c = g->outputs[k];
-      if (c.nbytes == 0 || out_dst[k] == c.ptr) continue;
+      if (c.nbytes == 0 || out_dst[k] == c.ptr || (c.redirected != nullptr && c.redirected == out_dst[k])) continue;
       int status = copy_d2d_on(d, out_dst[k], c.ptr, c.nbytes, stream);
       if (status != FL_OK) {
         *failed = -1 - n_in - static_cast<int64_t>(k);
@@ -276,6 +377,10 @@ int fl_core::graph_replay_in_place(fl_core_graph_t* graph, void* const* base, co
       in_src[k] = static_cast<char*>(base[k]) + offset[k];
     }
   }
+  for (size_t k = 0; k < graph->outputs.size(); ++k) {  // a direct output is written where the caller wants it
+    GraphCopy& c = graph->outputs[k];
+    if (c.direct) redirect(c, graph->steps, out_dst != nullptr ? out_dst[k] : nullptr);
+  }
   return run_graph(graph, in_src.data(), out_dst, 1, failed, nullptr);
 }
 
@@ -285,6 +390,8 @@ FL_API int fl_core_graph_replay(fl_core_graph_t* graph, void* const* in_src, voi
   std::lock_guard<std::mutex> lock(graph->mu);
   for (GraphCopy& c : graph->inputs)  // readers the op pointed at a caller's tensor read the static buffer again
     point_readers(c, graph->steps, nullptr, 0);
+  for (GraphCopy& c : graph->outputs)  // and the kernels write the static outputs, which this copies out
+    redirect(c, graph->steps, nullptr);
   return run_graph(graph, in_src, out_dst, run_kernels, failed, step_ns);
 }
 
@@ -303,9 +410,26 @@ FL_API int fl_core_graph_out_tensor(fl_core_graph_t* graph, int region, int own,
       static_cast<size_t>(region) >= graph->outputs.size())
     return -1;
   const int n = layout->ndim;
-  graph->outs.push_back({own != 0, region, std::vector<int64_t>(layout->sizes, layout->sizes + n),
+  graph->outs.push_back({own != 0, region, -1, std::vector<int64_t>(layout->sizes, layout->sizes + n),
                          std::vector<int64_t>(layout->strides, layout->strides + n),
                          static_cast<c10::ScalarType>(layout->dtype), offset});
+  return 0;
+}
+
+FL_API int fl_core_graph_out_view(fl_core_graph_t* graph, int arg, const fl_core_layout_t* layout, int64_t offset) {
+  if (graph == nullptr || layout == nullptr || layout->ndim < 0 || arg < 0 ||
+      static_cast<size_t>(arg) >= graph->guard.size())
+    return -1;
+  const int n = layout->ndim;
+  graph->outs.push_back({false, -1, arg, std::vector<int64_t>(layout->sizes, layout->sizes + n),
+                         std::vector<int64_t>(layout->strides, layout->strides + n),
+                         static_cast<c10::ScalarType>(layout->dtype), offset});
+  return 0;
+}
+
+FL_API int fl_core_graph_out_none(fl_core_graph_t* graph) {
+  if (graph == nullptr) return -1;
+  graph->outs.push_back({false, -1, -2, {}, {}, c10::ScalarType::Undefined, 0});
   return 0;
 }
 
@@ -359,6 +483,15 @@ std::vector<at::Tensor> replay_op(int64_t handle, at::TensorList args) {
   std::vector<c10::Storage> regions(g->outputs.size());
   result.reserve(g->outs.size());
   for (const GraphOut& o : g->outs) {
+    if (o.arg == -2) {
+      result.emplace_back();
+      continue;
+    }
+    if (o.arg >= 0) {  // the same view of the caller's tensor as the recording's output was of its input
+      const at::Tensor& a = args[o.arg];
+      result.push_back(a.as_strided(o.sizes, o.strides, a.storage_offset() + o.offset));
+      continue;
+    }
     if (o.own) {
       at::Tensor t = at::detail::empty_strided_generic(o.sizes, o.strides, device_allocator(), kFlKeys, o.dtype);
       out_dst[o.region] = data_of(t);
