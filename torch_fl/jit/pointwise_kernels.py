@@ -607,7 +607,8 @@ def generate(f, vals, dtype, out_dtype=None, masks: bool = False) -> tuple[str, 
         {"oo": "out[0]", **{f"o{k}": f"in[{k}]" for k in range(n_in)}},
         f"{loads}\n        {body}\n        if (err) return 2; /* PyTorch raises ZeroDivisionError; the runtime "
         f"says so */\n        {store}",
-        flat_body=f"{loads}\n            {body}\n            if (!err) {store}",
+        # unguarded where nothing can set err (no integer division): a guarded store keeps GCC from vectorizing
+        flat_body=f"{loads}\n            {body}\n            {'if (!err) ' if '&err' in body else ''}{store}",
     )
     mixed = [str(d) for d in in_dtypes] if any(d != dtype for d in in_dtypes) else []  # old digests unchanged
     digest = hashlib.sha256(

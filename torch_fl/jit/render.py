@@ -29,6 +29,7 @@ from collections.abc import Iterator
 import torch
 
 from ..runtime import TO_CODE, abi, get_include, header_path, special_math_paths
+from ..runtime.config import env_bool
 
 DTYPES = {
     torch.float32: "float",
@@ -249,6 +250,66 @@ static inline void fl_share(int64_t n, int par, int64_t gid, int64_t gsz, int64_
 """
 
 
+# glibc's libmvec: vector variants of these (one double argument), by the glibc version that added them
+_LIBMVEC = {
+    (2, 22): ("exp", "log", "sin", "cos"),
+    (2, 35): (
+        "acos", "acosh", "asin", "asinh", "atan", "atanh", "cbrt", "cosh", "erf", "erfc", "exp10", "exp2",
+        "expm1", "log10", "log1p", "log2", "sinh", "tan", "tanh",
+    ),
+}  # fmt: skip
+_VECTOR_MATH: str | None = None
+
+
+def vector_math() -> str:
+    """C that lets GCC vectorize a generated host loop's math calls, for this machine: with AVX2 (what
+    PyTorch's own CPU dispatch found: torch.backends.cpu.get_cpu_capability) and glibc's libmvec, the
+    functions above are declared `omp declare simd`, so a `#pragma omp simd` loop calls their 4-wide AVX2
+    variants (libm.so links libmvec as needed). Why: a fused elementwise kernel computes in double, and its
+    exp/tanh/erf calls, one element at a time, were its whole cost (an LSTM cell's chain: ~20 ns an element).
+    The variants are accurate to a few units in the last place of a double, and every op's result is rounded
+    to the kernel's dtype as before (an LSTM chain over 4M random inputs: the same float32 bits). The target
+    is AVX2 without FMA, so no multiply and add are fused where the scalar code rounds twice. Empty where any
+    of it is missing (another CPU, C library or compiler: the loops stay scalar) or FL_JIT_VECTOR_MATH=0;
+    the text is part of the source, so the JIT cache never mixes the two."""
+    global _VECTOR_MATH
+    if _VECTOR_MATH is None:
+        _VECTOR_MATH = _vector_math()
+    return _VECTOR_MATH
+
+
+def _vector_math() -> str:
+    import platform
+
+    if not env_bool("FL_JIT_VECTOR_MATH", True) or platform.machine() not in ("x86_64", "AMD64"):
+        return ""
+    try:
+        capable = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    except (AttributeError, RuntimeError):
+        return ""
+    name, version = platform.libc_ver()
+    if not capable or name != "glibc":
+        return ""
+    try:
+        have = tuple(int(v) for v in version.split(".")[:2])
+    except ValueError:
+        return ""
+    funcs = [f for since, names in _LIBMVEC.items() if have >= since for f in names]
+    if not funcs:
+        return ""
+    # const: no errno to set (GCC does not vectorize a call that may write memory); declared before math.h
+    decls = "\n".join(
+        f"#pragma omp declare simd notinbranch\ndouble {f}(double) __attribute__((__const__, __nothrow__));"
+        for f in funcs
+    )
+    return f"""/* vector math: this machine has AVX2 and glibc's libmvec (torch_fl.jit.render.vector_math) */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(_OPENMP)
+#pragma GCC target("avx2")
+{decls}
+#endif
+"""
+
+
 def prelude(special: bool = False) -> str:
     """The ABI header and fl_kernel_util.h themselves (so the generated code can never disagree with
     them), then helpers; with `special`, the special-function header the host plugin's kernels are
@@ -258,7 +319,7 @@ def prelude(special: bool = False) -> str:
         text = _opencl_prelude() + HELPERS
     else:
         with open(header_path()) as f, open(os.path.join(get_include(), "fl_kernel_util.h")) as g:
-            text = f.read() + g.read() + HELPERS
+            text = vector_math() + f.read() + g.read() + HELPERS
     if special:
         if opencl():  # its tables are static arrays inside functions, which OpenCL C does not allow
             raise Unsupported("special functions (fl_special_math.h) in OpenCL C")
@@ -318,7 +379,11 @@ def walk(space: str, offsets: dict[str, str], body: str, flat_body: str | None =
     With `flat_body` (an elementwise computation whose elements are independent: no
     `return`, an error only ORed into `err`), tensors that share one dense layout (what
     fl_walk_flat checks: NCHW or channels-last alike) run a plain loop over memory order
-    instead, split over OpenMP threads when it is long; the coordinate walk serves the rest."""
+    instead, split over OpenMP threads when it is long; tensors whose last dimension is
+    contiguous in all of them (an LSTM's gate chunks, a slice) run a plain loop along each
+    row of it, the other dimensions walked per row; the coordinate walk serves the rest.
+    Both plain loops are `omp simd` loops: with vector_math(), GCC vectorizes them, math
+    calls included, where the body allows (a store guarded by `err` does not)."""
     if not offsets or len(offsets) > 11:  # FL_WALK_MAX = FL_MAX_DIMS + 3
         raise Unsupported(f"a walk over {len(offsets)} tensors")
     w = "w_" + "_".join(offsets)
@@ -338,14 +403,31 @@ def walk(space: str, offsets: dict[str, str], body: str, flat_body: str | None =
     {walked}
 }}"""
     flat_binds = " ".join(f"int64_t {name} = {w}.base[{k}] + {w}_q;" for k, name in enumerate(offsets))
+    row_starts = " ".join(f"const int64_t {w}_b{k} = {w}_off[{k}];" for k in range(len(offsets)))
+    row_binds = " ".join(f"int64_t {name} = {w}_b{k} + {w}_j;" for k, name in enumerate(offsets))
     return f"""{{
     fl_walk_t {w}; fl_walk_init(&{w}, ({space}).ndim, ({space}).sizes); {adds}
+    int {w}_unit = {w}.nd > 0 && {w}.size[{w}.nd - 1] >= 8;
+    for (int {w}_k = 0; {w}_unit && {w}_k < {w}.nt; {w}_k++) {w}_unit = {w}.st[{w}_k][{w}.nd - 1] == 1;
     if (fl_walk_flat(&{w})) {{
         const int64_t {w}_n = {w}.numel;
-#pragma omp parallel for schedule(static) reduction(| : err) if ({w}_n >= 65536)
+#pragma omp parallel for simd schedule(static) reduction(| : err) if ({w}_n >= 65536)
         for (int64_t {w}_q = 0; {w}_q < {w}_n; {w}_q++) {{
             {flat_binds}
             {flat_body}
+        }}
+    }} else if ({w}_unit) {{ /* rows along the last dimension, contiguous in every tensor */
+        const int64_t {w}_len = {w}.size[{w}.nd - 1], {w}_rows = {w}.numel / {w}_len;
+        int64_t {w}_ctr[FL_MAX_DIMS], {w}_off[FL_WALK_MAX];
+        {w}.nd -= 1;
+        if ({w}_rows > 0) fl_walk_seek(&{w}, 0, {w}_ctr, {w}_off);
+        for (int64_t {w}_r = 0; {w}_r < {w}_rows; {w}_r++, fl_walk_next(&{w}, {w}_ctr, {w}_off)) {{
+            {row_starts}
+#pragma omp simd reduction(| : err)
+            for (int64_t {w}_j = 0; {w}_j < {w}_len; {w}_j++) {{
+                {row_binds}
+                {flat_body}
+            }}
         }}
     }} else {{
     {walked}

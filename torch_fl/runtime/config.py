@@ -58,6 +58,7 @@ PYTHON_VARIABLES = {
     "FL_COMPILE": "bool",
     "FL_DIST_RELAY": "bool",
     "FL_FAST_PATH": "bool",
+    "FL_JIT_VECTOR_MATH": "bool",
 }
 PATH_VARIABLES = ("FL_CACHE_DIR", "FL_JIT_CACHE")
 
