@@ -72,7 +72,8 @@ CFLAGS = ["-O3", "-std=gnu11", "-fopenmp", "-fvisibility=hidden", "-Wall", "-Wno
 
 def _plugin(name, sources, blas=False):
     include_dirs = list(INCLUDE_DIRS)
-    libraries, library_dirs, rpaths = ["fl_kernels"], [], []
+    # libm: on glibc its linker script adds libmvec, whose vector variants of erf the elementwise kernels call
+    libraries, library_dirs, rpaths = ["fl_kernels", "m"], [], []
     macros = []
     if blas:
         inc, libdir, lib = _openblas()
