@@ -304,3 +304,22 @@ def test_dtype_the_device_lacks_takes_the_cpu_kernel_whole():
         assert_close(dinp.grad.cpu(), inp.grad, rel=1e-12)
     finally:
         fl.set_backend("cpu")
+
+
+@pytest.mark.parametrize("backend", ["ascend", "minimal"])
+def test_addmm_with_default_scales_decomposes_to_mm_and_add(backend):
+    """A chip without addmm runs nn.Linear as two kernels, mm and add, with the bits of torch's decomposition
+    (which multiplies both terms by their scale of 1 first: four kernels); other scales take torch's."""
+    fl.set_backend(backend)
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 64, device="fl"), torch.randn(32, 64, device="fl"), torch.randn(32, device="fl")
+    torch_decomposition = torch._decomp.decomposition_table[torch.ops.aten.addmm.default]
+    with fl.profile() as prof:
+        y = F.linear(x, w, b)
+    assert prof.kernels == 2, str(prof)
+    expected = torch_decomposition(b, x, w.t())  # its sub-ops dispatched on the same backend
+    assert torch.equal(y.cpu(), expected.cpu())
+    for beta, alpha in ((0.5, 2.0), (0, 1), (1, 3)):
+        got = torch.addmm(b, x, w.t(), beta=beta, alpha=alpha)
+        assert torch.equal(got.cpu(), torch_decomposition(b, x, w.t(), beta=beta, alpha=alpha).cpu()), (beta, alpha)
+    assert_close(y, F.linear(x.cpu(), w.cpu(), b.cpu()))

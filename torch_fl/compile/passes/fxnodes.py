@@ -30,6 +30,20 @@ def outputs(graph: fx.Graph) -> list:
     return list(returned) if isinstance(returned, (tuple, list)) else [returned]
 
 
+def fake_result(node: fx.Node) -> Any:
+    """What node's op gives, run by its fake implementation on its arguments' traced values (None where
+    they have none): the `val` a node a pass inserts needs, for the passes after it."""
+    args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
+    if any(isinstance(a, fx.Node) and a.meta.get("val") is None for a in node.args):
+        return None
+    mode = torch._guards.detect_fake_mode([a for a in args if isinstance(a, torch.Tensor)])
+    if mode is None:
+        return None
+    assert callable(node.target), "a call_function node's target is its op"
+    with mode:
+        return node.target(*args)
+
+
 def only_user(node: fx.Node) -> fx.Node | None:
     return next(iter(node.users)) if len(node.users) == 1 else None
 

@@ -54,7 +54,7 @@ from torch import nn
 
 from ...runtime import REGISTRY, Sources, cached_value
 from .base import Pass, PassContext
-from .fxnodes import is_call, outputs
+from .fxnodes import fake_result, is_call, outputs
 
 aten = torch.ops.aten
 CL = torch.channels_last
@@ -310,20 +310,6 @@ def _traced(node: fx.Node):
     return node.meta.get(TRACED, node.meta.get("val"))
 
 
-def _fake(node: fx.Node):
-    """What node's op gives, run by its fake implementation on its arguments' traced values (None where
-    they have none)."""
-    args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
-    if any(isinstance(a, fx.Node) and a.meta.get("val") is None for a in node.args):
-        return None
-    mode = torch._guards.detect_fake_mode([a for a in args if isinstance(a, torch.Tensor)])
-    if mode is None:
-        return None
-    assert callable(node.target), "a call_function node's target is its op"
-    with mode:
-        return node.target(*args)
-
-
 def _conv2d_nhwc(gm: fx.GraphModule, node: fx.Node, i: int, cached: bool) -> fx.Node:
     """aten.convolution (2-D, not transposed) as fl::conv2d_nhwc, whose fake implementation gives the
     channels-last output it writes. In an inference graph the weight comes through a cached channels-last
@@ -342,7 +328,7 @@ def _conv2d_nhwc(gm: fx.GraphModule, node: fx.Node, i: int, cached: bool) -> fx.
                 w_cl.meta["val"] = _fake_channels_last(w_val)
             w = w_cl
         new = graph.call_function(torch.ops.fl.conv2d_nhwc.default, (x, w, bias, stride, padding, dilation, groups))
-    _take_meta(new, node, _fake(new))
+    _take_meta(new, node, fake_result(new))
     return new
 
 
@@ -375,7 +361,7 @@ def _backward(ctx: PassContext, convs: list[fx.Node]) -> None:
                 torch.ops.fl.conv2d_nhwc_backward.default,
                 (go, x, w, bias_sizes, stride, padding, dilation, groups, mask),
             )
-        val = _fake(new)
+        val = fake_result(new)
         _take_meta(new, node, val)
         for user in node.users:  # the gradients picked from the tuple: what they really are
             if user.target is operator.getitem and val is not None:

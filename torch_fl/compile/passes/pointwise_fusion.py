@@ -36,7 +36,7 @@ from torch import nn
 from ... import jit
 from ...runtime import JIT, NOT_HANDLED, REGISTRY, async_copy, device_of, events, is_fl
 from .base import Pass, PassContext
-from .fxnodes import is_call
+from .fxnodes import fake_result, is_call
 
 aten = torch.ops.aten
 
@@ -266,9 +266,11 @@ class PointwiseKernel(nn.Module):
         return self.chain.label
 
 
-def _chains(graph: fx.Graph) -> list[list[fx.Node]]:
+def _chains(graph: fx.Graph, kernels: set | frozenset = frozenset()) -> list[list[fx.Node]]:
     """Maximal groups of elementwise nodes of one dtype, each with one result: every
-    member but the last is used only inside the group. In graph order."""
+    member but the last is used only inside the group. In graph order. A group of one
+    is kept where `kernels` (the backend's) lacks its op: the dispatcher would run a
+    decomposition into several kernels (GELU on a chip without it: five), the group one."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     taken: set = set()
     found = []
@@ -292,7 +294,7 @@ def _chains(graph: fx.Graph) -> list[list[fx.Node]]:
                 ):
                     group.add(a)
                     frontier.append(a)
-        if len(group) >= 2:
+        if len(group) >= 2 or (kernels and _decomposed(root, kernels)):
             taken |= group
             found.append(sorted(group, key=order.__getitem__))
     return found[::-1]
@@ -339,6 +341,45 @@ def _drop_copies(ctx: PassContext) -> None:
             graph.erase_node(n)
 
 
+# copies: one kernel (copy_) whatever the backend, so nothing to gain from a generated one
+_COPIES = {aten.clone.default, aten._to_copy.default, aten.copy.default, aten.lift_fresh_copy.default}
+
+
+def _decomposed(node: fx.Node, kernels: set | frozenset) -> bool:
+    """Whether the backend lacks a kernel of node's op (so one call of it is several kernels, or a round trip
+    through the host), and it is not a copy."""
+    name = getattr(node.target, "name", None)  # an OpOverload's: "aten::gelu", "aten::add.Tensor" (the tables')
+    return callable(name) and name() not in kernels and node.target not in _COPIES
+
+
+def _split_addmm(ctx: PassContext) -> None:
+    """addmm(bias, x, w) with the default scales as add(mm(x, w), bias) where the backend has mm but no addmm
+    (the dispatcher's decomposition makes the same two kernels, the same bits): the add can then join the
+    elementwise chain after it (bias + GELU as one kernel)."""
+    if ctx.has("aten::addmm") or not ctx.has("aten::mm"):
+        return
+    graph = ctx.gm.graph
+    for node in list(graph.nodes):
+        if not is_call(node, aten.addmm.default) or node.kwargs or len(node.args) != 3:
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dtype not in (torch.float32, torch.float64):
+            continue
+        bias, x, w = node.args
+        with graph.inserting_before(node):
+            mm = graph.call_function(aten.mm.default, (x, w))
+            mm.meta["val"] = fake_result(mm)
+            add = graph.call_function(aten.add.Tensor, (mm, bias))
+        if mm.meta["val"] is None:
+            graph.erase_node(add)
+            graph.erase_node(mm)
+            continue
+        add.meta.update(node.meta)
+        node.replace_all_uses_with(add)
+        graph.erase_node(node)
+        ctx.record("addmm", [node], "mm + add (no addmm kernel: the add joins the elementwise chain after it)")
+
+
 def pointwise(ctx: PassContext) -> None:
     """Chains of elementwise aten ops (bias + GELU, GELU's backward formula, add + ReLU,
     scale + mask, ...) as one JIT-compiled kernel each, where the backend compiles C
@@ -347,10 +388,13 @@ def pointwise(ctx: PassContext) -> None:
     zero-probability dropout becomes when traced). Batch norm's write-backs are
     undone before any pass, whatever is switched on (passes/inplace.py)."""
     _drop_copies(ctx)
-    chains = _chains(ctx.gm.graph)
+    jit_capable = REGISTRY.get(ctx.backend).capabilities.jit
+    if jit_capable:
+        _split_addmm(ctx)
+    chains = _chains(ctx.gm.graph, ctx.kernels if jit_capable else frozenset())
     if not chains:
         return
-    if not REGISTRY.get(ctx.backend).capabilities.jit:
+    if not jit_capable:
         for group in chains:
             ctx.record(
                 "elementwise chain",
@@ -384,7 +428,10 @@ def pointwise(ctx: PassContext) -> None:
         last.replace_all_uses_with(new)
         for n in reversed(group):
             graph.erase_node(n)
-        ctx.record("elementwise chain", group, f"one JIT kernel ({label})")
+        if len(group) == 1:
+            ctx.record("elementwise op", group, f"one JIT kernel (no {_short(group[0])} kernel: not decomposed)")
+        else:
+            ctx.record("elementwise chain", group, f"one JIT kernel ({label})")
 
 
 PASS = Pass("pointwise", aten=pointwise)

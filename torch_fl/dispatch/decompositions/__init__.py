@@ -48,6 +48,28 @@ def _full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_me
 
 
 DECOMPOSITIONS[aten.full_like.default] = _full_like
+_TORCH_ADDMM = DECOMPOSITIONS[aten.addmm.default]
+
+
+def _addmm(self, mat1, mat2, *, beta=1, alpha=1):
+    """addmm with the default scales as mm + add: torch._decomp's multiplies both terms by their scale
+    (alpha * mm + beta * self: four kernels where two do, on a chip without addmm, for every nn.Linear).
+    Multiplying by 1 changes no value, so the result is the same, bit for bit, as torch's decomposition;
+    other scales and the reduced-precision dtypes (computed in float32 there) take torch's."""
+    if (
+        beta == 1
+        and alpha == 1
+        and not isinstance(beta, bool)
+        and not isinstance(alpha, bool)
+        and self.dtype in (torch.float32, torch.float64)
+        and mat1.dtype == self.dtype
+        and mat2.dtype == self.dtype
+    ):
+        return torch.mm(mat1, mat2) + self
+    return _TORCH_ADDMM(self, mat1, mat2, beta=beta, alpha=alpha)
+
+
+DECOMPOSITIONS[aten.addmm.default] = _addmm
 
 
 def _zero(self):
