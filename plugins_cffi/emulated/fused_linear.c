@@ -342,6 +342,12 @@ static inline T TF(lin_gelu_grad)(T v) {
     return (T)(cdf + (double)v * pdf);
 }
 
+/* GELU over n contiguous elements in place: a loop of its own, so that the compiler vectorizes it (erf through
+ * libmvec, fl_host.h), in the AVX2 clone where the CPU has it */
+FL_MV static void TF(lin_gelu_all)(T *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = TF(lin_gelu)(y[i]);
+}
+
 /* column sums of a contiguous (M, N) matrix */
 static int TF(lin_colsum)(const void *src, int64_t M, int64_t N, void *dst) {
     const T *a = (const T *)src;
@@ -364,6 +370,7 @@ static int TF(lin_act_fwd)(const lin_mat_t *xm, const fl_tensor_t *w, int64_t ld
     int64_t bs = b ? b->strides[0] : 0;
     T *pr = pre ? (T *)fl_elem(pre, pre->offset) : NULL;
     T scale = (T)(1.0 / (1.0 - p));
+    const int late = act == 2 && p <= 0.0; /* GELU without dropout: after the bias, over the whole block */
 #pragma omp parallel for schedule(static) if (M * N > 65536)
     for (int64_t m = 0; m < M; m++) {
         T *row = y + m * N;
@@ -371,10 +378,11 @@ static int TF(lin_act_fwd)(const lin_mat_t *xm, const fl_tensor_t *w, int64_t ld
             T v = row[n] + (bias ? bias[n * bs] : (T)0);
             if (pr) pr[m * N + n] = v;
             if (act == 1) v = v > 0 ? v : (T)0;
-            else if (act == 2) v = TF(lin_gelu)(v);
+            else if (act == 2 && !late) v = TF(lin_gelu)(v);
             if (p > 0.0) v = lin_keep(seed, (uint64_t)(m * N + n), p) ? v * scale : (T)0;
             row[n] = v;
         }
+        if (late) TF(lin_gelu_all)(row, N);
     }
     return FL_OK;
 }

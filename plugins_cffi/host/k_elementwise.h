@@ -173,18 +173,6 @@ static inline int64_t irem(int64_t a, int64_t b) { /* python-style, b != 0 guard
 static inline int64_t ifmod(int64_t a, int64_t b) { return (b == 0 || b == -1) ? 0 : a % b; }
 static inline float remf_(float a, float b) { float m = fmodf(a, b); return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m; }
 static inline double rem_(double a, double b) { double m = fmod(a, b); return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m; }
-/* erf of a float: where glibc's libmvec has erf (x86-64, glibc >= 2.35), through the double erf declared
- * `omp declare simd`, so that the loops above call its 2/4-wide variants (one call per element of erff took
- * ~5 ns, most of a GELU), rounded once to float: within 1 ulp of erff, which is not correctly rounded (over
- * 13M floats in [-6, 6], 6 % differed by 1 ulp, the double route being the closer). Elsewhere erff. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(_OPENMP) && defined(__GLIBC__) && \
-    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
-#pragma omp declare simd notinbranch
-double erf(double) __attribute__((__const__, __nothrow__));
-#define FL_ERFF(x) ((float)erf((double)(x)))
-#else
-#define FL_ERFF(x) erff(x)
-#endif
 static inline float gelu_sf(float x) { return 0.5f * x * (1.0f + FL_ERFF(x * (float)M_SQRT1_2)); }
 static inline double gelu_sd(double x) { return 0.5 * x * (1.0 + erf(x * M_SQRT1_2)); }
 #define KBETA 0.7978845608028654 /* sqrt(2/pi) */
