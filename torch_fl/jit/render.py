@@ -28,8 +28,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ..runtime import TO_CODE, abi, get_include, header_path, special_math_paths
-from ..runtime.config import env_bool
+from ..runtime import TO_CODE, abi, config, get_include, header_path, special_math_paths
 
 DTYPES = {
     torch.float32: "float",
@@ -281,7 +280,7 @@ def vector_math() -> str:
 def _vector_math() -> str:
     import platform
 
-    if not env_bool("FL_JIT_VECTOR_MATH", True) or platform.machine() not in ("x86_64", "AMD64"):
+    if not config.env_bool("FL_JIT_VECTOR_MATH", True) or platform.machine() not in ("x86_64", "AMD64"):
         return ""
     try:
         capable = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")

@@ -354,8 +354,8 @@ def _decomposed(node: fx.Node, kernels: set | frozenset) -> bool:
 
 def _split_addmm(ctx: PassContext) -> None:
     """addmm(bias, x, w) with the default scales as add(mm(x, w), bias) where the backend has mm but no addmm
-    (the dispatcher's decomposition makes the same two kernels, the same bits): the add can then join the
-    elementwise chain after it (bias + GELU as one kernel)."""
+    (the dispatcher's decomposition makes the same two kernels, the same bits) and addmm's one user is
+    elementwise: the add then joins the chain after it (bias + GELU as one kernel)."""
     if ctx.has("aten::addmm") or not ctx.has("aten::mm"):
         return
     graph = ctx.gm.graph
@@ -364,6 +364,9 @@ def _split_addmm(ctx: PassContext) -> None:
             continue
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor) or val.dtype not in (torch.float32, torch.float64):
+            continue
+        user = next(iter(node.users)) if len(node.users) == 1 else None
+        if user is None or not _elementwise(user, val.dtype):  # the add would stay alone: nothing gained
             continue
         bias, x, w = node.args
         with graph.inserting_before(node):
