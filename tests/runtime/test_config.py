@@ -84,6 +84,7 @@ def test_booleans_and_counts():
         ("FL_ROCM_COMM_CHUNK_BYTES", "lots"),
         ("FL_COMPILE", "sometimes"),
         ("FL_FAST_PATH", "maybe"),
+        ("FL_JIT_VECTOR_MATH", "avx"),
     ],
 )
 def test_bad_variables_are_refused_by_name(monkeypatch, name, value):
